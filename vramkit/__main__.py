@@ -1,0 +1,5 @@
+import sys
+
+from vramkit.cli import main
+
+sys.exit(main())

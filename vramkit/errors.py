@@ -1,0 +1,42 @@
+"""One error type and one table of exit codes for every vramkit command.
+
+A command that fails raises `VramkitError`; `vramkit.cli.main` prints its one line
+(`vramkit: <what happened> -> <what to do>`) to stderr and exits with its code. No traceback
+reaches the user. Codes are distinct so scripts can branch on them.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Exit(enum.IntEnum):
+    OK = 0
+    OVER_THRESHOLD = 1      # vram-safe: memory in use above the threshold
+    CANNOT_TELL = 2         # vram-safe / monitor: no NVML, no driver, no GPU
+    GPU_LOST = 3            # monitor: a GPU went away mid-run
+    NO_FIT = 10             # the plan does not fit the GPU / host
+    NO_GPU = 11             # launcher: no GPU visible
+    NO_DOCKER = 12          # launcher: docker or its GPU runtime missing
+    PORT_BUSY = 13
+    HOST_MEMORY = 14        # host RAM or memlock too small for the pinned host pool
+    START_FAILED = 15       # the server process/container exited during start-up
+    HEALTH_TIMEOUT = 16
+    BAD_FLAG = 17           # SGLang's own parser refused an argument
+    NOT_RUNNING = 18
+    SERVICE_DOWN = 19       # a server we talk to (SGLang, Redis, embed service) is unreachable
+    BAD_INPUT = 64          # EX_USAGE: unknown model/gpu/preset, bad flag value
+    BAD_FILE = 65           # EX_DATAERR: unreadable or invalid file
+    INTERRUPTED = 130
+
+
+class VramkitError(Exception):
+    """A failure with one line for the user and the exit code that names it."""
+
+    def __init__(self, what: str, todo: str = "", code: Exit = Exit.BAD_INPUT):
+        super().__init__(what)
+        self.what = what
+        self.todo = todo
+        self.code = code
+
+    def line(self) -> str:
+        return f"vramkit: {self.what}" + (f" -> {self.todo}" if self.todo else "")
