@@ -1,0 +1,54 @@
+"""`vramkit` command line: one module per subcommand under vramkit/commands/.
+
+Each command module defines `register(subparsers)` which adds its parser and sets
+`func(args) -> int`. `main(argv)` is what tests call; it turns every VramkitError into one
+line on stderr and its exit code, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from vramkit import __version__
+from vramkit.errors import Exit, VramkitError
+
+# Order is the order `vramkit --help` lists them.
+COMMAND_MODULES = [
+    "vramkit.commands.plan",
+    "vramkit.commands.launch",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vramkit",
+        description="Plan, launch, watch and tune SGLang on a GPU too small for the model.",
+    )
+    parser.add_argument("--version", action="version", version=f"vramkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return int(Exit.BAD_INPUT)
+    try:
+        return int(args.func(args) or 0)
+    except VramkitError as err:
+        print(err.line(), file=sys.stderr)
+        return int(err.code)
+    except KeyboardInterrupt:
+        print("vramkit: interrupted", file=sys.stderr)
+        return int(Exit.INTERRUPTED)
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
