@@ -1,0 +1,155 @@
+"""The one adapter for talking HTTP to a running SGLang server (0.5.15.post1 native API).
+
+Endpoints used (sglang/srt/entrypoints/http_server.py):
+- GET /health: 503 while the server is starting or shutting down, 200 once ready.
+- POST /generate: `{"input_ids" | "text", "sampling_params", "stream"}`; with stream=true an SSE stream of
+  `data: {json}` events ending with `data: [DONE]`; each event's `meta_info` carries
+  `completion_tokens`, `prompt_tokens`, `cached_tokens`.
+- GET /server_info: server args plus scheduler info (`max_total_num_tokens`, `max_req_input_len`, ...).
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+
+from vramkit.errors import Exit, VramkitError
+
+
+@dataclass
+class GenerateResult:
+    """One /generate call as the client saw it. Times are seconds from sending the request."""
+
+    ok: bool
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_s: float | None = None           # first streamed chunk carrying >= 1 output token
+    latency_s: float = 0.0                # whole request
+    token_times_s: list[float] = field(default_factory=list)  # arrival time of each chunk's last token
+    error: str = ""
+
+
+class SglangClient:
+    def __init__(self, base_url: str = "http://127.0.0.1:30000", timeout_s: float = 600.0,
+                 api_key: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SglangClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- readiness -------------------------------------------------------------------------
+    def health(self) -> int | None:
+        """HTTP status of GET /health, or None when nothing answers (not started, refused)."""
+        try:
+            return self._http.get("/health", timeout=5.0).status_code
+        except httpx.HTTPError:
+            return None
+
+    def server_info(self) -> dict:
+        try:
+            r = self._http.get("/server_info", timeout=30.0)
+            r.raise_for_status()
+            return r.json()
+        except httpx.HTTPError as e:
+            raise VramkitError(f"SGLang at {self.base_url} did not answer /server_info ({e})",
+                               "check the server log", Exit.SERVICE_DOWN) from None
+
+    # --- generation ------------------------------------------------------------------------
+    @staticmethod
+    def _payload(input_ids: list[int] | None, text: str | None, max_new_tokens: int,
+                 stream: bool, temperature: float, ignore_eos: bool) -> dict:
+        payload: dict = {
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": temperature,
+                                "ignore_eos": ignore_eos},
+            "stream": stream,
+        }
+        if input_ids is not None:
+            payload["input_ids"] = input_ids
+        else:
+            payload["text"] = text
+        return payload
+
+    def generate(self, input_ids: list[int] | None = None, text: str | None = None,
+                 max_new_tokens: int = 16, temperature: float = 0.0, ignore_eos: bool = True,
+                 stream: bool = True) -> GenerateResult:
+        """One request; with stream=True it records time to first token and per-chunk times."""
+        payload = self._payload(input_ids, text, max_new_tokens, stream, temperature, ignore_eos)
+        t0 = time.perf_counter()
+        res = GenerateResult(ok=False)
+        try:
+            if not stream:
+                r = self._http.post("/generate", json=payload)
+                res.latency_s = time.perf_counter() - t0
+                if r.status_code != 200:
+                    res.error = _error_text(r.text)
+                    return res
+                _fill_meta(res, r.json().get("meta_info", {}))
+                res.ok = True
+                return res
+            with self._http.stream("POST", "/generate", json=payload) as r:
+                if r.status_code != 200:
+                    r.read()
+                    res.error = _error_text(r.text)
+                    res.latency_s = time.perf_counter() - t0
+                    return res
+                seen = 0
+                for event in iter_sse_events(r.iter_lines()):
+                    now = time.perf_counter() - t0
+                    if "error" in event:
+                        res.error = str(event["error"].get("message", event["error"]))
+                        break
+                    meta = event.get("meta_info", {})
+                    _fill_meta(res, meta)
+                    if res.completion_tokens > seen:
+                        if res.ttft_s is None:
+                            res.ttft_s = now
+                        res.token_times_s.append(now)
+                        seen = res.completion_tokens
+                res.ok = not res.error and res.completion_tokens > 0
+        except httpx.HTTPError as e:
+            res.error = f"{type(e).__name__}: {e}"
+        res.latency_s = time.perf_counter() - t0
+        return res
+
+
+def iter_sse_events(lines: Iterator[str]) -> Iterator[dict]:
+    """Parse SGLang's `data: {...}` server-sent events; stops at `data: [DONE]`."""
+    for line in lines:
+        if not line.startswith("data:"):
+            continue
+        body = line[5:].strip()
+        if body == "[DONE]":
+            return
+        if body:
+            yield json.loads(body)
+
+
+def _fill_meta(res: GenerateResult, meta: dict) -> None:
+    res.prompt_tokens = int(meta.get("prompt_tokens", res.prompt_tokens) or 0)
+    res.completion_tokens = int(meta.get("completion_tokens", res.completion_tokens) or 0)
+    res.cached_tokens = int(meta.get("cached_tokens", res.cached_tokens) or 0)
+
+
+def _error_text(body: str) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:300]
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            return str(err.get("message", err))[:300]
+        return str(err)[:300]
+    return str(data)[:300]

@@ -1,0 +1,47 @@
+"""What vramkit has started, on disk, so `down`, `status` and `vram-safe` know it.
+
+One JSON file per running service in the state folder ($VRAMKIT_STATE_DIR, default
+~/.local/state/vramkit). The launcher writes it after a successful start and removes it on stop.
+Keys the launcher writes: name, preset, model, runtime ('docker'|'native'), port, pid (native),
+compose_file (docker), log (native), gpu_indices, vram_budget_bytes (the planner's predicted peak
+per GPU, which vram-safe takes as its default threshold), started_at (ISO time).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def state_dir() -> Path:
+    root = os.environ.get("VRAMKIT_STATE_DIR") or Path.home() / ".local" / "state" / "vramkit"
+    return Path(root)
+
+
+def write_running(name: str, data: dict) -> Path:
+    d = state_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)
+    return path
+
+
+def read_running(name: str | None = None) -> list[dict]:
+    """Every recorded running service (or just `name`); unreadable files are skipped."""
+    d = state_dir()
+    if not d.is_dir():
+        return []
+    paths = [d / f"{name}.json"] if name else sorted(d.glob("*.json"))
+    out = []
+    for p in paths:
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def clear_running(name: str) -> None:
+    (state_dir() / f"{name}.json").unlink(missing_ok=True)
