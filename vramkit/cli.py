@@ -17,6 +17,9 @@ from vramkit.errors import Exit, VramkitError
 COMMAND_MODULES = [
     "vramkit.commands.plan",
     "vramkit.commands.launch",
+    "vramkit.commands.monitor",
+    "vramkit.commands.vram_safe",
+    "vramkit.commands.host",
 ]
 
 
