@@ -1,0 +1,219 @@
+"""`vramkit host`: prepare the host around the GPU (the design's optimize_cpu_offload.py).
+
+Checks, each pass / warn / fail with a reason: CPU topology (logical/physical, P/E cores, NUMA,
+the GPU's nearest CPUs from NVML), the proposed cpusets for SGLang and the side services, memlock
+and RAM against the pinned host pool (--pinned-gib, default the running preset's hicache_bytes),
+a real pinned allocation + host-to-GPU copy speed (when a GPU is there).
+Actions, when asked: --write puts VRAMKIT_SGLANG_CPUSET / VRAMKIT_SIDE_CPUSET into .env (docker
+compose and the launcher read it); --pin PID sets a running server's CPU affinity; --warmup sends
+requests to a running server until latency settles.
+Exit 0 when nothing failed, else the first failing check's code.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from vramkit.adapters import host as hostio
+from vramkit.adapters import nvml, state
+from vramkit.core import host_plan as hp
+from vramkit.core.gpu_snapshot import is_na
+from vramkit.errors import Exit, VramkitError
+from vramkit.units import GiB, bytes2human
+
+STATUS_STYLE = {hp.PASS: "green", hp.WARN: "yellow", hp.FAIL: "red"}
+DEFAULT_URL = "http://127.0.0.1:30000"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("host", help="CPU pinning, NUMA, pinned memory and warm-up checks",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--gpu", type=int, default=0, help="GPU whose nearest CPUs count (default 0)")
+    p.add_argument("--write", action="store_true", help="write the proposed cpusets into the .env file")
+    p.add_argument("--env-file", type=Path, default=None, help="default: .env at the repository root")
+    p.add_argument("--pin", type=int, metavar="PID", default=None,
+                   help="set this running server's CPU affinity (its threads and children too)")
+    p.add_argument("--cpuset", default=None,
+                   help="CPU list for --pin and --write instead of the proposal, e.g. 0-7")
+    p.add_argument("--pinned-gib", type=float, default=None,
+                   help="pinned host pool to check, GiB (default: running preset's hicache_bytes)")
+    p.add_argument("--copy-test-gib", type=float, default=1.0,
+                   help="size of the pinned host-to-GPU copy test, GiB; 0 skips it (default 1)")
+    p.add_argument("--warmup", action="store_true", help="warm up a running server")
+    p.add_argument("--url", default=None, help=f"server for --warmup (default: running state, else {DEFAULT_URL})")
+    p.add_argument("--warmup-max", type=int, default=20, help="most warm-up requests (default 20)")
+    p.add_argument("--warmup-tokens", type=int, default=256, help="prompt tokens per request (default 256)")
+    p.set_defaults(func=run)
+
+
+def default_env_file() -> Path:
+    repo = Path(__file__).resolve().parents[2]
+    return repo / ".env" if (repo / "pyproject.toml").exists() else Path.cwd() / ".env"
+
+
+def _pinned_bytes(args: argparse.Namespace, running: list[dict]) -> tuple[int | None, str]:
+    if args.pinned_gib is not None:
+        return int(args.pinned_gib * GiB), "--pinned-gib"
+    total = sum(int(e["hicache_bytes"]) for e in running if isinstance(e.get("hicache_bytes"), (int, float)))
+    return (total, "running preset's hicache_bytes") if total else (None, "")
+
+
+def _warmup(url: str, max_requests: int, prompt_tokens: int) -> hp.Check:
+    from vramkit.adapters.sglang_http import SglangClient
+
+    with SglangClient(url, timeout_s=300.0) as client:
+        code = client.health()
+        if code != 200:
+            what = "nothing answers" if code is None else f"/health says {code}"
+            return hp.Check("warmup", hp.FAIL, f"{what} at {url} -> start the server (make up) or give --url",
+                            {"url": url, "code": int(Exit.SERVICE_DOWN)})
+        latencies: list[float] = []
+        for i in range(max_requests):
+            # Distinct prompts: a repeated one would hit the radix cache and "settle" for that reason.
+            ids = [(1000 + 7 * i + j) % 30000 + 1 for j in range(prompt_tokens)]
+            res = client.generate(input_ids=ids, max_new_tokens=32, stream=False)
+            if not res.ok:
+                return hp.Check("warmup", hp.FAIL, f"request {i + 1} failed: {res.error}",
+                                {"url": url, "latencies_s": latencies, "code": int(Exit.SERVICE_DOWN)})
+            latencies.append(round(res.latency_s, 4))
+            if hp.latency_settled(latencies):
+                return hp.Check("warmup", hp.PASS, f"settled after {len(latencies)} requests: first "
+                                f"{latencies[0]:.3f} s, last {latencies[-1]:.3f} s", {"url": url, "latencies_s": latencies})
+        return hp.Check("warmup", hp.WARN, f"latency did not settle in {max_requests} requests "
+                        f"(last {latencies[-3:]})", {"url": url, "latencies_s": latencies})
+
+
+def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
+    running = state.read_running()
+    checks: list[hp.Check] = []
+    facts: dict = {}
+
+    topo = hostio.read_topology()
+    facts["topology"] = {
+        "logical": topo.logical, "physical": topo.physical, "allowed": hp.format_cpulist(topo.allowed),
+        "p_cores": hp.format_cpulist(topo.p_cores), "e_cores": hp.format_cpulist(topo.e_cores),
+        "hybrid_source": topo.hybrid_source,
+        "numa_nodes": {str(k): hp.format_cpulist(v) for k, v in topo.numa_nodes.items()},
+    }
+    hybrid = (f"P-cores {hp.format_cpulist(topo.p_cores)}, E-cores {hp.format_cpulist(topo.e_cores)}"
+              if topo.hybrid else "no P/E split exposed")
+    checks.append(hp.Check("cpu_topology", hp.PASS,
+                           f"{topo.logical} logical / {topo.physical} physical CPUs, {len(topo.allowed)} allowed; "
+                           f"{hybrid}; {max(1, len(topo.numa_nodes))} NUMA node(s)"))
+
+    snap = nvml.read_snapshot(with_processes=False)
+    gpu = next((g for g in snap.gpus if g.index == args.gpu), None)
+    gpu_cpus = None
+    if snap.unavailable is not None:
+        checks.append(hp.Check("gpu_affinity", hp.WARN, f"skipped: {snap.unavailable.reason}"))
+    elif gpu is None:
+        checks.append(hp.Check("gpu_affinity", hp.WARN, f"skipped: no GPU {args.gpu} (NVML sees {len(snap.gpus)})"))
+    elif is_na(gpu.cpu_affinity):
+        checks.append(hp.Check("gpu_affinity", hp.WARN, f"GPU {gpu.index}: {gpu.cpu_affinity.reason}"))
+    else:
+        gpu_cpus = gpu.cpu_affinity
+        checks.append(hp.Check("gpu_affinity", hp.PASS,
+                               f"GPU {gpu.index} nearest CPUs (NVML): {hp.format_cpulist(gpu_cpus)}"))
+    facts["gpu_cpus"] = hp.format_cpulist(gpu_cpus) if gpu_cpus else None
+
+    plan = hp.propose_cpusets(topo, gpu_cpus)
+    if args.cpuset:
+        try:
+            chosen = hp.parse_cpulist(args.cpuset)
+        except ValueError as e:
+            raise VramkitError(f"--cpuset: {e}", "e.g. --cpuset 0-7,16-23", Exit.BAD_INPUT) from None
+        plan = hp.CpusetPlan(chosen, plan.side, plan.status, plan.notes + ("server cpuset from --cpuset",))
+    env = plan.env()
+    facts["cpusets"] = env
+    checks.append(hp.Check("cpusets", plan.status, f"server {env[hp.ENV_SERVER_CPUSET]}, "
+                           f"side {env[hp.ENV_SIDE_CPUSET]}; " + "; ".join(plan.notes), env))
+
+    docker, why = hostio.in_docker()
+    soft, hard = hostio.memlock_limit()
+    pinned, pinned_src = _pinned_bytes(args, running)
+    facts |= {"in_docker": docker, "in_docker_reason": why, "memlock_soft_bytes": soft,
+              "memlock_hard_bytes": hard, "pinned_bytes": pinned, "pinned_source": pinned_src}
+    checks.append(hp.memlock_check(soft, pinned, docker))
+    total, available = hostio.host_memory()
+    checks.append(hp.pinned_ram_check(pinned, total, available, hostio.cgroup_memory_limit()))
+
+    if args.copy_test_gib > 0:
+        res = hostio.pinned_copy_speed(int(args.copy_test_gib * GiB), device=args.gpu)
+        if is_na(res):
+            checks.append(hp.Check("pinned_copy", hp.WARN, f"skipped: {res.reason}"))
+        else:
+            checks.append(hp.Check("pinned_copy", hp.PASS,
+                                   f"{bytes2human(res['size_bytes'])} pinned in {res['pin_alloc_s']:.2f} s; "
+                                   f"host->GPU {res['h2d_pinned_GBps']} GB/s pinned, "
+                                   f"{res['h2d_pageable_GBps']} GB/s pageable", res))
+
+    if args.write:
+        path = args.env_file or default_env_file()
+        try:
+            old = path.read_text() if path.exists() else ""
+            path.write_text(hp.update_env_text(old, env))
+        except OSError as e:
+            raise VramkitError(f"cannot write {path}: {e.strerror}", "check the path and its permissions",
+                               Exit.BAD_FILE) from None
+        checks.append(hp.Check("env_file", hp.PASS, f"wrote {hp.ENV_SERVER_CPUSET} and {hp.ENV_SIDE_CPUSET} to {path}",
+                               {"path": str(path)}))
+
+    if args.pin is not None:
+        try:
+            done = hostio.pin_process(args.pin, plan.server)
+        except psutil.NoSuchProcess:
+            checks.append(hp.Check("pin", hp.FAIL, f"no process {args.pin} -> give the server's pid "
+                                   "(vramkit status shows it)", {"code": int(Exit.NOT_RUNNING)}))
+        except psutil.AccessDenied:
+            checks.append(hp.Check("pin", hp.FAIL, f"not allowed to change pid {args.pin} -> run as its user or root",
+                                   {"code": int(Exit.BAD_INPUT)}))
+        else:
+            status = hp.PASS if not done["failed"] else hp.WARN
+            checks.append(hp.Check("pin", status, f"pid {args.pin}: {done['threads_set']} threads in "
+                                   f"{len(done['processes'])} process(es) set to {hp.format_cpulist(plan.server)}; "
+                                   f"affinity now {hp.format_cpulist(done['affinity_now'])}"
+                                   + (f"; failed: {', '.join(done['failed'][:3])}" if done["failed"] else ""), done))
+
+    if args.warmup:
+        url = args.url
+        if not url:
+            port = next((e.get("port") for e in running if e.get("port")), None)
+            url = f"http://127.0.0.1:{port}" if port else DEFAULT_URL
+        checks.append(_warmup(url, args.warmup_max, args.warmup_tokens))
+    return checks, facts
+
+
+def exit_code(checks: list[hp.Check]) -> int:
+    for c in checks:
+        if c.status == hp.FAIL:
+            return int(c.data.get("code", Exit.HOST_MEMORY if c.name == "pinned_ram" else Exit.BAD_INPUT))
+    return int(Exit.OK)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.warmup_max < 2 or args.warmup_tokens < 1:
+        raise VramkitError("--warmup-max must be >= 2 and --warmup-tokens >= 1", "", Exit.BAD_INPUT)
+    checks, facts = collect(args)
+    code = exit_code(checks)
+    if args.json:
+        print(json.dumps({"exit_code": code, "facts": facts,
+                          "checks": [{"name": c.name, "status": c.status, "reason": c.reason, "data": c.data}
+                                     for c in checks]}, indent=2, default=str))
+        return code
+    table = Table(box=None, show_header=True, pad_edge=False, padding=(0, 2))
+    for col in ("check", "status", "reason"):
+        table.add_column(col)
+    for c in checks:
+        table.add_row(c.name, f"[{STATUS_STYLE[c.status]}]{c.status}[/]", c.reason)
+    console = Console()
+    console.print(table)
+    env = facts["cpusets"]
+    console.print(f"\n{hp.ENV_SERVER_CPUSET}={env[hp.ENV_SERVER_CPUSET]}\n{hp.ENV_SIDE_CPUSET}={env[hp.ENV_SIDE_CPUSET]}",
+                  highlight=False)
+    return code
