@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "vramkit.commands.monitor",
     "vramkit.commands.vram_safe",
     "vramkit.commands.host",
+    "vramkit.commands.bench",
 ]
 
 

@@ -6,6 +6,15 @@ Endpoints used (sglang/srt/entrypoints/http_server.py):
   `data: {json}` events ending with `data: [DONE]`; each event's `meta_info` carries
   `completion_tokens`, `prompt_tokens`, `cached_tokens`.
 - GET /server_info: server args plus scheduler info (`max_total_num_tokens`, `max_req_input_len`, ...).
+- GET/POST /flush_cache: empties the radix (prefix) cache; 200 "Cache flushed..." or 400 when requests are
+  still running.
+
+Ways SGLang refuses a streamed request (both end with `data: [DONE]`):
+- the tokenizer manager's checks (input or input + max_new_tokens over the context length) raise ValueError,
+  streamed as `data: {"error": {"message": ..., "type": "invalid_request_error", "code": 400}}`;
+- the scheduler's checks (input >= max_req_input_len, "Input length (N tokens) exceeds the maximum allowed
+  length (M tokens)...") finish the request with `meta_info.finish_reason = {"type": "abort", "message": ...,
+  "status_code": 400}` and no output token.
 """
 from __future__ import annotations
 
@@ -30,7 +39,15 @@ class GenerateResult:
     ttft_s: float | None = None           # first streamed chunk carrying >= 1 output token
     latency_s: float = 0.0                # whole request
     token_times_s: list[float] = field(default_factory=list)  # arrival time of each chunk's last token
+    # completion_tokens as of each entry of token_times_s: a chunk can carry several tokens, and
+    # SGLang's bench_serving spreads a chunk's gap evenly over them when it computes ITL.
+    chunk_completion_tokens: list[int] = field(default_factory=list)
     error: str = ""
+    finish_reason: dict | None = None     # meta_info.finish_reason of the last event
+    num_retractions: int = 0              # times the scheduler evicted it to make room (KV pool full)
+    cached_tokens_details: dict | None = None  # {"device": N, "host": M} with the hierarchical cache
+    start_s: float = 0.0                  # time.perf_counter() when sent: lines up requests of one run
+    timed_out: bool = False               # stopped by the client's deadline, not by the server
 
 
 class SglangClient:
@@ -56,6 +73,14 @@ class SglangClient:
             return self._http.get("/health", timeout=5.0).status_code
         except httpx.HTTPError:
             return None
+
+    def flush_cache(self) -> tuple[bool, str]:
+        """Empty SGLang's prefix cache so a workload starts cold. (False, why) when it refused."""
+        try:
+            r = self._http.post("/flush_cache", timeout=30.0)
+        except httpx.HTTPError as e:
+            return False, f"{type(e).__name__}: {e}"
+        return r.status_code == 200, r.text.strip()[:300]
 
     def server_info(self) -> dict:
         try:
@@ -83,45 +108,69 @@ class SglangClient:
 
     def generate(self, input_ids: list[int] | None = None, text: str | None = None,
                  max_new_tokens: int = 16, temperature: float = 0.0, ignore_eos: bool = True,
-                 stream: bool = True) -> GenerateResult:
-        """One request; with stream=True it records time to first token and per-chunk times."""
+                 stream: bool = True, deadline_s: float | None = None) -> GenerateResult:
+        """One request; with stream=True it records time to first token and per-chunk times.
+
+        deadline_s bounds the whole request (httpx's timeout bounds each read only, and a stream
+        that keeps sending never trips it); past it the stream is closed, which makes SGLang abort
+        the request, and the result says timed_out.
+        """
         payload = self._payload(input_ids, text, max_new_tokens, stream, temperature, ignore_eos)
+        timeout = self._http.timeout if deadline_s is None else httpx.Timeout(deadline_s)
         t0 = time.perf_counter()
-        res = GenerateResult(ok=False)
+        res = GenerateResult(ok=False, start_s=t0)
         try:
             if not stream:
-                r = self._http.post("/generate", json=payload)
+                r = self._http.post("/generate", json=payload, timeout=timeout)
                 res.latency_s = time.perf_counter() - t0
                 if r.status_code != 200:
                     res.error = _error_text(r.text)
                     return res
-                _fill_meta(res, r.json().get("meta_info", {}))
-                res.ok = True
+                body = r.json()
+                _fill_meta(res, body.get("meta_info", {}))
+                res.ok = not res.error
                 return res
-            with self._http.stream("POST", "/generate", json=payload) as r:
+            with self._http.stream("POST", "/generate", json=payload, timeout=timeout) as r:
                 if r.status_code != 200:
                     r.read()
                     res.error = _error_text(r.text)
                     res.latency_s = time.perf_counter() - t0
                     return res
-                seen = 0
                 for event in iter_sse_events(r.iter_lines()):
                     now = time.perf_counter() - t0
-                    if "error" in event:
-                        res.error = str(event["error"].get("message", event["error"]))
+                    if not fold_stream_event(res, event, now):
                         break
-                    meta = event.get("meta_info", {})
-                    _fill_meta(res, meta)
-                    if res.completion_tokens > seen:
-                        if res.ttft_s is None:
-                            res.ttft_s = now
-                        res.token_times_s.append(now)
-                        seen = res.completion_tokens
+                    if deadline_s is not None and now > deadline_s:
+                        res.timed_out = True
+                        res.error = f"client deadline of {deadline_s:g} s passed"
+                        break
                 res.ok = not res.error and res.completion_tokens > 0
+        except httpx.TimeoutException as e:
+            res.timed_out = True
+            res.error = f"{type(e).__name__}: no answer within {deadline_s or self._http.timeout.read} s"
         except httpx.HTTPError as e:
             res.error = f"{type(e).__name__}: {e}"
         res.latency_s = time.perf_counter() - t0
         return res
+
+
+def fold_stream_event(res: GenerateResult, event: dict, now_s: float) -> bool:
+    """Fold one streamed /generate event, received `now_s` after sending, into `res`.
+
+    Returns False when the event ends the request with an error (the caller stops reading).
+    """
+    if "error" in event:
+        err = event["error"]
+        res.error = str(err.get("message", err)) if isinstance(err, dict) else str(err)
+        return False
+    seen = res.completion_tokens
+    _fill_meta(res, event.get("meta_info", {}))
+    if res.completion_tokens > seen:
+        if res.ttft_s is None:
+            res.ttft_s = now_s
+        res.token_times_s.append(now_s)
+        res.chunk_completion_tokens.append(res.completion_tokens)
+    return not res.error
 
 
 def iter_sse_events(lines: Iterator[str]) -> Iterator[dict]:
@@ -140,6 +189,14 @@ def _fill_meta(res: GenerateResult, meta: dict) -> None:
     res.prompt_tokens = int(meta.get("prompt_tokens", res.prompt_tokens) or 0)
     res.completion_tokens = int(meta.get("completion_tokens", res.completion_tokens) or 0)
     res.cached_tokens = int(meta.get("cached_tokens", res.cached_tokens) or 0)
+    res.num_retractions = int(meta.get("num_retractions", res.num_retractions) or 0)
+    if meta.get("cached_tokens_details"):
+        res.cached_tokens_details = dict(meta["cached_tokens_details"])
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict):
+        res.finish_reason = reason
+        if reason.get("type") == "abort":
+            res.error = str(reason.get("message") or "aborted by the server")
 
 
 def _error_text(body: str) -> str:

@@ -1,0 +1,131 @@
+"""What the benchmark sends: seeded token-id prompts, the context sweep's points, the multi-turn sessions.
+
+Pure and deterministic: the same seed gives the same ids on every Python version (only
+`random.Random(int).random()` is used, whose sequence Python guarantees stays the same), so two runs,
+e.g. with and without the host cache, send identical traffic. Servers run with dummy weights and
+`--skip-tokenizer-init`, so prompts are token ids, drawn below the model's vocabulary size.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass
+
+
+def derive_seed(*parts: object) -> int:
+    """A 64-bit seed from labelled parts; stable across processes (unlike hash(), salted per run)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def random_token_ids(n: int, vocab_size: int, seed: int) -> list[int]:
+    """n token ids in [0, vocab_size), the same list for the same (n, vocab_size, seed).
+
+    Distinct seeds share no prefix in practice, so SGLang's prefix cache cannot help one prompt with
+    another's tokens (a match of the first token alone has odds 1/vocab_size).
+    """
+    if n < 0 or vocab_size < 2:
+        raise ValueError(f"need n >= 0 and vocab_size >= 2, got n={n}, vocab_size={vocab_size}")
+    rng = random.Random(seed)
+    return [int(rng.random() * vocab_size) for _ in range(n)]
+
+
+def context_points(max_input_tokens: int, start_tokens: int = 1024) -> list[int]:
+    """Prompt lengths doubling from start_tokens, then max_input_tokens itself as the last point."""
+    if max_input_tokens < 1:
+        return []
+    points = []
+    n = start_tokens
+    while n < max_input_tokens:
+        points.append(n)
+        n *= 2
+    points.append(max_input_tokens)
+    return points
+
+
+def max_accepted_input_tokens(max_req_input_len: int) -> int:
+    """Longest prompt SGLang 0.5.15.post1 admits: the scheduler refuses len >= max_req_input_len.
+
+    (sglang/srt/managers/utils.py `validate_input_length`.)
+    """
+    return max_req_input_len - 1
+
+
+def max_new_tokens_for(input_tokens: int, max_req_input_len: int, wanted: int) -> int:
+    """Output tokens to ask for so a long prompt is not refused for its output alone.
+
+    SGLang sets max_req_input_len = max_req_len - 5 with max_req_len = min(context_len, pool) - 1
+    (tp_worker.get_worker_info); the scheduler clips max_new_tokens to max_req_len - input - 1, and
+    the tokenizer manager refuses input + max_new_tokens > context_len. Asking for at most
+    max_req_len - input - 1 passes both. At the longest prompt that leaves 5 tokens.
+    """
+    max_req_len = max_req_input_len + 5
+    return max(1, min(wanted, max_req_len - input_tokens - 1))
+
+
+@dataclass(frozen=True)
+class MultiturnPlan:
+    """N sessions, each a long history of its own, visited round-robin for T turns.
+
+    Each turn sends the session's whole history so far plus a new user chunk; afterwards the chunk and
+    a seeded stand-in for the answer are appended. (The server's real answer tokens would differ between
+    two servers with different random weights; a seeded stand-in keeps the traffic identical, at the
+    cost that answer tokens are never a prefix-cache hit.)
+    """
+
+    sessions: int = 8
+    turns: int = 3
+    history_min_tokens: int = 8192
+    history_max_tokens: int = 12288
+    user_chunk_tokens: int = 512
+    answer_tokens: int = 64
+    vocab_size: int = 32000
+    seed: int = 0
+
+    def history_tokens(self, session: int) -> int:
+        """This session's initial history length: spread evenly over [min, max] (deterministic)."""
+        if self.sessions == 1:
+            return self.history_min_tokens
+        span = self.history_max_tokens - self.history_min_tokens
+        return self.history_min_tokens + round(span * session / (self.sessions - 1))
+
+    def total_history_tokens(self) -> int:
+        return sum(self.history_tokens(s) for s in range(self.sessions))
+
+    def longest_prompt_tokens(self) -> int:
+        """The last turn's prompt of the longest session: it must be under max_req_input_len."""
+        return (self.history_max_tokens + self.turns * self.user_chunk_tokens
+                + (self.turns - 1) * self.answer_tokens)
+
+    def _part(self, kind: str, session: int, turn: int, n: int) -> list[int]:
+        return random_token_ids(n, self.vocab_size, derive_seed("multiturn", self.seed, kind,
+                                                                 session, turn))
+
+    def requests(self):
+        """Yield (session, turn, input_ids) in round-robin order: s0t0, s1t0, ..., s0t1, ..."""
+        history = {s: self._part("history", s, 0, self.history_tokens(s))
+                   for s in range(self.sessions)}
+        for turn in range(self.turns):
+            for s in range(self.sessions):
+                prompt = history[s] + self._part("user", s, turn, self.user_chunk_tokens)
+                yield s, turn, prompt
+                history[s] = prompt + self._part("answer", s, turn, self.answer_tokens)
+
+
+def sessions_to_exceed(kv_pool_tokens: int, mean_history_tokens: int, minimum: int = 8,
+                       cap: int = 32, overshoot: float = 1.25) -> int:
+    """Sessions whose histories together exceed the GPU KV pool by `overshoot` (so the pool cannot keep
+    them all and revisits miss on the GPU), at least `minimum`, at most `cap` (bounded run time)."""
+    need = math.ceil(overshoot * kv_pool_tokens / max(mean_history_tokens, 1))
+    return max(minimum, min(cap, need))
+
+
+def fit_history_to_limit(plan: MultiturnPlan, max_input_tokens: int) -> MultiturnPlan:
+    """Shrink the histories so the longest turn's prompt stays under the server's input limit."""
+    over = plan.longest_prompt_tokens() - max_input_tokens
+    if over <= 0:
+        return plan
+    hi = max(plan.history_max_tokens - over, 1)
+    lo = min(plan.history_min_tokens, hi)
+    return MultiturnPlan(**{**plan.__dict__, "history_min_tokens": lo, "history_max_tokens": hi})
