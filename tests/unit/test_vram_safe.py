@@ -1,0 +1,126 @@
+"""`vramkit vram-safe` exit codes through vramkit.cli.main: 0 at/under, 1 over, 2 cannot tell."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import nvml_scenarios as sc
+from nvml_scenarios import run_cli
+from vramkit.adapters import nvml, state
+from vramkit.core import vram
+
+GiB, MiB = sc.GiB, sc.MiB
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    monkeypatch.setenv("VRAMKIT_STATE_DIR", str(tmp_path / "state"))   # no running preset
+    nvml.reset()
+    yield
+    nvml.reset()
+
+
+def safe(argv, capsys):
+    code = run_cli(["vram-safe", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_under_default_75_percent_exit_0(monkeypatch, capsys):
+    sc.card_16gb_foreign_6gib().install(monkeypatch)          # 6.52 GiB of 15.99 GiB in use
+    code, out, _ = safe([], capsys)
+    assert code == 0
+    assert out.startswith("vram-safe: OK: GPU 0 6.52 GiB <= 11.99 GiB of 15.99 GiB")
+    assert "75 % (default" in out and "driver-reserved memory included" in out
+    assert out.count("\n") == 1
+
+
+def test_over_a_gib_threshold_exit_1(monkeypatch, capsys):
+    sc.card_16gb_foreign_6gib().install(monkeypatch)
+    code, out, _ = safe(["--threshold", "6GiB"], capsys)
+    assert code == 1 and out.startswith("vram-safe: OVER: GPU 0 6.52 GiB > 6.00 GiB")
+
+
+def test_counts_driver_reserved_memory(monkeypatch, capsys):
+    # nvidia-smi's used (6.20 GiB) is under 6.4 GiB; total - free (6.52 GiB) is over: the guard says over
+    sc.card_16gb_foreign_6gib().install(monkeypatch)
+    code, out, _ = safe(["--threshold", "6.4GiB", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 1 and data["verdict"] == "over"
+    g = data["gpus"][0]
+    assert g["nvml_used_bytes"] < g["limit_bytes"] < g["in_use_bytes"]
+    assert "driver-reserved" in data["reads"]
+
+
+def test_percent_threshold(monkeypatch, capsys):
+    sc.card_16gb_foreign_6gib().install(monkeypatch)       # 40.8 %
+    assert safe(["--threshold", "40%"], capsys)[0] == 1
+    assert safe(["--threshold", "41%"], capsys)[0] == 0
+
+
+def test_at_the_threshold_is_safe(monkeypatch, capsys):
+    fake = sc.card_16gb_foreign_6gib().install(monkeypatch)
+    g = fake.gpus[0]
+    in_use = g.total - g.free
+    assert safe(["--threshold", f"{in_use}B"], capsys)[0] == 0
+    assert safe(["--threshold", f"{in_use - 1}B"], capsys)[0] == 1
+
+
+@pytest.mark.parametrize("scenario", [sc.driver_missing, sc.driver_not_loaded])
+def test_no_driver_exit_2(monkeypatch, capsys, scenario):
+    scenario().install(monkeypatch)
+    code, out, _ = safe([], capsys)
+    assert code == 2 and out.startswith("vram-safe: cannot tell: NVML did not start")
+    code, out, _ = safe(["--json"], capsys)
+    assert code == 2 and json.loads(out)["verdict"] == "unknown"
+
+
+def test_no_gpu_exit_2(monkeypatch, capsys):
+    sc.FakeNvml([]).install(monkeypatch)
+    code, out, _ = safe([], capsys)
+    assert code == 2 and "sees no GPU" in out
+
+
+def test_two_gpus_all_and_each(monkeypatch, capsys):
+    sc.two_gpus().install(monkeypatch)        # GPU 0 at 89.6 %, GPU 1 at 1.6 %
+    assert safe([], capsys)[0] == 1
+    assert safe(["--gpu", "1"], capsys)[0] == 0
+    code, out, _ = safe(["--gpu", "0", "--json"], capsys)
+    assert code == 1 and [g["index"] for g in json.loads(out)["gpus"]] == [0]
+    code, out, _ = safe(["--gpu", "7"], capsys)
+    assert code == 2 and "there is no GPU 7" in out
+
+
+def test_lost_gpu_cannot_tell_unless_another_is_over(monkeypatch, capsys):
+    fake = sc.two_gpus().install(monkeypatch)
+    fake.lose(1)
+    code, out, _ = safe(["--gpu", "1"], capsys)
+    assert code == 2 and "GPU is lost" in out
+    assert safe([], capsys)[0] == 1              # GPU 0 is over for sure: that is the answer
+
+
+def test_default_is_the_running_presets_budget(monkeypatch, capsys):
+    sc.card_16gb_foreign_6gib().install(monkeypatch)       # 6.52 GiB in use
+    state.write_running("sglang", {"name": "sglang", "preset": "qwen14b-16gb",
+                                   "vram_budget_bytes": 6 * GiB, "gpu_indices": [0]})
+    code, out, _ = safe([], capsys)
+    assert code == 1 and "budget of running preset qwen14b-16gb" in out
+    assert safe(["--threshold", "75%"], capsys)[0] == 0     # the flag wins
+
+
+def test_bad_threshold_is_bad_input(monkeypatch, capsys):
+    sc.card_16gb_foreign_6gib().install(monkeypatch)
+    for bad in ("12", "twelve", "0%", "150%"):
+        code, _, err = safe(["--threshold", bad], capsys)
+        assert code == 64 and err.startswith("vramkit: --threshold")
+
+
+def test_budgets_add_up_on_a_shared_gpu():
+    th = vram.budget_thresholds([
+        {"preset": "a", "vram_budget_bytes": 4 * GiB, "gpu_indices": [0]},
+        {"preset": "b", "vram_budget_bytes": 2 * GiB, "gpu_indices": [0, 1]},
+        {"preset": "c"},                                    # no budget recorded
+    ])
+    assert th[0].limit_bytes == 6 * GiB and th[1].limit_bytes == 2 * GiB
+    assert "a+b" in th[0].source
