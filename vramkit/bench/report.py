@@ -150,8 +150,10 @@ def render_markdown(result: dict) -> str:
         for p in ctx["points"]:
             status = "completed" if p["ok"] else ("timed out" if p["timed_out"] else "refused")
             rows.append([fmt_num(p["prompt_tokens"]), status, fmt_s(p["ttft_s"]),
-                         fmt_num(p["decode_tok_s"]), _cell_error(p["error"])])
-        out += _table(["prompt tokens", "result", "TTFT (prefill)", "decode tok/s", "SGLang said"], rows)
+                         fmt_num(p["decode_tok_s"]), fmt_num(p["output_tokens"]),
+                         _cell_error(p["error"])])
+        out += _table(["prompt tokens", "result", "TTFT (prefill)", "decode tok/s", "output tokens",
+                       "SGLang said"], rows)
         out += ["", f"Longest request completed: **{fmt_num(ctx['longest_completed_prompt_tokens'])}** "
                     "prompt tokens."]
     if "multiturn" in s:

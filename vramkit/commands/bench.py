@@ -33,7 +33,7 @@ def register(subparsers) -> None:
     p.add_argument("--url", default=os.environ.get("VRAMKIT_SGLANG_URL", DEFAULT_URL),
                    help="SGLang server (env VRAMKIT_SGLANG_URL; default %(default)s)")
     p.add_argument("--suites", default=",".join(SUITES),
-                   help=f"comma-separated, from {','.join(SUITES)} (default: all)")
+                   help=f"comma-separated, from {','.join(SUITES)}, or all (default: all)")
     p.add_argument("--quick", action="store_true", help="fewer repeats, shorter outputs")
     p.add_argument("--label", help="name of this run in tables and plots (default: from the server)")
     p.add_argument("--out", type=Path,
@@ -78,6 +78,8 @@ def _config(args):
     from vramkit.bench.runner import SUITES, BenchConfig
 
     suites = tuple(s.strip() for s in args.suites.split(",") if s.strip())
+    if suites == ("all",):
+        suites = SUITES
     unknown = [s for s in suites if s not in SUITES]
     if unknown or not suites:
         raise VramkitError(f"unknown suite(s) {', '.join(unknown) or '(none)'}",
@@ -148,11 +150,21 @@ class RichProgress:
 
 def _run_bench(args) -> int:
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                               TimeElapsedColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
-    from vramkit.bench.report import (build_result, default_label, render_markdown, server_subset,
-                                      write_plots)
+    from vramkit.bench.report import (
+        build_result,
+        default_label,
+        render_markdown,
+        server_subset,
+    )
     from vramkit.bench.runner import BenchRunner
     from vramkit.bench.summary import summarize_run
 
