@@ -1,0 +1,155 @@
+"""`vramkit host` through vramkit.cli.main: checks as JSON, .env writing, --pin, warm-up."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import nvml_scenarios as sc
+from nvml_scenarios import run_cli
+from vramkit.adapters import nvml, state
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    monkeypatch.setenv("VRAMKIT_STATE_DIR", str(tmp_path / "state"))
+    nvml.reset()
+    yield
+    nvml.reset()
+
+
+def host_json(argv, capsys):
+    code = run_cli(["host", "--json", "--copy-test-gib", "0", *argv])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def checks_of(data):
+    return {c["name"]: c for c in data["checks"]}
+
+
+def test_every_check_has_status_and_reason(capsys):
+    code, data = host_json([], capsys)
+    assert code == 0
+    for c in data["checks"]:
+        assert c["status"] in ("pass", "warn", "fail") and c["reason"]
+    assert {"cpu_topology", "gpu_affinity", "cpusets", "memlock", "pinned_ram"} <= set(checks_of(data))
+    assert set(data["facts"]["cpusets"]) == {"VRAMKIT_SGLANG_CPUSET", "VRAMKIT_SIDE_CPUSET"}
+
+
+def test_gpu_nearest_cpus_from_nvml(monkeypatch, capsys):
+    sc.two_gpus().install(monkeypatch)
+    _, data = host_json(["--gpu", "1"], capsys)
+    assert checks_of(data)["gpu_affinity"]["status"] == "pass"
+    assert data["facts"]["gpu_cpus"] == "8-11"
+
+
+def test_no_driver_affinity_is_a_warning(monkeypatch, capsys):
+    sc.driver_missing().install(monkeypatch)
+    code, data = host_json([], capsys)
+    c = checks_of(data)["gpu_affinity"]
+    assert code == 0 and c["status"] == "warn" and "Library Not Found" in c["reason"]
+
+
+def test_write_env_file_keeps_other_lines(capsys, tmp_path):
+    env = tmp_path / ".env"
+    env.write_text("HF_TOKEN=x\nVRAMKIT_SIDE_CPUSET=99\n")
+    code, data = host_json(["--write", "--env-file", str(env), "--cpuset", "0"], capsys)
+    assert code == 0 and checks_of(data)["env_file"]["status"] == "pass"
+    lines = env.read_text().splitlines()
+    assert lines[0] == "HF_TOKEN=x" and "VRAMKIT_SGLANG_CPUSET=0" in lines
+    side = data["facts"]["cpusets"]["VRAMKIT_SIDE_CPUSET"]
+    assert f"VRAMKIT_SIDE_CPUSET={side}" in lines and "VRAMKIT_SIDE_CPUSET=99" not in lines
+
+
+def test_pinned_pool_too_big_fails_with_host_memory_code(capsys):
+    code, data = host_json(["--pinned-gib", "100000"], capsys)
+    assert code == 14 and checks_of(data)["pinned_ram"]["status"] == "fail"
+
+
+def test_pinned_pool_default_from_running_state(capsys):
+    state.write_running("sglang", {"name": "sglang", "hicache_bytes": 2 << 30})
+    _, data = host_json([], capsys)
+    assert data["facts"]["pinned_bytes"] == 2 << 30
+    assert data["facts"]["pinned_source"] == "running preset's hicache_bytes"
+
+
+def test_pin_a_real_process(capsys):
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        code, data = host_json(["--pin", str(p.pid), "--cpuset", "0"], capsys)
+        c = checks_of(data)["pin"]
+        assert code == 0 and c["status"] == "pass" and c["data"]["affinity_now"] == [0]
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_pin_missing_pid_is_not_running(capsys):
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    code, data = host_json(["--pin", str(p.pid)], capsys)
+    assert code == 18 and checks_of(data)["pin"]["status"] == "fail"
+
+
+class SlowThenSteadySglang(BaseHTTPRequestHandler):
+    """SGLang's /health and non-streaming /generate: the first requests slow (cold), then steady."""
+
+    delays = [0.30, 0.12, 0.05, 0.05, 0.05, 0.05]
+    seen: list[dict] = []
+
+    def log_message(self, *a):
+        pass
+
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send(200 if self.path == "/health" else 404, {})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append(body)
+        n = len(type(self).seen) - 1
+        time.sleep(self.delays[min(n, len(self.delays) - 1)])
+        self._send(200, {"text": "", "meta_info": {"prompt_tokens": len(body["input_ids"]),
+                                                   "completion_tokens": 32, "cached_tokens": 0}})
+
+
+@pytest.fixture
+def sglang_stub():
+    SlowThenSteadySglang.seen = []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), SlowThenSteadySglang)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_warmup_until_latency_settles(capsys, sglang_stub):
+    code, data = host_json(["--warmup", "--url", sglang_stub, "--warmup-tokens", "16"], capsys)
+    c = checks_of(data)["warmup"]
+    assert code == 0 and c["status"] == "pass", c
+    lat = c["data"]["latencies_s"]
+    assert len(lat) == 5 and lat[0] > 0.25 and max(lat[-3:]) < 0.1
+    prompts = [tuple(b["input_ids"]) for b in SlowThenSteadySglang.seen]
+    assert len(set(prompts)) == len(prompts)            # distinct: no radix-cache hits
+
+
+def test_warmup_without_server_is_service_down(capsys):
+    code, data = host_json(["--warmup", "--url", "http://127.0.0.1:9"], capsys)
+    assert code == 19 and checks_of(data)["warmup"]["status"] == "fail"
+
+
+def test_text_output_lists_checks_and_env_lines(capsys):
+    assert run_cli(["host", "--copy-test-gib", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu_topology" in out and "VRAMKIT_SGLANG_CPUSET=" in out and "VRAMKIT_SIDE_CPUSET=" in out
