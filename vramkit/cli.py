@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "vramkit.commands.vram_safe",
     "vramkit.commands.host",
     "vramkit.commands.bench",
+    "vramkit.commands.embed",
 ]
 
 
