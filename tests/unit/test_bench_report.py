@@ -197,3 +197,9 @@ def test_compare_says_when_settings_differ():
     a, b = _result("a"), _result("b")
     b["config"] = {"seed": 1}
     assert "the runs' settings differ in `seed`" in render_compare_markdown([a, b])
+
+
+def test_compare_says_when_multiturn_traffic_differs():
+    a, b = _result("a"), _result("b")
+    b["suites"]["multiturn"]["params"]["sessions"] = 3   # auto-sized against another KV pool
+    assert "`multiturn.sessions`" in render_compare_markdown([a, b])

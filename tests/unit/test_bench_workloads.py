@@ -66,7 +66,7 @@ def test_multiturn_round_robin_and_each_turn_extends_the_last():
     reqs = list(plan.requests())
     assert [(s, t) for s, t, _ in reqs] == [(s, t) for t in range(3) for s in range(3)]
     by_session = {}
-    for s, t, ids in reqs:
+    for s, _t, ids in reqs:
         by_session.setdefault(s, []).append(ids)
     for s, prompts in by_session.items():
         assert len(prompts[0]) == plan.history_tokens(s) + 10

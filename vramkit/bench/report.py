@@ -158,7 +158,8 @@ def render_markdown(result: dict) -> str:
                     "prompt tokens."]
     if "multiturn" in s:
         mt = s["multiturn"]
-        out += ["", f"## Multi-turn sessions ({mt['sessions']} sessions × {mt['turns']} turns, "
+        plural = "s" if mt["sessions"] != 1 else ""
+        out += ["", f"## Multi-turn sessions ({mt['sessions']} session{plural} × {mt['turns']} turns, "
                     f"{fmt_num(mt['history_tokens_total'])} history tokens against a KV pool of "
                     f"{fmt_num(mt['kv_pool_tokens'])})", ""]
         out += _table(["requests", "TTFT p50", "TTFT p95", "prefix hit ratio"], [

@@ -248,6 +248,10 @@ def headline(result: dict) -> dict:
     }
 
 
+MULTITURN_TRAFFIC_KEYS = ("sessions", "turns", "history_min_tokens", "history_max_tokens",
+                          "user_chunk_tokens", "answer_tokens", "vocab_size", "seed")
+
+
 def compare(results: list[dict]) -> dict:
     """Headline figures of each run and each one's change against the first (the baseline)."""
     heads = [headline(r) for r in results]
@@ -258,8 +262,15 @@ def compare(results: list[dict]) -> dict:
             continue
         rows.append({"key": key, "label": label, "unit": unit, "better": better, "values": values,
                      "change_pct": [change_pct(values[0], v) for v in values]})
-    configs = [r.get("config") or {} for r in results]
+    # settings as asked for, plus the multi-turn plan as resolved (its session count follows each
+    # server's KV pool unless pinned with --sessions): an A/B of the host cache needs identical traffic
+    configs = [{**(r.get("config") or {}),
+                **{f"multiturn.{k}": v for k, v in
+                   ((r.get("suites") or {}).get("multiturn") or {}).get("params", {}).items()
+                   if k in MULTITURN_TRAFFIC_KEYS}}
+               for r in results]
     differs = sorted(k for k in set().union(*configs)
-                     if k != "suites" and len({repr(c.get(k)) for c in configs}) > 1)
+                     if k not in ("suites", "kv_pool_tokens")
+                     and len({repr(c.get(k)) for c in configs}) > 1)
     return {"labels": [r.get("label", f"run {i}") for i, r in enumerate(results)], "rows": rows,
             "config_differs": differs}

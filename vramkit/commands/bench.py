@@ -179,6 +179,13 @@ def _run_bench(args) -> int:
               f"{' (quick)' if args.quick else ''}")
     columns = (SpinnerColumn(), TextColumn("{task.description:<12}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[note]}"))
+    if "multiturn" in cfg.suites:
+        plan = BenchRunner(client, cfg, info).multiturn_plan()
+        err.print(f"multi-turn: {plan.sessions} sessions × {plan.turns} turns, "
+                  f"{plan.total_history_tokens():,} history tokens against a KV pool of "
+                  f"{int(cfg.kv_pool_tokens or info.get('max_total_num_tokens') or 0):,}"
+                  + ("" if cfg.multiturn_sessions else
+                     f" (for an A/B, pin it on both runs: --sessions {plan.sessions})"))
     try:
         with Progress(*columns, console=err, transient=False) as bar:
             suites = BenchRunner(client, cfg, info, RichProgress(bar)).run()
