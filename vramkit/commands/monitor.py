@@ -201,7 +201,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"summary": summary}))
     else:
-        console.print(stats_table(stats))
+        if not live:                  # the live screen's last frame already shows the table
+            console.print(stats_table(stats))
         if lost_seen:
-            console.print("a GPU was lost during the run (NVML: GPU is lost): check dmesg / nvidia-smi")
+            console.print("a GPU was lost during the run (NVML: GPU is lost): check dmesg / nvidia-smi",
+                          highlight=False)
     return summary["exit_code"]
