@@ -131,3 +131,12 @@ def test_steady_cadence_in_a_real_loop(monkeypatch, tmp_path):
     assert 9 <= len(times) <= 12
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert max(gaps) < 0.05 + 0.03          # log times are rounded to ms; sleeps are not exact
+
+
+def test_piped_output_is_one_plain_line_per_gpu(monkeypatch, capsys):
+    sc.two_gpus().install(monkeypatch)
+    assert run_cli(["monitor", "--interval", "0.02", "--duration", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert [line.split("  ")[1] for line in out.splitlines()[:2]] == ["GPU 0", "GPU 1"]
+    assert "peak" in out                         # the session table at the end

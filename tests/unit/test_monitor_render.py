@@ -15,7 +15,7 @@ import pytest
 import nvml_scenarios as sc
 from vramkit.adapters import nvml
 from vramkit.core import vram
-from vramkit.core.vram_render import bar, bar_colour, plain_text, screen
+from vramkit.core.vram_render import bar, bar_colour, compact_lines, plain_text, screen
 
 GOLDEN = Path(__file__).parent / "golden"
 T0 = 1_800_000_000.0       # a fixed clock for stable text
@@ -91,3 +91,11 @@ def test_bar_colour_bands(pct, colour):
 def test_bar_fill():
     assert bar(50, width=10).plain == "[█████░░░░░]"
     assert bar(None, width=4).plain == "[????]"
+
+
+def test_compact_lines_for_pipes(monkeypatch):
+    fake = sc.two_gpus().install(monkeypatch)
+    fake.lose(1)
+    lines = compact_lines(nvml.read_snapshot(), "08:00:00")
+    assert lines == ["08:00:00  GPU 0  14.32 GiB / 15.99 GiB  89.6 %  util 97 %  71 °C  280 W",
+                     "08:00:00  GPU 1  GPU is lost: nvmlDeviceGetHandleByIndex: GPU is lost"]

@@ -20,7 +20,7 @@ from rich.live import Live
 from vramkit.adapters import nvml
 from vramkit.core import vram
 from vramkit.core.gpu_snapshot import Snapshot, to_jsonable
-from vramkit.core.vram_render import plain_text, screen, stats_table
+from vramkit.core.vram_render import compact_lines, plain_text, screen, stats_table
 from vramkit.errors import Exit, VramkitError
 
 ENV_THRESHOLDS = "VRAMKIT_ALERT_THRESHOLDS"
@@ -178,11 +178,13 @@ def run(args: argparse.Namespace) -> int:
                     print(line, file=sys.stderr)
                 if args.bell:
                     console.bell()
+            clock = _dt.datetime.fromtimestamp(snap.time_s).strftime("%H:%M:%S")
             if live:
-                clock = _dt.datetime.fromtimestamp(snap.time_s).strftime("%H:%M:%S")
                 live.update(screen(snap, stats, alert_lines, args.top, clock), refresh=True)
             elif args.json:
                 print(json.dumps(to_jsonable(snap)), flush=True)
+            else:                     # not a terminal (pipe, tee, file): one plain line per GPU
+                print("\n".join(compact_lines(snap, clock)), flush=True)
             now = time.monotonic()
             if args.duration is not None and now - start >= args.duration:
                 break

@@ -127,3 +127,20 @@ def plain_text(renderable: RenderableType, width: int = 100) -> str:
                       legacy_windows=False, no_color=True, highlight=False)
     console.print(renderable)
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def compact_lines(snap: Snapshot, clock_text: str = "") -> list[str]:
+    """One plain line per GPU per sample, for a monitor whose output is not a terminal (pipes, tee)."""
+    head = f"{clock_text}  " if clock_text else ""
+    if snap.unavailable is not None:
+        return [f"{head}NVML not available: {snap.unavailable.reason}"]
+    out = []
+    for g in snap.gpus:
+        if g.error is not None:
+            out.append(f"{head}GPU {g.index}  {'GPU is lost' if g.lost else 'not available'}: {g.error.reason}")
+            continue
+        pct = g.in_use_percent
+        out.append(f"{head}GPU {g.index}  {_gib(g.in_use_bytes)} / {_gib(g.total_bytes)}  "
+                   f"{_fmt(pct, ' %', '{:.1f}')}  util {_fmt(g.util_percent, ' %')}  "
+                   f"{_fmt(g.temperature_c, ' °C')}  {_fmt(g.power_w, ' W', '{:.0f}')}")
+    return out
