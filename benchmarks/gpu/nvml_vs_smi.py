@@ -85,7 +85,8 @@ def smi(index: int = 0) -> dict:
                             "-i", str(index)], capture_output=True, text=True, timeout=30)
         if r.returncode == 0:
             vals = [v.strip() for v in r.stdout.strip().split(",")]
-            return {f.replace("memory.", "") + "_mib": (int(v) if v.isdigit() else v) for f, v in zip(fs, vals)}
+            return {f.replace("memory.", "") + "_mib": (int(v) if v.isdigit() else v)
+                    for f, v in zip(fs, vals, strict=False)}
         err = r.stderr.strip() or r.stdout.strip()
     return {"error": err}
 
@@ -178,7 +179,7 @@ def monitor_cost() -> list[dict]:
             a, b = c0[r["kind"]], c1[r["kind"]]
             cpu = (b.user - a.user) + (b.system - a.system)
             times = [json.loads(x)["time_s"] for x in r["log"].read_text().splitlines()]
-            gaps = [y - x for x, y in zip(times, times[1:])]
+            gaps = [y - x for x, y in zip(times, times[1:], strict=False)]
             screen = r["screen"].read_bytes()
             out.append({
                 "kind": r["kind"], "interval_s": 1 / MONITOR_HZ, "window_s": round(wall, 3),

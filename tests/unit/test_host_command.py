@@ -8,10 +8,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import pytest
-
 import nvml_scenarios as sc
+import pytest
 from nvml_scenarios import run_cli
+
 from vramkit.adapters import nvml, state
 
 

@@ -10,9 +10,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+import nvml_scenarios as sc
 import pytest
 
-import nvml_scenarios as sc
 from vramkit.adapters import nvml
 from vramkit.core import vram
 from vramkit.core.vram_render import bar, bar_colour, compact_lines, plain_text, screen

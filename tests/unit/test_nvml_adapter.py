@@ -4,10 +4,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import nvml_scenarios as sc
 import pynvml
 import pytest
 
-import nvml_scenarios as sc
 from vramkit.adapters import nvml
 from vramkit.core.gpu_snapshot import is_na, to_jsonable
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import nvml_scenarios as sc
+import pytest
 from nvml_scenarios import run_cli
+
 from vramkit.adapters import nvml, state
 from vramkit.core import vram
 

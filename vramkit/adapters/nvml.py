@@ -15,6 +15,7 @@ Versioned queries, newest first, falling back when the driver lacks the symbol:
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import threading
@@ -24,7 +25,7 @@ from typing import Any
 import psutil
 import pynvml  # provided by the nvidia-ml-py distribution
 
-from vramkit.core.gpu_snapshot import NotAvailable, GpuSample, ProcessSample, Snapshot, is_na
+from vramkit.core.gpu_snapshot import GpuSample, NotAvailable, ProcessSample, Snapshot, is_na
 
 _FUNCTION_NOT_FOUND = 13         # NVML_ERROR_FUNCTION_NOT_FOUND
 _ARGUMENT_VERSION_MISMATCH = 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
@@ -99,11 +100,17 @@ def _first_answer(fn_names: list[str], *args: Any) -> Any:
 
 # --- per-GPU readings ---------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=8)
+def _takes_version(fn: Any) -> bool:
+    """nvidia-ml-py builds older than the v2 memory struct have no `version` argument."""
+    return "version" in inspect.signature(fn).parameters
+
+
 def _memory(handle: Any) -> tuple[Any, str | NotAvailable]:
     """(struct with total/free/used[/reserved], "v2"|"v1") or (NotAvailable, NA)."""
     fn = getattr(pynvml, "nvmlDeviceGetMemoryInfo", None)
     v2 = getattr(pynvml, "nvmlMemory_v2", None)
-    takes_version = fn is not None and "version" in inspect.signature(fn).parameters
+    takes_version = fn is not None and _takes_version(fn)
     if v2 is not None and takes_version:
         mem = query("nvmlDeviceGetMemoryInfo", handle, version=v2)
         if not is_na(mem):

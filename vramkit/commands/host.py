@@ -84,7 +84,8 @@ def _warmup(url: str, max_requests: int, prompt_tokens: int) -> hp.Check:
             latencies.append(round(res.latency_s, 4))
             if hp.latency_settled(latencies):
                 return hp.Check("warmup", hp.PASS, f"settled after {len(latencies)} requests: first "
-                                f"{latencies[0]:.3f} s, last {latencies[-1]:.3f} s", {"url": url, "latencies_s": latencies})
+                                f"{latencies[0]:.3f} s, last {latencies[-1]:.3f} s",
+                                {"url": url, "latencies_s": latencies})
         return hp.Check("warmup", hp.WARN, f"latency did not settle in {max_requests} requests "
                         f"(last {latencies[-3:]})", {"url": url, "latencies_s": latencies})
 

@@ -179,7 +179,8 @@ def pinned_ram_check(pinned_bytes: int | None, total_bytes: int, available_bytes
                      cgroup_limit_bytes: int | None) -> Check:
     """The pinned pool must fit in RAM with headroom: pinned pages cannot be swapped out."""
     cap = total_bytes if cgroup_limit_bytes is None else min(total_bytes, cgroup_limit_bytes)
-    capname = "host RAM" if cgroup_limit_bytes is None or cgroup_limit_bytes >= total_bytes else "container memory limit"
+    limited = cgroup_limit_bytes is not None and cgroup_limit_bytes < total_bytes
+    capname = "container memory limit" if limited else "host RAM"
     data = {"pinned_bytes": pinned_bytes, "ram_total_bytes": total_bytes,
             "ram_available_bytes": available_bytes, "cgroup_limit_bytes": cgroup_limit_bytes}
     if pinned_bytes is None:
