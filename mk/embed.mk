@@ -11,7 +11,7 @@ EMBED_CLI ?= $(VRAMKIT) embed
 # REDIS_URL (from the environment) points at any Redis; unset = the service starts an embedded valkey
 
 .PHONY: embed-up embed-down embed-precache bench-embed test-embed
-embed-up: ## start the embedding service on 127.0.0.1:$(EMBED_PORT) in the background (returns once /health answers)
+embed-up: ## start the embedding service on 127.0.0.1:8002 (EMBED_PORT) in the background (returns once /health answers)
 	$(EMBED_CLI) up --port $(EMBED_PORT) --data-dir $(EMBED_DATA) --allowed-roots "$(EMBED_ROOTS)"
 
 embed-down: ## stop the embedding service and the embedded Redis it started

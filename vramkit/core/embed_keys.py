@@ -13,6 +13,7 @@ Vectors are stored as little-endian float32 bytes (dim * 4 bytes), never JSON: a
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,8 +38,9 @@ class EmbedSettings:
 
     def namespace(self) -> str:
         """16 hex chars of SHA-256 over the settings; differs whenever any setting differs."""
-        raw = "\x1f".join([KEY_VERSION, self.model_id, self.revision, str(self.dim),
-                           str(int(self.normalize)), str(self.max_seq_tokens)])
+        # JSON of a list: unambiguous, so no model name can spell another setting
+        raw = json.dumps([KEY_VERSION, self.model_id, self.revision, self.dim,
+                          bool(self.normalize), self.max_seq_tokens])
         return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
     def key_prefix(self) -> bytes:
