@@ -24,4 +24,4 @@ bench-embed: ## measure the embed cache (hits, batch 256, misses vs bare encode,
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/embed_bench.py
 
 test-embed: ## unit + integration tests of the embedding service (real valkey, real model)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests/unit/test_embed_keys.py tests/unit/test_embed_requests.py tests/integration/embed
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests/unit/test_embed_*.py tests/integration/embed
