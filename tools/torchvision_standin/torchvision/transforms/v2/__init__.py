@@ -1,0 +1,1 @@
+"""Stand-in for `torchvision.transforms.v2` (see the package docstring)."""

@@ -1,0 +1,204 @@
+"""Runs INSIDE .venv-sglang (never imported by vramkit itself): checks launch argument lists with SGLang's own code.
+
+Protocol: JSON on stdin `{"cases": [{"case_id", "argv", "model_config_dir", "gpu_mem_mib"?}, ...]}`,
+JSON on stdout `{"sglang_version", "import_s", "results": [...]}`. Everything SGLang prints or logs goes
+to stderr: file descriptor 1 is pointed at stderr for the whole run and the answer is written to a saved
+copy of the real stdout at the end, so no library print can corrupt the JSON.
+
+Per case, in the order `python -m sglang.launch_server` itself goes (`prepare_server_args`):
+1. `argparse` + `ServerArgs.add_cli_args` parse the argv exactly as given (unknown or malformed flags fail here);
+2. `ServerArgs.from_cli_args` with `device="cpu"`, the model path replaced by the local folder that holds the
+   model's config.json (no download; the original value is reported back);
+3. `ModelConfig.from_server_args` reads that config.json the way the server does (context length, YaRN, quant).
+
+`gpu_mem_mib` (optional): SGLang sizes its defaults (chunked_prefill_size, decode CUDA-graph max_bs,
+mem_fraction_static) from `get_device_memory_capacity()`, which on device "cpu" is the HOST RAM of the
+checking machine. Given a value, that one hardware probe answers the target GPU's total memory (MiB, as
+nvidia-smi reports it) instead, so those defaults follow the target's tier. Without it they follow host RAM.
+
+Only stdlib and SGLang (with its dependencies) are imported here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+import warnings
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# ServerArgs fields worth comparing with the planner (read after __post_init__ resolved them on cpu).
+_SERVER_ARG_FIELDS = (
+    "model_path", "tokenizer_path", "device", "load_format", "dtype", "quantization", "kv_cache_dtype",
+    "context_length", "mem_fraction_static", "max_running_requests", "max_total_tokens",
+    "chunked_prefill_size", "max_prefill_tokens", "page_size", "schedule_policy", "disable_radix_cache",
+    "attention_backend", "prefill_attention_backend", "decode_attention_backend", "sampling_backend",
+    "grammar_backend", "tp_size", "dp_size", "pp_size", "cpu_offload_gb", "enable_hierarchical_cache",
+    "hicache_ratio", "hicache_size", "hicache_write_policy", "hicache_io_backend", "hicache_mem_layout",
+    "enable_torch_compile", "torch_compile_max_bs", "skip_tokenizer_init", "json_model_override_args",
+    "host", "port", "served_model_name",
+)
+
+
+class _ParserRefused(Exception):
+    """argparse's error(), raised instead of printing usage and exiting."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # noqa: D401 - argparse API
+        raise _ParserRefused(message)
+
+
+class _Capture(logging.Handler):
+    """Collects WARNING+ log records of the case being checked (SGLang's deprecation notes are warnings)."""
+
+    def __init__(self):
+        super().__init__(level=logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        try:
+            self.messages.append(_ANSI.sub("", record.getMessage()).strip())
+        except Exception:  # a bad log call must not fail the check
+            pass
+
+
+def _plain(value):
+    """JSON-safe copy: enums by value, dtypes and other objects by str."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int)):
+        return value.value
+    return str(value)
+
+
+def _error_line(exc: BaseException) -> str:
+    """SGLang's own words, first line: argparse's message as is, anything else as `Type: message`."""
+    text = _ANSI.sub("", str(exc)).strip() or type(exc).__name__
+    first = text.splitlines()[0].strip()
+    if first.startswith("Warning: "):  # ModelConfig prefixes its context-length refusal with "Warning: "
+        first = first[len("Warning: "):]
+    if isinstance(exc, _ParserRefused):
+        return first
+    return f"{type(exc).__name__}: {first}"
+
+
+def _check_one(case, ServerArgs, ModelConfig, server_args_module, capture):
+    case_id = case["case_id"]
+    argv = [str(a) for a in case["argv"]]
+    out = {"case_id": case_id, "ok": False, "stage": "parse", "error": "", "warnings": [],
+           "deprecations": [], "model_path_given": None, "device_given": None, "resolved": {}}
+    capture.messages = []
+    env_before = dict(os.environ)
+    probe = server_args_module.get_device_memory_capacity
+    try:
+        parser = _Parser(prog="sglang serve")
+        ServerArgs.add_cli_args(parser)
+        ns = parser.parse_args(argv)
+        if case.get("model_config_dir") is None:  # parser-only check
+            out["ok"] = True
+            out["stage"] = "done"
+            return out
+
+        out["stage"] = "server_args"
+        out["model_path_given"] = ns.model_path
+        out["device_given"] = ns.device
+        config_dir = case["model_config_dir"]
+        if ns.tokenizer_path in (None, ns.model_path):
+            ns.tokenizer_path = config_dir
+        ns.model_path = config_dir
+        ns.device = "cpu"
+        gpu_mem_mib = case.get("gpu_mem_mib")
+        if gpu_mem_mib is not None:
+            server_args_module.get_device_memory_capacity = lambda device=None: float(gpu_mem_mib)
+        sa = ServerArgs.from_cli_args(ns)
+        server_args_module.get_device_memory_capacity = probe
+
+        out["stage"] = "model_config"
+        mc = ModelConfig.from_server_args(sa)
+
+        resolved = {name: _plain(getattr(sa, name, None)) for name in _SERVER_ARG_FIELDS}
+        cg = getattr(sa, "cuda_graph_config", None)
+        for phase in ("decode", "prefill"):
+            pc = getattr(cg, phase, None)
+            for key in ("backend", "max_bs"):
+                resolved[f"cuda_graph_{phase}_{key}"] = _plain(getattr(pc, key, None))
+        resolved["gpu_mem_mib_used_for_defaults"] = gpu_mem_mib
+        hf = mc.hf_text_config
+        resolved.update({
+            "context_len": mc.context_len,
+            "model_dtype": _plain(mc.dtype),
+            "model_quantization": _plain(getattr(mc, "quantization", None)),
+            "num_hidden_layers": getattr(mc, "num_hidden_layers", None),
+            "num_attention_heads": getattr(mc, "num_attention_heads", None),
+            "num_key_value_heads_per_rank": mc.get_num_kv_heads(sa.tp_size),
+            "head_dim": getattr(mc, "head_dim", None),
+            "hidden_size": getattr(mc, "hidden_size", None),
+            "max_position_embeddings": getattr(hf, "max_position_embeddings", None),
+            "rope_scaling": _plain(getattr(hf, "rope_scaling", None)),
+        })
+        out["resolved"] = resolved
+        out["ok"] = True
+        out["stage"] = "done"
+    except BaseException as exc:  # SystemExit, AssertionError, ValueError...: every refusal is a result
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out["error"] = _error_line(exc)
+    finally:
+        server_args_module.get_device_memory_capacity = probe
+        os.environ.clear()
+        os.environ.update(env_before)
+        out["warnings"] = list(capture.messages)
+        out["deprecations"] = [m for m in capture.messages if "deprecated" in m.lower()]
+    return out
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.read() or "{}")
+    real_stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # from here on, anything printed lands on stderr
+    sys.stdout = sys.stderr
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    # SGLang only WARNS about a context length above the model's when it believes it runs in its own CI
+    # (SGLANG_IS_IN_CI) or is told to allow it: the check must see what a user's server does.
+    for name in ("SGLANG_IS_IN_CI", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"):
+        os.environ.pop(name, None)
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[sglang-check] %(message)s")
+    warnings.simplefilter("ignore")  # import-time UserWarnings about CUDA-only kernels: noise on a CPU
+    capture = _Capture()
+    logging.getLogger().addHandler(capture)
+
+    t0 = time.monotonic()
+    import sglang
+    import sglang.srt.server_args as server_args_module
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.server_args import ServerArgs
+
+    import_s = time.monotonic() - t0
+    # prepare_server_args() would reconfigure logging per case; keep ours (stderr + capture).
+    results = []
+    for case in request.get("cases", []):
+        t = time.monotonic()
+        result = _check_one(case, ServerArgs, ModelConfig, server_args_module, capture)
+        result["check_s"] = round(time.monotonic() - t, 3)
+        results.append(result)
+
+    json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
+               "results": results}, real_stdout)
+    real_stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

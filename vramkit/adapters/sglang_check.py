@@ -1,0 +1,179 @@
+"""Proof against SGLang itself: run launch argument lists through SGLang 0.5.15.post1's own code, on a CPU.
+
+SGLang lives in its own environment, `.venv-sglang` (made by `make setup-sglang-check`: CPU torch, SGLang
+with --no-deps, the few packages its imports need, a torchvision stand-in). vramkit never imports SGLang;
+`check_launches` starts ONE `.venv-sglang/bin/python` for a whole batch (the ~11 s import is paid once) running
+`_sglang_check_worker.py`, which parses each argv with `ServerArgs.add_cli_args`, builds
+`ServerArgs(device="cpu")` and `ModelConfig.from_server_args` on the model's local config.json, offline.
+
+Values SGLang resolves on device "cpu" are not all what a GPU run picks (see `CPU_RESOLVED_CAVEATS`):
+compare only the ones a CPU run can know.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from vramkit.errors import Exit, VramkitError
+from vramkit.units import MiB
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("_sglang_check_worker.py")
+SETUP_HINT = "run make setup-sglang-check"
+
+# Resolved on device "cpu" these are NOT what `python -m sglang.launch_server` on a CUDA GPU picks:
+CPU_RESOLVED_CAVEATS = {
+    "cuda_graph_decode_max_bs": "cpu branch uses torch_compile_max_bs (default 32); a GPU under 20 GiB picks 8, "
+                                "20-35 GiB 24 (tp<4), and an explicit --cuda-graph-max-bs-decode is kept there",
+    "mem_fraction_static": "when not given, computed from host RAM (or gpu_mem_bytes) with the cpu decode max_bs; "
+                           "a GPU run reserves (max_bs_gpu - 32) * 2 MiB less or more",
+    "chunked_prefill_size": "when not given, tiered by host RAM unless the case carries gpu_mem_bytes",
+    "attention_backend": "cpu: intel_amx or torch_native; a GPU picks flashinfer/fa3/triton",
+    "sampling_backend": "cpu forces pytorch",
+    "model_quantization": "ModelConfig keeps 'gptq'/'awq'; on a CUDA GPU SGLang may switch to the marlin kernels",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchCase:
+    """One launch to check: SGLang args only (no `python -m sglang.launch_server`)."""
+
+    case_id: str
+    argv: Sequence[str]
+    model_config_dir: Path | None  # folder with config.json; None = parser only
+    gpu_mem_bytes: int | None = None  # target GPU's total memory: SGLang's defaults follow its tier
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    case_id: str
+    ok: bool
+    error: str  # SGLang's own line ("unrecognized arguments: --kv-offload", "ValueError: ..."), "" when ok
+    stage: str  # where it stopped: parse | server_args | model_config | done
+    resolved: dict[str, Any]  # ServerArgs/ModelConfig values after resolution on cpu (see CPU_RESOLVED_CAVEATS)
+    deprecations: list[str]
+    warnings: list[str]
+    model_path_given: str | None
+    check_s: float
+
+    @property
+    def context_len(self) -> int | None:
+        return self.resolved.get("context_len")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckBatch:
+    results: list[CheckResult]
+    sglang_version: str
+    import_s: float
+    wall_s: float
+
+
+def checker_python() -> Path:
+    """The interpreter of the checking environment (VRAMKIT_SGLANG_PYTHON overrides)."""
+    override = os.environ.get("VRAMKIT_SGLANG_PYTHON")
+    return Path(override) if override else REPO_ROOT / ".venv-sglang" / "bin" / "python"
+
+
+def require_checker() -> Path:
+    py = checker_python()
+    if not py.exists():
+        raise VramkitError(f"the SGLang checking environment is missing ({py})", SETUP_HINT, Exit.CANNOT_TELL)
+    return py
+
+
+def _as_case(case: Any) -> dict[str, Any]:
+    if isinstance(case, (tuple, list)):
+        case = LaunchCase(*case)
+    config_dir = getattr(case, "model_config_dir", None)
+    gpu_mem_bytes = getattr(case, "gpu_mem_bytes", None)
+    return {
+        "case_id": str(case.case_id),
+        "argv": [str(a) for a in case.argv],
+        "model_config_dir": None if config_dir is None else str(Path(config_dir).resolve()),
+        "gpu_mem_mib": None if gpu_mem_bytes is None else gpu_mem_bytes / MiB,
+    }
+
+
+def run_batch(cases: Iterable[Any], timeout_s: float = 600.0) -> CheckBatch:
+    """Check every case in one worker process. Cases: LaunchCase, (case_id, argv, model_config_dir[, gpu_mem_bytes])
+    tuples, or any object with those attributes (the renderer's launch cases)."""
+    payload = [_as_case(c) for c in cases]
+    py = require_checker()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}  # deterministic: no SGLang knobs
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [str(py), "-I", str(WORKER)], input=json.dumps({"cases": payload}), capture_output=True, text=True,
+            env=env, timeout=timeout_s, cwd=str(REPO_ROOT),
+        )
+    except subprocess.TimeoutExpired:
+        raise VramkitError(f"the SGLang check of {len(payload)} launches ran past {timeout_s:.0f} s",
+                           "run it again; if it repeats, " + SETUP_HINT, Exit.CANNOT_TELL) from None
+    wall_s = time.monotonic() - t0
+    if proc.returncode != 0:
+        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
+        raise VramkitError(f"the SGLang checker crashed (exit {proc.returncode}): {tail[0][:300]}",
+                           SETUP_HINT + " (it rebuilds .venv-sglang when it is incomplete)", Exit.CANNOT_TELL)
+    try:
+        answer = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise VramkitError("the SGLang checker answered something that is not JSON",
+                           SETUP_HINT, Exit.CANNOT_TELL) from None
+    fields = {f.name for f in dataclasses.fields(CheckResult)}
+    results = [CheckResult(**{k: v for k, v in r.items() if k in fields}) for r in answer["results"]]
+    return CheckBatch(results, answer.get("sglang_version", "?"), answer.get("import_s", 0.0), wall_s)
+
+
+def check_launches(cases: Iterable[Any], timeout_s: float = 600.0) -> list[CheckResult]:
+    """One result per case, in order. Refusals are results (ok=False, SGLang's line in .error), not exceptions."""
+    return run_batch(cases, timeout_s).results
+
+
+def parser_accepts(argv: Sequence[str]) -> tuple[bool, str]:
+    """Does SGLang's parser accept these args? (ok, SGLang's message or ""). Parser only: no model needed."""
+    (result,) = check_launches([LaunchCase("parser_accepts", list(argv), None)])
+    return result.ok, result.error
+
+
+_FLAG_IN_MESSAGE = re.compile(r"(?:unrecognized arguments: |argument )(--?[\w-]+(?:/--?[\w-]+)*)")
+
+
+def bad_flag_error(result: CheckResult, where: str = "the preset") -> VramkitError:
+    """The user-facing error for a launch SGLang refused (Exit.BAD_FLAG)."""
+    if result.stage == "parse":
+        m = _FLAG_IN_MESSAGE.search(result.error)
+        flag = m.group(1) if m else "an argument"
+        what = f"SGLang's parser refused {flag}: {result.error}"
+    else:
+        what = f"SGLang refused launch {result.case_id}: {result.error}"
+    todo = (f"fix {where} in config/ (SGLang 0.5.15.post1 has no such flag or value); "
+            "see `.venv-sglang/bin/python -m sglang.launch_server --help`")
+    return VramkitError(what, todo, Exit.BAD_FLAG)
+
+
+def _main(argv: Sequence[str]) -> int:
+    """`python -m vramkit.adapters.sglang_check -- ARGS...`: parser-only check, for a quick look."""
+    args = list(argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    try:
+        ok, message = parser_accepts(args)
+    except VramkitError as err:
+        print(err.line(), file=sys.stderr)
+        return int(err.code)
+    print("accepted" if ok else f"refused: {message}")
+    return 0 if ok else int(Exit.BAD_FLAG)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
