@@ -1,0 +1,153 @@
+"""A resolved Plan -> SGLang's argument list and a Docker Compose file. Pure: strings in, strings out.
+
+Only flags SGLang 0.5.15.post1's parser accepts (tests/integration/test_sglang_parser.py runs every
+rendered list through it). The knobs SGLang would otherwise probe from the card it runs on
+(mem_fraction_static, chunked_prefill_size, the decode graph batch size) are always passed, resolved
+for the TARGET card: on a big card emulating a small one, SGLang's own probe would pick wrong values.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from vramkit.catalog import ModelSpec
+from vramkit.core.planner import Plan
+
+SGLANG_PORT = 30000                   # inside the container; the host port is VRAMKIT_PORT
+HEALTH_START_PERIOD_S = 900           # first GPTQ start JIT-compiles marlin inside graph capture: 378 s on H100
+
+
+def yarn_override(model: ModelSpec, factor: float) -> str:
+    """The YaRN form SGLang accepts: the rope dict WITH rope_theta (transformers 5 needs it) and a raised
+    max_position_embeddings. The older form (original_max_position_embeddings + --context-length alone)
+    is refused: SGLang derives the context from max_position_embeddings and drops the factor."""
+    native = model.max_position_embeddings
+    return json.dumps({
+        "rope_scaling": {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": native,
+                         "rope_theta": model.rope_theta},
+        "max_position_embeddings": int(native * factor),
+    }, separators=(",", ":"))
+
+
+def sglang_args(model: ModelSpec, p: Plan, *, model_path: str, host: str = "127.0.0.1",
+                port: int = SGLANG_PORT, load_format: str | None = None, extra: list[str] | None = None) -> list[str]:
+    """SGLang launch_server arguments (without `python -m sglang.launch_server`)."""
+    k = p.knobs
+    a = ["--model-path", model_path, "--host", host, "--port", str(port)]
+    if k["tp"] > 1:
+        a += ["--tp-size", str(k["tp"])]
+    a += ["--mem-fraction-static", f"{k['mem_fraction']:g}",
+          "--context-length", str(p.context_len),
+          "--kv-cache-dtype", k["kv_dtype"],
+          "--chunked-prefill-size", str(k["chunked_prefill"]),
+          "--max-running-requests", str(k["max_running"])]
+    if k["cuda_graph_max_bs"] > 0:
+        a += ["--cuda-graph-max-bs-decode", str(k["cuda_graph_max_bs"])]
+    else:
+        a += ["--cuda-graph-backend-decode", "disabled"]
+    if not k["prefill_cuda_graph"]:
+        a += ["--disable-prefill-cuda-graph"]      # saves ~85 s of start-up and its capture memory
+    if p.yarn_factor:
+        a += ["--json-model-override-args", yarn_override(model, p.yarn_factor)]
+    if k["hicache_gib"] > 0:
+        a += ["--enable-hierarchical-cache", "--hicache-size", str(int(k["hicache_gib"])),
+              "--hicache-write-policy", "write_through", "--hicache-io-backend", "kernel"]
+    if int(k["cpu_offload_gib"]) > 0:
+        a += ["--cpu-offload-gb", str(int(k["cpu_offload_gib"]))]
+    if load_format:
+        a += ["--load-format", load_format]
+        if load_format == "dummy":
+            a += ["--skip-tokenizer-init"]     # no tokenizer offline: requests send input_ids
+    return a + list(extra or [])
+
+
+# ----------------------------------------------------------------------------------------------
+# compose
+# ----------------------------------------------------------------------------------------------
+def _q(s: str) -> str:
+    """YAML double-quoted scalar (JSON string syntax is valid YAML)."""
+    return json.dumps(s)
+
+
+def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, p: Plan, image: str,
+                 argv: list[str], gpu_ids: list[int], source_note: str) -> str:
+    """One compose file for one preset: the SGLang service with every odd setting explained."""
+    cmd = "\n".join(f"      - {_q(x)}" for x in ["python3", "-m", "sglang.launch_server", *argv])
+    ids = ", ".join(_q(str(i)) for i in gpu_ids)
+    pinned = p.host_ram_bytes > 0
+    return f"""\
+# {source_note}
+# Plan: {model.name} on {gpu_name}: weights {p.weights_bytes / 2**30:.2f} GiB, KV pool {p.kv_pool_tokens:,} tokens,
+# longest prompt {p.max_request_tokens:,} tokens, predicted peak {p.peak_vram_bytes / 2**30:.2f} GiB per GPU.
+name: {project}
+services:
+  sglang:
+    image: {image}
+    container_name: {project}
+    command:
+{cmd}
+    ports:
+      - "127.0.0.1:${{VRAMKIT_PORT:-{SGLANG_PORT}}}:{SGLANG_PORT}"  # loopback only: SGLang's API has no auth by default
+    environment:
+      HF_TOKEN: ${{HF_TOKEN:-}}  # from your shell, never written here; gated models (Llama) need it
+      HF_HOME: /root/.cache/huggingface
+      TVM_FFI_CACHE_DIR: /root/.cache/tvm-ffi  # SGLang's JIT kernels (GPTQ marlin: minutes to build) survive restarts
+    volumes:
+      - ${{VRAMKIT_HF_CACHE:-~/.cache/huggingface}}:/root/.cache/huggingface  # model weights, downloaded once
+      - vramkit-jit-cache:/root/.cache/tvm-ffi
+    ipc: host  # SGLang's tokenizer, scheduler and detokenizer processes share tensors through /dev/shm
+    ulimits:
+      memlock: -1  # {"the host KV pool / offloaded weights are pinned (page-locked) RAM" if pinned else "pinned host buffers (KV copies) must not hit the memlock limit"}
+      stack: 67108864
+    cpuset: ${{VRAMKIT_SGLANG_CPUSET:-}}  # `make optimize` writes the cores nearest the GPU into .env; empty = all
+    deploy:
+      resources:
+        reservations:
+          devices:
+            - driver: nvidia
+              device_ids: [{ids}]  # tensor parallel size {p.knobs['tp']}: one card per rank
+              capabilities: [gpu]
+    healthcheck:
+      # /health answers 503 while SGLang loads, compiles and captures graphs, 200 once it serves
+      test: ["CMD", "python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{SGLANG_PORT}/health', timeout=4)"]
+      interval: 10s
+      timeout: 6s
+      retries: 3
+      start_period: {HEALTH_START_PERIOD_S}s  # first GPTQ start compiles kernels inside graph capture (378 s measured)
+    restart: on-failure:3  # an out-of-memory start fails the same way each time: stop after 3, don't crash-loop
+volumes:
+  vramkit-jit-cache:
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# every launch the kit can render, for the real-parser test
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LaunchCaseSpec:
+    case_id: str
+    argv: list[str]
+    model_config_dir: Path
+    fits: bool
+    gpu_mem_bytes: int | None = None
+
+
+def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
+    """Every preset x catalogued model x catalogued GPU (and tp 2), rendered as the launcher would."""
+    from vramkit import catalog
+    from vramkit.core.planner import Engine, Knobs, Target, plan
+    from vramkit.units import GiB
+
+    engine = Engine.from_config(catalog.engine_constants())
+    for preset in catalog.presets().values():
+        for model in catalog.models().values():
+            for gpu in catalog.gpus().values():
+                for tp in (1, 2):
+                    knobs = Knobs(**preset.knobs, tp=tp)
+                    p = plan(model, Target(gpu=gpu, host_ram_available_bytes=128 * GiB), knobs, engine,
+                             with_alternatives=False)
+                    argv = sglang_args(model, p, model_path=model.hf_id)
+                    yield LaunchCaseSpec(f"{preset.name}-{model.name}-{gpu.name}-tp{tp}", argv, model.config_dir,
+                                         p.fits, gpu.memory_total_bytes)
