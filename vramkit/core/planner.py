@@ -432,10 +432,12 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         trial(f"a shorter context: {fitted:,} tokens (fp8 KV, fraction {best_frac})",
               "requests longer than that are refused; decode ceiling {tok_s} tok/s",
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
-    trial("move weights to host RAM (--cpu-offload-gb, least that fits)",
-              "{p.knobs[cpu_offload_gib]} GiB of weights cross PCIe every token: decode ceiling "
-              "{tok_s} tok/s; pins that much host RAM",
-              kv_dtype=kv, mem_fraction=best_frac, cpu_offload_gib="auto")
+    if knobs.cpu_offload_gib in (0, "0"):
+        off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
+        if int(off.knobs["cpu_offload_gib"]) > 0:
+            trial(f"move {off.knobs['cpu_offload_gib']} GiB of weights to host RAM (--cpu-offload-gb, fp8 KV)",
+                  "those weights cross PCIe every token: decode ceiling {tok_s} tok/s; pins that much host RAM",
+                  kv_dtype=kv, cpu_offload_gib=int(off.knobs["cpu_offload_gib"]))
     if knobs.tp == 1:
         trial("two GPUs with tensor parallelism (--tp-size 2)",
               "needs a second card of this size; weights and KV split per rank; decode ceiling "

@@ -1,0 +1,75 @@
+"""The one adapter for local processes and ports: start SGLang natively, stop it, check a port."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+
+def port_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port (a bind would succeed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def start_background(cmd: list[str], log_path: Path, env: dict | None = None, cpus: tuple[int, ...] = ()) -> int:
+    """Start `cmd` in its own session (so stop() can end its whole process group), output to log_path."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+    if cpus:
+        try:
+            os.sched_setaffinity(proc.pid, set(cpus))
+        except OSError:
+            pass
+    return proc.pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as gone
+        pid_done, _ = os.waitpid(pid, os.WNOHANG)
+        return pid_done == 0
+    except ChildProcessError:
+        return True
+
+
+def stop(pid: int, grace_s: float = 20.0) -> bool:
+    """SIGTERM the process group, SIGKILL what is left after grace_s. True if something was running."""
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return False
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not alive(pid) and not _group_alive(pgid):
+                return True
+            time.sleep(0.2)
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False

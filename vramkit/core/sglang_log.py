@@ -1,0 +1,89 @@
+"""Read SGLang 0.5.15.post1's server log: start-up phases and the memory figures it prints.
+
+Pure text parsing. The lines (sglang/srt/model_executor/model_runner*.py), "GB" there meaning GiB:
+  Load weight begin. avail mem=15.33 GB
+  Load weight end. elapsed=8.90 s, type=Qwen2ForCausalLM, quant=gptq, ..., avail mem=5.92 GB, mem usage=9.41 GB.
+  KV Cache is allocated. dtype: torch.float16, #tokens: 15493, K size: 1.42 GB, V size: 1.42 GB
+  Memory pool end. avail mem=2.66 GB
+  Capture target decode CUDA graph begin. ... avail mem=2.57 GB
+  Capture target decode CUDA graph end. elapsed=377.76 s, mem usage=0.06 GB, avail mem=2.51 GB.
+  max_total_num_tokens=15493, chunked_prefill_size=2048, ..., context_len=32768, available_gpu_mem=2.51 GB
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+GIB = 1 << 30
+
+_PATTERNS = {
+    "load_begin_avail": r"Load weight begin\. avail mem=([\d.]+) GB",
+    "load_end_avail": r"Load weight end\..*?avail mem=([\d.]+) GB",
+    "weights": r"Load weight end\..*?mem usage=([\d.]+) GB",
+    "kv_tokens": r"KV Cache is allocated\..*?#tokens: (\d+)",
+    "pool_end_avail": r"Memory pool end\. avail mem=([\d.]+) GB",
+    "graph_begin_avail": r"Capture .*?decode CUDA graph begin\..*?avail mem=([\d.]+) GB",
+    "graph_mem": r"Capture .*?decode CUDA graph end\..*?mem usage=([\d.]+) GB",
+    "graph_end_avail": r"Capture .*?decode CUDA graph end\..*?avail mem=([\d.]+) GB",
+    "graph_s": r"Capture .*?decode CUDA graph end\. elapsed=([\d.]+) s",
+    "max_total_num_tokens": r"max_total_num_tokens=(\d+)",
+    "context_len": r"max_total_num_tokens=.*?context_len=(\d+)",
+    "max_running_requests": r"max_total_num_tokens=.*?max_running_requests=(\d+)",
+    "available_after_start": r"max_total_num_tokens=.*?available_gpu_mem=([\d.]+) GB",
+}
+_GIB_KEYS = {"load_begin_avail", "load_end_avail", "weights", "pool_end_avail", "graph_begin_avail", "graph_mem",
+             "graph_end_avail", "available_after_start"}
+
+# Start-up phases in order: (marker in the log, what to tell the user)
+PHASES = [
+    ("server_args=", "parsing arguments"),
+    ("Init torch distributed", "initialising CUDA"),
+    ("Load weight begin", "loading weights"),
+    ("Load weight end", "allocating the KV cache"),
+    ("Capture target decode CUDA graph begin", "capturing decode CUDA graphs (a first GPTQ start also "
+                                               "compiles its kernels here: ~6 min once per machine)"),
+    ("Capture target decode CUDA graph end", "warming up"),
+    ("Uvicorn running", "server warm-up request"),
+    ("The server is fired up", "ready"),
+]
+
+_ERROR = re.compile(r"(Error|error:|Exception|out of memory|OOM|Killed|Traceback|RuntimeError|ValueError"
+                    r"|scheduler is dead|exceeds)", re.I)
+
+
+@dataclass
+class StartupFigures:
+    values: dict = field(default_factory=dict)
+
+    def bytes(self, key: str) -> int | None:
+        v = self.values.get(key)
+        return None if v is None else int(round(v * GIB))
+
+
+def parse(text: str) -> StartupFigures:
+    out = {}
+    for key, pat in _PATTERNS.items():
+        m = re.findall(pat, text)
+        if m:
+            out[key] = float(m[-1]) if key in _GIB_KEYS else int(m[-1])
+    if "graph_s" in out:
+        out["graph_s"] = float(out["graph_s"])
+    return StartupFigures(out)
+
+
+def phase(text: str) -> str:
+    """The latest start-up phase the log has reached."""
+    current = "starting the server process"
+    for marker, label in PHASES:
+        if marker in text:
+            current = label
+    return current
+
+
+def last_error(text: str, max_len: int = 240) -> str:
+    """The most telling error line of a failed start, or ''."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if _ERROR.search(ln) and "Traceback" not in ln:
+            return ln[-max_len:]
+    return lines[-1][-max_len:] if lines else ""

@@ -1,0 +1,179 @@
+"""Start, wait for, warm up and stop an SGLang server, in Docker or natively.
+
+The order of `up`: resolve and print the plan; check everything that can be checked before touching
+anything (runtime, GPU, fit, host RAM and memlock for pinned pools, the port); only then start; wait
+for /health with the start-up phase on screen; warm up; record the run. Any failure after the start
+tears down what was started, so nothing is left half-running.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from vramkit import catalog
+from vramkit.core import sglang_log
+from vramkit.core.render import SGLANG_PORT, compose_yaml, sglang_args
+from vramkit.errors import Exit, VramkitError
+from vramkit.units import GiB, bytes2human
+
+
+@dataclass
+class LaunchSpec:
+    name: str
+    runtime: str                  # docker | native
+    host: str = "127.0.0.1"
+    port: int = SGLANG_PORT
+    model_path: str | None = None # overrides the model's hf_id (a local folder)
+    load_format: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+    sglang_python: str = sys.executable
+    timeout_s: float = 1200.0
+    dry_run: bool = False
+    warmup_requests: int = 3
+    gpu_ids: list[int] = field(default_factory=lambda: [0])
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    code: Exit = Exit.OK
+    fatal: bool = True            # False: a warning printed, the start goes on
+
+
+def state_paths(name: str) -> dict[str, Path]:
+    from vramkit.adapters.state import state_dir
+    d = state_dir()
+    return {"log": d / f"{name}.log", "compose": d / f"{name}.compose.yml"}
+
+
+def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, host_ram, memlock, port_free) -> list[Check]:
+    """Every check before starting; each adapter is passed in so tests can drive the situations."""
+    p = resolved.plan
+    checks: list[Check] = []
+    if spec.runtime == "docker":
+        try:
+            docker_check()
+            checks.append(Check("docker", True, "engine and NVIDIA runtime present"))
+        except VramkitError as e:
+            checks.append(Check("docker", False, e.what + " -> " + e.todo, e.code))
+    checks.append(Check("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
+                        "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
+    checks.append(Check("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
+                        " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
+    if p.host_ram_bytes:
+        avail = host_ram()
+        reserve = 10 * GiB if p.knobs["hicache_gib"] else 0
+        ok = avail - reserve >= p.host_ram_bytes
+        checks.append(Check("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
+                            + (f" + 10 GiB SGLang keeps free" if reserve else "")
+                            + f", {bytes2human(avail)} available", Exit.HOST_MEMORY))
+        soft, _hard = memlock()
+        if spec.runtime == "native" and soft is not None and soft < p.host_ram_bytes:
+            # CUDA's own pinned allocations are not charged to RLIMIT_MEMLOCK on the drivers we ran
+            # (benchmarks/gpu/nvml_vs_smi.py probes it), so this warns rather than refuses.
+            checks.append(Check("memlock", False, f"memlock limit {bytes2human(soft)} < {bytes2human(p.host_ram_bytes)} "
+                                f"pinned -> `ulimit -l unlimited` if pinning fails", Exit.HOST_MEMORY, fatal=False))
+    busy = not port_free(spec.host, spec.port)
+    checks.append(Check("port", not busy, f"{spec.host}:{spec.port} " + ("is in use -> stop what holds it or PORT=..."
+                                                                           if busy else "free"), Exit.PORT_BUSY))
+    return checks
+
+
+def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
+    """(the native command, the compose file text) for this launch."""
+    model = resolved.model
+    model_path = spec.model_path or model.hf_id
+    argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
+                       else "0.0.0.0", port=spec.port if spec.runtime == "native" else SGLANG_PORT,
+                       load_format=spec.load_format, extra=spec.extra_args)
+    native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
+    v = catalog.versions()
+    n_gpu = resolved.plan.knobs["tp"]
+    compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
+                           gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
+                           image=v.sglang_image, argv=argv, gpu_ids=spec.gpu_ids[:n_gpu] or list(range(n_gpu)),
+                           source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
+    return native, compose
+
+
+def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None, sleep=time.sleep,
+                 clock=time.monotonic) -> float:
+    """Poll /health until 200; raise START_FAILED if the server exits, HEALTH_TIMEOUT after timeout_s."""
+    t0 = clock()
+    last_phase = None
+    while True:
+        status = client.health()
+        if status == 200:
+            return clock() - t0
+        text = read_log()
+        ph = sglang_log.phase(text)
+        if on_phase and ph != last_phase:
+            on_phase(ph)
+            last_phase = ph
+        if not is_alive():
+            raise VramkitError(f"SGLang exited during start-up ({ph}): {sglang_log.last_error(text)}",
+                               f"see {state_paths(spec.name)['log'] if spec.runtime == 'native' else 'docker logs ' + spec.name}",
+                               Exit.START_FAILED)
+        if clock() - t0 > spec.timeout_s:
+            raise VramkitError(f"SGLang did not become healthy within {spec.timeout_s:.0f} s (last phase: {ph})",
+                               "raise TIMEOUT=..., or read the log", Exit.HEALTH_TIMEOUT)
+        sleep(2.0)
+
+
+def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
+    """A few short generations so the first user request does not pay one-time costs."""
+    lat = []
+    for i in range(spec.warmup_requests):
+        ids = [(17 + 31 * j + i) % vocab_size for j in range(64)]
+        r = client.generate(input_ids=ids, max_new_tokens=16, stream=False) if spec.load_format == "dummy" \
+            else client.generate(text="def fibonacci(n):", max_new_tokens=16, stream=False)
+        if not r.ok:
+            raise VramkitError(f"warm-up request failed: {r.error}", "see the server log", Exit.START_FAILED)
+        lat.append(r.latency_s)
+    return lat
+
+
+def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None) -> dict:
+    from vramkit.adapters.state import write_running
+    data = {
+        "name": spec.name, "preset": resolved.preset, "model": resolved.model.name, "runtime": spec.runtime,
+        "host": spec.host, "port": spec.port, "pid": pid,
+        "compose_file": str(compose_path) if compose_path else None,
+        "log": str(state_paths(spec.name)["log"]) if spec.runtime == "native" else None,
+        "gpu_indices": spec.gpu_ids[: resolved.plan.knobs["tp"]],
+        "vram_budget_bytes": resolved.plan.peak_vram_bytes,
+        "hicache_bytes": int(resolved.plan.knobs["hicache_gib"] * 1e9),
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    write_running(spec.name, data)
+    return data
+
+
+def env_cpuset() -> tuple[int, ...]:
+    """VRAMKIT_SGLANG_CPUSET from the environment or the repo's .env (written by `make optimize`)."""
+    text = os.environ.get("VRAMKIT_SGLANG_CPUSET")
+    if text is None:
+        env_file = catalog.CONFIG_DIR.parent / ".env"
+        if env_file.is_file():
+            for line in env_file.read_text().splitlines():
+                if line.startswith("VRAMKIT_SGLANG_CPUSET="):
+                    text = line.split("=", 1)[1].strip()
+    cpus: list[int] = []
+    for part in (text or "").split(","):
+        if "-" in part:
+            a, b = part.split("-", 1)
+            cpus += range(int(a), int(b) + 1)
+        elif part.strip():
+            cpus.append(int(part))
+    return tuple(cpus)
+
+
+def shell_line(cmd: list[str]) -> str:
+    return " ".join(shlex.quote(c) for c in cmd)
