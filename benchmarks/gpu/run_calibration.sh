@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The kit's end-to-end GPU session (issue 5): every configuration started through `vramkit up`
+# (RUNTIME=native, dummy weights of the real shapes), measured, benchmarked, stopped.
+# Runs detached on the GPU host; results accumulate in $RES and are packed into $RES.tgz after each point.
+# Usage (repo root, GPU host, .gpu/ holding the SGLang archive, ballast.py and the JIT cache):
+#   setsid nohup bash benchmarks/gpu/run_calibration.sh > /tmp/gpuwork/driver.log 2>&1 &
+set -u
+RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
+[ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SGLANG_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
+export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
+[ -f .gpu/tvm-ffi-cache.tar.gz ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf .gpu/tvm-ffi-cache.tar.gz -C $TVM_FFI_CACHE_DIR
+# the archive has no FA3 and no xgrammar: the same flags smoke.sh uses (each checked by SGLang's parser in CI)
+export SGLANG_EXTRA_ARGS="--attention-backend triton --sampling-backend pytorch --grammar-backend none"
+export VRAMKIT_DEVICE_LABEL
+pack() { (cd "$RES" && tar -czf /tmp/gpuwork/res.tgz .); }
+step() { echo "=== $(date +%T) $*" | tee -a "$RES/progress.txt"; }
+
+step "nvml vs nvidia-smi"
+timeout 150 python3 benchmarks/gpu/nvml_vs_smi.py "$RES/nvml-vs-smi.json" > "$RES/logs/nvml-vs-smi.txt" 2>&1
+pack
+
+ballast_pid=
+ballast() {  # GiB to leave free, or 0 for the whole card
+  [ -n "$ballast_pid" ] && kill $ballast_pid 2>/dev/null && wait $ballast_pid 2>/dev/null; ballast_pid=
+  [ "$1" = 0 ] && return
+  python3 .gpu/ballast.py "$1" > "$RES/logs/ballast-$1.txt" 2>&1 & ballast_pid=$!
+  for i in $(seq 60); do grep -q holding "$RES/logs/ballast-$1.txt" && break; sleep 1; done
+}
+point() {  # name model budget "bench args" -- up args
+  local name=$1 model=$2 budget=$3 bench=$4; shift 4
+  step "$name"
+  timeout 900 python3 benchmarks/gpu/calibrate_point.py --name "$name" --model "$model" --budget-gib "$budget" \
+    --out "$RES/cal" --bench "$bench" "$@" 2>&1 | tail -3 | tee -a "$RES/progress.txt"
+  pack
+}
+B="--vocab-size 151000 --no-plots"
+plan() { python3 -m vramkit plan --json --gpu h100-80gb "$@" > "$RES/bench/plan-$1$2.json" 2>/dev/null; }
+
+ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
+python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset optimized > "$RES/bench/plan-optimized.json"
+point opt-16g qwen2.5-coder-14b-instruct-gptq-int4 16 \
+  "--suites latency,concurrency,capacity,context,multiturn --quick --sessions 6 $B --label optimized-16g --out $RES/bench/optimized-16g.json --planner-json $RES/bench/plan-optimized.json" \
+  -- --preset optimized
+point opt-nohicache-16g qwen2.5-coder-14b-instruct-gptq-int4 16 \
+  "--suites multiturn --quick --sessions 6 $B --label hicache-off-16g --out $RES/bench/hicache-off-16g.json" \
+  -- --preset optimized --hicache-gib 0
+python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset baseline > "$RES/bench/plan-baseline.json"
+point baseline-16g qwen2.5-coder-14b-instruct-gptq-int4 16 \
+  "--suites latency,concurrency,capacity,context --quick $B --label baseline-16g --out $RES/bench/baseline-16g.json --planner-json $RES/bench/plan-baseline.json" \
+  -- --preset baseline
+point fp16-f080-16g qwen2.5-coder-14b-instruct-gptq-int4 16 "" -- --preset baseline --mem-fraction 0.80 --max-running 8
+point fp8-f085-16g qwen2.5-coder-14b-instruct-gptq-int4 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.85
+point fp8-f090-16g qwen2.5-coder-14b-instruct-gptq-int4 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.90
+python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset 128k > "$RES/bench/plan-128k.json"
+point 128k-7b-16g qwen2.5-coder-7b-instruct-gptq-int4 16 \
+  "--suites latency --quick $B --label 128k-16g --out $RES/bench/128k-16g.json --planner-json $RES/bench/plan-128k.json" \
+  --probe-fraction 1.0 -- --preset 128k
+ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
+point fp8-f080-24g qwen2.5-coder-14b-instruct-gptq-int4 24 "" -- --preset optimized --hicache-gib 0
+ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
+point qwen05b-full qwen2.5-0.5b-instruct 0 "" -- --model qwen2.5-0.5b-instruct --context 32768 --kv-dtype auto \
+  --mem-fraction 0.5 --chunked-prefill 4096 --cuda-graph-max-bs 16 --max-running 16
+step DONE; pack
