@@ -1,0 +1,212 @@
+"""config/ as the one source of truth: what it holds, and how it refuses bad input."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vramkit import catalog
+from vramkit.core.planner import Knobs
+from vramkit.errors import Exit, VramkitError
+
+CACHED = (catalog.models, catalog.gpus, catalog.presets, catalog.versions, catalog.engine_constants)
+
+
+def _clear_caches():
+    for f in CACHED:
+        f.cache_clear()
+
+
+@pytest.fixture
+def config_dir(tmp_path, monkeypatch):
+    """A private copy of config/ that the catalog reads instead of the real one."""
+    d = tmp_path / "config"
+    shutil.copytree(catalog.CONFIG_DIR, d)
+    monkeypatch.setattr(catalog, "CONFIG_DIR", d)
+    _clear_caches()
+    yield d
+    _clear_caches()       # the next test reads the real config/ again
+
+
+def _append_to_entry(path: Path, header: str, line: str) -> None:
+    text = path.read_text()
+    assert header in text, header
+    path.write_text(text.replace(header, f"{header}\n{line}", 1))
+
+
+# ----------------------------------------------------------------------------------------------
+# unknown keys are refused (a typo must not silently become a default)
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("file,header,reader", [
+    ("presets.toml", "[presets.optimized]", catalog.presets),
+    ("gpus.toml", '[gpus."rtx-5060-ti-16gb"]', catalog.gpus),
+    ("models.toml", '[models."qwen2.5-coder-14b-instruct-gptq-int4"]', catalog.models),
+])
+def test_unknown_key_is_refused(config_dir, file, header, reader):
+    _append_to_entry(config_dir / file, header, 'mem_fration = 0.9')
+    with pytest.raises(VramkitError) as e:
+        reader()
+    assert "mem_fration" in e.value.what
+    assert e.value.code == Exit.BAD_FILE
+
+
+def test_the_copy_itself_loads(config_dir):
+    # control for the tests above: the untouched copy is accepted
+    assert catalog.presets() and catalog.gpus() and catalog.models()
+
+
+def test_invalid_toml_is_a_bad_file(config_dir):
+    (config_dir / "gpus.toml").write_text("[gpus.x\nlabel = ")
+    with pytest.raises(VramkitError) as e:
+        catalog.gpus()
+    assert e.value.code == Exit.BAD_FILE and "gpus.toml" in e.value.what
+
+
+def test_missing_toml_is_a_bad_file(config_dir):
+    (config_dir / "presets.toml").unlink()
+    with pytest.raises(VramkitError) as e:
+        catalog.presets()
+    assert e.value.code == Exit.BAD_FILE
+
+
+# ----------------------------------------------------------------------------------------------
+# unknown names: BAD_INPUT listing the valid ones
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("lookup,table", [
+    (catalog.model, catalog.models), (catalog.gpu, catalog.gpus), (catalog.preset, catalog.presets)])
+def test_unknown_name_lists_the_valid_ones(lookup, table):
+    with pytest.raises(VramkitError) as e:
+        lookup("no-such-thing")
+    assert e.value.code == Exit.BAD_INPUT
+    assert "no-such-thing" in e.value.what
+    for name in table():
+        assert name in e.value.todo
+
+
+# ----------------------------------------------------------------------------------------------
+# a model folder given by path
+# ----------------------------------------------------------------------------------------------
+def test_model_from_a_folder(tmp_path):
+    src = catalog.models()["qwen2.5-0.5b-instruct"].config_dir / "config.json"
+    (tmp_path / "config.json").write_bytes(src.read_bytes())
+    m = catalog.model(str(tmp_path))
+    assert (m.num_layers, m.num_kv_heads, m.hidden_size) == (24, 2, 896)
+    assert catalog.model(str(tmp_path / "config.json")).num_layers == 24
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"hidden_size": 896}', '["a list"]', ""])
+def test_invalid_config_json_is_a_bad_file(tmp_path, content):
+    (tmp_path / "config.json").write_text(content)
+    with pytest.raises(VramkitError) as e:
+        catalog.read_model_config(tmp_path)
+    assert e.value.code == Exit.BAD_FILE
+    assert "config.json" in e.value.what
+
+
+def test_folder_without_config_json_is_a_bad_file(tmp_path):
+    with pytest.raises(VramkitError) as e:
+        catalog.read_model_config(tmp_path)
+    assert e.value.code == Exit.BAD_FILE
+
+
+def test_unreadable_config_json_is_a_bad_file(tmp_path):
+    (tmp_path / "config.json").mkdir()        # exists, cannot be read as a file (works as root too)
+    with pytest.raises(VramkitError) as e:
+        catalog.read_model_config(tmp_path)
+    assert e.value.code == Exit.BAD_FILE
+
+
+# ----------------------------------------------------------------------------------------------
+# the catalogued models match their Hugging Face config.json (public numbers)
+# (layers, heads, kv heads, hidden, intermediate, vocab, native context, tied embeddings, dtype, quant)
+# ----------------------------------------------------------------------------------------------
+HF_FACTS = {
+    # https://huggingface.co/Qwen/Qwen2.5-Coder-14B-Instruct-GPTQ-Int4/blob/main/config.json
+    "qwen2.5-coder-14b-instruct-gptq-int4": (48, 40, 8, 5120, 13824, 152064, 32768, False, "float16", ("gptq", 4, 128)),
+    # https://huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct/blob/main/config.json
+    "qwen2.5-coder-7b-instruct": (28, 28, 4, 3584, 18944, 152064, 32768, False, "bfloat16", None),
+    # https://huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct-GPTQ-Int4/blob/main/config.json
+    "qwen2.5-coder-7b-instruct-gptq-int4": (28, 28, 4, 3584, 18944, 152064, 32768, False, "float16", ("gptq", 4, 128)),
+    # https://huggingface.co/Qwen/Qwen2.5-Coder-32B-Instruct-GPTQ-Int4/blob/main/config.json
+    "qwen2.5-coder-32b-instruct-gptq-int4": (64, 40, 8, 5120, 27648, 152064, 32768, False, "float16", ("gptq", 4, 128)),
+    # https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/blob/main/config.json (llama3 rope, factor 8)
+    "llama-3.1-8b-instruct": (32, 32, 8, 4096, 14336, 128256, 131072, False, "bfloat16", None),
+    # https://huggingface.co/mistralai/Mistral-7B-Instruct-v0.3/blob/main/config.json
+    "mistral-7b-instruct-v0.3": (32, 32, 8, 4096, 14336, 32768, 32768, False, "bfloat16", None),
+    # https://huggingface.co/Qwen/Qwen2.5-14B-Instruct/blob/main/config.json
+    "qwen2.5-14b-instruct": (48, 40, 8, 5120, 13824, 152064, 32768, False, "bfloat16", None),
+    # https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct/blob/main/config.json
+    "qwen2.5-0.5b-instruct": (24, 14, 2, 896, 4864, 151936, 32768, True, "bfloat16", None),
+}
+
+
+def test_every_catalogued_model_has_checked_facts():
+    assert set(catalog.models()) == set(HF_FACTS)
+
+
+@pytest.mark.parametrize("name", sorted(HF_FACTS))
+def test_model_matches_hugging_face(name):
+    m = catalog.models()[name]
+    layers, heads, kv, hidden, inter, vocab, ctx, tied, dtype, quant = HF_FACTS[name]
+    assert (m.num_layers, m.num_heads, m.num_kv_heads, m.hidden_size, m.intermediate_size, m.vocab_size) == \
+        (layers, heads, kv, hidden, inter, vocab)
+    assert (m.max_position_embeddings, m.tie_word_embeddings, m.dtype) == (ctx, tied, dtype)
+    assert m.head_dim == hidden // heads                  # no explicit head_dim differs in these configs
+    got_q = (m.quantization.method, m.quantization.bits, m.quantization.group_size) if m.quantization else None
+    assert got_q == quant
+    assert (m.config_dir / "config.json").is_file()
+    assert m.hf_id.count("/") == 1
+
+
+def test_qwen_rope_theta_and_llama_rope_scaling():
+    assert catalog.models()["qwen2.5-coder-14b-instruct-gptq-int4"].rope_theta == 1_000_000.0
+    llama = catalog.models()["llama-3.1-8b-instruct"]
+    assert llama.rope_theta == 500_000.0 and llama.rope_scaling["rope_type"] == "llama3"
+
+
+def test_the_issue_models_are_there():
+    # issue 2 item 2: the 14B GPTQ first, the Coder 7B, a 4-bit Coder 32B, Llama 3.1 8B, two more shapes
+    names = set(catalog.models())
+    assert {"qwen2.5-coder-14b-instruct-gptq-int4", "qwen2.5-coder-7b-instruct", "llama-3.1-8b-instruct"} <= names
+    assert any("32b" in n and catalog.models()[n].quantization and catalog.models()[n].quantization.bits == 4
+               for n in names)
+    assert len(names) >= 6
+
+
+# ----------------------------------------------------------------------------------------------
+# GPUs and presets
+# ----------------------------------------------------------------------------------------------
+def test_the_issue_gpus_are_there():
+    g = catalog.gpus()
+    assert {"rtx-5060-ti-16gb", "rtx-4080-16gb", "rtx-4090-24gb", "rtx-3090-24gb", "rtx-5090-32gb",
+            "h100-80gb"} <= set(g)
+    t = g["rtx-5060-ti-16gb"]
+    assert (t.pcie_gen, t.pcie_lanes) == (5, 8)                     # issue 2: "the 5060 Ti is PCIe 5.0 x8"
+    assert g["h100-80gb"].memory_total_bytes == 81559 << 20         # read on the test host (nvidia-smi)
+    for gpu in g.values():
+        assert gpu.bandwidth_bytes_s > gpu.pcie_bytes_s > 0
+        assert 15 << 30 < gpu.memory_total_bytes < 100 << 30
+
+
+def test_gpu_by_nvml_name():
+    assert catalog.gpu_by_nvml_name("NVIDIA H100 80GB HBM3").name == "h100-80gb"
+    assert catalog.gpu_by_nvml_name("NVIDIA Nonexistent") is None
+
+
+def test_presets_are_the_issue_three_and_every_key_is_a_planner_knob():
+    p = catalog.presets()
+    assert {"baseline", "optimized", "128k"} <= set(p)
+    knob_fields = {f.name for f in dataclasses.fields(Knobs)}
+    assert catalog.PRESET_KEYS - {"description", "model"} <= knob_fields
+    for preset in p.values():
+        Knobs(**preset.knobs)                                       # would raise on a key the planner lacks
+        assert preset.model in catalog.models(), preset.name
+    assert p["128k"].context == 131_072
+
+
+def test_versions_pin_one_release():
+    v = catalog.versions()
+    assert v.sglang_pip == "0.5.15.post1"
+    assert v.sglang_image.split(":")[1].startswith("v" + v.sglang_pip)
