@@ -1,0 +1,124 @@
+"""vramkit/core/ is pure: no adapters, no commands, no process/network/GPU/terminal libraries.
+
+Every import in every core file is read with `ast` (module level and inside functions, relative imports
+resolved, `importlib.import_module("x")` / `__import__("x")` with a literal name included).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import vramkit
+
+PACKAGE_DIR = Path(vramkit.__file__).resolve().parent
+CORE_DIR = PACKAGE_DIR / "core"
+
+BANNED_PACKAGES = ("vramkit.adapters", "vramkit.commands")
+BANNED_MODULES = ("subprocess", "socket", "httpx", "redis", "pynvml", "psutil", "docker", "rich", "fastapi",
+                  "uvicorn")
+
+# Violations found when this test was written, reported to the lead (not this test's file to fix).
+# Remove an entry once the module is fixed: strict xfail turns a fixed module into a failure here.
+KNOWN_VIOLATIONS = {
+    "vram_render.py": "imports rich (Console, Table, Text) to draw the monitor screen",
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_names(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, absolute module name) for every import in `source`, a module named `module`."""
+    out: list[tuple[int, str]] = []
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                prefix = ".".join(base)
+                mod = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                mod = node.module or ""
+            out.append((node.lineno, mod))
+            out += [(node.lineno, f"{mod}.{a.name}") for a in node.names if a.name != "*"]
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, str):
+                out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    bad = []
+    for line, name in imported_names(source, module, is_package):
+        top = name.split(".")[0]
+        if top in BANNED_MODULES or any(name == p or name.startswith(p + ".") for p in BANNED_PACKAGES):
+            bad.append(f"line {line}: {name}")
+    return bad
+
+
+CORE_FILES = sorted(CORE_DIR.rglob("*.py"))
+
+
+def test_core_has_files():
+    names = {p.name for p in CORE_FILES}
+    assert {"planner.py", "render.py"} <= names
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=f"known violation: {KNOWN_VIOLATIONS[p.name]}"))
+    if p.name in KNOWN_VIOLATIONS else p
+    for p in CORE_FILES], ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_core_module_imports_nothing_impure(path):
+    bad = violations(path.read_text(), _module_name(path), path.name == "__init__.py")
+    assert not bad, f"{path.relative_to(PACKAGE_DIR.parent)} imports: {'; '.join(bad)}"
+
+
+# ----------------------------------------------------------------------------------------------
+# the checker itself catches what it must
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("source", [
+    "import subprocess",
+    "import os, socket",
+    "from rich.console import Console",
+    "import pynvml as nvml",
+    "def f():\n    import psutil\n    return psutil",
+    "from vramkit.adapters import nvml",
+    "from vramkit import adapters",
+    "from vramkit import commands",
+    "from ..adapters import nvml",
+    "from ..commands.plan import run",
+    "from .. import adapters",
+    "import vramkit.commands.plan",
+    "import importlib\nhttpx = importlib.import_module('httpx')",
+    "redis = __import__('redis')",
+    "try:\n    import docker\nexcept ImportError:\n    docker = None",
+])
+def test_checker_flags(source):
+    assert violations(source, "vramkit.core.example"), source
+
+
+@pytest.mark.parametrize("source", [
+    "import math, json, re",
+    "from dataclasses import dataclass",
+    "from vramkit.units import GiB",
+    "from vramkit.catalog import ModelSpec",
+    "from .planner import Plan",
+    "from . import planner",
+    "import subprocessing_helpers",          # a name that merely starts like a banned one
+    "from vramkit.adapters_doc import x",
+])
+def test_checker_allows(source):
+    assert not violations(source, "vramkit.core.example"), source
