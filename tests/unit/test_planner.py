@@ -97,10 +97,6 @@ def test_measured_weights_bf16_14b(engine):
     assert _within(p.weights_bytes, 27.57 * GiB, 0.02), p.weights_bytes / GiB  # MEASURED: README, 27.57 GiB
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "planner bug (reported): free-at-start for a declared GPU is nvidia-smi's memory.total (81559 MiB) minus the "
-    "CUDA context, but CUDA itself sees 79.18 GiB = 81080 MiB on that H100 (ballast.log: 'holding 62.66 GiB of "
-    "79.18 GiB'), so the pool comes out ~2.2 % too large"))
 def test_measured_kv_pool_bf16_14b_h100(engine):
     p = plan(_m(BF16_14), Target(gpu=catalog.gpu("h100-80gb")), Knobs(mem_fraction=0.5), engine)
     assert _within(p.kv_pool_tokens, 63_577, 0.02), p.kv_pool_tokens      # MEASURED: README, KV 63,577 tokens
@@ -324,10 +320,6 @@ def test_hicache_needs_pool_plus_10gib_available(available_gib, ok, engine):
     assert (not any("host RAM" in r for r in p.reasons)) == ok, p.reasons
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "planner bug (reported): with both --cpu-offload-gb and --hicache-size the host check ignores the offloaded "
-    "weights; SGLang pins them at load (utils/offloader.py:109-126) before the host pool checks psutil available "
-    "- 10 GiB (mem_cache/pool_host/base.py:124-128), so they count against it"))
 def test_hicache_check_counts_pinned_offloaded_weights(engine):
     # 26 GiB available: 3 GiB of offloaded weights pinned first -> 23 GiB; minus the 10 GiB reserve = 13 GiB
     # < 16e9 B (14.90 GiB) of host pool: SGLang raises "Not enough host memory available"
@@ -376,9 +368,6 @@ def test_tp2_plan_uses_per_rank_kv(engine):
     assert p.kv_pool_tokens > 2 * one.kv_pool_tokens
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "planner bug (reported): SGLang asserts total_num_heads % tp_size == 0 (srt/models/qwen2.py:127; "
-    "linear.py:949 divide()), qwen2.5-0.5b has 14 heads, so --tp-size 4 cannot start; the planner says it fits"))
 def test_tp_that_does_not_divide_the_heads_does_not_fit(engine):
     p = plan(_m(Q05), Target(gpu=catalog.gpu("rtx-4090-24gb")), Knobs(mem_fraction=0.8, tp=4), engine)
     assert not p.fits

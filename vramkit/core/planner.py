@@ -40,6 +40,7 @@ class Engine:
     """Measured runtime constants (config/engine.toml), in bytes."""
 
     cuda_context: int
+    driver_reserved: int
     load_overhead: dict
     pre_kv: int
     post_kv_misc: int
@@ -52,7 +53,7 @@ class Engine:
     @classmethod
     def from_config(cls, c: dict) -> Engine:
         return cls(
-            cuda_context=int(c["cuda_context_mib"] * MiB),
+            cuda_context=int(c["cuda_context_mib"] * MiB), driver_reserved=int(c["driver_reserved_mib"] * MiB),
             load_overhead={k: int(v * MiB) for k, v in c["load_overhead_mib"].items()},
             pre_kv=int(c["pre_kv_mib"] * MiB), post_kv_misc=int(c["post_kv_misc_mib"] * MiB),
             attention_backend=int(c["attention_backend_mib"] * MiB), decode_graph=int(c["decode_graph_mib"] * MiB),
@@ -260,7 +261,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     if target.gpu_free_bytes is not None:
         free = int(target.gpu_free_bytes)
     elif gpu is not None:
-        free = gpu.memory_total_bytes - target.other_used_bytes - engine.cuda_context
+        free = gpu.memory_total_bytes - engine.driver_reserved - target.other_used_bytes - engine.cuda_context
     else:
         raise ValueError("plan needs a GPU or a free-memory figure")
     card_total = total if total is not None else free + engine.cuda_context
@@ -277,7 +278,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     tensor_bytes = sum(comps.values())
     layer_bytes = comps["attention"] + comps["mlp"] + 2 * model.num_layers * model.hidden_size * model.dtype_bytes
     method = model.quantization.method if model.quantization else "dense"
-    overhead = engine.load_overhead.get(method, engine.load_overhead["dense"])
+    # rope cos/sin cache: context positions x head_dim, fp32 on CUDA (sglang rotary_embedding/base.py)
+    overhead = engine.load_overhead.get(method, engine.load_overhead["dense"]) + context_len * model.head_dim * 4
     offload_req = knobs.cpu_offload_gib
     cell = kv_bytes_per_token(model, knobs.kv_dtype, tp)
     if offload_req == "auto":
@@ -312,6 +314,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     peak = engine.cuda_context + used_after_start + act
 
     # verdicts
+    if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
+        reasons.append(f"tensor parallel size {tp} does not divide the model's {model.num_heads} attention heads / "
+                       f"{model.num_kv_heads} KV heads: SGLang asserts it at load")
     if kv_tokens > 0 and kv_tokens < knobs.context:
         reasons.append(
             f"one {knobs.context:,}-token request needs {bytes2human(knobs.context * cell)} of KV cache "
@@ -338,10 +343,13 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     hicache_bytes = int(knobs.hicache_gib * 1e9)
     host_ram = hicache_bytes + offloaded
     if hicache_bytes and target.host_ram_available_bytes is not None:
-        if hicache_bytes > target.host_ram_available_bytes - engine.hicache_host_reserve:
+        # offloaded weights are pinned at load, before the host pool checks what is left
+        if hicache_bytes + offloaded > target.host_ram_available_bytes - engine.hicache_host_reserve:
             reasons.append(
-                f"hierarchical cache of {knobs.hicache_gib:g} GB needs that much pinned host RAM and SGLang keeps "
-                f"10 GiB free: only {bytes2human(target.host_ram_available_bytes)} is available")
+                f"hierarchical cache of {knobs.hicache_gib:g} GB"
+                + (f" plus {bytes2human(offloaded)} of offloaded weights" if offloaded else "")
+                + f" needs that much pinned host RAM and SGLang keeps 10 GiB free: only "
+                  f"{bytes2human(target.host_ram_available_bytes)} is available")
     elif offloaded and target.host_ram_available_bytes is not None and offloaded > target.host_ram_available_bytes:
         reasons.append(f"weight offload pins {bytes2human(offloaded)} of host RAM; only "
                        f"{bytes2human(target.host_ram_available_bytes)} is available")

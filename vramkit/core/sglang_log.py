@@ -65,7 +65,7 @@ def parse(text: str) -> StartupFigures:
     for key, pat in _PATTERNS.items():
         m = re.findall(pat, text)
         if m:
-            out[key] = float(m[-1]) if key in _GIB_KEYS else int(m[-1])
+            out[key] = float(m[-1]) if (key in _GIB_KEYS or key == "graph_s") else int(m[-1])
     if "graph_s" in out:
         out["graph_s"] = float(out["graph_s"])
     return StartupFigures(out)

@@ -1,0 +1,86 @@
+"""The planner against every committed real-GPU run (benchmarks/calibration/*.json).
+
+Each file is one configuration started through the kit's own launcher on the test GPU host
+(benchmarks/gpu/run_calibration.sh): what SGLang logged (free memory at start, weights, KV tokens) and
+the peak NVML saw. The planner gets only the inputs (free memory, model, knobs) and must land within
+2 % on the KV pool and 5 % on the peak: a wrong formula or constant fails here.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vramkit import catalog
+from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.units import GiB
+
+CAL_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration"
+POINTS = sorted(CAL_DIR.glob("*.json"))
+REQUIRED = {"model", "gpu_free_gib_at_start", "mem_fraction_static", "kv_cache_dtype", "tp", "cpu_offload_gb",
+            "measured", "device", "versions", "date"}
+
+
+def _plan(d: dict):
+    model = catalog.model(d["model"])
+    knobs = Knobs(context=d["context_length"] or model.max_position_embeddings, kv_dtype=d["kv_cache_dtype"],
+                  mem_fraction=d["mem_fraction_static"], chunked_prefill=d["chunked_prefill_size"],
+                  cuda_graph_max_bs=d["cuda_graph_max_bs_decode"], max_running=d["max_running_requests"],
+                  hicache_gib=d["hicache_size_gb"], cpu_offload_gib=d["cpu_offload_gb"], tp=d["tp"])
+    return plan(model, Target(gpu=None, gpu_free_bytes=int(d["gpu_free_gib_at_start"] * GiB)), knobs,
+                Engine.from_config(catalog.engine_constants()), with_alternatives=False)
+
+
+def test_enough_calibration_data():
+    data = [json.loads(p.read_text()) for p in POINTS]
+    assert len(data) >= 8
+    assert len({d["model"] for d in data}) >= 2
+    assert {"fp8_e5m2", "auto"} <= {d["kv_cache_dtype"] for d in data}
+    assert len({d["mem_fraction_static"] for d in data}) >= 3
+    assert any(d["hicache_size_gb"] for d in data)
+
+
+@pytest.mark.parametrize("path", POINTS, ids=[p.stem for p in POINTS])
+def test_point_is_complete(path):
+    d = json.loads(path.read_text())
+    assert REQUIRED <= set(d), f"missing {REQUIRED - set(d)}"
+    assert {"weights_bytes", "kv_pool_tokens", "peak_vram_bytes"} <= set(d["measured"])
+    assert "H100" in d["device"] and d["versions"]["sglang"] == "0.5.15.post1"
+
+
+@pytest.mark.parametrize("path", POINTS, ids=[p.stem for p in POINTS])
+def test_kv_pool_within_2_percent(path):
+    d = json.loads(path.read_text())
+    measured = d["measured"]["kv_pool_tokens"]
+    predicted = _plan(d).kv_pool_tokens
+    assert abs(predicted - measured) / measured <= 0.02, f"predicted {predicted}, SGLang allocated {measured}"
+
+
+@pytest.mark.parametrize("path", POINTS, ids=[p.stem for p in POINTS])
+def test_weights_within_2_percent(path):
+    d = json.loads(path.read_text())
+    measured = d["measured"]["weights_bytes"]
+    predicted = _plan(d).weights_bytes
+    assert abs(predicted - measured) / measured <= 0.02 + 0.005 * GiB / measured   # log rounds to 0.01 GiB
+
+
+WITH_PEAK = [p for p in POINTS if json.loads(p.read_text())["measured"]["peak_vram_bytes"]]
+
+
+@pytest.mark.parametrize("path", WITH_PEAK, ids=[p.stem for p in WITH_PEAK])
+def test_peak_within_5_percent(path):
+    d = json.loads(path.read_text())
+    measured = d["measured"]["peak_vram_bytes"]
+    predicted = _plan(d).peak_vram_bytes
+    assert abs(predicted - measured) / measured <= 0.05, f"predicted {predicted / GiB:.2f} GiB, NVML {measured / GiB:.2f}"
+
+
+@pytest.mark.parametrize("path", POINTS, ids=[p.stem for p in POINTS])
+def test_every_measured_start_is_predicted_safe(path):
+    """Every configuration that started and served its long probe must not be called unsafe."""
+    d = json.loads(path.read_text())
+    if not d.get("survived"):
+        pytest.skip("this point did not start")
+    p = _plan(d)
+    assert p.kv_pool_tokens > 0 and p.headroom_bytes > 0
