@@ -15,7 +15,8 @@ import pytest
 
 from vramkit.adapters import nvml
 from vramkit.core import vram
-from vramkit.core.vram_render import bar, bar_colour, compact_lines, plain_text, screen
+from vramkit.core.vram_text import bar_colour, compact_lines
+from vramkit.ui.vram_screen import bar, plain_text, screen
 
 GOLDEN = Path(__file__).parent / "golden"
 T0 = 1_800_000_000.0       # a fixed clock for stable text

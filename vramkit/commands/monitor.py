@@ -20,7 +20,8 @@ from rich.live import Live
 from vramkit.adapters import nvml
 from vramkit.core import vram
 from vramkit.core.gpu_snapshot import Snapshot, to_jsonable
-from vramkit.core.vram_render import compact_lines, plain_text, screen, stats_table
+from vramkit.core.vram_text import compact_lines
+from vramkit.ui.vram_screen import plain_text, screen, stats_table
 from vramkit.errors import Exit, VramkitError
 
 ENV_THRESHOLDS = "VRAMKIT_ALERT_THRESHOLDS"

@@ -1,0 +1,1 @@
+"""Terminal rendering (rich). Core stays pure; this package may import rich, never adapters."""
