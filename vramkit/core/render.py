@@ -16,6 +16,8 @@ from vramkit.catalog import ModelSpec
 from vramkit.core.planner import Plan
 
 SGLANG_PORT = 30000                   # inside the container; the host port is VRAMKIT_PORT
+# SGLANG_EXTRA_ARGS on the test GPU host: its SGLang archive has no FA3 and no grammar backend
+GPU_HOST_EXTRA_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none"]
 HEALTH_START_PERIOD_S = 900           # first GPTQ start JIT-compiles marlin inside graph capture: 378 s on H100
 
 
@@ -151,3 +153,12 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
                     argv = sglang_args(model, p, model_path=model.hf_id)
                     yield LaunchCaseSpec(f"{preset.name}-{model.name}-{gpu.name}-tp{tp}", argv, model.config_dir,
                                          p.fits, gpu.memory_total_bytes)
+        # as the GPU-host runs launched it (benchmarks/gpu/run_calibration.sh): dummy weights, its extras
+        model = catalog.model(preset.model)
+        p = plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.33 * GiB),
+                               host_ram_available_bytes=128 * GiB), Knobs(**preset.knobs), engine,
+                 with_alternatives=False)
+        argv = sglang_args(model, p, model_path=str(model.config_dir), load_format="dummy",
+                           extra=GPU_HOST_EXTRA_ARGS)
+        yield LaunchCaseSpec(f"{preset.name}-gpu-host-dummy", argv, model.config_dir, p.fits,
+                             catalog.gpu("h100-80gb").memory_total_bytes)
