@@ -53,7 +53,8 @@ def state_paths(name: str) -> dict[str, Path]:
     return {"log": d / f"{name}.log", "compose": d / f"{name}.compose.yml"}
 
 
-def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, host_ram, memlock, port_free) -> list[Check]:
+def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, host_ram, memlock, port_free,
+              gpu_count: int | None = None) -> list[Check]:
     """Every check before starting; each adapter is passed in so tests can drive the situations."""
     p = resolved.plan
     checks: list[Check] = []
@@ -63,6 +64,10 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
             checks.append(Check("docker", True, "engine and NVIDIA runtime present"))
         except VramkitError as e:
             checks.append(Check("docker", False, e.what + " -> " + e.todo, e.code))
+    n_gpu = p.knobs["tp"]
+    if gpu_present and gpu_count is not None and gpu_count < n_gpu:
+        checks.append(Check("gpus", False, f"tensor parallel size {n_gpu} needs {n_gpu} GPUs, NVML sees {gpu_count} "
+                            f"-> --tp {gpu_count} or more cards", Exit.NO_GPU))
     checks.append(Check("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
                         "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
     checks.append(Check("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
@@ -96,9 +101,10 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
     v = catalog.versions()
     n_gpu = resolved.plan.knobs["tp"]
+    gpu_ids = spec.gpu_ids[:n_gpu] if len(spec.gpu_ids) >= n_gpu else list(range(n_gpu))
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
-                           image=v.sglang_image, argv=argv, gpu_ids=spec.gpu_ids[:n_gpu] or list(range(n_gpu)),
+                           image=v.sglang_image, argv=argv, gpu_ids=gpu_ids,
                            source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
     return native, compose
 
@@ -140,7 +146,14 @@ def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
     return lat
 
 
-def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None) -> dict:
+def vram_budget(resolved, in_use_before_start: int) -> int:
+    """What `vram-safe` should allow per GPU once this server runs: what was in use before it started
+    (driver reserve, other processes) plus the planner's peak, plus the 5 % the calibration test allows."""
+    return int(in_use_before_start + resolved.plan.peak_vram_bytes * 1.05)
+
+
+def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
+           in_use_before_start: int = 0) -> dict:
     from vramkit.adapters.state import write_running
     data = {
         "name": spec.name, "preset": resolved.preset, "model": resolved.model.name, "runtime": spec.runtime,
@@ -148,7 +161,7 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "compose_file": str(compose_path) if compose_path else None,
         "log": str(state_paths(spec.name)["log"]) if spec.runtime == "native" else None,
         "gpu_indices": spec.gpu_ids[: resolved.plan.knobs["tp"]],
-        "vram_budget_bytes": resolved.plan.peak_vram_bytes,
+        "vram_budget_bytes": vram_budget(resolved, in_use_before_start),
         "hicache_bytes": int(resolved.plan.knobs["hicache_gib"] * 1e9),
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -125,7 +125,10 @@ def test_the_parser_test_sees_every_case():
     # tests/integration/test_sglang_parser.py feeds render.iter_launch_cases() to SGLang's parser: it must
     # cover every preset x model x GPU at tp 1 and 2, or a rendered launch escapes the real-parser check
     ids = {c.case_id for c in render.iter_launch_cases()}
-    assert ids == {f"{p}-{m}-{g}-tp{t}" for p, m, g, t in ALL_CASES}
+    expected = {f"{p}-{m}-{g}-tp{t}" for p, m, g, t in ALL_CASES}
+    # plus each preset as the GPU host launched it (dummy weights and its extra flags)
+    expected |= {f"{p}-gpu-host-dummy" for p in catalog.presets()}
+    assert ids == expected
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,10 +22,14 @@ def _console():
     return Console(stderr=False)
 
 
-def _gpu_present() -> bool:
+def _gpus() -> tuple[int, int]:
+    """(GPUs NVML sees, bytes in use on GPU 0 now); (0, 0) without NVML."""
     from vramkit.adapters import nvml
     snap = nvml.read_snapshot(with_processes=False)
-    return snap.unavailable is None and bool(snap.gpus)
+    if snap.unavailable is not None or not snap.gpus:
+        return 0, 0
+    used = snap.gpus[0].in_use_bytes
+    return len(snap.gpus), used if isinstance(used, int) else 0
 
 
 def _spec(args) -> launcher.LaunchSpec:
@@ -40,7 +44,8 @@ def _spec(args) -> launcher.LaunchSpec:
 def cmd_up(args) -> int:
     con = _console()
     spec = _spec(args)
-    gpu_present = _gpu_present() if not args.assume_gpu else True
+    gpu_count, in_use_before = _gpus()
+    gpu_present = gpu_count > 0 or args.assume_gpu
     if args.gpu is None and gpu_present and args.gpu_free_gib is None:
         args.gpu = "auto"
     r = resolve(args, read_gpu=nvml_gpu, read_host=host_available)
@@ -51,7 +56,7 @@ def cmd_up(args) -> int:
     from vramkit.adapters import docker, host, process
     checks = launcher.preflight(r, spec, gpu_present=gpu_present, docker_check=docker.check_engine,
                                 host_ram=lambda: host.host_memory()[1], memlock=host.memlock_limit,
-                                port_free=process.port_free)
+                                port_free=process.port_free, gpu_count=gpu_count or None)
     for c in checks:
         mark = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.fatal else "[yellow]warn[/yellow]")
         con.print(f"  {mark:>20} {c.name:9s} {c.detail}")
@@ -80,7 +85,10 @@ def cmd_up(args) -> int:
         if spec.runtime == "native":
             paths["log"].parent.mkdir(parents=True, exist_ok=True)
             paths["log"].write_text("")
-            pid = process.start_background(native, paths["log"], cpus=launcher.env_cpuset())
+            ids = spec.gpu_ids if len(spec.gpu_ids) >= r.plan.knobs["tp"] else list(range(r.plan.knobs["tp"]))
+            pid = process.start_background(native, paths["log"], cpus=launcher.env_cpuset(),
+                                           env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
+                                           if "CUDA_VISIBLE_DEVICES" not in os.environ else None)
             con.print(f"started pid {pid}; log {paths['log']}")
             is_alive = lambda: process.alive(pid)  # noqa: E731
             read_log = lambda: paths["log"].read_text(errors="replace")  # noqa: E731
@@ -102,7 +110,7 @@ def cmd_up(args) -> int:
         raise
     finally:
         client.close()
-    launcher.record(r, spec, pid, compose_path)
+    launcher.record(r, spec, pid, compose_path, in_use_before_start=in_use_before)
     con.print(f"[bold green]serving[/bold green] {r.model.name} at http://{spec.host}:{spec.port} "
               f"(OpenAI API: http://{spec.host}:{spec.port}/v1)")
     return 0
