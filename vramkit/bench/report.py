@@ -321,14 +321,20 @@ def write_compare_plot(results: list[dict], path: Path) -> Path:
     """One PNG: multi-turn TTFT CDF, decode tok/s vs concurrency and TTFT vs context, each run a colour."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-    for r in results:
-        _plot_multiturn_cdf(axes[0], r, r["label"], first_visits=False)
-        _plot_concurrency(axes[1], r, r["label"])
-        _plot_context(axes[2], r, r["label"])
-    for ax in axes:
+    panels = (("multiturn", lambda ax, r: _plot_multiturn_cdf(ax, r, r["label"], first_visits=False)),
+              ("concurrency", lambda ax, r: _plot_concurrency(ax, r, r["label"])),
+              ("context", lambda ax, r: _plot_context(ax, r, r["label"])))
+    for ax, (suite, draw) in zip(axes, panels):
+        for r in results:
+            if suite in r["summary"]:      # a run without the suite would only add empty legend entries
+                draw(ax, r)
+        absent = [r["label"] for r in results if suite not in r["summary"]]
+        if absent:
+            ax.set_title(ax.get_title() + f"\n(not measured: {', '.join(absent)})", fontsize=10)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.suptitle(" vs ".join(r["label"] for r in results), fontsize=9)
+    devices = " / ".join(dict.fromkeys(r["device"]["label"] for r in results))
+    fig.suptitle(" vs ".join(r["label"] for r in results) + f" · {devices}", fontsize=9)
     return _save(fig, path, plt)
 
 
