@@ -87,7 +87,7 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail)
     engine = Engine.from_config(catalog.engine_constants())
     return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None,
-                    plan(model, target, knobs_obj, engine))
+                    plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values())))
 
 
 def nvml_gpu() -> tuple[GpuSpec, int]:

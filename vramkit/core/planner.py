@@ -250,7 +250,10 @@ def activation_bytes(model: ModelSpec, chunk_tokens: int, tp: int, factor: float
     return int(chunk_tokens * per_token * factor)
 
 
-def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with_alternatives: bool = True) -> Plan:
+def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with_alternatives: bool = True,
+         candidates: tuple[ModelSpec, ...] = ()) -> Plan:
+    """The plan; when it does not fit, `alternatives` re-plans each change (and each of `candidates`,
+    other models the user could run instead)."""
     reasons: list[str] = []
     notes: list[str] = []
     tp = max(1, knobs.tp)
@@ -382,7 +385,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         fits=not reasons, reasons=reasons, notes=notes,
     )
     if with_alternatives and not p.fits:
-        p.alternatives = alternatives(model, target, knobs, engine, p)
+        p.alternatives = alternatives(model, target, knobs, engine, p, candidates)
     return p
 
 
@@ -401,16 +404,18 @@ def _auto_offload_gib(free: int, frac: float, fixed_weights: int, cell: int, kno
 
 
 def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine) -> float:
-    """The largest mem_fraction_static (step 0.01) that keeps the runtime margin."""
+    """The largest mem_fraction_static (step 0.01, at most 0.90: the highest measured to start and serve on
+    the emulated 16 GB card, benchmarks/calibration/fp8-f090-16g.json) that keeps the runtime margin."""
     best = None
-    for f100 in range(50, 96):
+    for f100 in range(50, 91):
         p = plan(model, target, replace(knobs, mem_fraction=f100 / 100), engine, with_alternatives=False)
         if p.kv_pool_tokens > 0 and p.headroom_bytes >= engine.runtime_margin:
             best = f100 / 100
     return best or 0.5
 
 
-def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, base: Plan) -> list[Alternative]:
+def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, base: Plan,
+                 candidates: tuple[ModelSpec, ...] = ()) -> list[Alternative]:
     """Changes that make it fit, cheapest first: each is re-planned, never guessed."""
     out: list[Alternative] = []
 
@@ -450,6 +455,18 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         trial("two GPUs with tensor parallelism (--tp-size 2)",
               "needs a second card of this size; weights and KV split per rank; decode ceiling "
               "{tok_s} tok/s per rank-bandwidth", tp=2)
+    own = sum(weight_components(model).values())
+    for other in candidates:
+        same_family = other.name.split("-")[:2] == model.name.split("-")[:2]     # e.g. qwen2.5-coder
+        if other.name == model.name or not same_family or sum(weight_components(other).values()) >= own:
+            continue
+        p = plan(other, target, knobs, engine, with_alternatives=False)
+        if p.fits:
+            tok_s = "n/a" if p.decode_tok_s_ceiling is None else f"{p.decode_tok_s_ceiling:.1f}"
+            out.append(Alternative(change=f"a smaller model: {other.name} (same knobs)", knobs={"model": other.name},
+                                   fits=True, decode_tok_s_ceiling=p.decode_tok_s_ceiling,
+                                   cost=f"a different model's quality; pool {p.kv_pool_tokens:,} tokens; decode "
+                                        f"ceiling {tok_s} tok/s"))
     # fitting ones first, fastest first; non-fitting kept for the record at the end
     out.sort(key=lambda a: (not a.fits, -(a.decode_tok_s_ceiling or 0)))
     return out
