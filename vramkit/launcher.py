@@ -70,14 +70,12 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
                             f"-> --tp {gpu_count} or more cards", Exit.NO_GPU))
     checks.append(Check("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
                         "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
-    checks.append(Check("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
-                        " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
     if p.host_ram_bytes:
         avail = host_ram()
-        reserve = 10 * GiB if p.knobs["hicache_gib"] else 0
+        reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs["hicache_gib"] else 0
         ok = avail - reserve >= p.host_ram_bytes
         checks.append(Check("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
-                            + (f" + 10 GiB SGLang keeps free" if reserve else "")
+                            + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")
                             + f", {bytes2human(avail)} available", Exit.HOST_MEMORY))
         soft, _hard = memlock()
         if spec.runtime == "native" and soft is not None and soft < p.host_ram_bytes:
@@ -85,6 +83,8 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
             # (benchmarks/gpu/nvml_vs_smi.py probes it), so this warns rather than refuses.
             checks.append(Check("memlock", False, f"memlock limit {bytes2human(soft)} < {bytes2human(p.host_ram_bytes)} "
                                 f"pinned -> `ulimit -l unlimited` if pinning fails", Exit.HOST_MEMORY, fatal=False))
+    checks.append(Check("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
+                        " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
     busy = not port_free(spec.host, spec.port)
     checks.append(Check("port", not busy, f"{spec.host}:{spec.port} " + ("is in use -> stop what holds it or PORT=..."
                                                                            if busy else "free"), Exit.PORT_BUSY))

@@ -80,10 +80,16 @@ def phase(text: str) -> str:
     return current
 
 
+# Import noise SGLang prints at every start (optional kernels it does without): never the cause.
+_NOISE = re.compile(r"Ignore import error|No module named '(cutlass|openai_harmony)'|ModuleNotFoundError")
+
+
 def last_error(text: str, max_len: int = 240) -> str:
-    """The most telling error line of a failed start, or ''."""
+    """The most telling error line of a failed start; for a silent death (killed, no error line), the
+    last line the server printed."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in reversed(lines):
-        if _ERROR.search(ln) and "Traceback" not in ln:
+        if _ERROR.search(ln) and "Traceback" not in ln and not _NOISE.search(ln):
             return ln[-max_len:]
-    return lines[-1][-max_len:] if lines else ""
+    real = [ln for ln in lines if not _NOISE.search(ln)]
+    return ("no error line; last: " + real[-1])[-max_len:] if real else ""
