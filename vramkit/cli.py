@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return int(Exit.BAD_INPUT)
+    return run_command(args)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command: a VramkitError becomes its one line and exit code, never a traceback."""
     try:
         return int(args.func(args) or 0)
     except VramkitError as err:

@@ -243,13 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vramkit")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["embed", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return int(args.func(args) or 0)
-    except VramkitError as err:
-        print(err.line(), file=sys.stderr)
-        return int(err.code)
-    except KeyboardInterrupt:
-        return int(Exit.INTERRUPTED)
+    from vramkit.cli import run_command   # cli imports no command module at import time
+    return run_command(args)
 
 
 if __name__ == "__main__":
