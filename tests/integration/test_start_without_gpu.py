@@ -82,7 +82,7 @@ def _assert_one_line_failure(r: subprocess.CompletedProcess, missing: str) -> st
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     vramkit_lines = [ln for ln in lines if ln.startswith("vramkit: ")]
     assert len(vramkit_lines) == 1, lines
-    assert lines[-1] == vramkit_lines[0] or re.fullmatch(r"make: \*\*\* \[.*\] Error \d+", lines[-1]), lines
+    assert lines[-1] == vramkit_lines[0] or re.fullmatch(r"make(\[\d+\])?: \*\*\* \[.*\] Error \d+", lines[-1]), lines
     line = vramkit_lines[0]
     assert line.startswith(f"vramkit: not starting: {missing}: ") and " -> " in line
     return line
