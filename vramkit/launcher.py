@@ -170,22 +170,17 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
 
 
 def env_cpuset() -> tuple[int, ...]:
-    """VRAMKIT_SGLANG_CPUSET from the environment or the repo's .env (written by `make optimize`)."""
-    text = os.environ.get("VRAMKIT_SGLANG_CPUSET")
-    if text is None:
-        env_file = catalog.CONFIG_DIR.parent / ".env"
-        if env_file.is_file():
-            for line in env_file.read_text().splitlines():
-                if line.startswith("VRAMKIT_SGLANG_CPUSET="):
-                    text = line.split("=", 1)[1].strip()
-    cpus: list[int] = []
-    for part in (text or "").split(","):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            cpus += range(int(a), int(b) + 1)
-        elif part.strip():
-            cpus.append(int(part))
-    return tuple(cpus)
+    """VRAMKIT_SGLANG_CPUSET from the environment or the repo's .env (written by `make optimize-write`)."""
+    from vramkit.core.host_plan import ENV_SERVER_CPUSET, parse_cpulist, read_env_value
+    text = os.environ.get(ENV_SERVER_CPUSET)
+    env_file = catalog.CONFIG_DIR.parent / ".env"
+    if text is None and env_file.is_file():
+        text = read_env_value(env_file.read_text(), ENV_SERVER_CPUSET)
+    try:
+        return parse_cpulist(text or "")
+    except ValueError as e:
+        raise VramkitError(f"{ENV_SERVER_CPUSET}: {e}", f"fix it in the environment or {env_file}",
+                           Exit.BAD_INPUT) from None
 
 
 def shell_line(cmd: list[str]) -> str:

@@ -32,6 +32,7 @@ from vramkit.adapters import nvml  # noqa: E402
 from vramkit.adapters.sglang_http import SglangClient  # noqa: E402
 from vramkit.adapters.state import state_dir  # noqa: E402
 from vramkit.core import sglang_log  # noqa: E402
+from vramkit.core.bench_stats import decode_tok_s  # noqa: E402
 
 
 class PeakSampler(threading.Thread):
@@ -102,13 +103,13 @@ def main() -> int:
                 r = c.generate(input_ids=ids, max_new_tokens=a.long_output, stream=True)
                 probe["long"] = {"prompt_tokens": n_long, "ok": r.ok, "ttft_s": r.ttft_s, "latency_s": r.latency_s,
                                  "completion_tokens": r.completion_tokens, "error": r.error,
-                                 "decode_tok_s": ((r.completion_tokens - 1) / (r.latency_s - r.ttft_s)
-                                                  if r.ok and r.ttft_s and r.completion_tokens > 1 else None)}
+                                 "decode_tok_s": decode_tok_s(r.latency_s, r.ttft_s, r.completion_tokens)
+                                 if r.ok else None}
             # single-stream decode speed at a short context (the roofline point)
             r = c.generate(input_ids=[rng.randrange(10, vocab) for _ in range(256)], max_new_tokens=256, stream=True)
             probe["decode_256"] = {"ok": r.ok, "ttft_s": r.ttft_s, "latency_s": r.latency_s,
-                                   "decode_tok_s": ((r.completion_tokens - 1) / (r.latency_s - r.ttft_s)
-                                                    if r.ok and r.ttft_s else None), "error": r.error}
+                                   "decode_tok_s": decode_tok_s(r.latency_s, r.ttft_s, r.completion_tokens)
+                                   if r.ok else None, "error": r.error}
         if a.bench:
             b = subprocess.run([sys.executable, "-m", "vramkit", "bench", *shlex.split(a.bench)],
                                capture_output=True, text=True, timeout=420)

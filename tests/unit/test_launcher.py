@@ -352,3 +352,19 @@ def test_last_error_of_a_crash_is_the_exception_line():
 def test_last_error_of_a_silent_death_is_not_import_noise():
     killed_in_graph_capture = _log_upto("Capture target decode CUDA graph begin")
     assert "Ignore import error" not in sglang_log.last_error(killed_in_graph_capture)
+
+
+def test_env_cpuset_from_environment_and_bad_value(monkeypatch):
+    monkeypatch.setenv("VRAMKIT_SGLANG_CPUSET", "0-2,5")
+    assert launcher.env_cpuset() == (0, 1, 2, 5)
+    monkeypatch.setenv("VRAMKIT_SGLANG_CPUSET", "3-1")
+    with pytest.raises(VramkitError) as e:
+        launcher.env_cpuset()
+    assert e.value.code == Exit.BAD_INPUT and "runs backwards" in e.value.what
+
+
+def test_read_env_value_last_wins_and_export():
+    from vramkit.core.host_plan import read_env_value
+    text = "# cores\nVRAMKIT_SGLANG_CPUSET=0-3\nexport VRAMKIT_SGLANG_CPUSET = 4-7\nOTHER=1\n"
+    assert read_env_value(text, "VRAMKIT_SGLANG_CPUSET") == "4-7"
+    assert read_env_value(text, "MISSING") is None

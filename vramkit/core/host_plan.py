@@ -213,12 +213,25 @@ def latency_settled(latencies_s: list[float], window: int = 3, tolerance: float 
 
 # --- .env -----------------------------------------------------------------------------------------
 
+_ENV_LINE = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=")
+
+
+def read_env_value(text: str, key: str) -> str | None:
+    """The value of KEY=value in .env text (the last one wins, as in a shell), or None."""
+    value = None
+    for line in text.splitlines():
+        m = _ENV_LINE.match(line)
+        if m and m.group(1) == key:
+            value = line[m.end():].strip()
+    return value
+
+
 def update_env_text(text: str, values: dict[str, str]) -> str:
     """Set KEY=value lines in .env text, keeping every other line (and comments) as it was."""
     lines = text.splitlines()
     done = set()
     for i, line in enumerate(lines):
-        m = re.match(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=", line)
+        m = _ENV_LINE.match(line)
         if m and m.group(1) in values:
             lines[i] = f"{m.group(1)}={values[m.group(1)]}"
             done.add(m.group(1))

@@ -86,7 +86,6 @@ class Target:
     gpu: GpuSpec | None
     gpu_free_bytes: int | None = None          # measured free memory at start, overrides the estimate
     other_used_bytes: int = 0                  # memory other processes hold on the card
-    host_ram_total_bytes: int | None = None
     host_ram_available_bytes: int | None = None
 
 
@@ -129,8 +128,7 @@ class Plan:
     alternatives: list = field(default_factory=list)
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        return d
+        return asdict(self)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -66,8 +66,6 @@ def parse(text: str) -> StartupFigures:
         m = re.findall(pat, text)
         if m:
             out[key] = float(m[-1]) if (key in _GIB_KEYS or key == "graph_s") else int(m[-1])
-    if "graph_s" in out:
-        out["graph_s"] = float(out["graph_s"])
     return StartupFigures(out)
 
 
