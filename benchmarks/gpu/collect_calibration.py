@@ -67,6 +67,7 @@ def main(dirs: list[str]) -> int:
             "context_length": int(server_arg(text, "context_length") or 0) or None,
             "hicache_size_gb": int(server_arg(text, "hicache_size") or 0),
             "survived": p.get("survived"),
+            "start_s": p.get("start_s"),       # `vramkit up` wall time: plan, start, /health, warm-up
             "measured": p["measured"],
             "probe": p.get("probe"),
             "device": p.get("device", "NVIDIA H100 80GB HBM3"),
