@@ -36,20 +36,22 @@ from vramkit.core.bench_stats import decode_tok_s  # noqa: E402
 
 
 class PeakSampler(threading.Thread):
-    def __init__(self, index: int = 0, period_s: float = 0.05):
+    """NVML's "in use" on each of `indices` at 20 Hz; `peaks[i]` is the highest seen on GPU i."""
+
+    def __init__(self, indices: list[int], period_s: float = 0.05):
         super().__init__(daemon=True)
-        self.index, self.period_s = index, period_s
-        self.peak = 0
+        self.indices, self.period_s = indices, period_s
+        self.peaks = {i: 0 for i in indices}
         self.samples = 0
         self._stop_evt = threading.Event()
 
     def run(self) -> None:
         while not self._stop_evt.is_set():
-            g = nvml.read_gpu(self.index, with_processes=False)
-            used = g.in_use_bytes
-            if isinstance(used, int):
-                self.peak = max(self.peak, used)
-                self.samples += 1
+            for i in self.indices:
+                used = nvml.read_gpu(i, with_processes=False).in_use_bytes
+                if isinstance(used, int):
+                    self.peaks[i] = max(self.peaks[i], used)
+            self.samples += 1
             time.sleep(self.period_s)
 
     def stop(self) -> None:
@@ -70,6 +72,7 @@ def main() -> int:
     ap.add_argument("--bench", default="", help="vramkit bench arguments to run after the probe")
     ap.add_argument("--long-output", type=int, default=32)
     ap.add_argument("--probe-fraction", type=float, default=0.9)
+    ap.add_argument("--gpus", default="0", help="GPU indices the server uses (one per tensor-parallel rank)")
     ap.add_argument("up_args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     up_args = [x for x in a.up_args if x != "--"]
@@ -78,13 +81,14 @@ def main() -> int:
     log_path = state_dir() / f"{name}.log"
     model_dir = ROOT / "config" / "models" / a.model
 
-    baseline = in_use()
-    sampler = PeakSampler()
+    gpus = [int(x) for x in a.gpus.split(",")]
+    baseline = {i: in_use(i) for i in gpus}    # the ballast and the driver's own, before the server
+    sampler = PeakSampler(gpus)
     sampler.start()
     t0 = time.time()
     up = subprocess.run([sys.executable, "-m", "vramkit", "up", "--runtime", "native", "--name", name,
                          "--model", a.model, "--model-path", str(model_dir), "--load-format", "dummy",
-                         "--no-fit-check", "--timeout", "900", *up_args], capture_output=True, text=True)
+                         "--no-fit-check", "--timeout", "900", "--gpus", a.gpus, *up_args], capture_output=True, text=True)
     start_s = time.time() - t0
     (a.out / f"{a.name}.up.txt").write_text(up.stdout[-20000:] + "\n--- stderr ---\n" + up.stderr[-5000:])
     result: dict = {"name": a.name, "model": a.model, "up_rc": up.returncode, "start_s": round(start_s, 1),
@@ -116,7 +120,8 @@ def main() -> int:
             (a.out / f"{a.name}.bench.txt").write_text(b.stdout[-20000:] + "\n--- stderr ---\n" + b.stderr[-5000:])
             probe["bench_rc"] = b.returncode
     sampler.stop()
-    peak = max(sampler.peak - baseline, 0)
+    per_gpu = {i: max(sampler.peaks[i] - baseline[i], 0) for i in gpus}
+    peak = max(per_gpu.values())               # per rank, as the planner counts: the fullest card
     subprocess.run([sys.executable, "-m", "vramkit", "down", "--name", name], capture_output=True, text=True)
     time.sleep(3)
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
@@ -146,6 +151,7 @@ def main() -> int:
             "weights_bytes": int(fig["weights"] * 2**30) if "weights" in fig else None,
             "kv_pool_tokens": fig.get("kv_tokens") or server_info.get("max_total_num_tokens"),
             "peak_vram_bytes": peak,
+            "peak_vram_bytes_per_gpu": {str(i): v for i, v in per_gpu.items()},
             "startup_avail_gib": fig.get("available_after_start"),
             "log_figures_gib": fig,
             "max_req_input_len": server_info.get("max_req_input_len"),

@@ -3,8 +3,14 @@
 # (RUNTIME=native, dummy weights of the real shapes), measured, benchmarked, stopped.
 # Runs detached on the GPU host; results accumulate in $RES and are packed into $RES.tgz after each point.
 # Usage (repo root, GPU host, .gpu/ holding the SGLang archive, ballast.py and the JIT cache):
-#   setsid nohup bash benchmarks/gpu/run_calibration.sh > /tmp/gpuwork/driver.log 2>&1 &
+#   setsid nohup bash benchmarks/gpu/run_calibration.sh SESSION > /tmp/gpuwork/driver.log 2>&1 &
+# SESSION (each one a device session's worth):
+#   first  (H100)      the 9 calibration points and the first preset benches (2026-11-22, session 1)
+#   final  (H100)      the optimized preset at its final settings (fraction 0.85 + 8 GB host cache) with
+#                      every bench suite, its host-cache A/B at 0.85, and the two points whose peak was lost
+#   tp2    (2 GPUs)    tensor parallel 2, each card emulated at 16 GB: per-rank figures for the planner
 set -u
+SESSION=${1:?usage: run_calibration.sh first|final|tp2}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 [ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SGLANG_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
@@ -12,53 +18,90 @@ export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
 [ -f .gpu/tvm-ffi-cache.tar.gz ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf .gpu/tvm-ffi-cache.tar.gz -C $TVM_FFI_CACHE_DIR
 # the archive has no FA3 and no xgrammar: the same flags smoke.sh uses (each checked by SGLang's parser in CI)
 export SGLANG_EXTRA_ARGS="--attention-backend triton --sampling-backend pytorch --grammar-backend none"
+# the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VRAMKIT_DEVICE_LABEL
 pack() { (cd "$RES" && tar -czf /tmp/gpuwork/res.tgz .); }
 step() { echo "=== $(date +%T) $*" | tee -a "$RES/progress.txt"; }
 
-step "nvml vs nvidia-smi"
-timeout 150 python3 benchmarks/gpu/nvml_vs_smi.py "$RES/nvml-vs-smi.json" > "$RES/logs/nvml-vs-smi.txt" 2>&1
-pack
-
-ballast_pid=
-ballast() {  # GiB to leave free, or 0 for the whole card
-  [ -n "$ballast_pid" ] && kill $ballast_pid 2>/dev/null && wait $ballast_pid 2>/dev/null; ballast_pid=
+GPUS=${GPUS:-0}; ballast_pid=
+ballast() {  # GiB to leave free on each of GPUS (default 0), or 0 for the whole card(s)
+  local pid g; for pid in $ballast_pid; do kill $pid 2>/dev/null; wait $pid 2>/dev/null; done; ballast_pid=
   [ "$1" = 0 ] && return
-  python3 .gpu/ballast.py "$1" > "$RES/logs/ballast-$1.txt" 2>&1 & ballast_pid=$!
-  for i in $(seq 60); do grep -q holding "$RES/logs/ballast-$1.txt" && break; sleep 1; done
+  for g in ${GPUS//,/ }; do
+    CUDA_VISIBLE_DEVICES=$g python3 .gpu/ballast.py "$1" > "$RES/logs/ballast-$1-gpu$g.txt" 2>&1 &
+    ballast_pid="$ballast_pid $!"
+  done
+  for g in ${GPUS//,/ }; do
+    for i in $(seq 60); do grep -q holding "$RES/logs/ballast-$1-gpu$g.txt" && break; sleep 1; done
+  done
 }
 point() {  # name model budget "bench args" -- up args
   local name=$1 model=$2 budget=$3 bench=$4; shift 4
   step "$name"
   timeout 900 python3 benchmarks/gpu/calibrate_point.py --name "$name" --model "$model" --budget-gib "$budget" \
-    --out "$RES/cal" --bench "$bench" "$@" 2>&1 | tail -3 | tee -a "$RES/progress.txt"
+    --out "$RES/cal" --gpus "$GPUS" --bench "$bench" "$@" 2>&1 | tail -3 | tee -a "$RES/progress.txt"
   pack
 }
 B="--vocab-size 151000 --no-plots"
-plan() { python3 -m vramkit plan --json --gpu h100-80gb "$@" > "$RES/bench/plan-$1$2.json" 2>/dev/null; }
+M14=qwen2.5-coder-14b-instruct-gptq-int4
 
-ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
-python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset optimized > "$RES/bench/plan-optimized.json"
-point opt-16g qwen2.5-coder-14b-instruct-gptq-int4 16 \
-  "--suites latency,concurrency,capacity,context,multiturn --quick --sessions 6 $B --label optimized-16g --out $RES/bench/optimized-16g.json --planner-json $RES/bench/plan-optimized.json" \
-  -- --preset optimized
-point opt-nohicache-16g qwen2.5-coder-14b-instruct-gptq-int4 16 \
-  "--suites multiturn --quick --sessions 6 $B --label hicache-off-16g --out $RES/bench/hicache-off-16g.json" \
-  -- --preset optimized --hicache-gib 0
-python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset baseline > "$RES/bench/plan-baseline.json"
-point baseline-16g qwen2.5-coder-14b-instruct-gptq-int4 16 \
-  "--suites latency,concurrency,capacity,context --quick $B --label baseline-16g --out $RES/bench/baseline-16g.json --planner-json $RES/bench/plan-baseline.json" \
-  -- --preset baseline
-point fp16-f080-16g qwen2.5-coder-14b-instruct-gptq-int4 16 "" -- --preset baseline --mem-fraction 0.80 --max-running 8
-point fp8-f085-16g qwen2.5-coder-14b-instruct-gptq-int4 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.85
-point fp8-f090-16g qwen2.5-coder-14b-instruct-gptq-int4 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.90
-python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset 128k > "$RES/bench/plan-128k.json"
-point 128k-7b-16g qwen2.5-coder-7b-instruct-gptq-int4 16 \
-  "--suites latency --quick $B --label 128k-16g --out $RES/bench/128k-16g.json --planner-json $RES/bench/plan-128k.json" \
-  --probe-fraction 1.0 -- --preset 128k
-ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
-point fp8-f080-24g qwen2.5-coder-14b-instruct-gptq-int4 24 "" -- --preset optimized --hicache-gib 0
-ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
-point qwen05b-full qwen2.5-0.5b-instruct 0 "" -- --model qwen2.5-0.5b-instruct --context 32768 --kv-dtype auto \
-  --mem-fraction 0.5 --chunked-prefill 4096 --cuda-graph-max-bs 16 --max-running 16
+session_first() {
+  step "nvml vs nvidia-smi"
+  timeout 150 python3 benchmarks/gpu/nvml_vs_smi.py "$RES/nvml-vs-smi.json" > "$RES/logs/nvml-vs-smi.txt" 2>&1
+  pack
+
+  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
+  python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset optimized > "$RES/bench/plan-optimized.json"
+  point opt-16g $M14 16 \
+    "--suites latency,concurrency,capacity,context,multiturn --quick --sessions 6 $B --label optimized-16g --out $RES/bench/optimized-16g.json --planner-json $RES/bench/plan-optimized.json" \
+    -- --preset optimized
+  point opt-nohicache-16g $M14 16 \
+    "--suites multiturn --quick --sessions 6 $B --label hicache-off-16g --out $RES/bench/hicache-off-16g.json" \
+    -- --preset optimized --hicache-gib 0
+  python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset baseline > "$RES/bench/plan-baseline.json"
+  point baseline-16g $M14 16 \
+    "--suites latency,concurrency,capacity,context --quick $B --label baseline-16g --out $RES/bench/baseline-16g.json --planner-json $RES/bench/plan-baseline.json" \
+    -- --preset baseline
+  point fp16-f080-16g $M14 16 "" -- --preset baseline --mem-fraction 0.80 --max-running 8
+  point fp8-f085-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.85
+  point fp8-f090-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.90
+  python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset 128k > "$RES/bench/plan-128k.json"
+  point 128k-7b-16g qwen2.5-coder-7b-instruct-gptq-int4 16 \
+    "--suites latency --quick $B --label 128k-16g --out $RES/bench/128k-16g.json --planner-json $RES/bench/plan-128k.json" \
+    --probe-fraction 1.0 -- --preset 128k
+  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
+  point fp8-f080-24g $M14 24 "" -- --preset optimized --hicache-gib 0
+  ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
+  point qwen05b-full qwen2.5-0.5b-instruct 0 "" -- --model qwen2.5-0.5b-instruct --context 32768 --kv-dtype auto \
+    --mem-fraction 0.5 --chunked-prefill 4096 --cuda-graph-max-bs 16 --max-running 16
+}
+
+session_final() {  # the optimized preset as it now ships: fraction 0.85 + 8 GB host cache
+  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
+  python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset optimized > "$RES/bench/plan-optimized.json"
+  point opt-f085-16g $M14 16 \
+    "--suites latency,concurrency,capacity,context,multiturn --quick --sessions 6 $B --label optimized-16g --out $RES/bench/optimized-16g.json --planner-json $RES/bench/plan-optimized.json" \
+    -- --preset optimized
+  point opt-nohicache-f085-16g $M14 16 \
+    "--suites multiturn --quick --sessions 6 $B --label hicache-off-16g --out $RES/bench/hicache-off-16g.json" \
+    -- --preset optimized --hicache-gib 0
+  # the first session's two points whose peak the JSON writer lost
+  point fp16-f080-16g $M14 16 "" -- --preset baseline --mem-fraction 0.80 --max-running 8
+  point opt-nohicache-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.80
+}
+
+session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knobs without the host cache
+  GPUS=0,1; ballast 16; VRAMKIT_DEVICE_LABEL="2x H200, memory emulated at 16 GB each"
+  nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv > "$RES/logs/gpus.csv" 2>&1
+  point tp2-opt-16g $M14 16 \
+    "--suites latency,concurrency --quick $B --label optimized-tp2-16g --out $RES/bench/optimized-tp2-16g.json" \
+    -- --preset optimized --hicache-gib 0 --tp 2
+  grep -q '"survived": true' "$RES/cal/tp2-opt-16g.json" 2>/dev/null || \
+    point tp2-opt-nocar-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --tp 2 \
+      --extra-args "$SGLANG_EXTRA_ARGS --disable-custom-all-reduce"
+  point tp2-fp16-f085-16g $M14 16 "" -- --preset baseline --mem-fraction 0.85 --tp 2
+}
+
+session_$SESSION
 step DONE; pack

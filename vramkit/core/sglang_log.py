@@ -1,6 +1,7 @@
 """Read SGLang 0.5.15.post1's server log: start-up phases and the memory figures it prints.
 
 Pure text parsing. The lines (sglang/srt/model_executor/model_runner*.py), "GB" there meaning GiB:
+  Init torch distributed ends. elapsed=0.41 s, mem usage=0.09 GB
   Load weight begin. avail mem=15.33 GB
   Load weight end. elapsed=8.90 s, type=Qwen2ForCausalLM, quant=gptq, ..., avail mem=5.92 GB, mem usage=9.41 GB.
   KV Cache is allocated. dtype: torch.float16, #tokens: 15493, K size: 1.42 GB, V size: 1.42 GB
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 GIB = 1 << 30
 
 _PATTERNS = {
+    "dist_init_mem": r"Init torch distributed ends\..*?mem usage=([\d.]+) GB",
     "load_begin_avail": r"Load weight begin\. avail mem=([\d.]+) GB",
     "load_end_avail": r"Load weight end\..*?avail mem=([\d.]+) GB",
     "weights": r"Load weight end\..*?mem usage=([\d.]+) GB",
@@ -31,7 +33,7 @@ _PATTERNS = {
     "max_running_requests": r"max_total_num_tokens=.*?max_running_requests=(\d+)",
     "available_after_start": r"max_total_num_tokens=.*?available_gpu_mem=([\d.]+) GB",
 }
-_GIB_KEYS = {"load_begin_avail", "load_end_avail", "weights", "pool_end_avail", "graph_begin_avail", "graph_mem",
+_GIB_KEYS = {"dist_init_mem", "load_begin_avail", "load_end_avail", "weights", "pool_end_avail", "graph_begin_avail", "graph_mem",
              "graph_end_avail", "available_after_start"}
 
 # Start-up phases in order: (marker in the log, what to tell the user)
@@ -60,12 +62,19 @@ class StartupFigures:
         return None if v is None else int(round(v * GIB))
 
 
+# With tensor parallelism every rank logs its own line ("[TP0] ...", "[TP1] ..."). SGLang sizes the KV pool
+# of every rank from the smallest free memory across ranks (model_runner.init_torch_distributed takes
+# the MIN), so for free-memory figures the smallest rank is the one that counts; for the rest, the last.
+_MIN_KEYS = {"load_begin_avail"}
+
+
 def parse(text: str) -> StartupFigures:
     out = {}
     for key, pat in _PATTERNS.items():
         m = re.findall(pat, text)
         if m:
-            out[key] = float(m[-1]) if (key in _GIB_KEYS or key == "graph_s") else int(m[-1])
+            conv = float if (key in _GIB_KEYS or key == "graph_s") else int
+            out[key] = min(map(conv, m)) if key in _MIN_KEYS else conv(m[-1])
     return StartupFigures(out)
 
 
