@@ -9,8 +9,10 @@
 #   final  (H100)      the optimized preset at its final settings (fraction 0.85 + 8 GB host cache) with
 #                      every bench suite, its host-cache A/B at 0.85, and the two points whose peak was lost
 #   tp2    (2 GPUs)    tensor parallel 2, each card emulated at 16 GB: per-rank figures for the planner
+#   tp2parts (2 GPUs)  what tensor parallelism adds, part by part: the same 14B at tp 1 on the same host,
+#                      tp 2 without SGLang's custom all-reduce, and two more models (7B GPTQ, 0.5B dense)
 set -u
-SESSION=${1:?usage: run_calibration.sh first|final|tp2}
+SESSION=${1:?usage: run_calibration.sh first|final|tp2|tp2parts}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 [ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SGLANG_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
@@ -101,6 +103,18 @@ session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knob
     point tp2-opt-nocar-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --tp 2 \
       --extra-args "$SGLANG_EXTRA_ARGS --disable-custom-all-reduce"
   point tp2-fp16-f085-16g $M14 16 "" -- --preset baseline --mem-fraction 0.85 --tp 2
+}
+
+session_tp2parts() {
+  local M7=qwen2.5-coder-7b-instruct-gptq-int4 M05=qwen2.5-0.5b-instruct
+  GPUS=0; ballast 16; VRAMKIT_DEVICE_LABEL="H200, memory emulated at 16 GB"
+  point h200-opt-f085-16g $M14 16 "" -- --preset optimized --hicache-gib 0
+  GPUS=0,1; ballast 16; VRAMKIT_DEVICE_LABEL="2x H200, memory emulated at 16 GB each"
+  point tp2-opt-nocar-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --tp 2 \
+    --extra-args "$SGLANG_EXTRA_ARGS --disable-custom-all-reduce"
+  point tp2-7b-opt-16g $M7 16 "" -- --model $M7 --preset optimized --hicache-gib 0 --tp 2
+  point tp2-05b-16g $M05 16 "" -- --model $M05 --context 32768 --kv-dtype auto --mem-fraction 0.85 \
+    --chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8 --tp 2
 }
 
 session_$SESSION

@@ -326,7 +326,7 @@ def test_healthy_at_once(spec):
 def test_parse_real_gptq_start():
     f = sglang_log.parse(REAL_LOG)
     assert f.values == {
-        "load_begin_avail": 15.33, "load_end_avail": 5.92, "weights": 9.41, "kv_tokens": 15493,
+        "dist_init_mem": 0.09, "load_begin_avail": 15.33, "load_end_avail": 5.92, "weights": 9.41, "kv_tokens": 15493,
         "pool_end_avail": 2.66, "graph_begin_avail": 2.57, "graph_mem": 0.06, "graph_end_avail": 2.51,
         "graph_s": 377.76, "max_total_num_tokens": 15493, "context_len": 32768, "max_running_requests": 2048,
         "available_after_start": 2.51,

@@ -71,6 +71,7 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
             raise VramkitError(f"--{name} must be at least 1", "", Exit.BAD_INPUT)
     knobs_obj = Knobs(**knobs)
 
+    engine = Engine.from_config(catalog.engine_constants())
     gpu_free = int(args.gpu_free_gib * GiB) if args.gpu_free_gib is not None else None
     gpu_name = args.gpu or (None if gpu_free is not None else DEFAULT_GPU)
     gpu: GpuSpec | None = None
@@ -78,14 +79,13 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
     if gpu_name == "auto":
         if read_gpu is None:
             raise VramkitError("--gpu auto needs NVML", "name a GPU with --gpu", Exit.NO_GPU)
-        gpu, measured_free = read_gpu()
-        if gpu_free is None:
-            gpu_free = measured_free
+        gpu, nvml_free = read_gpu()
+        if gpu_free is None:   # SGLang sees what is free once its context (and, tp > 1, NCCL) is up
+            gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp)
     elif gpu_name:
         gpu = catalog.gpu(gpu_name)
     host_avail = int(args.host_ram_gib * GiB) if args.host_ram_gib is not None else (read_host() if read_host else None)
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail)
-    engine = Engine.from_config(catalog.engine_constants())
     return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None,
                     plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values())))
 
@@ -108,8 +108,7 @@ def nvml_gpu() -> tuple[GpuSpec, int]:
     spec = GpuSpec(name=known.name if known else f"nvml:{g.name}", label=str(g.name),
                    memory_total_bytes=int(g.total_bytes), bandwidth_bytes_s=base.bandwidth_bytes_s,
                    pcie_gen=base.pcie_gen, pcie_lanes=base.pcie_lanes, nvml_names=(str(g.name),))
-    engine = Engine.from_config(catalog.engine_constants())
-    return spec, int(g.free_bytes) - engine.cuda_context
+    return spec, int(g.free_bytes)
 
 
 def host_available() -> int:

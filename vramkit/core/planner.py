@@ -27,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from vramkit.catalog import GpuSpec, ModelSpec
+from vramkit.core.weight_load import LoadShape, replay_load
 from vramkit.units import GiB, MiB, bytes2human
 
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5}
@@ -41,7 +42,8 @@ class Engine:
 
     cuda_context: int
     driver_reserved: int
-    load_overhead: dict
+    tp_comm_init: int           # per rank, tp > 1: NCCL communicators + custom all-reduce, before the weights
+    tp_comm_runtime: int        # per rank, tp > 1: what the first large all-reduce adds while serving
     pre_kv: int
     post_kv_misc: int
     attention_backend: int
@@ -50,11 +52,16 @@ class Engine:
     runtime_margin: int
     hicache_host_reserve: int
 
+    def startup_overhead(self, tp: int) -> int:
+        """GPU memory the server process takes before its weights (SGLang's pre_model_load_memory is the
+        card's free memory minus this)."""
+        return self.cuda_context + (self.tp_comm_init if tp > 1 else 0)
+
     @classmethod
     def from_config(cls, c: dict) -> Engine:
         return cls(
             cuda_context=int(c["cuda_context_mib"] * MiB), driver_reserved=int(c["driver_reserved_mib"] * MiB),
-            load_overhead={k: int(v * MiB) for k, v in c["load_overhead_mib"].items()},
+            tp_comm_init=int(c["tp_comm_init_mib"] * MiB), tp_comm_runtime=int(c["tp_comm_runtime_mib"] * MiB),
             pre_kv=int(c["pre_kv_mib"] * MiB), post_kv_misc=int(c["post_kv_misc_mib"] * MiB),
             attention_backend=int(c["attention_backend_mib"] * MiB), decode_graph=int(c["decode_graph_mib"] * MiB),
             activation_factor=float(c["activation_factor"]), runtime_margin=int(c["runtime_margin_mib"] * MiB),
@@ -178,6 +185,17 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: int = 1) -> int:
     return int(kv_heads_rank * 2 * model.head_dim * model.num_layers * elem)
 
 
+def load_shape(model: ModelSpec) -> LoadShape:
+    q = model.quantization
+    quantized = q is not None and q.method in ("gptq", "awq")
+    return LoadShape(hidden=model.hidden_size, intermediate=model.intermediate_size, layers=model.num_layers,
+                     heads=model.num_heads, kv_heads=model.num_kv_heads, head_dim=model.head_dim,
+                     vocab=model.vocab_size, tie_embeddings=model.tie_word_embeddings,
+                     attention_bias=model.attention_bias, dtype_bytes=model.dtype_bytes,
+                     quant_group=q.group_size if quantized else None, quant_bits=q.bits if quantized else 4,
+                     quant_g_idx=bool(quantized and q.method == "gptq"))
+
+
 # ----------------------------------------------------------------------------------------------
 # SGLang's own defaults for a card (server_args._handle_gpu_memory_settings)
 # ----------------------------------------------------------------------------------------------
@@ -262,10 +280,10 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     if target.gpu_free_bytes is not None:
         free = int(target.gpu_free_bytes)
     elif gpu is not None:
-        free = gpu.memory_total_bytes - engine.driver_reserved - target.other_used_bytes - engine.cuda_context
+        free = gpu.memory_total_bytes - engine.driver_reserved - target.other_used_bytes - engine.startup_overhead(tp)
     else:
         raise ValueError("plan needs a GPU or a free-memory figure")
-    card_total = total if total is not None else free + engine.cuda_context
+    card_total = total if total is not None else free + engine.startup_overhead(tp)
 
     # resolve SGLang's defaults from the TARGET card, never from the machine it runs on
     chunk = knobs.chunked_prefill or sglang_default_chunked_prefill(card_total)
@@ -278,16 +296,20 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     comps = weight_components(model, tp)
     tensor_bytes = sum(comps.values())
     layer_bytes = comps["attention"] + comps["mlp"] + 2 * model.num_layers * model.hidden_size * model.dtype_bytes
-    method = model.quantization.method if model.quantization else "dense"
     # rope cos/sin cache: context positions x head_dim, fp32 on CUDA (sglang rotary_embedding/base.py)
-    overhead = engine.load_overhead.get(method, engine.load_overhead["dense"]) + context_len * model.head_dim * 4
+    rope_bytes = context_len * model.head_dim * 4
+    shape = load_shape(model)
+    # what the load reserves: the tensors, the rope cache and the caching allocator's slack, replayed
+    overhead = replay_load(shape, tp, rope_bytes).gpu_reserved_bytes - tensor_bytes
     offload_req = knobs.cpu_offload_gib
     cell = kv_bytes_per_token(model, knobs.kv_dtype, tp)
     if offload_req == "auto":
         offload_req = _auto_offload_gib(free, frac, tensor_bytes + overhead + engine.pre_kv, cell, knobs, layer_bytes)
     offload_req = int(offload_req)
-    offloaded = min(offload_req * GiB, layer_bytes)
-    weights_gpu = tensor_bytes - offloaded + overhead
+    load = replay_load(shape, tp, rope_bytes, min(offload_req * GiB, layer_bytes))
+    offloaded = load.offloaded_bytes
+    weights_gpu = load.gpu_reserved_bytes
+    overhead = weights_gpu - (tensor_bytes - offloaded)
 
     # 3. KV pool
     rest = (free - weights_gpu - engine.pre_kv) - free * (1 - frac)
@@ -312,7 +334,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         + engine.attention_backend + graphs
     startup_free = free - used_after_start
     headroom = startup_free - act
-    peak = engine.cuda_context + used_after_start + act
+    comm_runtime = engine.tp_comm_runtime if tp > 1 else 0
+    headroom -= comm_runtime
+    peak = engine.startup_overhead(tp) + used_after_start + act + comm_runtime
 
     # verdicts
     if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
@@ -360,7 +384,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # 7. decode ceilings
     ceiling, ceiling_batch = None, None
     if gpu is not None:
-        read_per_step = weights_gpu - comps["embed_tokens"] + (comps["embed_tokens"] if model.tie_word_embeddings else 0) - overhead
+        # the GPU-resident tensors after marlin conversion, less the rope cache and the embedding table
+        # (a lookup, not a matmul; read in full only when tied to lm_head)
+        read_per_step = load.gpu_tensor_bytes - rope_bytes - (0 if model.tie_word_embeddings else comps["embed_tokens"])
         t_weights = max(read_per_step, 0) / gpu.bandwidth_bytes_s + offloaded / gpu.pcie_bytes_s
         t_kv = cell * knobs.context / gpu.bandwidth_bytes_s     # one stream's KV at the full target context
         ceiling = 1.0 / (t_weights + t_kv)

@@ -1,0 +1,90 @@
+"""The caching-allocator model (vramkit/core/torch_alloc.py) against the rules of PyTorch's
+c10/cuda/CUDACachingAllocator.cpp, and the weight-load replay built on it (vramkit/core/weight_load.py)."""
+from __future__ import annotations
+
+from vramkit import catalog
+from vramkit.core.planner import load_shape, weight_components
+from vramkit.core.torch_alloc import CachingAllocator, round_size, segment_size
+from vramkit.core.weight_load import replay_load
+
+MiB = 1 << 20
+
+
+def test_sizes_round_as_pytorch_does():
+    assert round_size(1) == 512 and round_size(512) == 512 and round_size(513) == 1024
+    assert segment_size(512) == 2 * MiB                 # small pool: 2 MiB segments
+    assert segment_size(MiB) == 2 * MiB                 # 1 MiB is still "small"
+    assert segment_size(MiB + 512) == 20 * MiB          # large, under 10 MiB: 20 MiB segments
+    assert segment_size(10 * MiB) == 10 * MiB           # from 10 MiB: its own size, rounded to 2 MiB
+    assert segment_size(11 * MiB) == 12 * MiB
+
+
+def test_a_9_mib_tensor_reserves_a_20_mib_segment_and_the_rest_is_reused():
+    a = CachingAllocator()
+    a.malloc(9 * MiB)
+    assert a.reserved == 20 * MiB and a.allocated == 9 * MiB
+    a.malloc(9 * MiB)                                   # fits in the same segment's remainder
+    assert a.reserved == 20 * MiB
+    a.malloc(9 * MiB)                                   # 2 MiB left: a new segment
+    assert a.reserved == 40 * MiB
+
+
+def test_empty_cache_returns_only_wholly_free_segments():
+    a = CachingAllocator()
+    h1, h2 = a.malloc(9 * MiB), a.malloc(9 * MiB)
+    h3 = a.malloc(64 * MiB)
+    a.free(h1)
+    a.free(h3)
+    a.empty_cache()
+    assert a.reserved == 20 * MiB                       # h2 pins its segment; h3's went back
+    a.free(h2)                                          # merges with the free neighbours
+    a.empty_cache()
+    assert a.reserved == 0 and a.allocated == 0
+
+
+def test_best_fit_takes_the_smallest_block_that_fits():
+    a = CachingAllocator()
+    big, small = a.malloc(40 * MiB), a.malloc(12 * MiB)
+    a.free(big)
+    a.free(small)
+    a.malloc(12 * MiB)                                  # the 12 MiB segment, not a split of the 40 MiB one
+    a.empty_cache()
+    assert a.reserved == 12 * MiB
+
+
+def test_empty_tensors_take_nothing():
+    a = CachingAllocator()
+    assert a.malloc(0) is None
+    a.free(None)
+    assert a.reserved == 0
+
+
+def _shape(name):
+    return load_shape(catalog.model(name))
+
+
+def test_replay_holds_every_tensor_and_reserves_at_least_that():
+    for name in ("qwen2.5-coder-14b-instruct-gptq-int4", "qwen2.5-coder-7b-instruct", "qwen2.5-0.5b-instruct"):
+        m = catalog.model(name)
+        for tp in (1, 2):
+            rope = 32768 * m.head_dim * 4
+            r = replay_load(_shape(name), tp, rope)
+            tensors = sum(weight_components(m, tp).values()) + rope
+            assert r.gpu_reserved_bytes >= r.gpu_tensor_bytes
+            # marlin repacks GPTQ without changing its size; only the g_idx/qzeros it drops may differ
+            assert abs(r.gpu_tensor_bytes - tensors) / tensors < 0.02, (name, tp)
+            assert r.offloaded_bytes == 0
+
+
+def test_tp2_halves_the_sharded_weights():
+    name = "qwen2.5-coder-7b-instruct"
+    one, two = replay_load(_shape(name), 1, 0), replay_load(_shape(name), 2, 0)
+    assert 0.49 < two.gpu_tensor_bytes / one.gpu_tensor_bytes < 0.51
+
+
+def test_offload_moves_whole_parameters_until_the_budget_is_reached():
+    shape = _shape("qwen2.5-coder-14b-instruct-gptq-int4")
+    none = replay_load(shape, 1, 0)
+    r = replay_load(shape, 1, 0, 2 * 1024 * MiB)
+    assert 2 * 1024 * MiB <= r.offloaded_bytes < 2 * 1024 * MiB + 80 * MiB     # one gate_up qweight is 67.5 MiB
+    assert none.gpu_tensor_bytes - r.gpu_tensor_bytes >= r.offloaded_bytes * 0.98
