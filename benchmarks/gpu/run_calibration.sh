@@ -8,11 +8,11 @@
 #   first  (H100)      the 9 calibration points and the first preset benches (2026-11-22, session 1)
 #   final  (H100)      the optimized preset at its final settings (fraction 0.85 + 8 GB host cache) with
 #                      every bench suite, its host-cache A/B at 0.85, and the two points whose peak was lost
-#   tp2    (2 GPUs)    tensor parallel 2, each card emulated at 16 GB: per-rank figures for the planner
-#   tp2parts (2 GPUs)  what tensor parallelism adds, part by part: the same 14B at tp 1 on the same host,
-#                      tp 2 without SGLang's custom all-reduce, and two more models (7B GPTQ, 0.5B dense)
+#   tp2    (2 GPUs)    tensor parallel 2, each card emulated at 16 GB: per-rank figures for the planner.
+#                      Dense models: a fresh host compiles the GPTQ marlin kernels for ~6 min, more than a
+#                      session's device time; the 7B in bf16 does not fit one 16 GB card, and fits two.
 set -u
-SESSION=${1:?usage: run_calibration.sh first|final|tp2|tp2parts}
+SESSION=${1:?usage: run_calibration.sh first|final|tp2}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 [ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SGLANG_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
@@ -23,7 +23,8 @@ export SGLANG_EXTRA_ARGS="--attention-backend triton --sampling-backend pytorch 
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VRAMKIT_DEVICE_LABEL
-pack() { (cd "$RES" && tar -czf /tmp/gpuwork/res.tgz .); }
+PACK=${PACK:-/tmp/gpuwork/res.tgz}   # the device tool: PACK=$OUT/res.tgz, so a run cut short still returns its points
+pack() { (cd "$RES" && tar -czf "$PACK" .); }
 step() { echo "=== $(date +%T) $*" | tee -a "$RES/progress.txt"; }
 
 GPUS=${GPUS:-0}; ballast_pid=
@@ -94,25 +95,10 @@ session_final() {  # the optimized preset as it now ships: fraction 0.85 + 8 GB 
 }
 
 session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knobs without the host cache
+  local M7=qwen2.5-coder-7b-instruct M05=qwen2.5-0.5b-instruct
   GPUS=0,1; ballast 16; VRAMKIT_DEVICE_LABEL="2x H200, memory emulated at 16 GB each"
-  nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv > "$RES/logs/gpus.csv" 2>&1
-  point tp2-opt-16g $M14 16 \
-    "--suites latency,concurrency --quick $B --label optimized-tp2-16g --out $RES/bench/optimized-tp2-16g.json" \
-    -- --preset optimized --hicache-gib 0 --tp 2
-  grep -q '"survived": true' "$RES/cal/tp2-opt-16g.json" 2>/dev/null || \
-    point tp2-opt-nocar-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --tp 2 \
-      --extra-args "$SGLANG_EXTRA_ARGS --disable-custom-all-reduce"
-  point tp2-fp16-f085-16g $M14 16 "" -- --preset baseline --mem-fraction 0.85 --tp 2
-}
-
-session_tp2parts() {
-  local M7=qwen2.5-coder-7b-instruct-gptq-int4 M05=qwen2.5-0.5b-instruct
-  GPUS=0; ballast 16; VRAMKIT_DEVICE_LABEL="H200, memory emulated at 16 GB"
-  point h200-opt-f085-16g $M14 16 "" -- --preset optimized --hicache-gib 0
-  GPUS=0,1; ballast 16; VRAMKIT_DEVICE_LABEL="2x H200, memory emulated at 16 GB each"
-  point tp2-opt-nocar-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --tp 2 \
-    --extra-args "$SGLANG_EXTRA_ARGS --disable-custom-all-reduce"
-  point tp2-7b-opt-16g $M7 16 "" -- --model $M7 --preset optimized --hicache-gib 0 --tp 2
+  { nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv; nvidia-smi topo -m; } > "$RES/logs/gpus.txt" 2>&1
+  point tp2-7b-bf16-16g $M7 16 "" -- --model $M7 --preset optimized --hicache-gib 0 --tp 2
   point tp2-05b-16g $M05 16 "" -- --model $M05 --context 32768 --kv-dtype auto --mem-fraction 0.85 \
     --chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8 --tp 2
 }

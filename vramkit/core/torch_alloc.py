@@ -16,8 +16,8 @@ expandable segments, no max_split_size, no roundup_power2_divisions):
   - a freed block merges with free neighbours in its segment; empty_cache() returns only segments
     that are entirely free.
 Checked against every committed calibration run (benchmarks/calibration/, tests/unit/test_calibration.py):
-the replayed loads of the 14B and 7B GPTQ and the dense 0.5B land within 4 MiB of SGLang's logged
-figure (its log rounds to 10 MiB).
+the replayed loads of the 14B and 7B GPTQ and the dense 0.5B and 7B land within 8 MiB of SGLang's logged
+figure (its log rounds to 10 MiB), tensor parallel 2 included.
 """
 from __future__ import annotations
 
