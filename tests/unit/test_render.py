@@ -13,6 +13,7 @@ from itertools import product
 import pytest
 
 from vramkit import catalog
+from vramkit.launch_cases import iter_launch_cases
 from vramkit.core import render
 from vramkit.core.planner import Engine, Knobs, Target, plan
 from vramkit.units import GiB
@@ -122,12 +123,13 @@ def test_no_case_asks_for_more_context_than_sglang_derives(rendered_cases):
 
 
 def test_the_parser_test_sees_every_case():
-    # tests/integration/test_sglang_parser.py feeds render.iter_launch_cases() to SGLang's parser: it must
-    # cover every preset x model x GPU at tp 1 and 2, or a rendered launch escapes the real-parser check
-    ids = {c.case_id for c in render.iter_launch_cases()}
+    # tests/integration/test_sglang_parser.py feeds launch_cases.iter_launch_cases() to SGLang's parser: it
+    # must cover every preset x model x GPU at tp 1 and 2, or a rendered launch escapes the real-parser check
+    ids = {c.case_id for c in iter_launch_cases()}
     expected = {f"{p}-{m}-{g}-tp{t}" for p, m, g, t in ALL_CASES}
-    # plus each preset as the GPU host launched it (dummy weights and its extra flags)
+    # plus each preset as the GPU hosts launched it (dummy weights and their extra flags; tp 2: the dense 7B)
     expected |= {f"{p}-gpu-host-dummy" for p in catalog.presets()}
+    expected |= {f"{p}-gpu-host-dummy-tp2-qwen2.5-coder-7b-instruct" for p in catalog.presets()}
     assert ids == expected
 
 

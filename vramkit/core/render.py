@@ -8,9 +8,6 @@ for the TARGET card: on a big card emulating a small one, SGLang's own probe wou
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 from vramkit.catalog import ModelSpec
 from vramkit.core.planner import Plan
@@ -122,43 +119,3 @@ services:
 volumes:
   vramkit-jit-cache:
 """
-
-
-# ----------------------------------------------------------------------------------------------
-# every launch the kit can render, for the real-parser test
-# ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LaunchCaseSpec:
-    case_id: str
-    argv: list[str]
-    model_config_dir: Path
-    fits: bool
-    gpu_mem_bytes: int | None = None
-
-
-def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
-    """Every preset x catalogued model x catalogued GPU (and tp 2), rendered as the launcher would."""
-    from vramkit import catalog
-    from vramkit.core.planner import Engine, Knobs, Target, plan
-    from vramkit.units import GiB
-
-    engine = Engine.from_config(catalog.engine_constants())
-    for preset in catalog.presets().values():
-        for model in catalog.models().values():
-            for gpu in catalog.gpus().values():
-                for tp in (1, 2):
-                    knobs = Knobs(**preset.knobs, tp=tp)
-                    p = plan(model, Target(gpu=gpu, host_ram_available_bytes=128 * GiB), knobs, engine,
-                             with_alternatives=False)
-                    argv = sglang_args(model, p, model_path=model.hf_id)
-                    yield LaunchCaseSpec(f"{preset.name}-{model.name}-{gpu.name}-tp{tp}", argv, model.config_dir,
-                                         p.fits, gpu.memory_total_bytes)
-        # as the GPU-host runs launched it (benchmarks/gpu/run_calibration.sh): dummy weights, its extras
-        model = catalog.model(preset.model)
-        p = plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.33 * GiB),
-                               host_ram_available_bytes=128 * GiB), Knobs(**preset.knobs), engine,
-                 with_alternatives=False)
-        argv = sglang_args(model, p, model_path=str(model.config_dir), load_format="dummy",
-                           extra=GPU_HOST_EXTRA_ARGS)
-        yield LaunchCaseSpec(f"{preset.name}-gpu-host-dummy", argv, model.config_dir, p.fits,
-                             catalog.gpu("h100-80gb").memory_total_bytes)
