@@ -35,7 +35,17 @@ class LaunchSpec:
     timeout_s: float = 1200.0
     dry_run: bool = False
     warmup_requests: int = 3
-    gpu_ids: list[int] = field(default_factory=lambda: [0])
+    gpu_ids: list[int] | None = None   # NVML indices (--gpus); None = the first `tp` cards
+
+
+def server_gpu_ids(spec: LaunchSpec, tp: int) -> list[int]:
+    """The GPUs (NVML's numbering) the server runs on: the first `tp` of --gpus, else the first `tp` cards."""
+    if spec.gpu_ids is None:
+        return list(range(tp))
+    if len(spec.gpu_ids) < tp:
+        raise VramkitError(f"--gpus names {len(spec.gpu_ids)} GPU(s) for tensor parallel size {tp}",
+                           f"name {tp} (e.g. --gpus {','.join(map(str, range(tp)))}) or leave --gpus out", Exit.BAD_INPUT)
+    return list(spec.gpu_ids[:tp])
 
 
 @dataclass
@@ -101,7 +111,7 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
     v = catalog.versions()
     n_gpu = resolved.plan.knobs["tp"]
-    gpu_ids = spec.gpu_ids[:n_gpu] if len(spec.gpu_ids) >= n_gpu else list(range(n_gpu))
+    gpu_ids = server_gpu_ids(spec, n_gpu)
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
                            image=v.sglang_image, argv=argv, gpu_ids=gpu_ids,
@@ -160,7 +170,7 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "host": spec.host, "port": spec.port, "pid": pid,
         "compose_file": str(compose_path) if compose_path else None,
         "log": str(state_paths(spec.name)["log"]) if spec.runtime == "native" else None,
-        "gpu_indices": spec.gpu_ids[: resolved.plan.knobs["tp"]],
+        "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs["tp"]),
         "vram_budget_bytes": vram_budget(resolved, in_use_before_start),
         "hicache_bytes": int(resolved.plan.knobs["hicache_gib"] * 1e9),
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

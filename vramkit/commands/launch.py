@@ -22,14 +22,17 @@ def _console():
     return Console(stderr=False)
 
 
-def _gpus() -> tuple[int, int]:
-    """(GPUs NVML sees, bytes in use on GPU 0 now); (0, 0) without NVML."""
+def _snapshot():
+    """One NVML reading for the whole start (None without NVML or GPUs)."""
     from vramkit.adapters import nvml
     snap = nvml.read_snapshot(with_processes=False)
-    if snap.unavailable is not None or not snap.gpus:
-        return 0, 0
-    used = snap.gpus[0].in_use_bytes
-    return len(snap.gpus), used if isinstance(used, int) else 0
+    return None if snap.unavailable is not None or not snap.gpus else snap
+
+
+def _in_use(snap, ids: list[int]) -> int:
+    """Bytes in use now on the fullest of the server's GPUs (0 when unknown): the base of its VRAM budget."""
+    used = [snap.gpus[i].in_use_bytes for i in ids if snap is not None and 0 <= i < len(snap.gpus)]
+    return max([u for u in used if isinstance(u, int)], default=0)
 
 
 def _spec(args) -> launcher.LaunchSpec:
@@ -38,17 +41,34 @@ def _spec(args) -> launcher.LaunchSpec:
         name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=args.runtime, port=args.port,
         model_path=args.model_path, load_format=args.load_format, extra_args=extra,
         sglang_python=args.sglang_python, timeout_s=args.timeout, dry_run=args.dry_run,
-        gpu_ids=[int(x) for x in args.gpus.split(",")] if args.gpus else [0])
+        gpu_ids=_gpu_ids(args.gpus))
+
+
+def _gpu_ids(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        ids = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise VramkitError(f"--gpus {text!r} is not a list of GPU indices", "e.g. --gpus 0 or --gpus 0,1",
+                           Exit.BAD_INPUT) from None
+    if min(ids) < 0 or len(set(ids)) != len(ids):
+        raise VramkitError(f"--gpus {text!r}: indices must be distinct and >= 0", "e.g. --gpus 0,1", Exit.BAD_INPUT)
+    return ids
 
 
 def cmd_up(args) -> int:
     con = _console()
     spec = _spec(args)
-    gpu_count, in_use_before = _gpus()
+    snap = _snapshot()
+    gpu_count = len(snap.gpus) if snap is not None else 0
     gpu_present = gpu_count > 0 or args.assume_gpu
     if args.gpu is None and gpu_present and args.gpu_free_gib is None:
         args.gpu = "auto"
-    r = resolve(args, read_gpu=nvml_gpu, read_host=host_available)
+    r = resolve(args, read_gpu=lambda tp: nvml_gpu(tp, launcher.server_gpu_ids(spec, tp), snap),
+                read_host=host_available)
+    ids = launcher.server_gpu_ids(spec, r.plan.knobs["tp"])
+    in_use_before = _in_use(snap, ids)
     for item in render_plan(r):
         con.print(item)
     native, compose_text = launcher.build(r, spec)
@@ -85,9 +105,10 @@ def cmd_up(args) -> int:
         if spec.runtime == "native":
             paths["log"].parent.mkdir(parents=True, exist_ok=True)
             paths["log"].write_text("")
-            ids = spec.gpu_ids if len(spec.gpu_ids) >= r.plan.knobs["tp"] else list(range(r.plan.knobs["tp"]))
+            # NVML numbers cards by PCI bus; CUDA, unless told, fastest first: PCI_BUS_ID makes them agree
             pid = process.start_background(native, paths["log"], cpus=launcher.env_cpuset(),
-                                           env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, ids))}
+                                           env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, ids)),
+                                                "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
                                            if "CUDA_VISIBLE_DEVICES" not in os.environ else None)
             con.print(f"started pid {pid}; log {paths['log']}")
             is_alive = lambda: process.alive(pid)  # noqa: E731

@@ -79,7 +79,7 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
     if gpu_name == "auto":
         if read_gpu is None:
             raise VramkitError("--gpu auto needs NVML", "name a GPU with --gpu", Exit.NO_GPU)
-        gpu, nvml_free = read_gpu()
+        gpu, nvml_free = read_gpu(knobs_obj.tp)
         if gpu_free is None:   # SGLang sees what is free once its context (and, tp > 1, NCCL) is up
             gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp)
     elif gpu_name:
@@ -90,25 +90,36 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
                     plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values())))
 
 
-def nvml_gpu() -> tuple[GpuSpec, int]:
-    """The first GPU through NVML as a GpuSpec (catalogued twin for bandwidth/PCIe when known)."""
+def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None) -> tuple[GpuSpec, int]:
+    """The GPUs a server will run on, through NVML: one GpuSpec (the first card's; its catalogued twin gives
+    bandwidth and PCIe when known) and the smallest free memory among them, since SGLang sizes every
+    tensor-parallel rank from the minimum across ranks (model_runner.init_torch_distributed).
+    `ids` are NVML indices (default: the first `tp`); `snap` a snapshot already read (default: read one)."""
     from vramkit.adapters import nvml
     from vramkit.core.gpu_snapshot import is_na
 
-    snap = nvml.read_snapshot(with_processes=False)
+    ids = list(ids) if ids else list(range(max(1, tp)))
+    if snap is None:
+        snap = nvml.read_snapshot(with_processes=False)
     if snap.unavailable is not None or not snap.gpus:
         reason = snap.unavailable.reason if snap.unavailable is not None else "no GPU"
         raise VramkitError(f"no GPU to plan for ({reason})", "name one with --gpu (e.g. --gpu rtx-4080-16gb)",
                            Exit.NO_GPU)
-    g = snap.gpus[0]
-    if g.error is not None or is_na(g.total_bytes):
-        raise VramkitError("GPU 0 did not answer NVML", "check nvidia-smi, or name one with --gpu", Exit.NO_GPU)
+    missing = [i for i in ids if not 0 <= i < len(snap.gpus)]
+    if missing:
+        raise VramkitError(f"GPU {missing[0]} is not there: NVML sees {len(snap.gpus)} (0-{len(snap.gpus) - 1})",
+                           "pick --gpus from `nvidia-smi -L`, or lower --tp", Exit.NO_GPU)
+    chosen = [snap.gpus[i] for i in ids]
+    for i, g in zip(ids, chosen):
+        if g.error is not None or is_na(g.total_bytes) or is_na(g.free_bytes):
+            raise VramkitError(f"GPU {i} did not answer NVML", "check nvidia-smi, or name one with --gpu", Exit.NO_GPU)
+    g = chosen[0]
     known = catalog.gpu_by_nvml_name(str(g.name))
     base = known or catalog.gpu("rtx-4080-16gb")
     spec = GpuSpec(name=known.name if known else f"nvml:{g.name}", label=str(g.name),
-                   memory_total_bytes=int(g.total_bytes), bandwidth_bytes_s=base.bandwidth_bytes_s,
+                   memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=base.bandwidth_bytes_s,
                    pcie_gen=base.pcie_gen, pcie_lanes=base.pcie_lanes, nvml_names=(str(g.name),))
-    return spec, int(g.free_bytes)
+    return spec, min(int(x.free_bytes) for x in chosen)
 
 
 def host_available() -> int:

@@ -1,0 +1,85 @@
+"""Which GPUs `vramkit up` plans for, measures and starts on (NVML faked at the hardware boundary).
+
+SGLang sizes every tensor-parallel rank from the smallest free memory among its GPUs, so the plan for
+`--gpu auto` must read the cards the server will use, not GPU 0 by habit.
+"""
+from __future__ import annotations
+
+import nvml_scenarios as sc
+import pytest
+
+from vramkit import launcher
+from vramkit.adapters import nvml
+from vramkit.commands.launch import _in_use
+from vramkit.commands.plan import nvml_gpu
+from vramkit.errors import Exit, VramkitError
+
+GiB = 1 << 30
+
+
+def _free(snap, i):
+    return int(snap.gpus[i].free_bytes)
+
+
+def test_auto_plans_for_the_gpu_the_server_uses(monkeypatch):
+    sc.two_gpus().install(monkeypatch)            # GPU 0: a 16 GB card nearly full; GPU 1: an idle 24 GB card
+    snap = nvml.read_snapshot(with_processes=False)
+    spec, free = nvml_gpu(1, [1], snap)
+    assert "4090" in spec.label and free == _free(snap, 1) and free > 20 * GiB
+    spec0, free0 = nvml_gpu(1, [0], snap)
+    assert "4080" in spec0.label and free0 == _free(snap, 0) < 3 * GiB
+
+
+def test_tensor_parallel_plans_for_the_smallest_free_card(monkeypatch):
+    sc.two_gpus().install(monkeypatch)
+    snap = nvml.read_snapshot(with_processes=False)
+    spec, free = nvml_gpu(2, None, snap)          # ranks on GPUs 0 and 1
+    assert free == min(_free(snap, 0), _free(snap, 1)) == _free(snap, 0)
+    assert spec.memory_total_bytes == min(int(g.total_bytes) for g in snap.gpus)
+
+
+def test_a_gpu_that_is_not_there_is_one_clear_error(monkeypatch):
+    sc.two_gpus().install(monkeypatch)
+    with pytest.raises(VramkitError) as e:
+        nvml_gpu(1, [5])
+    assert e.value.code == Exit.NO_GPU and "GPU 5 is not there: NVML sees 2" in e.value.what
+    with pytest.raises(VramkitError) as e:
+        nvml_gpu(4)                               # tp 4 on two cards
+    assert e.value.code == Exit.NO_GPU
+
+
+def test_no_driver_is_no_gpu(monkeypatch):
+    sc.driver_missing().install(monkeypatch)
+    with pytest.raises(VramkitError) as e:
+        nvml_gpu(1)
+    assert e.value.code == Exit.NO_GPU
+
+
+def test_vram_budget_base_is_the_fullest_server_gpu(monkeypatch):
+    sc.two_gpus().install(monkeypatch)
+    snap = nvml.read_snapshot(with_processes=False)
+    assert _in_use(snap, [1]) == snap.gpus[1].in_use_bytes < 2 * GiB
+    assert _in_use(snap, [0, 1]) == snap.gpus[0].in_use_bytes > 13 * GiB
+    assert _in_use(None, [0]) == 0
+
+
+@pytest.mark.parametrize("ids, tp, expected", [(None, 1, [0]), (None, 2, [0, 1]), ([1], 1, [1]), ([1, 0], 1, [1]),
+                                               ([1, 0], 2, [1, 0])])
+def test_server_gpu_ids(ids, tp, expected):
+    spec = launcher.LaunchSpec(name="t", runtime="native", gpu_ids=ids)
+    assert launcher.server_gpu_ids(spec, tp) == expected
+
+
+def test_too_few_gpus_named_for_tp_is_bad_input_not_a_silent_swap():
+    spec = launcher.LaunchSpec(name="t", runtime="native", gpu_ids=[3])
+    with pytest.raises(VramkitError) as e:
+        launcher.server_gpu_ids(spec, 2)
+    assert e.value.code == Exit.BAD_INPUT and "names 1 GPU(s) for tensor parallel size 2" in e.value.what
+
+
+@pytest.mark.parametrize("text", ["foo", "0,x", "-1", "0,0"])
+def test_bad_gpus_flag_is_one_clear_error(text):
+    from vramkit.commands.launch import _gpu_ids
+    with pytest.raises(VramkitError) as e:
+        _gpu_ids(text)
+    assert e.value.code == Exit.BAD_INPUT
