@@ -19,7 +19,7 @@ from vramkit import catalog
 from vramkit.core import sglang_log
 from vramkit.core.render import SGLANG_PORT, compose_yaml, sglang_args
 from vramkit.errors import Exit, VramkitError
-from vramkit.units import GiB, bytes2human
+from vramkit.units import bytes2human
 
 
 @dataclass

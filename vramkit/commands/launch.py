@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from vramkit import catalog, launcher
-from vramkit.commands.plan import add_plan_arguments, host_available, nvml_gpu, plan_json, render_plan, resolve
+from vramkit.commands.plan import add_plan_arguments, host_available, nvml_gpu, render_plan, resolve
 from vramkit.core.render import SGLANG_PORT, compose_yaml, sglang_args
 from vramkit.errors import Exit, VramkitError
 

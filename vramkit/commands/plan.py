@@ -110,7 +110,7 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None) -> tuple[GpuS
         raise VramkitError(f"GPU {missing[0]} is not there: NVML sees {len(snap.gpus)} (0-{len(snap.gpus) - 1})",
                            "pick --gpus from `nvidia-smi -L`, or lower --tp", Exit.NO_GPU)
     chosen = [snap.gpus[i] for i in ids]
-    for i, g in zip(ids, chosen):
+    for i, g in zip(ids, chosen, strict=True):
         if g.error is not None or is_na(g.total_bytes) or is_na(g.free_bytes):
             raise VramkitError(f"GPU {i} did not answer NVML", "check nvidia-smi, or name one with --gpu", Exit.NO_GPU)
     g = chosen[0]
