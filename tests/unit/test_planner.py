@@ -403,3 +403,22 @@ def test_yarn_context_covers_the_target(context):
     assert ctx >= context
     assert ctx == int(32_768 * factor)
     assert math.isfinite(factor)
+
+
+def test_offload_keeps_one_layer_on_the_gpu_while_it_runs(engine):
+    # SGLang's OffloaderV1 copies an offloaded layer's parameters to the GPU for its forward: one decoder
+    # layer's bytes beside the prefill activations, and one in the decode graphs' pool
+    m = _m(GPTQ14)
+    c = planner.weight_components(m)
+    per_layer = (c["attention"] + c["mlp"] + 2 * m.num_layers * m.hidden_size * m.dtype_bytes) // m.num_layers
+    target = Target(gpu=catalog.gpu("rtx-4090-24gb"), host_ram_available_bytes=64 * GiB)
+    base = Knobs(kv_dtype="fp8_e5m2", mem_fraction=0.8, context=32768)
+    p0 = plan(m, target, base, engine)
+    p2 = plan(m, target, replace(base, cpu_offload_gib=2), engine)
+    act0, act2 = p0.startup_free_bytes - p0.headroom_bytes, p2.startup_free_bytes - p2.headroom_bytes
+    assert act2 - act0 == per_layer
+    # and without decode graphs the pool copy is gone, the prefill one stays
+    p2e = plan(m, target, replace(base, cpu_offload_gib=2, cuda_graph_max_bs=0), engine)
+    p0e = plan(m, target, replace(base, cuda_graph_max_bs=0), engine)
+    assert (p2e.startup_free_bytes - p2e.headroom_bytes) - (p0e.startup_free_bytes - p0e.headroom_bytes) == per_layer
+    assert p2e.startup_free_bytes - p2.startup_free_bytes == engine.decode_graph + per_layer

@@ -328,8 +328,13 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     # 5. after the pool
     req_to_token = (max_running + 1) * (context_len + REQ_TO_TOKEN_EXTRA_CONTEXT) * 4
-    graphs = engine.decode_graph if graph_bs > 0 else 0
-    act = activation_bytes(model, chunk, tp, engine.activation_factor)
+    # --cpu-offload-gb: SGLang's OffloaderV1 copies a layer's offloaded parameters to the GPU on every forward
+    # (srt/utils/offloader.py: `v.to(device)` over the layer's state_dict), so up to one decoder layer's worth
+    # is on the GPU while that layer runs: once in the decode graphs' pool (the copies are captured) and once
+    # beside the eager prefill's activations. Derived from the source; no calibration point ran with offload.
+    offload_transient = min(offloaded, layer_bytes // model.num_layers)
+    graphs = engine.decode_graph + offload_transient if graph_bs > 0 else 0
+    act = activation_bytes(model, chunk, tp, engine.activation_factor) + offload_transient
     used_after_start = weights_gpu + engine.pre_kv + kv_pool_bytes + req_to_token + engine.post_kv_misc \
         + engine.attention_backend + graphs
     startup_free = free - used_after_start
