@@ -4,10 +4,10 @@ Pure: plain values in (a ModelSpec, a GpuSpec or a free-memory figure, the knobs
 follows SGLang's own code, step by step:
 
 1. Free memory at start (`pre_model_load_memory`, the log's "Load weight begin. avail mem"): the card
-   minus what others hold minus the server's CUDA context (measured, config/engine.toml).
+   minus what others hold minus the server's CUDA context and, tp > 1, NCCL (measured, config/engine.toml).
 2. Weights (per TP rank): every tensor of the checkpoint as SGLang keeps it, minus `--cpu-offload-gb`
-   (OffloaderV1 moves decoder-layer parameters to pinned host RAM until that many GiB), plus the
-   load-time overhead (measured).
+   (OffloaderV1 moves decoder-layer parameters to pinned host RAM until that many GiB), as the caching
+   allocator reserves them: SGLang's allocations replayed (core/weight_load.py, core/torch_alloc.py).
 3. KV pool (model_runner_kv_cache_mixin._profile_available_bytes + pool_configurator):
        rest   = avail_after_weights - pre_model_load_memory * (1 - mem_fraction_static)
        tokens = rest // cell_size,   cell_size = kv_heads_per_rank * (head_dim*2) * layers * kv_bytes
@@ -294,22 +294,20 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     # 2. weights
     comps = weight_components(model, tp)
-    tensor_bytes = sum(comps.values())
     layer_bytes = comps["attention"] + comps["mlp"] + 2 * model.num_layers * model.hidden_size * model.dtype_bytes
     # rope cos/sin cache: context positions x head_dim, fp32 on CUDA (sglang rotary_embedding/base.py)
     rope_bytes = context_len * model.head_dim * 4
     shape = load_shape(model)
-    # what the load reserves: the tensors, the rope cache and the caching allocator's slack, replayed
-    overhead = replay_load(shape, tp, rope_bytes).gpu_reserved_bytes - tensor_bytes
     offload_req = knobs.cpu_offload_gib
     cell = kv_bytes_per_token(model, knobs.kv_dtype, tp)
     if offload_req == "auto":
-        offload_req = _auto_offload_gib(free, frac, tensor_bytes + overhead + engine.pre_kv, cell, knobs, layer_bytes)
+        # what the load reserves with nothing offloaded: tensors, rope cache and the allocator's slack
+        on_gpu = replay_load(shape, tp, rope_bytes).gpu_reserved_bytes
+        offload_req = _auto_offload_gib(free, frac, on_gpu + engine.pre_kv, cell, knobs, layer_bytes)
     offload_req = int(offload_req)
     load = replay_load(shape, tp, rope_bytes, min(offload_req * GiB, layer_bytes))
     offloaded = load.offloaded_bytes
     weights_gpu = load.gpu_reserved_bytes
-    overhead = weights_gpu - (tensor_bytes - offloaded)
 
     # 3. KV pool
     rest = (free - weights_gpu - engine.pre_kv) - free * (1 - frac)
