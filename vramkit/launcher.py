@@ -78,6 +78,11 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
     if gpu_present and gpu_count is not None and gpu_count < n_gpu:
         checks.append(Check("gpus", False, f"tensor parallel size {n_gpu} needs {n_gpu} GPUs, NVML sees {gpu_count} "
                             f"-> --tp {gpu_count} or more cards", Exit.NO_GPU))
+    elif gpu_present and gpu_count is not None:
+        absent = [i for i in server_gpu_ids(spec, n_gpu) if i >= gpu_count]
+        if absent:
+            checks.append(Check("gpus", False, f"GPU {absent[0]} is not there: NVML sees {gpu_count} "
+                                f"(0-{gpu_count - 1}) -> pick --gpus from `nvidia-smi -L`", Exit.NO_GPU))
     checks.append(Check("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
                         "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
     if p.host_ram_bytes:

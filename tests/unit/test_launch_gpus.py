@@ -5,13 +5,15 @@ SGLang sizes every tensor-parallel rank from the smallest free memory among its 
 """
 from __future__ import annotations
 
+import argparse
+
 import nvml_scenarios as sc
 import pytest
 
 from vramkit import launcher
 from vramkit.adapters import nvml
 from vramkit.commands.launch import _in_use
-from vramkit.commands.plan import nvml_gpu
+from vramkit.commands.plan import add_plan_arguments, nvml_gpu, resolve
 from vramkit.errors import Exit, VramkitError
 
 GiB = 1 << 30
@@ -83,3 +85,21 @@ def test_bad_gpus_flag_is_one_clear_error(text):
     with pytest.raises(VramkitError) as e:
         _gpu_ids(text)
     assert e.value.code == Exit.BAD_INPUT
+
+
+def _gpu_checks(tp, gpu_ids, gpu_count):
+    ap = argparse.ArgumentParser()
+    add_plan_arguments(ap)
+    r = resolve(ap.parse_args(["--preset", "optimized", "--gpu", "rtx-4090-24gb", "--tp", str(tp)]))
+    spec = launcher.LaunchSpec(name="t", runtime="native", gpu_ids=gpu_ids)
+    checks = launcher.preflight(r, spec, gpu_present=True, docker_check=None, host_ram=lambda: 256 * GiB,
+                                memlock=lambda: (None, None), port_free=lambda host, port: True, gpu_count=gpu_count)
+    return [c for c in checks if c.name == "gpus"]
+
+
+def test_preflight_refuses_gpus_nvml_does_not_see():
+    assert _gpu_checks(1, [1], gpu_count=2) == []
+    [c] = _gpu_checks(1, [5], gpu_count=2)            # a named --gpu skips NVML's plan: preflight catches it
+    assert not c.ok and c.code == Exit.NO_GPU and "GPU 5 is not there: NVML sees 2" in c.detail
+    [c] = _gpu_checks(2, None, gpu_count=1)
+    assert not c.ok and "tensor parallel size 2 needs 2 GPUs, NVML sees 1" in c.detail
