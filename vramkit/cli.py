@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from vramkit import __version__
 from vramkit.errors import Exit, VramkitError
@@ -25,8 +26,18 @@ COMMAND_MODULES = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is vramkit's one line and exit 64 (BAD_INPUT), not argparse's 2:
+    2 means CRITICAL to `vramkit vram-safe`'s callers, so a typo must not look like an over-budget GPU."""
+
+    def error(self, message: str) -> NoReturn:
+        where = self.prog.removeprefix("vramkit").strip()
+        self.exit(int(Exit.BAD_INPUT), f"vramkit: {where + ': ' if where else ''}{message} "
+                                       f"-> see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="vramkit",
         description="Plan, launch, watch and tune SGLang on a GPU too small for the model.",
     )

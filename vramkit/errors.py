@@ -27,6 +27,14 @@ class Exit(enum.IntEnum):
     BAD_INPUT = 64          # EX_USAGE: unknown model/gpu/preset, bad flag value
     BAD_FILE = 65           # EX_DATAERR: unreadable or invalid file
     INTERRUPTED = 130
+    # vram-safe speaks the monitoring-plugin convention (Nagios/Icinga/Prometheus blackbox checks), so
+    # a script branches on it without knowing vramkit: these alias 0-3 above on purpose.
+    VRAM_OK = 0             # every chosen GPU under its warn line
+    VRAM_WARNING = 1        # over the warn line (within WARN_HEADROOM of the threshold), not over it
+    VRAM_CRITICAL = 2       # over the threshold (the running preset's budget, or --threshold)
+    VRAM_UNKNOWN = 3        # cannot tell: no NVML, no driver, no GPU, a GPU unreadable or lost
+    NO_SGLANG = 20          # RUNTIME=native: its Python cannot import SGLang (make setup-gpu)
+    NO_GPU_TORCH = 21       # make setup-gpu / test-gpu: an NVIDIA GPU is here but torch cannot use it
 
 
 class VramkitError(Exception):
