@@ -7,17 +7,19 @@ PRESET ?= optimized
 # planner knobs for `make plan`, e.g. PLAN_ARGS="--gpu rtx-4090-24gb --context 65536"
 PLAN_ARGS ?=
 
-.PHONY: setup install plan compose compose-check test test-unit test-gpu clean
+.PHONY: setup install plan compose compose-check test test-unit clean
 setup: install setup-sglang-check ## install everything (.venv, .venv-sglang), then print the default plan
 	@# the plan is information here: a preset that does not fit this host (exit 10) does not fail the set-up
 	-@$(VRAMKIT) plan --preset $(PRESET) $(PLAN_ARGS)
 
-install: $(VENV)/.installed ## the kit's virtualenv: CPU torch from the local wheel first, then the kit
-$(VENV)/.installed: pyproject.toml
+install: $(VENV)/.installed ## the kit's virtualenv: CPU torch (local wheel, else PyTorch's CPU index), then the kit
+$(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torch.sh
 	$(PYTHON) -m venv $(VENV)
-	# torch first, pinned: the local CPU wheel. Anything that wants torch later finds it satisfied,
-	# so no dependency can pull a CUDA build of several GB.
-	$(VENV)/bin/pip install -q torch==2.13.0
+	# torch first, the CPU build pinned in config/versions.toml: a local wheel, else PyTorch's CPU index.
+	# Anything that wants torch later finds it satisfied, so no dependency can pull a CUDA build of several GB.
+	scripts/install_cpu_torch.sh $(VENV)
+	# torch's own dependencies (torch itself is satisfied by the +cpu build), then the kit
+	$(VENV)/bin/pip install -q "torch==$$(scripts/install_cpu_torch.sh --print-version)"
 	$(VENV)/bin/pip install -q -e '.[embed,bench,test]'
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@
@@ -37,8 +39,5 @@ test: install setup-sglang-check ## every test that runs without a GPU: unit, in
 test-unit: install ## unit tests only (no servers, seconds)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
-test-gpu: ## GPU tests on a GPU host (VRAMKIT_GPU_TESTS=1)
-	VRAMKIT_GPU_TESTS=1 $(PY) -m pytest -q -m gpu tests/gpu
-
 clean: ## remove virtualenvs and caches (not results)
-	rm -rf $(VENV) .venv-sglang .pytest_cache
+	rm -rf $(VENV) .venv-sglang $(GPU_VENV) .pytest_cache
