@@ -8,19 +8,22 @@ MODEL ?=
 CARD ?=
 # host port for SGLang's API (bound to 127.0.0.1)
 PORT ?= 30000
-# 1 = print the plan, the checks and the exact commands; start nothing
+# 1/true/yes = print the plan, the checks and the exact commands, start nothing; 0/false/no/empty = start.
+# Anything else is refused in one line (exit 64) before anything starts.
 DRY_RUN ?=
-# LOAD_FORMAT=dummy MODEL_PATH=<folder with config.json>: real shapes, random weights, no download
+# LOAD_FORMAT=dummy MODEL_PATH=<folder with config.json>: real shapes, random weights, no download; the plan
+# is the folder's model (what SGLang loads), not the preset's
 LOAD_FORMAT ?=
 MODEL_PATH ?=
 # seconds to wait for /health (a first GPTQ start compiles kernels for ~6 min)
 TIMEOUT ?= 1200
 UP_ARGS ?=
 
-_up = RUNTIME=$(RUNTIME) PORT=$(PORT) DRY_RUN=$(DRY_RUN) LOAD_FORMAT=$(LOAD_FORMAT) MODEL_PATH=$(MODEL_PATH) \
-	TIMEOUT=$(TIMEOUT) $(VRAMKIT) up --preset $(1) --name vramkit-$(1) $(if $(MODEL),--model $(MODEL)) \
+_up = RUNTIME=$(RUNTIME) PORT=$(PORT) DRY_RUN='$(DRY_RUN)' LOAD_FORMAT=$(LOAD_FORMAT) MODEL_PATH=$(MODEL_PATH) \
+	TIMEOUT=$(TIMEOUT) VRAMKIT_NATIVE_PYTHON=$(NATIVE_PYTHON) $(VRAMKIT) up --preset $(1) --name vramkit-$(1) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(CARD),--gpu $(CARD)) $(UP_ARGS)
-_safe = $(if $(DRY_RUN),,&& $(VRAMKIT) vram-safe)
+# after a real start, the guard: CRITICAL (2) or UNKNOWN (3) fails the target; WARNING (1) is printed and passes
+_safe = && { dry='$(DRY_RUN)'; [[ $${dry,,} =~ ^(1|true|yes)$$ ]] || $(VRAMKIT) vram-safe || [[ $$? == 1 ]]; }
 
 .PHONY: start-qwen stop-qwen start-qwen-optimized stop-qwen-optimized start-qwen-128k stop-qwen-128k status
 start-qwen: ## baseline preset: fp16 KV, SGLang's own fraction

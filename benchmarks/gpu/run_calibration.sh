@@ -15,7 +15,7 @@ set -u
 SESSION=${1:?usage: run_calibration.sh first|final|tp2}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 [ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SGLANG_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 VRAMKIT_NATIVE_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
 export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
 [ -f .gpu/tvm-ffi-cache.tar.gz ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf .gpu/tvm-ffi-cache.tar.gz -C $TVM_FFI_CACHE_DIR
 # the archive has no FA3 and no xgrammar: the same flags smoke.sh uses (each checked by SGLang's parser in CI)

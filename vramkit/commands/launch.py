@@ -5,7 +5,6 @@ import argparse
 import json
 import os
 import shlex
-import sys
 
 from vramkit.commands.plan import add_plan_arguments, render_plan
 from vramkit.core.render import SGLANG_PORT
@@ -20,12 +19,30 @@ def _console():
 
 
 def _spec(args) -> steps.LaunchSpec:
+    from vramkit.adapters.native_python import native_python
     extra = shlex.split(args.extra_args or os.environ.get("SGLANG_EXTRA_ARGS", ""))
+    python, python_from = native_python(args.sglang_python)
     return steps.LaunchSpec(
         name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=args.runtime, port=args.port,
         model_path=args.model_path, load_format=args.load_format, extra_args=extra,
-        sglang_python=args.sglang_python, timeout_s=args.timeout, dry_run=args.dry_run,
-        gpu_ids=_gpu_ids(args.gpus))
+        sglang_python=python, sglang_python_from=python_from, timeout_s=args.timeout,
+        dry_run=args.dry_run or env_flag("DRY_RUN"), gpu_ids=_gpu_ids(args.gpus))
+
+
+FLAG_TRUE, FLAG_FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
+
+
+def env_flag(name: str) -> bool:
+    """A yes/no environment knob such as DRY_RUN: 1/true/yes or 0/false/no/empty, any case. Anything else
+    is refused before anything starts: `DRY_RUN=y` once started a server for real (issue 10)."""
+    value = os.environ.get(name, "").strip().lower()
+    if value in FLAG_TRUE:
+        return True
+    if value in FLAG_FALSE:
+        return False
+    raise VramkitError(f"{name}={os.environ[name]!r} is neither yes nor no; nothing started",
+                       f"write {name}=1 (or true/yes) to only print, {name}=0 (or false/no/empty) to start",
+                       Exit.BAD_INPUT)
 
 
 def _gpu_ids(text: str | None) -> list[int] | None:
@@ -106,7 +123,8 @@ def cmd_compose(args) -> int:
 def register(sub) -> None:
     up = sub.add_parser("up", help="plan, check, start SGLang, wait for health, warm up",
                         description="Start SGLang for a preset. Exit codes: 10 no fit, 11 no GPU, 12 no Docker, "
-                                    "13 port busy, 14 host memory, 15 start failed, 16 health timeout.")
+                                    "13 port busy, 14 host memory, 15 start failed, 16 health timeout, "
+                                    "20 RUNTIME=native's Python cannot import SGLang (make setup-gpu), 64 bad input.")
     add_plan_arguments(up)
     up.add_argument("--name", help="service name (default vramkit-<preset>)")
     up.add_argument("--runtime", choices=["docker", "native"], default=os.environ.get("RUNTIME", "docker"))
@@ -116,10 +134,13 @@ def register(sub) -> None:
     up.add_argument("--load-format", default=os.environ.get("LOAD_FORMAT") or None,
                     help="'dummy': real shapes, random weights, no download, no tokenizer")
     up.add_argument("--extra-args", help="more SGLang flags (default $SGLANG_EXTRA_ARGS)")
-    up.add_argument("--sglang-python", default=os.environ.get("SGLANG_PYTHON", sys.executable))
+    up.add_argument("--sglang-python", default=None,
+                    help="RUNTIME=native's interpreter (default $VRAMKIT_NATIVE_PYTHON, else .venv-gpu/bin/python "
+                         "from make setup-gpu); checked to import SGLang before anything starts")
     up.add_argument("--timeout", type=float, default=float(os.environ.get("TIMEOUT", 1200)))
     up.add_argument("--gpus", default=os.environ.get("GPUS"), help="GPU indices, e.g. 0,1")
-    up.add_argument("--dry-run", action="store_true", default=os.environ.get("DRY_RUN") == "1")
+    up.add_argument("--dry-run", action="store_true",
+                    help="print the plan, the checks and the exact command; start nothing (env DRY_RUN=1/true/yes)")
     up.add_argument("--assume-gpu", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--no-fit-check", action="store_true",
                     help="start even when the planner says it does not fit (calibration runs measure exactly that)")

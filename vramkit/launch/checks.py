@@ -19,8 +19,9 @@ class Check:
 
 
 def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, host_ram, memlock, port_free,
-              gpu_count: int | None = None) -> list[Check]:
-    """Every check before starting; each adapter is passed in so tests can drive the situations."""
+              gpu_count: int | None = None, sglang_import=None) -> list[Check]:
+    """Every check before starting; each adapter is passed in so tests can drive the situations.
+    `sglang_import(python) -> Probe` (adapters/native_python.py): asked for RUNTIME=native only."""
     p = resolved.plan
     checks: list[Check] = []
     if spec.runtime == "docker":
@@ -40,6 +41,8 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
                                 f"(0-{gpu_count - 1}) -> pick --gpus from `nvidia-smi -L`", Exit.NO_GPU))
     checks.append(Check("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
                         "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
+    if spec.runtime == "native" and sglang_import is not None:
+        checks.extend(sglang_checks(spec, sglang_import(spec.sglang_python)))
     if p.host_ram_bytes:
         avail = host_ram()
         reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs["hicache_gib"] else 0
@@ -59,3 +62,18 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
     checks.append(Check("port", not busy, f"{spec.host}:{spec.port} " + ("is in use -> stop what holds it or PORT=..."
                                                                            if busy else "free"), Exit.PORT_BUSY))
     return checks
+
+
+def sglang_checks(spec: LaunchSpec, probe) -> list[Check]:
+    """RUNTIME=native: the interpreter must import SGLang (issue 10: it was .venv's, which never has it, and
+    the start failed with exit 15 and an empty reason); a release other than the pinned one only warns."""
+    from vramkit.adapters.native_python import FIX
+    where = f"{spec.sglang_python} ({spec.sglang_python_from})" if spec.sglang_python_from else spec.sglang_python
+    if not probe.ok:
+        return [Check("sglang", False, f"{where} cannot import SGLang ({probe.detail}) -> {FIX}", Exit.NO_SGLANG)]
+    out = [Check("sglang", True, f"sglang {probe.version} in {where}")]
+    pinned = catalog.versions().sglang_pip
+    if probe.version != pinned:
+        out.append(Check("sglang-pin", False, f"sglang {probe.version} is not the pinned {pinned} that every flag is "
+                         "checked against -> make setup-gpu installs the pinned one", Exit.NO_SGLANG, fatal=False))
+    return out
