@@ -181,6 +181,6 @@ def model_to_plan(model_arg: str | None, model_path: str | None) -> str | None:
     if model_arg:
         return model_arg
     what = "a folder without config.json" if folder.is_dir() else "not a folder here nor a catalogued hf_id"
-    raise VramkitError(f"--model-path {model_path}: {what}, so there is nothing to plan what SGLang would load from",
+    raise VramkitError(f"--model-path {model_path}: {what}: its shape is unknown, so the start cannot be planned",
                        "give a folder holding the model's config.json, or say which model it is with --model "
                        "(vramkit plan --list)", Exit.BAD_INPUT)
