@@ -17,9 +17,7 @@ $(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torc
 	$(PYTHON) -m venv $(VENV)
 	# torch first, the CPU build pinned in config/versions.toml: a local wheel, else PyTorch's CPU index.
 	# Anything that wants torch later finds it satisfied, so no dependency can pull a CUDA build of several GB.
-	scripts/install_cpu_torch.sh $(VENV)
-	# torch's own dependencies (torch itself is satisfied by the +cpu build), then the kit
-	$(VENV)/bin/pip install -q "torch==$$(scripts/install_cpu_torch.sh --print-version)"
+	scripts/install_cpu_torch.sh $(VENV) --with-deps
 	$(VENV)/bin/pip install -q -e '.[embed,bench,test]'
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@

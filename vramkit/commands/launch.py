@@ -34,7 +34,7 @@ FLAG_TRUE, FLAG_FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
 
 def env_flag(name: str) -> bool:
     """A yes/no environment knob such as DRY_RUN: 1/true/yes or 0/false/no/empty, any case. Anything else
-    is refused before anything starts: `DRY_RUN=y` once started a server for real (issue 10)."""
+    is refused before anything starts: `DRY_RUN=yes` started a server for real before issue 10."""
     value = os.environ.get(name, "").strip().lower()
     if value in FLAG_TRUE:
         return True
