@@ -50,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:       # said by the command's own parser, so the line points at its --help
+        command = parser._subparsers._group_actions[0].choices.get(args.command) if args.command else None
+        (command or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return int(Exit.BAD_INPUT)

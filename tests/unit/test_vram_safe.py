@@ -159,7 +159,7 @@ def test_bad_arguments_exit_64_in_one_line_for_real(argv):
                        text=True, timeout=60, env={"VRAMKIT_STATE_DIR": "/nonexistent", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 64, r.stderr
     assert r.stdout == "" and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("vramkit: ")
-    assert " -> see `vramkit" in r.stderr and "Traceback" not in r.stderr
+    assert r.stderr.rstrip().endswith(" -> see `vramkit vram-safe --help`") and "Traceback" not in r.stderr
 
 
 def test_warn_line_sits_above_a_preset_running_as_planned():
