@@ -44,7 +44,7 @@ needs_no_docker = pytest.mark.skipif(_docker_engine_present(),
 
 # knobs mk/qwen.mk reads from the environment; a developer's own settings must not leak in
 MAKE_KNOBS = ("RUNTIME", "MODEL", "CARD", "PORT", "DRY_RUN", "LOAD_FORMAT", "MODEL_PATH", "TIMEOUT", "UP_ARGS",
-              "SGLANG_EXTRA_ARGS", "GPUS", "SGLANG_PYTHON")
+              "SGLANG_EXTRA_ARGS", "GPUS", "VRAMKIT_NATIVE_PYTHON", "NATIVE_PYTHON")
 
 
 def _free_port() -> int:
