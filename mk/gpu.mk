@@ -3,7 +3,7 @@
 
 # the GPU host's virtualenv: the pinned SGLang (config/versions.toml) with the CUDA torch it pins
 GPU_VENV ?= .venv-gpu
-# its base interpreter (SGLang needs >= 3.10; reading config/versions.toml needs >= 3.11)
+# its base interpreter, >= 3.11 (the kit's floor; SGLang's is 3.10)
 GPU_PYTHON ?= python3
 # the interpreter `vramkit up --runtime native` starts SGLang with; passed as VRAMKIT_NATIVE_PYTHON
 NATIVE_PYTHON ?= $(or $(VRAMKIT_NATIVE_PYTHON),$(GPU_VENV)/bin/python)

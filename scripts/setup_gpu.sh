@@ -8,11 +8,11 @@
 #   11  no NVIDIA GPU here: nvidia-smi is missing, cannot talk to the driver, or lists no GPU
 #   21  the driver is older than sglang_pip_min_driver (the pip wheel's CUDA 13 needs >= 580), or, after
 #       installing, torch cannot see the GPU
-#   64  bad arguments, or the base Python is older than 3.10 (SGLang's floor)
+#   64  bad arguments, or the base Python is older than 3.11 (the kit's floor; SGLang's is 3.10)
 #    1  pip failed (its own output above the line)
 # Idempotent: a stamp of the inputs makes a second run a quick check.
 # Usage: scripts/setup_gpu.sh [VENV_DIR] [--check]   --check: the checks and what it would install, then stop
-# Env: GPU_PYTHON (base interpreter, default python3); pip's own PIP_INDEX_URL / PIP_FIND_LINKS for a mirror.
+# Env: GPU_PYTHON (base interpreter >= 3.11, default python3); pip's own PIP_INDEX_URL / PIP_FIND_LINKS for a mirror.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv-gpu
@@ -42,15 +42,14 @@ gpus=$(grep -E '^[0-9]+, ' <<<"$gpus" || true)
 first=$(head -n1 <<<"$gpus")
 driver=${first##*, }
 name=${first#*, }; name=${name%, *}
-command -v "$base_python" >/dev/null || refuse 64 "no $base_python" "install Python >= 3.10 or set GPU_PYTHON"
-read -r sglang_pip min_driver py_ok < <("$base_python" - <<'PY'
-import sys, tomllib
+command -v "$base_python" >/dev/null || refuse 64 "no $base_python" "install Python >= 3.11 or set GPU_PYTHON"
+read -r sglang_pip min_driver < <("$base_python" - 2>/dev/null <<'PY'
+import tomllib
 with open("config/versions.toml", "rb") as f:
     v = tomllib.load(f)
-print(v["sglang_pip"], v["sglang_pip_min_driver"], int(sys.version_info >= (3, 10)))
+print(v["sglang_pip"], v["sglang_pip_min_driver"])
 PY
-) || refuse 64 "$base_python cannot read config/versions.toml (needs Python >= 3.11 for tomllib)" "set GPU_PYTHON to python3.11 or newer"
-[[ $py_ok == 1 ]] || refuse 64 "$base_python is older than 3.10" "set GPU_PYTHON to Python >= 3.10"
+) || refuse 64 "$base_python cannot read config/versions.toml (tomllib needs Python >= 3.11)" "set GPU_PYTHON to python3.11 or newer"
 [[ ${driver%%.*} =~ ^[0-9]+$ ]] || refuse 11 "nvidia-smi reports no driver version ('$driver')" "check the driver with nvidia-smi"
 (( ${driver%%.*} >= min_driver )) \
     || refuse 21 "NVIDIA driver $driver is older than $min_driver, which sglang $sglang_pip's pip wheel (CUDA 13) needs" \

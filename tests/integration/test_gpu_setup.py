@@ -144,8 +144,7 @@ def test_test_gpu_skips_with_the_reason_where_there_is_no_gpu(tmp_path):
 
 def fresh_venv(tmp_path: Path) -> Path:
     venv = tmp_path / "venv"
-    subprocess.run(["python3.11", "-m", "venv",
-                    str(venv)], check=True, timeout=120)
+    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True, timeout=120)
     return venv
 
 
