@@ -17,8 +17,10 @@ MODEL_PATH ?=
 TIMEOUT ?= 1200
 UP_ARGS ?=
 
-_up = RUNTIME=$(RUNTIME) PORT=$(PORT) DRY_RUN=$(DRY_RUN) LOAD_FORMAT=$(LOAD_FORMAT) MODEL_PATH=$(MODEL_PATH) \
-	TIMEOUT=$(TIMEOUT) $(VRAMKIT) up --preset $(1) --name vramkit-$(1) $(if $(MODEL),--model $(MODEL)) \
+# the CLI reads its environment knobs as VRAMKIT_* (vramkit/launch/env.py)
+_up = VRAMKIT_RUNTIME=$(RUNTIME) VRAMKIT_PORT=$(PORT) VRAMKIT_DRY_RUN=$(DRY_RUN) VRAMKIT_LOAD_FORMAT=$(LOAD_FORMAT) \
+	VRAMKIT_MODEL_PATH=$(MODEL_PATH) VRAMKIT_TIMEOUT=$(TIMEOUT) \
+	$(VRAMKIT) up --preset $(1) --name vramkit-$(1) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(CARD),--gpu $(CARD)) $(UP_ARGS)
 _safe = $(if $(DRY_RUN),,&& $(VRAMKIT) vram-safe)
 

@@ -5,11 +5,13 @@ them through here. Unknown keys are refused, so a typo cannot silently become a 
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from vramkit.core import knobs as knob_decl
 from vramkit.errors import Exit, VramkitError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
@@ -74,17 +76,10 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class Preset:
+    """A named set of knob values (config/presets.toml): only the keys the preset sets, each checked
+    against its declaration (core/knobs.py) when the file is read. `Knobs(**preset.knobs)` is the raw request."""
     name: str
     description: str
-    context: int
-    concurrency: int = 1
-    kv_dtype: str = "auto"
-    mem_fraction: float | None = None
-    chunked_prefill: int | None = None
-    cuda_graph_max_bs: int | None = None
-    max_running: int | None = None
-    hicache_gib: float = 0.0
-    cpu_offload_gib: int | str = 0       # int GiB, or "auto"
     model: str = ""
     knobs: dict = field(default_factory=dict, compare=False)
 
@@ -164,18 +159,49 @@ def gpus() -> dict[str, GpuSpec]:
     return out
 
 
-PRESET_KEYS = {"description", "model", "context", "concurrency", "kv_dtype", "mem_fraction", "chunked_prefill",
-               "cuda_graph_max_bs", "max_running", "hicache_gib", "cpu_offload_gib"}
+PRESET_KEYS = {"description", "model"} | set(knob_decl.by_name())
 
 
 @cache
 def presets() -> dict[str, Preset]:
     out = {}
     for name, e in _load_toml("presets.toml")["presets"].items():
-        _refuse_unknown(e, PRESET_KEYS, f"presets.toml [{name}]")
-        knobs = {k: v for k, v in e.items() if k not in ("description", "model")}
-        out[name] = Preset(name=name, knobs=knobs, **e)
+        where = f"config/presets.toml [presets.{_toml_key(name)}]"
+        e = dict(e)
+        for key in ("description", "model"):
+            if key in e and not isinstance(e[key], str):
+                raise VramkitError(f"{where}: {key} = {e[key]!r} is not text", "quote it", Exit.BAD_FILE)
+        description, model_name = e.pop("description", ""), e.pop("model", "")
+        out[name] = Preset(name=name, description=description, model=model_name, knobs=preset_knobs(e, where))
     return out
+
+
+def preset_knobs(entry: dict, where: str, cls: type = knob_decl.Knobs) -> dict:
+    """A preset's knob values, each checked by its declaration; an old key (hicache_gib) is read with a
+    warning. Anything else is one line naming the file and key, exit 65."""
+    entry = dict(entry)
+    for old, new in knob_decl.old_names(cls).items():
+        if old in entry:
+            if new in entry:
+                raise VramkitError(f"{where}: both {old} and {new}", f"keep only {new}", Exit.BAD_FILE)
+            print(f"vramkit: warning: {where}: {old} is now {new} (same value); rename it", file=sys.stderr)
+            entry[new] = entry.pop(old)
+    decl = knob_decl.by_name(cls)
+    _refuse_unknown(entry, set(decl) | {"description", "model"}, where)
+    out = {}
+    for key, value in entry.items():
+        spec = decl[key]
+        try:
+            out[key] = spec.parse(value, from_text=False)
+        except ValueError as err:
+            raise VramkitError(f"{where}: {key} = {value!r} {err}", f"give {key} {spec.range_text()}"
+                               + (f", in {spec.unit}" if spec.unit else ""), Exit.BAD_FILE) from None
+    return out
+
+
+def _toml_key(name: str) -> str:
+    return name if name.replace("_", "").replace("-", "").isalnum() and not name.isdigit() \
+        and not name[0].isdigit() else f'"{name}"'
 
 
 @cache

@@ -203,7 +203,7 @@ def test_presets_are_the_issue_three_and_every_key_is_a_planner_knob():
     for preset in p.values():
         Knobs(**preset.knobs)                                       # would raise on a key the planner lacks
         assert preset.model in catalog.models(), preset.name
-    assert p["128k"].context == 131_072
+    assert p["128k"].knobs["context"] == 131_072
 
 
 def test_versions_pin_one_release():

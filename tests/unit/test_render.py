@@ -94,10 +94,10 @@ def rendered_cases():
 def test_every_case_passes_the_memory_knobs_explicitly(rendered_cases):
     for case, p, argv in rendered_cases:
         f = _flags(argv)
-        assert float(f["--mem-fraction-static"]) == pytest.approx(p.knobs["mem_fraction"]), case
-        assert int(f["--chunked-prefill-size"]) == p.knobs["chunked_prefill"], case
+        assert float(f["--mem-fraction-static"]) == pytest.approx(p.knobs.mem_fraction), case
+        assert int(f["--chunked-prefill-size"]) == p.knobs.chunked_prefill, case
         assert int(f["--context-length"]) == p.context_len, case
-        assert f["--kv-cache-dtype"] == p.knobs["kv_dtype"], case
+        assert f["--kv-cache-dtype"] == p.knobs.kv_dtype, case
         assert f["--model-path"] == catalog.model(case[1]).hf_id, case
         # decode graphs: either a resolved batch size or explicitly off, never SGLang's per-card default
         assert ("--cuda-graph-max-bs-decode" in f) != (f.get("--cuda-graph-backend-decode") == "disabled"), case
@@ -151,7 +151,7 @@ def test_graphs_on_renders_the_batch_size():
 
 
 def test_hierarchical_cache_flags():
-    f = _flags(_argv(kv_dtype="fp8_e5m2", mem_fraction=0.8, hicache_gib=16))
+    f = _flags(_argv(kv_dtype="fp8_e5m2", mem_fraction=0.8, hicache_gb=16))
     assert f["--enable-hierarchical-cache"] is True
     assert f["--hicache-size"] == "16"               # server_args.py:1996: int, gigabytes
     off = _flags(_argv(kv_dtype="fp8_e5m2", mem_fraction=0.8))

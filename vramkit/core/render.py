@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from vramkit.catalog import ModelSpec
+from vramkit.core.knobs import render_args
 from vramkit.core.planner import Plan
 
 SGLANG_PORT = 30000                   # inside the container; the host port is VRAMKIT_PORT
@@ -32,29 +33,14 @@ def yarn_override(model: ModelSpec, factor: float) -> str:
 
 def sglang_args(model: ModelSpec, p: Plan, *, model_path: str, host: str = "127.0.0.1",
                 port: int = SGLANG_PORT, load_format: str | None = None, extra: list[str] | None = None) -> list[str]:
-    """SGLang launch_server arguments (without `python -m sglang.launch_server`)."""
-    k = p.knobs
-    a = ["--model-path", model_path, "--host", host, "--port", str(port)]
-    if k["tp"] > 1:
-        a += ["--tp-size", str(k["tp"])]
-    a += ["--mem-fraction-static", f"{k['mem_fraction']:g}",
-          "--context-length", str(p.context_len),
-          "--kv-cache-dtype", k["kv_dtype"],
-          "--chunked-prefill-size", str(k["chunked_prefill"]),
-          "--max-running-requests", str(k["max_running"])]
-    if k["cuda_graph_max_bs"] > 0:
-        a += ["--cuda-graph-max-bs-decode", str(k["cuda_graph_max_bs"])]
-    else:
-        a += ["--cuda-graph-backend-decode", "disabled"]
-    if not k["prefill_cuda_graph"]:
-        a += ["--disable-prefill-cuda-graph"]      # saves ~85 s of start-up and its capture memory
+    """SGLang launch_server arguments (without `python -m sglang.launch_server`): the address, then each
+    knob as its declaration renders it (core/knobs.py), then the flags the kit always sets."""
+    a = ["--model-path", model_path, "--host", host, "--port", str(port), *render_args(p.knobs, p)]
+    # prefill CUDA graphs stay off: ~85 s less start-up and no capture memory; every calibration run
+    # (config/engine.toml) was measured so, and the planner's default fraction assumes it
+    a += ["--disable-prefill-cuda-graph"]
     if p.yarn_factor:
         a += ["--json-model-override-args", yarn_override(model, p.yarn_factor)]
-    if k["hicache_gib"] > 0:
-        a += ["--enable-hierarchical-cache", "--hicache-size", str(int(k["hicache_gib"])),
-              "--hicache-write-policy", "write_through", "--hicache-io-backend", "kernel"]
-    if int(k["cpu_offload_gib"]) > 0:
-        a += ["--cpu-offload-gb", str(int(k["cpu_offload_gib"]))]
     if load_format:
         a += ["--load-format", load_format]
         if load_format == "dummy":
@@ -106,7 +92,7 @@ services:
         reservations:
           devices:
             - driver: nvidia
-              device_ids: [{ids}]  # tensor parallel size {p.knobs['tp']}: one card per rank
+              device_ids: [{ids}]  # tensor parallel size {p.knobs.tp}: one card per rank
               capabilities: [gpu]
     healthcheck:
       # /health answers 503 while SGLang loads, compiles and captures graphs, 200 once it serves

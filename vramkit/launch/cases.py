@@ -32,7 +32,7 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
         for model in catalog.models().values():
             for gpu in catalog.gpus().values():
                 for tp in (1, 2):
-                    knobs = Knobs(**preset.knobs, tp=tp)
+                    knobs = Knobs(**(preset.knobs | {"tp": tp}))
                     p = plan(model, Target(gpu=gpu, host_ram_available_bytes=128 * GiB), knobs, engine,
                              with_alternatives=False)
                     argv = sglang_args(model, p, model_path=model.hf_id)
@@ -43,7 +43,7 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
         for model_name, tp, free_gib in ((preset.model, 1, 15.33), ("qwen2.5-coder-7b-instruct", 2, 14.48)):
             model = catalog.model(model_name)
             p = plan(model, Target(gpu=host_gpu, gpu_free_bytes=int(free_gib * GiB), host_ram_available_bytes=128 * GiB),
-                     Knobs(**preset.knobs, tp=tp), engine, with_alternatives=False)
+                     Knobs(**(preset.knobs | {"tp": tp})), engine, with_alternatives=False)
             argv = sglang_args(model, p, model_path=str(model.config_dir), load_format="dummy",
                                extra=GPU_HOST_EXTRA_ARGS)
             suffix = "" if tp == 1 else f"-tp{tp}-{model.name}"

@@ -29,7 +29,7 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
             checks.append(Check("docker", True, "engine and NVIDIA runtime present"))
         except VramkitError as e:
             checks.append(Check("docker", False, e.what + " -> " + e.todo, e.code))
-    n_gpu = p.knobs["tp"]
+    n_gpu = p.knobs.tp
     if gpu_present and gpu_count is not None and gpu_count < n_gpu:
         checks.append(Check("gpus", False, f"tensor parallel size {n_gpu} needs {n_gpu} GPUs, NVML sees {gpu_count} "
                             f"-> --tp {gpu_count} or more cards", Exit.NO_GPU))
@@ -42,7 +42,7 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
                         "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
     if p.host_ram_bytes:
         avail = host_ram()
-        reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs["hicache_gib"] else 0
+        reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs.hicache_gb else 0
         ok = avail - reserve >= p.host_ram_bytes
         checks.append(Check("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
                             + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")

@@ -3,10 +3,13 @@ host RAM read through psutil. `vramkit plan` and `vramkit up` both start here.""
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from dataclasses import dataclass
 
 from vramkit import catalog
 from vramkit.catalog import GpuSpec, ModelSpec
+from vramkit.core.knobs import specs
 from vramkit.core.planner import Engine, Knobs, Plan, Target, plan
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB
@@ -29,29 +32,13 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
     """Raw arguments -> a plan. `read_gpu()`/`read_host()` are the adapters (NVML, psutil), passed in."""
     preset = catalog.preset(args.preset) if args.preset else None
     model = catalog.model(args.model or (preset.model if preset and preset.model else DEFAULT_MODEL))
-    knobs = dict(preset.knobs) if preset else {}
-    for name in ("context", "concurrency", "kv_dtype", "mem_fraction", "chunked_prefill", "cuda_graph_max_bs",
-                 "max_running", "hicache_gib", "tp"):
-        if getattr(args, name, None) is not None:
-            knobs[name] = getattr(args, name)
-    if getattr(args, "cpu_offload_gib", None) is not None:
-        v = args.cpu_offload_gib
-        if v != "auto" and not str(v).isdigit():
-            raise VramkitError(f"--cpu-offload-gib {v!r}: SGLang's --cpu-offload-gb takes whole GiB",
-                               "give an integer or 'auto'", Exit.BAD_INPUT)
-        knobs["cpu_offload_gib"] = v if v == "auto" else int(v)
-    if knobs.get("mem_fraction") is not None and not 0.1 <= knobs["mem_fraction"] < 1.0:
-        raise VramkitError(f"--mem-fraction {knobs['mem_fraction']} is outside (0.1, 1)", "try 0.75-0.88")
-    for name in ("context", "concurrency"):
-        if knobs.get(name) is not None and knobs[name] < 1:
-            raise VramkitError(f"--{name} must be at least 1", "", Exit.BAD_INPUT)
-    knobs_obj = Knobs(**knobs)
-
+    knobs_obj = Knobs(**((preset.knobs if preset else {}) | cli_knobs(args)))
     engine = Engine.from_config(catalog.engine_constants())
-    gpu_free = int(args.gpu_free_gib * GiB) if args.gpu_free_gib is not None else None
+    gpu_free_gib = _amount(args, "gpu_free_gib", positive=True)
+    gpu_free = int(gpu_free_gib * GiB) if gpu_free_gib is not None else None
     gpu_name = args.gpu or (None if gpu_free is not None else DEFAULT_GPU)
     gpu: GpuSpec | None = None
-    other_used = int(args.other_used_gib * GiB)
+    other_used = int((_amount(args, "other_used_gib", positive=False) or 0.0) * GiB)
     if gpu_name == "auto":
         if read_gpu is None:
             raise VramkitError("--gpu auto needs NVML", "name a GPU with --gpu", Exit.NO_GPU)
@@ -60,10 +47,52 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
             gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp)
     elif gpu_name:
         gpu = catalog.gpu(gpu_name)
-    host_avail = int(args.host_ram_gib * GiB) if args.host_ram_gib is not None else (read_host() if read_host else None)
+    host_ram_gib = _amount(args, "host_ram_gib", positive=True)
+    host_avail = int(host_ram_gib * GiB) if host_ram_gib is not None else (read_host() if read_host else None)
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail)
     return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None,
                     plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values())))
+
+
+def cli_knobs(args: argparse.Namespace, knobs_cls: type = Knobs) -> dict:
+    """The knobs given on the command line, each parsed and checked by its declaration (core/knobs.py);
+    a bad value is one line and exit 64. An old spelling (--hicache-gib) still works, with a warning."""
+    out = {}
+    for spec in specs(knobs_cls):
+        raw = getattr(args, spec.name, None)
+        for old in spec.old_names:
+            if getattr(args, old, None) is not None:
+                old_flag = "--" + old.replace("_", "-")
+                if raw is not None:
+                    raise VramkitError(f"both {old_flag} and {spec.cli_flag} given", f"keep only {spec.cli_flag}",
+                                       Exit.BAD_INPUT)
+                print(f"vramkit: warning: {old_flag} is now {spec.cli_flag} (same value, {spec.unit})", file=sys.stderr)
+                raw = getattr(args, old)
+        if raw is None:
+            continue
+        try:
+            out[spec.name] = spec.parse(raw, from_text=isinstance(raw, str))
+        except ValueError as e:
+            raise VramkitError(f"{spec.cli_flag} {raw!r} {e}", f"give {spec.cli_flag} {spec.range_text()}"
+                               + (f", in {spec.unit}" if spec.unit else ""), Exit.BAD_INPUT) from None
+    return out
+
+
+def _amount(args: argparse.Namespace, name: str, *, positive: bool) -> float | None:
+    """A --*-gib figure about the target (not a knob): a finite number, > 0 or >= 0; one line and exit 64."""
+    raw = getattr(args, name, None)
+    if raw is None:
+        return None
+    flag = "--" + name.replace("_", "-")
+    bound = "> 0" if positive else ">= 0"
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise VramkitError(f"{flag} {raw!r} is not a number", f"give {flag} in GiB, {bound}", Exit.BAD_INPUT) from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise VramkitError(f"{flag} {raw!r} is not a finite number {bound}", f"give {flag} in GiB, {bound}",
+                           Exit.BAD_INPUT)
+    return value
 
 
 def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None) -> tuple[GpuSpec, int]:

@@ -57,7 +57,7 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
                        load_format=spec.load_format, extra=spec.extra_args)
     native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
     v = catalog.versions()
-    n_gpu = resolved.plan.knobs["tp"]
+    n_gpu = resolved.plan.knobs.tp
     gpu_ids = server_gpu_ids(spec, n_gpu)
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
@@ -117,9 +117,9 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "host": spec.host, "port": spec.port, "pid": pid,
         "compose_file": str(compose_path) if compose_path else None,
         "log": str(state_paths(spec.name)["log"]) if spec.runtime == "native" else None,
-        "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs["tp"]),
+        "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs.tp),
         "vram_budget_bytes": vram_budget(resolved, in_use_before_start),
-        "hicache_bytes": int(resolved.plan.knobs["hicache_gib"] * 1e9),
+        "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     write_running(spec.name, data)

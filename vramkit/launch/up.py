@@ -60,7 +60,7 @@ def prepare(args: argparse.Namespace, spec: steps.LaunchSpec, *, assume_gpu: boo
         args.gpu = "auto"
     r = resolve(args, read_gpu=lambda tp: nvml_gpu(tp, steps.server_gpu_ids(spec, tp), snap),
                 read_host=host_available)
-    ids = steps.server_gpu_ids(spec, r.plan.knobs["tp"])
+    ids = steps.server_gpu_ids(spec, r.plan.knobs.tp)
     native, compose_text = steps.build(r, spec)
     from vramkit.adapters import docker, host, process
     checks = launch_checks.preflight(r, spec, gpu_present=gpu_present, docker_check=docker.check_engine,
