@@ -207,13 +207,32 @@ def _toml_key(name: str) -> str:
 @cache
 def versions() -> Versions:
     v = _load_toml("versions.toml")
+    _refuse_unknown(v, {"sglang_pip", "sglang_image"}, "config/versions.toml")
+    for key in ("sglang_pip", "sglang_image"):
+        if not isinstance(v.get(key), str) or not v[key]:
+            raise VramkitError(f"config/versions.toml: {key} is missing or not text", "restore it from git",
+                               Exit.BAD_FILE)
     return Versions(sglang_pip=v["sglang_pip"], sglang_image=v["sglang_image"])
+
+
+ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "tp_comm_runtime_mib", "pre_kv_mib",
+               "post_kv_misc_mib", "attention_backend_mib", "decode_graph_mib", "activation_factor",
+               "runtime_margin_mib", "hicache_host_reserve_mib")
 
 
 @cache
 def engine_constants() -> dict:
-    """Measured constants of SGLang's runtime (config/engine.toml), with their provenance there."""
-    return _load_toml("engine.toml")
+    """Measured constants of SGLang's runtime (config/engine.toml), with their provenance there: every key
+    present, none unknown, each a number >= 0 (else one line naming the key, exit 65)."""
+    c = _load_toml("engine.toml")
+    _refuse_unknown(c, set(ENGINE_KEYS), "config/engine.toml")
+    for key in ENGINE_KEYS:
+        value = c.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise VramkitError(f"config/engine.toml: {key} = {value!r} is not a number >= 0"
+                               if key in c else f"config/engine.toml: {key} is missing",
+                               "restore it from git (each value's provenance is beside it)", Exit.BAD_FILE)
+    return c
 
 
 def _refuse_unknown(entry: dict, allowed: set[str], where: str) -> None:

@@ -210,3 +210,25 @@ def test_versions_pin_one_release():
     v = catalog.versions()
     assert v.sglang_pip == "0.5.15.post1"
     assert v.sglang_image.split(":")[1].startswith("v" + v.sglang_pip)
+
+
+@pytest.mark.parametrize("name, extra, says", [
+    ("engine.toml", "cuda_context_mb = 686\n", "unknown key"),
+    ("engine.toml", None, "pre_kv_mib is missing"),
+    ("versions.toml", "torch_pip = \"2.11.0\"\n", "unknown key"),
+])
+def test_engine_and_versions_refuse_unknown_and_missing_keys(tmp_path, monkeypatch, name, extra, says):
+    cfg = tmp_path / "config"
+    shutil.copytree(catalog.CONFIG_DIR, cfg)
+    text = (cfg / name).read_text()
+    (cfg / name).write_text(text + extra if extra else text.replace("pre_kv_mib = 17\n", ""))
+    monkeypatch.setattr(catalog, "CONFIG_DIR", cfg)
+    catalog.engine_constants.cache_clear()
+    catalog.versions.cache_clear()
+    try:
+        with pytest.raises(VramkitError) as e:
+            catalog.engine_constants() if name == "engine.toml" else catalog.versions()
+        assert e.value.code == Exit.BAD_FILE and name in e.value.what and says in e.value.what
+    finally:
+        catalog.engine_constants.cache_clear()
+        catalog.versions.cache_clear()

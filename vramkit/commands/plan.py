@@ -23,6 +23,10 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
     g.add_argument("--gpu-free-gib", metavar="GIB",
                    help="memory free when SGLang starts loading weights (its log: 'Load weight begin. avail mem='), > 0")
     g.add_argument("--other-used-gib", metavar="GIB", help="memory other processes hold on the card, >= 0 (default 0)")
+    g.add_argument("--gpu-bandwidth-gbs", metavar="GBS",
+                   help="the card's memory bandwidth in GB/s (10^9 B/s); needed for a card config/gpus.toml lacks")
+    g.add_argument("--gpu-pcie", metavar="GENxLANES", help="the card's host link, e.g. 4x16; needed for a card "
+                                                         "config/gpus.toml lacks")
     g.add_argument("--host-ram-gib", metavar="GIB", help="available host RAM, > 0 (default: read with psutil)")
     k = p.add_argument_group("knobs (override the preset; declared in vramkit/core/knobs.py)")
     for spec in specs(knobs_cls):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from vramkit import catalog
 from vramkit.catalog import GpuSpec, ModelSpec
@@ -42,11 +43,14 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
     if gpu_name == "auto":
         if read_gpu is None:
             raise VramkitError("--gpu auto needs NVML", "name a GPU with --gpu", Exit.NO_GPU)
-        gpu, nvml_free = read_gpu(knobs_obj.tp)
+        gpu, nvml_free = read_gpu(knobs_obj.tp, link_for=lambda base: gpu_link(args, base))
         if gpu_free is None:   # SGLang sees what is free once its context (and, tp > 1, NCCL) is up
             gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp)
     elif gpu_name:
         gpu = catalog.gpu(gpu_name)
+        link = gpu_link(args, gpu)
+        if link is not None:
+            gpu = replace(gpu, bandwidth_bytes_s=link[0], pcie_gen=link[1], pcie_lanes=link[2])
     host_ram_gib = _amount(args, "host_ram_gib", positive=True)
     host_avail = int(host_ram_gib * GiB) if host_ram_gib is not None else (read_host() if read_host else None)
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail)
@@ -95,9 +99,12 @@ def _amount(args: argparse.Namespace, name: str, *, positive: bool) -> float | N
     return value
 
 
-def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None) -> tuple[GpuSpec, int]:
-    """The GPUs a server will run on, through NVML: one GpuSpec (the first card's; its catalogued twin gives
-    bandwidth and PCIe when known) and the smallest free memory among them, since SGLang sizes every
+def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
+             link_for: Callable[[GpuSpec | None], tuple[float, int, int] | None] | None = None) -> tuple[GpuSpec, int]:
+    """The GPUs a server will run on, through NVML: one GpuSpec (the first card's; bandwidth and PCIe from
+    `link_for(catalogued twin or None)` when it gives them (the --gpu-bandwidth-gbs / --gpu-pcie figures),
+    else from its catalogued twin; a card the catalog lacks without them is refused,
+    never given another card's figures) and the smallest free memory among them, since SGLang sizes every
     tensor-parallel rank from the minimum across ranks (model_runner.init_torch_distributed).
     `ids` are NVML indices (default: the first `tp`); `snap` a snapshot already read (default: read one)."""
     from vramkit.adapters import nvml
@@ -120,11 +127,45 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None) -> tuple[GpuS
             raise VramkitError(f"GPU {i} did not answer NVML", "check nvidia-smi, or name one with --gpu", Exit.NO_GPU)
     g = chosen[0]
     known = catalog.gpu_by_nvml_name(str(g.name))
-    base = known or catalog.gpu("rtx-4080-16gb")
+    link = link_for(known) if link_for is not None else None
+    if known is None and link is None:
+        raise VramkitError(f"GPU {ids[0]} ({g.name}) is not in config/gpus.toml: its memory bandwidth and PCIe link, "
+                           "which the decode ceiling needs, are unknown",
+                           "give --gpu-bandwidth-gbs N --gpu-pcie GENxLANES from its spec sheet, or add the card "
+                           "to config/gpus.toml", Exit.BAD_INPUT)
+    bandwidth, gen, lanes = link if link is not None else (known.bandwidth_bytes_s, known.pcie_gen, known.pcie_lanes)
     spec = GpuSpec(name=known.name if known else f"nvml:{g.name}", label=str(g.name),
-                   memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=base.bandwidth_bytes_s,
-                   pcie_gen=base.pcie_gen, pcie_lanes=base.pcie_lanes, nvml_names=(str(g.name),))
+                   memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=bandwidth,
+                   pcie_gen=gen, pcie_lanes=lanes, nvml_names=(str(g.name),))
     return spec, min(int(x.free_bytes) for x in chosen)
+
+
+PCIE_GENS = (3, 4, 5, 6)
+PCIE_WIDTHS = (1, 2, 4, 8, 16)
+
+
+def gpu_link(args: argparse.Namespace, base: GpuSpec | None) -> tuple[float, int, int] | None:
+    """(bandwidth B/s, PCIe gen, lanes) from --gpu-bandwidth-gbs / --gpu-pcie over `base` (a catalogued card's);
+    None when neither is given. For a card the catalog lacks both are needed: no guessed figure."""
+    bw_raw, pcie_raw = getattr(args, "gpu_bandwidth_gbs", None), getattr(args, "gpu_pcie", None)
+    if bw_raw is None and pcie_raw is None:
+        return None
+    bw = _amount(args, "gpu_bandwidth_gbs", positive=True)
+    bandwidth = bw * 1e9 if bw is not None else (base.bandwidth_bytes_s if base else None)
+    if pcie_raw is not None:
+        gen_s, _, lanes_s = str(pcie_raw).lower().partition("x")
+        if not (gen_s.isdigit() and lanes_s.isdigit() and int(gen_s) in PCIE_GENS and int(lanes_s) in PCIE_WIDTHS):
+            raise VramkitError(f"--gpu-pcie {pcie_raw!r} is not a PCIe link", "give GENxLANES, e.g. --gpu-pcie 4x16 "
+                               f"(gen {'/'.join(map(str, PCIE_GENS))}, x{'/x'.join(map(str, PCIE_WIDTHS))})",
+                               Exit.BAD_INPUT)
+        gen, lanes = int(gen_s), int(lanes_s)
+    else:
+        gen, lanes = (base.pcie_gen, base.pcie_lanes) if base else (None, None)
+    if bandwidth is None or gen is None:
+        missing = "--gpu-pcie GENxLANES" if gen is None else "--gpu-bandwidth-gbs N"
+        raise VramkitError("a card the catalog lacks needs both its memory bandwidth and its PCIe link",
+                           f"add {missing} (spec sheet)", Exit.BAD_INPUT)
+    return bandwidth, gen, lanes
 
 
 def host_available() -> int:

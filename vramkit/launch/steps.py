@@ -110,7 +110,7 @@ def vram_budget(resolved, in_use_before_start: int) -> int:
 
 
 def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
-           in_use_before_start: int = 0) -> dict:
+           in_use_before_start: int = 0, cpu_pin: str | None = None) -> dict:
     from vramkit.adapters.state import write_running
     data = {
         "name": spec.name, "preset": resolved.preset, "model": resolved.model.name, "runtime": spec.runtime,
@@ -120,6 +120,7 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs.tp),
         "vram_budget_bytes": vram_budget(resolved, in_use_before_start),
         "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
+        "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     write_running(spec.name, data)
