@@ -70,7 +70,7 @@ def test_multiturn_round_robin_and_each_turn_extends_the_last():
         by_session.setdefault(s, []).append(ids)
     for s, prompts in by_session.items():
         assert len(prompts[0]) == plan.history_tokens(s) + 10
-        for earlier, later in zip(prompts, prompts[1:]):
+        for earlier, later in zip(prompts, prompts[1:], strict=False):
             assert later[: len(earlier)] == earlier          # whole history re-sent
             assert len(later) == len(earlier) + 5 + 10       # + answer + new user chunk
     assert max(len(ids) for _, _, ids in reqs) == plan.longest_prompt_tokens()

@@ -169,7 +169,7 @@ def test_bad_preset_value_is_one_line_naming_file_and_key(tmp_path, line, key):
     """Run in a child process against a copy of config/ holding the bad value: the real loading path."""
     cfg = tmp_path / "config"
     shutil.copytree(REPO / "config", cfg)
-    (cfg / "presets.toml").write_text((cfg / "presets.toml").read_text() + f"\n[presets.bad]\ncontext_note = 1\n"
+    (cfg / "presets.toml").write_text((cfg / "presets.toml").read_text() + "\n[presets.bad]\ncontext_note = 1\n"
                                       .replace("context_note = 1", line))
     code = ("import sys, vramkit.catalog as c, pathlib; c.CONFIG_DIR = pathlib.Path(sys.argv[1]); "
             "from vramkit.cli import main; sys.exit(main(['plan', '--preset', 'baseline']))")

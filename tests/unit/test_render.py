@@ -13,9 +13,9 @@ from itertools import product
 import pytest
 
 from vramkit import catalog
-from vramkit.launch.cases import iter_launch_cases
 from vramkit.core import render
 from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.launch.cases import iter_launch_cases
 from vramkit.units import GiB
 
 yaml = pytest.importorskip("yaml", reason="PyYAML parses the compose files (it comes with the embed extra)")

@@ -13,7 +13,7 @@ import re
 import sys
 import threading
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from vramkit import __version__
@@ -173,7 +173,7 @@ def _run_bench(args) -> int:
     client, info = _connect(args.url)
     server = server_subset(info)
     label = args.label or default_label(server)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     err = Console(stderr=True)
     err.print(f"[bold]vramkit bench[/] {label}: {args.url}, suites {', '.join(cfg.suites)}"
               f"{' (quick)' if args.quick else ''}")

@@ -9,11 +9,10 @@ import sys
 from vramkit.commands.plan import add_plan_arguments, render_plan
 from vramkit.core.render import SGLANG_PORT
 from vramkit.errors import Exit, VramkitError
-from vramkit.launch import steps, up
-from vramkit.launch.env import env_number, env_value, number
 from vramkit.generated import stale_blocks
+from vramkit.launch import steps, up
 from vramkit.launch.compose_files import stale_files
-
+from vramkit.launch.env import env_number, env_value, number
 
 RUNTIMES = ("docker", "native")
 
@@ -128,7 +127,8 @@ def register(sub) -> None:
     up.add_argument("--name", help="service name (default vramkit-<preset>)")
     up.add_argument("--runtime", choices=RUNTIMES, help="docker or native (default $VRAMKIT_RUNTIME, else docker)")
     up.add_argument("--port", help=f"host port of SGLang's API (default $VRAMKIT_PORT, else {SGLANG_PORT})")
-    up.add_argument("--model-path", help="local folder or HF id instead of the model's hf_id (default $VRAMKIT_MODEL_PATH)")
+    up.add_argument("--model-path", help="local folder or HF id instead of the model's hf_id "
+                                         "(default $VRAMKIT_MODEL_PATH)")
     up.add_argument("--load-format", help="'dummy': real shapes, random weights, no download, no tokenizer "
                                           "(default $VRAMKIT_LOAD_FORMAT)")
     up.add_argument("--extra-args", help="more SGLang flags (default $VRAMKIT_SGLANG_EXTRA_ARGS)")
@@ -151,6 +151,7 @@ def register(sub) -> None:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_status)
 
-    co = sub.add_parser("compose", help="write the committed docker-compose.qwen*.yml files and the generated tables from config/")
+    co = sub.add_parser("compose", help="write the committed docker-compose.qwen*.yml files and the generated "
+                                        "tables from config/")
     co.add_argument("--check", action="store_true", help="exit 65 if a committed file is stale")
     co.set_defaults(func=cmd_compose)

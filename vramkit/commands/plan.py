@@ -21,7 +21,8 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
                                    f"else {DEFAULT_MODEL})")
     g.add_argument("--gpu", help=f"a catalogued GPU, or 'auto' to read it through NVML (default {DEFAULT_GPU})")
     g.add_argument("--gpu-free-gib", metavar="GIB",
-                   help="memory free when SGLang starts loading weights (its log: 'Load weight begin. avail mem='), > 0")
+                   help="memory free when SGLang starts loading weights, > 0 (its log: 'Load weight begin. avail "
+                        "mem=')")
     g.add_argument("--other-used-gib", metavar="GIB", help="memory other processes hold on the card, >= 0 (default 0)")
     g.add_argument("--gpu-bandwidth-gbs", metavar="GBS",
                    help="the card's memory bandwidth in GB/s (10^9 B/s); needed for a card config/gpus.toml lacks")
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(r), indent=2, default=str))
     else:
         from rich.console import Console
+
         from vramkit.core.render import sglang_args
         con = Console()
         for item in render_plan(r):

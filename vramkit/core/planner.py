@@ -270,7 +270,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     # resolve SGLang's defaults from the TARGET card, never from the machine it runs on
     chunk = knobs.chunked_prefill or sglang_default_chunked_prefill(card_total)
-    graph_bs = sglang_default_cuda_graph_max_bs(card_total, tp) if knobs.cuda_graph_max_bs is None else knobs.cuda_graph_max_bs
+    graph_bs = knobs.cuda_graph_max_bs
+    if graph_bs is None:
+        graph_bs = sglang_default_cuda_graph_max_bs(card_total, tp)
     # the kit always renders --disable-prefill-cuda-graph (core/render.py): SGLang's default reserve without them
     frac = knobs.mem_fraction if knobs.mem_fraction is not None else sglang_default_mem_fraction(
         card_total, chunk, graph_bs, tp, prefill_cuda_graph=False)

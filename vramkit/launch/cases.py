@@ -42,8 +42,8 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
         # tp 2 with the dense 7B, as the two-GPU session ran it (each card held to 16 GB)
         for model_name, tp, free_gib in ((preset.model, 1, 15.33), ("qwen2.5-coder-7b-instruct", 2, 14.48)):
             model = catalog.model(model_name)
-            p = plan(model, Target(gpu=host_gpu, gpu_free_bytes=int(free_gib * GiB), host_ram_available_bytes=128 * GiB),
-                     Knobs(**(preset.knobs | {"tp": tp})), engine, with_alternatives=False)
+            target = Target(gpu=host_gpu, gpu_free_bytes=int(free_gib * GiB), host_ram_available_bytes=128 * GiB)
+            p = plan(model, target, Knobs(**(preset.knobs | {"tp": tp})), engine, with_alternatives=False)
             argv = sglang_args(model, p, model_path=str(model.config_dir), load_format="dummy",
                                extra=GPU_HOST_EXTRA_ARGS)
             suffix = "" if tp == 1 else f"-tp{tp}-{model.name}"

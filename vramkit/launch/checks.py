@@ -39,7 +39,8 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
             checks.append(Check("gpus", False, f"GPU {absent[0]} is not there: NVML sees {gpu_count} "
                                 f"(0-{gpu_count - 1}) -> pick --gpus from `nvidia-smi -L`", Exit.NO_GPU))
     checks.append(Check("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
-                        "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
+                        "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere",
+                        Exit.NO_GPU))
     if p.host_ram_bytes:
         avail = host_ram()
         reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs.hicache_gb else 0
@@ -51,7 +52,8 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
         if spec.runtime == "native" and soft is not None and soft < p.host_ram_bytes:
             # CUDA's own pinned allocations are not charged to RLIMIT_MEMLOCK on the drivers we ran
             # (benchmarks/gpu/nvml_vs_smi.py probes it), so this warns rather than refuses.
-            checks.append(Check("memlock", False, f"memlock limit {bytes2human(soft)} < {bytes2human(p.host_ram_bytes)} "
+            checks.append(Check("memlock", False, f"memlock limit {bytes2human(soft)} < "
+                                f"{bytes2human(p.host_ram_bytes)} "
                                 f"pinned -> `ulimit -l unlimited` if pinning fails", Exit.HOST_MEMORY, fatal=False))
     checks.append(Check("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
                         " -> `vramkit plan` lists what would fit", Exit.NO_FIT))

@@ -7,7 +7,7 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from vramkit import catalog
@@ -38,7 +38,8 @@ def server_gpu_ids(spec: LaunchSpec, tp: int) -> list[int]:
         return list(range(tp))
     if len(spec.gpu_ids) < tp:
         raise VramkitError(f"--gpus names {len(spec.gpu_ids)} GPU(s) for tensor parallel size {tp}",
-                           f"name {tp} (e.g. --gpus {','.join(map(str, range(tp)))}) or leave --gpus out", Exit.BAD_INPUT)
+                           f"name {tp} (e.g. --gpus {','.join(map(str, range(tp)))}) or leave --gpus out",
+                           Exit.BAD_INPUT)
     return list(spec.gpu_ids[:tp])
 
 
@@ -81,8 +82,8 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
             on_phase(ph)
             last_phase = ph
         if not is_alive():
-            raise VramkitError(f"SGLang exited during start-up ({ph}): {sglang_log.last_error(text)}",
-                               f"see {state_paths(spec.name)['log'] if spec.runtime == 'native' else 'docker logs ' + spec.name}",
+            where = state_paths(spec.name)["log"] if spec.runtime == "native" else "docker logs " + spec.name
+            raise VramkitError(f"SGLang exited during start-up ({ph}): {sglang_log.last_error(text)}", f"see {where}",
                                Exit.START_FAILED)
         if clock() - t0 > spec.timeout_s:
             raise VramkitError(f"SGLang did not become healthy within {spec.timeout_s:.0f} s (last phase: {ph})",
@@ -121,7 +122,7 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "vram_budget_bytes": vram_budget(resolved, in_use_before_start),
         "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
         "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_running(spec.name, data)
     return data
