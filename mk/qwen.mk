@@ -6,8 +6,8 @@ RUNTIME ?= docker
 MODEL ?=
 # a catalogued GPU to plan for; empty = the card NVML sees (auto), else the reference 16 GB card
 CARD ?=
-# host port for SGLang's API (bound to 127.0.0.1)
-PORT ?= 30000
+# host port for SGLang's API (bound to 127.0.0.1); empty = config/sglang.toml's port (SGLang's 30000)
+PORT ?=
 # 1 = print the plan, the checks and the exact commands; start nothing
 DRY_RUN ?=
 # LOAD_FORMAT=dummy MODEL_PATH=<folder with config.json>: real shapes, random weights, no download

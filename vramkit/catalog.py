@@ -66,6 +66,7 @@ class GpuSpec:
     pcie_gen: int
     pcie_lanes: int
     nvml_names: tuple[str, ...] = ()
+    sm_count: int | None = None     # streaming multiprocessors (marlin's workspace); None: not catalogued
 
     @property
     def pcie_bytes_s(self) -> float:
@@ -88,6 +89,14 @@ class Preset:
 class Versions:
     sglang_pip: str
     sglang_image: str
+    torch_cpu: str              # the CPU torch wheel of .venv and .venv-sglang (make setup)
+
+
+@dataclass(frozen=True)
+class SglangFacts:
+    """config/sglang.toml: how the kit runs SGLang."""
+    port: int
+    gpu_host_extra_args: tuple[str, ...]
 
 
 def _load_toml(name: str) -> dict:
@@ -151,11 +160,23 @@ def models() -> dict[str, ModelSpec]:
 def gpus() -> dict[str, GpuSpec]:
     out = {}
     for name, e in _load_toml("gpus.toml")["gpus"].items():
-        _refuse_unknown(e, {"label", "memory_total_mib", "bandwidth_gbs", "pcie_gen", "pcie_lanes", "nvml_names"},
-                        f"gpus.toml [{name}]")
-        out[name] = GpuSpec(name=name, label=e["label"], memory_total_bytes=int(e["memory_total_mib"]) << 20,
-                            bandwidth_bytes_s=float(e["bandwidth_gbs"]) * 1e9, pcie_gen=int(e["pcie_gen"]),
-                            pcie_lanes=int(e["pcie_lanes"]), nvml_names=tuple(e.get("nvml_names", ())))
+        _refuse_unknown(e, {"label", "memory_total_mib", "bandwidth_gbs", "pcie_gen", "pcie_lanes", "nvml_names",
+                            "sm_count"}, f"gpus.toml [{name}]")
+        try:
+            out[name] = GpuSpec(name=name, label=str(e["label"]), memory_total_bytes=int(e["memory_total_mib"]) << 20,
+                                bandwidth_bytes_s=float(e["bandwidth_gbs"]) * 1e9, pcie_gen=int(e["pcie_gen"]),
+                                pcie_lanes=int(e["pcie_lanes"]), nvml_names=tuple(e.get("nvml_names", ())),
+                                sm_count=int(e["sm_count"]))
+        except KeyError as err:
+            raise VramkitError(f"config/gpus.toml [gpus.{name}]: {err.args[0]} is missing", "add it (see the file's "
+                               "header)", Exit.BAD_FILE) from None
+        except (TypeError, ValueError) as err:
+            raise VramkitError(f"config/gpus.toml [gpus.{name}]: a value is not a number ({err})", "fix it",
+                               Exit.BAD_FILE) from None
+        if out[name].pcie_gen not in (3, 4, 5, 6) or min(out[name].bandwidth_bytes_s, out[name].sm_count,
+                                                           out[name].pcie_lanes, out[name].memory_total_bytes) <= 0:
+            raise VramkitError(f"config/gpus.toml [gpus.{name}]: pcie_gen is not 3-6 or a size is not > 0", "fix it",
+                               Exit.BAD_FILE)
     return out
 
 
@@ -207,12 +228,26 @@ def _toml_key(name: str) -> str:
 @cache
 def versions() -> Versions:
     v = _load_toml("versions.toml")
-    _refuse_unknown(v, {"sglang_pip", "sglang_image"}, "config/versions.toml")
-    for key in ("sglang_pip", "sglang_image"):
+    keys = ("sglang_pip", "sglang_image", "torch_cpu")
+    _refuse_unknown(v, set(keys), "config/versions.toml")
+    for key in keys:
         if not isinstance(v.get(key), str) or not v[key]:
             raise VramkitError(f"config/versions.toml: {key} is missing or not text", "restore it from git",
                                Exit.BAD_FILE)
-    return Versions(sglang_pip=v["sglang_pip"], sglang_image=v["sglang_image"])
+    return Versions(**{k: v[k] for k in keys})
+
+
+@cache
+def sglang() -> SglangFacts:
+    s = _load_toml("sglang.toml")
+    _refuse_unknown(s, {"port", "gpu_host_extra_args"}, "config/sglang.toml")
+    port, extra = s.get("port"), s.get("gpu_host_extra_args")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise VramkitError(f"config/sglang.toml: port = {port!r} is not a port (1-65535)", "fix it", Exit.BAD_FILE)
+    if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+        raise VramkitError("config/sglang.toml: gpu_host_extra_args is not a list of strings", "fix it",
+                           Exit.BAD_FILE)
+    return SglangFacts(port=port, gpu_host_extra_args=tuple(extra))
 
 
 ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "tp_comm_runtime_mib", "pre_kv_mib",

@@ -18,8 +18,9 @@ RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
 export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
 [ -f .gpu/tvm-ffi-cache.tar.gz ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf .gpu/tvm-ffi-cache.tar.gz -C $TVM_FFI_CACHE_DIR
-# the archive has no FA3 and no xgrammar: the same flags smoke.sh uses (each checked by SGLang's parser in CI)
-export VRAMKIT_SGLANG_EXTRA_ARGS="--attention-backend triton --sampling-backend pytorch --grammar-backend none"
+# the archive has no FA3 and no xgrammar: config/sglang.toml's gpu_host_extra_args (checked by SGLang's parser in CI)
+VRAMKIT_SGLANG_EXTRA_ARGS=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("config/sglang.toml", "rb"))["gpu_host_extra_args"]))')
+export VRAMKIT_SGLANG_EXTRA_ARGS
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VRAMKIT_DEVICE_LABEL

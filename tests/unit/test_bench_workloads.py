@@ -101,3 +101,9 @@ def test_histories_shrink_to_fit_the_input_limit():
     assert fitted.longest_prompt_tokens() <= 10000
     assert fitted.history_min_tokens <= fitted.history_max_tokens
     assert fit_history_to_limit(plan, 100_000) is plan
+
+
+def test_any_model_vocab_is_below_every_catalogued_vocabulary():
+    from vramkit import catalog
+    from vramkit.bench.workloads import ANY_MODEL_VOCAB
+    assert ANY_MODEL_VOCAB <= min(m.vocab_size for m in catalog.models().values())

@@ -232,3 +232,19 @@ def test_engine_and_versions_refuse_unknown_and_missing_keys(tmp_path, monkeypat
     finally:
         catalog.engine_constants.cache_clear()
         catalog.versions.cache_clear()
+
+
+def test_torch_pin_is_config_versions_everywhere():
+    """config/versions.toml torch_cpu is the pin; mk/core.mk and scripts/setup_sglang_check.sh read it, the embed
+    image (built without config/ in its context) repeats it, and must agree."""
+    root = catalog.CONFIG_DIR.parent
+    pin = catalog.versions().torch_cpu
+    assert f'"torch=={pin}"' in (root / "services/embed/Dockerfile").read_text()
+    assert "torch==$(TORCH_CPU)" in (root / "mk/core.mk").read_text()
+    assert 'v["torch_cpu"]' in (root / "scripts/setup_sglang_check.sh").read_text()
+
+
+def test_sglang_facts_are_read_once():
+    s = catalog.sglang()
+    assert s.port == 30000                                        # SGLang's default --port
+    assert s.gpu_host_extra_args[:2] == ("--attention-backend", "triton")

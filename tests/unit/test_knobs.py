@@ -62,7 +62,7 @@ def test_a_new_knob_reaches_cli_presets_renderer_and_doc_table():
     p = plan(m, Target(gpu=catalog.gpu("rtx-4090-24gb"), host_ram_available_bytes=64 * GiB),
              WithSwap(swap_gb=3, mem_fraction=0.8), ENGINE, with_alternatives=False)
     assert isinstance(p.knobs, WithSwap)
-    argv = sglang_args(m, p, model_path=m.hf_id)
+    argv = sglang_args(m, p, model_path=m.hf_id, port=catalog.sglang().port)
     assert argv[argv.index("--swap-space") + 1] == "3"
     # the doc table of config/presets.toml
     assert any(line.split()[1:2] == ["swap_gb"] for line in decl.doc_table(WithSwap))
@@ -87,7 +87,7 @@ def test_renderer_emits_exactly_the_declared_flags():
     p = plan(m, Target(gpu=catalog.gpu("rtx-4090-24gb"), host_ram_available_bytes=128 * GiB),
              Knobs(tp=2, mem_fraction=0.8, hicache_gb=16, cpu_offload_gib=2, cuda_graph_max_bs=4), ENGINE,
              with_alternatives=False)
-    argv = sglang_args(m, p, model_path="x")
+    argv = sglang_args(m, p, model_path="x", port=catalog.sglang().port)
     for s in decl.KNOBS:
         if s.sglang_flag:
             assert s.sglang_flag in argv, s.name

@@ -6,8 +6,8 @@ import json
 import shlex
 import sys
 
+from vramkit import catalog
 from vramkit.commands.plan import add_plan_arguments, render_plan
-from vramkit.core.render import SGLANG_PORT
 from vramkit.errors import Exit, VramkitError
 from vramkit.generated import stale_blocks
 from vramkit.launch import steps, up
@@ -36,7 +36,7 @@ def _spec(args) -> steps.LaunchSpec:
     return steps.LaunchSpec(
         name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=runtime,
         port=number(args.port, int, "--port", minimum=1) if args.port is not None else
-        env_number("PORT", int, SGLANG_PORT, minimum=1),
+        env_number("PORT", int, catalog.sglang().port, minimum=1),
         model_path=args.model_path or env_value("MODEL_PATH"), load_format=args.load_format or env_value("LOAD_FORMAT"),
         extra_args=extra, sglang_python=args.sglang_python or env_value("SERVER_PYTHON") or sys.executable,
         timeout_s=number(args.timeout, float, "--timeout", minimum=1) if args.timeout is not None else
@@ -126,7 +126,7 @@ def register(sub) -> None:
     add_plan_arguments(up)
     up.add_argument("--name", help="service name (default vramkit-<preset>)")
     up.add_argument("--runtime", choices=RUNTIMES, help="docker or native (default $VRAMKIT_RUNTIME, else docker)")
-    up.add_argument("--port", help=f"host port of SGLang's API (default $VRAMKIT_PORT, else {SGLANG_PORT})")
+    up.add_argument("--port", help="host port of SGLang's API (default $VRAMKIT_PORT, else config/sglang.toml's)")
     up.add_argument("--model-path", help="local folder or HF id instead of the model's hf_id "
                                          "(default $VRAMKIT_MODEL_PATH)")
     up.add_argument("--load-format", help="'dummy': real shapes, random weights, no download, no tokenizer "

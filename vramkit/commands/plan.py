@@ -8,7 +8,16 @@ import json
 from vramkit import catalog
 from vramkit.core.knobs import Knobs, specs
 from vramkit.errors import Exit
-from vramkit.launch.resolve import DEFAULT_GPU, DEFAULT_MODEL, Resolved, host_available, nvml_gpu, plan_json, resolve
+from vramkit.launch.resolve import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    Resolved,
+    host_available,
+    nvml_gpu,
+    plan_args,
+    plan_json,
+    resolve,
+)
 from vramkit.units import bytes2human
 
 
@@ -95,13 +104,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(r), indent=2, default=str))
     else:
         from rich.console import Console
-
-        from vramkit.core.render import sglang_args
         con = Console()
         for item in render_plan(r):
             con.print(item)
-        con.print("[bold]SGLang arguments:[/bold] " + " ".join(sglang_args(r.model, r.plan, model_path=r.model.hf_id)),
-                  soft_wrap=True)
+        con.print("[bold]SGLang arguments:[/bold] " + " ".join(plan_args(r)), soft_wrap=True)
     return 0 if r.plan.fits else int(Exit.NO_FIT)
 
 

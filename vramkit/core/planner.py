@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from vramkit.catalog import GpuSpec, ModelSpec
 from vramkit.core.knobs import Knobs
-from vramkit.core.weight_load import LoadShape, replay_load
+from vramkit.core.weight_load import CALIBRATION_HOST_SMS, LoadShape, replay_load
 from vramkit.units import GiB, MiB, bytes2human
 
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5}
@@ -284,14 +284,15 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # rope cos/sin cache: context positions x head_dim, fp32 on CUDA (sglang rotary_embedding/base.py)
     rope_bytes = context_len * model.head_dim * 4
     shape = load_shape(model)
+    sms = gpu.sm_count if gpu is not None and gpu.sm_count else CALIBRATION_HOST_SMS
     offload_req = knobs.cpu_offload_gib
     cell = kv_bytes_per_token(model, knobs.kv_dtype, tp)
     if offload_req == "auto":
         # what the load reserves with nothing offloaded: tensors, rope cache and the allocator's slack
-        on_gpu = replay_load(shape, tp, rope_bytes).gpu_reserved_bytes
+        on_gpu = replay_load(shape, tp, rope_bytes, sm_count=sms).gpu_reserved_bytes
         offload_req = _auto_offload_gib(free, frac, on_gpu + engine.pre_kv, cell, knobs, layer_bytes)
     offload_req = int(offload_req)
-    load = replay_load(shape, tp, rope_bytes, min(offload_req * GiB, layer_bytes))
+    load = replay_load(shape, tp, rope_bytes, min(offload_req * GiB, layer_bytes), sm_count=sms)
     offloaded = load.offloaded_bytes
     weights_gpu = load.gpu_reserved_bytes
 

@@ -173,9 +173,14 @@ def host_available() -> int:
     return host_memory()[1]
 
 
-def plan_json(r: Resolved) -> dict:
+def plan_args(r: Resolved) -> list[str]:
+    """The SGLang arguments of a plan as `vramkit plan` shows them (the model's hf_id, SGLang's port)."""
     from vramkit.core.render import sglang_args
+    return sglang_args(r.model, r.plan, model_path=r.model.hf_id, port=catalog.sglang().port)
+
+
+def plan_json(r: Resolved) -> dict:
     d = r.plan.to_json()
     d["preset"] = r.preset
-    d["sglang_args"] = sglang_args(r.model, r.plan, model_path=r.model.hf_id)
+    d["sglang_args"] = plan_args(r)
     return d

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core import sglang_log
-from vramkit.core.render import SGLANG_PORT, compose_yaml, sglang_args
+from vramkit.core.render import compose_yaml, sglang_args
 from vramkit.errors import Exit, VramkitError
 
 
@@ -21,7 +21,7 @@ class LaunchSpec:
     name: str
     runtime: str                  # docker | native
     host: str = "127.0.0.1"
-    port: int = SGLANG_PORT
+    port: int = field(default_factory=lambda: catalog.sglang().port)   # the host port
     model_path: str | None = None # overrides the model's hf_id (a local folder)
     load_format: str | None = None
     extra_args: list[str] = field(default_factory=list)
@@ -54,7 +54,7 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     model = resolved.model
     model_path = spec.model_path or model.hf_id
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
-                       else "0.0.0.0", port=spec.port if spec.runtime == "native" else SGLANG_PORT,
+                       else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args)
     native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
     v = catalog.versions()
@@ -62,7 +62,7 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     gpu_ids = server_gpu_ids(spec, n_gpu)
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
-                           image=v.sglang_image, argv=argv, gpu_ids=gpu_ids,
+                           image=v.sglang_image, argv=argv, gpu_ids=gpu_ids, port=catalog.sglang().port,
                            source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
     return native, compose
 
