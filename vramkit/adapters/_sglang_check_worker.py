@@ -49,7 +49,7 @@ class _ParserRefused(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # noqa: D401 - argparse API
+    def error(self, message):
         raise _ParserRefused(message)
 
 

@@ -100,7 +100,7 @@ class KnobSpec:
         return [self.sglang_flag, str(value)]
 
 
-def knob(default: Any, type: type, unit: str, help: str, **kw) -> Any:  # noqa: A002 - the declaration's words
+def knob(default: Any, type: type, unit: str, help: str, **kw) -> Any:
     """One knob: a dataclass field whose metadata is its KnobSpec (the name is filled in from the field)."""
     return field(default=default, metadata={"knob": dict(type=type, unit=unit, help=help, default=default, **kw)})
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vramkit.core.checks import Check
 from vramkit.core.host_plan import format_cpulist
 from vramkit.errors import VramkitError
 from vramkit.launch import checks as launch_checks
@@ -44,9 +45,9 @@ class Prepared:
     native: list[str]
     compose_text: str
     paths: dict[str, Path]
-    checks: list[launch_checks.Check]
+    checks: list[Check]
 
-    def failed(self, *, no_fit_check: bool = False) -> list[launch_checks.Check]:
+    def failed(self, *, no_fit_check: bool = False) -> list[Check]:
         return [c for c in self.checks if not c.ok and c.fatal and not (no_fit_check and c.name == "fit")]
 
 
