@@ -31,7 +31,7 @@ compose: ## re-render docker-compose.qwen*.yml from config/ (commit the result)
 compose-check: ## fail if a committed compose file is stale
 	@$(VRAMKIT) compose --check
 
-test: install setup-sglang-check ## every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
+test: install setup-sglang-check lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 test-unit: install ## unit tests only (no servers, seconds)

@@ -5,8 +5,8 @@
 GPU_VENV ?= .venv-gpu
 # its base interpreter, >= 3.11 (the kit's floor; SGLang's is 3.10)
 GPU_PYTHON ?= python3
-# the interpreter `vramkit up --runtime native` starts SGLang with; passed as VRAMKIT_NATIVE_PYTHON
-NATIVE_PYTHON ?= $(or $(VRAMKIT_NATIVE_PYTHON),$(GPU_VENV)/bin/python)
+# the interpreter `vramkit up --runtime native` starts SGLang with; passed as VRAMKIT_SERVER_PYTHON
+SERVER_PYTHON ?= $(or $(VRAMKIT_SERVER_PYTHON),$(GPU_VENV)/bin/python)
 # test-gpu's interpreter: GPU_VENV's (CUDA torch) once setup-gpu made it, else .venv's (CPU torch: on a host
 # with a GPU the tests then FAIL and say to run make setup-gpu; without a GPU they skip with the reason)
 GPU_TEST_PY ?= $(if $(wildcard $(GPU_VENV)/bin/python),$(GPU_VENV)/bin/python,$(PY))

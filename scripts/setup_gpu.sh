@@ -2,7 +2,7 @@
 # `make setup-gpu`, on a GPU host: the virtualenv RUNTIME=native starts SGLang from (.venv-gpu). It holds the
 # pinned SGLang (sglang_pip in config/versions.toml) with the CUDA torch that release pins, plus the kit's
 # own dependencies and pytest, so `make test-gpu` runs there too. `vramkit up --runtime native` starts
-# SGLang with VENV_DIR/bin/python (VRAMKIT_NATIVE_PYTHON / make NATIVE_PYTHON=... choose another).
+# SGLang with VENV_DIR/bin/python (VRAMKIT_SERVER_PYTHON / make SERVER_PYTHON=... choose another).
 #
 # Checks before creating anything; a refusal is one line and its own exit code (vramkit/errors.py):
 #   11  no NVIDIA GPU here: nvidia-smi is missing, cannot talk to the driver, or lists no GPU

@@ -49,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()       # reads config/ (preset names in the help): a bad file is one line too
+    except VramkitError as err:
+        print(err.line(), file=sys.stderr)
+        return int(err.code)
     args, unknown = parser.parse_known_args(argv)
     if unknown:       # said by the command's own parser, so the line points at its --help
         command = parser._subparsers._group_actions[0].choices.get(args.command) if args.command else None

@@ -52,7 +52,7 @@ def fake_nvidia_smi(bin_dir: Path, query_line: str | None, fail: str | None = No
 
 
 def env_with(path_prefix: Path | None = None, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("VRAMKIT_GPU_TESTS", "GPU_VENV", "VRAMKIT_NATIVE_PYTHON")}
+    env = {k: v for k, v in os.environ.items() if k not in ("VRAMKIT_GPU_TESTS", "GPU_VENV", "VRAMKIT_SERVER_PYTHON")}
     env["PATH"] = (f"{path_prefix}:" if path_prefix else "") + BASE_PATH
     env.update(extra)
     return env

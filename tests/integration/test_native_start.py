@@ -23,7 +23,9 @@ PY = REPO / ".venv" / "bin" / "python"
 CHECKER_PY = REPO / ".venv-sglang" / "bin" / "python"
 SMALL = "config/models/qwen2.5-0.5b-instruct"
 KNOBS = ("RUNTIME", "MODEL", "CARD", "PORT", "DRY_RUN", "LOAD_FORMAT", "MODEL_PATH", "TIMEOUT", "UP_ARGS",
-         "SGLANG_EXTRA_ARGS", "GPUS", "VRAMKIT_NATIVE_PYTHON", "NATIVE_PYTHON", "GPU_VENV")
+         "SGLANG_EXTRA_ARGS", "GPUS", "SGLANG_PYTHON", "SERVER_PYTHON", "GPU_VENV", "VRAMKIT_RUNTIME", "VRAMKIT_PORT",
+         "VRAMKIT_DRY_RUN", "VRAMKIT_LOAD_FORMAT", "VRAMKIT_MODEL_PATH", "VRAMKIT_TIMEOUT", "VRAMKIT_GPUS",
+         "VRAMKIT_SGLANG_EXTRA_ARGS", "VRAMKIT_SERVER_PYTHON")
 
 pytestmark = pytest.mark.skipif(not PY.exists(), reason=".venv/bin/python missing: run `make install`")
 
@@ -38,7 +40,7 @@ def _free_port() -> int:
 def env(tmp_path):
     e = {k: v for k, v in os.environ.items() if k not in KNOBS}
     e["VRAMKIT_STATE_DIR"] = str(tmp_path / "state")
-    e["PORT"] = str(_free_port())
+    e["PORT"] = e["VRAMKIT_PORT"] = str(_free_port())   # make's PORT, and the CLI's own name (no warning)
     return e
 
 
@@ -69,11 +71,11 @@ def the_command(stdout: str) -> str:
 def test_a_python_without_sglang_is_refused_before_anything_starts(env):
     """Before: .venv's python started, died with "No module named 'sglang'" in the log, exit 15, empty reason."""
     r = up(env, "--preset", "baseline", "--runtime", "native", "--assume-gpu", "--gpu", "rtx-4080-16gb",
-           VRAMKIT_NATIVE_PYTHON=str(PY))
+           VRAMKIT_SERVER_PYTHON=str(PY))
     assert r.returncode == Exit.NO_SGLANG == 20, r.stdout[-1500:] + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
     line = r.stderr.strip().splitlines()[-1]
-    assert line.startswith(f"vramkit: not starting: sglang: {PY} (VRAMKIT_NATIVE_PYTHON) cannot import SGLang "
+    assert line.startswith(f"vramkit: not starting: sglang: {PY} (VRAMKIT_SERVER_PYTHON) cannot import SGLang "
                            "(ModuleNotFoundError: No module named 'sglang') -> make setup-gpu")
     assert "started pid" not in r.stdout
     nothing_left(env)
@@ -92,16 +94,16 @@ def test_without_setup_gpu_the_default_venv_is_named(env):
 def test_a_python_with_the_pinned_sglang_passes_the_check(env):
     """The real SGLang 0.5.15.post1 (the checker's CPU build) imports: the check passes; DRY_RUN shows the command."""
     r = up(env, "--preset", "baseline", "--runtime", "native", "--assume-gpu", "--gpu", "rtx-4080-16gb",
-           VRAMKIT_NATIVE_PYTHON=str(CHECKER_PY), DRY_RUN="yes")
+           VRAMKIT_SERVER_PYTHON=str(CHECKER_PY), VRAMKIT_DRY_RUN="yes")
     assert r.returncode == 0, r.stderr
     flat = " ".join(r.stdout.split())
-    assert f"ok sglang sglang {catalog.versions().sglang_pip} in {CHECKER_PY} (VRAMKIT_NATIVE_PYTHON)" in flat
+    assert f"ok sglang sglang {catalog.versions().sglang_pip} in {CHECKER_PY} (VRAMKIT_SERVER_PYTHON)" in flat
     assert the_command(r.stdout).startswith(f"{CHECKER_PY} -m sglang.launch_server ")
     nothing_left(env)
 
 
-def test_make_passes_native_python(env, tmp_path):
-    r = run(["make", "start-qwen", "RUNTIME=native", "DRY_RUN=1", f"NATIVE_PYTHON={tmp_path}/py/bin/python"], env)
+def test_make_passes_server_python(env, tmp_path):
+    r = run(["make", "start-qwen", "RUNTIME=native", "DRY_RUN=1", f"SERVER_PYTHON={tmp_path}/py/bin/python"], env)
     assert r.returncode == 0, r.stderr
     assert the_command(r.stdout).startswith(f"{tmp_path}/py/bin/python -m sglang.launch_server ")
     r = run(["make", "start-qwen", "RUNTIME=native", "DRY_RUN=1"], env)
@@ -126,7 +128,7 @@ def test_model_path_recipe_plans_the_folders_model(env):
 
 def test_model_path_and_a_different_model_are_refused(env):
     r = up(env, "--preset", "optimized", "--runtime", "native", "--model", "qwen2.5-coder-14b-instruct-gptq-int4",
-           MODEL_PATH=SMALL)
+           VRAMKIT_MODEL_PATH=SMALL)
     assert r.returncode == Exit.BAD_INPUT
     assert r.stderr.strip().startswith("vramkit: --model qwen2.5-coder-14b-instruct-gptq-int4 and --model-path ")
     assert len(r.stderr.strip().splitlines()) == 1
@@ -146,15 +148,18 @@ def test_dry_run_yes_and_true_start_nothing(env, value):
 
 @pytest.mark.parametrize("value", ["maybe", "y", "2"])
 def test_dry_run_other_values_are_refused_in_one_line(env, value):
-    r = up(env, "--preset", "optimized", "--runtime", "native", DRY_RUN=value)
+    r = up(env, "--preset", "optimized", "--runtime", "native", VRAMKIT_DRY_RUN=value)
     assert r.returncode == Exit.BAD_INPUT == 64
     assert r.stdout == ""                                            # not even the plan: nothing was started
-    assert re.fullmatch(rf"vramkit: DRY_RUN='{value}' is neither yes nor no; nothing started -> .*\n", r.stderr)
+    assert re.fullmatch(rf"vramkit: VRAMKIT_DRY_RUN \(make: DRY_RUN\) is '{value}', neither yes nor no; "
+                        r"nothing started -> .*\n", r.stderr)
+    r = run(["make", "start-qwen-optimized", "RUNTIME=native", f"DRY_RUN={value}"], env)
+    assert r.returncode == 2 and f"is '{value}', neither yes nor no" in r.stderr and "Error 64" in r.stderr
     nothing_left(env)
 
 
 def test_dry_run_no_means_a_real_start(env):
-    r = up(env, "--preset", "optimized", "--runtime", "native", DRY_RUN="no")
+    r = up(env, "--preset", "optimized", "--runtime", "native", VRAMKIT_DRY_RUN="no")
     assert r.returncode == Exit.NO_GPU                              # a real start, stopped by the missing GPU
     assert "DRY RUN" not in r.stdout
     nothing_left(env)

@@ -16,11 +16,11 @@ import pytest
 
 from vramkit import catalog
 from vramkit.adapters import native_python
-from vramkit.commands.launch import env_flag
 from vramkit.commands.plan import add_plan_arguments
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import checks as launch_checks
 from vramkit.launch import steps
+from vramkit.launch.env import env_flag
 from vramkit.launch.resolve import resolve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,18 +30,16 @@ SMALL = "config/models/qwen2.5-0.5b-instruct"
 
 # ---- which interpreter ---------------------------------------------------------------------------------------
 
-def test_default_is_setup_gpus_venv(monkeypatch):
-    monkeypatch.delenv(native_python.ENV_NATIVE_PYTHON, raising=False)
+def test_default_is_setup_gpus_venv():
     assert native_python.native_python() == (str(REPO / ".venv-gpu" / "bin" / "python"),
                                              "default: make setup-gpu's .venv-gpu")
 
 
-def test_flag_wins_over_env_and_a_bare_name_is_found_on_path(monkeypatch):
-    monkeypatch.setenv(native_python.ENV_NATIVE_PYTHON, "/opt/sglang/bin/python")
-    assert native_python.native_python() == ("/opt/sglang/bin/python", native_python.ENV_NATIVE_PYTHON)
-    assert native_python.native_python("/srv/py/bin/python")[0] == "/srv/py/bin/python"
-    monkeypatch.setenv(native_python.ENV_NATIVE_PYTHON, "python3")
-    path, _ = native_python.native_python()
+def test_flag_wins_over_env_and_a_bare_name_is_found_on_path():
+    assert native_python.native_python(None, "/opt/sglang/bin/python") == ("/opt/sglang/bin/python",
+                                                                          native_python.ENV_SERVER_PYTHON)
+    assert native_python.native_python("/srv/py/bin/python", "/opt/sglang/bin/python")[0] == "/srv/py/bin/python"
+    path, _ = native_python.native_python(None, "python3")
     assert os.path.isabs(path) and Path(path).name.startswith("python3") and Path(path).exists()
 
 
@@ -55,12 +53,13 @@ def test_a_venv_python_symlink_is_kept_not_followed(tmp_path):
 
 def test_the_spec_carries_the_choice(monkeypatch):
     from vramkit.commands.launch import _spec
-    monkeypatch.setenv(native_python.ENV_NATIVE_PYTHON, str(KIT_PY))
-    monkeypatch.delenv("DRY_RUN", raising=False)
-    args = argparse.Namespace(extra_args="", sglang_python=None, name=None, preset="baseline", runtime="native",
-                              port=30000, model_path=None, load_format=None, timeout=10, dry_run=False, gpus=None)
+    monkeypatch.setenv("VRAMKIT_SERVER_PYTHON", str(KIT_PY))
+    for name in ("VRAMKIT_DRY_RUN", "DRY_RUN"):
+        monkeypatch.delenv(name, raising=False)
+    args = argparse.Namespace(extra_args=None, sglang_python=None, name=None, preset="baseline", runtime="native",
+                              port=None, model_path=None, load_format=None, timeout=None, dry_run=False, gpus=None)
     spec = _spec(args)
-    assert spec.sglang_python == str(KIT_PY) and spec.sglang_python_from == native_python.ENV_NATIVE_PYTHON
+    assert spec.sglang_python == str(KIT_PY) and spec.sglang_python_from == native_python.ENV_SERVER_PYTHON
 
 
 # ---- can it import SGLang (the real probe) -------------------------------------------------------------------
@@ -156,19 +155,17 @@ def test_an_unknown_hf_id_needs_model(tmp_path):
 
 @pytest.mark.parametrize("value, dry", [("1", True), ("true", True), ("yes", True), ("TRUE", True), ("Yes", True),
                                         ("", False), ("0", False), ("false", False), ("no", False), ("NO", False)])
-def test_dry_run_accepts_yes_and_no(monkeypatch, value, dry):
-    monkeypatch.setenv("DRY_RUN", value)
-    assert env_flag("DRY_RUN") is dry
+def test_dry_run_accepts_yes_and_no(value, dry):
+    assert env_flag("DRY_RUN", {"VRAMKIT_DRY_RUN": value}) is dry
 
 
 @pytest.mark.parametrize("value", ["y", "maybe", "2", "on", "ture"])
-def test_dry_run_refuses_anything_else(monkeypatch, value):
-    monkeypatch.setenv("DRY_RUN", value)
+def test_dry_run_refuses_anything_else(value):
     with pytest.raises(VramkitError) as e:
-        env_flag("DRY_RUN")
+        env_flag("DRY_RUN", {"VRAMKIT_DRY_RUN": value})
     assert e.value.code == Exit.BAD_INPUT and "nothing started" in e.value.what
+    assert e.value.what.startswith(f"VRAMKIT_DRY_RUN (make: DRY_RUN) is {value!r}")
 
 
-def test_dry_run_unset_is_no(monkeypatch):
-    monkeypatch.delenv("DRY_RUN", raising=False)
-    assert env_flag("DRY_RUN") is False
+def test_dry_run_unset_is_no():
+    assert env_flag("DRY_RUN", {}) is False

@@ -1,8 +1,8 @@
 """The one adapter for the Python that RUNTIME=native starts SGLang with: which interpreter, and whether it
 can import SGLang, asked before anything starts.
 
-The interpreter, first that is set: `vramkit up --sglang-python`, $VRAMKIT_NATIVE_PYTHON (make passes
-NATIVE_PYTHON as this), else `.venv-gpu/bin/python` in the checkout, the virtualenv `make setup-gpu` builds
+The interpreter, first that is set: `vramkit up --sglang-python`, $VRAMKIT_SERVER_PYTHON (make passes
+SERVER_PYTHON as this), else `.venv-gpu/bin/python` in the checkout, the virtualenv `make setup-gpu` builds
 on a GPU host (the pinned SGLang with its CUDA torch). There is no quiet fallback to the kit's own .venv:
 that one never holds SGLang (CPU torch only, by design), so it could only fail later with an empty reason.
 """
@@ -14,10 +14,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-ENV_NATIVE_PYTHON = "VRAMKIT_NATIVE_PYTHON"
+ENV_SERVER_PYTHON = "VRAMKIT_SERVER_PYTHON"     # read by the CLI (vramkit/launch/env.py), passed in
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = REPO_ROOT / ".venv-gpu" / "bin" / "python"
-FIX = "make setup-gpu on this GPU host (it builds .venv-gpu), or point VRAMKIT_NATIVE_PYTHON at a Python with SGLang"
+FIX = "make setup-gpu on this GPU host (it builds .venv-gpu), or point VRAMKIT_SERVER_PYTHON at a Python with SGLang"
 # Printing sglang.__version__ imports only SGLang's package root; find_spec checks the server module is
 # there without importing torch and the whole server (tens of seconds on a cold GPU host).
 _PROBE = ("import importlib.util, sys, sglang\n"
@@ -25,10 +25,11 @@ _PROBE = ("import importlib.util, sys, sglang\n"
           "else print(sglang.__version__)")
 
 
-def native_python(flag: str | None = None) -> tuple[str, str]:
-    """(the interpreter, where that choice came from). An absolute path, made with abspath and not
-    resolve(): a venv's python is a symlink to the base interpreter, and following it leaves the venv."""
-    for value, source in ((flag, "--sglang-python"), (os.environ.get(ENV_NATIVE_PYTHON), ENV_NATIVE_PYTHON)):
+def native_python(flag: str | None = None, env: str | None = None) -> tuple[str, str]:
+    """(the interpreter, where that choice came from), from --sglang-python, else $VRAMKIT_SERVER_PYTHON's value
+    (`env`), else the default. An absolute path, made with abspath and not resolve(): a venv's python is a
+    symlink to the base interpreter, and following it leaves the venv."""
+    for value, source in ((flag, "--sglang-python"), (env, ENV_SERVER_PYTHON)):
         if value:
             if os.sep not in value:                 # a bare name such as python3: found on PATH
                 value = shutil.which(value) or value
