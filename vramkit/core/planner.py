@@ -27,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from vramkit.catalog import GpuSpec, ModelSpec
+from vramkit.core.checks import Reason
 from vramkit.core.knobs import Knobs
 from vramkit.core.weight_load import CALIBRATION_HOST_SMS, LoadShape, replay_load
 from vramkit.units import GiB, MiB, bytes2human
@@ -67,18 +68,6 @@ class Engine:
             activation_factor=float(c["activation_factor"]), runtime_margin=int(c["runtime_margin_mib"] * MiB),
             hicache_host_reserve=int(c["hicache_host_reserve_mib"] * MiB),
         )
-
-
-class Reason(str):
-    """Why a plan does not fit: the text, and `kind` (weights | tp | kv | concurrency | headroom | host_ram), so
-    a caller can route it (`vramkit up` gives host RAM its own check and exit code)."""
-
-    kind: str
-
-    def __new__(cls, kind: str, text: str) -> Reason:
-        obj = super().__new__(cls, text)
-        obj.kind = kind
-        return obj
 
 
 @dataclass(frozen=True)
@@ -416,10 +405,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
 
 def host_ram_need(hicache_bytes: int, offloaded_bytes: int, engine: Engine) -> tuple[int, int]:
-    """(pinned host RAM the server takes, what SGLang keeps free beside it). Offloaded weights are pinned at
-    load; the hierarchical cache then checks what is left against its reserve (hicache_host_reserve_mib in
-    config/engine.toml); without the cache there is no reserve. The one place this rule lives: the planner's
-    verdict and `vramkit up`'s host-RAM check (launch/checks.py) both call it."""
+    """(pinned host RAM, what SGLang keeps free beside it): the host cache checks RAM minus its reserve after the
+    offloaded weights are pinned; no cache, no reserve. The planner and launch/checks.py both use this."""
     return hicache_bytes + offloaded_bytes, engine.hicache_host_reserve if hicache_bytes else 0
 
 
