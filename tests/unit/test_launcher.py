@@ -380,3 +380,11 @@ def test_host_ram_is_one_rule_with_its_own_check():
     assert checks["fit"].ok and not checks["host-ram"].ok
     # RAM freed since the plan was made: the fresh reading decides, through the same rule
     assert all(c.ok for c in _preflight(small, host_ram=64 * GiB).values())
+
+
+def test_plan_json_carries_typed_reasons(capsys):
+    from vramkit.cli import main
+    assert main(["plan", "--preset", "optimized", "--context", "131072", "--host-ram-gib", "64", "--json"]) == Exit.NO_FIT
+    d = json.loads(capsys.readouterr().out)
+    assert d["fits"] is False and any("131,072-token request" in r for r in d["reasons"])
+    assert d["knobs"]["hicache_gb"] == 8 and "sglang_args" in d

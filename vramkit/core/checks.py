@@ -43,3 +43,6 @@ class Reason(str):
         obj = super().__new__(cls, text)
         obj.kind = kind
         return obj
+
+    def __getnewargs__(self) -> tuple[str, str]:     # copy/deepcopy/pickle (dataclasses.asdict copies it)
+        return self.kind, str(self)
