@@ -64,7 +64,9 @@ def client(encoder, flushed, repos):
 
     from vramkit.embed.app import create_app
 
-    with TestClient(create_app(make_config(flushed.url, repos), encoder=encoder)) as c:
+    # base_url: the service checks the Host header (loopback names only when bound to loopback)
+    with TestClient(create_app(make_config(flushed.url, repos), encoder=encoder),
+                    base_url="http://127.0.0.1") as c:
         yield c
 
 

@@ -145,7 +145,7 @@ def test_api_key_guards_every_route_but_health(encoder, flushed, repos):
     from .conftest import make_config
 
     app = create_app(make_config(flushed.url, repos, api_key="s3cret"), encoder=encoder)
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
         assert c.get("/health").status_code == 200
         for method, path, body in [("post", "/embed", {"text": "a"}),
                                    ("post", "/v1/embeddings", {"input": "a"}),
