@@ -197,7 +197,7 @@ def _say(args, info: dict, text: str) -> None:
 
 def run_precache(args) -> int:
     import httpx
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
     headers = {"X-API-Key": args.api_key} if args.api_key else {}
     path = str(Path(args.path).expanduser().resolve())
@@ -209,18 +209,20 @@ def run_precache(args) -> int:
                                    "fix the request as the message says", Exit.BAD_INPUT)
             job = r.json()
             progress = Progress(TextColumn("[bold]precache[/] {task.description}"), BarColumn(),
-                                MofNCompleteColumn(), TextColumn("files"), TimeElapsedColumn(),
+                                DownloadColumn(), TimeElapsedColumn(),
                                 transient=args.json, disable=args.json and not sys.stderr.isatty(),
                                 console=None)
             with progress:
-                task = progress.add_task(Path(path).name, total=max(job["files_total"], 1))
+                # by bytes, so a big file moves the bar chunk by chunk (issue 10)
+                task = progress.add_task(Path(path).name, total=max(job["bytes_total"], 1))
                 while job["state"] in ("walking", "embedding"):
                     time.sleep(0.25)
                     job = http.get(f"/precache/jobs/{job['id']}").json()
-                    progress.update(task, completed=job["files_done"],
-                                    total=max(job["files_total"], 1),
-                                    description=f"{Path(path).name}: {job['chunks']} chunks, "
-                                                f"{job['cache_hits']} hits")
+                    progress.update(task, completed=job["bytes_done"],
+                                    total=max(job["bytes_total"], 1),
+                                    description=f"{Path(path).name}: {job['files_done']}/"
+                                                f"{job['files_total']} files, {job['chunks_done']} "
+                                                f"chunks, {job['cache_hits']} hits")
     except httpx.HTTPError as err:
         raise VramkitError(f"embed service at {args.url} did not answer ({err})",
                            "start it with `make embed-up`", Exit.SERVICE_DOWN) from None
@@ -232,8 +234,9 @@ def run_precache(args) -> int:
               f"{job['chunks']} chunks, {job['cache_hits']} cache hits, {job['seconds']:.1f} s; "
               f"skipped: {skipped}")
     if job["state"] != "done":
-        raise VramkitError(f"precache failed: {job.get('error')}", "read the service log",
-                           Exit.START_FAILED)
+        raise VramkitError(f"precache failed: {job.get('error')}",
+                           "precache a sub-folder, or the operator raises the job's budget "
+                           "(VRAMKIT_EMBED_PRECACHE_MAX_S / _MAX_FILES)", Exit.START_FAILED)
     return 0
 
 

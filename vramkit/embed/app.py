@@ -63,7 +63,7 @@ class ServiceState:
     async def start(self) -> None:
         cfg = self.config
         if self.encoder is None:
-            self.encoder = Encoder(cfg.model, cfg.torch_threads)
+            self.encoder = Encoder(cfg.model, cfg.torch_threads, cfg.encode_nice)
         if not self.encoder.loaded:
             await asyncio.to_thread(self.encoder.load)
         url = cfg.redis_url
@@ -228,6 +228,7 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
         b = st.service.batcher
         snap["encoder"] = {"model": st.encoder.model_id, "revision": st.encoder.revision,
                            "dim": st.encoder.dim, "torch_threads": st.encoder.torch_threads,
+                           "nice": st.encoder.nice,
                            "encode_calls": b.batches, "requests_merged": b.batched_requests}
         snap["jobs_running"] = len(st.tasks)
         return _json(snap)

@@ -38,6 +38,8 @@ class EmbedConfig:
     max_seq_tokens: int = 0             # 0 = the model's own limit (256 for all-MiniLM-L6-v2)
     torch_threads: int = field(default_factory=_cpu_count)  # intra-op threads of one encode;
                                         # the one place this default is declared (compose leaves it)
+    encode_nice: int = 10               # nice of the encode thread: cached hits on the event loop
+                                        # keep their cores while it works; 0 = same as the loop
     max_batch_texts: int = 32           # texts per encode call, taken round-robin from the waiting
                                         # requests: sentence-transformers' own batch of 32, so an
                                         # uncached request waits at most one forward pass per turn

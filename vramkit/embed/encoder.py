@@ -32,10 +32,10 @@ MINILM_ALIASES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 ENCODE_NICE = 10   # CFS weight 110 vs 1024 at nice 0: the event loop gets ~90 % of a contended core
 
 
-def _lower_priority() -> None:
-    """Executor thread initializer: this thread (and the OpenMP workers it starts) at ENCODE_NICE."""
+def _lower_priority(nice: int) -> None:
+    """Executor thread initializer: this thread (and the OpenMP workers it starts) at `nice`."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ENCODE_NICE)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
     except (OSError, AttributeError):   # not Linux, or not allowed: correct, only less fair
         pass
 
@@ -70,14 +70,15 @@ def weights_revision(folder: Path) -> str:
 
 
 class Encoder:
-    def __init__(self, model: str, torch_threads: int = 0):
+    def __init__(self, model: str, torch_threads: int = 0, nice: int = ENCODE_NICE):
         self.requested = model
         self.torch_threads = torch_threads or os.cpu_count() or 1
         self.model_id, self.folder = resolve_model_path(model)
         self._model = None
         self._lock = threading.Lock()   # max_seq_length is model state; one encode at a time
+        self.nice = nice
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode",
-                                           initializer=_lower_priority)
+                                           initializer=_lower_priority, initargs=(nice,))
         self.revision = ""
         self.dim = 0
         self.default_max_seq = 0

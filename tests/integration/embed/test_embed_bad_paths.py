@@ -112,8 +112,8 @@ def test_a_folder_swapped_for_a_link_mid_walk_cannot_leave_the_root(serve, repos
         (repo / "zz2" / "gone.py").unlink()                # vanishes before it is read
         assert wait_for(lambda: http.get(poll).json()["state"] != "embedding", 120, 0.1)
         job = http.get(poll).json()
+        leaked = http.post("/embed", json={"text": secret}).json()
+        assert leaked["cached"] == [False], "the file outside the root was read and cached"
         assert job["state"] == "done", job
         assert job["skipped"].get("changed") == 1 and job["skipped"].get("vanished") == 1, job
         assert job["skipped_examples"]["changed"] == [str(repo / "zz" / "group")]
-        leaked = http.post("/embed", json={"text": secret}).json()
-        assert leaked["cached"] == [False], "the file outside the root was read and cached"

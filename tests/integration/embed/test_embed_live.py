@@ -92,8 +92,9 @@ def test_embed_up_serves_from_cache_and_down_leaves_nothing_running(tmp_path):
                         capture_output=True, text=True, env=env, cwd=root, timeout=240)
     assert up.returncode == 0, up.stderr
     pid = int((data / "embed.pid").read_text())
-    redis_pid = recorded(data / "redis")["pid"]   # pid, start time and config (issue 10)
+    redis_pid = None
     try:
+        redis_pid = recorded(data / "redis")["pid"]   # pid, start time and config (issue 10)
         url = f"http://127.0.0.1:{port}"
         assert httpx.post(url + "/embed", json={"text": "cli"}, timeout=60).json()["cached"] == [False]
         assert httpx.post(url + "/embed", json={"text": "cli"}, timeout=60).json()["cached"] == [True]
