@@ -52,6 +52,7 @@ class ServiceState:
     def __init__(self, config: EmbedConfig, encoder: Encoder | None):
         self.config = config
         self.encoder = encoder
+        self.own_encoder = encoder is None           # ours to stop (tests share one)
         self.embedded: EmbeddedRedis | None = None   # the supervised Redis we started
         self.store: RedisStore | None = None
         self.stats = Stats()
@@ -86,6 +87,8 @@ class ServiceState:
             await self.store.close()
         if self.embedded:
             await asyncio.to_thread(self.embedded.stop)
+        if self.own_encoder and self.encoder:
+            self.encoder.shutdown()
 
     @property
     def ready(self) -> bool:
@@ -228,7 +231,7 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
         b = st.service.batcher
         snap["encoder"] = {"model": st.encoder.model_id, "revision": st.encoder.revision,
                            "dim": st.encoder.dim, "torch_threads": st.encoder.torch_threads,
-                           "nice": st.encoder.nice,
+                           "nice": st.encoder.nice, "worker_restarts": st.encoder.worker_restarts,
                            "encode_calls": b.batches, "requests_merged": b.batched_requests}
         snap["jobs_running"] = len(st.tasks)
         return _json(snap)

@@ -1,24 +1,30 @@
-"""The sentence-transformers model, the one thread that runs it, and the fair queue in front of it.
+"""The sentence-transformers model, the one worker process that runs it, and the fair queue in
+front of it.
 
 CPU budget: torch's intra-op pool gets every core the process may use (`torch_threads`, default
-the CPU count), and encodes run one at a time on a single executor thread, off the event loop.
-Two concurrent encodes on the same cores would only fight for them; instead `MicroBatcher` cuts
-every request into pieces and serves the waiting requests round-robin (issue 10: one maximal
-request blocked every other uncached request for two minutes).
+the CPU count), and encodes run one at a time in a single worker process. Two concurrent encodes on
+the same cores would only fight for them; instead `MicroBatcher` cuts every request into pieces and
+serves the waiting requests round-robin (issue 10: one maximal request blocked every other uncached
+request for two minutes).
 
-The encode thread runs at nice `ENCODE_NICE` (Linux nice is per thread, and torch's OpenMP
-workers, started from that thread, inherit it): when cached requests and an encode want the same
-cores, the event loop wins, so a cache hit stays a cache hit in latency too. When nothing else
-runs, nice costs the encode nothing.
+Why a process, not a thread: cached hits are answered on the event loop, and an encode thread
+shares its GIL (tokenizing and sentence-transformers' Python between torch calls hold it). Measured
+here: with the encode in a thread at nice 10 and other work on the machine, the starved thread held
+the GIL for seconds and idle keep-alive connections timed out. The worker process runs at nice
+`ENCODE_NICE`, so when hits and an encode want the same cores the event loop wins; when nothing
+else runs, nice costs the encode nothing. A worker that dies (OOM, kill) is replaced on the next
+call. Vectors come back pickled: 32 x 384 float32 = 48 KiB per call.
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import multiprocessing
 import os
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,13 +37,48 @@ from vramkit.errors import Exit, VramkitError
 MINILM_ALIASES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 ENCODE_NICE = 10   # CFS weight 110 vs 1024 at nice 0: the event loop gets ~90 % of a contended core
 
+# --- in the worker process ---------------------------------------------------------------------
+_MODEL = None
+_DEFAULT_MAX_SEQ = 0
 
-def _lower_priority(nice: int) -> None:
-    """Executor thread initializer: this thread (and the OpenMP workers it starts) at `nice`."""
+
+def _worker_init(nice: int) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")          # never reach for the hub
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from vramkit.adapters.valkey_embedded import _die_with_parent  # noqa: PLC0415
+
+    _die_with_parent()   # the service killed hard leaves no worker behind
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:   # not allowed: correct, only less fair
+            pass
+
+
+def _worker_load(folder: str, torch_threads: int) -> tuple[int, int]:
+    """Load the model in the worker; (dim, default max_seq_length)."""
+    global _MODEL, _DEFAULT_MAX_SEQ  # noqa: PLW0603 - the worker process' one model
+    import torch  # noqa: PLC0415
+    from sentence_transformers import SentenceTransformer  # noqa: PLC0415
+
+    torch.set_num_threads(torch_threads)
+    model = SentenceTransformer(folder, device="cpu", local_files_only=True)
+    model.eval()
+    dim_of = getattr(model, "get_embedding_dimension", None) or \
+        model.get_sentence_embedding_dimension   # renamed in sentence-transformers 6
+    _MODEL, _DEFAULT_MAX_SEQ = model, int(model.max_seq_length)
+    return int(dim_of()), _DEFAULT_MAX_SEQ
+
+
+def _worker_encode(texts: list[str], normalize: bool, max_seq_tokens: int) -> np.ndarray:
+    model = _MODEL
+    model.max_seq_length = max_seq_tokens
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-    except (OSError, AttributeError):   # not Linux, or not allowed: correct, only less fair
-        pass
+        out = model.encode(texts, batch_size=32, convert_to_numpy=True,
+                           normalize_embeddings=normalize, show_progress_bar=False)
+    finally:
+        model.max_seq_length = _DEFAULT_MAX_SEQ
+    return np.asarray(out, dtype=np.float32)
 
 
 def resolve_model_path(model: str) -> tuple[str, Path]:
@@ -74,34 +115,44 @@ class Encoder:
         self.requested = model
         self.torch_threads = torch_threads or os.cpu_count() or 1
         self.model_id, self.folder = resolve_model_path(model)
-        self._model = None
-        self._lock = threading.Lock()   # max_seq_length is model state; one encode at a time
         self.nice = nice
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode",
-                                           initializer=_lower_priority, initargs=(nice,))
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()    # one (re)start at a time
+        self.worker_restarts = 0
         self.revision = ""
         self.dim = 0
         self.default_max_seq = 0
 
     @property
     def loaded(self) -> bool:
-        return self._model is not None
+        return self._pool is not None and self.dim > 0
+
+    def _start(self) -> None:
+        # spawn, not fork: the service has threads (uvicorn, the Redis supervisor) by now
+        pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_worker_init, initargs=(self.nice,))
+        try:
+            self.dim, self.default_max_seq = pool.submit(
+                _worker_load, str(self.folder), self.torch_threads).result()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        self._pool = pool
 
     def load(self) -> Encoder:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")          # never reach for the hub
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        import torch  # noqa: PLC0415
-        from sentence_transformers import SentenceTransformer  # noqa: PLC0415
-
-        torch.set_num_threads(self.torch_threads)
-        self._model = SentenceTransformer(str(self.folder), device="cpu", local_files_only=True)
-        self._model.eval()
-        self.revision = weights_revision(self.folder)
-        dim_of = getattr(self._model, "get_embedding_dimension", None) or \
-            self._model.get_sentence_embedding_dimension   # renamed in sentence-transformers 6
-        self.dim = int(dim_of())
-        self.default_max_seq = int(self._model.max_seq_length)
+        """Start the worker and load the model in it (blocking: seconds)."""
+        with self._lock:
+            self.revision = weights_revision(self.folder)
+            self._start()
         return self
+
+    def _restart(self) -> None:
+        with self._lock:
+            old, self._pool = self._pool, None
+            if old is not None:
+                old.shutdown(wait=False, cancel_futures=True)
+            self.worker_restarts += 1
+            self._start()
 
     def names(self) -> set[str]:
         """Model names a request may ask for: all mean the one loaded model."""
@@ -115,19 +166,27 @@ class Encoder:
                              max_seq_tokens or self.default_max_seq)
 
     def encode(self, texts: list[str], normalize: bool, max_seq_tokens: int) -> np.ndarray:
-        """Blocking encode (call from the executor): (len(texts), dim) float32."""
-        with self._lock:
-            model = self._model
-            model.max_seq_length = max_seq_tokens
-            try:
-                out = model.encode(texts, batch_size=32, convert_to_numpy=True,
-                                   normalize_embeddings=normalize, show_progress_bar=False)
-            finally:
-                model.max_seq_length = self.default_max_seq
-        return np.asarray(out, dtype=np.float32)
+        """Blocking encode: (len(texts), dim) float32."""
+        try:
+            return self._pool.submit(_worker_encode, texts, normalize, max_seq_tokens).result()
+        except BrokenProcessPool:
+            self._restart()
+            return self._pool.submit(_worker_encode, texts, normalize, max_seq_tokens).result()
+
+    async def encode_async(self, texts: list[str], normalize: bool,
+                           max_seq_tokens: int) -> np.ndarray:
+        """The same, awaited: the event loop stays free while the worker computes."""
+        try:
+            return await asyncio.wrap_future(
+                self._pool.submit(_worker_encode, texts, normalize, max_seq_tokens))
+        except BrokenProcessPool:   # the worker died: a new one, then this call once more
+            await asyncio.to_thread(self._restart)
+            return await asyncio.wrap_future(
+                self._pool.submit(_worker_encode, texts, normalize, max_seq_tokens))
 
     def shutdown(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass(eq=False)
@@ -205,7 +264,6 @@ class MicroBatcher:
         return key, [tuple(p) for p in picks.values()]
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._queue:
             for r in [r for r in self._queue if r.future.done()]:   # caller gone: drop its work
                 self._queue.remove(r)
@@ -214,8 +272,7 @@ class MicroBatcher:
             (normalize, max_seq), picks = self._take()
             texts = [t for r, a, b in picks for t in r.texts[a:b]]
             try:
-                vecs = await loop.run_in_executor(self.encoder.executor, self.encoder.encode,
-                                                  texts, normalize, max_seq)
+                vecs = await self.encoder.encode_async(texts, normalize, max_seq)
             except Exception as err:  # noqa: BLE001 - handed to every request in the call
                 for r, _, _ in picks:
                     if not r.future.done():

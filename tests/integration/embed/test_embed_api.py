@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 
 import numpy as np
 import redis
@@ -120,6 +121,7 @@ def test_precache_job_can_be_polled(client, repos):
         job = client.get(r.json()["poll"]).json()
         if job["state"] == "done":
             break
+        time.sleep(0.05)   # up to 10 s: the encode runs in a worker process (issue 10)
     assert job["state"] == "done" and job["files_embedded"] == 1 and job["id"] == job_id
     assert client.get("/precache/jobs/nope").status_code == 404
 
