@@ -10,11 +10,13 @@ import argparse
 import nvml_scenarios as sc
 import pytest
 
-from vramkit import launcher
 from vramkit.adapters import nvml
-from vramkit.commands.launch import _in_use
-from vramkit.commands.plan import add_plan_arguments, nvml_gpu, resolve
+from vramkit.commands.plan import add_plan_arguments
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import checks as launch_checks
+from vramkit.launch import steps
+from vramkit.launch.resolve import nvml_gpu, resolve
+from vramkit.launch.up import in_use
 
 GiB = 1 << 30
 
@@ -60,22 +62,22 @@ def test_no_driver_is_no_gpu(monkeypatch):
 def test_vram_budget_base_is_the_fullest_server_gpu(monkeypatch):
     sc.two_gpus().install(monkeypatch)
     snap = nvml.read_snapshot(with_processes=False)
-    assert _in_use(snap, [1]) == snap.gpus[1].in_use_bytes < 2 * GiB
-    assert _in_use(snap, [0, 1]) == snap.gpus[0].in_use_bytes > 13 * GiB
-    assert _in_use(None, [0]) == 0
+    assert in_use(snap, [1]) == snap.gpus[1].in_use_bytes < 2 * GiB
+    assert in_use(snap, [0, 1]) == snap.gpus[0].in_use_bytes > 13 * GiB
+    assert in_use(None, [0]) == 0
 
 
 @pytest.mark.parametrize("ids, tp, expected", [(None, 1, [0]), (None, 2, [0, 1]), ([1], 1, [1]), ([1, 0], 1, [1]),
                                                ([1, 0], 2, [1, 0])])
 def test_server_gpu_ids(ids, tp, expected):
-    spec = launcher.LaunchSpec(name="t", runtime="native", gpu_ids=ids)
-    assert launcher.server_gpu_ids(spec, tp) == expected
+    spec = steps.LaunchSpec(name="t", runtime="native", gpu_ids=ids)
+    assert steps.server_gpu_ids(spec, tp) == expected
 
 
 def test_too_few_gpus_named_for_tp_is_bad_input_not_a_silent_swap():
-    spec = launcher.LaunchSpec(name="t", runtime="native", gpu_ids=[3])
+    spec = steps.LaunchSpec(name="t", runtime="native", gpu_ids=[3])
     with pytest.raises(VramkitError) as e:
-        launcher.server_gpu_ids(spec, 2)
+        steps.server_gpu_ids(spec, 2)
     assert e.value.code == Exit.BAD_INPUT and "names 1 GPU(s) for tensor parallel size 2" in e.value.what
 
 
@@ -91,8 +93,8 @@ def _gpu_checks(tp, gpu_ids, gpu_count):
     ap = argparse.ArgumentParser()
     add_plan_arguments(ap)
     r = resolve(ap.parse_args(["--preset", "optimized", "--gpu", "rtx-4090-24gb", "--tp", str(tp)]))
-    spec = launcher.LaunchSpec(name="t", runtime="native", gpu_ids=gpu_ids)
-    checks = launcher.preflight(r, spec, gpu_present=True, docker_check=None, host_ram=lambda: 256 * GiB,
+    spec = steps.LaunchSpec(name="t", runtime="native", gpu_ids=gpu_ids)
+    checks = launch_checks.preflight(r, spec, gpu_present=True, docker_check=None, host_ram=lambda: 256 * GiB,
                                 memlock=lambda: (None, None), port_free=lambda host, port: True, gpu_count=gpu_count)
     return [c for c in checks if c.name == "gpus"]
 
@@ -103,3 +105,53 @@ def test_preflight_refuses_gpus_nvml_does_not_see():
     assert not c.ok and c.code == Exit.NO_GPU and "GPU 5 is not there: NVML sees 2" in c.detail
     [c] = _gpu_checks(2, None, gpu_count=1)
     assert not c.ok and "tensor parallel size 2 needs 2 GPUs, NVML sees 1" in c.detail
+
+
+# ----------------------------------------------------------------------------------------------
+# a card the catalog lacks: refused, or planned with the figures the user gives (never another card's)
+# ----------------------------------------------------------------------------------------------
+def _uncatalogued() -> sc.FakeNvml:
+    """An RTX A4000 (16 GB, 448 GB/s, PCIe 4.0 x16): config/gpus.toml does not list it."""
+    return sc.FakeNvml([sc.FakeGpu(name="NVIDIA RTX A4000", uuid="GPU-A4000-0000", total=16376 << 20,
+                                   reserved=300 << 20, used=0)])
+
+
+def _plan_args(*argv):
+    import argparse
+    p = argparse.ArgumentParser()
+    add_plan_arguments(p)
+    return p.parse_args(["--gpu", "auto", "--host-ram-gib", "64", *argv])
+
+
+def test_an_uncatalogued_card_is_refused_without_its_figures(monkeypatch):
+    _uncatalogued().install(monkeypatch)
+    with pytest.raises(VramkitError) as e:
+        resolve(_plan_args(), read_gpu=nvml_gpu)
+    assert e.value.code == Exit.BAD_INPUT
+    assert "RTX A4000" in e.value.what and "--gpu-bandwidth-gbs" in e.value.todo and "--gpu-pcie" in e.value.todo
+    with pytest.raises(VramkitError) as e:                    # half the figures is still a guess
+        resolve(_plan_args("--gpu-bandwidth-gbs", "448"), read_gpu=nvml_gpu)
+    assert "--gpu-pcie" in e.value.todo
+
+
+def test_an_uncatalogued_card_is_planned_with_the_given_figures(monkeypatch):
+    _uncatalogued().install(monkeypatch)
+    r = resolve(_plan_args("--gpu-bandwidth-gbs", "448", "--gpu-pcie", "4x16"), read_gpu=nvml_gpu)
+    assert (r.gpu.bandwidth_bytes_s, r.gpu.pcie_gen, r.gpu.pcie_lanes) == (448e9, 4, 16)
+    faster = resolve(_plan_args("--gpu-bandwidth-gbs", "896", "--gpu-pcie", "4x16"), read_gpu=nvml_gpu)
+    assert faster.plan.decode_tok_s_ceiling > 1.5 * r.plan.decode_tok_s_ceiling
+
+
+@pytest.mark.parametrize("argv", [("--gpu-pcie", "4"), ("--gpu-pcie", "7x16"), ("--gpu-pcie", "4x3"),
+                                  ("--gpu-bandwidth-gbs", "0"), ("--gpu-bandwidth-gbs", "fast")])
+def test_bad_card_figures_are_exit_64(monkeypatch, argv):
+    _uncatalogued().install(monkeypatch)
+    with pytest.raises(VramkitError) as e:
+        resolve(_plan_args("--gpu-bandwidth-gbs", "448", "--gpu-pcie", "4x16", *argv), read_gpu=nvml_gpu)
+    assert e.value.code == Exit.BAD_INPUT
+
+
+def test_a_catalogued_card_takes_one_given_figure_over_its_own(monkeypatch):
+    sc.two_gpus().install(monkeypatch)
+    r = resolve(_plan_args("--gpu-bandwidth-gbs", "500"), read_gpu=nvml_gpu)
+    assert r.gpu.bandwidth_bytes_s == 500e9 and (r.gpu.pcie_gen, r.gpu.pcie_lanes) == (4, 16)   # the 4080's link

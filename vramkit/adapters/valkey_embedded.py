@@ -19,6 +19,7 @@ nothing already written to the AOF; a host crash loses at most about a second).
 """
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import json
 import logging
@@ -32,6 +33,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import psutil
 
 from vramkit.errors import Exit, VramkitError
 
@@ -87,8 +90,6 @@ def _ping(host: str, port: int, password: str, timeout_s: float = 0.5) -> bool:
 def _die_with_parent() -> None:
     """In the child: ask Linux for SIGTERM when the thread that started it goes (PR_SET_PDEATHSIG)."""
     if sys.platform.startswith("linux"):
-        import ctypes  # noqa: PLC0415
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
@@ -188,8 +189,6 @@ class EmbeddedRedis:
 
     def _record(self, proc: subprocess.Popen) -> None:
         """pid file: pid, start time and config path, so `embed down` stops exactly this process."""
-        import psutil  # noqa: PLC0415
-
         try:
             created = psutil.Process(proc.pid).create_time()
         except psutil.Error:
@@ -297,10 +296,8 @@ def stop_recorded(data_dir: str | Path, timeout_s: float = 10.0) -> int | None:
     """Stop an embedded Redis left behind by a service that died hard; returns its pid or None.
 
     Only the exact process recorded is signalled: same pid, same start time, a valkey/redis
-    server running our config file (pid files go stale and pids are reused).
+    server (pid files go stale and pids are reused).
     """
-    import psutil  # noqa: PLC0415
-
     pid_file = Path(data_dir) / PID_FILE
     rec = recorded(data_dir)
     pid_file.unlink(missing_ok=True)

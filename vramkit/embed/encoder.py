@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vramkit.adapters.valkey_embedded import _die_with_parent
 from vramkit.core.embed_keys import EmbedSettings
 from vramkit.errors import Exit, VramkitError
 
@@ -45,8 +46,6 @@ _DEFAULT_MAX_SEQ = 0
 def _worker_init(nice: int) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")          # never reach for the hub
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from vramkit.adapters.valkey_embedded import _die_with_parent  # noqa: PLC0415
-
     _die_with_parent()   # the service killed hard leaves no worker behind
     if nice:
         try:
@@ -57,7 +56,8 @@ def _worker_init(nice: int) -> None:
 
 def _worker_load(folder: str, torch_threads: int) -> tuple[int, int]:
     """Load the model in the worker; (dim, default max_seq_length)."""
-    global _MODEL, _DEFAULT_MAX_SEQ  # noqa: PLW0603 - the worker process' one model
+    global _MODEL, _DEFAULT_MAX_SEQ   # the worker process' one model
+    # in the worker only: the service process never imports torch
     import torch  # noqa: PLC0415
     from sentence_transformers import SentenceTransformer  # noqa: PLC0415
 

@@ -76,7 +76,7 @@ def test_post_bodies_must_be_application_json_and_no_cors(serve, repos):
     origin = {"Origin": "http://evil.example"}
     with httpx.Client(base_url=srv.url, timeout=60) as http:
         for path, data in (("/embed", body), ("/v1/embeddings", '{"input": "x"}'),
-                           ("/precache/repo", '{"path": "%s"}' % repos)):
+                           ("/precache/repo", f'{{"path": "{repos}"}}')):
             for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
                 headers = {**origin, **({"Content-Type": ctype} if ctype else {})}
                 r = http.post(path, content=data, headers=headers)

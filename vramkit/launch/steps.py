@@ -1,10 +1,5 @@
-"""Start, wait for, warm up and stop an SGLang server, in Docker or natively.
-
-The order of `up`: resolve and print the plan; check everything that can be checked before touching
-anything (runtime, GPU, fit, host RAM and memlock for pinned pools, the port); only then start; wait
-for /health with the start-up phase on screen; warm up; record the run. Any failure after the start
-tears down what was started, so nothing is left half-running.
-"""
+"""The pieces of a launch: what to start (LaunchSpec), the native command and compose file, waiting for
+/health, warming up, the run record. `launch/up.py` puts them in order."""
 from __future__ import annotations
 
 import os
@@ -12,14 +7,13 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core import sglang_log
-from vramkit.core.render import SGLANG_PORT, compose_yaml, sglang_args
+from vramkit.core.render import compose_yaml, sglang_args
 from vramkit.errors import Exit, VramkitError
-from vramkit.units import bytes2human
 
 
 @dataclass
@@ -27,7 +21,7 @@ class LaunchSpec:
     name: str
     runtime: str                  # docker | native
     host: str = "127.0.0.1"
-    port: int = SGLANG_PORT
+    port: int = field(default_factory=lambda: catalog.sglang().port)   # the host port
     model_path: str | None = None # overrides the model's hf_id (a local folder)
     load_format: str | None = None
     extra_args: list[str] = field(default_factory=list)
@@ -44,17 +38,9 @@ def server_gpu_ids(spec: LaunchSpec, tp: int) -> list[int]:
         return list(range(tp))
     if len(spec.gpu_ids) < tp:
         raise VramkitError(f"--gpus names {len(spec.gpu_ids)} GPU(s) for tensor parallel size {tp}",
-                           f"name {tp} (e.g. --gpus {','.join(map(str, range(tp)))}) or leave --gpus out", Exit.BAD_INPUT)
+                           f"name {tp} (e.g. --gpus {','.join(map(str, range(tp)))}) or leave --gpus out",
+                           Exit.BAD_INPUT)
     return list(spec.gpu_ids[:tp])
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    code: Exit = Exit.OK
-    fatal: bool = True            # False: a warning printed, the start goes on
 
 
 def state_paths(name: str) -> dict[str, Path]:
@@ -63,63 +49,20 @@ def state_paths(name: str) -> dict[str, Path]:
     return {"log": d / f"{name}.log", "compose": d / f"{name}.compose.yml"}
 
 
-def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, host_ram, memlock, port_free,
-              gpu_count: int | None = None) -> list[Check]:
-    """Every check before starting; each adapter is passed in so tests can drive the situations."""
-    p = resolved.plan
-    checks: list[Check] = []
-    if spec.runtime == "docker":
-        try:
-            docker_check()
-            checks.append(Check("docker", True, "engine and NVIDIA runtime present"))
-        except VramkitError as e:
-            checks.append(Check("docker", False, e.what + " -> " + e.todo, e.code))
-    n_gpu = p.knobs["tp"]
-    if gpu_present and gpu_count is not None and gpu_count < n_gpu:
-        checks.append(Check("gpus", False, f"tensor parallel size {n_gpu} needs {n_gpu} GPUs, NVML sees {gpu_count} "
-                            f"-> --tp {gpu_count} or more cards", Exit.NO_GPU))
-    elif gpu_present and gpu_count is not None:
-        absent = [i for i in server_gpu_ids(spec, n_gpu) if i >= gpu_count]
-        if absent:
-            checks.append(Check("gpus", False, f"GPU {absent[0]} is not there: NVML sees {gpu_count} "
-                                f"(0-{gpu_count - 1}) -> pick --gpus from `nvidia-smi -L`", Exit.NO_GPU))
-    checks.append(Check("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
-                        "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
-    if p.host_ram_bytes:
-        avail = host_ram()
-        reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs["hicache_gib"] else 0
-        ok = avail - reserve >= p.host_ram_bytes
-        checks.append(Check("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
-                            + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")
-                            + f", {bytes2human(avail)} available", Exit.HOST_MEMORY))
-        soft, _hard = memlock()
-        if spec.runtime == "native" and soft is not None and soft < p.host_ram_bytes:
-            # CUDA's own pinned allocations are not charged to RLIMIT_MEMLOCK on the drivers we ran
-            # (benchmarks/gpu/nvml_vs_smi.py probes it), so this warns rather than refuses.
-            checks.append(Check("memlock", False, f"memlock limit {bytes2human(soft)} < {bytes2human(p.host_ram_bytes)} "
-                                f"pinned -> `ulimit -l unlimited` if pinning fails", Exit.HOST_MEMORY, fatal=False))
-    checks.append(Check("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
-                        " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
-    busy = not port_free(spec.host, spec.port)
-    checks.append(Check("port", not busy, f"{spec.host}:{spec.port} " + ("is in use -> stop what holds it or PORT=..."
-                                                                           if busy else "free"), Exit.PORT_BUSY))
-    return checks
-
-
 def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     """(the native command, the compose file text) for this launch."""
     model = resolved.model
     model_path = spec.model_path or model.hf_id
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
-                       else "0.0.0.0", port=spec.port if spec.runtime == "native" else SGLANG_PORT,
+                       else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args)
     native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
     v = catalog.versions()
-    n_gpu = resolved.plan.knobs["tp"]
+    n_gpu = resolved.plan.knobs.tp
     gpu_ids = server_gpu_ids(spec, n_gpu)
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
-                           image=v.sglang_image, argv=argv, gpu_ids=gpu_ids,
+                           image=v.sglang_image, argv=argv, gpu_ids=gpu_ids, port=catalog.sglang().port,
                            source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
     return native, compose
 
@@ -139,8 +82,8 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
             on_phase(ph)
             last_phase = ph
         if not is_alive():
-            raise VramkitError(f"SGLang exited during start-up ({ph}): {sglang_log.last_error(text)}",
-                               f"see {state_paths(spec.name)['log'] if spec.runtime == 'native' else 'docker logs ' + spec.name}",
+            where = state_paths(spec.name)["log"] if spec.runtime == "native" else "docker logs " + spec.name
+            raise VramkitError(f"SGLang exited during start-up ({ph}): {sglang_log.last_error(text)}", f"see {where}",
                                Exit.START_FAILED)
         if clock() - t0 > spec.timeout_s:
             raise VramkitError(f"SGLang did not become healthy within {spec.timeout_s:.0f} s (last phase: {ph})",
@@ -168,17 +111,18 @@ def vram_budget(resolved, in_use_before_start: int) -> int:
 
 
 def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
-           in_use_before_start: int = 0) -> dict:
+           in_use_before_start: int = 0, cpu_pin: str | None = None) -> dict:
     from vramkit.adapters.state import write_running
     data = {
         "name": spec.name, "preset": resolved.preset, "model": resolved.model.name, "runtime": spec.runtime,
         "host": spec.host, "port": spec.port, "pid": pid,
         "compose_file": str(compose_path) if compose_path else None,
         "log": str(state_paths(spec.name)["log"]) if spec.runtime == "native" else None,
-        "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs["tp"]),
+        "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs.tp),
         "vram_budget_bytes": vram_budget(resolved, in_use_before_start),
-        "hicache_bytes": int(resolved.plan.knobs["hicache_gib"] * 1e9),
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
+        "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_running(spec.name, data)
     return data
