@@ -227,12 +227,18 @@ class MicroBatcher:
     async def encode(self, texts: list[str], normalize: bool, max_seq_tokens: int) -> np.ndarray:
         if not texts:
             return np.empty((0, self.encoder.dim), dtype=np.float32)
-        req = _Request((normalize, max_seq_tokens), texts,
+        # shortest first: pieces of similar length pad little (sentence-transformers sorts within a
+        # call only; unsorted pieces of 32 cost ~1.7x the compute on mixed lengths, measured here)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        req = _Request((normalize, max_seq_tokens), [texts[i] for i in order],
                        asyncio.get_running_loop().create_future())
         self._queue.append(req)
         if self._running is None or self._running.done():
             self._running = asyncio.create_task(self._drain())
-        return await req.future
+        vecs = await req.future
+        out = np.empty_like(vecs)
+        out[order] = vecs
+        return out
 
     def _take(self) -> tuple[tuple[bool, int], list[tuple[_Request, int, int]]]:
         """Pieces (request, start, end) for the next call: an equal share each, then the rest."""
