@@ -160,3 +160,14 @@ def test_api_key_guards_every_route_but_health(encoder, flushed, repos):
         assert c.post("/v1/embeddings", json={"input": "a"},
                       headers={"Authorization": "Bearer s3cret"}).status_code == 200
         assert c.post("/embed", json={"text": "a"}, headers={"X-API-Key": "wrong"}).status_code == 401
+
+
+def test_vectors_come_back_in_request_order_whatever_the_lengths(client, encoder):
+    """The fair queue encodes a request's texts shortest first; the answer is in the caller's order."""
+    texts = ["a much longer text about caches, " * 20, "x", "a medium text about vectors", "yy"]
+    body = client.post("/embed", json={"texts": texts}).json()
+    assert body["cached"] == [False] * 4
+    settings = encoder.settings(True, None)
+    for text, got in zip(texts, body["vectors"], strict=True):
+        alone = encoder.encode([text], True, settings.max_seq_tokens)[0]
+        assert np.allclose(got, alone, atol=1e-5), text[:20]
