@@ -34,8 +34,8 @@ class Exit(enum.IntEnum):
     VRAM_WARNING = 1        # over the warn line (within WARN_HEADROOM of the threshold), not over it
     VRAM_CRITICAL = 2       # over the threshold (the running preset's budget, or --threshold)
     VRAM_UNKNOWN = 3        # cannot tell: no NVML, no driver, no GPU, a GPU unreadable or lost
-    NO_SGLANG = 20          # RUNTIME=native: its Python cannot import SGLang (make setup-gpu)
-    NO_GPU_TORCH = 21       # make setup-gpu / test-gpu: an NVIDIA GPU is here but torch cannot use it
+    NO_SGLANG = 21          # RUNTIME=native: its Python cannot import SGLang (make setup-gpu)
+    NO_GPU_TORCH = 22       # make setup-gpu: the driver is too old for the pinned CUDA, or torch cannot see the GPU
 
 
 class VramkitError(Exception):
