@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "vramkit.commands.host",
     "vramkit.commands.bench",
     "vramkit.commands.embed",
+    "vramkit.commands.dashboard",
 ]
 
 

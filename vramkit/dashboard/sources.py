@@ -1,0 +1,380 @@
+"""Where each panel's data comes from: the live system (NVML, the kit's state record, the running
+SGLang server, bench result files) or a capture of one (`vramkit dashboard --capture DIR`, replayed
+with `--replay DIR`). Both answer the same five questions with the same JSON, so the page cannot tell
+them apart except by `meta()`, which it shows.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from vramkit import __version__, catalog
+from vramkit.core import vram
+from vramkit.core.dashboard_view import history_point, loads_memory, predicted_vs_actual, trim_history
+from vramkit.dashboard import planning
+from vramkit.errors import Exit, VramkitError
+
+HISTORY_WINDOW_S = 600.0     # the live panel's "short history": ten minutes
+HISTORY_MAX_POINTS = 600
+SGLANG_DEFAULT_URL = "http://127.0.0.1:30000"
+# SGLang's own Prometheus series the server panel shows (only with --enable-metrics)
+SGLANG_SERIES = ("sglang:num_used_tokens", "sglang:token_usage", "sglang:num_running_reqs",
+                 "sglang:num_queue_reqs", "sglang:cache_hit_rate", "sglang:gen_throughput",
+                 "sglang:max_total_num_tokens")
+BENCH_DIR = catalog.CONFIG_DIR.parent / "benchmarks" / "results"
+
+
+def parse_sglang_metrics(text: str | None) -> dict[str, float]:
+    """The SGLANG_SERIES values from SGLang's /metrics text (first sample of each)."""
+    if not text:
+        return {}
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name in SGLANG_SERIES and s.name not in out:
+                    out[s.name] = float(s.value)
+    except ValueError:
+        return {}
+    return out
+
+
+def bench_run_view(result: dict, path: str) -> dict:
+    """One bench result file as the bench panel charts it."""
+    from vramkit.bench.summary import headline
+
+    s = result.get("summary") or {}
+    conc = [{"x": lv.get("concurrency"), "y": lv.get("decode_tok_s_aggregate")}
+            for lv in (s.get("concurrency") or {}).get("levels", []) if lv.get("decode_tok_s_aggregate")]
+    ctx = [{"x": p.get("prompt_tokens"), "ttft_s": p.get("ttft_s"), "decode_tok_s": p.get("decode_tok_s")}
+           for p in (s.get("context") or {}).get("points", []) if p.get("ok")]
+    return {"label": result.get("label") or Path(path).stem, "file": path, "date_utc": result.get("date_utc"),
+            "device": (result.get("device") or {}).get("label"), "headline": headline(result),
+            "concurrency": conc, "context": ctx}
+
+
+def read_bench(dirs: list[Path]) -> dict:
+    """Every `vramkit bench` result (schema vramkit.bench/*) under `dirs`, oldest first."""
+    from vramkit.bench.summary import HEADLINES
+
+    runs, skipped = [], []
+    root = catalog.CONFIG_DIR.parent
+    for d in dirs:
+        for p in sorted(Path(d).glob("**/*.json")):
+            try:
+                data = json.loads(p.read_text())
+            except (OSError, ValueError):
+                skipped.append(str(p))
+                continue
+            if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("vramkit.bench/"):
+                continue
+            rel = str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
+            runs.append(bench_run_view(data, rel))
+    runs.sort(key=lambda r: (r["date_utc"] or "", r["label"]))
+    return {"runs": runs, "headlines": [{"key": k, "label": lb, "unit": u, "better": b} for k, lb, u, b in HEADLINES],
+            "skipped": skipped, "dirs": [str(d) for d in dirs]}
+
+
+class LiveSource:
+    """The panels from this machine, now."""
+
+    mode = "live"
+
+    def __init__(self, bench_dirs: list[Path] | None = None, sglang_url: str | None = None):
+        self.bench_dirs = bench_dirs or [BENCH_DIR]
+        self.sglang_url = sglang_url
+        self._history: list[dict] = []
+        self._lock = threading.Lock()
+        self._prediction_cache: dict[tuple, dict] = {}
+
+    # --- meta, catalog, plan -------------------------------------------------------------------
+    def meta(self) -> dict:
+        return {"mode": self.mode, "vramkit": __version__, "python": platform.python_version(),
+                "host": platform.node(), "now_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+    def catalog(self) -> dict:
+        return planning.catalog_view()
+
+    def plan(self, raw: dict[str, str]) -> dict:
+        from vramkit.commands.plan import host_available, nvml_gpu
+
+        return planning.plan_view(planning.parse_params(raw), nvml_gpu, host_available)
+
+    # --- live card -----------------------------------------------------------------------------
+    def snapshot(self):
+        from vramkit.adapters import nvml
+        return nvml.read_snapshot()
+
+    def live(self) -> dict:
+        from vramkit.core.gpu_snapshot import to_jsonable
+
+        snap = to_jsonable(self.snapshot())
+        with self._lock:
+            self._history = trim_history(self._history + [history_point(snap)], snap["time_s"],
+                                         HISTORY_WINDOW_S, HISTORY_MAX_POINTS)
+            history = list(self._history)
+        return live_view(snap, history)
+
+    # --- running server ------------------------------------------------------------------------
+    def server(self) -> dict:
+        from vramkit.adapters.sglang_http import SglangClient
+        from vramkit.adapters.state import read_running, state_dir
+
+        records = read_running()
+        record = records[0] if records else None
+        url = self.sglang_url or (f"http://{record.get('host') or '127.0.0.1'}:{record['port']}"
+                                  if record and record.get("port") else SGLANG_DEFAULT_URL)
+        out: dict[str, Any] = {"url": url, "record": record, "records": len(records), "state_dir": str(state_dir())}
+        with SglangClient(url, timeout_s=10.0) as client:
+            health = client.health()
+            out["health"] = health
+            if health is None:
+                out["running"] = False
+                out["note"] = (f"no SGLang server answers at {url}"
+                               + ("" if record else "; the kit has no running record (start one with make start-qwen-optimized)"))
+                return out
+            out["running"] = True
+            try:
+                info = client.server_info()
+            except VramkitError as e:
+                info, out["server_info_error"] = None, e.what
+            loads = client.loads()
+            metrics = client.metrics_text()
+        out["server_info"] = info
+        out["loads"] = loads
+        out["sglang_memory"] = loads_memory(loads)
+        out["sglang_metrics"] = parse_sglang_metrics(metrics)
+        out["sglang_metrics_note"] = (None if metrics else "SGLang's /metrics is off (start it with --enable-metrics); "
+                                      "KV tokens and requests come from /v1/loads")
+        log_figs = _log_figures(record)
+        out["log_figures"] = log_figs
+        snap = self.snapshot()
+        out["nvml"] = server_gpu_memory(snap, record)
+        out.update(self._prediction(record or {}, info, log_figs, snap, out["nvml"].get("bytes")))
+        return out
+
+    def _prediction(self, record: dict, info: dict | None, log_figs: dict, snap, gpu_bytes: int | None) -> dict:
+        from vramkit.commands.plan import host_available
+
+        params = planning.running_params(record, info, log_figs.get("load_begin_avail"))
+        if "gpu_free_gib" not in params:
+            name = _nvml_card_name(snap)
+            if name:
+                params["gpu"] = name
+        try:
+            plan = planning.plan_view(params, None, host_available)
+        except VramkitError as e:
+            return {"plan": None, "plan_error": e.line(), "plan_request": params, "rows": []}
+        rows = predicted_vs_actual(plan, plan["memory"], info, None, gpu_bytes)
+        return {"plan": plan, "plan_request": params, "rows": rows}
+
+    def predicted_peak(self) -> tuple[dict, int] | None:
+        """(the running record, its plan's predicted peak in bytes), for /metrics; None when nothing runs.
+        Re-planned once per record (name, started_at)."""
+        from vramkit.adapters.state import read_running
+
+        records = read_running()
+        if not records:
+            return None
+        record = records[0]
+        key = (record.get("name"), record.get("started_at"))
+        if key not in self._prediction_cache:
+            srv = self.server()
+            plan = srv.get("plan")
+            if not plan:
+                return None
+            self._prediction_cache = {key: {"peak": plan["peak_vram_bytes"]}}
+        return record, int(self._prediction_cache[key]["peak"])
+
+    # --- bench ---------------------------------------------------------------------------------
+    def bench(self) -> dict:
+        return read_bench(self.bench_dirs)
+
+    def metrics_registry(self):
+        from vramkit.dashboard.metrics import registry
+
+        return registry(self.snapshot, self.predicted_peak)
+
+
+def live_view(snap: dict, history: list[dict]) -> dict:
+    status = snap.get("status")
+    headline = {"ok": None, "no_nvml": "no GPU: NVML is not available here",
+                "no_gpu": "no GPU: NVML sees none", "gpu_lost": "a GPU was lost (NVML: GPU is lost)",
+                "gpu_unreadable": "a GPU did not answer NVML"}.get(status)
+    return {"snapshot": snap, "history": history, "thresholds_pct": list(vram.DEFAULT_THRESHOLDS_PCT),
+            "status_line": headline, "reason": snap.get("reason"),
+            "todo": vram.NO_NVML_TODO if status in ("no_nvml", "no_gpu") else None,
+            "in_use_means": vram.USED_NOTE}
+
+
+def _nvml_card_name(snap) -> str | None:
+    """The catalogued twin of the first card NVML sees, if any."""
+    if snap.unavailable is not None or not snap.gpus:
+        return None
+    spec = catalog.gpu_by_nvml_name(str(snap.gpus[0].name))
+    return spec.name if spec else None
+
+
+def server_gpu_memory(snap, record: dict | None) -> dict:
+    """NVML's measure of the server: its process's memory when the driver lists it (native runtime:
+    the recorded pid and its children), else the in-use memory of its first GPU."""
+    from vramkit.core.gpu_snapshot import is_na
+
+    if snap.unavailable is not None or not snap.gpus:
+        return {"bytes": None, "how": "no GPU visible to NVML here"}
+    idx = ((record or {}).get("gpu_indices") or [0])[0]
+    gpu = next((g for g in snap.gpus if g.index == idx), snap.gpus[0])
+    pids = _pid_tree((record or {}).get("pid"))
+    if pids and not is_na(gpu.processes):
+        mine = [p.used_bytes for p in gpu.processes if p.pid in pids and not is_na(p.used_bytes)]
+        if mine:
+            return {"bytes": int(sum(mine)), "how": f"NVML: the server's processes on GPU {gpu.index}", "gpu": gpu.index}
+    used = gpu.in_use_bytes
+    return {"bytes": None if is_na(used) else int(used), "gpu": gpu.index,
+            "how": f"NVML: GPU {gpu.index} in use (total - free; driver reserve and other processes included)"}
+
+
+def _pid_tree(pid) -> set[int]:
+    if not pid:
+        return set()
+    import psutil
+    try:
+        p = psutil.Process(int(pid))
+        return {p.pid} | {c.pid for c in p.children(recursive=True)}
+    except (psutil.Error, ValueError):
+        return set()
+
+
+def _log_figures(record: dict | None) -> dict:
+    from vramkit.core.sglang_log import parse
+
+    path = (record or {}).get("log")
+    if not path:
+        return {}
+    try:
+        return dict(parse(Path(path).read_text(errors="replace")).values)
+    except OSError:
+        return {}
+
+
+# --- capture and replay ----------------------------------------------------------------------------
+CAPTURE_FILES = ("meta.json", "live.json", "server.json", "bench.json", "plan.json", "metrics.txt")
+CAPTURE_SCHEMA = "vramkit.dashboard-capture/1"
+
+
+class ReplaySource(LiveSource):
+    """The panels from a capture directory. The plan explorer still plans here (the planner and the
+    catalog are local); 'the card NVML sees' is the captured card."""
+
+    mode = "replay"
+
+    def __init__(self, directory: Path):
+        super().__init__()
+        self.dir = Path(directory)
+        try:
+            self._meta = json.loads((self.dir / "meta.json").read_text())
+        except (OSError, ValueError) as e:
+            raise VramkitError(f"{self.dir} is not a dashboard capture ({e})",
+                               "give the folder `vramkit dashboard --capture DIR` wrote", Exit.BAD_FILE) from None
+        if self._meta.get("schema") != CAPTURE_SCHEMA:
+            raise VramkitError(f"{self.dir}/meta.json has schema {self._meta.get('schema')!r}, not {CAPTURE_SCHEMA}",
+                               "capture again with this vramkit", Exit.BAD_FILE)
+
+    def _read(self, name: str) -> Any:
+        try:
+            text = (self.dir / name).read_text()
+        except OSError as e:
+            raise VramkitError(f"capture file {self.dir / name} is missing ({e.strerror})",
+                               "capture again", Exit.BAD_FILE) from None
+        return text if name.endswith(".txt") else json.loads(text)
+
+    def meta(self) -> dict:
+        return self._meta | {"mode": self.mode, "replay_dir": str(self.dir)}
+
+    def plan(self, raw: dict[str, str]) -> dict:
+        from vramkit.catalog import GpuSpec
+
+        card = self._meta.get("nvml_card")
+
+        def read_gpu(tp: int = 1):
+            if not card:
+                raise VramkitError("the capture saw no GPU", "pick a catalogued card", Exit.NO_GPU)
+            base = catalog.gpu_by_nvml_name(card["nvml_name"]) or catalog.gpu("rtx-4080-16gb")
+            spec = GpuSpec(name=card["name"], label=card["nvml_name"], memory_total_bytes=card["memory_total_bytes"],
+                           bandwidth_bytes_s=base.bandwidth_bytes_s, pcie_gen=base.pcie_gen,
+                           pcie_lanes=base.pcie_lanes, nvml_names=(card["nvml_name"],))
+            return spec, int(card["free_bytes"])
+
+        host = self._meta.get("host_ram_available_bytes")
+        return planning.plan_view(planning.parse_params(raw), read_gpu, (lambda: host) if host else None)
+
+    def live(self) -> dict:
+        return self._read("live.json")
+
+    def server(self) -> dict:
+        return self._read("server.json")
+
+    def bench(self) -> dict:
+        return self._read("bench.json")
+
+    def metrics_text(self) -> str:
+        return self._read("metrics.txt")
+
+
+def capture(source: LiveSource, directory: Path, samples: int = 10, interval_s: float = 1.0) -> dict:
+    """Write every panel's JSON from the live system into `directory` (made if missing): the live
+    panel sampled `samples` times `interval_s` apart, the server, the bench results, the default plan
+    for the card NVML sees, /metrics, and meta.json (device, driver, versions, date)."""
+    from prometheus_client import generate_latest
+
+    from vramkit.commands.plan import host_available
+    from vramkit.core.gpu_snapshot import is_na
+
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise VramkitError(f"cannot create {directory} ({e.strerror})", "pick a writable folder", Exit.BAD_FILE) from None
+    live = None
+    for i in range(max(1, samples)):
+        if i:
+            time.sleep(interval_s)
+        live = source.live()
+    snap = source.snapshot()
+    server = source.server()
+    gpus = [] if snap.unavailable is not None else [g for g in snap.gpus if g.error is None]
+    card = None
+    if gpus and not is_na(gpus[0].total_bytes):
+        g = gpus[0]
+        known = catalog.gpu_by_nvml_name(str(g.name))
+        card = {"name": known.name if known else f"nvml:{g.name}", "nvml_name": str(g.name),
+                "memory_total_bytes": int(g.total_bytes), "free_bytes": int(g.free_bytes)}
+    info = server.get("server_info") or {}
+    device = ", ".join(str(g.name) for g in gpus) if gpus else f"{platform.node()} (no GPU)"
+    meta = {
+        "schema": CAPTURE_SCHEMA, "captured_at_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": device, "host": platform.node(),
+        "driver": None if snap.unavailable is not None or is_na(snap.driver_version) else str(snap.driver_version),
+        "versions": {"vramkit": __version__, "python": platform.python_version(),
+                     "sglang_server": info.get("version"), "sglang_pinned": catalog.versions().sglang_pip},
+        "nvml_card": card, "host_ram_available_bytes": host_available(),
+        "live_samples": samples, "live_interval_s": interval_s,
+    }
+    default_plan = {"preset": "optimized"} | ({"gpu": "auto"} if card else {})
+    try:
+        plan = source.plan(default_plan)
+    except VramkitError as e:
+        plan = {"error": e.line(), "request": default_plan}
+    files = {"meta.json": meta, "live.json": live, "server.json": server, "bench.json": source.bench(),
+             "plan.json": plan}
+    for name, data in files.items():
+        (directory / name).write_text(json.dumps(data, indent=1, default=str) + "\n")
+    (directory / "metrics.txt").write_text(generate_latest(source.metrics_registry()).decode())
+    return meta
