@@ -53,7 +53,7 @@ def bench_run_view(result: dict, path: str) -> dict:
     s = result.get("summary") or {}
     conc = [{"x": lv.get("concurrency"), "y": lv.get("decode_tok_s_aggregate")}
             for lv in (s.get("concurrency") or {}).get("levels", []) if lv.get("decode_tok_s_aggregate")]
-    ctx = [{"x": p.get("prompt_tokens"), "ttft_s": p.get("ttft_s"), "decode_tok_s": p.get("decode_tok_s")}
+    ctx = [{"prompt_tokens": p.get("prompt_tokens"), "ttft_s": p.get("ttft_s"), "decode_tok_s": p.get("decode_tok_s")}
            for p in (s.get("context") or {}).get("points", []) if p.get("ok")]
     return {"label": result.get("label") or Path(path).stem, "file": path, "date_utc": result.get("date_utc"),
             "device": (result.get("device") or {}).get("label"), "headline": headline(result),
