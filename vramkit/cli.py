@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "vramkit.commands.bench",
     "vramkit.commands.embed",
     "vramkit.commands.dashboard",
+    "vramkit.commands.service",
 ]
 
 

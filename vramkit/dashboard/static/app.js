@@ -60,7 +60,7 @@ function fail(panel, out, err) { fill(out, h("p", { class: "error" }, String(err
 // --- charts ---------------------------------------------------------------------------------------
 // One horizontal stacked bar: segments [{key,label,bytes}] over `total`; `marks` are vertical lines (fractions).
 function stackedBar(segments, total, marks = [], width = 640, height = 34) {
-  const svg = s("svg", { width, height: height + 16, viewBox: `0 0 ${width} ${height + 16}`, role: "img" });
+  const svg = s("svg", { viewBox: `0 0 ${width} ${height + 16}`, role: "img", class: "bar", style: `max-width:${width * 1.5}px` });
   let x = 0;
   for (const seg of segments) {
     const w = Math.max(0, seg.bytes) / total * width;
