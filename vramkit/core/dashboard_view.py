@@ -108,29 +108,32 @@ def knobs_from_server_info(info: dict) -> dict:
                          ("max_running", "max_running_requests"), ("tp", "tp_size")):
         if info.get(theirs) is not None:
             knobs[ours] = info[theirs]
+    graph_bs = info.get("cuda_graph_max_bs_decode", info.get("cuda_graph_max_bs"))   # 0.5.15 names it _decode
     if info.get("disable_cuda_graph"):
         knobs["cuda_graph_max_bs"] = 0
-    elif info.get("cuda_graph_max_bs") is not None:
-        knobs["cuda_graph_max_bs"] = int(info["cuda_graph_max_bs"])
+    elif graph_bs is not None:
+        knobs["cuda_graph_max_bs"] = int(graph_bs)
     knobs["hicache_gib"] = float(info.get("hicache_size") or 0) if info.get("enable_hierarchical_cache") else 0.0
     if info.get("cpu_offload_gb") is not None:
         knobs["cpu_offload_gib"] = int(info["cpu_offload_gb"])
     return knobs
 
 
-def loads_memory(loads: dict | None) -> dict:
-    """SGLang's /v1/loads?include=core,memory for rank 0: its own memory figures (GiB there) in bytes."""
+def server_memory(server_info: dict | None, loads: dict | None) -> dict:
+    """What the server says it holds, in bytes: /v1/loads?include=core,memory (rank 0: tokens used, requests,
+    memory.weight_gb / kv_cache_gb / graph_gb), else /server_info's memory_usage_gb (weight, kvcache, graph).
+    SGLang's "GB" there is GiB (it divides by 1 << 30)."""
     rows = (loads or {}).get("loads") or []
-    if not rows:
-        return {}
-    first = rows[0]
-    mem = first.get("memory") or {}
+    first = rows[0] if rows else {}
     out = {k: first.get(k) for k in ("num_used_tokens", "max_total_num_tokens", "num_running_reqs",
                                      "num_waiting_reqs", "token_usage", "cache_hit_rate", "gen_throughput")}
-    for ours, theirs in (("weights_bytes", "weight_gb"), ("kv_pool_bytes", "kv_cache_gb"),
-                         ("graphs_bytes", "graph_gb")):
-        if mem.get(theirs) is not None:
-            out[ours] = int(round(float(mem[theirs]) * GIB))
+    mem = first.get("memory") or {}
+    info_mem = (server_info or {}).get("memory_usage_gb") or {}
+    for ours, theirs, fallback in (("weights_bytes", "weight_gb", "weight"), ("kv_pool_bytes", "kv_cache_gb", "kvcache"),
+                                   ("graphs_bytes", "graph_gb", "graph")):
+        value = mem.get(theirs, info_mem.get(fallback))
+        if value is not None:
+            out[ours] = int(round(float(value) * GIB))
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -148,7 +151,7 @@ def predicted_vs_actual(plan: dict, segments: dict | None, server_info: dict | N
     (predicted - actual) / actual. `server_gpu_bytes`: NVML's memory of the server's process (or, when
     the driver does not list processes, the GPU's in-use memory), measured."""
     info = server_info or {}
-    mem = loads_memory(loads)
+    mem = server_memory(server_info, loads)
     graphs = next((s["bytes"] for s in (segments or {}).get("gpu", []) if s["key"] == "graphs"), None)
     rows = [
         _row("KV pool", plan["kv_pool_tokens"], info.get("max_total_num_tokens", mem.get("max_total_num_tokens")),
@@ -156,10 +159,10 @@ def predicted_vs_actual(plan: dict, segments: dict | None, server_info: dict | N
         _row("longest prompt", plan["max_request_tokens"], info.get("max_req_input_len"), "tokens",
              "SGLang /server_info max_req_input_len"),
         _row("weights on the GPU", plan["weights_bytes"], mem.get("weights_bytes"), "bytes",
-             "SGLang /v1/loads memory.weight_gb"),
+             "SGLang: weight load memory (GiB, 2 decimals)"),
         _row("KV pool memory", plan["kv_pool_bytes"], mem.get("kv_pool_bytes"), "bytes",
-             "SGLang /v1/loads memory.kv_cache_gb"),
-        _row("decode CUDA graphs", graphs, mem.get("graphs_bytes"), "bytes", "SGLang /v1/loads memory.graph_gb"),
+             "SGLang: KV cache memory (GiB, 2 decimals)"),
+        _row("decode CUDA graphs", graphs, mem.get("graphs_bytes"), "bytes", "SGLang: graph memory (GiB, 2 decimals)"),
         _row("GPU memory of the server", plan["peak_vram_bytes"], server_gpu_bytes, "bytes",
              "NVML now (the prediction is the peak of the largest prefill step)"),
     ]

@@ -112,6 +112,8 @@ def running_params(record: dict, server_info: dict | None, load_begin_avail_gib:
         params["preset"] = record["preset"]
     if record.get("model"):
         params["model"] = record["model"]
+    elif server_info and server_info.get("model_path"):
+        params["model"] = str(server_info["model_path"])     # a folder with config.json, or a catalogued name
     if server_info:
         for k, v in knobs_from_server_info(server_info).items():
             params[k] = v

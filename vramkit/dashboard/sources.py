@@ -15,7 +15,7 @@ from typing import Any
 
 from vramkit import __version__, catalog
 from vramkit.core import vram
-from vramkit.core.dashboard_view import history_point, loads_memory, predicted_vs_actual, trim_history
+from vramkit.core.dashboard_view import history_point, predicted_vs_actual, server_memory, trim_history
 from vramkit.dashboard import planning
 from vramkit.errors import Exit, VramkitError
 
@@ -149,7 +149,7 @@ class LiveSource:
             metrics = client.metrics_text()
         out["server_info"] = info
         out["loads"] = loads
-        out["sglang_memory"] = loads_memory(loads)
+        out["sglang_memory"] = server_memory(info, loads)
         out["sglang_metrics"] = parse_sglang_metrics(metrics)
         out["sglang_metrics_note"] = (None if metrics else "SGLang's /metrics is off (start it with --enable-metrics); "
                                       "KV tokens and requests come from /v1/loads")
@@ -157,10 +157,11 @@ class LiveSource:
         out["log_figures"] = log_figs
         snap = self.snapshot()
         out["nvml"] = server_gpu_memory(snap, record)
-        out.update(self._prediction(record or {}, info, log_figs, snap, out["nvml"].get("bytes")))
+        out.update(self._prediction(record or {}, info, loads, log_figs, snap, out["nvml"].get("bytes")))
         return out
 
-    def _prediction(self, record: dict, info: dict | None, log_figs: dict, snap, gpu_bytes: int | None) -> dict:
+    def _prediction(self, record: dict, info: dict | None, loads: dict | None, log_figs: dict, snap,
+                    gpu_bytes: int | None) -> dict:
         from vramkit.commands.plan import host_available
 
         params = planning.running_params(record, info, log_figs.get("load_begin_avail"))
@@ -172,7 +173,7 @@ class LiveSource:
             plan = planning.plan_view(params, None, host_available)
         except VramkitError as e:
             return {"plan": None, "plan_error": e.line(), "plan_request": params, "rows": []}
-        rows = predicted_vs_actual(plan, plan["memory"], info, None, gpu_bytes)
+        rows = predicted_vs_actual(plan, plan["memory"], info, loads, gpu_bytes)
         return {"plan": plan, "plan_request": params, "rows": rows}
 
     def predicted_peak(self) -> tuple[dict, int] | None:
