@@ -59,7 +59,7 @@ function fail(panel, out, err) { fill(out, h("p", { class: "error" }, String(err
 
 // --- charts ---------------------------------------------------------------------------------------
 // One horizontal stacked bar: segments [{key,label,bytes}] over `total`; `marks` are vertical lines (fractions).
-function stackedBar(segments, total, marks = [], width = 640, height = 34) {
+function stackedBar(segments, total, marks = [], width = 900, height = 30) {
   const svg = s("svg", { viewBox: `0 0 ${width} ${height + 16}`, role: "img", class: "bar", style: `max-width:${width * 1.5}px` });
   let x = 0;
   for (const seg of segments) {
@@ -106,7 +106,7 @@ function lineChart(series, opts = {}) {
   if (opts.xlabel) svg.append(s("text", { x: W - R - 6 * opts.xlabel.length, y: H - 2 }, opts.xlabel));
   for (const l of opts.hlines || []) {
     svg.append(s("line", { x1: L, x2: W - R, y1: fy(l.y), y2: fy(l.y), stroke: l.color || "#b91c1c", "stroke-dasharray": "4 3" }));
-    svg.append(s("text", { x: W - R - 30, y: fy(l.y) - 2 }, l.label));
+    if (!opts.quietLines) svg.append(s("text", { x: W - R - 30, y: fy(l.y) - 2 }, l.label));
   }
   series.forEach((se, i) => {
     const p = se.points.filter(q => q.y !== null && q.y !== undefined);
@@ -195,7 +195,7 @@ function renderLive(d) {
   }
   const th = d.thresholds_pct;
   const kids = [d.status_line ? h("p", { id: "live-status", class: "error" }, d.status_line)
-    : h("p", { id: "live-status", class: "dim" }, `${snap.gpus.length} GPU(s), driver ${snap.driver_version || "n/a"}; in use = ${d.in_use_means}`)];
+    : h("p", { id: "live-status", class: "dim" }, `${snap.gpus.length} GPU(s), driver ${snap.driver_version || "n/a"}; ${d.in_use_means}`)];
   for (const g of snap.gpus) {
     if (g.error) { kids.push(h("div", { class: "gpu" }, h("b", {}, `GPU ${g.index}: `), h("span", { class: "error" }, g.error))); continue; }
     const pct = g.in_use_percent;
@@ -211,7 +211,7 @@ function renderLive(d) {
       stackedBar(seg, g.total_bytes, th.map(t => ({ at: t / 100, label: t + "%" }))),
       h("h3", {}, `history (last ${d.history.length} samples, % in use)`),
       lineChart([{ name: "in use", points: hist.map(p => ({ x: p.x - t0, y: p.y })) }],
-        { y0: 0, y1: 100, height: 140, hlines: th.map(t => ({ y: t, label: t + "%" })), xfmt: v => v.toFixed(0) + "s", xticks: [], xlabel: "time →", yfmt: v => v.toFixed(0) + "%" }),
+        { y0: 0, y1: 100, height: 140, quietLines: true, hlines: th.map(t => ({ y: t, label: t + "%" })), xfmt: v => v.toFixed(0) + "s", xticks: [], xlabel: "time →", yfmt: v => v.toFixed(0) + "%" }),
       Array.isArray(g.processes) && g.processes.length ?
         table(["pid", "process", "memory"], g.processes.map(p => [String(p.pid), p.name || "n/a", gib(p.used_bytes)]), [2])
         : h("p", { class: "dim" }, Array.isArray(g.processes) ? "no processes on this GPU" : "processes: not available")));
