@@ -65,7 +65,7 @@ def _abs_python(path: str) -> str:
 
 
 def render_units(args) -> dict[str, str]:
-    from vramkit.commands.plan import host_available, nvml_gpu, resolve
+    from vramkit.launch.resolve import host_available, nvml_gpu, resolve
     from vramkit.core import systemd_units as su
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, ENV_SIDE_CPUSET
     from vramkit.core.render import sglang_args

@@ -89,7 +89,7 @@ def vramkit_command(params: dict[str, Any]) -> str:
 def plan_view(params: dict[str, Any], read_gpu: Callable | None, read_host: Callable | None,
               card_total_bytes: int | None = None) -> dict:
     """The explorer's answer: the plan (as `vramkit plan --json`), its memory bar, and the commands."""
-    from vramkit.commands.plan import plan_json, resolve
+    from vramkit.launch.resolve import plan_json, resolve
 
     r = resolve(_namespace(params), read_gpu=read_gpu, read_host=read_host)
     d = plan_json(r)

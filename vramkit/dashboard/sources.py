@@ -103,7 +103,7 @@ class LiveSource:
         return planning.catalog_view()
 
     def plan(self, raw: dict[str, str]) -> dict:
-        from vramkit.commands.plan import host_available, nvml_gpu
+        from vramkit.launch.resolve import host_available, nvml_gpu
 
         return planning.plan_view(planning.parse_params(raw), nvml_gpu, host_available)
 
@@ -162,7 +162,7 @@ class LiveSource:
 
     def _prediction(self, record: dict, info: dict | None, loads: dict | None, log_figs: dict, snap,
                     gpu_bytes: int | None) -> dict:
-        from vramkit.commands.plan import host_available
+        from vramkit.launch.resolve import host_available
 
         params = planning.running_params(record, info, log_figs.get("load_begin_avail"))
         if "gpu_free_gib" not in params:
@@ -335,7 +335,7 @@ def capture(source: LiveSource, directory: Path, samples: int = 10, interval_s: 
     for the card NVML sees, /metrics, and meta.json (device, driver, versions, date)."""
     from prometheus_client import generate_latest
 
-    from vramkit.commands.plan import host_available
+    from vramkit.launch.resolve import host_available
     from vramkit.core.gpu_snapshot import is_na
 
     directory = Path(directory)
