@@ -118,3 +118,12 @@ def test_history_keeps_the_window_and_the_newest():
     kept = trim_history(pts, now_s=990.0, window_s=100.0, max_points=5)
     assert [p["time_s"] for p in kept] == [950.0, 960.0, 970.0, 980.0, 990.0]
     assert trim_history(pts, now_s=990.0, window_s=25.0, max_points=50) == pts[-3:]
+
+
+def test_server_api_keys_are_never_shown_or_captured():
+    from vramkit.dashboard.sources import redact
+    info = {"api_key": "sk-123", "admin_api_key": "adm", "max_total_num_tokens": 30987, "api_key_empty": "",
+            "model_path": "/m", "hf_token_secret": "x"}
+    out = redact(info)
+    assert out["api_key"] == "<redacted>" and out["admin_api_key"] == "<redacted>" and out["hf_token_secret"] == "<redacted>"
+    assert out["max_total_num_tokens"] == 30987 and out["model_path"] == "/m" and out["api_key_empty"] == ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import threading
 import time
 from datetime import datetime, timezone
@@ -147,7 +148,7 @@ class LiveSource:
                 info, out["server_info_error"] = None, e.what
             loads = client.loads()
             metrics = client.metrics_text()
-        out["server_info"] = info
+        out["server_info"] = redact(info)
         out["loads"] = loads
         out["sglang_memory"] = server_memory(info, loads)
         out["sglang_metrics"] = parse_sglang_metrics(metrics)
@@ -157,10 +158,10 @@ class LiveSource:
         out["log_figures"] = log_figs
         snap = self.snapshot()
         out["nvml"] = server_gpu_memory(snap, record)
-        out.update(self._prediction(record or {}, info, loads, log_figs, snap, out["nvml"].get("bytes")))
+        out.update(self.predict_running(record or {}, info, loads, log_figs, snap, out["nvml"].get("bytes")))
         return out
 
-    def _prediction(self, record: dict, info: dict | None, loads: dict | None, log_figs: dict, snap,
+    def predict_running(self, record: dict, info: dict | None, loads: dict | None, log_figs: dict, snap,
                     gpu_bytes: int | None) -> dict:
         from vramkit.launch.resolve import host_available
 
@@ -202,6 +203,16 @@ class LiveSource:
         from vramkit.dashboard.metrics import registry
 
         return registry(self.snapshot, self.predicted_peak)
+
+
+_SECRET_KEY = re.compile(r"api_key|secret|password|passwd|credential|auth", re.IGNORECASE)
+
+
+def redact(info: dict | None) -> dict | None:
+    """SGLang's server args carry its API keys (api_key, admin_api_key): never shown, never captured."""
+    if info is None:
+        return None
+    return {k: ("<redacted>" if _SECRET_KEY.search(k) and isinstance(v, str) and v else v) for k, v in info.items()}
 
 
 def live_view(snap: dict, history: list[dict]) -> dict:
