@@ -46,7 +46,8 @@ def weight_parts_on_gpu(plan: dict) -> dict[str, int]:
     return parts
 
 
-def memory_segments(plan: dict, engine: EngineBytes, card_total_bytes: int | None) -> dict:
+def memory_segments(plan: dict, engine: EngineBytes, card_total_bytes: int | None,
+                    host_available_bytes: int | None = None) -> dict:
     """The plan as stacked segments of one GPU (per tensor-parallel rank) and of host RAM.
 
     GPU segments add up to the card's total: driver reserve and other processes, the server's CUDA
@@ -89,8 +90,12 @@ def memory_segments(plan: dict, engine: EngineBytes, card_total_bytes: int | Non
     if plan.get("weights_offloaded_bytes"):
         host.append(_seg("offload", "offloaded weights (pinned)", int(plan["weights_offloaded_bytes"]),
                          "planner", "host"))
-    return {"gpu_total_bytes": total, "peak_bytes": peak, "gpu": gpu, "host": host,
-            "host_total_bytes": sum(s["bytes"] for s in host)}
+    pinned = sum(s["bytes"] for s in host)
+    if host and host_available_bytes:
+        host.append(_seg("host-free", "host RAM left available (psutil, measured)", host_available_bytes - pinned,
+                         "psutil", "free"))
+    return {"gpu_total_bytes": total, "peak_bytes": peak, "gpu": gpu, "host": host, "host_pinned_bytes": pinned,
+            "host_total_bytes": max(pinned, host_available_bytes or 0)}
 
 
 # --- the running server: prediction beside what it reports ---------------------------------------

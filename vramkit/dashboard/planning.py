@@ -95,7 +95,7 @@ def plan_view(params: dict[str, Any], read_gpu: Callable | None, read_host: Call
     d = plan_json(r)
     total = r.gpu.memory_total_bytes if r.gpu else card_total_bytes
     d["gpu_label"] = r.gpu.label if r.gpu else "the given free memory"
-    d["memory"] = memory_segments(d, engine_bytes(), total)
+    d["memory"] = memory_segments(d, engine_bytes(), total, r.target.host_ram_available_bytes)
     d["command"] = "python -m sglang.launch_server " + shlex.join(d["sglang_args"])
     d["vramkit_command"] = vramkit_command(params)
     d["request"] = params

@@ -10,7 +10,7 @@ const COLORS = {
   "reserved": "#d1d5db", "context": "#9ca3af", "weights.embed_tokens": "#1e3a8a", "weights.lm_head": "#1d4ed8",
   "weights.attention": "#3b82f6", "weights.mlp": "#60a5fa", "weights.norms": "#93c5fd", "weights.load": "#bfdbfe",
   "kv": "#16a34a", "buffers": "#a3a3a3", "graphs": "#7c3aed", "comm": "#78716c", "activations": "#ea580c",
-  "free": "#f3f4f6", "hicache": "#0d9488", "offload": "#5eead4",
+  "free": "#f3f4f6", "host-free": "#f3f4f6", "hicache": "#0d9488", "offload": "#5eead4",
 };
 const SERIES = ["#2563eb", "#16a34a", "#ea580c", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#b45309"];
 
@@ -164,7 +164,7 @@ function renderPlan(p) {
     h("h3", {}, `GPU memory per card: peak ${gib(p.peak_vram_bytes)} of ${gib(m.gpu_total_bytes)}`),
     h("div", { id: "plan-bar" }, stackedBar(m.gpu, m.gpu_total_bytes, marks)),
     legend(m.gpu),
-    m.host.length ? [h("h3", {}, `host RAM pinned: ${gib(m.host_total_bytes)}`),
+    m.host.length ? [h("h3", {}, `host RAM pinned: ${gib(m.host_pinned_bytes)}` + (m.host_total_bytes > m.host_pinned_bytes ? ` of ${gib(m.host_total_bytes)} available` : "")),
       stackedBar(m.host, Math.max(m.host_total_bytes, 1)), legend(m.host)] : null,
     h("h3", {}, "figures (planner, derived from SGLang's source)"),
     table(["what", "value"], [
