@@ -7,6 +7,8 @@ DASHBOARD_HOST ?= 127.0.0.1
 # --capture writes here on the GPU host (data, committed like the other GPU results); REPLAY=dir serves one
 CAPTURE_DIR ?= benchmarks/results/gpu/dashboard-capture
 REPLAY ?=
+# panels dashboard-screenshots renders (default all four)
+PANELS ?=
 # extra flags, e.g. DASHBOARD_ARGS="--sglang-url http://127.0.0.1:30001"
 DASHBOARD_ARGS ?=
 # where install-service writes units; the user's own systemd by default (no root needed)
@@ -29,8 +31,8 @@ dashboard-down: ## stop the background dashboard; its pid file and log go with i
 dashboard-capture: ## on a GPU host without a browser: every panel's JSON into CAPTURE_DIR (then REPLAY=it here)
 	$(VRAMKIT) dashboard --capture $(CAPTURE_DIR) $(DASHBOARD_ARGS)
 
-dashboard-screenshots: ## render docs/dashboard-*.png with headless chromium (REPLAY=dir for a capture's panels)
-	scripts/dashboard_screenshots.sh $(if $(REPLAY),--replay $(REPLAY))
+dashboard-screenshots: ## render docs/dashboard-*.png with headless chromium (REPLAY=dir PANELS="server live" from a capture)
+	scripts/dashboard_screenshots.sh $(if $(REPLAY),--replay $(REPLAY)) $(if $(PANELS),--panels "$(PANELS)")
 
 install-service: ## systemd units for native SGLang (PRESET) and the embed service into SERVICE_DIR, verified
 	$(VRAMKIT) install-service --dir $(SERVICE_DIR) --preset $(PRESET) $(SERVICE_ARGS)

@@ -33,8 +33,8 @@ mkdir -p "$out"
 for panel in $panels; do
     case "$panel" in            # heights that fit each panel's content at this width
         plan) size=1000,1180 ;;
-        live) size=1000,${LIVE_HEIGHT:-300} ;;
-        server) size=1000,${SERVER_HEIGHT:-240} ;;
+        live) size=1000,${LIVE_HEIGHT:-$([ -n "$replay" ] && echo 640 || echo 300)} ;;
+        server) size=1000,${SERVER_HEIGHT:-$([ -n "$replay" ] && echo 1100 || echo 240)} ;;
         bench) size=1000,1000 ;;
         *) echo "unknown panel $panel" >&2; exit 64 ;;
     esac

@@ -56,7 +56,7 @@ def test_two_gpus_each_labelled(monkeypatch):
     m = scrape()
     assert [lab["index"] for lab, _ in m["vramkit_gpu_memory_total_bytes"]] == ["0", "1"]
     assert {lab["name"] for lab, _ in m["vramkit_gpu_up"]} == {"NVIDIA GeForce RTX 4080", "NVIDIA GeForce RTX 4090"}
-    ratios = dict((lab["index"], v) for lab, v in m["vramkit_gpu_memory_used_ratio"])
+    ratios = {lab["index"]: v for lab, v in m["vramkit_gpu_memory_used_ratio"]}
     assert ratios["0"] > 0.85 and ratios["1"] < 0.05
 
 

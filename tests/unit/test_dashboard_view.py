@@ -10,7 +10,6 @@ import pytest
 from vramkit import catalog
 from vramkit.core.dashboard_view import (
     knobs_from_server_info,
-    memory_segments,
     predicted_vs_actual,
     server_memory,
     trim_history,

@@ -64,11 +64,11 @@ def _source(args):
 
 
 def _deps() -> None:
-    try:
-        import fastapi, prometheus_client, uvicorn  # noqa: F401, E401
-    except ImportError as e:
-        raise VramkitError(f"the dashboard needs {e.name}", "pip install 'vramkit[dashboard]' (make install does)",
-                           Exit.BAD_INPUT) from None
+    import importlib.util
+    for name in ("fastapi", "uvicorn", "prometheus_client"):
+        if importlib.util.find_spec(name) is None:
+            raise VramkitError(f"the dashboard needs {name}", "pip install 'vramkit[dashboard]' (make install does)",
+                               Exit.BAD_INPUT)
 
 
 def _paths() -> tuple[Path, Path]:
@@ -110,6 +110,9 @@ def serve(args) -> int:
     if not 0 < args.port < 65536:
         raise VramkitError(f"--port {args.port} is not a port", "e.g. --port 8003", Exit.BAD_INPUT)
     app = create_app(_source(args), _api_key(args))
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not _api_key(args):
+        print(f"vramkit: warning: serving on {args.host} without an API key: anyone who reaches it sees the "
+              f"card and the server -> set {ENV_API_KEY}", file=sys.stderr)
     if not _port_free(args.host, args.port):
         raise VramkitError(f"{args.host}:{args.port} is in use", "stop what holds it, or pass --port", Exit.PORT_BUSY)
     print(f"vramkit dashboard at {_url(args)}/ (Prometheus: {_url(args)}/metrics)"
@@ -207,7 +210,9 @@ def stop(args) -> int:
 
 
 def do_capture(args) -> int:
-    _deps()
+    import importlib.util
+    if importlib.util.find_spec("prometheus_client") is None:    # no web server needed to capture
+        raise VramkitError("--capture needs prometheus-client", "pip install prometheus-client", Exit.BAD_INPUT)
     from vramkit.dashboard.sources import LiveSource, capture
 
     if args.samples < 1:

@@ -72,7 +72,7 @@ def _prometheus(args: argparse.Namespace) -> int:
         raise VramkitError(f"--prometheus {args.prometheus} is not a port", "e.g. --prometheus 9835", Exit.BAD_INPUT)
     source = LiveSource()
     try:
-        server, thread = start_http_server(args.prometheus, addr=args.prometheus_addr,
+        server, _thread = start_http_server(args.prometheus, addr=args.prometheus_addr,
                                            registry=registry(source.snapshot, source.predicted_peak))
     except OSError as e:
         raise VramkitError(f"cannot serve on {args.prometheus_addr}:{args.prometheus} ({e.strerror})",

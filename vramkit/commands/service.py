@@ -65,10 +65,10 @@ def _abs_python(path: str) -> str:
 
 
 def render_units(args) -> dict[str, str]:
-    from vramkit.launch.resolve import host_available, nvml_gpu, resolve
     from vramkit.core import systemd_units as su
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, ENV_SIDE_CPUSET
     from vramkit.core.render import sglang_args
+    from vramkit.launch.resolve import host_available, nvml_gpu, resolve
     from vramkit.units import bytes2human
 
     if not args.preset and not args.model:

@@ -138,7 +138,7 @@ def server_memory(server_info: dict | None, loads: dict | None) -> dict:
                                    ("graphs_bytes", "graph_gb", "graph")):
         value = mem.get(theirs, info_mem.get(fallback))
         if value is not None:
-            out[ours] = int(round(float(value) * GIB))
+            out[ours] = round(float(value) * GIB)
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -9,7 +9,7 @@ GPU answers, it does not fail. A value NVML could not read is left out, never ex
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily

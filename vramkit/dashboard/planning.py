@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from vramkit import catalog
-from vramkit.core.dashboard_view import EngineBytes, knobs_from_server_info, memory_segments
+from vramkit.core.dashboard_view import (
+    EngineBytes,
+    knobs_from_server_info,
+    memory_segments,
+)
 from vramkit.core.planner import VALID_KV_DTYPES, Engine
 from vramkit.errors import Exit, VramkitError
 

@@ -10,13 +10,18 @@ import platform
 import re
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from vramkit import __version__, catalog
 from vramkit.core import vram
-from vramkit.core.dashboard_view import history_point, predicted_vs_actual, server_memory, trim_history
+from vramkit.core.dashboard_view import (
+    history_point,
+    predicted_vs_actual,
+    server_memory,
+    trim_history,
+)
 from vramkit.dashboard import planning
 from vramkit.errors import Exit, VramkitError
 
@@ -98,7 +103,7 @@ class LiveSource:
     # --- meta, catalog, plan -------------------------------------------------------------------
     def meta(self) -> dict:
         return {"mode": self.mode, "vramkit": __version__, "python": platform.python_version(),
-                "host": platform.node(), "now_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                "host": platform.node(), "now_utc": datetime.now(UTC).isoformat(timespec="seconds")}
 
     def catalog(self) -> dict:
         return planning.catalog_view()
@@ -346,8 +351,8 @@ def capture(source: LiveSource, directory: Path, samples: int = 10, interval_s: 
     for the card NVML sees, /metrics, and meta.json (device, driver, versions, date)."""
     from prometheus_client import generate_latest
 
-    from vramkit.launch.resolve import host_available
     from vramkit.core.gpu_snapshot import is_na
+    from vramkit.launch.resolve import host_available
 
     directory = Path(directory)
     try:
@@ -371,7 +376,7 @@ def capture(source: LiveSource, directory: Path, samples: int = 10, interval_s: 
     info = server.get("server_info") or {}
     device = ", ".join(str(g.name) for g in gpus) if gpus else f"{platform.node()} (no GPU)"
     meta = {
-        "schema": CAPTURE_SCHEMA, "captured_at_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "schema": CAPTURE_SCHEMA, "captured_at_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "device": device, "host": platform.node(),
         "driver": None if snap.unavailable is not None or is_na(snap.driver_version) else str(snap.driver_version),
         "versions": {"vramkit": __version__, "python": platform.python_version(),
