@@ -126,3 +126,15 @@ def test_server_api_keys_are_never_shown_or_captured():
     out = redact(info)
     assert out["api_key"] == "<redacted>" and out["admin_api_key"] == "<redacted>" and out["hf_token_secret"] == "<redacted>"
     assert out["max_total_num_tokens"] == 30987 and out["model_path"] == "/m" and out["api_key_empty"] == ""
+
+
+def test_card_in_use_is_set_against_the_recorded_budget():
+    plan = planning.plan_view({"preset": "optimized"}, None, None)
+    rows = predicted_vs_actual(plan, plan["memory"], {}, None, None, gpu_in_use_bytes=15 * GiB, budget_bytes=16 * GiB)
+    budget = rows[-1]
+    assert budget["what"] == "GPU in use vs the kit's budget"
+    assert budget["diff_pct"] == round(100 * (16 - 15) / 15, 2)
+    server = next(r for r in rows if r["what"] == "GPU memory of the server")
+    assert server["actual"] is None and server["diff_pct"] is None      # no process list: no number made up
+    assert all(r["what"] != "GPU in use vs the kit's budget"
+               for r in predicted_vs_actual(plan, plan["memory"], {}, None, None))

@@ -151,10 +151,13 @@ def _row(what: str, predicted, actual, unit: str, source: str) -> dict:
 
 
 def predicted_vs_actual(plan: dict, segments: dict | None, server_info: dict | None, loads: dict | None,
-                        server_gpu_bytes: int | None) -> list[dict]:
+                        server_gpu_bytes: int | None, gpu_in_use_bytes: int | None = None,
+                        budget_bytes: int | None = None) -> list[dict]:
     """One row per figure the plan predicts and the server (or NVML) reports; diff_pct is
-    (predicted - actual) / actual. `server_gpu_bytes`: NVML's memory of the server's process (or, when
-    the driver does not list processes, the GPU's in-use memory), measured."""
+    (predicted - actual) / actual. Measured by NVML: `server_gpu_bytes`, the memory of the server's own
+    processes (None when the driver does not list them, e.g. in a container); `gpu_in_use_bytes`, the whole
+    card in use, set against the kit's recorded budget (`vram_budget_bytes`: what was in use before the
+    start + the planned peak x 1.05, the line vram-safe guards)."""
     info = server_info or {}
     mem = server_memory(server_info, loads)
     graphs = next((s["bytes"] for s in (segments or {}).get("gpu", []) if s["key"] == "graphs"), None)
@@ -169,8 +172,11 @@ def predicted_vs_actual(plan: dict, segments: dict | None, server_info: dict | N
              "SGLang: KV cache memory (GiB, 2 decimals)"),
         _row("decode CUDA graphs", graphs, mem.get("graphs_bytes"), "bytes", "SGLang: graph memory (GiB, 2 decimals)"),
         _row("GPU memory of the server", plan["peak_vram_bytes"], server_gpu_bytes, "bytes",
-             "NVML now (the prediction is the peak of the largest prefill step)"),
+             "NVML: the server's processes now (the prediction is the peak of the largest prefill step)"),
     ]
+    if budget_bytes is not None:
+        rows.append(_row("GPU in use vs the kit's budget", int(budget_bytes), gpu_in_use_bytes, "bytes",
+                         "NVML: the whole card now; predicted = in use before the start + planned peak x 1.05"))
     return rows
 
 

@@ -163,11 +163,11 @@ class LiveSource:
         out["log_figures"] = log_figs
         snap = self.snapshot()
         out["nvml"] = server_gpu_memory(snap, record)
-        out.update(self.predict_running(record or {}, info, loads, log_figs, snap, out["nvml"].get("bytes")))
+        out.update(self.predict_running(record or {}, info, loads, log_figs, snap, out["nvml"]))
         return out
 
     def predict_running(self, record: dict, info: dict | None, loads: dict | None, log_figs: dict, snap,
-                    gpu_bytes: int | None) -> dict:
+                        nvml_view: dict) -> dict:
         from vramkit.launch.resolve import host_available
 
         params = planning.running_params(record, info, log_figs.get("load_begin_avail"))
@@ -179,7 +179,8 @@ class LiveSource:
             plan = planning.plan_view(params, None, host_available)
         except VramkitError as e:
             return {"plan": None, "plan_error": e.line(), "plan_request": params, "rows": []}
-        rows = predicted_vs_actual(plan, plan["memory"], info, loads, gpu_bytes)
+        rows = predicted_vs_actual(plan, plan["memory"], info, loads, nvml_view.get("bytes"),
+                                   nvml_view.get("gpu_in_use_bytes"), record.get("vram_budget_bytes"))
         return {"plan": plan, "plan_request": params, "rows": rows}
 
     def predicted_peak(self) -> tuple[dict, int] | None:
@@ -240,22 +241,23 @@ def _nvml_card_name(snap) -> str | None:
 
 
 def server_gpu_memory(snap, record: dict | None) -> dict:
-    """NVML's measure of the server: its process's memory when the driver lists it (native runtime:
-    the recorded pid and its children), else the in-use memory of its first GPU."""
+    """NVML's measure of the server: its own processes' memory when the driver lists them with pids we can
+    see (native runtime: the recorded pid and its children), and its first GPU's in-use memory."""
     from vramkit.core.gpu_snapshot import is_na
 
     if snap.unavailable is not None or not snap.gpus:
-        return {"bytes": None, "how": "no GPU visible to NVML here"}
+        return {"bytes": None, "gpu_in_use_bytes": None, "how": "no GPU visible to NVML here"}
     idx = ((record or {}).get("gpu_indices") or [0])[0]
     gpu = next((g for g in snap.gpus if g.index == idx), snap.gpus[0])
+    used = gpu.in_use_bytes
+    out = {"bytes": None, "gpu": gpu.index, "gpu_in_use_bytes": None if is_na(used) else int(used),
+           "how": f"NVML: GPU {gpu.index}; the server's processes are not in its list (container, docker runtime)"}
     pids = _pid_tree((record or {}).get("pid"))
     if pids and not is_na(gpu.processes):
         mine = [p.used_bytes for p in gpu.processes if p.pid in pids and not is_na(p.used_bytes)]
         if mine:
-            return {"bytes": int(sum(mine)), "how": f"NVML: the server's processes on GPU {gpu.index}", "gpu": gpu.index}
-    used = gpu.in_use_bytes
-    return {"bytes": None if is_na(used) else int(used), "gpu": gpu.index,
-            "how": f"NVML: GPU {gpu.index} in use (total - free; driver reserve and other processes included)"}
+            out.update(bytes=int(sum(mine)), how=f"NVML: the server's processes on GPU {gpu.index}")
+    return out
 
 
 def _pid_tree(pid) -> set[int]:

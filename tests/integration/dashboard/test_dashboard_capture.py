@@ -72,7 +72,7 @@ def test_replay_of_a_real_runs_server_draws_predicted_vs_actual(tmp_path, state_
     class Recorded(LiveSource):
         pass
     server.update(Recorded().predict_running(record, bench["server"], None, server["log_figures"],
-                                         _no_gpu_snapshot(), server["nvml"]["bytes"]))
+                                             _no_gpu_snapshot(), server["nvml"]))
     (d / "server.json").write_text(json.dumps(server))
     assert ReplaySource(d).server()["rows"]
     url = dashboard_cli("--replay", str(d))

@@ -265,7 +265,8 @@ function renderServer(d) {
     ["requests running / waiting", `${num(mem.num_running_reqs)} / ${num(mem.num_waiting_reqs)}`],
     ["prefix cache hit rate", mem.cache_hit_rate === undefined ? "n/a" : num(100 * mem.cache_hit_rate, 1) + " %"],
     ["generation throughput", mem.gen_throughput === undefined ? "n/a" : num(mem.gen_throughput, 1) + " tok/s"],
-    ["GPU memory (" + ((d.nvml || {}).how || "NVML") + ")", gib((d.nvml || {}).bytes)],
+    ["GPU memory of the server (" + ((d.nvml || {}).how || "NVML") + ")", gib((d.nvml || {}).bytes)],
+    ["GPU in use, whole card (NVML)", gib((d.nvml || {}).gpu_in_use_bytes)],
     ["server args", `mem_fraction_static ${info.mem_fraction_static}, context_length ${info.context_length}, kv_cache_dtype ${info.kv_cache_dtype}, chunked_prefill_size ${info.chunked_prefill_size}, cuda_graph_max_bs ${info.cuda_graph_max_bs}`],
   ]));
   if (d.sglang_metrics_note) kids.push(h("p", { class: "dim" }, d.sglang_metrics_note));
