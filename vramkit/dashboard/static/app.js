@@ -267,7 +267,7 @@ function renderServer(d) {
     ["generation throughput", mem.gen_throughput === undefined ? "n/a" : num(mem.gen_throughput, 1) + " tok/s"],
     ["GPU memory of the server (" + ((d.nvml || {}).how || "NVML") + ")", gib((d.nvml || {}).bytes)],
     ["GPU in use, whole card (NVML)", gib((d.nvml || {}).gpu_in_use_bytes)],
-    ["server args", `mem_fraction_static ${info.mem_fraction_static}, context_length ${info.context_length}, kv_cache_dtype ${info.kv_cache_dtype}, chunked_prefill_size ${info.chunked_prefill_size}, cuda_graph_max_bs ${info.cuda_graph_max_bs}`],
+    ["server args", `mem_fraction_static ${info.mem_fraction_static}, context_length ${info.context_length}, kv_cache_dtype ${info.kv_cache_dtype}, chunked_prefill_size ${info.chunked_prefill_size}, cuda_graph_max_bs ${info.cuda_graph_max_bs_decode ?? info.cuda_graph_max_bs}`],
   ]));
   if (d.sglang_metrics_note) kids.push(h("p", { class: "dim" }, d.sglang_metrics_note));
   if (d.log_figures && d.log_figures.load_begin_avail) kids.push(h("p", { class: "dim" },
@@ -317,9 +317,10 @@ async function main() {
   if (meta.mode === "replay") {
     const b = document.getElementById("replay");
     b.hidden = false;
-    b.textContent = `replay of a capture from ${meta.device}, ${meta.captured_at_utc}` +
-      (meta.versions && meta.versions.sglang_server ? ` (SGLang ${meta.versions.sglang_server}` : " (") +
-      `, driver ${meta.driver || "n/a"}, vramkit ${meta.versions ? meta.versions.vramkit : "?"})`;
+    const v = meta.versions || {};
+    const about = [v.sglang_server ? `SGLang ${v.sglang_server}` : null, meta.driver ? `driver ${meta.driver}` : null,
+      v.vramkit ? `vramkit ${v.vramkit}` : null].filter(Boolean).join(", ");
+    b.textContent = `replay of a capture from ${meta.device}, ${meta.captured_at_utc}` + (about ? ` (${about})` : "");
     document.getElementById("meta").textContent = "replay: " + (meta.replay_dir || "");
   } else if (meta.host) {
     document.getElementById("meta").textContent = `live on ${meta.host}, vramkit ${meta.vramkit}`;
