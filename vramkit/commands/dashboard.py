@@ -210,9 +210,6 @@ def stop(args) -> int:
 
 
 def do_capture(args) -> int:
-    import importlib.util
-    if importlib.util.find_spec("prometheus_client") is None:    # no web server needed to capture
-        raise VramkitError("--capture needs prometheus-client", "pip install prometheus-client", Exit.BAD_INPUT)
     from vramkit.dashboard.sources import LiveSource, capture
 
     if args.samples < 1:

@@ -351,8 +351,6 @@ def capture(source: LiveSource, directory: Path, samples: int = 10, interval_s: 
     """Write every panel's JSON from the live system into `directory` (made if missing): the live
     panel sampled `samples` times `interval_s` apart, the server, the bench results, the default plan
     for the card NVML sees, /metrics, and meta.json (device, driver, versions, date)."""
-    from prometheus_client import generate_latest
-
     from vramkit.core.gpu_snapshot import is_na
     from vramkit.launch.resolve import host_available
 
@@ -395,5 +393,10 @@ def capture(source: LiveSource, directory: Path, samples: int = 10, interval_s: 
              "plan.json": plan}
     for name, data in files.items():
         (directory / name).write_text(json.dumps(data, indent=1, default=str) + "\n")
-    (directory / "metrics.txt").write_text(generate_latest(source.metrics_registry()).decode())
+    try:
+        from prometheus_client import generate_latest
+        metrics = generate_latest(source.metrics_registry()).decode()
+    except ImportError:                 # the GPU host's Python may lack it: every other panel still counts
+        metrics = "# prometheus-client was not installed where this was captured\n"
+    (directory / "metrics.txt").write_text(metrics)
     return meta

@@ -101,3 +101,13 @@ def test_capture_and_replay_together_is_bad_input(tmp_path):
                           "--replay", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 64 and "Traceback" not in out.stderr
     assert not (tmp_path / "a").exists()
+
+
+def test_capture_works_where_prometheus_client_is_missing(tmp_path, state_dir):
+    """The GPU host's Python may lack prometheus-client (the SGLang bundle does not ship it)."""
+    code = ("import sys; sys.modules['prometheus_client'] = None; from vramkit.cli import main; "
+            f"sys.exit(main(['dashboard', '--capture', {str(tmp_path / 'cap')!r}, '--samples', '1']))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "cap" / "metrics.txt").read_text().startswith("# prometheus-client was not installed")
+    assert json.loads((tmp_path / "cap" / "meta.json").read_text())["schema"] == CAPTURE_SCHEMA
