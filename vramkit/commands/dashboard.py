@@ -35,7 +35,8 @@ def register(sub) -> None:
     p.add_argument("--host", default=DEFAULT_HOST, help="bind address (default %(default)s)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default %(default)s)")
     p.add_argument("--api-key", default=None,
-                   help=f"require this key on every route (default: env {ENV_API_KEY}; unset = no key)")
+                   help=f"require this key on every route (default: env {ENV_API_KEY}, better: `ps` shows "
+                        "arguments to every user; unset = no key)")
     p.add_argument("--sglang-url", default=None,
                    help="the SGLang server to show (default: the kit's running record, else http://127.0.0.1:30000)")
     p.add_argument("--bench-dir", type=Path, action="append", default=None,
@@ -56,7 +57,8 @@ def _api_key(args) -> str:
 
 
 def _source(args):
-    from vramkit.dashboard.sources import LiveSource, ReplaySource
+    from vramkit.dashboard.capture import ReplaySource
+    from vramkit.dashboard.sources import LiveSource
 
     if args.replay:
         return ReplaySource(args.replay)
@@ -210,7 +212,8 @@ def stop(args) -> int:
 
 
 def do_capture(args) -> int:
-    from vramkit.dashboard.sources import LiveSource, capture
+    from vramkit.dashboard.capture import capture
+    from vramkit.dashboard.sources import LiveSource
 
     if args.samples < 1:
         raise VramkitError(f"--samples {args.samples} must be at least 1", "e.g. --samples 10", Exit.BAD_INPUT)

@@ -7,12 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vramkit.dashboard.sources import (
-    CAPTURE_FILES,
-    CAPTURE_SCHEMA,
-    LiveSource,
-    ReplaySource,
-)
+from vramkit.dashboard.capture import CAPTURE_FILES, CAPTURE_SCHEMA, ReplaySource
+from vramkit.dashboard.sources import LiveSource
 
 from .conftest import REPO, chromium_dom
 from .test_dashboard_browser import Dom
