@@ -122,3 +122,13 @@ def test_plan_api_errors_are_one_line_json(dashboard_cli):
     if no_gpu_here():
         r = httpx.get(url + "/api/plan", params={"gpu": "auto"}, timeout=10)
         assert r.status_code == 400 and r.json()["error"]["exit_code"] == 11
+
+
+def test_monitor_prometheus_on_a_busy_port_is_one_line():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        out = vramkit("monitor", "--prometheus", str(s.getsockname()[1]), "--duration", "1")
+    assert out.returncode == 13
+    assert out.stderr.startswith("vramkit: cannot serve on") and "Traceback" not in out.stderr
