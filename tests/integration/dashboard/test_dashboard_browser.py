@@ -128,3 +128,14 @@ def test_each_panel_alone_is_ready(dashboard_cli, tmp_path, panel):
     url = dashboard_cli()
     dom = Dom(chromium_dom(url + f"/?panel={panel}", tmp_path))
     assert dom.state(panel) == "ready"
+
+
+def test_a_model_folder_from_the_address_is_planned(dashboard_cli, tmp_path):
+    """A folder with a config.json (here: the catalogued 7B GPTQ's own folder, given by path)."""
+    from .conftest import REPO
+    folder = REPO / "config" / "models" / "qwen2.5-coder-7b-instruct-gptq-int4"
+    url = dashboard_cli()
+    dom = Dom(chromium_dom(url + f"/?panel=plan&model={folder}", tmp_path))
+    assert dom.state("plan") == "ready"
+    assert dom.text("plan-verdict") in ("FITS", "DOES NOT FIT")
+    assert "qwen2.5-coder-7b-instruct-gptq-int4" in dom.text("plan-out")

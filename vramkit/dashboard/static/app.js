@@ -132,7 +132,15 @@ function setupForm(cat, meta) {
   const card = meta.mode === "replay" && meta.nvml_card ? `auto: ${meta.nvml_card.nvml_name} (captured)` : "auto: the card NVML sees";
   f.gpu.replaceChildren(...cat.gpus.map(g => option(g.name, g.label, g.name === "rtx-5060-ti-16gb")), option("auto", card));
   f.kv_dtype.replaceChildren(option("", "(preset's)"), ...cat.kv_dtypes.map(k => option(k, k)));
-  for (const [k, v] of params) if (f.elements[k] && k !== "panel") f.elements[k].value = v;
+  for (const [k, v] of params) {
+    const el = f.elements[k];
+    if (!el || k === "panel") continue;
+    if (el.tagName === "SELECT" && ![...el.options].some(o => o.value === v)) {
+      if (k === "model") f.model_dir.value = v;          // a folder, not a catalogued name
+      continue;
+    }
+    el.value = v;
+  }
   f.addEventListener("submit", ev => { ev.preventDefault(); loadPlan(); });
   f.preset.addEventListener("change", () => loadPlan());
   f.gpu.addEventListener("change", () => loadPlan());
