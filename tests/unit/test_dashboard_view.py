@@ -83,7 +83,7 @@ def test_server_info_of_a_real_run_replans_to_what_it_measured():
     info = bench["server"]
     knobs = knobs_from_server_info(info)
     assert knobs["mem_fraction"] == 0.8 and knobs["kv_dtype"] == "fp8_e5m2"
-    assert knobs["cuda_graph_max_bs"] == 8 and knobs["hicache_gib"] == 8.0
+    assert knobs["cuda_graph_max_bs"] == 8 and knobs["hicache_gb"] == 8
     params = planning.running_params({"preset": "optimized", "model": calib["model"]}, info,
                                      calib["measured"]["log_figures_gib"]["load_begin_avail"])
     plan = planning.plan_view(params, None, None)
@@ -109,7 +109,7 @@ def test_server_memory_prefers_v1_loads_and_falls_back_to_server_info():
 
 def test_disable_cuda_graph_means_no_graphs():
     assert knobs_from_server_info({"disable_cuda_graph": True, "cuda_graph_max_bs_decode": 8})["cuda_graph_max_bs"] == 0
-    assert knobs_from_server_info({"enable_hierarchical_cache": False, "hicache_size": 8})["hicache_gib"] == 0.0
+    assert knobs_from_server_info({"enable_hierarchical_cache": False, "hicache_size": 8})["hicache_gb"] == 0
 
 
 def test_history_keeps_the_window_and_the_newest():

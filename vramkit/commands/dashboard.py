@@ -140,7 +140,8 @@ def background(args) -> int:
     url, key = _url(args), _api_key(args)
     pid = _our_pid(pid_file)
     if pid:
-        _say(args, {"url": url, "pid": pid, "already_running": True}, f"dashboard already running at {url}/ (pid {pid})")
+        _say(args, {"url": url, "pid": pid, "already_running": True},
+             f"dashboard already running at {url}/ (pid {pid})")
         return 0
     if args.replay:
         _source(args)                       # a bad capture folder fails here, before anything starts

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch.env import env_value
 
 TEMPLATES = catalog.CONFIG_DIR.parent / "services" / "systemd"
 UNITS = ("vramkit-sglang.service", "vramkit-embed.service")
-SGLANG_PORT = 30000
 EMBED_PORT = 8002
 
 
@@ -31,11 +31,12 @@ def register(sub) -> None:
     add_plan_arguments(p)
     p.add_argument("--dir", type=Path, default=Path.home() / ".config" / "systemd" / "user",
                    help="where to write the units (default %(default)s)")
-    p.add_argument("--port", type=int, default=SGLANG_PORT, help="SGLang port (default %(default)s)")
+    p.add_argument("--port", type=int, default=catalog.sglang().port,
+                   help="SGLang port (default config/sglang.toml's, %(default)s)")
     p.add_argument("--embed-port", type=int, default=EMBED_PORT, help="embed service port (default %(default)s)")
     p.add_argument("--model-path", help="weights folder or HF id for SGLang (default the model's HF id)")
-    p.add_argument("--sglang-python", default=os.environ.get("SGLANG_PYTHON", sys.executable),
-                   help="the Python that has SGLang (default $SGLANG_PYTHON, else this one)")
+    p.add_argument("--sglang-python", default=env_value("SERVER_PYTHON") or sys.executable,
+                   help="the Python that has SGLang (default $VRAMKIT_SERVER_PYTHON, else this one)")
     p.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES for SGLang (default 0..tp-1)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=run)
@@ -81,7 +82,7 @@ def render_units(args) -> dict[str, str]:
     python = _abs_python(args.sglang_python)
     argv = [python, "-m", "sglang.launch_server",
             *sglang_args(r.model, r.plan, model_path=args.model_path or r.model.hf_id, port=args.port)]
-    tp = r.plan.knobs["tp"]
+    tp = r.plan.knobs.tp
     gpu_ids = args.gpus or ",".join(str(i) for i in range(tp))
     plan_line = (f"plan: {r.model.name} on {r.gpu.label if r.gpu else 'the given free memory'}, peak "
                  f"{bytes2human(r.plan.peak_vram_bytes)} per GPU, KV pool {r.plan.kv_pool_tokens:,} tokens "

@@ -83,7 +83,8 @@ def memory_segments(plan: dict, engine: EngineBytes, card_total_bytes: int | Non
     gpu.append(_seg("activations", "activations (largest prefill step)", act, "planner", "activations"))
     free = total - sum(s["bytes"] for s in gpu)
     gpu.append(_seg("free", "free at the peak" if free >= 0 else "over the card", free, "planner", "free"))
-    hicache = int(float(plan["knobs"].get("hicache_gib") or 0) * 1e9)
+    k = plan["knobs"]
+    hicache = int(float(k.get("hicache_gb", k.get("hicache_gib")) or 0) * 1e9)   # GB as SGLang's --hicache-size
     host = []
     if hicache:
         host.append(_seg("hicache", "hierarchical KV cache (pinned)", hicache, "planner", "host"))
@@ -118,7 +119,7 @@ def knobs_from_server_info(info: dict) -> dict:
         knobs["cuda_graph_max_bs"] = 0
     elif graph_bs is not None:
         knobs["cuda_graph_max_bs"] = int(graph_bs)
-    knobs["hicache_gib"] = float(info.get("hicache_size") or 0) if info.get("enable_hierarchical_cache") else 0.0
+    knobs["hicache_gb"] = int(info.get("hicache_size") or 0) if info.get("enable_hierarchical_cache") else 0
     if info.get("cpu_offload_gb") is not None:
         knobs["cpu_offload_gib"] = int(info["cpu_offload_gb"])
     return knobs
@@ -134,7 +135,8 @@ def server_memory(server_info: dict | None, loads: dict | None) -> dict:
                                      "num_waiting_reqs", "token_usage", "cache_hit_rate", "gen_throughput")}
     mem = first.get("memory") or {}
     info_mem = (server_info or {}).get("memory_usage_gb") or {}
-    for ours, theirs, fallback in (("weights_bytes", "weight_gb", "weight"), ("kv_pool_bytes", "kv_cache_gb", "kvcache"),
+    for ours, theirs, fallback in (("weights_bytes", "weight_gb", "weight"),
+                                   ("kv_pool_bytes", "kv_cache_gb", "kvcache"),
                                    ("graphs_bytes", "graph_gb", "graph")):
         value = mem.get(theirs, info_mem.get(fallback))
         if value is not None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from vramkit.dashboard.sources import LiveSource
 from vramkit.errors import Exit, VramkitError
@@ -101,8 +102,6 @@ def create_app(source: LiveSource | None = None, api_key: str = "") -> FastAPI:
 
     @app.get("/metrics")
     async def metrics():
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
         if hasattr(source, "metrics_text"):            # a replay serves what was captured
             return PlainTextResponse(await asyncio.to_thread(source.metrics_text), media_type=CONTENT_TYPE_LATEST)
         body = await asyncio.to_thread(lambda: generate_latest(source.metrics_registry()))

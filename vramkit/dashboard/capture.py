@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from vramkit import __version__, catalog
+from vramkit.catalog import GpuSpec
+from vramkit.core.gpu_snapshot import is_na
 from vramkit.dashboard import planning
 from vramkit.dashboard.sources import LiveSource
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch.resolve import host_available
 
 CAPTURE_FILES = ("meta.json", "live.json", "server.json", "bench.json", "plan.json", "metrics.txt")
 CAPTURE_SCHEMA = "vramkit.dashboard-capture/1"
@@ -50,11 +53,9 @@ class ReplaySource(LiveSource):
         return self._meta | {"mode": self.mode, "replay_dir": str(self.dir)}
 
     def plan(self, raw: dict[str, str]) -> dict:
-        from vramkit.catalog import GpuSpec
-
         card = self._meta.get("nvml_card")
 
-        def read_gpu(tp: int = 1):
+        def read_gpu(tp: int = 1, link_for=None):
             if not card:
                 raise VramkitError("the capture saw no GPU", "pick a catalogued card", Exit.NO_GPU)
             base = catalog.gpu_by_nvml_name(card["nvml_name"]) or catalog.gpu("rtx-4080-16gb")
@@ -83,14 +84,12 @@ def capture(source: LiveSource, directory: Path, samples: int = 10, interval_s: 
     """Write every panel's JSON from the live system into `directory` (made if missing): the live
     panel sampled `samples` times `interval_s` apart, the server, the bench results, the default plan
     for the card NVML sees, /metrics, and meta.json (device, driver, versions, date)."""
-    from vramkit.core.gpu_snapshot import is_na
-    from vramkit.launch.resolve import host_available
-
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise VramkitError(f"cannot create {directory} ({e.strerror})", "pick a writable folder", Exit.BAD_FILE) from None
+        raise VramkitError(f"cannot create {directory} ({e.strerror})", "pick a writable folder",
+                           Exit.BAD_FILE) from None
     live = None
     for i in range(max(1, samples)):
         if i:
@@ -126,7 +125,7 @@ def capture(source: LiveSource, directory: Path, samples: int = 10, interval_s: 
     for name, data in files.items():
         (directory / name).write_text(json.dumps(data, indent=1, default=str) + "\n")
     try:
-        from prometheus_client import generate_latest
+        from prometheus_client import generate_latest  # noqa: PLC0415 - optional where it is captured
         metrics = generate_latest(source.metrics_registry()).decode()
     except ImportError:                 # the GPU host's Python may lack it: every other panel still counts
         metrics = "# prometheus-client was not installed where this was captured\n"

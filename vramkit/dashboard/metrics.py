@@ -37,7 +37,8 @@ class GpuCollector(Collector):
                                labels=LABELS)
         fams = {
             "used": GaugeMetricFamily("vramkit_gpu_memory_used_bytes",
-                                      "GPU memory in use: total - free (nvidia-smi memory.used + reserved)", labels=LABELS),
+                                      "GPU memory in use: total - free (nvidia-smi memory.used + reserved)",
+                                      labels=LABELS),
             "total": GaugeMetricFamily("vramkit_gpu_memory_total_bytes", "GPU memory total (NVML)", labels=LABELS),
             "ratio": GaugeMetricFamily("vramkit_gpu_memory_used_ratio", "GPU memory in use / total", labels=LABELS),
             "temp": GaugeMetricFamily("vramkit_gpu_temperature_celsius", "GPU core temperature (NVML)", labels=LABELS),

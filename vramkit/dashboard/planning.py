@@ -11,24 +11,26 @@ from collections.abc import Callable
 from typing import Any
 
 from vramkit import catalog
+from vramkit.commands.plan import add_plan_arguments
 from vramkit.core.dashboard_view import (
     EngineBytes,
     knobs_from_server_info,
     memory_segments,
 )
-from vramkit.core.planner import VALID_KV_DTYPES, Engine
+from vramkit.core.knobs import VALID_KV_DTYPES, specs
+from vramkit.core.planner import Engine
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch.resolve import plan_json, resolve
 
-# The explorer's fields, as `vramkit plan` names its flags (type, flag). Anything else is refused.
-FIELDS: dict[str, tuple[type, str]] = {
-    "preset": (str, "--preset"), "model": (str, "--model"), "gpu": (str, "--gpu"),
-    "gpu_free_gib": (float, "--gpu-free-gib"), "other_used_gib": (float, "--other-used-gib"),
-    "host_ram_gib": (float, "--host-ram-gib"),
-    "context": (int, "--context"), "concurrency": (int, "--concurrency"), "kv_dtype": (str, "--kv-dtype"),
-    "mem_fraction": (float, "--mem-fraction"), "chunked_prefill": (int, "--chunked-prefill"),
-    "cuda_graph_max_bs": (int, "--cuda-graph-max-bs"), "max_running": (int, "--max-running"),
-    "hicache_gib": (float, "--hicache-gib"), "cpu_offload_gib": (str, "--cpu-offload-gib"), "tp": (int, "--tp"),
-}
+# The explorer's fields: what to run (as `vramkit plan` names them) and every declared knob
+# (vramkit/core/knobs.py). Values stay text; `resolve` checks them against their declarations.
+TARGET_FIELDS = {"preset": "--preset", "model": "--model", "gpu": "--gpu", "gpu_free_gib": "--gpu-free-gib",
+                 "other_used_gib": "--other-used-gib", "host_ram_gib": "--host-ram-gib"}
+
+
+def fields() -> dict[str, str]:
+    """field name -> its `vramkit plan` flag."""
+    return TARGET_FIELDS | {s.name: s.cli_flag for s in specs()}
 
 
 def engine_bytes() -> EngineBytes:
@@ -46,33 +48,27 @@ def catalog_view() -> dict:
         "presets": [{"name": n, "description": p.description, "model": p.model, "knobs": dict(p.knobs)}
                     for n, p in catalog.presets().items()],
         "kv_dtypes": list(VALID_KV_DTYPES),
-        "fields": list(FIELDS),
+        "knobs": [{"name": s.name, "flag": s.cli_flag, "unit": s.unit, "help": s.help, "range": s.range_text(),
+                   "choices": list(s.choices), "type": s.type.__name__} for s in specs()],
+        "fields": list(fields()),
     }
 
 
 def parse_params(raw: dict[str, str]) -> dict[str, Any]:
-    """Query parameters -> typed knob values; empty ones are left to the preset / SGLang's defaults."""
+    """Query parameters -> the explorer's request; empty ones are left to the preset / SGLang's defaults.
+    An unknown field is refused here; a bad value by `resolve`, as on the command line."""
+    known = fields()
     out: dict[str, Any] = {}
     for key, text in raw.items():
-        if key not in FIELDS:
-            raise VramkitError(f"unknown plan field {key!r}", f"use one of: {', '.join(FIELDS)}", Exit.BAD_INPUT)
-        if text in ("", None):
-            continue
-        kind, flag = FIELDS[key]
-        try:
-            out[key] = kind(text)
-        except ValueError:
-            raise VramkitError(f"{flag} {text!r} is not a {kind.__name__}", "fix the field", Exit.BAD_INPUT) from None
-    if out.get("kv_dtype") not in (None, *VALID_KV_DTYPES):
-        raise VramkitError(f"--kv-dtype {out['kv_dtype']!r} is not one SGLang takes",
-                           f"use one of: {', '.join(VALID_KV_DTYPES)}", Exit.BAD_INPUT)
+        if key not in known:
+            raise VramkitError(f"unknown plan field {key!r}", f"use one of: {', '.join(known)}", Exit.BAD_INPUT)
+        if text not in ("", None):
+            out[key] = text
     return out
 
 
 def _namespace(params: dict[str, Any]) -> argparse.Namespace:
     """`vramkit plan`'s own parser's defaults, with the explorer's values on top."""
-    from vramkit.commands.plan import add_plan_arguments
-
     parser = argparse.ArgumentParser(add_help=False)
     add_plan_arguments(parser)
     ns = parser.parse_args([])
@@ -83,19 +79,16 @@ def _namespace(params: dict[str, Any]) -> argparse.Namespace:
 
 def vramkit_command(params: dict[str, Any]) -> str:
     """`vramkit up ...` with exactly the explorer's choices: the command that starts this plan."""
+    flags = fields()
     parts = ["vramkit", "up"]
     for key, value in params.items():
-        if key == "other_used_gib" and not value:
-            continue
-        parts += [FIELDS[key][1], str(value)]
+        parts += [flags[key], str(value)]
     return shlex.join(parts)
 
 
 def plan_view(params: dict[str, Any], read_gpu: Callable | None, read_host: Callable | None,
               card_total_bytes: int | None = None) -> dict:
     """The explorer's answer: the plan (as `vramkit plan --json`), its memory bar, and the commands."""
-    from vramkit.launch.resolve import plan_json, resolve
-
     r = resolve(_namespace(params), read_gpu=read_gpu, read_host=read_host)
     d = plan_json(r)
     total = r.gpu.memory_total_bytes if r.gpu else card_total_bytes

@@ -13,7 +13,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from vramkit import __version__, catalog
+from vramkit.adapters import nvml
+from vramkit.adapters.sglang_http import SglangClient
+from vramkit.adapters.state import read_running, state_dir
+from vramkit.bench.summary import HEADLINES, headline
 from vramkit.core import vram
 from vramkit.core.dashboard_view import (
     history_point,
@@ -21,12 +27,15 @@ from vramkit.core.dashboard_view import (
     server_memory,
     trim_history,
 )
+from vramkit.core.gpu_snapshot import is_na, to_jsonable
+from vramkit.core.sglang_log import parse
 from vramkit.dashboard import planning
 from vramkit.errors import VramkitError
+from vramkit.launch.resolve import host_available, nvml_gpu
 
 HISTORY_WINDOW_S = 600.0     # the live panel's "short history": ten minutes
 HISTORY_MAX_POINTS = 600
-SGLANG_DEFAULT_URL = "http://127.0.0.1:30000"
+SGLANG_DEFAULT_URL = f"http://127.0.0.1:{catalog.sglang().port}"
 # SGLang's own Prometheus series the server panel shows (only with --enable-metrics)
 SGLANG_SERIES = ("sglang:num_used_tokens", "sglang:token_usage", "sglang:num_running_reqs",
                  "sglang:num_queue_reqs", "sglang:cache_hit_rate", "sglang:gen_throughput",
@@ -38,7 +47,8 @@ def parse_sglang_metrics(text: str | None) -> dict[str, float]:
     """The SGLANG_SERIES values from SGLang's /metrics text (first sample of each)."""
     if not text:
         return {}
-    from prometheus_client.parser import text_string_to_metric_families
+    # optional: a GPU host's Python may lack prometheus-client, and only this panel's extra needs it
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
 
     out: dict[str, float] = {}
     try:
@@ -53,8 +63,6 @@ def parse_sglang_metrics(text: str | None) -> dict[str, float]:
 
 def bench_run_view(result: dict, path: str) -> dict:
     """One bench result file as the bench panel charts it."""
-    from vramkit.bench.summary import headline
-
     s = result.get("summary") or {}
     conc = [{"x": lv.get("concurrency"), "y": lv.get("decode_tok_s_aggregate")}
             for lv in (s.get("concurrency") or {}).get("levels", []) if lv.get("decode_tok_s_aggregate")]
@@ -67,8 +75,6 @@ def bench_run_view(result: dict, path: str) -> dict:
 
 def read_bench(dirs: list[Path]) -> dict:
     """Every `vramkit bench` result (schema vramkit.bench/*) under `dirs`, oldest first."""
-    from vramkit.bench.summary import HEADLINES
-
     runs, skipped = [], []
     root = catalog.CONFIG_DIR.parent
     for d in dirs:
@@ -108,18 +114,13 @@ class LiveSource:
         return planning.catalog_view()
 
     def plan(self, raw: dict[str, str]) -> dict:
-        from vramkit.launch.resolve import host_available, nvml_gpu
-
         return planning.plan_view(planning.parse_params(raw), nvml_gpu, host_available)
 
     # --- live card -----------------------------------------------------------------------------
     def snapshot(self):
-        from vramkit.adapters import nvml
         return nvml.read_snapshot()
 
     def live(self) -> dict:
-        from vramkit.core.gpu_snapshot import to_jsonable
-
         snap = to_jsonable(self.snapshot())
         with self._lock:
             self._history = trim_history(self._history + [history_point(snap)], snap["time_s"],
@@ -129,9 +130,6 @@ class LiveSource:
 
     # --- running server ------------------------------------------------------------------------
     def server(self) -> dict:
-        from vramkit.adapters.sglang_http import SglangClient
-        from vramkit.adapters.state import read_running, state_dir
-
         records = read_running()
         record = records[0] if records else None
         url = self.sglang_url or (f"http://{record.get('host') or '127.0.0.1'}:{record['port']}"
@@ -143,7 +141,8 @@ class LiveSource:
             if health is None:
                 out["running"] = False
                 out["note"] = (f"no SGLang server answers at {url}"
-                               + ("" if record else "; the kit has no running record (start one with make start-qwen-optimized)"))
+                               + ("" if record else "; the kit has no running record "
+                                                    "(start one with make start-qwen-optimized)"))
                 return out
             out["running"] = True
             try:
@@ -167,8 +166,6 @@ class LiveSource:
 
     def predict_running(self, record: dict, info: dict | None, loads: dict | None, log_figs: dict, snap,
                         nvml_view: dict) -> dict:
-        from vramkit.launch.resolve import host_available
-
         params = planning.running_params(record, info, log_figs.get("load_begin_avail"))
         if "gpu_free_gib" not in params:
             name = _nvml_card_name(snap)
@@ -185,8 +182,6 @@ class LiveSource:
     def predicted_peak(self) -> tuple[dict, int] | None:
         """(the running record, its plan's predicted peak in bytes), for /metrics; None when nothing runs.
         Re-planned once per record (name, started_at)."""
-        from vramkit.adapters.state import read_running
-
         records = read_running()
         if not records:
             return None
@@ -205,7 +200,7 @@ class LiveSource:
         return read_bench(self.bench_dirs)
 
     def metrics_registry(self):
-        from vramkit.dashboard.metrics import registry
+        from vramkit.dashboard.metrics import registry  # noqa: PLC0415 - prometheus-client is optional for --capture
 
         return registry(self.snapshot, self.predicted_peak)
 
@@ -242,8 +237,6 @@ def _nvml_card_name(snap) -> str | None:
 def server_gpu_memory(snap, record: dict | None) -> dict:
     """NVML's measure of the server: its own processes' memory when the driver lists them with pids we can
     see (native runtime: the recorded pid and its children), and its first GPU's in-use memory."""
-    from vramkit.core.gpu_snapshot import is_na
-
     if snap.unavailable is not None or not snap.gpus:
         return {"bytes": None, "gpu_in_use_bytes": None, "how": "no GPU visible to NVML here"}
     idx = ((record or {}).get("gpu_indices") or [0])[0]
@@ -262,7 +255,6 @@ def server_gpu_memory(snap, record: dict | None) -> dict:
 def _pid_tree(pid) -> set[int]:
     if not pid:
         return set()
-    import psutil
     try:
         p = psutil.Process(int(pid))
         return {p.pid} | {c.pid for c in p.children(recursive=True)}
@@ -271,8 +263,6 @@ def _pid_tree(pid) -> set[int]:
 
 
 def _log_figures(record: dict | None) -> dict:
-    from vramkit.core.sglang_log import parse
-
     path = (record or {}).get("log")
     if not path:
         return {}

@@ -83,11 +83,21 @@ def test_the_explorer_takes_a_card_and_knobs_from_the_address(dashboard_cli, tmp
     assert dom.by_id["panel-live"]["attrs"].get("hidden") is not None     # ?panel= shows one panel
 
 
+def test_the_form_has_one_field_per_declared_knob(dashboard_cli, tmp_path):
+    from vramkit.core.knobs import specs
+    url = dashboard_cli()
+    html = chromium_dom(url + "/?panel=plan&hicache_gb=4", tmp_path)
+    for spec in specs():
+        assert f'name="{spec.name}"' in html, spec.name
+    dom = Dom(html)
+    assert "hierarchical KV cache" in dom.text("plan-out") and "3.73 GiB" in dom.text("plan-out")   # 4 GB
+
+
 def test_bad_knob_is_one_line_on_the_page(dashboard_cli, tmp_path):
     url = dashboard_cli()
     dom = Dom(chromium_dom(url + "/?panel=plan&context=0", tmp_path))
     assert dom.state("plan") == "error"
-    assert "--context must be at least 1" in dom.text("plan-out")
+    assert "--context '0' is not a whole number >= 1 -> give --context" in dom.text("plan-out")
 
 
 def test_live_panel_draws_a_card_with_its_lines_and_processes(monkeypatch, tmp_path, state_dir):
