@@ -23,7 +23,7 @@ log=$(mktemp)
 "$py" -m vramkit dashboard --port "$port" ${replay:+--replay "$replay"} >"$log" 2>&1 &
 pid=$!
 profile=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$log" "$profile"' EXIT
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; rm -rf "$log" "$profile"' EXIT
 for _ in $(seq 100); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
     kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }

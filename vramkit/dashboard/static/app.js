@@ -9,7 +9,7 @@ const only = params.get("panel");            // ?panel=plan|live|server|bench sh
 const COLORS = {
   "reserved": "#d1d5db", "context": "#9ca3af", "weights.embed_tokens": "#1e3a8a", "weights.lm_head": "#1d4ed8",
   "weights.attention": "#3b82f6", "weights.mlp": "#60a5fa", "weights.norms": "#93c5fd", "weights.load": "#bfdbfe",
-  "kv": "#16a34a", "buffers": "#a3a3a3", "graphs": "#7c3aed", "comm": "#78716c", "activations": "#ea580c",
+  "kv": "#16a34a", "buffers": "#a3a3a3", "graphs": "#c026d3", "comm": "#78716c", "activations": "#ea580c",
   "free": "#f3f4f6", "host-free": "#f3f4f6", "hicache": "#0d9488", "offload": "#5eead4",
 };
 const SERIES = ["#2563eb", "#16a34a", "#ea580c", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#b45309"];
@@ -133,7 +133,7 @@ function setupForm(cat, meta) {
   f.gpu.replaceChildren(...cat.gpus.map(g => option(g.name, g.label, g.name === "rtx-5060-ti-16gb")), option("auto", card));
   // one field per knob declared in vramkit/core/knobs.py (name, unit, range, help come from there)
   fill("knob-fields", cat.knobs.map(k => h("label", { title: `${k.help}; ${k.range}${k.unit ? ", " + k.unit : ""} (${k.flag})` },
-    k.name.replace(/_/g, " ") + (k.unit && k.unit.length < 12 ? ` [${k.unit}]` : ""),
+    k.name.replace(/_/g, " ") + ((u => u && u.length <= 10 ? ` [${u}]` : "")(k.unit.split(" (")[0])),
     k.choices.length ? h("select", { name: k.name }, option("", "(preset's)"), k.choices.map(c => option(c, c)))
       : h("input", { name: k.name, placeholder: "preset", size: 8 }))));
   for (const [k, v] of params) {
