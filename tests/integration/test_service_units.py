@@ -17,7 +17,7 @@ ANALYZE = shutil.which("systemd-analyze")
 
 def install(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     import os
-    e = {k: v for k, v in os.environ.items() if k not in ("VRAMKIT_SGLANG_CPUSET", "VRAMKIT_SIDE_CPUSET")}
+    e = {k: v for k, v in os.environ.items() if not k.startswith("VRAMKIT_")}   # only what the test gives
     return subprocess.run([sys.executable, "-m", "vramkit", "install-service", "--dir", str(tmp_path / "units"), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=120, env=e | (env or {}))
 
@@ -55,6 +55,16 @@ def test_units_have_restart_memlock_cpuset_and_journal(tmp_path):
     for flag in ("--kv-cache-dtype fp8_e5m2", "--mem-fraction-static 0.85", "--enable-hierarchical-cache"):
         assert flag in exec_start
     assert "VRAMKIT_EMBED_API_KEY=" not in em.replace("# VRAMKIT_EMBED_API_KEY=", "")   # no secret in the unit
+
+
+def test_the_same_extra_flags_and_model_path_as_vramkit_up(tmp_path):
+    folder = REPO / "config" / "models" / "qwen2.5-coder-14b-instruct-gptq-int4"
+    out = install(tmp_path, "--preset", "optimized", "--load-format", "dummy", "--model-path", str(folder),
+                  env={"VRAMKIT_SGLANG_EXTRA_ARGS": "--attention-backend triton"})
+    assert out.returncode == 0, out.stderr
+    exec_start = next(ln for ln in units(tmp_path)["vramkit-sglang.service"].splitlines() if ln.startswith("ExecStart="))
+    assert f"--model-path {folder}" in exec_start and "--load-format dummy" in exec_start
+    assert "--attention-backend triton" in exec_start
 
 
 def test_without_a_cpuset_the_unit_says_so(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -34,7 +35,10 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=catalog.sglang().port,
                    help="SGLang port (default config/sglang.toml's, %(default)s)")
     p.add_argument("--embed-port", type=int, default=EMBED_PORT, help="embed service port (default %(default)s)")
-    p.add_argument("--model-path", help="weights folder or HF id for SGLang (default the model's HF id)")
+    p.add_argument("--model-path", help="weights folder or HF id for SGLang (default $VRAMKIT_MODEL_PATH, "
+                                        "else the model's HF id)")
+    p.add_argument("--load-format", help="SGLang --load-format, e.g. dummy (default $VRAMKIT_LOAD_FORMAT)")
+    p.add_argument("--extra-args", help="more SGLang flags (default $VRAMKIT_SGLANG_EXTRA_ARGS), as `vramkit up`")
     p.add_argument("--sglang-python", default=env_value("SERVER_PYTHON") or sys.executable,
                    help="the Python that has SGLang (default $VRAMKIT_SERVER_PYTHON, else this one)")
     p.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES for SGLang (default 0..tp-1)")
@@ -81,7 +85,9 @@ def render_units(args) -> dict[str, str]:
     repo = str(catalog.CONFIG_DIR.parent)
     python = _abs_python(args.sglang_python)
     argv = [python, "-m", "sglang.launch_server",
-            *sglang_args(r.model, r.plan, model_path=args.model_path or r.model.hf_id, port=args.port)]
+            *sglang_args(r.model, r.plan, model_path=args.model_path or env_value("MODEL_PATH") or r.model.hf_id,
+                         port=args.port, load_format=args.load_format or env_value("LOAD_FORMAT"),
+                         extra=shlex.split(args.extra_args or env_value("SGLANG_EXTRA_ARGS") or ""))]
     tp = r.plan.knobs.tp
     gpu_ids = args.gpus or ",".join(str(i) for i in range(tp))
     plan_line = (f"plan: {r.model.name} on {r.gpu.label if r.gpu else 'the given free memory'}, peak "
