@@ -138,3 +138,11 @@ def test_card_in_use_is_set_against_the_recorded_budget():
     assert server["actual"] is None and server["diff_pct"] is None      # no process list: no number made up
     assert all(r["what"] != "GPU in use vs the kit's budget"
                for r in predicted_vs_actual(plan, plan["memory"], {}, None, None))
+
+
+def test_budget_lines_per_gpu_of_each_recorded_server():
+    from vramkit.dashboard.sources import budget_lines
+    recs = [{"name": "vramkit-optimized", "gpu_indices": [0, 1], "vram_budget_bytes": 15 * GiB},
+            {"name": "old", "gpu_indices": [2]}]
+    assert budget_lines(recs) == {"0": {"bytes": 15 * GiB, "service": "vramkit-optimized"},
+                                  "1": {"bytes": 15 * GiB, "service": "vramkit-optimized"}}

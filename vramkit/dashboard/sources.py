@@ -126,7 +126,7 @@ class LiveSource:
             self._history = trim_history(self._history + [history_point(snap)], snap["time_s"],
                                          HISTORY_WINDOW_S, HISTORY_MAX_POINTS)
             history = list(self._history)
-        return live_view(snap, history)
+        return live_view(snap, history, read_running())
 
     # --- running server ------------------------------------------------------------------------
     def server(self) -> dict:
@@ -215,7 +215,19 @@ def redact(info: dict | None) -> dict | None:
     return {k: ("<redacted>" if _SECRET_KEY.search(k) and isinstance(v, str) and v else v) for k, v in info.items()}
 
 
-def live_view(snap: dict, history: list[dict]) -> dict:
+def budget_lines(records: list[dict]) -> dict[str, dict]:
+    """Per GPU index, the vram-safe budget of the server the kit recorded on it (in use before its start +
+    the planned peak x 1.05): the line the card's in-use should stay under, drawn on the live bar."""
+    out: dict[str, dict] = {}
+    for rec in records:
+        if rec.get("vram_budget_bytes") is None:
+            continue
+        for idx in rec.get("gpu_indices") or [0]:
+            out[str(idx)] = {"bytes": int(rec["vram_budget_bytes"]), "service": rec.get("name")}
+    return out
+
+
+def live_view(snap: dict, history: list[dict], records: list[dict] | None = None) -> dict:
     status = snap.get("status")
     headline = {"ok": None, "no_nvml": "no GPU: NVML is not available here",
                 "no_gpu": "no GPU: NVML sees none", "gpu_lost": "a GPU was lost (NVML: GPU is lost)",
@@ -223,7 +235,7 @@ def live_view(snap: dict, history: list[dict]) -> dict:
     return {"snapshot": snap, "history": history, "thresholds_pct": list(vram.DEFAULT_THRESHOLDS_PCT),
             "status_line": headline, "reason": snap.get("reason"),
             "todo": vram.NO_NVML_TODO if status in ("no_nvml", "no_gpu") else None,
-            "in_use_means": vram.USED_NOTE}
+            "in_use_means": vram.USED_NOTE, "budgets": budget_lines(records or [])}
 
 
 def _nvml_card_name(snap) -> str | None:

@@ -104,7 +104,11 @@ def test_live_panel_draws_a_card_with_its_lines_and_processes(monkeypatch, tmp_p
     """NVML faked at the hardware boundary (two cards, one nearly full); the page under real uvicorn
     in this process, in the real browser."""
     import nvml_scenarios as sc
+
+    from vramkit.adapters.state import write_running
     sc.two_gpus().install(monkeypatch)
+    write_running("vramkit-optimized", {"name": "vramkit-optimized", "gpu_indices": [0],
+                                        "vram_budget_bytes": 15 * 2**30, "port": 1})
     with InProcess(create_app(LiveSource())) as url:
         dom = Dom(chromium_dom(url + "/?panel=live", tmp_path))
     nvml.reset()
@@ -115,6 +119,8 @@ def test_live_panel_draws_a_card_with_its_lines_and_processes(monkeypatch, tmp_p
     assert "71 °C" in text
     assert all(f"{t}%" in text for t in (85, 90, 95))
     assert "no GPU" not in text
+    assert "plan line: vramkit-optimized's vram-safe budget 15.00 GiB" in text     # the recorded server's line
+    assert text.count("plan line") == 1                                              # on its GPU only
 
 
 def test_screenshot_is_a_png(dashboard_cli, tmp_path):

@@ -59,14 +59,14 @@ function fail(panel, out, err) { fill(out, h("p", { class: "error" }, String(err
 
 // --- charts ---------------------------------------------------------------------------------------
 // One horizontal stacked bar: segments [{key,label,bytes}] over `total`; `marks` are vertical lines (fractions).
-function stackedBar(segments, total, marks = [], width = 900, height = 30) {
+function stackedBar(segments, total, marks = [], width = 900, height = 30, fmt = gib) {
   const svg = s("svg", { viewBox: `0 0 ${width} ${height + 16}`, role: "img", class: "bar", style: `max-width:${width * 1.5}px` });
   let x = 0;
   for (const seg of segments) {
     const w = Math.max(0, seg.bytes) / total * width;
     const r = s("rect", { x: x.toFixed(2), y: 0, width: w.toFixed(2), height, fill: COLORS[seg.key] || "#cbd5e1",
       "data-key": seg.key, stroke: "#fff", "stroke-width": 0.5 });
-    r.append(s("title", {}, `${seg.label}: ${gib(seg.bytes)}`));
+    r.append(s("title", {}, `${seg.label}: ${fmt(seg.bytes)}`));
     svg.append(r);
     x += w;
   }
@@ -220,7 +220,10 @@ function renderLive(d) {
       h("p", {}, h("b", {}, `GPU ${g.index}: ${g.name}`), " ",
         `${gib(g.in_use_bytes)} / ${gib(g.total_bytes)} (${num(pct, 1)} %), ${g.temperature_c ?? "n/a"} °C, util ${g.util_percent ?? "n/a"} %` +
         (g.power_w ? `, ${num(g.power_w, 0)} W` : "")),
-      stackedBar(seg, g.total_bytes, th.map(t => ({ at: t / 100, label: t + "%" }))),
+      stackedBar(seg, g.total_bytes, th.map(t => ({ at: t / 100, label: t + "%" })).concat(
+        (d.budgets || {})[String(g.index)] ? [{ at: d.budgets[String(g.index)].bytes / g.total_bytes, label: "plan", color: "#111827" }] : [])),
+      (d.budgets || {})[String(g.index)] ? h("p", { class: "dim" }, `plan line: ${d.budgets[String(g.index)].service}'s vram-safe budget ` +
+        `${gib(d.budgets[String(g.index)].bytes)} (in use before its start + planned peak x 1.05)`) : null,
       h("h3", {}, `history (last ${d.history.length} samples, % in use)`),
       lineChart([{ name: "in use", points: hist.map(p => ({ x: p.x - t0, y: p.y })) }],
         { y0: 0, y1: 100, height: 140, quietLines: true, hlines: th.map(t => ({ y: t, label: t + "%" })), xfmt: v => v.toFixed(0) + "s", xticks: [], xlabel: "time →", yfmt: v => v.toFixed(0) + "%" }),
@@ -270,6 +273,13 @@ function renderServer(d) {
       kids.push(svg, h("div", { class: "dim" }, h("span", { class: "swatch", style: "background:#93c5fd" }), " predicted  ",
         h("span", { class: "swatch", style: "background:#1d4ed8" }), " actual"));
     }
+  }
+  const pool = mem.max_total_num_tokens ?? info.max_total_num_tokens;
+  if (pool && mem.num_used_tokens !== undefined) {
+    kids.push(h("h3", {}, `KV pool in use: ${num(mem.num_used_tokens)} of ${num(pool)} tokens`),
+      stackedBar([{ key: "kv", label: "KV tokens in use", bytes: mem.num_used_tokens * GiB },
+        { key: "free", label: "free", bytes: (pool - mem.num_used_tokens) * GiB }], pool * GiB, [], 900, 30,
+        b => num(b / GiB) + " tokens"));
   }
   kids.push(h("h3", {}, "the server now (SGLang /v1/loads" + (Object.keys(d.sglang_metrics || {}).length ? ", /metrics" : "") + ")"));
   kids.push(table(["what", "value"], [
