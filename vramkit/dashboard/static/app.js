@@ -73,7 +73,8 @@ function stackedBar(segments, total, marks = [], width = 900, height = 30, fmt =
   for (const m of marks) {
     const mx = (m.at * width).toFixed(1);
     svg.append(s("line", { x1: mx, x2: mx, y1: 0, y2: height + 4, stroke: m.color || "#b91c1c", "stroke-width": 1.5, "stroke-dasharray": "3 2" }));
-    svg.append(s("text", { x: Math.min(width - 24, mx - 10), y: height + 14 }, m.label));
+    if (m.inside) svg.append(s("text", { x: mx - 3, y: 12, "text-anchor": "end" }, m.label));   // above the threshold labels
+    else svg.append(s("text", { x: Math.min(width - 24, mx - 10), y: height + 14 }, m.label));
   }
   return svg;
 }
@@ -221,7 +222,7 @@ function renderLive(d) {
         `${gib(g.in_use_bytes)} / ${gib(g.total_bytes)} (${num(pct, 1)} %), ${g.temperature_c ?? "n/a"} °C, util ${g.util_percent ?? "n/a"} %` +
         (g.power_w ? `, ${num(g.power_w, 0)} W` : "")),
       stackedBar(seg, g.total_bytes, th.map(t => ({ at: t / 100, label: t + "%" })).concat(
-        (d.budgets || {})[String(g.index)] ? [{ at: d.budgets[String(g.index)].bytes / g.total_bytes, label: "plan", color: "#111827" }] : [])),
+        (d.budgets || {})[String(g.index)] ? [{ at: d.budgets[String(g.index)].bytes / g.total_bytes, label: "plan", color: "#111827", inside: true }] : [])),
       (d.budgets || {})[String(g.index)] ? h("p", { class: "dim" }, `plan line: ${d.budgets[String(g.index)].service}'s vram-safe budget ` +
         `${gib(d.budgets[String(g.index)].bytes)} (in use before its start + planned peak x 1.05)`) : null,
       h("h3", {}, `history (last ${d.history.length} samples, % in use)`),
