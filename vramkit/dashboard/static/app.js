@@ -292,6 +292,8 @@ function renderServer(d) {
     ["GPU in use, whole card (NVML)", gib((d.nvml || {}).gpu_in_use_bytes)],
     ["server args", `mem_fraction_static ${info.mem_fraction_static}, context_length ${info.context_length}, kv_cache_dtype ${info.kv_cache_dtype}, chunked_prefill_size ${info.chunked_prefill_size}, cuda_graph_max_bs ${info.cuda_graph_max_bs_decode ?? info.cuda_graph_max_bs}`],
   ]));
+  const sm = Object.entries(d.sglang_metrics || {});
+  if (sm.length) kids.push(table(["SGLang /metrics", "value"], sm.map(([k, v]) => [k, num(v, Number.isInteger(v) ? 0 : 3)]), [1]));
   if (d.sglang_metrics_note) kids.push(h("p", { class: "dim" }, d.sglang_metrics_note));
   if (d.log_figures && d.log_figures.load_begin_avail) kids.push(h("p", { class: "dim" },
     `planned from the free memory SGLang saw at load (its log: ${d.log_figures.load_begin_avail} GiB) and its own server args`));
