@@ -36,5 +36,6 @@ timeout 600 python3 -m vramkit bench --suites context --quick --vocab-size 15100
     --label dashboard-capture --out "$WORK/dashboard-bench.json" | tail -3
 
 step "vramkit dashboard --capture $CAP"
+export VRAMKIT_DEVICE_LABEL="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0), memory emulated at 16 GB (ballast.py)"
 python3 -m vramkit dashboard --capture "$CAP" --samples 10 || exit 1
 ls -la "$CAP"

@@ -5,6 +5,7 @@ device, driver, versions and date it came from; the page shows that in a banner.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from datetime import UTC, datetime
@@ -106,9 +107,11 @@ def capture(source: LiveSource, directory: Path, samples: int = 10, interval_s: 
                 "memory_total_bytes": int(g.total_bytes), "free_bytes": int(g.free_bytes)}
     info = server.get("server_info") or {}
     device = ", ".join(str(g.name) for g in gpus) if gpus else f"{platform.node()} (no GPU)"
+    # what the numbers stand for when it is not the bare card (e.g. "..., memory emulated at 16 GB")
+    device = os.environ.get("VRAMKIT_DEVICE_LABEL") or device
     meta = {
         "schema": CAPTURE_SCHEMA, "captured_at_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "device": device, "host": platform.node(),
+        "device": device, "gpu_names": [str(g.name) for g in gpus], "host": platform.node(),
         "driver": None if snap.unavailable is not None or is_na(snap.driver_version) else str(snap.driver_version),
         "versions": {"vramkit": __version__, "python": platform.python_version(),
                      "sglang_server": info.get("version"), "sglang_pinned": catalog.versions().sglang_pip},

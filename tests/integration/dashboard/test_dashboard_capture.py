@@ -14,10 +14,12 @@ from .conftest import REPO, chromium_dom
 from .test_dashboard_browser import Dom
 
 
-def capture(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+def capture(tmp_path: Path, *extra: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    import os
     out_dir = tmp_path / "cap"
     out = subprocess.run([sys.executable, "-m", "vramkit", "dashboard", "--capture", str(out_dir), "--samples", "2",
-                          *extra], cwd=REPO, capture_output=True, text=True, timeout=120)
+                          *extra], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **(env or {})})
     return out, out_dir
 
 
@@ -82,6 +84,14 @@ def test_replay_of_a_real_runs_server_draws_predicted_vs_actual(tmp_path, state_
 def _no_gpu_snapshot():
     from vramkit.core.gpu_snapshot import NotAvailable, Snapshot
     return Snapshot(time_s=0.0, unavailable=NotAvailable("test"))
+
+
+def test_the_device_label_says_what_the_numbers_stand_for(tmp_path, state_dir):
+    out, d = capture(tmp_path, env={"VRAMKIT_DEVICE_LABEL": "H100 80GB HBM3, memory emulated at 16 GB (ballast.py)"})
+    assert out.returncode == 0, out.stderr
+    meta = json.loads((d / "meta.json").read_text())
+    assert meta["device"] == "H100 80GB HBM3, memory emulated at 16 GB (ballast.py)"
+    assert isinstance(meta["gpu_names"], list)
 
 
 def test_replay_of_a_folder_that_is_not_a_capture_is_one_line(tmp_path):
