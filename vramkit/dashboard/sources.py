@@ -35,6 +35,7 @@ from vramkit.launch.resolve import host_available, nvml_gpu
 
 HISTORY_WINDOW_S = 600.0     # the live panel's "short history": ten minutes
 HISTORY_MAX_POINTS = 600
+HISTORY_MIN_STEP_S = 1.0
 SGLANG_DEFAULT_URL = f"http://127.0.0.1:{catalog.sglang().port}"
 # SGLang's own Prometheus series the server panel shows (only with --enable-metrics)
 SGLANG_SERIES = ("sglang:num_used_tokens", "sglang:token_usage", "sglang:num_running_reqs",
@@ -123,8 +124,11 @@ class LiveSource:
     def live(self) -> dict:
         snap = to_jsonable(self.snapshot())
         with self._lock:
-            self._history = trim_history(self._history + [history_point(snap)], snap["time_s"],
-                                         HISTORY_WINDOW_S, HISTORY_MAX_POINTS)
+            last = self._history[-1]["time_s"] if self._history else None
+            # the background sampler and the page both ask: one point per second at most
+            if last is None or snap["time_s"] - last >= HISTORY_MIN_STEP_S:
+                self._history = trim_history(self._history + [history_point(snap)], snap["time_s"],
+                                             HISTORY_WINDOW_S, HISTORY_MAX_POINTS)
             history = list(self._history)
         return live_view(snap, history, read_running())
 

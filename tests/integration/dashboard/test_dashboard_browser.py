@@ -155,3 +155,31 @@ def test_a_model_folder_from_the_address_is_planned(dashboard_cli, tmp_path):
     assert dom.state("plan") == "ready"
     assert dom.text("plan-verdict") in ("FITS", "DOES NOT FIT")
     assert "qwen2.5-coder-7b-instruct-gptq-int4" in dom.text("plan-out")
+
+
+def test_history_builds_up_with_no_page_open(monkeypatch, state_dir):
+    """A page opened later still shows the last minutes: the dashboard samples the card itself."""
+    import time
+
+    import httpx
+    import nvml_scenarios as sc
+    sc.card_16gb_foreign_6gib().install(monkeypatch)
+    with InProcess(create_app(LiveSource(), sample_s=0.5)) as url:
+        time.sleep(3.5)
+        history = httpx.get(url + "/api/live", timeout=10).json()["history"]
+    nvml.reset()
+    assert len(history) >= 3                                # ~1 point a second (the sampler and the page)
+    steps = [b["time_s"] - a["time_s"] for a, b in zip(history, history[1:], strict=False)]
+    assert min(steps) >= 1.0
+
+
+def test_no_gpu_stops_the_sampler(state_dir):
+    import httpx
+    if not no_gpu_here():
+        pytest.skip("this host has a GPU")
+    source = LiveSource()
+    with InProcess(create_app(source, sample_s=0.2)) as url:
+        import time
+        time.sleep(1.0)
+        assert len(source._history) <= 1                   # one reading, then the sampler stopped
+        assert httpx.get(url + "/api/live", timeout=10).json()["status_line"].startswith("no GPU")
