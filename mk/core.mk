@@ -7,8 +7,8 @@ PRESET ?= optimized
 # planner knobs for `make plan`, e.g. PLAN_ARGS="--gpu rtx-4090-24gb --context 65536"
 PLAN_ARGS ?=
 
-.PHONY: setup install plan compose compose-check test test-unit clean
-setup: install setup-sglang-check ## install everything (.venv, .venv-sglang), then print the default plan
+.PHONY: setup install setup-test-tools plan compose compose-check test test-unit clean
+setup: install setup-sglang-check setup-test-tools ## install everything (.venv, .venv-sglang, test tools), then print the default plan
 	@# the plan is information here: a preset that does not fit this host (exit 10) does not fail the set-up
 	-@$(VRAMKIT) plan --preset $(PRESET) $(PLAN_ARGS)
 
@@ -18,9 +18,12 @@ $(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torc
 	# torch first, the CPU build pinned in config/versions.toml: a local wheel, else PyTorch's CPU index.
 	# Anything that wants torch later finds it satisfied, so no dependency can pull a CUDA build of several GB.
 	scripts/install_cpu_torch.sh $(VENV) --with-deps
-	$(VENV)/bin/pip install -q -e '.[embed,bench,test]'
+	$(VENV)/bin/pip install -q -e '.[embed,bench,dashboard,test]'
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@
+
+setup-test-tools: ## Debian tools the tests drive: chromium (dashboard), promtool (alert rules); apt-get only when missing and root
+	scripts/setup_test_tools.sh
 
 plan: ## what SGLang will allocate for PRESET on a 16 GB card, and what fits if it doesn't (PLAN_ARGS=...)
 	@$(VRAMKIT) plan --preset $(PRESET) $(PLAN_ARGS)
@@ -31,7 +34,7 @@ compose: ## re-render docker-compose.qwen*.yml from config/ (commit the result)
 compose-check: ## fail if a committed compose file is stale
 	@$(VRAMKIT) compose --check
 
-test: install setup-sglang-check lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
+test: install setup-sglang-check setup-test-tools lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 test-unit: install ## unit tests only (no servers, seconds)

@@ -23,6 +23,8 @@ COMMAND_MODULES = [
     "vramkit.commands.host",
     "vramkit.commands.bench",
     "vramkit.commands.embed",
+    "vramkit.commands.dashboard",
+    "vramkit.commands.service",
 ]
 
 
