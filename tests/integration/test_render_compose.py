@@ -17,7 +17,7 @@ import pytest
 from vramkit import catalog
 from vramkit.adapters import compose
 from vramkit.core import render
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.planner import Knobs, Target, plan
 from vramkit.errors import VramkitError
 from vramkit.units import GiB
 
@@ -35,7 +35,7 @@ GPTQ14 = "qwen2.5-coder-14b-instruct-gptq-int4"
 
 
 def _extra(tp: int, **knobs) -> str:
-    engine = Engine.from_config(catalog.engine_constants())
+    engine = catalog.engine()
     m = catalog.model(GPTQ14)
     p = plan(m, Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB),
              Knobs(tp=tp, **knobs), engine, with_alternatives=False)

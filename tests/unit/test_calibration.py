@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from vramkit import catalog
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.planner import Knobs, Target, plan
 from vramkit.units import GiB
 
 CAL_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration"
@@ -29,7 +29,7 @@ def _plan(d: dict):
                   cuda_graph_max_bs=d["cuda_graph_max_bs_decode"], max_running=d["max_running_requests"],
                   hicache_gib=d["hicache_size_gb"], cpu_offload_gib=d["cpu_offload_gb"], tp=d["tp"])
     return plan(model, Target(gpu=None, gpu_free_bytes=int(d["gpu_free_gib_at_start"] * GiB)), knobs,
-                Engine.from_config(catalog.engine_constants()), with_alternatives=False)
+                catalog.engine(), with_alternatives=False)
 
 
 def test_enough_calibration_data():

@@ -15,13 +15,13 @@ import pytest
 from vramkit import catalog
 from vramkit.launch_cases import iter_launch_cases
 from vramkit.core import render
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.planner import Knobs, Target, plan
 from vramkit.units import GiB
 
 yaml = pytest.importorskip("yaml", reason="PyYAML parses the compose files (it comes with the embed extra)")
 
 GPTQ14 = "qwen2.5-coder-14b-instruct-gptq-int4"
-ENGINE = Engine.from_config(catalog.engine_constants())
+ENGINE = catalog.engine()
 PRESETS = sorted(catalog.presets())
 MODELS = sorted(catalog.models())
 GPUS = sorted(catalog.gpus())

@@ -190,9 +190,9 @@ def cmd_status(args) -> int:
 # ----------------------------------------------------------------------------------------------
 def compose_files() -> dict[Path, str]:
     """docker-compose.qwen[-preset].yml for each preset, rendered for the reference 16 GB card."""
-    from vramkit.core.planner import Engine, Knobs, Target, plan
+    from vramkit.core.planner import Knobs, Target, plan
     from vramkit.units import GiB
-    engine = Engine.from_config(catalog.engine_constants())
+    engine = catalog.engine()
     gpu = catalog.gpu(COMPOSE_GPU)
     out = {}
     for preset in catalog.presets().values():

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from vramkit import catalog
 from vramkit.catalog import GpuSpec, ModelSpec
-from vramkit.core.planner import VALID_KV_DTYPES, Engine, Knobs, Plan, Target, plan
+from vramkit.core.planner import VALID_KV_DTYPES, Knobs, Plan, Target, plan
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, bytes2human
 
@@ -71,7 +71,7 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
             raise VramkitError(f"--{name} must be at least 1", "", Exit.BAD_INPUT)
     knobs_obj = Knobs(**knobs)
 
-    engine = Engine.from_config(catalog.engine_constants())
+    engine = catalog.engine()
     gpu_free = int(args.gpu_free_gib * GiB) if args.gpu_free_gib is not None else None
     gpu_name = args.gpu or (None if gpu_free is not None else DEFAULT_GPU)
     gpu: GpuSpec | None = None

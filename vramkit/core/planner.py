@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from vramkit.catalog import GpuSpec, ModelSpec
-from vramkit.core.weight_load import LoadShape, replay_load
+from vramkit.core.arch import bytes_by_role, expected_distinct_experts, weight_layout
+from vramkit.core.model_spec import GpuSpec, ModelSpec
+from vramkit.core.weight_load import replay_load
 from vramkit.units import GiB, MiB, bytes2human
 
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5}
@@ -56,17 +57,6 @@ class Engine:
         """GPU memory the server process takes before its weights (SGLang's pre_model_load_memory is the
         card's free memory minus this)."""
         return self.cuda_context + (self.tp_comm_init if tp > 1 else 0)
-
-    @classmethod
-    def from_config(cls, c: dict) -> Engine:
-        return cls(
-            cuda_context=int(c["cuda_context_mib"] * MiB), driver_reserved=int(c["driver_reserved_mib"] * MiB),
-            tp_comm_init=int(c["tp_comm_init_mib"] * MiB), tp_comm_runtime=int(c["tp_comm_runtime_mib"] * MiB),
-            pre_kv=int(c["pre_kv_mib"] * MiB), post_kv_misc=int(c["post_kv_misc_mib"] * MiB),
-            attention_backend=int(c["attention_backend_mib"] * MiB), decode_graph=int(c["decode_graph_mib"] * MiB),
-            activation_factor=float(c["activation_factor"]), runtime_margin=int(c["runtime_margin_mib"] * MiB),
-            hicache_host_reserve=int(c["hicache_host_reserve_mib"] * MiB),
-        )
 
 
 @dataclass(frozen=True)
@@ -141,59 +131,63 @@ class Plan:
 # ----------------------------------------------------------------------------------------------
 # weights
 # ----------------------------------------------------------------------------------------------
-def _linear_bytes(model: ModelSpec, n_in: int, n_out: int) -> dict[str, int]:
-    """One linear layer's tensors as the checkpoint stores them (GPTQ: qweight, qzeros, scales, g_idx)."""
-    q = model.quantization
-    if q is None or q.method not in ("gptq", "awq"):
-        return {"weight": n_in * n_out * model.dtype_bytes}
-    groups = math.ceil(n_in / q.group_size) if q.group_size > 0 else 1
-    return {
-        "qweight": n_in * n_out * q.bits // 8,
-        "scales": groups * n_out * 2,
-        "qzeros": groups * (n_out * q.bits // 32) * 4,
-        "g_idx": n_in * 4 if q.method == "gptq" else 0,
-    }
-
-
 def weight_components(model: ModelSpec, tp: int = 1) -> dict[str, int]:
-    """Bytes per TP rank by component. Column-parallel (qkv, gate_up) split their outputs, row-parallel
-    (o, down) their inputs, the vocabulary is split across ranks; norms are replicated."""
-    h, i, hd = model.hidden_size, model.intermediate_size, model.head_dim
-    q_out, kv_out = model.num_heads * hd, model.num_kv_heads * hd
-    kv_out_rank = max(1, model.num_kv_heads // tp) * hd if tp > model.num_kv_heads else kv_out // tp
-    per_layer_attn = (sum(_linear_bytes(model, h, q_out // tp + 2 * kv_out_rank).values())
-                      + sum(_linear_bytes(model, q_out // tp, h).values()))
-    if model.attention_bias:
-        per_layer_attn += (q_out // tp + 2 * kv_out_rank) * model.dtype_bytes
-    per_layer_mlp = sum(_linear_bytes(model, h, 2 * i // tp).values()) + sum(_linear_bytes(model, i // tp, h).values())
-    vocab_rank = math.ceil(model.vocab_size / tp / 64) * 64     # VocabParallelEmbedding pads to 64
-    embed = vocab_rank * h * model.dtype_bytes
-    return {
-        "embed_tokens": embed,
-        "lm_head": 0 if model.tie_word_embeddings else embed,
-        "attention": per_layer_attn * model.num_layers,
-        "mlp": per_layer_mlp * model.num_layers,
-        "norms": (2 * model.num_layers + 1) * h * model.dtype_bytes,
-    }
+    """Checkpoint bytes per TP rank by component (core/arch.py lists every tensor). Column-parallel linears
+    split their outputs, row-parallel their inputs, the vocabulary is split; norms, routers are replicated;
+    every routed expert is on every rank with its intermediate size split."""
+    roles = bytes_by_role(weight_layout(model, tp, 1))
+    out = {"embed_tokens": roles.get("embed", 0), "lm_head": roles.get("lm_head", 0),
+           "attention": roles.get("attention", 0), "mlp": roles.get("mlp", 0), "norms": roles.get("norm", 0)}
+    if model.moe is not None:
+        out |= {"experts": roles.get("experts", 0), "shared_experts": roles.get("shared", 0),
+                "router": roles.get("router", 0)}
+    return out
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """SGLang's KV pool for a model: bytes per token of each kind of layer, and how many of each.
+
+    Full-attention layers (MHA: kv_heads_per_rank * (head_dim + v_head_dim) * element size; MLA:
+    (kv_lora_rank + qk_rope_head_dim) * element size, not split by tp) hold every token. With the hybrid
+    SWA pool (gpt-oss) the sliding layers get swa_full_tokens_ratio (0.8) as many tokens
+    (model_executor/pool_configurator.py DefaultPoolConfigurator / HybridSWAPoolConfigurator)."""
+
+    full_per_token: int          # one layer
+    full_layers: int
+    swa_per_token: int = 0
+    swa_layers: int = 0
+    swa_ratio: float = 0.8
+
+    @property
+    def cell(self) -> float:
+        """Bytes per token of max_total_num_tokens (the full pool's token count)."""
+        return self.full_per_token * self.full_layers + self.swa_ratio * self.swa_per_token * self.swa_layers
+
+    def tokens(self, available_bytes: float) -> int:
+        return max(0, int(available_bytes // self.cell)) if available_bytes > 0 else 0
+
+    def pool_bytes(self, tokens: int) -> int:
+        swa_tokens = int(tokens * self.swa_ratio) if self.swa_layers else 0
+        return tokens * self.full_per_token * self.full_layers + swa_tokens * self.swa_per_token * self.swa_layers
+
+
+def kv_layout(model: ModelSpec, kv_dtype: str, tp: int = 1) -> KvLayout:
+    elem = model.dtype_bytes if kv_dtype == "auto" else KV_DTYPE_BYTES[kv_dtype]
+    if model.mla is not None:
+        return KvLayout(int((model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * elem), model.num_layers)
+    per_layer = int(max(1, model.num_kv_heads // tp) * 2 * model.head_dim * elem)
+    if model.sliding is not None and model.sliding.hybrid_pool:
+        swa = sum(model.sliding.swa_layers)
+        return KvLayout(per_layer, model.num_layers - swa, per_layer, swa)
+    return KvLayout(per_layer, model.num_layers)
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: int = 1) -> int:
     """SGLang's cell_size per rank: kv_heads_per_rank * (head_dim + v_head_dim) * layers * element size.
-    kv_heads_per_rank = max(1, kv_heads // tp) (heads are replicated when tp > kv_heads)."""
-    kv_heads_rank = max(1, model.num_kv_heads // tp)
-    elem = model.dtype_bytes if kv_dtype == "auto" else KV_DTYPE_BYTES[kv_dtype]
-    return int(kv_heads_rank * 2 * model.head_dim * model.num_layers * elem)
-
-
-def load_shape(model: ModelSpec) -> LoadShape:
-    q = model.quantization
-    quantized = q is not None and q.method in ("gptq", "awq")
-    return LoadShape(hidden=model.hidden_size, intermediate=model.intermediate_size, layers=model.num_layers,
-                     heads=model.num_heads, kv_heads=model.num_kv_heads, head_dim=model.head_dim,
-                     vocab=model.vocab_size, tie_embeddings=model.tie_word_embeddings,
-                     attention_bias=model.attention_bias, dtype_bytes=model.dtype_bytes,
-                     quant_group=q.group_size if quantized else None, quant_bits=q.bits if quantized else 4,
-                     quant_g_idx=bool(quantized and q.method == "gptq"))
+    kv_heads_per_rank = max(1, kv_heads // tp) (heads are replicated when tp > kv_heads); MLA and the
+    hybrid SWA pool as in KvLayout."""
+    return int(kv_layout(model, kv_dtype, tp).cell)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -259,11 +253,41 @@ def context_and_yarn(model: ModelSpec, context: int) -> tuple[int, float | None]
 
 def activation_bytes(model: ModelSpec, chunk_tokens: int, tp: int, factor: float) -> int:
     """Largest prefill step's live tensors, first principles in the model dtype (a few hidden-state
-    copies, q/k/v, MLP gate+up and its activation), times a calibrated factor."""
-    h, i = model.hidden_size, model.intermediate_size // tp
-    qkv = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim // tp
-    per_token = (4 * h + qkv + 3 * i) * model.dtype_bytes
+    copies, q/k/v, MLP gate+up and its activation), times a calibrated factor. MoE layers: fused_moe's
+    intermediate caches, top_k x (2I + I + H) per token (fused_moe_triton), plus the shared expert's MLP and
+    the router logits (float32). MLA: q, the latent kv and kv_b's expanded keys/values. Derived from source;
+    the factor is calibrated on dense points."""
+    h = model.hidden_size
+    if model.mla is not None:
+        a = model.mla
+        heads = model.num_heads // tp
+        qkv = heads * (a.qk_nope_head_dim + a.qk_rope_head_dim) + a.kv_lora_rank + a.qk_rope_head_dim \
+            + heads * (a.qk_nope_head_dim + a.v_head_dim)
+    else:
+        qkv = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim // tp
+    moe = model.moe
+    if moe is None:
+        mlp = 3 * (model.intermediate_size // tp)
+    else:
+        i_rank = moe.expert_intermediate // tp
+        mlp = moe.top_k * (3 * i_rank + h) + 3 * (moe.shared_intermediate // tp) + 2 * moe.num_experts
+        if not all(moe.moe_layers):
+            mlp = max(mlp, 3 * (model.intermediate_size // tp))
+    per_token = (4 * h + qkv + mlp) * model.dtype_bytes
     return int(chunk_tokens * per_token * factor)
+
+
+def decode_read_bytes(model: ModelSpec, live_by_role: dict, batch: int, tp: int = 1) -> int:
+    """Bytes one decode step reads from GPU memory per rank for `batch` streams: every resident weight but
+    the embedding table (a lookup; read in full only when tied to lm_head) and the rope cache, with the
+    routed experts counted only for the experts the batch touches: E * (1 - (1 - k/E)^batch) per layer."""
+    read = sum(v for r, v in live_by_role.items() if r not in ("embed", "rope", "experts"))
+    if model.tie_word_embeddings:
+        read += live_by_role.get("embed", 0)
+    experts = live_by_role.get("experts", 0)
+    if model.moe is not None and experts:
+        read += experts * expected_distinct_experts(model.moe.num_experts, model.moe.top_k, batch) / model.moe.num_experts
+    return int(read)
 
 
 def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with_alternatives: bool = True,
@@ -286,37 +310,39 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     card_total = total if total is not None else free + engine.startup_overhead(tp)
 
     # resolve SGLang's defaults from the TARGET card, never from the machine it runs on
-    chunk = knobs.chunked_prefill or sglang_default_chunked_prefill(card_total)
+    # --chunked-prefill-size -1 turns chunking off: the largest prefill step is a whole request
+    chunk_flag = knobs.chunked_prefill or sglang_default_chunked_prefill(card_total)
+    chunk = knobs.context if chunk_flag < 0 else chunk_flag
     graph_bs = sglang_default_cuda_graph_max_bs(card_total, tp) if knobs.cuda_graph_max_bs is None else knobs.cuda_graph_max_bs
     frac = knobs.mem_fraction if knobs.mem_fraction is not None else sglang_default_mem_fraction(
-        card_total, chunk, graph_bs, tp, knobs.prefill_cuda_graph)
+        card_total, chunk_flag, graph_bs, tp, knobs.prefill_cuda_graph)
     context_len, yarn = context_and_yarn(model, knobs.context)
 
     # 2. weights
     comps = weight_components(model, tp)
-    layer_bytes = comps["attention"] + comps["mlp"] + 2 * model.num_layers * model.hidden_size * model.dtype_bytes
-    # rope cos/sin cache: context positions x head_dim, fp32 on CUDA (sglang rotary_embedding/base.py)
-    rope_bytes = context_len * model.head_dim * 4
-    shape = load_shape(model)
+    layout = weight_layout(model, tp, context_len)
+    layer_sizes = [sum(p.nbytes for p in layer) for layer in layout.layers]
+    layer_bytes = sum(layer_sizes)
     offload_req = knobs.cpu_offload_gib
+    kv = kv_layout(model, knobs.kv_dtype, tp)
     cell = kv_bytes_per_token(model, knobs.kv_dtype, tp)
     if offload_req == "auto":
         # what the load reserves with nothing offloaded: tensors, rope cache and the allocator's slack
-        on_gpu = replay_load(shape, tp, rope_bytes).gpu_reserved_bytes
+        on_gpu = replay_load(layout).gpu_reserved_bytes
         offload_req = _auto_offload_gib(free, frac, on_gpu + engine.pre_kv, cell, knobs, layer_bytes)
     offload_req = int(offload_req)
-    load = replay_load(shape, tp, rope_bytes, min(offload_req * GiB, layer_bytes))
+    load = replay_load(layout, min(offload_req * GiB, layer_bytes))
     offloaded = load.offloaded_bytes
     weights_gpu = load.gpu_reserved_bytes
 
     # 3. KV pool
     rest = (free - weights_gpu - engine.pre_kv) - free * (1 - frac)
-    kv_tokens = max(0, int(rest // cell)) if rest > 0 else 0
+    kv_tokens = kv.tokens(rest)
     if rest <= 0:
         need = 1 - (free - weights_gpu - engine.pre_kv) / free
         reasons.append(f"the weights ({bytes2human(weights_gpu)}) leave no room for a KV cache at "
                        f"mem_fraction_static {frac}: SGLang refuses to start (needs > {need:.3f})")
-    kv_pool_bytes = kv_tokens * cell
+    kv_pool_bytes = kv.pool_bytes(kv_tokens)
 
     # 4. longest request, concurrency
     max_req_len = min(context_len - 1, kv_tokens - 1)
@@ -330,7 +356,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # (srt/utils/offloader.py: `v.to(device)` over the layer's state_dict), so up to one decoder layer's worth
     # is on the GPU while that layer runs: once in the decode graphs' pool (the copies are captured) and once
     # beside the eager prefill's activations. Derived from the source; no calibration point ran with offload.
-    offload_transient = min(offloaded, layer_bytes // model.num_layers)
+    offload_transient = min(offloaded, max(layer_sizes))
     graphs = engine.decode_graph + offload_transient if graph_bs > 0 else 0
     act = activation_bytes(model, chunk, tp, engine.activation_factor) + offload_transient
     used_after_start = weights_gpu + engine.pre_kv + kv_pool_bytes + req_to_token + engine.post_kv_misc \
@@ -342,7 +368,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     peak = engine.startup_overhead(tp) + used_after_start + act + comm_runtime
 
     # verdicts
-    if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
+    if model.num_heads % tp or (model.mla is None and model.num_kv_heads % tp and tp % model.num_kv_heads):
         reasons.append(f"tensor parallel size {tp} does not divide the model's {model.num_heads} attention heads / "
                        f"{model.num_kv_heads} KV heads: SGLang asserts it at load")
     if kv_tokens > 0 and kv_tokens < knobs.context:
@@ -367,6 +393,14 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                      f"YaRN rope scaling x{yarn:g} (quality beyond the native window is the model's, "
                      f"not guaranteed)")
 
+    notes.extend(model.notes)
+    if model.sliding is not None and not model.sliding.hybrid_pool:
+        notes.append(f"SGLang disables its hybrid sliding-window pool for {model.architecture}: every layer "
+                     f"keeps every token (one full pool; window {model.sliding.window} not used for memory)")
+    if model.sliding is not None and model.sliding.hybrid_pool:
+        notes.append(f"hybrid sliding-window pool: {kv.full_layers} full-attention layers hold {kv_tokens:,} tokens, "
+                     f"{kv.swa_layers} sliding layers {int(kv_tokens * kv.swa_ratio):,} (swa_full_tokens_ratio 0.8)")
+
     # host RAM
     hicache_bytes = int(knobs.hicache_gib * 1e9)
     host_ram = hicache_bytes + offloaded
@@ -387,19 +421,20 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # 7. decode ceilings
     ceiling, ceiling_batch = None, None
     if gpu is not None:
-        # the GPU-resident tensors after marlin conversion, less the rope cache and the embedding table
-        # (a lookup, not a matmul; read in full only when tied to lm_head)
-        read_per_step = load.gpu_tensor_bytes - rope_bytes - (0 if model.tie_word_embeddings else comps["embed_tokens"])
-        t_weights = max(read_per_step, 0) / gpu.bandwidth_bytes_s + offloaded / gpu.pcie_bytes_s
+        # the GPU-resident tensors after conversion; MoE: only the experts a step touches
+        t_weights = decode_read_bytes(model, load.live_by_role, 1, tp) / gpu.bandwidth_bytes_s \
+            + offloaded / gpu.pcie_bytes_s
         t_kv = cell * knobs.context / gpu.bandwidth_bytes_s     # one stream's KV at the full target context
         ceiling = 1.0 / (t_weights + t_kv)
         n = max(1, min(knobs.concurrency, conc or 1))
-        ceiling_batch = n / (t_weights + n * t_kv)
+        t_weights_n = decode_read_bytes(model, load.live_by_role, n, tp) / gpu.bandwidth_bytes_s \
+            + offloaded / gpu.pcie_bytes_s
+        ceiling_batch = n / (t_weights_n + n * t_kv)
         if offloaded:
             notes.append(f"{bytes2human(offloaded)} of weights cross PCIe gen{gpu.pcie_gen} x{gpu.pcie_lanes} "
                          f"({gpu.pcie_bytes_s / 1e9:.1f} GB/s) every decode step")
 
-    resolved = asdict(knobs) | {"mem_fraction": frac, "chunked_prefill": chunk, "cuda_graph_max_bs": graph_bs,
+    resolved = asdict(knobs) | {"mem_fraction": frac, "chunked_prefill": chunk_flag, "cuda_graph_max_bs": graph_bs,
                                 "max_running": max_running, "cpu_offload_gib": offload_req}
     p = Plan(
         model=model.name, gpu=gpu.name if gpu else "given-free-memory", knobs=resolved,
