@@ -465,7 +465,7 @@ def _auto_offload_gib(free: int, frac: float, fixed_weights: int, cell: int, kno
     return min(math.ceil(short / GiB), math.ceil(layer_bytes / GiB))
 
 
-def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine) -> float:
+def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine) -> float | None:
     """The largest mem_fraction_static (step 0.01, at most 0.90: the highest measured to start and serve on
     the emulated 16 GB card, benchmarks/calibration/fp8-f090-16g.json) that keeps the runtime margin."""
     best = None
@@ -473,49 +473,74 @@ def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Eng
         p = plan(model, target, replace(knobs, mem_fraction=f100 / 100), engine, with_alternatives=False)
         if p.kv_pool_tokens > 0 and p.headroom_bytes >= engine.runtime_margin:
             best = f100 / 100
-    return best or 0.5
+    return best
+
+
+CHANGE_WORDS = {
+    "kv_dtype": lambda v: f"KV cache {v} (--kv-cache-dtype {v})",
+    "mem_fraction": lambda v: f"--mem-fraction-static {v}",
+    "concurrency": lambda v: f"{v} request(s) of this context at once",
+    "context": lambda v: f"context {v:,} tokens",
+    "cpu_offload_gib": lambda v: f"{v} GiB of weights in host RAM (--cpu-offload-gb {v})",
+    "tp": lambda v: f"{v} GPUs with tensor parallelism (--tp-size {v})",
+    "max_running": lambda v: f"--max-running-requests {v}",
+}
+
+
+def describe_change(knobs: Knobs, change: dict) -> str:
+    """Every setting an alternative changes, in words and flags (those equal to the current value left out)."""
+    parts = [CHANGE_WORDS[k](v) for k, v in change.items() if getattr(knobs, k) != v]
+    return " + ".join(parts) if parts else "no change"
 
 
 def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, base: Plan,
                  candidates: tuple[ModelSpec, ...] = ()) -> list[Alternative]:
-    """Changes that make it fit, cheapest first: each is re-planned, never guessed."""
+    """Changes that make it fit, cheapest first: each is re-planned, never guessed, and names every setting
+    it changes (an alternative that also switches the KV dtype says so)."""
     out: list[Alternative] = []
+    seen: set[tuple] = set()
 
-    def trial(change: str, cost: str, **kw) -> Plan:
+    def trial(cost: str, **kw) -> Plan | None:
+        key = tuple(sorted((k, v) for k, v in kw.items() if getattr(knobs, k) != v))
+        if not key or key in seen:
+            return None
+        seen.add(key)
         p = plan(model, target, replace(knobs, **kw), engine, with_alternatives=False)
         tok_s = "n/a" if p.decode_tok_s_ceiling is None else f"{p.decode_tok_s_ceiling:.1f}"
-        out.append(Alternative(change=change, knobs=kw, fits=p.fits, decode_tok_s_ceiling=p.decode_tok_s_ceiling,
-                               cost=cost.format(p=p, tok_s=tok_s)))
+        out.append(Alternative(change=describe_change(knobs, kw), knobs=dict(key), fits=p.fits,
+                               decode_tok_s_ceiling=p.decode_tok_s_ceiling, cost=cost.format(p=p, tok_s=tok_s)))
         return p
 
     if knobs.kv_dtype == "auto":
-        trial("fp8 KV cache (--kv-cache-dtype fp8_e5m2)",
-              "halves KV bytes: pool {p.kv_pool_tokens:,} tokens; decode ceiling {tok_s} tok/s "
+        trial("halves KV bytes: pool {p.kv_pool_tokens:,} tokens; decode ceiling {tok_s} tok/s "
               "(faster: fewer bytes read); small accuracy risk from 5-bit-mantissa keys/values", kv_dtype="fp8_e5m2")
+    frac_same_kv = max_mem_fraction(model, target, knobs, engine)
+    if frac_same_kv is not None and (knobs.mem_fraction is None or frac_same_kv > knobs.mem_fraction + 1e-9):
+        trial("largest fraction that keeps the runtime margin: pool {p.kv_pool_tokens:,} tokens; no speed cost; "
+              "less slack for activations", mem_fraction=frac_same_kv)
     kv = "fp8_e5m2" if knobs.kv_dtype == "auto" else knobs.kv_dtype
-    best_frac = max_mem_fraction(model, target, replace(knobs, kv_dtype=kv), engine)
-    if knobs.mem_fraction is None or best_frac > knobs.mem_fraction + 1e-9:
-        trial(f"raise --mem-fraction-static to {best_frac} (largest that keeps the runtime margin)",
-              "pool {p.kv_pool_tokens:,} tokens; no speed cost; less slack for activations",
+    best_frac = max_mem_fraction(model, target, replace(knobs, kv_dtype=kv), engine) or knobs.mem_fraction
+    if kv != knobs.kv_dtype and best_frac is not None:
+        trial("pool {p.kv_pool_tokens:,} tokens; decode ceiling {tok_s} tok/s; fp8 keys/values",
               kv_dtype=kv, mem_fraction=best_frac)
+    if knobs.max_running is None and base.req_to_token_bytes > 256 * MiB:
+        # SGLang's default max_running_requests sizes req_to_token by the model's whole context
+        trial("at most that many requests run at once; req_to_token shrinks to {req}: pool {{p.kv_pool_tokens:,}} "
+              "tokens".replace("{req}", "{p.req_to_token_bytes:,} B"), max_running=max(8, knobs.concurrency))
     if base.max_concurrent_requests < knobs.concurrency and base.max_concurrent_requests >= 1:
-        trial(f"serve {base.max_concurrent_requests} request(s) of this context at once",
-              "others queue; no per-request speed cost", concurrency=base.max_concurrent_requests)
+        trial("others queue; no per-request speed cost", concurrency=base.max_concurrent_requests)
     # the longest context that fits with fp8 KV and the best fraction
     fitted = _longest_context(model, target, replace(knobs, kv_dtype=kv, mem_fraction=best_frac), engine)
     if fitted and fitted < knobs.context:
-        trial(f"a shorter context: {fitted:,} tokens (fp8 KV, fraction {best_frac})",
-              "requests longer than that are refused; decode ceiling {tok_s} tok/s",
+        trial("requests longer than that are refused; decode ceiling {tok_s} tok/s",
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
     if knobs.cpu_offload_gib in (0, "0"):
         off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
         if int(off.knobs["cpu_offload_gib"]) > 0:
-            trial(f"move {off.knobs['cpu_offload_gib']} GiB of weights to host RAM (--cpu-offload-gb, fp8 KV)",
-                  "those weights cross PCIe every token: decode ceiling {tok_s} tok/s; pins that much host RAM",
+            trial("those weights cross PCIe every token: decode ceiling {tok_s} tok/s; pins that much host RAM",
                   kv_dtype=kv, cpu_offload_gib=int(off.knobs["cpu_offload_gib"]))
     if knobs.tp == 1:
-        trial("two GPUs with tensor parallelism (--tp-size 2)",
-              "needs a second card of this size; weights and KV split per rank; decode ceiling "
+        trial("needs a second card of this size; weights and KV split per rank; decode ceiling "
               "{tok_s} tok/s per rank-bandwidth", tp=2)
     own = sum(weight_components(model).values())
     for other in candidates:

@@ -8,14 +8,33 @@ for the TARGET card: on a big card emulating a small one, SGLang's own probe wou
 from __future__ import annotations
 
 import json
+import shlex
 
-from vramkit.catalog import ModelSpec
+from vramkit.core.model_spec import ModelSpec
 from vramkit.core.planner import Plan
 
 SGLANG_PORT = 30000                   # inside the container; the host port is VRAMKIT_PORT
 # SGLANG_EXTRA_ARGS on the test GPU host: its SGLang archive has no FA3 and no grammar backend
 GPU_HOST_EXTRA_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none"]
 HEALTH_START_PERIOD_S = 900           # first GPTQ start JIT-compiles marlin inside graph capture: 378 s on H100
+
+
+CONTAINER_MODEL_DIR = "/models"       # where a folder model is bind-mounted (read-only) in the container
+
+
+def model_path_for(model: ModelSpec) -> str:
+    """What SGLang's --model-path gets: the Hugging Face id, or (a folder model) the folder itself."""
+    return model.hf_id or str(model.config_dir)
+
+
+def container_model_path(model: ModelSpec) -> str | None:
+    """A folder model's path inside the container (None for a Hugging Face id: SGLang downloads it)."""
+    return None if model.hf_id else f"{CONTAINER_MODEL_DIR}/{model.config_dir.name}"
+
+
+def shell_line(argv: list[str]) -> str:
+    """One command line a POSIX shell reads back as exactly `argv` (JSON overrides stay one argument)."""
+    return shlex.join(argv)
 
 
 def yarn_override(model: ModelSpec, factor: float) -> str:
@@ -71,8 +90,14 @@ def _q(s: str) -> str:
 
 
 def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, p: Plan, image: str,
-                 argv: list[str], gpu_ids: list[int], source_note: str) -> str:
-    """One compose file for one preset: the SGLang service with every odd setting explained."""
+                 argv: list[str], gpu_ids: list[int], source_note: str, model_dir: str | None = None) -> str:
+    """One compose file for one preset: the SGLang service with every odd setting explained.
+    `model_dir`: a host folder holding the model, bind-mounted read-only at container_model_path(model)
+    (argv's --model-path must name that container path)."""
+    mount = ""
+    if model_dir:
+        mount = (f"\n      - {_q(f'{model_dir}:{CONTAINER_MODEL_DIR}/{model.config_dir.name}:ro')}"
+                 f"  # the model folder, read-only: SGLang only reads it")
     cmd = "\n".join(f"      - {_q(x)}" for x in ["python3", "-m", "sglang.launch_server", *argv])
     ids = ", ".join(_q(str(i)) for i in gpu_ids)
     pinned = p.host_ram_bytes > 0
@@ -95,7 +120,7 @@ services:
       TVM_FFI_CACHE_DIR: /root/.cache/tvm-ffi  # SGLang's JIT kernels (GPTQ marlin: minutes to build) survive restarts
     volumes:
       - ${{VRAMKIT_HF_CACHE:-~/.cache/huggingface}}:/root/.cache/huggingface  # model weights, downloaded once
-      - vramkit-jit-cache:/root/.cache/tvm-ffi
+      - vramkit-jit-cache:/root/.cache/tvm-ffi{mount}
     ipc: host  # SGLang's tokenizer, scheduler and detokenizer processes share tensors through /dev/shm
     ulimits:
       memlock: -1  # {"the host KV pool / offloaded weights are pinned (page-locked) RAM" if pinned else "pinned host buffers (KV copies) must not hit the memlock limit"}
