@@ -139,7 +139,8 @@ def model(name_or_dir: str) -> ModelSpec:
         return models()[name_or_dir]
     p = Path(name_or_dir)
     if p.is_dir() or p.name == "config.json":
-        return read_model_config(p if p.is_dir() else p.parent)
+        # absolute: the path is SGLang's --model-path and the compose file's bind mount
+        return read_model_config((p if p.is_dir() else p.parent).resolve())
     return _pick(models(), name_or_dir, "model")
 
 
