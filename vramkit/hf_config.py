@@ -89,7 +89,8 @@ def parse_config(cfg: dict, *, name: str, hf_id: str = "", config_dir: Path = Pa
         kv_heads = int(opt("num_key_value_heads", heads, "transformers: defaults to the attention heads"))
         head_dim = int(c.get("head_dim") or hidden // heads)
         checkpoint_dtype = str(c.get("torch_dtype") or c.get("dtype") or "")
-        dtype = _load_dtype(arch, checkpoint_dtype, c, filled)
+        q_cfg = c.get("quantization_config") or cfg.get("quantization_config") or {}
+        dtype = _load_dtype(arch, checkpoint_dtype, q_cfg, filled)
         tie = bool(opt("tie_word_embeddings", TIE_DEFAULT[arch], "transformers' default for " + arch))
         if arch == "Gemma2ForCausalLM":
             tie = True             # gemma2.py: the logits always use embed_tokens (lm_head.weight is skipped)
@@ -116,10 +117,10 @@ def parse_config(cfg: dict, *, name: str, hf_id: str = "", config_dir: Path = Pa
     return ModelSpec(**spec, notes=tuple(filled))
 
 
-def _load_dtype(arch: str, checkpoint: str, c: dict, filled: list[str]) -> str:
+def _load_dtype(arch: str, checkpoint: str, q_cfg: dict, filled: list[str]) -> str:
     """ModelConfig._get_and_verify_dtype with --dtype auto: 16-bit stays, float32 (or none) is served as
     float16 (Gemma: bfloat16); gpt-oss with mxfp4 is forced to bfloat16 (arg_groups/overrides.py)."""
-    if arch == "GptOssForCausalLM":
+    if arch == "GptOssForCausalLM" and str(q_cfg.get("quant_method", "")).lower() == "mxfp4":
         return "bfloat16"
     if checkpoint in ("float16", "bfloat16"):
         return checkpoint

@@ -144,6 +144,16 @@ def _check_one(case, ServerArgs, ModelConfig, server_args_module, capture):
             "hidden_size": getattr(mc, "hidden_size", None),
             "max_position_embeddings": getattr(hf, "max_position_embeddings", None),
             "rope_scaling": _plain(getattr(hf, "rope_scaling", None)),
+            # what the KV pool configurator reads (model_executor/pool_configurator.py)
+            "attention_arch": _plain(getattr(mc, "attention_arch", None)),
+            "kv_lora_rank": getattr(mc, "kv_lora_rank", None),
+            "qk_rope_head_dim": getattr(mc, "qk_rope_head_dim", None),
+            "v_head_dim": getattr(mc, "v_head_dim", None),
+            "is_hybrid_swa": bool(getattr(mc, "is_hybrid_swa", False)),
+            "swa_layers": len(getattr(mc, "swa_attention_layer_ids", None) or []),
+            "full_layers": len(getattr(mc, "full_attention_layer_ids", None) or []),
+            "disable_hybrid_swa_memory": bool(getattr(sa, "disable_hybrid_swa_memory", False)),
+            "swa_full_tokens_ratio": getattr(sa, "swa_full_tokens_ratio", None),
         })
         out["resolved"] = resolved
         out["ok"] = True
