@@ -16,14 +16,16 @@ from vramkit import catalog
 from vramkit.core.planner import Knobs, Target, plan
 from vramkit.units import GiB
 
-CAL_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration"
+ROOT = Path(__file__).resolve().parents[2]
+CAL_DIR = ROOT / "benchmarks" / "calibration"
 POINTS = sorted(CAL_DIR.glob("*.json"))
 REQUIRED = {"model", "gpu_free_gib_at_start", "mem_fraction_static", "kv_cache_dtype", "tp", "cpu_offload_gb",
             "measured", "device", "versions", "date"}
 
 
 def _plan(d: dict):
-    model = catalog.model(d["model"])
+    # a catalogued name, or (folder-model points) a folder in this repository
+    model = catalog.model(str(ROOT / d["model"]) if (ROOT / d["model"]).is_dir() else d["model"])
     knobs = Knobs(context=d["context_length"] or model.max_position_embeddings, kv_dtype=d["kv_cache_dtype"],
                   mem_fraction=d["mem_fraction_static"], chunked_prefill=d["chunked_prefill_size"],
                   cuda_graph_max_bs=d["cuda_graph_max_bs_decode"], max_running=d["max_running_requests"],
