@@ -129,8 +129,8 @@ session_models() {
     --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
   ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
   # a folder model (no catalog name, no HF id): Qwen3-8B's config, float32 in the file, served in 16-bit
-  point folder-qwen3-8b-16g benchmarks/gpu/shapes/qwen3-8b-folder 16 "" --decode-tokens 32 -- --context 16384 \
-    --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 3 $SMALL
+  point folder-qwen3-8b-16g benchmarks/gpu/shapes/qwen3-8b-folder 16 "" --decode-tokens 32 -- --context 8192 \
+    --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 4 $SMALL
   ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
   # GPTQ 4-bit MoE through the marlin MoE kernels (a fresh host compiles them first: minutes)
   point moe-gptq-24g qwen3-30b-a3b-gptq-int4 24 "" -- --model qwen3-30b-a3b-gptq-int4 --context 32768 \
