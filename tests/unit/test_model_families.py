@@ -284,5 +284,5 @@ def test_folder_model_renders_its_folder_everywhere(tmp_path, engine):
     assert argv[:2] == ["--model-path", str(tmp_path.resolve())]
     text = compose_yaml(project="p", preset="x", model=m, gpu_name="g", p=p, image="i",
                         argv=["--model-path", f"/models/{tmp_path.name}"], gpu_ids=[0], source_note="n",
-                        model_dir=str(tmp_path.resolve()))
+                        model_mount=(str(tmp_path.resolve()), f"/models/{tmp_path.name}"))
     assert f'"{tmp_path.resolve()}:/models/{tmp_path.name}:ro"' in text

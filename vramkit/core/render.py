@@ -27,9 +27,9 @@ def model_path_for(model: ModelSpec) -> str:
     return model.hf_id or str(model.config_dir)
 
 
-def container_model_path(model: ModelSpec) -> str | None:
-    """A folder model's path inside the container (None for a Hugging Face id: SGLang downloads it)."""
-    return None if model.hf_id else f"{CONTAINER_MODEL_DIR}/{model.config_dir.name}"
+def container_model_path(host_folder: str) -> str:
+    """Where a host folder holding a model is mounted in the container."""
+    return f"{CONTAINER_MODEL_DIR}/{host_folder.rstrip('/').rsplit('/', 1)[-1]}"
 
 
 def shell_line(argv: list[str]) -> str:
@@ -90,13 +90,14 @@ def _q(s: str) -> str:
 
 
 def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, p: Plan, image: str,
-                 argv: list[str], gpu_ids: list[int], source_note: str, model_dir: str | None = None) -> str:
+                 argv: list[str], gpu_ids: list[int], source_note: str,
+                 model_mount: tuple[str, str] | None = None) -> str:
     """One compose file for one preset: the SGLang service with every odd setting explained.
-    `model_dir`: a host folder holding the model, bind-mounted read-only at container_model_path(model)
-    (argv's --model-path must name that container path)."""
+    `model_mount` (host folder, container path): a folder model, bind-mounted read-only; argv's
+    --model-path names the container path."""
     mount = ""
-    if model_dir:
-        mount = (f"\n      - {_q(f'{model_dir}:{CONTAINER_MODEL_DIR}/{model.config_dir.name}:ro')}"
+    if model_mount:
+        mount = (f"\n      - {_q(f'{model_mount[0]}:{model_mount[1]}:ro')}"
                  f"  # the model folder, read-only: SGLang only reads it")
     cmd = "\n".join(f"      - {_q(x)}" for x in ["python3", "-m", "sglang.launch_server", *argv])
     ids = ", ".join(_q(str(i)) for i in gpu_ids)
