@@ -8,8 +8,6 @@ Gemma's disabled hybrid pool.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from vramkit import catalog
@@ -22,21 +20,12 @@ MLA = 1                      # sglang.srt.configs.model_config.AttentionArch.MLA
 
 
 @pytest.fixture(scope="module")
-def resolved(tmp_path_factory):
+def resolved():
     if not sglang_check.checker_python().exists():
         pytest.fail(f"the SGLang checking environment is missing ({sglang_check.checker_python()}): "
                     "run make setup-sglang-check", pytrace=False)
-    cases = []
-    for name, m in catalog.models().items():
-        folder = m.config_dir
-        if m.quantization is not None and m.quantization.method == "mxfp4":
-            # SGLang registers mxfp4 only on CUDA/ROCm/CPU-AMX builds, not on this checker: its KV shape does
-            # not depend on the weights' format, so SGLang reads the same config without quantization_config
-            folder = tmp_path_factory.mktemp(name)
-            cfg = json.loads((m.config_dir / "config.json").read_text())
-            cfg.pop("quantization_config")
-            (folder / "config.json").write_text(json.dumps(cfg))
-        cases.append(LaunchCase(name, ["--model-path", m.hf_id or str(m.config_dir)], folder))
+    cases = [LaunchCase(name, ["--model-path", m.hf_id or str(m.config_dir)], m.config_dir)
+             for name, m in catalog.models().items()]
     return {r.case_id: r for r in sglang_check.check_launches(cases)}
 
 
@@ -47,8 +36,7 @@ def test_planner_reads_the_config_as_sglang_does(resolved, name):
     s = r.resolved
     m = catalog.model(name)
     assert s["context_len"] == context_and_yarn(m, 1)[0]
-    if not (m.quantization is not None and m.quantization.method == "mxfp4"):   # mxfp4 forces bf16; stripped here
-        assert s["model_dtype"] == f"torch.{m.dtype}"
+    assert s["model_dtype"] == f"torch.{m.dtype}"
     assert (s["attention_arch"] == MLA) == (m.mla is not None)
     elem = 2
     layers = s["num_hidden_layers"]

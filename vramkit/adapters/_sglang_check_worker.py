@@ -195,6 +195,13 @@ def main() -> int:
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.server_args import ServerArgs
 
+    # The target is a CUDA GPU: SGLang registers "mxfp4" (gpt-oss) there at import time
+    # (layers/quantization/__init__.py: `if is_cpu() or is_cuda() ...`), which this CPU-only checker is not.
+    # The same dict object is what ModelConfig validates against, so add it as the CUDA import would.
+    from sglang.srt.layers import quantization as _quant
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+    _quant.QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
+
     import_s = time.monotonic() - t0
     # prepare_server_args() would reconfigure logging per case; keep ours (stderr + capture).
     results = []
