@@ -286,3 +286,26 @@ def test_folder_model_renders_its_folder_everywhere(tmp_path, engine):
                         argv=["--model-path", f"/models/{tmp_path.name}"], gpu_ids=[0], source_note="n",
                         model_mount=(str(tmp_path.resolve()), f"/models/{tmp_path.name}"))
     assert f'"{tmp_path.resolve()}:/models/{tmp_path.name}:ro"' in text
+
+
+def test_up_starts_a_folder_model_from_its_folder(tmp_path):
+    """`vramkit up --model <folder>`: native runs SGLang on the folder, the compose file mounts it read-only."""
+    import argparse
+
+    from vramkit.commands.plan import add_plan_arguments
+    from vramkit.launch import steps
+    from vramkit.launch.resolve import resolve
+
+    src = catalog.CONFIG_DIR / "models" / "qwen2.5-0.5b-instruct" / "config.json"
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(src.read_text())
+    ap = argparse.ArgumentParser()
+    add_plan_arguments(ap)
+    r = resolve(ap.parse_args(["--model", str(folder), "--gpu", "rtx-4090-24gb", "--context", "8192",
+                               "--host-ram-gib", "64"]))
+    native, _ = steps.build(r, steps.LaunchSpec(name="t", runtime="native"))
+    assert native[native.index("--model-path") + 1] == str(folder.resolve())
+    docker_argv, compose = steps.build(r, steps.LaunchSpec(name="t", runtime="docker"))
+    assert "/models/my-model" in compose and f'"{folder.resolve()}:/models/my-model:ro"' in compose
+    assert docker_argv[docker_argv.index("--model-path") + 1] == "/models/my-model"
