@@ -255,7 +255,8 @@ def test_every_alternative_names_every_setting_it_changes(engine):
     m = catalog.model("qwen2.5-coder-14b-instruct-gptq-int4")
     p = plan(m, Target(gpu=catalog.gpu("rtx-5060-ti-16gb")), Knobs(context=32768), engine)
     assert p.alternatives
-    flags = {"kv_dtype": "--kv-cache-dtype", "mem_fraction": "--mem-fraction-static", "cpu_offload_gib": "--cpu-offload-gb",
+    flags = {"kv_dtype": "--kv-cache-dtype", "mem_fraction": "--mem-fraction-static",
+             "cpu_offload_gib": "--cpu-offload-gb",
              "tp": "--tp-size", "context": "context", "concurrency": "at once", "max_running": "--max-running-requests"}
     for a in p.alternatives:
         for key in a.knobs:
