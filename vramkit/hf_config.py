@@ -102,7 +102,7 @@ def parse_config(cfg: dict, *, name: str, hf_id: str = "", config_dir: Path = Pa
             max_position_embeddings=int(opt("max_position_embeddings", 2048, "transformers' default")),
             rope_theta=float(c.get("rope_theta") or (c.get("rope_parameters") or {}).get("rope_theta") or 10000.0),
             tie_word_embeddings=tie, dtype=dtype, checkpoint_dtype=checkpoint_dtype,
-            attention_bias=bool(c.get("attention_bias", arch == "Qwen2ForCausalLM")),
+            attention_bias=_attention_bias(arch, c),
             rope_scaling=c.get("rope_scaling"), quantization=quant, note=note, family=FAMILIES[arch],
             qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM", "OlmoeForCausalLM"),
             norms_per_layer=4 if arch in ("Gemma2ForCausalLM", "Gemma3ForCausalLM") else 2,
@@ -115,6 +115,16 @@ def parse_config(cfg: dict, *, name: str, hf_id: str = "", config_dir: Path = Pa
         raise VramkitError(f"{where}: field 'intermediate_size' is missing", "use the model's published config.json",
                            Exit.BAD_FILE)
     return ModelSpec(**spec, notes=tuple(filled))
+
+
+def _attention_bias(arch: str, c: dict) -> bool:
+    """q/k/v biases: qwen2.py always (bias=True); qwen2_moe.py `getattr(config, "qkv_bias", True)`; the rest
+    read attention_bias (transformers' default False); gpt-oss sets its own below."""
+    if arch == "Qwen2ForCausalLM":
+        return True
+    if arch == "Qwen2MoeForCausalLM":
+        return bool(c.get("qkv_bias", True))
+    return bool(c.get("attention_bias", False))
 
 
 def _load_dtype(arch: str, checkpoint: str, q_cfg: dict, filled: list[str]) -> str:

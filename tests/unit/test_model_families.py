@@ -310,3 +310,10 @@ def test_up_starts_a_folder_model_from_its_folder(tmp_path):
     docker_argv, compose = steps.build(r, steps.LaunchSpec(name="t", runtime="docker"))
     assert "/models/my-model" in compose and f'"{folder.resolve()}:/models/my-model:ro"' in compose
     assert docker_argv[docker_argv.index("--model-path") + 1] == "/models/my-model"
+
+
+def test_qwen2_moe_has_qkv_biases():
+    # qwen2_moe.py: qkv_bias = getattr(config, "qkv_bias", True); the config has no such key
+    m = catalog.model("qwen1.5-moe-a2.7b-chat-gptq-int4")
+    assert m.attention_bias
+    assert not catalog.model("qwen3-coder-30b-a3b-instruct").attention_bias
