@@ -153,6 +153,8 @@ HF_FACTS = {
     "gpt-oss-20b": (24, 64, 8, 2880, 2880, 201088, 131072, False, "bfloat16", ("mxfp4", 4, 32), 64),
     # https://huggingface.co/google/gemma-2-9b-it/blob/main/config.json
     "gemma-2-9b-it": (42, 16, 8, 3584, 14336, 256000, 8192, True, "bfloat16", None, 256),
+    # https://huggingface.co/google/gemma-3-1b-it/blob/main/config.json (tied: Gemma3TextConfig's default)
+    "gemma-3-1b-it": (26, 4, 1, 1152, 6912, 262144, 32768, True, "bfloat16", None, 256),
     # https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json
     "qwen3-8b": (36, 32, 8, 4096, 12288, 151936, 40960, False, "float16", None, 128),
 }
