@@ -86,3 +86,12 @@ def test_every_measured_start_is_predicted_safe(path):
         pytest.skip("this point did not start")
     p = _plan(d)
     assert p.kv_pool_tokens > 0 and p.headroom_bytes > 0
+
+
+def test_readme_accuracy_table_is_current():
+    """README.md's per-point accuracy table is generated from these files (benchmarks/gpu/accuracy_table.py)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("accuracy_table", ROOT / "benchmarks" / "gpu" / "accuracy_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--check"]) == 0, "run: python3 benchmarks/gpu/accuracy_table.py --write"
