@@ -317,3 +317,22 @@ def test_qwen2_moe_has_qkv_biases():
     m = catalog.model("qwen1.5-moe-a2.7b-chat-gptq-int4")
     assert m.attention_bias
     assert not catalog.model("qwen3-coder-30b-a3b-instruct").attention_bias
+
+
+def test_fp8_checkpoint_is_not_priced_as_bf16(engine):
+    """issue 9: Qwen3-14B-FP8 was refused on a 24 GB card where it fits. The shape is Qwen3-14B's published
+    config (40 layers, 5120 hidden, 17408 intermediate, GQA 40/8, head_dim 128) with the block-FP8
+    quantization_config Qwen's -FP8 releases carry; an inline fixture, not a catalogued model."""
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 5120, "intermediate_size": 17408,
+           "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+           "vocab_size": 151936, "max_position_embeddings": 40960, "torch_dtype": "bfloat16",
+           "tie_word_embeddings": False,
+           "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                   "weight_block_size": [128, 128]}}
+    m = parse_config(cfg, name="qwen3-14b-fp8-shape")
+    c = weight_components(m)
+    # linears at 1 byte (+ fp32 block scales), embeddings and lm_head at 2
+    assert 15.2 * GiB < sum(c.values()) < 15.5 * GiB
+    p = plan(m, Target(gpu=catalog.gpu("rtx-4090-24gb")), Knobs(context=32768, kv_dtype="fp8_e5m2"), engine,
+             with_alternatives=False)
+    assert p.fits and 50_000 < p.kv_pool_tokens < 56_000
