@@ -106,27 +106,26 @@ session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knob
     --chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8 --tp 2
 }
 
-session_models() {
+session_models() {  # priority order: if the device time runs out, the first points are the ones that matter
   local CODER=qwen3-coder-30b-a3b-instruct DS=deepseek-v2-lite-chat
   local SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8"
   ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
   # MoE bf16: 128 experts x 48 layers, 57 GiB of weights
-  point moe-bf16-full $CODER 0 "" -- --model $CODER --context 32768 --kv-dtype auto --mem-fraction 0.88 $SMALL
+  # (whole-card pools take 130K+ tokens: a ~32K-token probe still runs the largest prefill step)
+  point moe-bf16-full $CODER 0 "" --probe-fraction 0.25 -- --model $CODER --context 32768 --kv-dtype auto \
+    --mem-fraction 0.88 $SMALL
   # MoE block FP8 (Fp8MoEMethod, Fp8LinearMethod), a measurement shape (benchmarks/gpu/shapes/README.md)
-  point moe-fp8-full benchmarks/gpu/shapes/qwen3-coder-30b-a3b-fp8-shape 0 "" -- --context 32768 \
-    --kv-dtype fp8_e4m3 --mem-fraction 0.6 $SMALL
+  point moe-fp8-full benchmarks/gpu/shapes/qwen3-coder-30b-a3b-fp8-shape 0 "" --probe-fraction 0.12 -- \
+    --context 32768 --kv-dtype fp8_e4m3 --mem-fraction 0.6 $SMALL
   # MLA: DeepSeek-V2-Lite's latent KV pool (576 values/token/layer)
-  point mla-full $DS 0 "" -- --model $DS --context 32768 --kv-dtype auto --mem-fraction 0.6 $SMALL
+  point mla-full $DS 0 "" --probe-fraction 0.2 -- --model $DS --context 32768 --kv-dtype auto --mem-fraction 0.6 $SMALL
   ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
+  # Gemma 2: sliding-window layers in one full pool (SGLang disables its hybrid SWA pool for it)
+  point gemma2-24g gemma-2-9b-it 24 "" -- --model gemma-2-9b-it --context 8192 --kv-dtype auto --mem-fraction 0.88 $SMALL
   # the first model on a 24 GB card: 40 GiB of experts in pinned host RAM, copied every forward
   point moe-offload-24g $CODER 24 "" --decode-tokens 8 --long-output 4 --probe-fraction 0.3 -- --model $CODER \
     --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 40 --chunked-prefill 2048 \
     --cuda-graph-max-bs 1 --max-running 4
-  # Gemma 2: sliding-window layers in one full pool (SGLang disables its hybrid SWA pool for it)
-  point gemma2-24g gemma-2-9b-it 24 "" -- --model gemma-2-9b-it --context 8192 --kv-dtype auto --mem-fraction 0.88 $SMALL
-  # MLA + MoE offload on 24 GB
-  point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- --model $DS \
-    --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
   ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
   # a folder model (no catalog name, no HF id): Qwen3-8B's config, float32 in the file, served in 16-bit
   point folder-qwen3-8b-16g benchmarks/gpu/shapes/qwen3-8b-folder 16 "" --decode-tokens 32 -- --context 8192 \
@@ -135,6 +134,9 @@ session_models() {
   # GPTQ 4-bit MoE through the marlin MoE kernels (a fresh host compiles them first: minutes)
   point moe-gptq-24g qwen3-30b-a3b-gptq-int4 24 "" -- --model qwen3-30b-a3b-gptq-int4 --context 32768 \
     --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL
+  # MLA + MoE offload on 24 GB
+  point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- --model $DS \
+    --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
 }
 
 session_$SESSION
