@@ -24,7 +24,8 @@ class Exit(enum.IntEnum):
     BAD_FLAG = 17           # SGLang's own parser refused an argument
     NOT_RUNNING = 18
     SERVICE_DOWN = 19       # a server we talk to (SGLang, Redis, embed service) is unreachable
-    UNSUPPORTED_MODEL = 20  # plan: an architecture, config field or quantization method the planner does not model
+    STOP_FAILED = 20        # down: the server could not be stopped (its record is kept)
+    UNSUPPORTED_MODEL = 21  # plan: an architecture, config field or quantization method the planner does not model
     BAD_INPUT = 64          # EX_USAGE: unknown model/gpu/preset, bad flag value
     BAD_FILE = 65           # EX_DATAERR: unreadable or invalid file
     INTERRUPTED = 130

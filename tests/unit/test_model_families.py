@@ -15,8 +15,15 @@ import pytest
 
 from vramkit import catalog
 from vramkit.core import arch
-from vramkit.core.planner import Knobs, Target, decode_read_bytes, kv_bytes_per_token, kv_layout, plan, \
-    weight_components
+from vramkit.core.planner import (
+    Knobs,
+    Target,
+    decode_read_bytes,
+    kv_bytes_per_token,
+    kv_layout,
+    plan,
+    weight_components,
+)
 from vramkit.core.render import compose_yaml, model_path_for, sglang_args, shell_line
 from vramkit.core.weight_load import replay_load
 from vramkit.errors import Exit, VramkitError
@@ -220,11 +227,11 @@ def test_offloaded_moe_weights_keep_their_pcie_term(engine):
       "vocab_size": 10, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 8,
       "mlp_only_layers": [0]}, "mlp_only_layers"),
 ])
-def test_unmodelled_is_refused_with_exit_20(tmp_path, cfg, says):
+def test_unmodelled_is_refused_with_exit_21(tmp_path, cfg, says):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(VramkitError) as e:
         read_model_config(tmp_path)
-    assert e.value.code == Exit.UNSUPPORTED_MODEL == 20
+    assert e.value.code == Exit.UNSUPPORTED_MODEL == 21
     assert says in e.value.what
 
 
@@ -246,8 +253,8 @@ def test_chunked_prefill_minus_one_is_one_step_of_the_whole_request(engine):
     whole = plan(m, target, replace(k, chunked_prefill=-1), engine, with_alternatives=False)
     assert whole.activation_bytes == pytest.approx(chunked.activation_bytes * 16, rel=1e-6)
     assert whole.activation_bytes > 4 * GiB                    # issue 9: "one 32K step needs 4.2 GiB"
-    assert whole.knobs["chunked_prefill"] == -1
-    assert sglang_args(m, whole, model_path="x")[sglang_args(m, whole, model_path="x").index(
+    assert whole.knobs.chunked_prefill == -1
+    assert sglang_args(m, whole, model_path="x", port=30000)[sglang_args(m, whole, model_path="x", port=30000).index(
         "--chunked-prefill-size") + 1] == "-1"
 
 
@@ -270,7 +277,7 @@ def test_arguments_line_is_shell_safe(engine):
     m = catalog.model("qwen2.5-coder-7b-instruct-gptq-int4")
     p = plan(m, Target(gpu=catalog.gpu("rtx-5060-ti-16gb")), Knobs(context=131072, kv_dtype="fp8_e5m2"), engine,
              with_alternatives=False)
-    argv = sglang_args(m, p, model_path=model_path_for(m))
+    argv = sglang_args(m, p, model_path=model_path_for(m), port=30000)
     assert any(a.startswith("{") for a in argv)                 # the YaRN JSON override
     assert shlex.split(shell_line(argv)) == argv
 
@@ -281,10 +288,10 @@ def test_folder_model_renders_its_folder_everywhere(tmp_path, engine):
     m = catalog.model(str(tmp_path))
     assert m.hf_id == "" and model_path_for(m) == str(tmp_path.resolve())
     p = plan(m, Target(gpu=catalog.gpu("rtx-4090-24gb")), Knobs(context=8192), engine, with_alternatives=False)
-    argv = sglang_args(m, p, model_path=model_path_for(m))
+    argv = sglang_args(m, p, model_path=model_path_for(m), port=30000)
     assert argv[:2] == ["--model-path", str(tmp_path.resolve())]
     text = compose_yaml(project="p", preset="x", model=m, gpu_name="g", p=p, image="i",
-                        argv=["--model-path", f"/models/{tmp_path.name}"], gpu_ids=[0], source_note="n",
+                        argv=["--model-path", f"/models/{tmp_path.name}"], gpu_ids=[0], source_note="n", port=30000,
                         model_mount=(str(tmp_path.resolve()), f"/models/{tmp_path.name}"))
     assert f'"{tmp_path.resolve()}:/models/{tmp_path.name}:ro"' in text
 

@@ -49,7 +49,7 @@ class _ParserRefused(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # noqa: D401 - argparse API
+    def error(self, message):
         raise _ParserRefused(message)
 
 
@@ -75,7 +75,7 @@ def _plain(value):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int)):
+    if hasattr(value, "value") and isinstance(value.value, (str, int)):
         return value.value
     return str(value)
 
@@ -193,13 +193,13 @@ def main() -> int:
     import sglang
     import sglang.srt.server_args as server_args_module
     from sglang.srt.configs.model_config import ModelConfig
-    from sglang.srt.server_args import ServerArgs
 
     # The target is a CUDA GPU: SGLang registers "mxfp4" (gpt-oss) there at import time
     # (layers/quantization/__init__.py: `if is_cpu() or is_cuda() ...`), which this CPU-only checker is not.
     # The same dict object is what ModelConfig validates against, so add it as the CUDA import would.
     from sglang.srt.layers import quantization as _quant
     from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+    from sglang.srt.server_args import ServerArgs
     _quant.QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
 
     import_s = time.monotonic() - t0

@@ -6,34 +6,46 @@ import argparse
 import json
 
 from vramkit import catalog
-from vramkit.core.planner import VALID_KV_DTYPES
+from vramkit.core.knobs import Knobs, specs
 from vramkit.errors import Exit
-from vramkit.launch.resolve import DEFAULT_GPU, DEFAULT_MODEL, Resolved, host_available, nvml_gpu, plan_json, resolve
+from vramkit.launch.resolve import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    Resolved,
+    host_available,
+    nvml_gpu,
+    plan_args,
+    plan_json,
+    resolve,
+)
 from vramkit.units import bytes2human
 
 
-def add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    """The knobs `plan`, `up` and `render` share."""
+def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> None:
+    """The arguments `plan` and `up` share; one option per declared knob (core/knobs.py). Values stay text
+    here: launch/resolve.py checks them against the declarations (one line and exit 64, not argparse's 2)."""
     g = p.add_argument_group("what to run")
     g.add_argument("--preset", help=f"one of: {', '.join(catalog.presets())} (knobs below override it)")
     g.add_argument("--model", help=f"a catalogued model or a folder with config.json (default: the preset's, "
                                    f"else {DEFAULT_MODEL})")
     g.add_argument("--gpu", help=f"a catalogued GPU, or 'auto' to read it through NVML (default {DEFAULT_GPU})")
-    g.add_argument("--gpu-free-gib", type=float,
-                   help="memory free when SGLang starts loading weights (its log: 'Load weight begin. avail mem=')")
-    g.add_argument("--other-used-gib", type=float, default=0.0, help="memory other processes hold on the card")
-    g.add_argument("--host-ram-gib", type=float, help="available host RAM (default: read with psutil)")
-    k = p.add_argument_group("knobs (override the preset)")
-    k.add_argument("--context", type=int, help="tokens in one request (prompt + output)")
-    k.add_argument("--concurrency", type=int, help="requests of that context at once")
-    k.add_argument("--kv-dtype", choices=VALID_KV_DTYPES, help="SGLang --kv-cache-dtype (auto = model dtype)")
-    k.add_argument("--mem-fraction", type=float, help="SGLang --mem-fraction-static")
-    k.add_argument("--chunked-prefill", type=int, help="SGLang --chunked-prefill-size")
-    k.add_argument("--cuda-graph-max-bs", type=int, help="decode CUDA graph batch size; 0 = graphs off")
-    k.add_argument("--max-running", type=int, help="SGLang --max-running-requests")
-    k.add_argument("--hicache-gib", type=float, help="host-RAM KV cache in GB (0 = off)")
-    k.add_argument("--cpu-offload-gib", help="weights kept in host RAM, whole GiB, or 'auto'")
-    k.add_argument("--tp", type=int, help="tensor parallel size (GPUs)")
+    g.add_argument("--gpu-free-gib", metavar="GIB",
+                   help="memory free when SGLang starts loading weights, > 0 (its log: 'Load weight begin. avail "
+                        "mem=')")
+    g.add_argument("--other-used-gib", metavar="GIB", help="memory other processes hold on the card, >= 0 (default 0)")
+    g.add_argument("--gpu-bandwidth-gbs", metavar="GBS",
+                   help="the card's memory bandwidth in GB/s (10^9 B/s); needed for a card config/gpus.toml lacks")
+    g.add_argument("--gpu-pcie", metavar="GENxLANES", help="the card's host link, e.g. 4x16; needed for a card "
+                                                         "config/gpus.toml lacks")
+    g.add_argument("--host-ram-gib", metavar="GIB", help="available host RAM, > 0 (default: read with psutil)")
+    k = p.add_argument_group("knobs (override the preset; declared in vramkit/core/knobs.py)")
+    for spec in specs(knobs_cls):
+        unit = f" [{spec.unit}]" if spec.unit else ""
+        flag = f"; SGLang {spec.sglang_flag}" if spec.sglang_flag else ""
+        k.add_argument(spec.cli_flag, dest=spec.name, metavar=spec.type.__name__.upper() if not spec.choices else
+                       "{" + ",".join(spec.choices) + "}", help=f"{spec.help}{unit}: {spec.range_text()}{flag}")
+        for old in spec.old_names:
+            k.add_argument("--" + old.replace("_", "-"), dest=old, help=argparse.SUPPRESS)
 
 
 def render_plan(r: Resolved):
@@ -52,15 +64,15 @@ def render_plan(r: Resolved):
         ("free at start", bytes2human(p.free_at_start_bytes), "card - others - CUDA context (measured)"),
         ("weights on GPU", bytes2human(p.weights_bytes), ", ".join(
             f"{n} {bytes2human(b, digits=2)}" for n, b in p.weights_by_component.items() if b)),
-        ("weights in host RAM", bytes2human(p.weights_offloaded_bytes), f"--cpu-offload-gb {k['cpu_offload_gib']}"),
-        ("KV bytes / token", f"{p.kv_bytes_per_token:,} B", f"kv dtype {k['kv_dtype']}, tp {k['tp']}"),
-        ("KV pool", f"{p.kv_pool_tokens:,} tok", f"{bytes2human(p.kv_pool_bytes)} at mem_fraction {k['mem_fraction']}"),
+        ("weights in host RAM", bytes2human(p.weights_offloaded_bytes), f"--cpu-offload-gb {k.cpu_offload_gib}"),
+        ("KV bytes / token", f"{p.kv_bytes_per_token:,} B", f"kv dtype {k.kv_dtype}, tp {k.tp}"),
+        ("KV pool", f"{p.kv_pool_tokens:,} tok", f"{bytes2human(p.kv_pool_bytes)} at mem_fraction {k.mem_fraction}"),
         ("context (SGLang)", f"{p.context_len:,}", f"YaRN x{p.yarn_factor:g}" if p.yarn_factor else "native"),
         ("longest prompt", f"< {p.max_request_tokens:,}", "min(context-1, pool-1) - 5"),
-        (f"requests of {k['context']:,} at once", str(p.max_concurrent_requests), "pool // context"),
+        (f"requests of {k.context:,} at once", str(p.max_concurrent_requests), "pool // context"),
         ("peak GPU memory", bytes2human(p.peak_vram_bytes), "as nvidia-smi shows the server"),
         ("free after start-up", bytes2human(p.startup_free_bytes),
-         f"activations of a {k['chunked_prefill']}-token step: {bytes2human(p.activation_bytes)}"),
+         f"activations of a {k.chunked_prefill}-token step: {bytes2human(p.activation_bytes)}"),
         ("decode ceiling (1 stream)", f"{p.decode_tok_s_ceiling:.1f} tok/s" if p.decode_tok_s_ceiling else "n/a",
          "bandwidth / bytes read per token (+ PCIe for offloaded weights)"),
         ("host RAM pinned", bytes2human(p.host_ram_bytes), "hierarchical cache + offloaded weights"),
@@ -94,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.markup import escape
 
-        from vramkit.core.render import model_path_for, sglang_args, shell_line
+        from vramkit.core.render import shell_line
         con = Console()
         for item in render_plan(r):
             con.print(item)
-        argv = sglang_args(r.model, r.plan, model_path=model_path_for(r.model))
-        con.print("[bold]SGLang arguments:[/bold] " + escape(shell_line(argv)), soft_wrap=True)
+        # shell-quoted: pasted into a shell, a JSON override stays one argument
+        con.print("[bold]SGLang arguments:[/bold] " + escape(shell_line(plan_args(r))), soft_wrap=True)
     return 0 if r.plan.fits else int(Exit.NO_FIT)
 
 
@@ -111,8 +123,8 @@ def _list(args) -> int:
         "gpus": {n: g.label for n, g in catalog.gpus().items()},
         "presets": {n: p.description for n, p in catalog.presets().items()},
         "architectures modelled (any folder with one of these config.json files)": FAMILIES,
-        "quantization methods modelled": {m: "" for m in QUANT_METHODS},
-        "refused (exit 20, with the reason)": {
+        "quantization methods modelled": dict.fromkeys(QUANT_METHODS, ""),
+        "refused (exit 21, with the reason)": {
             "other architectures": "e.g. multimodal (Gemma3ForConditionalGeneration, Mistral3...), Mamba hybrids",
             "other quantization": "bitsandbytes, GGUF, NVFP4/modelopt, AWQ 8-bit, compressed-tensors int",
             "Qwen-MoE dense layers": "decoder_sparse_step != 1 or mlp_only_layers: SGLang builds every layer sparse",

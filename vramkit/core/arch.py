@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 from vramkit.core.model_spec import ModelSpec, Quantization
 
-MARLIN_WORKSPACE_SMS = 132      # marlin_make_workspace: one int32 per SM (H100/H200 SXM: 132)
+# marlin_make_workspace: one int32 per SM of the card (its count: config/gpus.toml sm_count). Without a
+# catalogued card (a bare --gpu-free-gib), the calibration host's H100 count: 132 x 4 B, under 1 KiB a layer.
+CALIBRATION_HOST_SMS = 132
 FP32, HALF = 4, 2
 
 
@@ -57,8 +59,8 @@ def vocab_rank(model: ModelSpec, tp: int) -> int:
 
 
 class _Builder:
-    def __init__(self, model: ModelSpec, tp: int):
-        self.m, self.tp = model, max(1, tp)
+    def __init__(self, model: ModelSpec, tp: int, sm_count: int = CALIBRATION_HOST_SMS):
+        self.m, self.tp, self.sms = model, max(1, tp), sm_count
         self.group = 0
         self.ops: list[Op] = []
         self.q = model.quantization
@@ -96,13 +98,13 @@ class _Builder:
                 out = [Param(role, "qweight", qweight, g), Param(role, "g_idx", k * 4, g),
                        Param(role, "qzeros", qzeros, g), Param(role, "scales", scales, g)]
                 # GPTQMarlinLinearKernel.process_weights_after_loading
-                self.ops += [Op(g, "alloc", "workspace", MARLIN_WORKSPACE_SMS * 4), Op(g, "free", "g_idx"),
+                self.ops += [Op(g, "alloc", "workspace", self.sms * 4), Op(g, "free", "g_idx"),
                              Op(g, "free", "qzeros"), Op(g, "replace", "qweight", qweight),
                              Op(g, "replace", "scales", scales)]
             else:                        # AWQMarlinLinearMethod: qweight, qzeros, scales; zero points converted
                 out = [Param(role, "qweight", qweight, g), Param(role, "qzeros", qzeros, g),
                        Param(role, "scales", scales, g)]
-                self.ops += [Op(g, "alloc", "workspace", MARLIN_WORKSPACE_SMS * 4),
+                self.ops += [Op(g, "alloc", "workspace", self.sms * 4),
                              Op(g, "replace", "qweight", qweight), Op(g, "replace", "scales", scales),
                              Op(g, "replace", "qzeros", qzeros)]
         elif q.method == "fp8":          # Fp8LinearMethod.create_weights: fp8 weight + float32 scales
@@ -249,8 +251,8 @@ def rope_cache_bytes(model: ModelSpec, context_len: int) -> int:
     return context_len * rot * FP32
 
 
-def weight_layout(model: ModelSpec, tp: int, context_len: int) -> WeightLayout:
-    b = _Builder(model, tp)
+def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = CALIBRATION_HOST_SMS) -> WeightLayout:
+    b = _Builder(model, tp, sm_count)
     h = model.hidden_size
     emb = vocab_rank(model, b.tp) * h * model.dtype_bytes
     layers = []

@@ -119,6 +119,7 @@ class GpuSpec:
     pcie_gen: int
     pcie_lanes: int
     nvml_names: tuple[str, ...] = ()
+    sm_count: int | None = None     # streaming multiprocessors (marlin's workspace); None: not catalogued
 
     @property
     def pcie_bytes_s(self) -> float:

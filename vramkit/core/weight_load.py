@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from vramkit.core.arch import WeightLayout
+from vramkit.core.arch import CALIBRATION_HOST_SMS, WeightLayout  # noqa: F401  (the SM count default, re-exported)
 from vramkit.core.torch_alloc import CachingAllocator
 
 
