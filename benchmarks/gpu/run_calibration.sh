@@ -110,6 +110,10 @@ session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knob
 session_models() {  # priority order: if the device time runs out, the first points are the ones that matter
   local CODER=qwen3-coder-30b-a3b-instruct DS=deepseek-v2-lite-chat
   local SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8"
+  # an H200 (the device tool's fallback) is not in gpus.toml: give `vramkit up` its spec-sheet link figures
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0)" in
+    *H200*) SMALL="$SMALL --gpu-bandwidth-gbs 4800 --gpu-pcie 5x16";;
+  esac
   ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
   # MoE bf16: 128 experts x 48 layers, 57 GiB of weights
   # (whole-card pools take 130K+ tokens: a ~32K-token probe still runs the largest prefill step)
@@ -126,7 +130,7 @@ session_models() {  # priority order: if the device time runs out, the first poi
   # the first model on a 24 GB card: 40 GiB of experts in pinned host RAM, copied every forward
   point moe-offload-24g $CODER 24 "" --decode-tokens 8 --long-output 4 --probe-fraction 0.3 -- --model $CODER \
     --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 40 --chunked-prefill 2048 \
-    --cuda-graph-max-bs 1 --max-running 4
+    --cuda-graph-max-bs 1 --max-running 4 ${SMALL#--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8}
   ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
   # a folder model (no catalog name, no HF id): Qwen3-8B's config, float32 in the file, served in 16-bit
   point folder-qwen3-8b-16g benchmarks/gpu/shapes/qwen3-8b-folder 16 "" --decode-tokens 32 -- --context 8192 \
