@@ -233,9 +233,11 @@ def _mlp(b: _Builder, i: int) -> list[Param]:
     if moe is None or not moe.moe_layers[i]:
         inter = m.intermediate_size // tp
         return b.linear("mlp", f"{p}.gate_up_proj", h, 2 * inter) + b.linear("mlp", f"{p}.down_proj", inter, h)
-    out = b.experts(f"{p}.experts", moe.num_experts, h, moe.expert_intermediate // tp)
-    # the router: ReplicatedLinear(quant_config=None) in every family, 16-bit (gpt-oss: with a bias)
-    out += b.linear("router", f"{p}.gate", h, moe.num_experts, bias=moe.router_bias, quant=False)
+    # the router: ReplicatedLinear(quant_config=None) in every family, 16-bit (gpt-oss: with a bias);
+    # DeepseekV2MoE builds its MoEGate before the experts, the Qwen/Mixtral blocks after them
+    router = b.linear("router", f"{p}.gate", h, moe.num_experts, bias=moe.router_bias, quant=False)
+    experts = b.experts(f"{p}.experts", moe.num_experts, h, moe.expert_intermediate // tp)
+    out = router + experts if m.mla is not None else experts + router
     if moe.shared_intermediate:
         s = moe.shared_intermediate // tp
         out += b.linear("shared", f"{p}.shared_expert.gate_up_proj", h, 2 * s)
