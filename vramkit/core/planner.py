@@ -429,10 +429,16 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         trial("requests longer than that are refused; decode ceiling {tok_s} tok/s",
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
     if knobs.cpu_offload_gib in (0, "0"):
+        extra: dict = {}
         off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
+        if not off.fits and knobs.max_running is None and off.req_to_token_bytes > 256 * MiB:
+            # a long native context makes SGLang's default req_to_token table large: cap the requests too
+            extra = {"max_running": max(8, knobs.concurrency)}
+            off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto", **extra), engine,
+                       with_alternatives=False)
         if int(off.knobs.cpu_offload_gib) > 0:
             trial("those weights cross PCIe every token: decode ceiling {tok_s} tok/s; pins that much host RAM",
-                  kv_dtype=kv, cpu_offload_gib=int(off.knobs.cpu_offload_gib))
+                  kv_dtype=kv, cpu_offload_gib=int(off.knobs.cpu_offload_gib), **extra)
     if knobs.tp == 1:
         trial("needs a second card of this size; weights and KV split per rank; decode ceiling "
               "{tok_s} tok/s per rank-bandwidth", tp=2)
