@@ -83,7 +83,7 @@ def test_a_python_without_sglang_is_refused_before_anything_starts(env):
 
 def test_without_setup_gpu_the_default_venv_is_named(env):
     r = up(env, "--preset", "baseline", "--runtime", "native", "--assume-gpu", "--gpu", "rtx-4080-16gb")
-    assert r.returncode == 21
+    assert r.returncode == 23
     assert f"{REPO}/.venv-gpu/bin/python (default: make setup-gpu's .venv-gpu) cannot import SGLang (no such file)" \
         in r.stderr
     nothing_left(env)
