@@ -6,7 +6,7 @@
 #
 # Checks before creating anything; a refusal is one line and its own exit code (vramkit/errors.py):
 #   11  no NVIDIA GPU here: nvidia-smi is missing, cannot talk to the driver, or lists no GPU
-#   22  the driver is older than sglang_pip_min_driver (the pip wheel's CUDA 13 needs >= 580), or, after
+#   24  the driver is older than sglang_pip_min_driver (the pip wheel's CUDA 13 needs >= 580), or, after
 #       installing, torch cannot see the GPU
 #   64  bad arguments, or the base Python is older than 3.11 (the kit's floor; SGLang's is 3.10)
 #    1  pip failed (its own output above the line)
@@ -52,7 +52,7 @@ PY
 ) || refuse 64 "$base_python cannot read config/versions.toml (tomllib needs Python >= 3.11)" "set GPU_PYTHON to python3.11 or newer"
 [[ ${driver%%.*} =~ ^[0-9]+$ ]] || refuse 11 "nvidia-smi reports no driver version ('$driver')" "check the driver with nvidia-smi"
 (( ${driver%%.*} >= min_driver )) \
-    || refuse 22 "NVIDIA driver $driver is older than $min_driver, which sglang $sglang_pip's pip wheel (CUDA 13) needs" \
+    || refuse 24 "NVIDIA driver $driver is older than $min_driver, which sglang $sglang_pip's pip wheel (CUDA 13) needs" \
               "update the driver, or use RUNTIME=docker (its -cu129 image runs on drivers >= 575)"
 ngpu=$(wc -l <<<"$gpus")
 say "$ngpu GPU(s), first: $name (driver $driver); sglang==$sglang_pip and its CUDA torch into $venv with $("$base_python" -V 2>&1)"
@@ -88,7 +88,7 @@ if torch.version.cuda is None or not torch.cuda.is_available():
     print(f"setup-gpu: torch {torch.__version__} in {sys.prefix} cannot see the GPU nvidia-smi lists "
           f"(CUDA build: {torch.version.cuda}) -> check the driver against CUDA {torch.version.cuda or '?'}, "
           "or rm -rf the venv and run make setup-gpu again", file=sys.stderr)
-    sys.exit(22)
+    sys.exit(24)
 import sglang
 if sglang.__version__ != sys.argv[1]:
     print(f"setup-gpu: sglang {sglang.__version__} is installed, not {sys.argv[1]} -> rm -rf {sys.prefix} and "

@@ -97,7 +97,7 @@ def test_setup_gpu_with_a_driver_too_old_for_cuda_13_refuses_with_22(tmp_path):
     smi_dir = tmp_path / "bin"
     fake_nvidia_smi(smi_dir, "0, NVIDIA GeForce RTX 4080, 550.54.14")
     r = run([str(SETUP_GPU), str(tmp_path / "v")], env_with(smi_dir))
-    assert r.returncode == 22
+    assert r.returncode == 24
     line = one_line(r.stderr, "setup-gpu: NVIDIA driver 550.54.14 is older than 580")
     assert "RUNTIME=docker" in line and not (tmp_path / "v").exists()
 

@@ -72,7 +72,7 @@ def test_a_python_without_sglang_is_refused_before_anything_starts(env):
     """Before: .venv's python started, died with "No module named 'sglang'" in the log, exit 15, empty reason."""
     r = up(env, "--preset", "baseline", "--runtime", "native", "--assume-gpu", "--gpu", "rtx-4080-16gb",
            VRAMKIT_SERVER_PYTHON=str(PY))
-    assert r.returncode == Exit.NO_SGLANG == 21, r.stdout[-1500:] + r.stderr
+    assert r.returncode == Exit.NO_SGLANG == 23, r.stdout[-1500:] + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith(f"vramkit: not starting: sglang: {PY} (VRAMKIT_SERVER_PYTHON) cannot import SGLang "

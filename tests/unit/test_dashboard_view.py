@@ -23,7 +23,7 @@ GiB = 1 << 30
 
 
 def _engine() -> Engine:
-    return Engine.from_config(catalog.engine_constants())
+    return catalog.engine()
 
 
 @pytest.mark.parametrize("params", [

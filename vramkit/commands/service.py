@@ -92,7 +92,7 @@ def render_units(args) -> dict[str, str]:
     gpu_ids = args.gpus or ",".join(str(i) for i in range(tp))
     plan_line = (f"plan: {r.model.name} on {r.gpu.label if r.gpu else 'the given free memory'}, peak "
                  f"{bytes2human(r.plan.peak_vram_bytes)} per GPU, KV pool {r.plan.kv_pool_tokens:,} tokens "
-                 f"(the kit's planner, derived)")
+                 f"(derived: the kit's planner)")
     common = {"repo": repo}
     sglang = su.render(_template("vramkit-sglang.service.in"), common | {
         "plan_line": plan_line, "sglang_version": catalog.versions().sglang_pip, "model": r.model.name,

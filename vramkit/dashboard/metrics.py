@@ -74,7 +74,7 @@ class GpuCollector(Collector):
             return
         record, peak = found
         fam = GaugeMetricFamily("vramkit_plan_predicted_peak_bytes",
-                                "the running server's planned peak GPU memory per GPU (the kit's planner, derived)",
+                                "the running server's planned peak GPU memory per GPU (derived: the kit's planner)",
                                 labels=["service", "preset", "model"])
         fam.add_metric([str(record.get("name") or ""), str(record.get("preset") or ""),
                         str(record.get("model") or "")], peak)

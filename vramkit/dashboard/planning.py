@@ -18,7 +18,6 @@ from vramkit.core.dashboard_view import (
     memory_segments,
 )
 from vramkit.core.knobs import VALID_KV_DTYPES, specs
-from vramkit.core.planner import Engine
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.resolve import plan_json, resolve
 
@@ -34,7 +33,7 @@ def fields() -> dict[str, str]:
 
 
 def engine_bytes() -> EngineBytes:
-    e = Engine.from_config(catalog.engine_constants())
+    e = catalog.engine()
     return EngineBytes(startup_overhead=e.cuda_context, pre_kv=e.pre_kv, post_kv_misc=e.post_kv_misc,
                        attention_backend=e.attention_backend, tp_comm_runtime=e.tp_comm_runtime)
 

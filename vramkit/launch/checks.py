@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from vramkit import catalog
 from vramkit.core.checks import Check
-from vramkit.core.planner import Engine, host_ram_need
+from vramkit.core.planner import host_ram_need
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.steps import LaunchSpec, server_gpu_ids
 from vramkit.units import bytes2human
@@ -38,7 +38,7 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
     if p.host_ram_bytes:
         avail = host_ram()          # read again now: the plan's figure may be minutes old
         need, reserve = host_ram_need(int(p.knobs.hicache_gb * 1e9), p.weights_offloaded_bytes,
-                                      Engine.from_config(catalog.engine_constants()))
+                                      catalog.engine())
         ok = avail - reserve >= need
         checks.append(Check.of("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
                             + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")

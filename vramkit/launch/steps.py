@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core import sglang_log
-from vramkit.core.render import compose_yaml, sglang_args
+from vramkit.core.render import compose_yaml, container_model_path, model_path_for, sglang_args
 from vramkit.errors import Exit, VramkitError
 
 
@@ -53,7 +53,13 @@ def state_paths(name: str) -> dict[str, Path]:
 def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     """(the native command, the compose file text) for this launch."""
     model = resolved.model
-    model_path = spec.model_path or model.hf_id
+    model_path = spec.model_path or model_path_for(model)
+    # a folder on this host (a folder model, or --model-path DIR): natively SGLang reads it where it is; in a
+    # container it is bind-mounted read-only and --model-path names the mount
+    folder = str(Path(model_path).resolve()) if Path(model_path).is_dir() else None
+    mount = (folder, container_model_path(folder)) if folder else None
+    if folder:
+        model_path = folder if spec.runtime == "native" else mount[1]
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args)
@@ -64,6 +70,7 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
                            image=v.sglang_image, argv=argv, gpu_ids=gpu_ids, port=catalog.sglang().port,
+                           model_mount=mount,
                            source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
     return native, compose
 
