@@ -122,7 +122,8 @@ def test_model_path_recipe_plans_the_folders_model(env):
     assert plan.lstrip().startswith("qwen2.5-0.5b-instruct on "), plan[:300]     # the plan table's title
     assert "14b" not in plan.lower()
     cmd = the_command(r.stdout)
-    assert f"--model-path {SMALL} " in cmd and "--load-format dummy" in cmd
+    assert f"--model-path {REPO / SMALL} " in cmd   # a folder renders as its absolute path
+    assert "--load-format dummy" in cmd
     nothing_left(env)
 
 
