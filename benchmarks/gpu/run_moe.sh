@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue 12 on the GPU host: Qwen3-Coder-30B-A3B (random block-FP8 checkpoint written there) with its
+# experts split between the GPU and host RAM through SGLang's KTransformers path (kt-kernel 0.5.1 +
+# services/sglang-kt/kt_compat), on an H100 emulated at 16 GB. Detached; poll $RES/progress.txt.
+# Usage (repo root on the GPU host; .gpu/ holds the SGLang archive, ballast.py and .gpu/kt/*.whl|*.deb):
+#   setsid nohup bash benchmarks/gpu/run_moe.sh SESSION > /tmp/moe/driver.log 2>&1 &
+# SESSION:
+#   probe  runtime first: checkpoint, host bandwidth, SGLang started directly with --kt-* (AMX), probe
+#   kit    every point through `vramkit up --runtime native`: AMX, AVX-512, layer offload; bench suites
+set -u
+SESSION=${1:?usage: run_moe.sh probe|kit}
+RES=${RES:-/tmp/moe/res}; mkdir -p "$RES/logs"
+CK=${CK:-/tmp/ck/qwen3-coder-30b-a3b-instruct-fp8}
+MODEL_CFG=config/models/qwen3-coder-30b-a3b-instruct
+step() { echo "=== $(date +%T) $*" | tee -a "$RES/progress.txt"; }
+t_start=$(date +%s); elapsed() { echo $(( $(date +%s) - t_start )); }
+
+step "host"
+{ lscpu; free -g; df -h /tmp; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; } > "$RES/host.txt" 2>&1
+PHYS=$(lscpu -p=core,socket | grep -v '^#' | sort -u | wc -l)
+step "physical cores $PHYS, logical $(nproc)"
+
+step "site + checkpoint (in parallel)"
+( [ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/kt/kt_kernel-0.5.1-*.whl ) \
+  > "$RES/logs/site.txt" 2>&1 &
+site_pid=$!
+if [ ! -f "$CK/config.json" ]; then
+  python3 tools/make_random_checkpoint.py "$MODEL_CFG" "$CK" --format fp8 --jobs 8 > "$RES/checkpoint.json" 2> "$RES/logs/checkpoint.err"
+fi
+wait $site_pid
+step "checkpoint: $(cat "$RES/checkpoint.json" 2>/dev/null) ($(elapsed) s)"
+export PYTHONPATH=/tmp/site:$PWD/services/sglang-kt/kt_compat:$PWD PYTHONUNBUFFERED=1
+if ! python3 -c "import kt_kernel" > "$RES/logs/kt-import.txt" 2>&1; then
+  mkdir -p /tmp/hw && for d in .gpu/kt/*.deb; do dpkg -x "$d" /tmp/hw; done
+  export LD_LIBRARY_PATH=/tmp/hw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+fi
+python3 -c "import kt_kernel, kt_kernel.experts_base as b; print(kt_kernel.__version__, kt_kernel.__cpu_variant__, \
+kt_kernel.KTMoEWrapper, hasattr(b.kt_kernel_ext.CPUInfer, 'submit_with_cuda_stream'))" >> "$RES/logs/kt-import.txt" 2>&1
+step "kt_kernel: $(tail -1 "$RES/logs/kt-import.txt")"
+
+step "host memory bandwidth"
+python3 -c "
+import json; from vramkit.adapters import membw
+print(json.dumps(membw.sweep([1, 2, 4, 8, $PHYS], 4 << 30)))" > "$RES/membw.json" 2> "$RES/logs/membw.err"
+step "membw $(cat "$RES/membw.json")"
+
+ballast_pid=
+ballast() { [ -n "$ballast_pid" ] && kill $ballast_pid 2>/dev/null; python3 .gpu/ballast.py "$1" > "$RES/logs/ballast.txt" 2>&1 &
+  ballast_pid=$!; for i in $(seq 60); do grep -q holding "$RES/logs/ballast.txt" && break; sleep 1; done; }
+SGL_COMMON="--attention-backend triton --sampling-backend pytorch --grammar-backend none --skip-tokenizer-init --disable-prefill-cuda-graph"
+THREADS=${THREADS:-$((PHYS - 2))}
+
+direct() {  # name variant extra-args...: SGLang started by hand (runtime proof), probed, stopped
+  local name=$1 variant=$2; shift 2
+  step "start $name (KT variant $variant, $THREADS threads)"
+  KT_KERNEL_CPU_VARIANT=$variant python3 -m sglang.launch_server --model-path "$CK" --host 127.0.0.1 --port 30000 \
+    --kt-weight-path "$CK" --kt-method FP8 --kt-cpuinfer "$THREADS" --kt-threadpool-count 1 \
+    --kv-cache-dtype fp8_e5m2 --context-length 32768 --chunked-prefill-size 4096 --max-running-requests 8 \
+    --cuda-graph-max-bs-decode 8 $SGL_COMMON "$@" > "$RES/logs/$name.server.log" 2>&1 &
+  local pid=$! t0=$(date +%s)
+  until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:30000/health', timeout=3)" 2>/dev/null; do
+    kill -0 $pid 2>/dev/null || { step "$name died: $(grep -E 'Error|error' "$RES/logs/$name.server.log" | tail -3)"; return 1; }
+    [ $(( $(date +%s) - t0 )) -gt 480 ] && { step "$name: no health in 480 s"; kill $pid; return 1; }
+    sleep 2
+  done
+  step "$name healthy after $(( $(date +%s) - t0 )) s; peak so far $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
+  free -g > "$RES/logs/$name.free.txt"
+  timeout 300 python3 benchmarks/gpu/moe_probe.py --out "$RES/$name.probe.json" --label "$name" $PROBE_ARGS \
+    2>&1 | tee -a "$RES/progress.txt"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader >> "$RES/logs/$name.free.txt"
+  kill $pid; wait $pid 2>/dev/null; sleep 3
+}
+
+if [ "$SESSION" = probe ]; then
+  ballast 16
+  PROBE_ARGS="" direct kt-amx-g32 amx --kt-num-gpu-experts 32 --mem-fraction-static 0.85
+  [ "$(elapsed)" -lt 420 ] && PROBE_ARGS="--ttft 512" direct kt-avx512-g32 avx512_bf16 --kt-num-gpu-experts 32 --mem-fraction-static 0.85
+fi
+step "done ($(elapsed) s)"

@@ -1,0 +1,116 @@
+"""Write a random-weight checkpoint with a model's real tensor names, shapes, dtypes and packing.
+
+    python3 tools/make_random_checkpoint.py CONFIG_DIR OUT_DIR --format fp8 [--layers N] [--jobs 4]
+
+CONFIG_DIR holds the model's real config.json (config/models/<name>/). OUT_DIR gets config.json (with the
+format's quantization_config), sharded safetensors and model.safetensors.index.json: a local model folder
+SGLang starts from like a downloaded one, and from which kt-kernel reads the CPU experts
+(--kt-weight-path OUT_DIR with --kt-method FP8 or BF16). Speed and memory are real; text is noise.
+Names and shapes come from vramkit/core/checkpoint_layout.py (issue 12).
+
+Values are kept small and finite so a forward pass stays finite: bf16 ~ N(0, 0.02), norms 1, FP8 codes
+with |x| <= 1.875 (no NaN code) and a block scale of 0.01. Random bytes are drawn once into a pool and
+sliced, so a 30 GB checkpoint costs memcpy and disk time, not RNG time. Needs torch and safetensors (the
+GPU host has both; the kit's CPU venv too).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vramkit.core import checkpoint_layout as cl  # noqa: E402
+
+POOL_ELEMS = 1 << 26          # 64 Mi values per pool: large enough that neighbouring tensors differ
+FP8_MAGNITUDE_MASK = 0xBF     # e4m3fn S.EEEE.MMM: clearing the top exponent bit keeps |x| <= 1.875, no NaN
+FP8_SCALE = 0.01
+
+
+class Pools:
+    def __init__(self, seed: int):
+        import torch
+        g = torch.Generator().manual_seed(seed)
+        self.torch = torch
+        self.bf16 = (torch.randn(POOL_ELEMS, generator=g) * 0.02).to(torch.bfloat16)
+        raw = torch.randint(0, 256, (POOL_ELEMS,), dtype=torch.uint8, generator=g) & FP8_MAGNITUDE_MASK
+        self.fp8 = raw.view(torch.float8_e4m3fn)
+        self.offset = 0
+
+    def tensor(self, spec: cl.TensorSpec):
+        torch = self.torch
+        if spec.dtype == "f32":
+            return torch.full(spec.shape, FP8_SCALE, dtype=torch.float32)
+        if spec.role == "norm":
+            return torch.ones(spec.shape, dtype=torch.bfloat16)
+        pool = self.fp8 if spec.dtype == "fp8_e4m3" else self.bf16
+        n = spec.numel
+        self.offset = (self.offset + 7919 * 64) % POOL_ELEMS
+        if n <= POOL_ELEMS - self.offset:
+            flat = pool[self.offset:self.offset + n].clone()
+        else:
+            reps = -(-n // POOL_ELEMS) + 1
+            flat = pool.repeat(reps)[self.offset:self.offset + n].clone()
+        return flat.view(spec.shape)
+
+
+def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, jobs: int = 4,
+          max_shard_bytes: int = 4 << 30, seed: int = 0) -> dict:
+    from safetensors.torch import save_file
+    cfg = json.loads((config_dir / "config.json").read_text())
+    if layers is not None:
+        cfg["num_hidden_layers"] = layers
+    specs = cl.checkpoint_tensors(cfg, fmt)
+    shards = cl.shard(specs, max_shard_bytes)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    pools = Pools(seed)
+
+    def one(k: int) -> int:
+        tensors = {s.name: pools.tensor(s) for s in shards[k]}
+        save_file(tensors, str(out_dir / cl.shard_name(k, len(shards))), metadata={"format": "pt"})
+        return sum(s.nbytes for s in shards[k])
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        total = sum(ex.map(one, range(len(shards))))
+    weight_map = {s.name: cl.shard_name(k, len(shards)) for k, group in enumerate(shards) for s in group}
+    (out_dir / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+    qc = cl.quantization_config(fmt)
+    if qc:
+        cfg["quantization_config"] = qc
+    else:
+        cfg.pop("quantization_config", None)
+    cfg["torch_dtype"] = "bfloat16"
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=2))
+    return {"out": str(out_dir), "format": fmt, "tensors": len(specs), "shards": len(shards),
+            "bytes": total, "seconds": round(time.time() - t0, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("config_dir", type=Path, help="folder with the model's config.json")
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--format", choices=cl.FORMATS, default="bf16")
+    ap.add_argument("--layers", type=int, help="keep only the first N decoder layers (smoke tests)")
+    ap.add_argument("--jobs", type=int, default=4, help="shards written at once")
+    ap.add_argument("--shard-gib", type=float, default=4.0)
+    a = ap.parse_args(argv)
+    if not (a.config_dir / "config.json").is_file():
+        print(f"make_random_checkpoint: no config.json in {a.config_dir} -> pass a folder holding one", file=sys.stderr)
+        return 65
+    try:
+        info = write(a.config_dir, a.out_dir, a.format, a.layers, a.jobs, int(a.shard_gib * 2**30))
+    except ValueError as e:
+        print(f"make_random_checkpoint: {e}", file=sys.stderr)
+        return 64
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
