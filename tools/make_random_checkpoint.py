@@ -91,6 +91,38 @@ def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, 
             "bytes": total, "seconds": round(time.time() - t0, 1)}
 
 
+KT_QUANT_METHODS = ("AMXINT4", "AMXINT8")
+
+
+def write_kt_layout(config_dir: Path, out_dir: Path, method: str, threads: int, layers: int | None = None,
+                    seed: int = 1) -> dict:
+    """KT's own layout for AMXINT4/AMXINT8 (``_layer_{i}/_numa_0/INT4_{gate,up,down}_{e}_*.kt``), written by
+    kt-kernel itself: each layer's experts as random bf16 tensors, quantized and saved by
+    ``KTMoEWrapper.load_weights_from_tensors`` (the online-quantization path KT's converter uses).
+    SGLang then takes --kt-weight-path OUT_DIR --kt-method METHOD; the GPU experts still come from the
+    safetensors checkpoint. Needs kt_kernel (and a CUDA torch: it pins its buffers)."""
+    import torch
+    from kt_kernel import KTMoEWrapper
+    cfg = json.loads((config_dir / "config.json").read_text())
+    n_layers = layers if layers is not None else int(cfg["num_hidden_layers"])
+    e, h, inter = int(cfg["num_experts"]), int(cfg["hidden_size"]), int(cfg["moe_intermediate_size"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pools = Pools(seed)
+    t0 = time.time()
+    for i in (i for i in range(n_layers) if cl.is_moe_layer(cfg, i)):
+        w = KTMoEWrapper(layer_idx=i, num_experts=e, num_experts_per_tok=int(cfg["num_experts_per_tok"]),
+                         hidden_size=h, moe_intermediate_size=inter, gpu_experts_mask=None,
+                         cpuinfer_threads=threads, threadpool_count=1, weight_path=str(out_dir),
+                         chunked_prefill_size=512, method=method)
+        mats = [pools.tensor(cl.TensorSpec("x", shape, "bf16", "expert"))
+                for shape in ((e, inter, h), (e, inter, h), (e, h, inter))]
+        w.load_weights_from_tensors(*mats, torch.arange(e, dtype=torch.long))
+        del w, mats
+    size = sum(f.stat().st_size for f in out_dir.rglob("*.kt"))
+    return {"out": str(out_dir), "kt_method": method, "layers": n_layers, "bytes": size,
+            "seconds": round(time.time() - t0, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("config_dir", type=Path, help="folder with the model's config.json")
@@ -99,12 +131,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, help="keep only the first N decoder layers (smoke tests)")
     ap.add_argument("--jobs", type=int, default=4, help="shards written at once")
     ap.add_argument("--shard-gib", type=float, default=4.0)
+    ap.add_argument("--kt-layout", choices=KT_QUANT_METHODS,
+                    help="write KT's quantized CPU-expert layout into OUT_DIR instead (needs kt_kernel)")
+    ap.add_argument("--kt-threads", type=int, default=8)
     a = ap.parse_args(argv)
     if not (a.config_dir / "config.json").is_file():
         print(f"make_random_checkpoint: no config.json in {a.config_dir} -> pass a folder holding one", file=sys.stderr)
         return 65
     try:
-        info = write(a.config_dir, a.out_dir, a.format, a.layers, a.jobs, int(a.shard_gib * 2**30))
+        info = (write_kt_layout(a.config_dir, a.out_dir, a.kt_layout, a.kt_threads, a.layers) if a.kt_layout
+                else write(a.config_dir, a.out_dir, a.format, a.layers, a.jobs, int(a.shard_gib * 2**30)))
     except ValueError as e:
         print(f"make_random_checkpoint: {e}", file=sys.stderr)
         return 64
