@@ -46,7 +46,7 @@ def _extra(tp: int, **knobs) -> str:
 
 
 def _texts() -> dict[str, str]:
-    from vramkit.commands import launch
+    from vramkit.launch import compose_files as launch
     out = {p.name: t for p, t in launch.compose_files().items()}
     out["tp2-fp8"] = _extra(2, kv_dtype="fp8_e5m2", mem_fraction=0.8)
     out["offload-2"] = _extra(1, mem_fraction=0.8, cpu_offload_gib=2)

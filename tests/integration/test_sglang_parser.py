@@ -159,7 +159,7 @@ def test_missing_checker_says_what_to_run(monkeypatch, tmp_path):
 
 def _fitting_cases():
     try:
-        from vramkit.launch_cases import iter_launch_cases
+        from vramkit.launch.cases import iter_launch_cases
     except ModuleNotFoundError as exc:
         if exc.name != "vramkit.core.render":
             raise

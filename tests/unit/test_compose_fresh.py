@@ -1,5 +1,5 @@
 """The committed docker-compose.qwen*.yml files are exactly what config/ renders today."""
-from vramkit.commands.launch import compose_files
+from vramkit.launch.compose_files import compose_files
 
 
 def test_committed_compose_files_are_not_stale():

@@ -10,11 +10,13 @@ import argparse
 import nvml_scenarios as sc
 import pytest
 
-from vramkit import launcher
 from vramkit.adapters import nvml
-from vramkit.commands.launch import _in_use
-from vramkit.commands.plan import add_plan_arguments, nvml_gpu, resolve
+from vramkit.commands.plan import add_plan_arguments
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import checks as launch_checks
+from vramkit.launch import steps
+from vramkit.launch.resolve import nvml_gpu, resolve
+from vramkit.launch.up import in_use
 
 GiB = 1 << 30
 
@@ -60,22 +62,22 @@ def test_no_driver_is_no_gpu(monkeypatch):
 def test_vram_budget_base_is_the_fullest_server_gpu(monkeypatch):
     sc.two_gpus().install(monkeypatch)
     snap = nvml.read_snapshot(with_processes=False)
-    assert _in_use(snap, [1]) == snap.gpus[1].in_use_bytes < 2 * GiB
-    assert _in_use(snap, [0, 1]) == snap.gpus[0].in_use_bytes > 13 * GiB
-    assert _in_use(None, [0]) == 0
+    assert in_use(snap, [1]) == snap.gpus[1].in_use_bytes < 2 * GiB
+    assert in_use(snap, [0, 1]) == snap.gpus[0].in_use_bytes > 13 * GiB
+    assert in_use(None, [0]) == 0
 
 
 @pytest.mark.parametrize("ids, tp, expected", [(None, 1, [0]), (None, 2, [0, 1]), ([1], 1, [1]), ([1, 0], 1, [1]),
                                                ([1, 0], 2, [1, 0])])
 def test_server_gpu_ids(ids, tp, expected):
-    spec = launcher.LaunchSpec(name="t", runtime="native", gpu_ids=ids)
-    assert launcher.server_gpu_ids(spec, tp) == expected
+    spec = steps.LaunchSpec(name="t", runtime="native", gpu_ids=ids)
+    assert steps.server_gpu_ids(spec, tp) == expected
 
 
 def test_too_few_gpus_named_for_tp_is_bad_input_not_a_silent_swap():
-    spec = launcher.LaunchSpec(name="t", runtime="native", gpu_ids=[3])
+    spec = steps.LaunchSpec(name="t", runtime="native", gpu_ids=[3])
     with pytest.raises(VramkitError) as e:
-        launcher.server_gpu_ids(spec, 2)
+        steps.server_gpu_ids(spec, 2)
     assert e.value.code == Exit.BAD_INPUT and "names 1 GPU(s) for tensor parallel size 2" in e.value.what
 
 
@@ -91,8 +93,8 @@ def _gpu_checks(tp, gpu_ids, gpu_count):
     ap = argparse.ArgumentParser()
     add_plan_arguments(ap)
     r = resolve(ap.parse_args(["--preset", "optimized", "--gpu", "rtx-4090-24gb", "--tp", str(tp)]))
-    spec = launcher.LaunchSpec(name="t", runtime="native", gpu_ids=gpu_ids)
-    checks = launcher.preflight(r, spec, gpu_present=True, docker_check=None, host_ram=lambda: 256 * GiB,
+    spec = steps.LaunchSpec(name="t", runtime="native", gpu_ids=gpu_ids)
+    checks = launch_checks.preflight(r, spec, gpu_present=True, docker_check=None, host_ram=lambda: 256 * GiB,
                                 memlock=lambda: (None, None), port_free=lambda host, port: True, gpu_count=gpu_count)
     return [c for c in checks if c.name == "gpus"]
 

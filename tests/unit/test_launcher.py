@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from vramkit import launcher
 from vramkit.adapters import docker
-from vramkit.commands.plan import add_plan_arguments, resolve
+from vramkit.commands.plan import add_plan_arguments
 from vramkit.core import sglang_log
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import checks as launch_checks
+from vramkit.launch import steps
+from vramkit.launch.resolve import resolve
 from vramkit.units import GiB
 
 REAL_LOG = (Path(__file__).parents[1] / "data" / "sglang-gptq-start.log").read_text()
@@ -70,8 +72,8 @@ NO_CDI_SPEC = not Path("/etc/cdi/nvidia.yaml").exists() and not Path("/var/run/c
 
 def _preflight(resolved, runtime="docker", *, gpu_present=True, docker_check=docker_fine, host_ram=64 * GiB,
                memlock=(None, None), port_free=True):
-    spec = launcher.LaunchSpec(name="vramkit-test", runtime=runtime)
-    return {c.name: c for c in launcher.preflight(
+    spec = steps.LaunchSpec(name="vramkit-test", runtime=runtime)
+    return {c.name: c for c in launch_checks.preflight(
         resolved, spec, gpu_present=gpu_present, docker_check=docker_check, host_ram=lambda: host_ram,
         memlock=lambda: memlock, port_free=lambda host, port: port_free)}
 
@@ -233,7 +235,7 @@ class ScriptedStart:
         return self.now
 
     def wait(self, spec):
-        return launcher.wait_healthy(self, spec, is_alive=self.is_alive, read_log=self.read_log,
+        return steps.wait_healthy(self, spec, is_alive=self.is_alive, read_log=self.read_log,
                                      on_phase=self.phases.append, sleep=self.sleep, clock=self.clock)
 
 
@@ -249,7 +251,7 @@ def _log_upto(marker: str | None) -> str:
 @pytest.fixture
 def spec(tmp_path, monkeypatch):
     monkeypatch.setenv("VRAMKIT_STATE_DIR", str(tmp_path / "state"))
-    return launcher.LaunchSpec(name="vramkit-test", runtime="native", timeout_s=600)
+    return steps.LaunchSpec(name="vramkit-test", runtime="native", timeout_s=600)
 
 
 def test_phases_reported_in_order_from_a_real_log(spec):
@@ -356,10 +358,10 @@ def test_last_error_of_a_silent_death_is_not_import_noise():
 
 def test_env_cpuset_from_environment_and_bad_value(monkeypatch):
     monkeypatch.setenv("VRAMKIT_SGLANG_CPUSET", "0-2,5")
-    assert launcher.env_cpuset() == (0, 1, 2, 5)
+    assert steps.env_cpuset() == (0, 1, 2, 5)
     monkeypatch.setenv("VRAMKIT_SGLANG_CPUSET", "3-1")
     with pytest.raises(VramkitError) as e:
-        launcher.env_cpuset()
+        steps.env_cpuset()
     assert e.value.code == Exit.BAD_INPUT and "runs backwards" in e.value.what
 
 

@@ -131,3 +131,20 @@ def test_checker_flags(source):
 ])
 def test_checker_allows(source):
     assert not violations(source, "vramkit.core.example"), source
+
+
+# ----------------------------------------------------------------------------------------------
+# launch/ is one part below the CLI: commands/ parse and print, launch/ never imports them back
+# ----------------------------------------------------------------------------------------------
+LAUNCH_FILES = sorted((PACKAGE_DIR / "launch").rglob("*.py"))
+
+
+def test_launch_has_files():
+    assert {"resolve.py", "checks.py", "up.py", "cases.py"} <= {p.name for p in LAUNCH_FILES}
+
+
+@pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_launch_module_does_not_import_the_cli_or_print(path):
+    bad = violations(path.read_text(), _module_name(path), path.name == "__init__.py",
+                     ("rich",), ("vramkit.commands", "vramkit.ui", "vramkit.cli"))
+    assert not bad, f"{path.relative_to(PACKAGE_DIR.parent)} imports: {'; '.join(bad)}"

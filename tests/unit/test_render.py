@@ -13,7 +13,7 @@ from itertools import product
 import pytest
 
 from vramkit import catalog
-from vramkit.launch_cases import iter_launch_cases
+from vramkit.launch.cases import iter_launch_cases
 from vramkit.core import render
 from vramkit.core.planner import Engine, Knobs, Target, plan
 from vramkit.units import GiB
@@ -123,7 +123,7 @@ def test_no_case_asks_for_more_context_than_sglang_derives(rendered_cases):
 
 
 def test_the_parser_test_sees_every_case():
-    # tests/integration/test_sglang_parser.py feeds launch_cases.iter_launch_cases() to SGLang's parser: it
+    # tests/integration/test_sglang_parser.py feeds launch.cases.iter_launch_cases() to SGLang's parser: it
     # must cover every preset x model x GPU at tp 1 and 2, or a rendered launch escapes the real-parser check
     ids = {c.case_id for c in iter_launch_cases()}
     expected = {f"{p}-{m}-{g}-tp{t}" for p, m, g, t in ALL_CASES}
@@ -215,7 +215,7 @@ def test_native_context_renders_no_override():
 # compose
 # ----------------------------------------------------------------------------------------------
 def _compose_files() -> dict:
-    from vramkit.commands import launch
+    from vramkit.launch import compose_files as launch
     return {p.name: text for p, text in launch.compose_files().items()}
 
 

@@ -1,10 +1,5 @@
-"""Start, wait for, warm up and stop an SGLang server, in Docker or natively.
-
-The order of `up`: resolve and print the plan; check everything that can be checked before touching
-anything (runtime, GPU, fit, host RAM and memlock for pinned pools, the port); only then start; wait
-for /health with the start-up phase on screen; warm up; record the run. Any failure after the start
-tears down what was started, so nothing is left half-running.
-"""
+"""The pieces of a launch: what to start (LaunchSpec), the native command and compose file, waiting for
+/health, warming up, the run record. `launch/up.py` puts them in order."""
 from __future__ import annotations
 
 import os
@@ -19,7 +14,6 @@ from vramkit import catalog
 from vramkit.core import sglang_log
 from vramkit.core.render import SGLANG_PORT, compose_yaml, sglang_args
 from vramkit.errors import Exit, VramkitError
-from vramkit.units import bytes2human
 
 
 @dataclass
@@ -48,62 +42,10 @@ def server_gpu_ids(spec: LaunchSpec, tp: int) -> list[int]:
     return list(spec.gpu_ids[:tp])
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    code: Exit = Exit.OK
-    fatal: bool = True            # False: a warning printed, the start goes on
-
-
 def state_paths(name: str) -> dict[str, Path]:
     from vramkit.adapters.state import state_dir
     d = state_dir()
     return {"log": d / f"{name}.log", "compose": d / f"{name}.compose.yml"}
-
-
-def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, host_ram, memlock, port_free,
-              gpu_count: int | None = None) -> list[Check]:
-    """Every check before starting; each adapter is passed in so tests can drive the situations."""
-    p = resolved.plan
-    checks: list[Check] = []
-    if spec.runtime == "docker":
-        try:
-            docker_check()
-            checks.append(Check("docker", True, "engine and NVIDIA runtime present"))
-        except VramkitError as e:
-            checks.append(Check("docker", False, e.what + " -> " + e.todo, e.code))
-    n_gpu = p.knobs["tp"]
-    if gpu_present and gpu_count is not None and gpu_count < n_gpu:
-        checks.append(Check("gpus", False, f"tensor parallel size {n_gpu} needs {n_gpu} GPUs, NVML sees {gpu_count} "
-                            f"-> --tp {gpu_count} or more cards", Exit.NO_GPU))
-    elif gpu_present and gpu_count is not None:
-        absent = [i for i in server_gpu_ids(spec, n_gpu) if i >= gpu_count]
-        if absent:
-            checks.append(Check("gpus", False, f"GPU {absent[0]} is not there: NVML sees {gpu_count} "
-                                f"(0-{gpu_count - 1}) -> pick --gpus from `nvidia-smi -L`", Exit.NO_GPU))
-    checks.append(Check("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
-                        "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
-    if p.host_ram_bytes:
-        avail = host_ram()
-        reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs["hicache_gib"] else 0
-        ok = avail - reserve >= p.host_ram_bytes
-        checks.append(Check("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
-                            + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")
-                            + f", {bytes2human(avail)} available", Exit.HOST_MEMORY))
-        soft, _hard = memlock()
-        if spec.runtime == "native" and soft is not None and soft < p.host_ram_bytes:
-            # CUDA's own pinned allocations are not charged to RLIMIT_MEMLOCK on the drivers we ran
-            # (benchmarks/gpu/nvml_vs_smi.py probes it), so this warns rather than refuses.
-            checks.append(Check("memlock", False, f"memlock limit {bytes2human(soft)} < {bytes2human(p.host_ram_bytes)} "
-                                f"pinned -> `ulimit -l unlimited` if pinning fails", Exit.HOST_MEMORY, fatal=False))
-    checks.append(Check("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
-                        " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
-    busy = not port_free(spec.host, spec.port)
-    checks.append(Check("port", not busy, f"{spec.host}:{spec.port} " + ("is in use -> stop what holds it or PORT=..."
-                                                                           if busy else "free"), Exit.PORT_BUSY))
-    return checks
 
 
 def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:

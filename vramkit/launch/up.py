@@ -1,0 +1,163 @@
+"""The order of `up` and `down`, and what `status` reads.
+
+`up`: resolve the plan (the caller prints it); check everything that can be checked before touching
+anything (runtime, GPU, fit, host RAM and memlock for pinned pools, the port); only then start; wait
+for /health with the start-up phase reported; warm up; record the run. Any failure after the start
+tears down what was started, so nothing is left half-running. Printing is the caller's (commands/launch.py):
+these functions report through the `say`/`on_phase` callables they are given.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vramkit.errors import VramkitError
+from vramkit.launch import checks as launch_checks
+from vramkit.launch import steps
+from vramkit.launch.resolve import Resolved, host_available, nvml_gpu, resolve
+
+
+def gpu_snapshot():
+    """One NVML reading for the whole start (None without NVML or GPUs)."""
+    from vramkit.adapters import nvml
+    snap = nvml.read_snapshot(with_processes=False)
+    return None if snap.unavailable is not None or not snap.gpus else snap
+
+
+def in_use(snap, ids: list[int]) -> int:
+    """Bytes in use now on the fullest of the server's GPUs (0 when unknown): the base of its VRAM budget."""
+    used = [snap.gpus[i].in_use_bytes for i in ids if snap is not None and 0 <= i < len(snap.gpus)]
+    return max([u for u in used if isinstance(u, int)], default=0)
+
+
+@dataclass
+class Prepared:
+    """Everything decided before a start: the plan, the GPUs, the command and compose file, the checks."""
+    resolved: Resolved
+    spec: steps.LaunchSpec
+    gpu_ids: list[int]
+    in_use_before: int
+    native: list[str]
+    compose_text: str
+    paths: dict[str, Path]
+    checks: list[launch_checks.Check]
+
+    def failed(self, *, no_fit_check: bool = False) -> list[launch_checks.Check]:
+        return [c for c in self.checks if not c.ok and c.fatal and not (no_fit_check and c.name == "fit")]
+
+
+def prepare(args: argparse.Namespace, spec: steps.LaunchSpec, *, assume_gpu: bool = False) -> Prepared:
+    """Read the GPUs once, resolve the plan for them, build the command and run every pre-start check.
+    Starts nothing. `args` are the raw plan arguments; with a GPU present and neither --gpu nor
+    --gpu-free-gib given, the plan is for the GPUs the server will use (--gpu auto)."""
+    snap = gpu_snapshot()
+    gpu_count = len(snap.gpus) if snap is not None else 0
+    gpu_present = gpu_count > 0 or assume_gpu
+    if args.gpu is None and gpu_present and args.gpu_free_gib is None:
+        args.gpu = "auto"
+    r = resolve(args, read_gpu=lambda tp: nvml_gpu(tp, steps.server_gpu_ids(spec, tp), snap),
+                read_host=host_available)
+    ids = steps.server_gpu_ids(spec, r.plan.knobs["tp"])
+    native, compose_text = steps.build(r, spec)
+    from vramkit.adapters import docker, host, process
+    checks = launch_checks.preflight(r, spec, gpu_present=gpu_present, docker_check=docker.check_engine,
+                                     host_ram=lambda: host.host_memory()[1], memlock=host.memlock_limit,
+                                     port_free=process.port_free, gpu_count=gpu_count or None)
+    return Prepared(r, spec, ids, in_use(snap, ids), native, compose_text, steps.state_paths(spec.name), checks)
+
+
+def refuse_failed(prep: Prepared, *, no_fit_check: bool = False) -> None:
+    """The first fatal failed check as one error (its own exit code); nothing has been started."""
+    failed = prep.failed(no_fit_check=no_fit_check)
+    if failed:
+        first = failed[0]
+        what, _, todo = first.detail.partition(" -> ")
+        raise VramkitError(f"not starting: {first.name}: {what}", todo or "see the checks above", first.code)
+
+
+def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str], None] | None = None) -> dict:
+    """Start, wait for /health, warm up, record; tear down on any failure. Returns the run record."""
+    from vramkit.adapters import docker, process
+    from vramkit.adapters.sglang_http import SglangClient
+    r, spec, paths = prep.resolved, prep.spec, prep.paths
+    pid = None
+    compose_path = None
+    client = SglangClient(f"http://{spec.host}:{spec.port}", timeout_s=120)
+    try:
+        if spec.runtime == "native":
+            paths["log"].parent.mkdir(parents=True, exist_ok=True)
+            paths["log"].write_text("")
+            # NVML numbers cards by PCI bus; CUDA, unless told, fastest first: PCI_BUS_ID makes them agree
+            pid = process.start_background(prep.native, paths["log"], cpus=steps.env_cpuset(),
+                                           env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, prep.gpu_ids)),
+                                                "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+                                           if "CUDA_VISIBLE_DEVICES" not in os.environ else None)
+            say(f"started pid {pid}; log {paths['log']}")
+
+            def is_alive() -> bool:
+                return process.alive(pid)
+
+            def read_log() -> str:
+                return paths["log"].read_text(errors="replace")
+        else:
+            compose_path = paths["compose"]
+            compose_path.parent.mkdir(parents=True, exist_ok=True)
+            compose_path.write_text(prep.compose_text)
+            docker.up(compose_path)
+
+            def is_alive() -> bool:
+                return docker.container_status(spec.name) in ("running", "created", "restarting")
+
+            def read_log() -> str:
+                return docker.logs(spec.name)
+        took = steps.wait_healthy(client, spec, is_alive=is_alive, read_log=read_log, on_phase=on_phase)
+        say(f"healthy after {took:.0f} s")
+        lat = steps.warm_up(client, spec, r.model.vocab_size)
+        say("warm-up: " + ", ".join(f"{x * 1000:.0f} ms" for x in lat))
+    except BaseException:
+        teardown(pid, compose_path)
+        raise
+    finally:
+        client.close()
+    return steps.record(r, spec, pid, compose_path, in_use_before_start=prep.in_use_before)
+
+
+def teardown(pid: int | None, compose_path: Path | None) -> None:
+    from vramkit.adapters import docker, process
+    if pid is not None:
+        process.stop(pid)
+    if compose_path is not None:
+        docker.down(compose_path)
+
+
+def down(name: str) -> bool:
+    """Stop what vramkit recorded under `name` and drop the record; False when nothing was recorded."""
+    from vramkit.adapters import docker, process
+    from vramkit.adapters.state import clear_running, read_running
+    entries = read_running(name)
+    if not entries:
+        return False
+    e = entries[0]
+    if e.get("pid"):
+        process.stop(int(e["pid"]))
+    if e.get("compose_file"):
+        docker.down(Path(e["compose_file"]))
+    clear_running(name)
+    return True
+
+
+def running() -> list[dict]:
+    """Each recorded run with whether its process lives and what /health answers."""
+    from vramkit.adapters import process
+    from vramkit.adapters.sglang_http import SglangClient
+    from vramkit.adapters.state import read_running
+    out = []
+    for e in read_running():
+        alive = process.alive(int(e["pid"])) if e.get("pid") else None
+        with SglangClient(f"http://{e.get('host', '127.0.0.1')}:{e['port']}") as c:
+            health = c.health()
+        out.append({**e, "process_alive": alive, "health": health})
+    return out
