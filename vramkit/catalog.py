@@ -86,6 +86,8 @@ class Preset:
     hicache_gib: float = 0.0
     cpu_offload_gib: int | str = 0       # int GiB, or "auto"
     model: str = ""
+    kt_method: str = ""                  # MoE experts beyond the GPU's share computed on the CPU (issue 12)
+    kt_num_gpu_experts: int | str = "auto"
     knobs: dict = field(default_factory=dict, compare=False)
 
 
@@ -165,7 +167,8 @@ def gpus() -> dict[str, GpuSpec]:
 
 
 PRESET_KEYS = {"description", "model", "context", "concurrency", "kv_dtype", "mem_fraction", "chunked_prefill",
-               "cuda_graph_max_bs", "max_running", "hicache_gib", "cpu_offload_gib"}
+               "cuda_graph_max_bs", "max_running", "hicache_gib", "cpu_offload_gib",
+               "kt_method", "kt_num_gpu_experts"}   # kt_*: the hybrid MoE mode (vramkit/launch/hybrid.py)
 
 
 @cache

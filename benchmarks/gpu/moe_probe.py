@@ -30,9 +30,9 @@ def ids(n: int, seed: int) -> list[int]:
     return [rng.randrange(10, VOCAB) for _ in range(n)]
 
 
-def one(url: str, prompt: list[int], new: int) -> dict:
+def one(url: str, prompt: list[int], new: int, deadline_s: float = 300) -> dict:
     with SglangClient(url, timeout_s=600) as c:
-        r = c.generate(input_ids=prompt, max_new_tokens=new, stream=True)
+        r = c.generate(input_ids=prompt, max_new_tokens=new, stream=True, deadline_s=deadline_s)
     return {"ok": r.ok, "prompt_tokens": len(prompt), "completion_tokens": r.completion_tokens,
             "ttft_s": r.ttft_s, "latency_s": r.latency_s, "error": r.error,
             "decode_tok_s": decode_tok_s(r.latency_s, r.ttft_s, r.completion_tokens) if r.ok else None}
@@ -46,6 +46,7 @@ def main() -> int:
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--ttft", default="512,8192,30000", help="prompt lengths for TTFT ('' to skip)")
     ap.add_argument("--label", default="")
+    ap.add_argument("--deadline", type=float, default=200, help="skip a TTFT point the last prefill rate says exceeds this")
     a = ap.parse_args()
     res: dict = {"label": a.label, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "decode": [], "ttft": []}
     one(a.url, ids(64, 99), 8)                          # warm
@@ -57,8 +58,15 @@ def main() -> int:
                               "aggregate_tok_s": sum(rates) if rates else None, "requests": rs})
         print(f"decode streams={n}: {res['decode'][-1]['per_stream_tok_s']}", flush=True)
         a.out.write_text(json.dumps(res, indent=1))
+    rate = None
     for n in [int(x) for x in a.ttft.split(",") if x]:
-        r = one(a.url, ids(n, 2000 + n), 16)
+        if rate and n / rate > a.deadline:
+            res["ttft"].append({"prompt_tokens": n, "skipped": f"projected {n / rate:.0f} s at {rate:.0f} tok/s prefill"})
+            print(f"ttft {n}: skipped ({n / rate:.0f} s projected)", flush=True)
+            continue
+        r = one(a.url, ids(n, 2000 + n), 16, deadline_s=a.deadline * 1.5)
+        if r["ok"] and r["ttft_s"]:
+            rate = n / r["ttft_s"]
         res["ttft"].append(r)
         print(f"ttft {n}: {r['ttft_s']} ok={r['ok']} {r['error'] or ''}", flush=True)
         a.out.write_text(json.dumps(res, indent=1))

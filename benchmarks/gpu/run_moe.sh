@@ -77,4 +77,33 @@ if [ "$SESSION" = probe ]; then
   PROBE_ARGS="" direct kt-amx-g32 amx --kt-num-gpu-experts 32 --mem-fraction-static 0.85
   [ "$(elapsed)" -lt 420 ] && PROBE_ARGS="--ttft 512" direct kt-avx512-g32 avx512_bf16 --kt-num-gpu-experts 32 --mem-fraction-static 0.85
 fi
+if [ "$SESSION" = kit ]; then
+  ballast 16
+  export SGLANG_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
+  export SGLANG_EXTRA_ARGS="--attention-backend triton --sampling-backend pytorch --grammar-backend none --skip-tokenizer-init"
+  BW=$(python3 -c "import json; print(round(max(r['bytes_per_s'] for r in json.load(open('$RES/membw.json'))) / 1e9, 1))")
+  export VRAMKIT_HOST_READ_GBS=$BW
+  B="--vocab-size 151000"
+  point() { local n=$1; shift; step "point $n"; timeout 900 python3 benchmarks/gpu/moe_point.py --name "$n" --out "$RES" "$@" \
+    2>&1 | tail -12 | tee -a "$RES/progress.txt"; }
+  python3 -m vramkit plan --json --preset moe --gpu auto > "$RES/plan-moe.json" 2> "$RES/logs/plan-moe.err"
+  point moe-16g-fp8-amx --probe="--new-tokens 128 --ttft 512,8192" \
+    --bench="--suites latency --quick $B --label fp8-amx-16g --out $RES/moe-16g.json --planner-json $RES/plan-moe.json" \
+    -- --preset moe --model-path "$CK"
+  step "KT AMXINT4 layout"
+  [ -d /tmp/ck/kt-int4 ] || python3 tools/make_random_checkpoint.py "$MODEL_CFG" /tmp/ck/kt-int4 --kt-layout AMXINT4 \
+    --kt-threads "$THREADS" > "$RES/kt-int4.json" 2> "$RES/logs/kt-int4.err"
+  step "int4 layout: $(cat "$RES/kt-int4.json")"
+  python3 -m vramkit plan --json --preset moe --gpu auto --kt-method AMXINT4 --kt-weight-path /tmp/ck/kt-int4 \
+    > "$RES/plan-moe-int4.json" 2>> "$RES/logs/plan-moe.err"
+  point moe-16g-int4-amx --probe="--new-tokens 128 --ttft 512,8192,30000" \
+    --bench="--suites latency --quick $B --label int4-amx-16g --out $RES/moe-16g-int4.json --planner-json $RES/plan-moe-int4.json" \
+    -- --preset moe --model-path "$CK" --kt-method AMXINT4 --kt-weight-path /tmp/ck/kt-int4
+  point moe-16g-fp8-avx512 --env KT_KERNEL_CPU_VARIANT=avx512_bf16 --probe="--new-tokens 64 --streams 1 --ttft 512" \
+    -- --preset moe --model-path "$CK"
+  point moe-16g-offload --probe="--new-tokens 8 --streams 1 --ttft=" -- --model qwen3-coder-30b-a3b-instruct-fp8 \
+    --model-path "$CK" --load-format dummy --context 32768 --kv-dtype fp8_e5m2 --mem-fraction 0.85 \
+    --chunked-prefill 4096 --cuda-graph-max-bs 4 --max-running 4 --cpu-offload-gib 18
+  ballast_stop=1
+fi
 step "done ($(elapsed) s)"

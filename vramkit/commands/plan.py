@@ -3,6 +3,7 @@ the resolution is vramkit/launch/resolve.py)."""
 from __future__ import annotations
 
 import argparse
+import os
 import json
 
 from vramkit import catalog
@@ -34,6 +35,15 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     k.add_argument("--hicache-gib", type=float, help="host-RAM KV cache in GB (0 = off)")
     k.add_argument("--cpu-offload-gib", help="weights kept in host RAM, whole GiB, or 'auto'")
     k.add_argument("--tp", type=int, help="tensor parallel size (GPUs)")
+    m = p.add_argument_group("MoE experts in host RAM (SGLang's KTransformers path; preset moe)")
+    m.add_argument("--kt-method", help="CPU expert format: FP8, BF16 (read from the checkpoint), AMXINT4, AMXINT8")
+    m.add_argument("--kt-num-gpu-experts", help="experts per layer kept on the GPU (default auto: as many as fit)")
+    m.add_argument("--kt-cpuinfer", type=int, help="CPU expert threads (default: physical cores of the server "
+                                                   "cpuset minus 2)")
+    m.add_argument("--kt-weight-path", default=os.environ.get("KT_WEIGHT_PATH") or None,
+                   help="folder of the CPU experts (default: the model folder; AMXINT4/8: KT's converted layout)")
+    m.add_argument("--host-read-gbs", type=float, help="host memory read bandwidth, GB/s (default: "
+                                                       "$VRAMKIT_HOST_READ_GBS from `vramkit host --bandwidth`)")
 
 
 def render_plan(r: Resolved):
@@ -96,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         con = Console()
         for item in render_plan(r):
             con.print(item)
-        con.print("[bold]SGLang arguments:[/bold] " + " ".join(sglang_args(r.model, r.plan, model_path=r.model.hf_id)),
+        con.print("[bold]SGLang arguments:[/bold] " + " ".join(sglang_args(r.model, r.plan, model_path=r.model.hf_id)
+                                                   + (r.hybrid.args(r.model.hf_id) if r.hybrid else [])),
                   soft_wrap=True)
     return 0 if r.plan.fits else int(Exit.NO_FIT)
 

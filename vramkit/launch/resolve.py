@@ -23,6 +23,7 @@ class Resolved:
     knobs: Knobs
     preset: str | None
     plan: Plan
+    hybrid: object = None       # launch.hybrid.Hybrid when the experts are split GPU / host RAM (kt_*)
 
 
 def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resolved:
@@ -30,6 +31,7 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
     preset = catalog.preset(args.preset) if args.preset else None
     model = catalog.model(args.model or (preset.model if preset and preset.model else DEFAULT_MODEL))
     knobs = dict(preset.knobs) if preset else {}
+    kt = {k: knobs.pop(k) for k in list(knobs) if k.startswith("kt_")}
     for name in ("context", "concurrency", "kv_dtype", "mem_fraction", "chunked_prefill", "cuda_graph_max_bs",
                  "max_running", "hicache_gib", "tp"):
         if getattr(args, name, None) is not None:
@@ -62,8 +64,10 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
         gpu = catalog.gpu(gpu_name)
     host_avail = int(args.host_ram_gib * GiB) if args.host_ram_gib is not None else (read_host() if read_host else None)
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail)
-    return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None,
-                    plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values())))
+    r = Resolved(model, gpu, target, knobs_obj, preset.name if preset else None,
+                 plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values())))
+    from vramkit.launch import hybrid
+    return hybrid.apply(r, kt, args)
 
 
 def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None) -> tuple[GpuSpec, int]:
@@ -108,4 +112,7 @@ def plan_json(r: Resolved) -> dict:
     d = r.plan.to_json()
     d["preset"] = r.preset
     d["sglang_args"] = sglang_args(r.model, r.plan, model_path=r.model.hf_id)
+    if r.hybrid is not None:
+        d["hybrid"] = r.hybrid.to_json()
+        d["sglang_args"] += r.hybrid.args(r.model.hf_id)
     return d

@@ -55,6 +55,8 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else SGLANG_PORT,
                        load_format=spec.load_format, extra=spec.extra_args)
+    if resolved.hybrid is not None:
+        argv += resolved.hybrid.args(spec.model_path or model.hf_id)
     native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
     v = catalog.versions()
     n_gpu = resolved.plan.knobs["tp"]
@@ -96,6 +98,7 @@ def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
     for i in range(spec.warmup_requests):
         ids = [(17 + 31 * j + i) % vocab_size for j in range(64)]
         r = client.generate(input_ids=ids, max_new_tokens=16, stream=False) if spec.load_format == "dummy" \
+            or "--skip-tokenizer-init" in spec.extra_args \
             else client.generate(text="def fibonacci(n):", max_new_tokens=16, stream=False)
         if not r.ok:
             raise VramkitError(f"warm-up request failed: {r.error}", "see the server log", Exit.START_FAILED)

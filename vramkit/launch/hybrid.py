@@ -1,0 +1,171 @@
+"""The hybrid MoE mode (issue 12): a plan whose experts beyond the GPU's share run on the CPU through
+SGLang's KTransformers path (core/moe_offload.py), resolved against this host: the model's config.json,
+the CPU's instructions and cores (`make optimize`'s cpuset), the host's measured read bandwidth.
+
+`apply()` runs after the dense plan. With kt_method set (preset `moe`, or --kt-method) it replaces the
+dense plan's GPU figures with the hybrid ones; for a MoE model that does not fit it adds the hybrid mode
+as an alternative beside layer offload, both speeds shown.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from vramkit import catalog
+from vramkit.core import moe_offload as mo
+from vramkit.core.planner import KV_DTYPE_BYTES, Alternative
+from vramkit.errors import Exit, VramkitError
+
+ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"      # `vramkit host --bandwidth` measures it; `make optimize-write` keeps it
+DEFAULT_HOST_READ_GBS = 60.0                 # assumed when not measured: dual-channel DDR5-5600 read (~70 % of 89.6)
+KT_COMPAT_DIR = catalog.CONFIG_DIR.parent / "services" / "sglang-kt" / "kt_compat"
+
+
+@dataclass
+class Hybrid:
+    plan: mo.HybridPlan
+    weight_path: str | None        # --kt-weight-path (None: the model folder)
+    isa_variant: str | None        # kt-kernel's variant for this CPU and method, None = it cannot run here
+    isa_detail: str
+    host_read_gbs: float
+    host_read_source: str
+
+    def args(self, model_path: str) -> list[str]:
+        return mo.kt_args(self.plan, self.weight_path or model_path)
+
+    def native_env(self) -> dict[str, str]:
+        """The kt-kernel adapter on the server's path (its sitecustomize installs the import hook)."""
+        old = os.environ.get("PYTHONPATH", "")
+        return {"PYTHONPATH": str(KT_COMPAT_DIR) + (os.pathsep + old if old else "")}
+
+    def to_json(self) -> dict:
+        return {**self.plan.to_json(), "weight_path": self.weight_path, "cpu_variant": self.isa_variant,
+                "cpu_check": self.isa_detail, "host_read_gbs": self.host_read_gbs,
+                "host_read_source": self.host_read_source}
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _server_physical_cores() -> int:
+    from vramkit.adapters.host import read_topology
+    from vramkit.launch.steps import env_cpuset
+    topo = read_topology()
+    cpus = env_cpuset() or topo.allowed
+    return max(1, len(topo.cores(cpus)))
+
+
+def host_read_gbs(args) -> tuple[float, str]:
+    v = getattr(args, "host_read_gbs", None)
+    if v:
+        return float(v), "--host-read-gbs"
+    from vramkit.core.host_plan import read_env_value
+    text = os.environ.get(ENV_HOST_READ)
+    env_file = catalog.CONFIG_DIR.parent / ".env"
+    if text is None and env_file.is_file():
+        text = read_env_value(env_file.read_text(), ENV_HOST_READ)
+    if text:
+        return float(text), f"{ENV_HOST_READ} (measured by `vramkit host --bandwidth`)"
+    return DEFAULT_HOST_READ_GBS, "assumed (dual-channel DDR5); measure with `vramkit host --bandwidth`"
+
+
+def _checkpoint_format(cfg: dict) -> str:
+    q = (cfg.get("quantization_config") or {}).get("quant_method")
+    if q is None:
+        return "bf16"
+    if q == "fp8":
+        return "fp8"
+    raise VramkitError(f"hybrid MoE mode: checkpoint quantization {q!r} is not one kt-kernel 0.5.1 reads here",
+                       "use the bf16 or block-FP8 checkpoint, or an AMXINT4/8 conversion with --kt-weight-path",
+                       Exit.BAD_INPUT)
+
+
+def _hybrid_plan(r, cfg: dict, method: str, n_gpu, args, threads_override=None) -> tuple[mo.HybridPlan, float, str]:
+    fmt = _checkpoint_format(cfg)
+    need = mo.KT_METHODS[method]["checkpoint"]
+    if need is not None and need != fmt:
+        raise VramkitError(f"--kt-method {method} reads a {need} checkpoint; {r.model.name} is {fmt}",
+                           f"pick the {need} model, or --kt-method " + ("FP8" if fmt == "fp8" else "BF16"),
+                           Exit.BAD_INPUT)
+    k = r.plan.knobs
+    s = mo.sizes(cfg, fmt, method, KV_DTYPE_BYTES.get(k["kv_dtype"], r.model.dtype_bytes))
+    bw, src = host_read_gbs(args)
+    gpu = r.gpu or catalog.gpu("rtx-4080-16gb")
+    hp = mo.plan_hybrid(
+        s, kt_method=method, free_at_start_bytes=r.plan.free_at_start_bytes, mem_fraction=k["mem_fraction"],
+        context=r.knobs.context, concurrency=r.knobs.concurrency, gpu_bandwidth_bytes_s=gpu.bandwidth_bytes_s,
+        pcie_bytes_s=gpu.pcie_bytes_s, host_read_bytes_s=bw * 1e9,
+        host_ram_available_bytes=r.target.host_ram_available_bytes, server_physical_cores=_server_physical_cores(),
+        chunked_prefill=k["chunked_prefill"], hidden_size=int(cfg["hidden_size"]),
+        num_gpu_experts=None if n_gpu in (None, "auto") else int(n_gpu))
+    if threads_override:
+        hp = replace(hp, cpuinfer_threads=int(threads_override))
+    return hp, bw, src
+
+
+def s_per_n(hp: mo.HybridPlan, cfg: dict, method: str) -> int:
+    """GPU bytes of one expert in every MoE layer."""
+    s = mo.sizes(cfg, _checkpoint_format(cfg), method, 1)
+    return s.moe_layers * s.gpu_expert_bytes
+
+
+def apply(r, kt: dict, args):
+    """The hybrid plan on top of the dense one (see the module docstring)."""
+    method = getattr(args, "kt_method", None) or kt.get("kt_method") or ""
+    cfg_path = Path(r.model.config_dir) / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except OSError:
+        return r
+    if not cfg.get("num_experts"):
+        if method:
+            raise VramkitError(f"--kt-method: {r.model.name} has no experts", "drop the kt options", Exit.BAD_INPUT)
+        return r
+    if method not in mo.KT_METHODS:
+        if method:
+            raise VramkitError(f"--kt-method {method!r}: one of {', '.join(mo.KT_METHODS)}", "", Exit.BAD_INPUT)
+        if not r.plan.fits:      # a MoE that does not fit: offer the hybrid mode beside layer offload
+            try:
+                hp, _, src = _hybrid_plan(r, cfg, "FP8" if _checkpoint_format(cfg) == "fp8" else "BF16", "auto", args)
+            except VramkitError:
+                return r
+            r.plan.alternatives.append(Alternative(
+                change=f"experts in host RAM (preset moe / --kt-method {hp.kt_method}): {hp.num_gpu_experts} "
+                       f"experts/layer on the GPU, the rest on {hp.cpuinfer_threads} CPU threads",
+                knobs={"kt_method": hp.kt_method, "kt_num_gpu_experts": hp.num_gpu_experts}, fits=hp.fits,
+                decode_tok_s_ceiling=round(hp.decode_tok_s, 1),
+                cost=f"{hp.host_ram_bytes / 2**30:.1f} GiB host RAM; decode ~{hp.decode_tok_s:.0f} tok/s (derived, "
+                     f"host bandwidth {src}) against layer offload ~{hp.offload_decode_tok_s:.1f} tok/s"))
+        return r
+    n_gpu = getattr(args, "kt_num_gpu_experts", None) or kt.get("kt_num_gpu_experts", "auto")
+    hp, bw, src = _hybrid_plan(r, cfg, method, n_gpu, args, getattr(args, "kt_cpuinfer", None))
+    variant, detail = mo.isa_check(method, _cpu_flags())
+    weight_path = getattr(args, "kt_weight_path", None) or os.environ.get("KT_WEIGHT_PATH") or None
+    if mo.KT_METHODS[method]["checkpoint"] is None and not weight_path:
+        raise VramkitError(f"--kt-method {method} reads KT's converted layout, not the checkpoint",
+                           "convert the experts (kt-kernel's converter) and pass --kt-weight-path DIR", Exit.BAD_INPUT)
+    p = r.plan
+    kv_bytes = hp.kv_pool_tokens * (p.kv_bytes_per_token or 1)
+    p.peak_vram_bytes = p.peak_vram_bytes - p.weights_bytes - p.kv_pool_bytes + hp.gpu_weights_bytes + kv_bytes
+    p.weights_bytes, p.kv_pool_tokens, p.kv_pool_bytes = hp.gpu_weights_bytes, hp.kv_pool_tokens, kv_bytes
+    p.max_request_tokens = min(p.context_len - 1, hp.kv_pool_tokens - 1) - 5
+    p.max_concurrent_requests = hp.kv_pool_tokens // max(1, r.knobs.context)
+    p.weights_by_component = {"non-expert": hp.gpu_weights_bytes - hp.num_gpu_experts * s_per_n(hp, cfg, method),
+                              f"experts ({hp.num_gpu_experts}/layer)": hp.num_gpu_experts * s_per_n(hp, cfg, method)}
+    p.fits, p.reasons = hp.fits, list(hp.reasons)
+    p.decode_tok_s_ceiling = round(hp.decode_tok_s, 1)
+    p.notes.append(f"hybrid MoE: {hp.num_gpu_experts} experts/layer on the GPU, the rest in host RAM "
+                   f"({hp.host_ram_bytes / 2**30:.1f} GiB, {method}); decode ~{hp.decode_tok_s:.0f} tok/s (derived) "
+                   f"against ~{hp.offload_decode_tok_s:.1f} tok/s with layer offload ({hp.offload_gib} GiB)")
+    r.hybrid = Hybrid(hp, weight_path, variant, detail, bw, src)
+    return r
