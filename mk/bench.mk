@@ -1,7 +1,7 @@
 # Benchmark a running SGLang server (vramkit bench) and compare saved results.
 
-# SGLang's default port; the launcher's servers listen there unless told otherwise.
-BENCH_URL ?= http://127.0.0.1:30000
+# the server to benchmark; empty = 127.0.0.1 at config/sglang.toml's port, where `make start-qwen*` serves
+BENCH_URL ?=
 # all suites by default; any of latency,concurrency,capacity,context,multiturn
 BENCH_SUITES ?= latency,concurrency,capacity,context,multiturn
 # name of the run in tables and plots; empty = derived from the server (model, KV dtype, fraction)
@@ -19,7 +19,7 @@ RESULTS ?=
 
 .PHONY: bench bench-quick bench-compare
 bench: ## benchmark the running SGLang server -> benchmarks/results/*.json, .md, .png
-	$(VRAMKIT) bench --url $(BENCH_URL) --suites $(BENCH_SUITES) --vocab-size $(BENCH_VOCAB) \
+	$(VRAMKIT) bench $(if $(BENCH_URL),--url $(BENCH_URL)) --suites $(BENCH_SUITES) --vocab-size $(BENCH_VOCAB) \
 		$(if $(BENCH_LABEL),--label "$(BENCH_LABEL)") \
 		$(if $(DEVICE_LABEL),--device-label "$(DEVICE_LABEL)") \
 		$(if $(PLANNER_JSON),--planner-json $(PLANNER_JSON)) $(BENCH_ARGS)

@@ -2,6 +2,8 @@
 
 # Base interpreter for .venv (3.11+; the local CPU torch wheel on these machines is cp311)
 PYTHON ?= python3
+# the CPU torch wheel, pinned once in config/versions.toml (torch_cpu)
+TORCH_CPU := $(shell sed -n 's/^torch_cpu = "\(.*\)"/\1/p' config/versions.toml)
 # Preset `make setup` and `make plan` show by default
 PRESET ?= optimized
 # planner knobs for `make plan`, e.g. PLAN_ARGS="--gpu rtx-4090-24gb --context 65536"
@@ -17,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch first, pinned: the local CPU wheel. Anything that wants torch later finds it satisfied,
 	# so no dependency can pull a CUDA build of several GB.
-	$(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q torch==$(TORCH_CPU)
 	$(VENV)/bin/pip install -q -e '.[embed,bench,test]'
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@
@@ -31,7 +33,7 @@ compose: ## re-render docker-compose.qwen*.yml from config/ (commit the result)
 compose-check: ## fail if a committed compose file is stale
 	@$(VRAMKIT) compose --check
 
-test: install setup-sglang-check ## every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
+test: install setup-sglang-check lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 test-unit: install ## unit tests only (no servers, seconds)

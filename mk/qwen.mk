@@ -6,8 +6,8 @@ RUNTIME ?= docker
 MODEL ?=
 # a catalogued GPU to plan for; empty = the card NVML sees (auto), else the reference 16 GB card
 CARD ?=
-# host port for SGLang's API (bound to 127.0.0.1)
-PORT ?= 30000
+# host port for SGLang's API (bound to 127.0.0.1); empty = config/sglang.toml's port (SGLang's 30000)
+PORT ?=
 # 1 = print the plan, the checks and the exact commands; start nothing
 DRY_RUN ?=
 # LOAD_FORMAT=dummy MODEL_PATH=<folder with config.json>: real shapes, random weights, no download
@@ -17,8 +17,10 @@ MODEL_PATH ?=
 TIMEOUT ?= 1200
 UP_ARGS ?=
 
-_up = RUNTIME=$(RUNTIME) PORT=$(PORT) DRY_RUN=$(DRY_RUN) LOAD_FORMAT=$(LOAD_FORMAT) MODEL_PATH=$(MODEL_PATH) \
-	TIMEOUT=$(TIMEOUT) $(VRAMKIT) up --preset $(1) --name vramkit-$(1) $(if $(MODEL),--model $(MODEL)) \
+# the CLI reads its environment knobs as VRAMKIT_* (vramkit/launch/env.py)
+_up = VRAMKIT_RUNTIME=$(RUNTIME) VRAMKIT_PORT=$(PORT) VRAMKIT_DRY_RUN=$(DRY_RUN) VRAMKIT_LOAD_FORMAT=$(LOAD_FORMAT) \
+	VRAMKIT_MODEL_PATH=$(MODEL_PATH) VRAMKIT_TIMEOUT=$(TIMEOUT) \
+	$(VRAMKIT) up --preset $(1) --name vramkit-$(1) $(if $(MODEL),--model $(MODEL)) \
 	$(if $(CARD),--gpu $(CARD)) $(UP_ARGS)
 _safe = $(if $(DRY_RUN),,&& $(VRAMKIT) vram-safe)
 

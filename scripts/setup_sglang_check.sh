@@ -11,7 +11,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${1:-.venv-sglang}
 base_python=${SGLANG_CHECK_PYTHON:-python3.11}
-torch_version=2.13.0
 reqs=requirements/sglang-check.txt
 standin=tools/torchvision_standin/torchvision
 start=$SECONDS
@@ -22,10 +21,11 @@ die() { say "$1 -> $2"; exit 1; }
 pip_q() { "$venv/bin/python" -m pip --disable-pip-version-check "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 
 command -v "$base_python" >/dev/null || die "no $base_python" "install Python 3.11 (the local CPU torch wheel is cp311) or set SGLANG_CHECK_PYTHON"
-sglang_pip=$("$base_python" - <<'EOF'
+read -r sglang_pip torch_version < <("$base_python" - <<'EOF'
 import tomllib
 with open("config/versions.toml", "rb") as f:
-    print(tomllib.load(f)["sglang_pip"])
+    v = tomllib.load(f)
+print(v["sglang_pip"], v["torch_cpu"])
 EOF
 )
 

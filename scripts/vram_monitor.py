@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a plain checkout
 
-from vramkit.cli import main  # noqa: E402
+from vramkit.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["monitor", *sys.argv[1:]]))

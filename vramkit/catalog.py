@@ -5,11 +5,13 @@ them through here. Unknown keys are refused, so a typo cannot silently become a 
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from vramkit.core import knobs as knob_decl
 from vramkit.errors import Exit, VramkitError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
@@ -64,6 +66,7 @@ class GpuSpec:
     pcie_gen: int
     pcie_lanes: int
     nvml_names: tuple[str, ...] = ()
+    sm_count: int | None = None     # streaming multiprocessors (marlin's workspace); None: not catalogued
 
     @property
     def pcie_bytes_s(self) -> float:
@@ -74,20 +77,11 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class Preset:
+    """A named set of knob values (config/presets.toml): only the keys the preset sets, each checked
+    against its declaration (core/knobs.py) when the file is read. `Knobs(**preset.knobs)` is the raw request."""
     name: str
     description: str
-    context: int
-    concurrency: int = 1
-    kv_dtype: str = "auto"
-    mem_fraction: float | None = None
-    chunked_prefill: int | None = None
-    cuda_graph_max_bs: int | None = None
-    max_running: int | None = None
-    hicache_gib: float = 0.0
-    cpu_offload_gib: int | str = 0       # int GiB, or "auto"
     model: str = ""
-    kt_method: str = ""                  # MoE experts beyond the GPU's share computed on the CPU (issue 12)
-    kt_num_gpu_experts: int | str = "auto"
     knobs: dict = field(default_factory=dict, compare=False)
 
 
@@ -95,6 +89,14 @@ class Preset:
 class Versions:
     sglang_pip: str
     sglang_image: str
+    torch_cpu: str              # the CPU torch wheel of .venv and .venv-sglang (make setup)
+
+
+@dataclass(frozen=True)
+class SglangFacts:
+    """config/sglang.toml: how the kit runs SGLang."""
+    port: int
+    gpu_host_extra_args: tuple[str, ...]
 
 
 def _load_toml(name: str) -> dict:
@@ -123,8 +125,9 @@ def read_model_config(config_dir: Path, name: str = "", hf_id: str = "", note: s
         q = cfg.get("quantization_config")
         quant = None
         if q:
-            quant = Quantization(method=str(q.get("quant_method", "")).lower(), bits=int(q.get("bits", 4)),
-                                 group_size=int(q.get("group_size", 128)), desc_act=bool(q.get("desc_act", False)),
+            fp8 = str(q.get("quant_method", "")).lower() == "fp8"     # block FP8: 8 bits, weight_block_size
+            quant = Quantization(method=str(q.get("quant_method", "")).lower(), bits=int(q.get("bits", 8 if fp8 else 4)),
+                                 group_size=int(q.get("group_size", (q.get("weight_block_size") or [128])[0])), desc_act=bool(q.get("desc_act", False)),
                                  sym=bool(q.get("sym", True)))
         arch = (cfg.get("architectures") or ["?"])[0]
         return ModelSpec(
@@ -158,39 +161,114 @@ def models() -> dict[str, ModelSpec]:
 def gpus() -> dict[str, GpuSpec]:
     out = {}
     for name, e in _load_toml("gpus.toml")["gpus"].items():
-        _refuse_unknown(e, {"label", "memory_total_mib", "bandwidth_gbs", "pcie_gen", "pcie_lanes", "nvml_names"},
-                        f"gpus.toml [{name}]")
-        out[name] = GpuSpec(name=name, label=e["label"], memory_total_bytes=int(e["memory_total_mib"]) << 20,
-                            bandwidth_bytes_s=float(e["bandwidth_gbs"]) * 1e9, pcie_gen=int(e["pcie_gen"]),
-                            pcie_lanes=int(e["pcie_lanes"]), nvml_names=tuple(e.get("nvml_names", ())))
+        _refuse_unknown(e, {"label", "memory_total_mib", "bandwidth_gbs", "pcie_gen", "pcie_lanes", "nvml_names",
+                            "sm_count"}, f"gpus.toml [{name}]")
+        try:
+            out[name] = GpuSpec(name=name, label=str(e["label"]), memory_total_bytes=int(e["memory_total_mib"]) << 20,
+                                bandwidth_bytes_s=float(e["bandwidth_gbs"]) * 1e9, pcie_gen=int(e["pcie_gen"]),
+                                pcie_lanes=int(e["pcie_lanes"]), nvml_names=tuple(e.get("nvml_names", ())),
+                                sm_count=int(e["sm_count"]))
+        except KeyError as err:
+            raise VramkitError(f"config/gpus.toml [gpus.{name}]: {err.args[0]} is missing", "add it (see the file's "
+                               "header)", Exit.BAD_FILE) from None
+        except (TypeError, ValueError) as err:
+            raise VramkitError(f"config/gpus.toml [gpus.{name}]: a value is not a number ({err})", "fix it",
+                               Exit.BAD_FILE) from None
+        if out[name].pcie_gen not in (3, 4, 5, 6) or min(out[name].bandwidth_bytes_s, out[name].sm_count,
+                                                           out[name].pcie_lanes, out[name].memory_total_bytes) <= 0:
+            raise VramkitError(f"config/gpus.toml [gpus.{name}]: pcie_gen is not 3-6 or a size is not > 0", "fix it",
+                               Exit.BAD_FILE)
     return out
 
 
-PRESET_KEYS = {"description", "model", "context", "concurrency", "kv_dtype", "mem_fraction", "chunked_prefill",
-               "cuda_graph_max_bs", "max_running", "hicache_gib", "cpu_offload_gib",
-               "kt_method", "kt_num_gpu_experts"}   # kt_*: the hybrid MoE mode (vramkit/launch/hybrid.py)
+PRESET_KEYS = {"description", "model"} | set(knob_decl.by_name())
 
 
 @cache
 def presets() -> dict[str, Preset]:
     out = {}
     for name, e in _load_toml("presets.toml")["presets"].items():
-        _refuse_unknown(e, PRESET_KEYS, f"presets.toml [{name}]")
-        knobs = {k: v for k, v in e.items() if k not in ("description", "model")}
-        out[name] = Preset(name=name, knobs=knobs, **e)
+        where = f"config/presets.toml [presets.{_toml_key(name)}]"
+        e = dict(e)
+        for key in ("description", "model"):
+            if key in e and not isinstance(e[key], str):
+                raise VramkitError(f"{where}: {key} = {e[key]!r} is not text", "quote it", Exit.BAD_FILE)
+        description, model_name = e.pop("description", ""), e.pop("model", "")
+        out[name] = Preset(name=name, description=description, model=model_name, knobs=preset_knobs(e, where))
     return out
+
+
+def preset_knobs(entry: dict, where: str, cls: type = knob_decl.Knobs) -> dict:
+    """A preset's knob values, each checked by its declaration; an old key (hicache_gib) is read with a
+    warning. Anything else is one line naming the file and key, exit 65."""
+    entry = dict(entry)
+    for old, new in knob_decl.old_names(cls).items():
+        if old in entry:
+            if new in entry:
+                raise VramkitError(f"{where}: both {old} and {new}", f"keep only {new}", Exit.BAD_FILE)
+            print(f"vramkit: warning: {where}: {old} is now {new} (same value); rename it", file=sys.stderr)
+            entry[new] = entry.pop(old)
+    decl = knob_decl.by_name(cls)
+    _refuse_unknown(entry, set(decl) | {"description", "model"}, where)
+    out = {}
+    for key, value in entry.items():
+        spec = decl[key]
+        try:
+            out[key] = spec.parse(value, from_text=False)
+        except ValueError as err:
+            raise VramkitError(f"{where}: {key} = {value!r} {err}", f"give {key} {spec.range_text()}"
+                               + (f", in {spec.unit}" if spec.unit else ""), Exit.BAD_FILE) from None
+    return out
+
+
+def _toml_key(name: str) -> str:
+    return name if name.replace("_", "").replace("-", "").isalnum() and not name.isdigit() \
+        and not name[0].isdigit() else f'"{name}"'
 
 
 @cache
 def versions() -> Versions:
     v = _load_toml("versions.toml")
-    return Versions(sglang_pip=v["sglang_pip"], sglang_image=v["sglang_image"])
+    keys = ("sglang_pip", "sglang_image", "torch_cpu")
+    _refuse_unknown(v, set(keys), "config/versions.toml")
+    for key in keys:
+        if not isinstance(v.get(key), str) or not v[key]:
+            raise VramkitError(f"config/versions.toml: {key} is missing or not text", "restore it from git",
+                               Exit.BAD_FILE)
+    return Versions(**{k: v[k] for k in keys})
+
+
+@cache
+def sglang() -> SglangFacts:
+    s = _load_toml("sglang.toml")
+    _refuse_unknown(s, {"port", "gpu_host_extra_args"}, "config/sglang.toml")
+    port, extra = s.get("port"), s.get("gpu_host_extra_args")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise VramkitError(f"config/sglang.toml: port = {port!r} is not a port (1-65535)", "fix it", Exit.BAD_FILE)
+    if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+        raise VramkitError("config/sglang.toml: gpu_host_extra_args is not a list of strings", "fix it",
+                           Exit.BAD_FILE)
+    return SglangFacts(port=port, gpu_host_extra_args=tuple(extra))
+
+
+ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "tp_comm_runtime_mib", "pre_kv_mib",
+               "post_kv_misc_mib", "attention_backend_mib", "decode_graph_mib", "activation_factor",
+               "runtime_margin_mib", "hicache_host_reserve_mib")
 
 
 @cache
 def engine_constants() -> dict:
-    """Measured constants of SGLang's runtime (config/engine.toml), with their provenance there."""
-    return _load_toml("engine.toml")
+    """Measured constants of SGLang's runtime (config/engine.toml), with their provenance there: every key
+    present, none unknown, each a number >= 0 (else one line naming the key, exit 65)."""
+    c = _load_toml("engine.toml")
+    _refuse_unknown(c, set(ENGINE_KEYS), "config/engine.toml")
+    for key in ENGINE_KEYS:
+        value = c.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise VramkitError(f"config/engine.toml: {key} = {value!r} is not a number >= 0"
+                               if key in c else f"config/engine.toml: {key} is missing",
+                               "restore it from git (each value's provenance is beside it)", Exit.BAD_FILE)
+    return c
 
 
 def _refuse_unknown(entry: dict, allowed: set[str], where: str) -> None:

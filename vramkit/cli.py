@@ -38,7 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()       # reads config/ (preset names in the help): a bad file is one line too
+    except VramkitError as err:
+        print(err.line(), file=sys.stderr)
+        return int(err.code)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -24,6 +24,8 @@ class Exit(enum.IntEnum):
     BAD_FLAG = 17           # SGLang's own parser refused an argument
     NOT_RUNNING = 18
     SERVICE_DOWN = 19       # a server we talk to (SGLang, Redis, embed service) is unreachable
+    STOP_FAILED = 20        # down: the server could not be stopped (its record is kept)
+    HOST_CPU = 22           # the host CPU lacks the instructions a KT method needs (AMX, AVX-512-BF16, AVX2)
     BAD_INPUT = 64          # EX_USAGE: unknown model/gpu/preset, bad flag value
     BAD_FILE = 65           # EX_DATAERR: unreadable or invalid file
     INTERRUPTED = 130

@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from vramkit.adapters import nvml  # noqa: E402
-from vramkit.adapters.sglang_http import SglangClient  # noqa: E402
-from vramkit.adapters.state import state_dir  # noqa: E402
-from vramkit.core import sglang_log  # noqa: E402
-from vramkit.core.bench_stats import decode_tok_s  # noqa: E402
+from vramkit.adapters import nvml
+from vramkit.adapters.sglang_http import SglangClient
+from vramkit.adapters.state import state_dir
+from vramkit.core import sglang_log
+from vramkit.core.bench_stats import decode_tok_s
 
 
 class PeakSampler(threading.Thread):

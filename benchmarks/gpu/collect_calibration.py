@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from vramkit.core import sglang_log  # noqa: E402
+from vramkit.core import sglang_log
 
 OUT = ROOT / "benchmarks" / "calibration"
 

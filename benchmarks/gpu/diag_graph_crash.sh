@@ -14,12 +14,14 @@ python3 "${BALLAST:-.gpu/ballast.py}" 16 > "$OUT/diag/ballast.log" 2>&1 &
 bpid=$!
 for i in $(seq 60); do grep -q holding "$OUT/diag/ballast.log" && break; sleep 1; done
 cat "$OUT/diag/ballast.log"
+# this host's SGLang flags (config/sglang.toml: its archive has no FA3 and no grammar backend)
+HOST_EXTRA=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("config/sglang.toml", "rb"))["gpu_host_extra_args"]))')
 run_case() {  # name, extra args...
   local name=$1; shift
   local log="$OUT/diag/$name.log"
   echo "=== $name: $*" | tee -a "$OUT/diag/summary.txt"
   python3 -m sglang.launch_server --model-path $MODEL --load-format dummy --skip-tokenizer-init \
-    --attention-backend triton --sampling-backend pytorch --grammar-backend none \
+    $HOST_EXTRA \
     --disable-prefill-cuda-graph --host 127.0.0.1 --port 30000 "$@" > "$log" 2>&1 &
   local pid=$! t0=$SECONDS ok=0
   while kill -0 $pid 2>/dev/null; do

@@ -37,9 +37,9 @@ import psutil
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from vramkit.adapters import host as hostio  # noqa: E402
-from vramkit.adapters import nvml  # noqa: E402
-from vramkit.core.gpu_snapshot import is_na, to_jsonable  # noqa: E402
+from vramkit.adapters import host as hostio
+from vramkit.adapters import nvml
+from vramkit.core.gpu_snapshot import is_na, to_jsonable
 
 GiB, MiB = 1 << 30, 1 << 20
 STEPS_GIB = [0, 4, 8, 0]

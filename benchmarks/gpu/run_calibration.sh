@@ -15,11 +15,12 @@ set -u
 SESSION=${1:?usage: run_calibration.sh first|final|tp2}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 [ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SGLANG_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
 export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
 [ -f .gpu/tvm-ffi-cache.tar.gz ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf .gpu/tvm-ffi-cache.tar.gz -C $TVM_FFI_CACHE_DIR
-# the archive has no FA3 and no xgrammar: the same flags smoke.sh uses (each checked by SGLang's parser in CI)
-export SGLANG_EXTRA_ARGS="--attention-backend triton --sampling-backend pytorch --grammar-backend none"
+# the archive has no FA3 and no xgrammar: config/sglang.toml's gpu_host_extra_args (checked by SGLang's parser in CI)
+VRAMKIT_SGLANG_EXTRA_ARGS=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("config/sglang.toml", "rb"))["gpu_host_extra_args"]))')
+export VRAMKIT_SGLANG_EXTRA_ARGS
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VRAMKIT_DEVICE_LABEL
@@ -61,20 +62,20 @@ session_first() {
     -- --preset optimized
   point opt-nohicache-16g $M14 16 \
     "--suites multiturn --quick --sessions 6 $B --label hicache-off-16g --out $RES/bench/hicache-off-16g.json" \
-    -- --preset optimized --hicache-gib 0
+    -- --preset optimized --hicache-gb 0
   python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset baseline > "$RES/bench/plan-baseline.json"
   point baseline-16g $M14 16 \
     "--suites latency,concurrency,capacity,context --quick $B --label baseline-16g --out $RES/bench/baseline-16g.json --planner-json $RES/bench/plan-baseline.json" \
     -- --preset baseline
   point fp16-f080-16g $M14 16 "" -- --preset baseline --mem-fraction 0.80 --max-running 8
-  point fp8-f085-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.85
-  point fp8-f090-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.90
+  point fp8-f085-16g $M14 16 "" -- --preset optimized --hicache-gb 0 --mem-fraction 0.85
+  point fp8-f090-16g $M14 16 "" -- --preset optimized --hicache-gb 0 --mem-fraction 0.90
   python3 -m vramkit plan --json --gpu h100-80gb --gpu-free-gib 15.33 --preset 128k > "$RES/bench/plan-128k.json"
   point 128k-7b-16g qwen2.5-coder-7b-instruct-gptq-int4 16 \
     "--suites latency --quick $B --label 128k-16g --out $RES/bench/128k-16g.json --planner-json $RES/bench/plan-128k.json" \
     --probe-fraction 1.0 -- --preset 128k
   ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
-  point fp8-f080-24g $M14 24 "" -- --preset optimized --hicache-gib 0
+  point fp8-f080-24g $M14 24 "" -- --preset optimized --hicache-gb 0
   ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
   point qwen05b-full qwen2.5-0.5b-instruct 0 "" -- --model qwen2.5-0.5b-instruct --context 32768 --kv-dtype auto \
     --mem-fraction 0.5 --chunked-prefill 4096 --cuda-graph-max-bs 16 --max-running 16
@@ -88,17 +89,17 @@ session_final() {  # the optimized preset as it now ships: fraction 0.85 + 8 GB 
     -- --preset optimized
   point opt-nohicache-f085-16g $M14 16 \
     "--suites multiturn --quick --sessions 6 $B --label hicache-off-16g --out $RES/bench/hicache-off-16g.json" \
-    -- --preset optimized --hicache-gib 0
+    -- --preset optimized --hicache-gb 0
   # the first session's two points whose peak the JSON writer lost
   point fp16-f080-16g $M14 16 "" -- --preset baseline --mem-fraction 0.80 --max-running 8
-  point opt-nohicache-16g $M14 16 "" -- --preset optimized --hicache-gib 0 --mem-fraction 0.80
+  point opt-nohicache-16g $M14 16 "" -- --preset optimized --hicache-gb 0 --mem-fraction 0.80
 }
 
 session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knobs without the host cache
   local M7=qwen2.5-coder-7b-instruct M05=qwen2.5-0.5b-instruct
   GPUS=0,1; ballast 16; VRAMKIT_DEVICE_LABEL="2x H200, memory emulated at 16 GB each"
   { nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv; nvidia-smi topo -m; } > "$RES/logs/gpus.txt" 2>&1
-  point tp2-7b-bf16-16g $M7 16 "" -- --model $M7 --preset optimized --hicache-gib 0 --tp 2
+  point tp2-7b-bf16-16g $M7 16 "" -- --model $M7 --preset optimized --hicache-gb 0 --tp 2
   point tp2-05b-16g $M05 16 "" -- --model $M05 --context 32768 --kv-dtype auto --mem-fraction 0.85 \
     --chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8 --tp 2
 }

@@ -32,6 +32,7 @@ SECRET = "hf_vramkit_render_test_secret_000000"
 ENV = {"HF_TOKEN": SECRET, "VRAMKIT_SGLANG_CPUSET": "0-3", "VRAMKIT_PORT": "30123",
        "VRAMKIT_HF_CACHE": "/tmp/hf-cache", "PATH": "/usr/bin:/bin", "HOME": "/tmp"}
 GPTQ14 = "qwen2.5-coder-14b-instruct-gptq-int4"
+PORT = catalog.sglang().port
 
 
 def _extra(tp: int, **knobs) -> str:
@@ -39,10 +40,10 @@ def _extra(tp: int, **knobs) -> str:
     m = catalog.model(GPTQ14)
     p = plan(m, Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB),
              Knobs(tp=tp, **knobs), engine, with_alternatives=False)
-    argv = render.sglang_args(m, p, model_path=m.hf_id, host="0.0.0.0")
+    argv = render.sglang_args(m, p, model_path=m.hf_id, host="0.0.0.0", port=PORT)
     return render.compose_yaml(project=f"vramkit-tp{tp}", preset="custom", model=m, gpu_name="rtx-5060-ti-16gb",
                                p=p, image=catalog.versions().sglang_image, argv=argv, gpu_ids=list(range(tp)),
-                               source_note="integration test")
+                               source_note="integration test", port=PORT)
 
 
 def _texts() -> dict[str, str]:
@@ -101,7 +102,7 @@ def test_compose_valid_without_optional_variables(tmp_path, name):
     proc, doc = _resolve(tmp_path, TEXTS[name], {"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
     assert proc.returncode == 0, proc.stderr
     svc = doc["services"]["sglang"]
-    assert [p["published"] for p in svc["ports"]] == [str(render.SGLANG_PORT)]
+    assert [p["published"] for p in svc["ports"]] == [str(PORT)]
     assert not svc.get("cpuset")
 
 

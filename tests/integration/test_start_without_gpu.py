@@ -44,7 +44,9 @@ needs_no_docker = pytest.mark.skipif(_docker_engine_present(),
 
 # knobs mk/qwen.mk reads from the environment; a developer's own settings must not leak in
 MAKE_KNOBS = ("RUNTIME", "MODEL", "CARD", "PORT", "DRY_RUN", "LOAD_FORMAT", "MODEL_PATH", "TIMEOUT", "UP_ARGS",
-              "SGLANG_EXTRA_ARGS", "GPUS", "SGLANG_PYTHON")
+              "SGLANG_EXTRA_ARGS", "GPUS", "SGLANG_PYTHON", "VRAMKIT_RUNTIME", "VRAMKIT_PORT", "VRAMKIT_DRY_RUN",
+              "VRAMKIT_LOAD_FORMAT", "VRAMKIT_MODEL_PATH", "VRAMKIT_TIMEOUT", "VRAMKIT_GPUS", "VRAMKIT_SGLANG_EXTRA_ARGS",
+              "VRAMKIT_SERVER_PYTHON")
 
 
 def _free_port() -> int:

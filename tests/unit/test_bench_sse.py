@@ -33,7 +33,7 @@ def _lines(blob: bytes, cut: int = 7):
 
 def _fold(blob: bytes, times):
     res = GenerateResult(ok=False)
-    for event, now in zip(iter_sse_events(_lines(blob)), times):
+    for event, now in zip(iter_sse_events(_lines(blob)), times, strict=True):
         if not fold_stream_event(res, event, now):
             break
     res.ok = not res.error and res.completion_tokens > 0

@@ -70,7 +70,7 @@ def test_multiturn_round_robin_and_each_turn_extends_the_last():
         by_session.setdefault(s, []).append(ids)
     for s, prompts in by_session.items():
         assert len(prompts[0]) == plan.history_tokens(s) + 10
-        for earlier, later in zip(prompts, prompts[1:]):
+        for earlier, later in zip(prompts, prompts[1:], strict=False):
             assert later[: len(earlier)] == earlier          # whole history re-sent
             assert len(later) == len(earlier) + 5 + 10       # + answer + new user chunk
     assert max(len(ids) for _, _, ids in reqs) == plan.longest_prompt_tokens()
@@ -101,3 +101,9 @@ def test_histories_shrink_to_fit_the_input_limit():
     assert fitted.longest_prompt_tokens() <= 10000
     assert fitted.history_min_tokens <= fitted.history_max_tokens
     assert fit_history_to_limit(plan, 100_000) is plan
+
+
+def test_any_model_vocab_is_below_every_catalogued_vocabulary():
+    from vramkit import catalog
+    from vramkit.bench.workloads import ANY_MODEL_VOCAB
+    assert ANY_MODEL_VOCAB <= min(m.vocab_size for m in catalog.models().values())

@@ -27,7 +27,7 @@ def _plan(d: dict):
     knobs = Knobs(context=d["context_length"] or model.max_position_embeddings, kv_dtype=d["kv_cache_dtype"],
                   mem_fraction=d["mem_fraction_static"], chunked_prefill=d["chunked_prefill_size"],
                   cuda_graph_max_bs=d["cuda_graph_max_bs_decode"], max_running=d["max_running_requests"],
-                  hicache_gib=d["hicache_size_gb"], cpu_offload_gib=d["cpu_offload_gb"], tp=d["tp"])
+                  hicache_gb=d["hicache_size_gb"], cpu_offload_gib=d["cpu_offload_gb"], tp=d["tp"])
     return plan(model, Target(gpu=None, gpu_free_bytes=int(d["gpu_free_gib_at_start"] * GiB)), knobs,
                 Engine.from_config(catalog.engine_constants()), with_alternatives=False)
 

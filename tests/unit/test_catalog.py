@@ -139,7 +139,11 @@ HF_FACTS = {
     "qwen2.5-14b-instruct": (48, 40, 8, 5120, 13824, 152064, 32768, False, "bfloat16", None),
     # https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct/blob/main/config.json
     "qwen2.5-0.5b-instruct": (24, 14, 2, 896, 4864, 151936, 32768, True, "bfloat16", None),
+    # https://huggingface.co/Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8/blob/main/config.json (MoE: 128 experts of
+    # 768, top 8; head_dim 128 given explicitly; block FP8 128x128)
+    "qwen3-coder-30b-a3b-instruct-fp8": (48, 32, 4, 2048, 5472, 151936, 262144, False, "bfloat16", ("fp8", 8, 128)),
 }
+EXPLICIT_HEAD_DIM = {"qwen3-coder-30b-a3b-instruct-fp8": 128}
 
 
 def test_every_catalogued_model_has_checked_facts():
@@ -153,7 +157,7 @@ def test_model_matches_hugging_face(name):
     assert (m.num_layers, m.num_heads, m.num_kv_heads, m.hidden_size, m.intermediate_size, m.vocab_size) == \
         (layers, heads, kv, hidden, inter, vocab)
     assert (m.max_position_embeddings, m.tie_word_embeddings, m.dtype) == (ctx, tied, dtype)
-    assert m.head_dim == hidden // heads                  # no explicit head_dim differs in these configs
+    assert m.head_dim == EXPLICIT_HEAD_DIM.get(name, hidden // heads)
     got_q = (m.quantization.method, m.quantization.bits, m.quantization.group_size) if m.quantization else None
     assert got_q == quant
     assert (m.config_dir / "config.json").is_file()
@@ -203,10 +207,48 @@ def test_presets_are_the_issue_three_and_every_key_is_a_planner_knob():
     for preset in p.values():
         Knobs(**preset.knobs)                                       # would raise on a key the planner lacks
         assert preset.model in catalog.models(), preset.name
-    assert p["128k"].context == 131_072
+    assert p["128k"].knobs["context"] == 131_072
 
 
 def test_versions_pin_one_release():
     v = catalog.versions()
     assert v.sglang_pip == "0.5.15.post1"
     assert v.sglang_image.split(":")[1].startswith("v" + v.sglang_pip)
+
+
+@pytest.mark.parametrize("name, extra, says", [
+    ("engine.toml", "cuda_context_mb = 686\n", "unknown key"),
+    ("engine.toml", None, "pre_kv_mib is missing"),
+    ("versions.toml", "torch_pip = \"2.11.0\"\n", "unknown key"),
+])
+def test_engine_and_versions_refuse_unknown_and_missing_keys(tmp_path, monkeypatch, name, extra, says):
+    cfg = tmp_path / "config"
+    shutil.copytree(catalog.CONFIG_DIR, cfg)
+    text = (cfg / name).read_text()
+    (cfg / name).write_text(text + extra if extra else text.replace("pre_kv_mib = 17\n", ""))
+    monkeypatch.setattr(catalog, "CONFIG_DIR", cfg)
+    catalog.engine_constants.cache_clear()
+    catalog.versions.cache_clear()
+    try:
+        with pytest.raises(VramkitError) as e:
+            catalog.engine_constants() if name == "engine.toml" else catalog.versions()
+        assert e.value.code == Exit.BAD_FILE and name in e.value.what and says in e.value.what
+    finally:
+        catalog.engine_constants.cache_clear()
+        catalog.versions.cache_clear()
+
+
+def test_torch_pin_is_config_versions_everywhere():
+    """config/versions.toml torch_cpu is the pin; mk/core.mk and scripts/setup_sglang_check.sh read it, the embed
+    image (built without config/ in its context) repeats it, and must agree."""
+    root = catalog.CONFIG_DIR.parent
+    pin = catalog.versions().torch_cpu
+    assert f'"torch=={pin}"' in (root / "services/embed/Dockerfile").read_text()
+    assert "torch==$(TORCH_CPU)" in (root / "mk/core.mk").read_text()
+    assert 'v["torch_cpu"]' in (root / "scripts/setup_sglang_check.sh").read_text()
+
+
+def test_sglang_facts_are_read_once():
+    s = catalog.sglang()
+    assert s.port == 30000                                        # SGLang's default --port
+    assert s.gpu_host_extra_args[:2] == ("--attention-backend", "triton")

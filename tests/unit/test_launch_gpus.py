@@ -105,3 +105,53 @@ def test_preflight_refuses_gpus_nvml_does_not_see():
     assert not c.ok and c.code == Exit.NO_GPU and "GPU 5 is not there: NVML sees 2" in c.detail
     [c] = _gpu_checks(2, None, gpu_count=1)
     assert not c.ok and "tensor parallel size 2 needs 2 GPUs, NVML sees 1" in c.detail
+
+
+# ----------------------------------------------------------------------------------------------
+# a card the catalog lacks: refused, or planned with the figures the user gives (never another card's)
+# ----------------------------------------------------------------------------------------------
+def _uncatalogued() -> sc.FakeNvml:
+    """An RTX A4000 (16 GB, 448 GB/s, PCIe 4.0 x16): config/gpus.toml does not list it."""
+    return sc.FakeNvml([sc.FakeGpu(name="NVIDIA RTX A4000", uuid="GPU-A4000-0000", total=16376 << 20,
+                                   reserved=300 << 20, used=0)])
+
+
+def _plan_args(*argv):
+    import argparse
+    p = argparse.ArgumentParser()
+    add_plan_arguments(p)
+    return p.parse_args(["--gpu", "auto", "--host-ram-gib", "64", *argv])
+
+
+def test_an_uncatalogued_card_is_refused_without_its_figures(monkeypatch):
+    _uncatalogued().install(monkeypatch)
+    with pytest.raises(VramkitError) as e:
+        resolve(_plan_args(), read_gpu=nvml_gpu)
+    assert e.value.code == Exit.BAD_INPUT
+    assert "RTX A4000" in e.value.what and "--gpu-bandwidth-gbs" in e.value.todo and "--gpu-pcie" in e.value.todo
+    with pytest.raises(VramkitError) as e:                    # half the figures is still a guess
+        resolve(_plan_args("--gpu-bandwidth-gbs", "448"), read_gpu=nvml_gpu)
+    assert "--gpu-pcie" in e.value.todo
+
+
+def test_an_uncatalogued_card_is_planned_with_the_given_figures(monkeypatch):
+    _uncatalogued().install(monkeypatch)
+    r = resolve(_plan_args("--gpu-bandwidth-gbs", "448", "--gpu-pcie", "4x16"), read_gpu=nvml_gpu)
+    assert (r.gpu.bandwidth_bytes_s, r.gpu.pcie_gen, r.gpu.pcie_lanes) == (448e9, 4, 16)
+    faster = resolve(_plan_args("--gpu-bandwidth-gbs", "896", "--gpu-pcie", "4x16"), read_gpu=nvml_gpu)
+    assert faster.plan.decode_tok_s_ceiling > 1.5 * r.plan.decode_tok_s_ceiling
+
+
+@pytest.mark.parametrize("argv", [("--gpu-pcie", "4"), ("--gpu-pcie", "7x16"), ("--gpu-pcie", "4x3"),
+                                  ("--gpu-bandwidth-gbs", "0"), ("--gpu-bandwidth-gbs", "fast")])
+def test_bad_card_figures_are_exit_64(monkeypatch, argv):
+    _uncatalogued().install(monkeypatch)
+    with pytest.raises(VramkitError) as e:
+        resolve(_plan_args("--gpu-bandwidth-gbs", "448", "--gpu-pcie", "4x16", *argv), read_gpu=nvml_gpu)
+    assert e.value.code == Exit.BAD_INPUT
+
+
+def test_a_catalogued_card_takes_one_given_figure_over_its_own(monkeypatch):
+    sc.two_gpus().install(monkeypatch)
+    r = resolve(_plan_args("--gpu-bandwidth-gbs", "500"), read_gpu=nvml_gpu)
+    assert r.gpu.bandwidth_bytes_s == 500e9 and (r.gpu.pcie_gen, r.gpu.pcie_lanes) == (4, 16)   # the 4080's link

@@ -75,7 +75,7 @@ def test_gpus_tracked_apart():
 
 def test_alert_line():
     a = vram.Alert(1_800_000_000.0, 0, 90.0, 91.25, int(TOTAL * 0.9125), TOTAL)
-    assert a.line(dt.timezone.utc) == ("2027-01-15 08:00:00  ALERT GPU 0 above 90 %: "
+    assert a.line(dt.UTC) == ("2027-01-15 08:00:00  ALERT GPU 0 above 90 %: "
                                        "14.60 GiB of 16.00 GiB (91.2 %)")
 
 

@@ -42,7 +42,7 @@ def _session(snaps):
     for s in snaps:
         alerts = [a for g in s.gpus for a in tracker.update(g, s.time_s)]
         stats.add(s, alerts)
-        lines += [a.line(dt.timezone.utc) for a in alerts]
+        lines += [a.line(dt.UTC) for a in alerts]
     return stats, lines
 
 

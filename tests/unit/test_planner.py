@@ -112,7 +112,7 @@ def test_measured_default_max_running_requests(engine):
     # MEASURED: log "max_running_requests=2048"; DERIVED: model_runner_kv_cache_mixin.py:1229
     # estimated = max(min(int(15493 / 32768 * 512), 4096), 2048) = 2048; min(2048, 15493 // 2) = 2048
     p = _measured_16gb("auto", engine)
-    assert p.knobs["max_running"] == 2048
+    assert p.knobs.max_running == 2048
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_sglang_default_mem_fraction_by_hand(mib, chunk, bs, tp, prefill, want):
 ])
 def test_plan_resolves_sglang_defaults_for_the_target_card(gpu, chunk, bs, frac, engine):
     p = plan(_m(GPTQ14), Target(gpu=catalog.gpu(gpu)), Knobs(), engine)
-    assert (p.knobs["chunked_prefill"], p.knobs["cuda_graph_max_bs"], p.knobs["mem_fraction"]) == (chunk, bs, frac)
+    assert (p.knobs.chunked_prefill, p.knobs.cuda_graph_max_bs, p.knobs.mem_fraction) == (chunk, bs, frac)
 
 
 def test_default_graph_batch_grows_with_tp4():
@@ -280,7 +280,7 @@ def test_128k_of_14b_fits_24gb_with_the_least_offload(engine):
     target = Target(gpu=catalog.gpu("rtx-4090-24gb"), host_ram_available_bytes=64 * GiB)
     p = plan(_m(GPTQ14), target, Knobs(**KNOBS_128K), engine)
     assert p.fits, p.reasons
-    n = p.knobs["cpu_offload_gib"]
+    n = p.knobs.cpu_offload_gib
     assert isinstance(n, int) and n > 0      # 12 GiB of KV + 9.4 GiB of weights > 0.80 x ~23.3 GiB
     # "auto" is the LEAST that fits: one GiB less must not fit
     less = plan(_m(GPTQ14), target, Knobs(**(KNOBS_128K | {"cpu_offload_gib": n - 1})), engine)
@@ -316,7 +316,7 @@ def test_decode_ceiling_is_bound_by_gpu_bandwidth(engine):
 # ----------------------------------------------------------------------------------------------
 def test_hicache_host_ram_bytes_are_decimal_gb(engine):
     p = plan(_m(GPTQ14), Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB),
-             Knobs(kv_dtype="fp8_e5m2", mem_fraction=0.8, hicache_gib=16), engine)
+             Knobs(kv_dtype="fp8_e5m2", mem_fraction=0.8, hicache_gb=16), engine)
     assert p.host_ram_bytes == 16 * 10**9
 
 
@@ -324,7 +324,7 @@ def test_hicache_host_ram_bytes_are_decimal_gb(engine):
 def test_hicache_needs_pool_plus_10gib_available(available_gib, ok, engine):
     # 16e9 B = 14.90 GiB; + 10 GiB reserve = 24.90 GiB needed
     p = plan(_m(GPTQ14), Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=available_gib * GiB),
-             Knobs(kv_dtype="fp8_e5m2", mem_fraction=0.8, hicache_gib=16, context=16384), engine)
+             Knobs(kv_dtype="fp8_e5m2", mem_fraction=0.8, hicache_gb=16, context=16384), engine)
     assert (not any("host RAM" in r for r in p.reasons)) == ok, p.reasons
 
 
@@ -332,7 +332,7 @@ def test_hicache_check_counts_pinned_offloaded_weights(engine):
     # 26 GiB available: 3 GiB of offloaded weights pinned first -> 23 GiB; minus the 10 GiB reserve = 13 GiB
     # < 16e9 B (14.90 GiB) of host pool: SGLang raises "Not enough host memory available"
     p = plan(_m(GPTQ14), Target(gpu=catalog.gpu("rtx-4090-24gb"), host_ram_available_bytes=26 * GiB),
-             Knobs(**(KNOBS_128K | {"cpu_offload_gib": 3, "hicache_gib": 16})), engine)
+             Knobs(**(KNOBS_128K | {"cpu_offload_gib": 3, "hicache_gb": 16})), engine)
     assert _offloaded_as_sglang(p, 3, _m(GPTQ14))
     assert not p.fits
 

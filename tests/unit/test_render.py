@@ -13,14 +13,15 @@ from itertools import product
 import pytest
 
 from vramkit import catalog
-from vramkit.launch.cases import iter_launch_cases
 from vramkit.core import render
 from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.launch.cases import iter_launch_cases
 from vramkit.units import GiB
 
 yaml = pytest.importorskip("yaml", reason="PyYAML parses the compose files (it comes with the embed extra)")
 
 GPTQ14 = "qwen2.5-coder-14b-instruct-gptq-int4"
+PORT = catalog.sglang().port
 ENGINE = Engine.from_config(catalog.engine_constants())
 PRESETS = sorted(catalog.presets())
 MODELS = sorted(catalog.models())
@@ -34,7 +35,7 @@ def _plan(model="qwen2.5-coder-14b-instruct-gptq-int4", gpu="rtx-5060-ti-16gb", 
 
 def _argv(model=GPTQ14, gpu="rtx-5060-ti-16gb", load_format=None, **knobs) -> list[str]:
     m = catalog.model(model)
-    return render.sglang_args(m, _plan(model, gpu, **knobs), model_path=m.hf_id, load_format=load_format)
+    return render.sglang_args(m, _plan(model, gpu, **knobs), model_path=m.hf_id, load_format=load_format, port=PORT)
 
 
 def _flags(argv: list[str]) -> dict[str, str | bool]:
@@ -86,7 +87,7 @@ def rendered_cases():
         preset = catalog.preset(preset_name)
         p = _plan(model_name, gpu_name, **(preset.knobs | {"tp": tp}))
         m = catalog.model(model_name)
-        argv = render.sglang_args(m, p, model_path=m.hf_id)
+        argv = render.sglang_args(m, p, model_path=m.hf_id, port=PORT)
         out.append(((preset_name, model_name, gpu_name, tp), p, argv))
     return out
 
@@ -94,10 +95,10 @@ def rendered_cases():
 def test_every_case_passes_the_memory_knobs_explicitly(rendered_cases):
     for case, p, argv in rendered_cases:
         f = _flags(argv)
-        assert float(f["--mem-fraction-static"]) == pytest.approx(p.knobs["mem_fraction"]), case
-        assert int(f["--chunked-prefill-size"]) == p.knobs["chunked_prefill"], case
+        assert float(f["--mem-fraction-static"]) == pytest.approx(p.knobs.mem_fraction), case
+        assert int(f["--chunked-prefill-size"]) == p.knobs.chunked_prefill, case
         assert int(f["--context-length"]) == p.context_len, case
-        assert f["--kv-cache-dtype"] == p.knobs["kv_dtype"], case
+        assert f["--kv-cache-dtype"] == p.knobs.kv_dtype, case
         assert f["--model-path"] == catalog.model(case[1]).hf_id, case
         # decode graphs: either a resolved batch size or explicitly off, never SGLang's per-card default
         assert ("--cuda-graph-max-bs-decode" in f) != (f.get("--cuda-graph-backend-decode") == "disabled"), case
@@ -151,7 +152,7 @@ def test_graphs_on_renders_the_batch_size():
 
 
 def test_hierarchical_cache_flags():
-    f = _flags(_argv(kv_dtype="fp8_e5m2", mem_fraction=0.8, hicache_gib=16))
+    f = _flags(_argv(kv_dtype="fp8_e5m2", mem_fraction=0.8, hicache_gb=16))
     assert f["--enable-hierarchical-cache"] is True
     assert f["--hicache-size"] == "16"               # server_args.py:1996: int, gigabytes
     off = _flags(_argv(kv_dtype="fp8_e5m2", mem_fraction=0.8))
@@ -222,10 +223,10 @@ def _compose_files() -> dict:
 def _compose(tp=1, **knobs) -> str:
     m = catalog.model(GPTQ14)
     p = _plan(GPTQ14, "rtx-5060-ti-16gb", **(knobs | {"tp": tp}))
-    argv = render.sglang_args(m, p, model_path=m.hf_id, host="0.0.0.0")
+    argv = render.sglang_args(m, p, model_path=m.hf_id, host="0.0.0.0", port=PORT)
     return render.compose_yaml(project="vramkit-test", preset="custom", model=m, gpu_name="rtx-5060-ti-16gb", p=p,
                                image=catalog.versions().sglang_image, argv=argv, gpu_ids=list(range(tp)),
-                               source_note="test")
+                               source_note="test", port=PORT)
 
 
 def _all_compose_texts() -> dict[str, str]:

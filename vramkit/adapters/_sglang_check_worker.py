@@ -49,7 +49,7 @@ class _ParserRefused(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # noqa: D401 - argparse API
+    def error(self, message):
         raise _ParserRefused(message)
 
 
@@ -75,7 +75,7 @@ def _plain(value):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    if hasattr(value, "value") and isinstance(getattr(value, "value"), (str, int)):
+    if hasattr(value, "value") and isinstance(value.value, (str, int)):
         return value.value
     return str(value)
 

@@ -13,8 +13,8 @@ import importlib.util
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from vramkit.errors import Exit, VramkitError
 

@@ -49,7 +49,18 @@ def up(compose_file: Path) -> None:
 
 
 def down(compose_file: Path) -> None:
-    compose(compose_file, "down", "--remove-orphans", timeout=300)
+    """`docker compose down`; a failure (no docker, an error, a hang) is a VramkitError, never ignored."""
+    if shutil.which("docker") is None:
+        raise VramkitError(f"cannot stop {compose_file.name}: docker is not installed",
+                           "stop the container by other means", Exit.STOP_FAILED)
+    try:
+        r = compose(compose_file, "down", "--remove-orphans", timeout=300)
+    except subprocess.TimeoutExpired:
+        raise VramkitError("docker compose down did not finish in 300 s",
+                           f"check `docker compose -f {compose_file} ps`", Exit.STOP_FAILED) from None
+    if r.returncode != 0:
+        raise VramkitError("docker compose down failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:200],
+                           f"check `docker compose -f {compose_file} ps`, then run it again", Exit.STOP_FAILED)
 
 
 def container_status(name: str) -> str | None:

@@ -20,17 +20,12 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def start_background(cmd: list[str], log_path: Path, env: dict | None = None, cpus: tuple[int, ...] = ()) -> int:
+def start_background(cmd: list[str], log_path: Path, env: dict | None = None) -> int:
     """Start `cmd` in its own session (so stop() can end its whole process group), output to log_path."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, **(env or {})}, start_new_session=True)
-    if cpus:
-        try:
-            os.sched_setaffinity(proc.pid, set(cpus))
-        except OSError:
-            pass
     return proc.pid
 
 

@@ -11,25 +11,18 @@ Round trips: a batch lookup is one MGET; the writes of a batch are one pipeline 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from vramkit.core.na import NotAvailable
 
-@dataclass(frozen=True)
-class Unavailable:
-    """Redis could not be used for this call; `reason` is the error text for /health and logs."""
-
-    reason: str = "redis unavailable"
-
-    def __bool__(self) -> bool:   # so `if result:` reads as "got something"
-        return False
-
-
-UNAVAILABLE = Unavailable()
+# Redis could not be used for this call: the kit's one "not available" type (falsy, so `if result:` reads
+# as "got something"; `reason` is the error text for /health and logs).
+Unavailable = NotAvailable
+UNAVAILABLE = NotAvailable("redis unavailable")
 
 
 def redact_url(url: str) -> str:

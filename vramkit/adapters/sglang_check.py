@@ -18,8 +18,9 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import MiB

@@ -4,7 +4,8 @@ One JSON file per running service in the state folder ($VRAMKIT_STATE_DIR, defau
 ~/.local/state/vramkit). The launcher writes it after a successful start and removes it on stop.
 Keys the launcher writes: name, preset, model, runtime ('docker'|'native'), port, pid (native),
 compose_file (docker), log (native), gpu_indices, vram_budget_bytes (the planner's predicted peak
-per GPU, which vram-safe takes as its default threshold), started_at (ISO time).
+per GPU, which vram-safe takes as its default threshold), hicache_bytes, cpu_pin (native with a
+cpuset: "ok" or "failed: why"), started_at (ISO time). A failed stop keeps the file.
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ restarts.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 from vramkit.errors import Exit, VramkitError
 
@@ -62,8 +65,6 @@ def _ping(host: str, port: int, timeout_s: float = 0.5) -> bool:
 def _die_with_parent() -> None:
     """In the child: ask Linux for SIGTERM when the parent goes (PR_SET_PDEATHSIG = 1)."""
     if sys.platform.startswith("linux"):
-        import ctypes  # noqa: PLC0415
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
@@ -149,8 +150,6 @@ def stop_recorded(data_dir: str | Path, timeout_s: float = 10.0) -> int | None:
 
     Only a pid whose command line is a valkey/redis server is signalled (pid files go stale).
     """
-    import psutil  # noqa: PLC0415
-
     pid_file = Path(data_dir) / PID_FILE
     try:
         pid = int(pid_file.read_text().strip())

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from vramkit.bench.summary import HEADLINES, compare
+from vramkit.core.bench_stats import ecdf
 
 SCHEMA = "vramkit.bench/1"
 
@@ -220,10 +221,10 @@ def render_compare_markdown(results: list[dict]) -> str:
 
 # --- plots -----------------------------------------------------------------------------------------
 def _pyplot():
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - the bench extra: only plotting needs it
 
     matplotlib.use("Agg")  # files only; the GPU host has no display
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - after use("Agg"), as matplotlib requires
 
     return plt
 
@@ -273,8 +274,6 @@ def _plot_concurrency(ax, result: dict, label: str | None = None) -> None:
 
 def _plot_multiturn_cdf(ax, result: dict, label: str | None = None,
                         first_visits: bool = True) -> None:
-    from vramkit.core.bench_stats import ecdf
-
     samples = (result.get("suites", {}).get("multiturn") or {}).get("samples", [])
     for revisit, style in ((True, "-"), (False, ":"))[: 2 if first_visits else 1]:
         vals = [s["ttft_s"] for s in samples
@@ -324,7 +323,7 @@ def write_compare_plot(results: list[dict], path: Path) -> Path:
     panels = (("multiturn", lambda ax, r: _plot_multiturn_cdf(ax, r, r["label"], first_visits=False)),
               ("concurrency", lambda ax, r: _plot_concurrency(ax, r, r["label"])),
               ("context", lambda ax, r: _plot_context(ax, r, r["label"])))
-    for ax, (suite, draw) in zip(axes, panels):
+    for ax, (suite, draw) in zip(axes, panels, strict=True):
         for r in results:
             if suite in r["summary"]:      # a run without the suite would only add empty legend entries
                 draw(ax, r)

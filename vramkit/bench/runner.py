@@ -16,6 +16,7 @@ from typing import Protocol
 
 from vramkit.adapters.sglang_http import GenerateResult
 from vramkit.bench.workloads import (
+    ANY_MODEL_VOCAB,
     MultiturnPlan,
     context_points,
     derive_seed,
@@ -35,7 +36,7 @@ class BenchConfig:
     """Every knob of a run; `quick()` gives the short variant. Sizes are tokens, times seconds."""
 
     suites: tuple[str, ...] = SUITES
-    vocab_size: int = 32000          # any id below it is valid for Qwen2.5 (152K) and Llama (32K+)
+    vocab_size: int = ANY_MODEL_VOCAB   # token ids are drawn below it
     seed: int = 0
     request_timeout_s: float = 120.0  # one short request, whole stream
     long_request_timeout_s: float = 600.0  # context sweep / capacity: a 128K prefill with offload is slow

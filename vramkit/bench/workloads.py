@@ -12,6 +12,11 @@ import math
 import random
 from dataclasses import dataclass
 
+# Token ids below this are valid for every catalogued model (the smallest vocabulary, Mistral v0.3's, is
+# 32,768; tests/unit/test_bench_workloads.py checks it against config/): what the benchmark and the
+# warm-up requests draw from when they do not know the model.
+ANY_MODEL_VOCAB = 32000
+
 
 def derive_seed(*parts: object) -> int:
     """A 64-bit seed from labelled parts; stable across processes (unlike hash(), salted per run)."""

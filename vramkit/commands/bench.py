@@ -13,14 +13,15 @@ import re
 import sys
 import threading
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from vramkit import __version__
+from vramkit import __version__, catalog
+from vramkit.bench.workloads import ANY_MODEL_VOCAB
 from vramkit.errors import Exit, VramkitError
 
 RESULTS_DIR = Path("benchmarks/results")
-DEFAULT_URL = "http://127.0.0.1:30000"  # SGLang's default port
+DEFAULT_URL = f"http://127.0.0.1:{catalog.sglang().port}"  # config/sglang.toml
 
 
 def register(subparsers) -> None:
@@ -47,7 +48,7 @@ def register(subparsers) -> None:
                         "decode_tok_s_ceiling gives the roofline")
     p.add_argument("--decode-ceiling-tok-s", type=float,
                    help="bandwidth ceiling for single-stream decode (overrides the planner's)")
-    p.add_argument("--vocab-size", type=int, default=32000,
+    p.add_argument("--vocab-size", type=int, default=ANY_MODEL_VOCAB,
                    help="token ids are drawn below this (default %(default)s; Qwen2.5: 151000)")
     p.add_argument("--seed", type=int, default=0, help="workload seed: same seed, same traffic")
     p.add_argument("--kv-pool-tokens", type=int,
@@ -173,7 +174,7 @@ def _run_bench(args) -> int:
     client, info = _connect(args.url)
     server = server_subset(info)
     label = args.label or default_label(server)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     err = Console(stderr=True)
     err.print(f"[bold]vramkit bench[/] {label}: {args.url}, suites {', '.join(cfg.suites)}"
               f"{' (quick)' if args.quick else ''}")

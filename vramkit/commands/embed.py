@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vramkit")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["embed", *(sys.argv[1:] if argv is None else argv)])
-    from vramkit.cli import run_command   # cli imports no command module at import time
+    from vramkit.cli import run_command  # cli imports no command module at import time
     return run_command(args)
 
 

@@ -19,15 +19,17 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
+from vramkit import catalog
 from vramkit.adapters import host as hostio
 from vramkit.adapters import nvml, state
+from vramkit.bench.workloads import ANY_MODEL_VOCAB
 from vramkit.core import host_plan as hp
 from vramkit.core.gpu_snapshot import is_na
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, bytes2human
 
 STATUS_STYLE = {hp.PASS: "green", hp.WARN: "yellow", hp.FAIL: "red"}
-DEFAULT_URL = "http://127.0.0.1:30000"
+DEFAULT_URL = f"http://127.0.0.1:{catalog.sglang().port}"  # config/sglang.toml
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -76,7 +78,7 @@ def _warmup(url: str, max_requests: int, prompt_tokens: int) -> hp.Check:
         latencies: list[float] = []
         for i in range(max_requests):
             # Distinct prompts: a repeated one would hit the radix cache and "settle" for that reason.
-            ids = [(1000 + 7 * i + j) % 30000 + 1 for j in range(prompt_tokens)]
+            ids = [(1000 + 7 * i + j) % (ANY_MODEL_VOCAB - 1) + 1 for j in range(prompt_tokens)]
             res = client.generate(input_ids=ids, max_new_tokens=32, stream=False)
             if not res.ok:
                 return hp.Check("warmup", hp.FAIL, f"request {i + 1} failed: {res.error}",

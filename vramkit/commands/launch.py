@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 
+from vramkit import catalog
 from vramkit.commands.plan import add_plan_arguments, render_plan
-from vramkit.core.render import SGLANG_PORT
 from vramkit.errors import Exit, VramkitError
+from vramkit.generated import stale_blocks
 from vramkit.launch import steps, up
 from vramkit.launch.compose_files import stale_files
+from vramkit.launch.env import env_number, env_value, number
+
+RUNTIMES = ("docker", "native")
 
 
 def _console():
@@ -20,12 +23,25 @@ def _console():
 
 
 def _spec(args) -> steps.LaunchSpec:
-    extra = shlex.split(args.extra_args or os.environ.get("SGLANG_EXTRA_ARGS", ""))
+    """Flags first, then the VRAMKIT_* environment (launch/env.py), then the defaults."""
+    runtime = args.runtime or env_value("RUNTIME") or "docker"
+    if runtime not in RUNTIMES:
+        raise VramkitError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}",
+                           "set --runtime or VRAMKIT_RUNTIME to docker or native", Exit.BAD_INPUT)
+    try:
+        extra = shlex.split(args.extra_args or env_value("SGLANG_EXTRA_ARGS") or "")
+    except ValueError as e:
+        raise VramkitError(f"extra SGLang arguments: {e}", "check the quoting of --extra-args / "
+                           "VRAMKIT_SGLANG_EXTRA_ARGS", Exit.BAD_INPUT) from None
     return steps.LaunchSpec(
-        name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=args.runtime, port=args.port,
-        model_path=args.model_path, load_format=args.load_format, extra_args=extra,
-        sglang_python=args.sglang_python, timeout_s=args.timeout, dry_run=args.dry_run,
-        gpu_ids=_gpu_ids(args.gpus))
+        name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=runtime,
+        port=number(args.port, int, "--port", minimum=1) if args.port is not None else
+        env_number("PORT", int, catalog.sglang().port, minimum=1),
+        model_path=args.model_path or env_value("MODEL_PATH"), load_format=args.load_format or env_value("LOAD_FORMAT"),
+        extra_args=extra, sglang_python=args.sglang_python or env_value("SERVER_PYTHON") or sys.executable,
+        timeout_s=number(args.timeout, float, "--timeout", minimum=1) if args.timeout is not None else
+        env_number("TIMEOUT", float, 1200.0, minimum=1),
+        dry_run=args.dry_run or env_value("DRY_RUN") == "1", gpu_ids=_gpu_ids(args.gpus or env_value("GPUS")))
 
 
 def _gpu_ids(text: str | None) -> list[int] | None:
@@ -92,12 +108,12 @@ def cmd_status(args) -> int:
 
 
 def cmd_compose(args) -> int:
-    stale = stale_files(write=not args.check)
+    stale = stale_files(write=not args.check) + stale_blocks(write=not args.check)
     if args.check:
         if stale:
-            raise VramkitError(f"compose files out of date: {', '.join(stale)}", "run `make compose` and commit",
+            raise VramkitError(f"generated files out of date: {', '.join(stale)}", "run `make compose` and commit",
                                Exit.BAD_FILE)
-        print("compose files are up to date")
+        print("compose files and generated tables are up to date")
     else:
         print("wrote " + (", ".join(stale) if stale else "nothing (all up to date)"))
     return 0
@@ -109,17 +125,18 @@ def register(sub) -> None:
                                     "13 port busy, 14 host memory, 15 start failed, 16 health timeout.")
     add_plan_arguments(up)
     up.add_argument("--name", help="service name (default vramkit-<preset>)")
-    up.add_argument("--runtime", choices=["docker", "native"], default=os.environ.get("RUNTIME", "docker"))
-    up.add_argument("--port", type=int, default=int(os.environ.get("PORT", SGLANG_PORT)))
-    up.add_argument("--model-path", default=os.environ.get("MODEL_PATH") or None,
-                    help="local folder or HF id instead of the model's hf_id")
-    up.add_argument("--load-format", default=os.environ.get("LOAD_FORMAT") or None,
-                    help="'dummy': real shapes, random weights, no download, no tokenizer")
-    up.add_argument("--extra-args", help="more SGLang flags (default $SGLANG_EXTRA_ARGS)")
-    up.add_argument("--sglang-python", default=os.environ.get("SGLANG_PYTHON", sys.executable))
-    up.add_argument("--timeout", type=float, default=float(os.environ.get("TIMEOUT", 1200)))
-    up.add_argument("--gpus", default=os.environ.get("GPUS"), help="GPU indices, e.g. 0,1")
-    up.add_argument("--dry-run", action="store_true", default=os.environ.get("DRY_RUN") == "1")
+    up.add_argument("--runtime", choices=RUNTIMES, help="docker or native (default $VRAMKIT_RUNTIME, else docker)")
+    up.add_argument("--port", help="host port of SGLang's API (default $VRAMKIT_PORT, else config/sglang.toml's)")
+    up.add_argument("--model-path", help="local folder or HF id instead of the model's hf_id "
+                                         "(default $VRAMKIT_MODEL_PATH)")
+    up.add_argument("--load-format", help="'dummy': real shapes, random weights, no download, no tokenizer "
+                                          "(default $VRAMKIT_LOAD_FORMAT)")
+    up.add_argument("--extra-args", help="more SGLang flags (default $VRAMKIT_SGLANG_EXTRA_ARGS)")
+    up.add_argument("--sglang-python", help="the Python that runs SGLang, native runtime "
+                                            "(default $VRAMKIT_SERVER_PYTHON, else this one)")
+    up.add_argument("--timeout", help="seconds to wait for /health (default $VRAMKIT_TIMEOUT, else 1200)")
+    up.add_argument("--gpus", help="GPU indices, e.g. 0,1 (default $VRAMKIT_GPUS)")
+    up.add_argument("--dry-run", action="store_true", help="plan and check, start nothing (or VRAMKIT_DRY_RUN=1)")
     up.add_argument("--assume-gpu", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--no-fit-check", action="store_true",
                     help="start even when the planner says it does not fit (calibration runs measure exactly that)")
@@ -134,6 +151,7 @@ def register(sub) -> None:
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=cmd_status)
 
-    co = sub.add_parser("compose", help="write the committed docker-compose.qwen*.yml files from config/")
+    co = sub.add_parser("compose", help="write the committed docker-compose.qwen*.yml files and the generated "
+                                        "tables from config/")
     co.add_argument("--check", action="store_true", help="exit 65 if a committed file is stale")
     co.set_defaults(func=cmd_compose)

@@ -21,8 +21,8 @@ from vramkit.adapters import nvml
 from vramkit.core import vram
 from vramkit.core.gpu_snapshot import Snapshot, to_jsonable
 from vramkit.core.vram_text import compact_lines
-from vramkit.ui.vram_screen import plain_text, screen, stats_table
 from vramkit.errors import Exit, VramkitError
+from vramkit.ui.vram_screen import plain_text, screen, stats_table
 
 ENV_THRESHOLDS = "VRAMKIT_ALERT_THRESHOLDS"
 MAX_ALERT_LINES = 6          # alerts kept on screen; all of them also go to stderr when not live

@@ -3,47 +3,56 @@ the resolution is vramkit/launch/resolve.py)."""
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 
 from vramkit import catalog
-from vramkit.core.planner import VALID_KV_DTYPES
+from vramkit.core.knobs import Knobs, specs
 from vramkit.errors import Exit
-from vramkit.launch.resolve import DEFAULT_GPU, DEFAULT_MODEL, Resolved, host_available, nvml_gpu, plan_json, resolve
+from vramkit.launch.resolve import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    Resolved,
+    host_available,
+    nvml_gpu,
+    plan_args,
+    plan_json,
+    resolve,
+)
 from vramkit.units import bytes2human
 
 
-def add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    """The knobs `plan`, `up` and `render` share."""
+def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> None:
+    """The arguments `plan` and `up` share; one option per declared knob (core/knobs.py). Values stay text
+    here: launch/resolve.py checks them against the declarations (one line and exit 64, not argparse's 2)."""
     g = p.add_argument_group("what to run")
     g.add_argument("--preset", help=f"one of: {', '.join(catalog.presets())} (knobs below override it)")
     g.add_argument("--model", help=f"a catalogued model or a folder with config.json (default: the preset's, "
                                    f"else {DEFAULT_MODEL})")
     g.add_argument("--gpu", help=f"a catalogued GPU, or 'auto' to read it through NVML (default {DEFAULT_GPU})")
-    g.add_argument("--gpu-free-gib", type=float,
-                   help="memory free when SGLang starts loading weights (its log: 'Load weight begin. avail mem=')")
-    g.add_argument("--other-used-gib", type=float, default=0.0, help="memory other processes hold on the card")
-    g.add_argument("--host-ram-gib", type=float, help="available host RAM (default: read with psutil)")
-    k = p.add_argument_group("knobs (override the preset)")
-    k.add_argument("--context", type=int, help="tokens in one request (prompt + output)")
-    k.add_argument("--concurrency", type=int, help="requests of that context at once")
-    k.add_argument("--kv-dtype", choices=VALID_KV_DTYPES, help="SGLang --kv-cache-dtype (auto = model dtype)")
-    k.add_argument("--mem-fraction", type=float, help="SGLang --mem-fraction-static")
-    k.add_argument("--chunked-prefill", type=int, help="SGLang --chunked-prefill-size")
-    k.add_argument("--cuda-graph-max-bs", type=int, help="decode CUDA graph batch size; 0 = graphs off")
-    k.add_argument("--max-running", type=int, help="SGLang --max-running-requests")
-    k.add_argument("--hicache-gib", type=float, help="host-RAM KV cache in GB (0 = off)")
-    k.add_argument("--cpu-offload-gib", help="weights kept in host RAM, whole GiB, or 'auto'")
-    k.add_argument("--tp", type=int, help="tensor parallel size (GPUs)")
-    m = p.add_argument_group("MoE experts in host RAM (SGLang's KTransformers path; preset moe)")
-    m.add_argument("--kt-method", help="CPU expert format: FP8, BF16 (read from the checkpoint), AMXINT4, AMXINT8")
-    m.add_argument("--kt-num-gpu-experts", help="experts per layer kept on the GPU (default auto: as many as fit)")
-    m.add_argument("--kt-cpuinfer", type=int, help="CPU expert threads (default: physical cores of the server "
-                                                   "cpuset minus 2)")
-    m.add_argument("--kt-weight-path", default=os.environ.get("KT_WEIGHT_PATH") or None,
-                   help="folder of the CPU experts (default: the model folder; AMXINT4/8: KT's converted layout)")
-    m.add_argument("--host-read-gbs", type=float, help="host memory read bandwidth, GB/s (default: "
-                                                       "$VRAMKIT_HOST_READ_GBS from `vramkit host --bandwidth`)")
+    g.add_argument("--gpu-free-gib", metavar="GIB",
+                   help="memory free when SGLang starts loading weights, > 0 (its log: 'Load weight begin. avail "
+                        "mem=')")
+    g.add_argument("--other-used-gib", metavar="GIB", help="memory other processes hold on the card, >= 0 (default 0)")
+    g.add_argument("--gpu-bandwidth-gbs", metavar="GBS",
+                   help="the card's memory bandwidth in GB/s (10^9 B/s); needed for a card config/gpus.toml lacks")
+    g.add_argument("--gpu-pcie", metavar="GENxLANES", help="the card's host link, e.g. 4x16; needed for a card "
+                                                         "config/gpus.toml lacks")
+    g.add_argument("--host-ram-gib", metavar="GIB", help="available host RAM, > 0 (default: read with psutil)")
+    m = p.add_argument_group("MoE experts in host RAM (the kt_* knobs; preset moe)")
+    m.add_argument("--kt-weight-path", default=os.environ.get("KT_WEIGHT_PATH") or None, metavar="DIR",
+                   help="folder of the CPU experts (default $KT_WEIGHT_PATH, else the model folder; AMXINT4/8: KT's "
+                        "converted layout, tools/make_random_checkpoint.py --kt-layout ... --from MODEL_DIR)")
+    m.add_argument("--host-read-gbs", metavar="GBS", help="host memory read bandwidth in GB/s (default "
+                                                          "$VRAMKIT_HOST_READ_GBS, measured by `vramkit host --bandwidth`)")
+    k = p.add_argument_group("knobs (override the preset; declared in vramkit/core/knobs.py)")
+    for spec in specs(knobs_cls):
+        unit = f" [{spec.unit}]" if spec.unit else ""
+        flag = f"; SGLang {spec.sglang_flag}" if spec.sglang_flag else ""
+        k.add_argument(spec.cli_flag, dest=spec.name, metavar=spec.type.__name__.upper() if not spec.choices else
+                       "{" + ",".join(spec.choices) + "}", help=f"{spec.help}{unit}: {spec.range_text()}{flag}")
+        for old in spec.old_names:
+            k.add_argument("--" + old.replace("_", "-"), dest=old, help=argparse.SUPPRESS)
 
 
 def render_plan(r: Resolved):
@@ -62,15 +71,15 @@ def render_plan(r: Resolved):
         ("free at start", bytes2human(p.free_at_start_bytes), "card - others - CUDA context (measured)"),
         ("weights on GPU", bytes2human(p.weights_bytes), ", ".join(
             f"{n} {bytes2human(b, digits=2)}" for n, b in p.weights_by_component.items() if b)),
-        ("weights in host RAM", bytes2human(p.weights_offloaded_bytes), f"--cpu-offload-gb {k['cpu_offload_gib']}"),
-        ("KV bytes / token", f"{p.kv_bytes_per_token:,} B", f"kv dtype {k['kv_dtype']}, tp {k['tp']}"),
-        ("KV pool", f"{p.kv_pool_tokens:,} tok", f"{bytes2human(p.kv_pool_bytes)} at mem_fraction {k['mem_fraction']}"),
+        ("weights in host RAM", bytes2human(p.weights_offloaded_bytes), f"--cpu-offload-gb {k.cpu_offload_gib}"),
+        ("KV bytes / token", f"{p.kv_bytes_per_token:,} B", f"kv dtype {k.kv_dtype}, tp {k.tp}"),
+        ("KV pool", f"{p.kv_pool_tokens:,} tok", f"{bytes2human(p.kv_pool_bytes)} at mem_fraction {k.mem_fraction}"),
         ("context (SGLang)", f"{p.context_len:,}", f"YaRN x{p.yarn_factor:g}" if p.yarn_factor else "native"),
         ("longest prompt", f"< {p.max_request_tokens:,}", "min(context-1, pool-1) - 5"),
-        (f"requests of {k['context']:,} at once", str(p.max_concurrent_requests), "pool // context"),
+        (f"requests of {k.context:,} at once", str(p.max_concurrent_requests), "pool // context"),
         ("peak GPU memory", bytes2human(p.peak_vram_bytes), "as nvidia-smi shows the server"),
         ("free after start-up", bytes2human(p.startup_free_bytes),
-         f"activations of a {k['chunked_prefill']}-token step: {bytes2human(p.activation_bytes)}"),
+         f"activations of a {k.chunked_prefill}-token step: {bytes2human(p.activation_bytes)}"),
         ("decode ceiling (1 stream)", f"{p.decode_tok_s_ceiling:.1f} tok/s" if p.decode_tok_s_ceiling else "n/a",
          "bandwidth / bytes read per token (+ PCIe for offloaded weights)"),
         ("host RAM pinned", bytes2human(p.host_ram_bytes), "hierarchical cache + offloaded weights"),
@@ -102,13 +111,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(r), indent=2, default=str))
     else:
         from rich.console import Console
-        from vramkit.core.render import sglang_args
         con = Console()
         for item in render_plan(r):
             con.print(item)
-        con.print("[bold]SGLang arguments:[/bold] " + " ".join(sglang_args(r.model, r.plan, model_path=r.model.hf_id)
-                                                   + (r.hybrid.args(r.model.hf_id) if r.hybrid else [])),
-                  soft_wrap=True)
+        con.print("[bold]SGLang arguments:[/bold] " + " ".join(plan_args(r)), soft_wrap=True)
     return 0 if r.plan.fits else int(Exit.NO_FIT)
 
 

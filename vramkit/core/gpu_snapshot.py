@@ -1,4 +1,4 @@
-"""Plain values for what NVML said about the GPUs at one moment, and the "not available" type.
+"""Plain values for what NVML said about the GPUs at one moment (the "not available" type is core/na.py).
 
 The NVML adapter (vramkit/adapters/nvml.py) fills these; the monitor, vram-safe and host tuning
 read them. A value NVML could not give (not supported, GPU lost, driver missing, process gone) is a
@@ -18,33 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-# NVML error codes that the rest of the kit branches on (pynvml's NVML_ERROR_* values).
-NVML_GPU_IS_LOST = 15
-
-
-@dataclass(frozen=True)
-class NotAvailable:
-    """A value that could not be read, with why. Falsy; prints as N/A; JSON null."""
-
-    reason: str = "not available"
-    code: int | None = None          # the NVML error code when NVML said no
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __str__(self) -> str:
-        return "N/A"
-
-    @property
-    def gpu_lost(self) -> bool:
-        return self.code == NVML_GPU_IS_LOST
-
-
-NA = NotAvailable()
-
-
-def is_na(value: Any) -> bool:
-    return isinstance(value, NotAvailable)
+from vramkit.core.na import NA, NotAvailable, is_na
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,8 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
+from vramkit.core.checks import FAIL, PASS, WARN, Check
 from vramkit.units import GiB, MiB, bytes2human
-
-PASS, WARN, FAIL = "pass", "warn", "fail"
 
 ENV_SERVER_CPUSET = "VRAMKIT_SGLANG_CPUSET"
 ENV_SIDE_CPUSET = "VRAMKIT_SIDE_CPUSET"
@@ -31,14 +30,6 @@ def size_text(n: int) -> str:
     if n >= MiB:
         return bytes2human(n, "MiB", 0)
     return bytes2human(n, "KiB", 0)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str            # pass | warn | fail
-    reason: str
-    data: dict = field(default_factory=dict)
 
 
 # --- CPU lists ------------------------------------------------------------------------------------

@@ -45,10 +45,18 @@ ISA_FLAGS = {  # /proc/cpuinfo flags per kt-kernel variant (its _cpu_detect.py)
     "avx2": ("avx2", "fma"),
 }
 KT_RESERVED_CORES = 2       # SGLang's scheduler (it drives the GPU) and its HTTP/tokenizer process
-KT_GPU_WEIGHT_EXTRA = int(0.23 * 2**30)   # measured: "Load weight end ... mem usage" 9.01 GiB for N=32 FP8
-                                          # against 8.78 GiB of tensors (moe-probe/kt-amx-g32, H100 host)
-KT_CPU_EFFICIENCY = 0.5     # fitted guess until the H100-host points replace it (moe-16g*.json)
-KT_LAYER_SYNC_S = 0.0002    # fitted guess, per MoE layer and token
+# SGLang holds each GPU expert in a little more than its checkpoint bytes: "Load weight end ... mem usage"
+# was 9.01 GiB with 32 experts/layer and 11.42 GiB with 43 against 8.78 / 11.10 GiB of tensors (FP8,
+# H100 host: benchmarks/results/gpu/moe/probe-session1, moe-16g-fp8-amx.json). Fitted to the two points:
+# +3.9 % per GPU expert, -0.03 GiB fixed (measured, two points).
+KT_GPU_EXPERT_FACTOR = 1.039
+KT_GPU_WEIGHT_EXTRA = -int(0.03 * 2**30)
+# Decode: two constants fitted to the two kit runs on the H100 host at 43 GPU experts/layer and 14 threads
+# (host read 93.0 GB/s measured at 16 threads): AMXINT4 38.4 tok/s, FP8 26.6 tok/s
+# (benchmarks/results/gpu/moe/moe-16g-*.probe.json). Checked against the runs not used in the fit:
+# FP8 at 32 GPU experts 27.9 measured vs 24.6, FP8 on the AVX-512-BF16 kernels 26.0 vs 26.6 (fitted, labelled so).
+KT_CPU_EFFICIENCY = 0.555   # share of the measured host read bandwidth KT's kernels reach while decoding
+KT_LAYER_SYNC_S = 0.000297  # per MoE layer and token: submit, pinned copies, the wait on the CUDA stream
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,7 @@ def plan_hybrid(s: MoeSizes, *, kt_method: str, free_at_start_bytes: int, mem_fr
     notes: list[str] = []
     static = int(mem_fraction * free_at_start_bytes)
     kv_need = context * concurrency * s.kv_bytes_per_token
-    per_n = s.moe_layers * s.gpu_expert_bytes
+    per_n = int(s.moe_layers * s.gpu_expert_bytes * KT_GPU_EXPERT_FACTOR)
     base = s.non_expert_bytes + KT_GPU_WEIGHT_EXTRA
     if num_gpu_experts is None:
         n = max(0, min(s.num_experts, (static - kv_need - base) // per_n))

@@ -27,11 +27,11 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from vramkit.catalog import GpuSpec, ModelSpec
-from vramkit.core.weight_load import LoadShape, replay_load
+from vramkit.core.knobs import Knobs
+from vramkit.core.weight_load import CALIBRATION_HOST_SMS, LoadShape, replay_load
 from vramkit.units import GiB, MiB, bytes2human
 
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5}
-VALID_KV_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
 SGLANG_REQ_SLACK_TOKENS = 5          # max_req_input_len = max_req_len - 5 (tp_worker.get_worker_info)
 REQ_TO_TOKEN_EXTRA_CONTEXT = 4       # ReqToTokenPool max_context_len = context_len + 4
 
@@ -70,23 +70,6 @@ class Engine:
 
 
 @dataclass(frozen=True)
-class Knobs:
-    """What the user asked for (raw). None = let the planner resolve it as SGLang would."""
-
-    context: int = 32768
-    concurrency: int = 1
-    kv_dtype: str = "auto"
-    mem_fraction: float | None = None
-    chunked_prefill: int | None = None
-    cuda_graph_max_bs: int | None = None       # 0 = decode CUDA graphs off
-    max_running: int | None = None
-    hicache_gib: float = 0.0                   # host pool, GB as SGLang's --hicache-size counts (1e9)
-    cpu_offload_gib: int | str = 0             # whole GiB, or "auto"
-    tp: int = 1
-    prefill_cuda_graph: bool = False
-
-
-@dataclass(frozen=True)
 class Target:
     """Where it runs: a GPU (per rank) and the host."""
 
@@ -109,7 +92,7 @@ class Alternative:
 class Plan:
     model: str
     gpu: str
-    knobs: dict                 # resolved knobs
+    knobs: Knobs                # every knob resolved (mem_fraction, chunked_prefill, ... never None)
     free_at_start_bytes: int
     weights_bytes: int          # on the GPU, per rank, as SGLang's "Load weight end ... mem usage"
     weights_by_component: dict
@@ -287,9 +270,12 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     # resolve SGLang's defaults from the TARGET card, never from the machine it runs on
     chunk = knobs.chunked_prefill or sglang_default_chunked_prefill(card_total)
-    graph_bs = sglang_default_cuda_graph_max_bs(card_total, tp) if knobs.cuda_graph_max_bs is None else knobs.cuda_graph_max_bs
+    graph_bs = knobs.cuda_graph_max_bs
+    if graph_bs is None:
+        graph_bs = sglang_default_cuda_graph_max_bs(card_total, tp)
+    # the kit always renders --disable-prefill-cuda-graph (core/render.py): SGLang's default reserve without them
     frac = knobs.mem_fraction if knobs.mem_fraction is not None else sglang_default_mem_fraction(
-        card_total, chunk, graph_bs, tp, knobs.prefill_cuda_graph)
+        card_total, chunk, graph_bs, tp, prefill_cuda_graph=False)
     context_len, yarn = context_and_yarn(model, knobs.context)
 
     # 2. weights
@@ -298,14 +284,15 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # rope cos/sin cache: context positions x head_dim, fp32 on CUDA (sglang rotary_embedding/base.py)
     rope_bytes = context_len * model.head_dim * 4
     shape = load_shape(model)
+    sms = gpu.sm_count if gpu is not None and gpu.sm_count else CALIBRATION_HOST_SMS
     offload_req = knobs.cpu_offload_gib
     cell = kv_bytes_per_token(model, knobs.kv_dtype, tp)
     if offload_req == "auto":
         # what the load reserves with nothing offloaded: tensors, rope cache and the allocator's slack
-        on_gpu = replay_load(shape, tp, rope_bytes).gpu_reserved_bytes
+        on_gpu = replay_load(shape, tp, rope_bytes, sm_count=sms).gpu_reserved_bytes
         offload_req = _auto_offload_gib(free, frac, on_gpu + engine.pre_kv, cell, knobs, layer_bytes)
     offload_req = int(offload_req)
-    load = replay_load(shape, tp, rope_bytes, min(offload_req * GiB, layer_bytes))
+    load = replay_load(shape, tp, rope_bytes, min(offload_req * GiB, layer_bytes), sm_count=sms)
     offloaded = load.offloaded_bytes
     weights_gpu = load.gpu_reserved_bytes
 
@@ -368,13 +355,13 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                      f"not guaranteed)")
 
     # host RAM
-    hicache_bytes = int(knobs.hicache_gib * 1e9)
+    hicache_bytes = int(knobs.hicache_gb * 1e9)
     host_ram = hicache_bytes + offloaded
     if hicache_bytes and target.host_ram_available_bytes is not None:
         # offloaded weights are pinned at load, before the host pool checks what is left
         if hicache_bytes + offloaded > target.host_ram_available_bytes - engine.hicache_host_reserve:
             reasons.append(
-                f"hierarchical cache of {knobs.hicache_gib:g} GB"
+                f"hierarchical cache of {knobs.hicache_gb:g} GB"
                 + (f" plus {bytes2human(offloaded)} of offloaded weights" if offloaded else "")
                 + f" needs that much pinned host RAM and SGLang keeps 10 GiB free: only "
                   f"{bytes2human(target.host_ram_available_bytes)} is available")
@@ -399,8 +386,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
             notes.append(f"{bytes2human(offloaded)} of weights cross PCIe gen{gpu.pcie_gen} x{gpu.pcie_lanes} "
                          f"({gpu.pcie_bytes_s / 1e9:.1f} GB/s) every decode step")
 
-    resolved = asdict(knobs) | {"mem_fraction": frac, "chunked_prefill": chunk, "cuda_graph_max_bs": graph_bs,
-                                "max_running": max_running, "cpu_offload_gib": offload_req}
+    resolved = replace(knobs, mem_fraction=frac, chunked_prefill=chunk, cuda_graph_max_bs=graph_bs,
+                       max_running=max_running, cpu_offload_gib=offload_req)
     p = Plan(
         model=model.name, gpu=gpu.name if gpu else "given-free-memory", knobs=resolved,
         free_at_start_bytes=free, weights_bytes=weights_gpu, weights_by_component=comps,
@@ -474,10 +461,10 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
     if knobs.cpu_offload_gib in (0, "0"):
         off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
-        if int(off.knobs["cpu_offload_gib"]) > 0:
-            trial(f"move {off.knobs['cpu_offload_gib']} GiB of weights to host RAM (--cpu-offload-gb, fp8 KV)",
+        if int(off.knobs.cpu_offload_gib) > 0:
+            trial(f"move {off.knobs.cpu_offload_gib} GiB of weights to host RAM (--cpu-offload-gb, fp8 KV)",
                   "those weights cross PCIe every token: decode ceiling {tok_s} tok/s; pins that much host RAM",
-                  kv_dtype=kv, cpu_offload_gib=int(off.knobs["cpu_offload_gib"]))
+                  kv_dtype=kv, cpu_offload_gib=int(off.knobs.cpu_offload_gib))
     if knobs.tp == 1:
         trial("two GPUs with tensor parallelism (--tp-size 2)",
               "needs a second card of this size; weights and KV split per rank; decode ceiling "

@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 
 from vramkit.catalog import ModelSpec
+from vramkit.core.knobs import render_args
 from vramkit.core.planner import Plan
 
-SGLANG_PORT = 30000                   # inside the container; the host port is VRAMKIT_PORT
-# SGLANG_EXTRA_ARGS on the test GPU host: its SGLang archive has no FA3 and no grammar backend
-GPU_HOST_EXTRA_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none"]
 HEALTH_START_PERIOD_S = 900           # first GPTQ start JIT-compiles marlin inside graph capture: 378 s on H100
 
 
@@ -30,31 +28,16 @@ def yarn_override(model: ModelSpec, factor: float) -> str:
     }, separators=(",", ":"))
 
 
-def sglang_args(model: ModelSpec, p: Plan, *, model_path: str, host: str = "127.0.0.1",
-                port: int = SGLANG_PORT, load_format: str | None = None, extra: list[str] | None = None) -> list[str]:
-    """SGLang launch_server arguments (without `python -m sglang.launch_server`)."""
-    k = p.knobs
-    a = ["--model-path", model_path, "--host", host, "--port", str(port)]
-    if k["tp"] > 1:
-        a += ["--tp-size", str(k["tp"])]
-    a += ["--mem-fraction-static", f"{k['mem_fraction']:g}",
-          "--context-length", str(p.context_len),
-          "--kv-cache-dtype", k["kv_dtype"],
-          "--chunked-prefill-size", str(k["chunked_prefill"]),
-          "--max-running-requests", str(k["max_running"])]
-    if k["cuda_graph_max_bs"] > 0:
-        a += ["--cuda-graph-max-bs-decode", str(k["cuda_graph_max_bs"])]
-    else:
-        a += ["--cuda-graph-backend-decode", "disabled"]
-    if not k["prefill_cuda_graph"]:
-        a += ["--disable-prefill-cuda-graph"]      # saves ~85 s of start-up and its capture memory
+def sglang_args(model: ModelSpec, p: Plan, *, model_path: str, port: int, host: str = "127.0.0.1",
+                load_format: str | None = None, extra: list[str] | None = None) -> list[str]:
+    """SGLang launch_server arguments (without `python -m sglang.launch_server`): the address, then each
+    knob as its declaration renders it (core/knobs.py), then the flags the kit always sets."""
+    a = ["--model-path", model_path, "--host", host, "--port", str(port), *render_args(p.knobs, p)]
+    # prefill CUDA graphs stay off: ~85 s less start-up and no capture memory; every calibration run
+    # (config/engine.toml) was measured so, and the planner's default fraction assumes it
+    a += ["--disable-prefill-cuda-graph"]
     if p.yarn_factor:
         a += ["--json-model-override-args", yarn_override(model, p.yarn_factor)]
-    if k["hicache_gib"] > 0:
-        a += ["--enable-hierarchical-cache", "--hicache-size", str(int(k["hicache_gib"])),
-              "--hicache-write-policy", "write_through", "--hicache-io-backend", "kernel"]
-    if int(k["cpu_offload_gib"]) > 0:
-        a += ["--cpu-offload-gb", str(int(k["cpu_offload_gib"]))]
     if load_format:
         a += ["--load-format", load_format]
         if load_format == "dummy":
@@ -71,7 +54,7 @@ def _q(s: str) -> str:
 
 
 def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, p: Plan, image: str,
-                 argv: list[str], gpu_ids: list[int], source_note: str) -> str:
+                 argv: list[str], gpu_ids: list[int], source_note: str, port: int) -> str:
     """One compose file for one preset: the SGLang service with every odd setting explained."""
     cmd = "\n".join(f"      - {_q(x)}" for x in ["python3", "-m", "sglang.launch_server", *argv])
     ids = ", ".join(_q(str(i)) for i in gpu_ids)
@@ -88,7 +71,7 @@ services:
     command:
 {cmd}
     ports:
-      - "127.0.0.1:${{VRAMKIT_PORT:-{SGLANG_PORT}}}:{SGLANG_PORT}"  # loopback only: SGLang's API has no auth by default
+      - "127.0.0.1:${{VRAMKIT_PORT:-{port}}}:{port}"  # loopback only: SGLang's API has no auth by default
     environment:
       HF_TOKEN: ${{HF_TOKEN:-}}  # from your shell, never written here; gated models (Llama) need it
       HF_HOME: /root/.cache/huggingface
@@ -106,11 +89,11 @@ services:
         reservations:
           devices:
             - driver: nvidia
-              device_ids: [{ids}]  # tensor parallel size {p.knobs['tp']}: one card per rank
+              device_ids: [{ids}]  # tensor parallel size {p.knobs.tp}: one card per rank
               capabilities: [gpu]
     healthcheck:
       # /health answers 503 while SGLang loads, compiles and captures graphs, 200 once it serves
-      test: ["CMD", "python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{SGLANG_PORT}/health', timeout=4)"]
+      test: ["CMD", "python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/health', timeout=4)"]
       interval: 10s
       timeout: 6s
       retries: 3

@@ -33,8 +33,8 @@ _PATTERNS = {
     "max_running_requests": r"max_total_num_tokens=.*?max_running_requests=(\d+)",
     "available_after_start": r"max_total_num_tokens=.*?available_gpu_mem=([\d.]+) GB",
 }
-_GIB_KEYS = {"dist_init_mem", "load_begin_avail", "load_end_avail", "weights", "pool_end_avail", "graph_begin_avail", "graph_mem",
-             "graph_end_avail", "available_after_start"}
+_GIB_KEYS = {"dist_init_mem", "load_begin_avail", "load_end_avail", "weights", "pool_end_avail", "graph_begin_avail",
+             "graph_mem", "graph_end_avail", "available_after_start"}
 
 # Start-up phases in order: (marker in the log, what to tell the user)
 PHASES = [

@@ -376,7 +376,7 @@ LOG_FIELDS = ("time", "time_s", "gpu", "in_use_bytes", "nvml_used_bytes", "total
 
 def log_rows(snap: Snapshot) -> list[dict]:
     """One row per GPU for the --log file; None where the value was not available."""
-    stamp = _dt.datetime.fromtimestamp(snap.time_s, _dt.timezone.utc).isoformat(timespec="milliseconds")
+    stamp = _dt.datetime.fromtimestamp(snap.time_s, _dt.UTC).isoformat(timespec="milliseconds")
     if snap.unavailable is not None or not snap.gpus:
         return [dict.fromkeys(LOG_FIELDS) | {"time": stamp, "time_s": round(snap.time_s, 3),
                                              "status": snap.status}]

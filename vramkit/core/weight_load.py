@@ -23,7 +23,9 @@ from functools import lru_cache
 
 from vramkit.core.torch_alloc import CachingAllocator
 
-MARLIN_WORKSPACE_SMS = 132      # one int32 per SM (marlin_make_workspace); H100/H200 SXM have 132
+# marlin_make_workspace: one int32 per SM of the card (its count: config/gpus.toml sm_count). Without a
+# catalogued card (a bare --gpu-free-gib), the calibration host's H100 count: 132 x 4 B, under 1 KiB a layer.
+CALIBRATION_HOST_SMS = 132
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,8 @@ def _qweight_bytes(shape: LoadShape, k: int, n: int) -> int:
 
 
 @lru_cache(maxsize=256)
-def replay_load(shape: LoadShape, tp: int, rope_cache_bytes: int, offload_budget_bytes: int = 0) -> LoadResult:
+def replay_load(shape: LoadShape, tp: int, rope_cache_bytes: int, offload_budget_bytes: int = 0,
+                sm_count: int = CALIBRATION_HOST_SMS) -> LoadResult:
     a = CachingAllocator()
     tp = max(1, tp)
     h, hd = shape.hidden, shape.head_dim
@@ -133,7 +136,7 @@ def replay_load(shape: LoadShape, tp: int, rope_cache_bytes: int, offload_budget
             if lin.get("offloaded"):
                 continue
             groups = _groups(shape, lin["k"])
-            keep(MARLIN_WORKSPACE_SMS * 4)
+            keep(sm_count * 4)
             release(lin.get("g_idx"))
             release(lin["qzeros"])
             new = keep(_qweight_bytes(shape, lin["k"], lin["n"]))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core.planner import Engine, Knobs, Target, plan
-from vramkit.core.render import GPU_HOST_EXTRA_ARGS, sglang_args
+from vramkit.core.render import sglang_args
 from vramkit.units import GiB
 
 
@@ -28,24 +28,25 @@ class LaunchCaseSpec:
 def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
     engine = Engine.from_config(catalog.engine_constants())
     host_gpu = catalog.gpu("h100-80gb")
+    port = catalog.sglang().port
     for preset in catalog.presets().values():
         for model in catalog.models().values():
             for gpu in catalog.gpus().values():
                 for tp in (1, 2):
-                    knobs = Knobs(**preset.knobs, tp=tp)
+                    knobs = Knobs(**(preset.knobs | {"tp": tp}))
                     p = plan(model, Target(gpu=gpu, host_ram_available_bytes=128 * GiB), knobs, engine,
                              with_alternatives=False)
-                    argv = sglang_args(model, p, model_path=model.hf_id)
+                    argv = sglang_args(model, p, model_path=model.hf_id, port=port)
                     yield LaunchCaseSpec(f"{preset.name}-{model.name}-{gpu.name}-tp{tp}", argv, model.config_dir,
                                          p.fits, gpu.memory_total_bytes)
         # as the GPU-host runs launched them: dummy weights from the config folder, that host's extras;
         # tp 2 with the dense 7B, as the two-GPU session ran it (each card held to 16 GB)
         for model_name, tp, free_gib in ((preset.model, 1, 15.33), ("qwen2.5-coder-7b-instruct", 2, 14.48)):
             model = catalog.model(model_name)
-            p = plan(model, Target(gpu=host_gpu, gpu_free_bytes=int(free_gib * GiB), host_ram_available_bytes=128 * GiB),
-                     Knobs(**preset.knobs, tp=tp), engine, with_alternatives=False)
-            argv = sglang_args(model, p, model_path=str(model.config_dir), load_format="dummy",
-                               extra=GPU_HOST_EXTRA_ARGS)
+            target = Target(gpu=host_gpu, gpu_free_bytes=int(free_gib * GiB), host_ram_available_bytes=128 * GiB)
+            p = plan(model, target, Knobs(**(preset.knobs | {"tp": tp})), engine, with_alternatives=False)
+            argv = sglang_args(model, p, model_path=str(model.config_dir), load_format="dummy", port=port,
+                               extra=list(catalog.sglang().gpu_host_extra_args))
             suffix = "" if tp == 1 else f"-tp{tp}-{model.name}"
             yield LaunchCaseSpec(f"{preset.name}-gpu-host-dummy{suffix}", argv, model.config_dir, p.fits,
                                  host_gpu.memory_total_bytes)

@@ -1,21 +1,11 @@
 """Every check before a start, each outside thing passed in as a function so tests drive the situations."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from vramkit import catalog
+from vramkit.core.checks import Check
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.steps import LaunchSpec, server_gpu_ids
 from vramkit.units import bytes2human
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    code: Exit = Exit.OK
-    fatal: bool = True            # False: a warning printed, the start goes on
 
 
 def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, host_ram, memlock, port_free,
@@ -26,36 +16,43 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
     if spec.runtime == "docker":
         try:
             docker_check()
-            checks.append(Check("docker", True, "engine and NVIDIA runtime present"))
+            checks.append(Check.of("docker", True, "engine and NVIDIA runtime present"))
         except VramkitError as e:
-            checks.append(Check("docker", False, e.what + " -> " + e.todo, e.code))
-    n_gpu = p.knobs["tp"]
+            checks.append(Check.of("docker", False, e.what + " -> " + e.todo, e.code))
+    n_gpu = p.knobs.tp
     if gpu_present and gpu_count is not None and gpu_count < n_gpu:
-        checks.append(Check("gpus", False, f"tensor parallel size {n_gpu} needs {n_gpu} GPUs, NVML sees {gpu_count} "
+        checks.append(Check.of("gpus", False, f"tensor parallel size {n_gpu} needs {n_gpu} GPUs, NVML sees {gpu_count} "
                             f"-> --tp {gpu_count} or more cards", Exit.NO_GPU))
     elif gpu_present and gpu_count is not None:
         absent = [i for i in server_gpu_ids(spec, n_gpu) if i >= gpu_count]
         if absent:
-            checks.append(Check("gpus", False, f"GPU {absent[0]} is not there: NVML sees {gpu_count} "
+            checks.append(Check.of("gpus", False, f"GPU {absent[0]} is not there: NVML sees {gpu_count} "
                                 f"(0-{gpu_count - 1}) -> pick --gpus from `nvidia-smi -L`", Exit.NO_GPU))
-    checks.append(Check("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
-                        "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere", Exit.NO_GPU))
+    checks.append(Check.of("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
+                        "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere",
+                        Exit.NO_GPU))
     if p.host_ram_bytes:
         avail = host_ram()
-        reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs["hicache_gib"] else 0
+        reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs.hicache_gb else 0
         ok = avail - reserve >= p.host_ram_bytes
-        checks.append(Check("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
+        checks.append(Check.of("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
                             + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")
                             + f", {bytes2human(avail)} available", Exit.HOST_MEMORY))
         soft, _hard = memlock()
         if spec.runtime == "native" and soft is not None and soft < p.host_ram_bytes:
             # CUDA's own pinned allocations are not charged to RLIMIT_MEMLOCK on the drivers we ran
             # (benchmarks/gpu/nvml_vs_smi.py probes it), so this warns rather than refuses.
-            checks.append(Check("memlock", False, f"memlock limit {bytes2human(soft)} < {bytes2human(p.host_ram_bytes)} "
+            checks.append(Check.of("memlock", False, f"memlock limit {bytes2human(soft)} < "
+                                f"{bytes2human(p.host_ram_bytes)} "
                                 f"pinned -> `ulimit -l unlimited` if pinning fails", Exit.HOST_MEMORY, fatal=False))
-    checks.append(Check("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
+    if resolved.hybrid is not None:
+        avail = host_ram()
+        for name, ok, detail in resolved.hybrid.checks(avail):
+            code = Exit.HOST_MEMORY if name == "kt-host-ram" else Exit.HOST_CPU if name == "cpu-isa" else Exit.BAD_INPUT
+            checks.append(Check.of(name, ok, detail, code))
+    checks.append(Check.of("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
                         " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
     busy = not port_free(spec.host, spec.port)
-    checks.append(Check("port", not busy, f"{spec.host}:{spec.port} " + ("is in use -> stop what holds it or PORT=..."
-                                                                           if busy else "free"), Exit.PORT_BUSY))
+    checks.append(Check.of("port", not busy, f"{spec.host}:{spec.port} "
+                           + ("is in use -> stop what holds it or PORT=..." if busy else "free"), Exit.PORT_BUSY))
     return checks

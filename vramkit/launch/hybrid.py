@@ -33,7 +33,24 @@ class Hybrid:
     host_read_source: str
 
     def args(self, model_path: str) -> list[str]:
-        return mo.kt_args(self.plan, self.weight_path or model_path)
+        """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/knobs.py)."""
+        return ["--kt-weight-path", self.weight_path or model_path]
+
+    def checks(self, host_ram_available: int) -> list[tuple[str, bool, str]]:
+        """(name, ok, detail) for `vramkit up`: the CPU can run the method, the experts fit host RAM, KT's
+        converted layout is given where the method needs one."""
+        hp = self.plan
+        out = [("cpu-isa", self.isa_variant is not None, self.isa_detail),
+               ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
+                f"{hp.host_ram_bytes / 2**30:.1f} GiB of CPU experts ({hp.kt_method}), "
+                f"{host_ram_available / 2**30:.1f} GiB available")]
+        if mo.KT_METHODS[hp.kt_method]["checkpoint"] is None:
+            ok = bool(self.weight_path) and Path(self.weight_path).is_dir()
+            out.append(("kt-weights", ok, f"{hp.kt_method} experts in {self.weight_path}" if ok else
+                        f"--kt-method {hp.kt_method} reads KT's converted layout: none at {self.weight_path} -> "
+                        "convert with tools/make_random_checkpoint.py MODEL_CFG DIR --kt-layout "
+                        f"{hp.kt_method} --from MODEL_DIR, then KT_WEIGHT_PATH=DIR"))
+        return out
 
     def native_env(self) -> dict[str, str]:
         """The kt-kernel adapter on the server's path (its sitecustomize installs the import hook)."""
@@ -90,7 +107,7 @@ def _checkpoint_format(cfg: dict) -> str:
                        Exit.BAD_INPUT)
 
 
-def _hybrid_plan(r, cfg: dict, method: str, n_gpu, args, threads_override=None) -> tuple[mo.HybridPlan, float, str]:
+def _hybrid_plan(r, cfg: dict, method: str, args) -> tuple[mo.HybridPlan, float, str]:
     fmt = _checkpoint_format(cfg)
     need = mo.KT_METHODS[method]["checkpoint"]
     if need is not None and need != fmt:
@@ -98,74 +115,70 @@ def _hybrid_plan(r, cfg: dict, method: str, n_gpu, args, threads_override=None) 
                            f"pick the {need} model, or --kt-method " + ("FP8" if fmt == "fp8" else "BF16"),
                            Exit.BAD_INPUT)
     k = r.plan.knobs
-    s = mo.sizes(cfg, fmt, method, KV_DTYPE_BYTES.get(k["kv_dtype"], r.model.dtype_bytes))
+    s = mo.sizes(cfg, fmt, method, KV_DTYPE_BYTES.get(k.kv_dtype, r.model.dtype_bytes))
     bw, src = host_read_gbs(args)
-    gpu = r.gpu or catalog.gpu("rtx-4080-16gb")
+    if r.gpu is None:
+        raise VramkitError("the hybrid MoE plan needs the card's bandwidth and PCIe link",
+                           "name a catalogued --gpu, or give --gpu-bandwidth-gbs and --gpu-pcie", Exit.BAD_INPUT)
+    n_gpu = getattr(r.knobs, "kt_num_gpu_experts", "auto")
     hp = mo.plan_hybrid(
-        s, kt_method=method, free_at_start_bytes=r.plan.free_at_start_bytes, mem_fraction=k["mem_fraction"],
-        context=r.knobs.context, concurrency=r.knobs.concurrency, gpu_bandwidth_bytes_s=gpu.bandwidth_bytes_s,
-        pcie_bytes_s=gpu.pcie_bytes_s, host_read_bytes_s=bw * 1e9,
+        s, kt_method=method, free_at_start_bytes=r.plan.free_at_start_bytes, mem_fraction=k.mem_fraction,
+        context=r.knobs.context, concurrency=r.knobs.concurrency, gpu_bandwidth_bytes_s=r.gpu.bandwidth_bytes_s,
+        pcie_bytes_s=r.gpu.pcie_bytes_s, host_read_bytes_s=bw * 1e9,
         host_ram_available_bytes=r.target.host_ram_available_bytes, server_physical_cores=_server_physical_cores(),
-        chunked_prefill=k["chunked_prefill"], hidden_size=int(cfg["hidden_size"]),
-        num_gpu_experts=None if n_gpu in (None, "auto") else int(n_gpu))
-    if threads_override:
-        hp = replace(hp, cpuinfer_threads=int(threads_override))
+        chunked_prefill=k.chunked_prefill if k.chunked_prefill and k.chunked_prefill > 0 else 8192,
+        hidden_size=int(cfg["hidden_size"]), num_gpu_experts=None if n_gpu == "auto" else int(n_gpu))
+    threads = getattr(r.knobs, "kt_cpuinfer", "auto")
+    if threads != "auto":
+        hp = replace(hp, cpuinfer_threads=int(threads))
     return hp, bw, src
 
 
-def s_per_n(hp: mo.HybridPlan, cfg: dict, method: str) -> int:
-    """GPU bytes of one expert in every MoE layer."""
-    s = mo.sizes(cfg, _checkpoint_format(cfg), method, 1)
-    return s.moe_layers * s.gpu_expert_bytes
-
-
-def apply(r, kt: dict, args):
+def apply(r, args):
     """The hybrid plan on top of the dense one (see the module docstring)."""
-    method = getattr(args, "kt_method", None) or kt.get("kt_method") or ""
-    cfg_path = Path(r.model.config_dir) / "config.json"
+    method = getattr(r.knobs, "kt_method", None)
     try:
-        cfg = json.loads(cfg_path.read_text())
-    except OSError:
+        cfg = json.loads((Path(r.model.config_dir) / "config.json").read_text())
+    except (OSError, ValueError):
         return r
     if not cfg.get("num_experts"):
         if method:
-            raise VramkitError(f"--kt-method: {r.model.name} has no experts", "drop the kt options", Exit.BAD_INPUT)
+            raise VramkitError(f"--kt-method {method}: {r.model.name} has no experts", "drop the kt_* knobs",
+                               Exit.BAD_INPUT)
         return r
-    if method not in mo.KT_METHODS:
-        if method:
-            raise VramkitError(f"--kt-method {method!r}: one of {', '.join(mo.KT_METHODS)}", "", Exit.BAD_INPUT)
+    if not method:
         if not r.plan.fits:      # a MoE that does not fit: offer the hybrid mode beside layer offload
             try:
-                hp, _, src = _hybrid_plan(r, cfg, "FP8" if _checkpoint_format(cfg) == "fp8" else "BF16", "auto", args)
+                hp, _, src = _hybrid_plan(r, cfg, "FP8" if _checkpoint_format(cfg) == "fp8" else "BF16", args)
             except VramkitError:
                 return r
             r.plan.alternatives.append(Alternative(
-                change=f"experts in host RAM (preset moe / --kt-method {hp.kt_method}): {hp.num_gpu_experts} "
-                       f"experts/layer on the GPU, the rest on {hp.cpuinfer_threads} CPU threads",
+                change=f"experts in host RAM (--kt-method {hp.kt_method}, or AMXINT4 after conversion): "
+                       f"{hp.num_gpu_experts} experts/layer on the GPU, the rest on {hp.cpuinfer_threads} CPU threads",
                 knobs={"kt_method": hp.kt_method, "kt_num_gpu_experts": hp.num_gpu_experts}, fits=hp.fits,
                 decode_tok_s_ceiling=round(hp.decode_tok_s, 1),
                 cost=f"{hp.host_ram_bytes / 2**30:.1f} GiB host RAM; decode ~{hp.decode_tok_s:.0f} tok/s (derived, "
                      f"host bandwidth {src}) against layer offload ~{hp.offload_decode_tok_s:.1f} tok/s"))
         return r
-    n_gpu = getattr(args, "kt_num_gpu_experts", None) or kt.get("kt_num_gpu_experts", "auto")
-    hp, bw, src = _hybrid_plan(r, cfg, method, n_gpu, args, getattr(args, "kt_cpuinfer", None))
+    hp, bw, src = _hybrid_plan(r, cfg, method, args)
     variant, detail = mo.isa_check(method, _cpu_flags())
     weight_path = getattr(args, "kt_weight_path", None) or os.environ.get("KT_WEIGHT_PATH") or None
-    if mo.KT_METHODS[method]["checkpoint"] is None and not weight_path:
-        raise VramkitError(f"--kt-method {method} reads KT's converted layout, not the checkpoint",
-                           "convert the experts (kt-kernel's converter) and pass --kt-weight-path DIR", Exit.BAD_INPUT)
     p = r.plan
-    kv_bytes = hp.kv_pool_tokens * (p.kv_bytes_per_token or 1)
+    s1 = mo.sizes(cfg, _checkpoint_format(cfg), method, 1)
+    per_n = int(s1.moe_layers * s1.gpu_expert_bytes * mo.KT_GPU_EXPERT_FACTOR)
+    kv_bytes = hp.kv_pool_tokens * p.kv_bytes_per_token
     p.peak_vram_bytes = p.peak_vram_bytes - p.weights_bytes - p.kv_pool_bytes + hp.gpu_weights_bytes + kv_bytes
     p.weights_bytes, p.kv_pool_tokens, p.kv_pool_bytes = hp.gpu_weights_bytes, hp.kv_pool_tokens, kv_bytes
+    p.weights_by_component = {"non-expert": hp.gpu_weights_bytes - hp.num_gpu_experts * per_n,
+                              f"experts ({hp.num_gpu_experts}/layer)": hp.num_gpu_experts * per_n}
     p.max_request_tokens = min(p.context_len - 1, hp.kv_pool_tokens - 1) - 5
     p.max_concurrent_requests = hp.kv_pool_tokens // max(1, r.knobs.context)
-    p.weights_by_component = {"non-expert": hp.gpu_weights_bytes - hp.num_gpu_experts * s_per_n(hp, cfg, method),
-                              f"experts ({hp.num_gpu_experts}/layer)": hp.num_gpu_experts * s_per_n(hp, cfg, method)}
     p.fits, p.reasons = hp.fits, list(hp.reasons)
     p.decode_tok_s_ceiling = round(hp.decode_tok_s, 1)
+    p.knobs = replace(p.knobs, kt_num_gpu_experts=hp.num_gpu_experts, kt_cpuinfer=hp.cpuinfer_threads)
     p.notes.append(f"hybrid MoE: {hp.num_gpu_experts} experts/layer on the GPU, the rest in host RAM "
-                   f"({hp.host_ram_bytes / 2**30:.1f} GiB, {method}); decode ~{hp.decode_tok_s:.0f} tok/s (derived) "
-                   f"against ~{hp.offload_decode_tok_s:.1f} tok/s with layer offload ({hp.offload_gib} GiB)")
+                   f"({hp.host_ram_bytes / 2**30:.1f} GiB as {method}) on {hp.cpuinfer_threads} threads; decode "
+                   f"~{hp.decode_tok_s:.0f} tok/s (derived; host read {bw:g} GB/s, {src}) against "
+                   f"~{hp.offload_decode_tok_s:.1f} tok/s with layer offload ({hp.offload_gib} GiB over PCIe)")
     r.hybrid = Hybrid(hp, weight_path, variant, detail, bw, src)
     return r

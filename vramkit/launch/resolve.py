@@ -3,10 +3,14 @@ host RAM read through psutil. `vramkit plan` and `vramkit up` both start here.""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from vramkit import catalog
 from vramkit.catalog import GpuSpec, ModelSpec
+from vramkit.core.knobs import specs
 from vramkit.core.planner import Engine, Knobs, Plan, Target, plan
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB
@@ -23,56 +27,87 @@ class Resolved:
     knobs: Knobs
     preset: str | None
     plan: Plan
-    hybrid: object = None       # launch.hybrid.Hybrid when the experts are split GPU / host RAM (kt_*)
+    hybrid: object = None       # launch.hybrid.Hybrid when a MoE's experts split GPU / host RAM (kt_method)
 
 
 def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resolved:
     """Raw arguments -> a plan. `read_gpu()`/`read_host()` are the adapters (NVML, psutil), passed in."""
     preset = catalog.preset(args.preset) if args.preset else None
     model = catalog.model(args.model or (preset.model if preset and preset.model else DEFAULT_MODEL))
-    knobs = dict(preset.knobs) if preset else {}
-    kt = {k: knobs.pop(k) for k in list(knobs) if k.startswith("kt_")}
-    for name in ("context", "concurrency", "kv_dtype", "mem_fraction", "chunked_prefill", "cuda_graph_max_bs",
-                 "max_running", "hicache_gib", "tp"):
-        if getattr(args, name, None) is not None:
-            knobs[name] = getattr(args, name)
-    if getattr(args, "cpu_offload_gib", None) is not None:
-        v = args.cpu_offload_gib
-        if v != "auto" and not str(v).isdigit():
-            raise VramkitError(f"--cpu-offload-gib {v!r}: SGLang's --cpu-offload-gb takes whole GiB",
-                               "give an integer or 'auto'", Exit.BAD_INPUT)
-        knobs["cpu_offload_gib"] = v if v == "auto" else int(v)
-    if knobs.get("mem_fraction") is not None and not 0.1 <= knobs["mem_fraction"] < 1.0:
-        raise VramkitError(f"--mem-fraction {knobs['mem_fraction']} is outside (0.1, 1)", "try 0.75-0.88")
-    for name in ("context", "concurrency"):
-        if knobs.get(name) is not None and knobs[name] < 1:
-            raise VramkitError(f"--{name} must be at least 1", "", Exit.BAD_INPUT)
-    knobs_obj = Knobs(**knobs)
-
+    knobs_obj = Knobs(**((preset.knobs if preset else {}) | cli_knobs(args)))
     engine = Engine.from_config(catalog.engine_constants())
-    gpu_free = int(args.gpu_free_gib * GiB) if args.gpu_free_gib is not None else None
+    gpu_free_gib = _amount(args, "gpu_free_gib", positive=True)
+    gpu_free = int(gpu_free_gib * GiB) if gpu_free_gib is not None else None
     gpu_name = args.gpu or (None if gpu_free is not None else DEFAULT_GPU)
     gpu: GpuSpec | None = None
-    other_used = int(args.other_used_gib * GiB)
+    other_used = int((_amount(args, "other_used_gib", positive=False) or 0.0) * GiB)
     if gpu_name == "auto":
         if read_gpu is None:
             raise VramkitError("--gpu auto needs NVML", "name a GPU with --gpu", Exit.NO_GPU)
-        gpu, nvml_free = read_gpu(knobs_obj.tp)
+        gpu, nvml_free = read_gpu(knobs_obj.tp, link_for=lambda base: gpu_link(args, base))
         if gpu_free is None:   # SGLang sees what is free once its context (and, tp > 1, NCCL) is up
             gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp)
     elif gpu_name:
         gpu = catalog.gpu(gpu_name)
-    host_avail = int(args.host_ram_gib * GiB) if args.host_ram_gib is not None else (read_host() if read_host else None)
+        link = gpu_link(args, gpu)
+        if link is not None:
+            gpu = replace(gpu, bandwidth_bytes_s=link[0], pcie_gen=link[1], pcie_lanes=link[2])
+    host_ram_gib = _amount(args, "host_ram_gib", positive=True)
+    host_avail = int(host_ram_gib * GiB) if host_ram_gib is not None else (read_host() if read_host else None)
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail)
     r = Resolved(model, gpu, target, knobs_obj, preset.name if preset else None,
                  plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values())))
-    from vramkit.launch import hybrid
-    return hybrid.apply(r, kt, args)
+    from vramkit.launch import hybrid  # noqa: PLC0415 - hybrid imports this module's neighbours
+    return hybrid.apply(r, args)
 
 
-def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None) -> tuple[GpuSpec, int]:
-    """The GPUs a server will run on, through NVML: one GpuSpec (the first card's; its catalogued twin gives
-    bandwidth and PCIe when known) and the smallest free memory among them, since SGLang sizes every
+def cli_knobs(args: argparse.Namespace, knobs_cls: type = Knobs) -> dict:
+    """The knobs given on the command line, each parsed and checked by its declaration (core/knobs.py);
+    a bad value is one line and exit 64. An old spelling (--hicache-gib) still works, with a warning."""
+    out = {}
+    for spec in specs(knobs_cls):
+        raw = getattr(args, spec.name, None)
+        for old in spec.old_names:
+            if getattr(args, old, None) is not None:
+                old_flag = "--" + old.replace("_", "-")
+                if raw is not None:
+                    raise VramkitError(f"both {old_flag} and {spec.cli_flag} given", f"keep only {spec.cli_flag}",
+                                       Exit.BAD_INPUT)
+                print(f"vramkit: warning: {old_flag} is now {spec.cli_flag} (same value, {spec.unit})", file=sys.stderr)
+                raw = getattr(args, old)
+        if raw is None:
+            continue
+        try:
+            out[spec.name] = spec.parse(raw, from_text=isinstance(raw, str))
+        except ValueError as e:
+            raise VramkitError(f"{spec.cli_flag} {raw!r} {e}", f"give {spec.cli_flag} {spec.range_text()}"
+                               + (f", in {spec.unit}" if spec.unit else ""), Exit.BAD_INPUT) from None
+    return out
+
+
+def _amount(args: argparse.Namespace, name: str, *, positive: bool) -> float | None:
+    """A --*-gib figure about the target (not a knob): a finite number, > 0 or >= 0; one line and exit 64."""
+    raw = getattr(args, name, None)
+    if raw is None:
+        return None
+    flag = "--" + name.replace("_", "-")
+    bound = "> 0" if positive else ">= 0"
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise VramkitError(f"{flag} {raw!r} is not a number", f"give {flag} in GiB, {bound}", Exit.BAD_INPUT) from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise VramkitError(f"{flag} {raw!r} is not a finite number {bound}", f"give {flag} in GiB, {bound}",
+                           Exit.BAD_INPUT)
+    return value
+
+
+def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
+             link_for: Callable[[GpuSpec | None], tuple[float, int, int] | None] | None = None) -> tuple[GpuSpec, int]:
+    """The GPUs a server will run on, through NVML: one GpuSpec (the first card's; bandwidth and PCIe from
+    `link_for(catalogued twin or None)` when it gives them (the --gpu-bandwidth-gbs / --gpu-pcie figures),
+    else from its catalogued twin; a card the catalog lacks without them is refused,
+    never given another card's figures) and the smallest free memory among them, since SGLang sizes every
     tensor-parallel rank from the minimum across ranks (model_runner.init_torch_distributed).
     `ids` are NVML indices (default: the first `tp`); `snap` a snapshot already read (default: read one)."""
     from vramkit.adapters import nvml
@@ -95,11 +130,45 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None) -> tuple[GpuS
             raise VramkitError(f"GPU {i} did not answer NVML", "check nvidia-smi, or name one with --gpu", Exit.NO_GPU)
     g = chosen[0]
     known = catalog.gpu_by_nvml_name(str(g.name))
-    base = known or catalog.gpu("rtx-4080-16gb")
+    link = link_for(known) if link_for is not None else None
+    if known is None and link is None:
+        raise VramkitError(f"GPU {ids[0]} ({g.name}) is not in config/gpus.toml: its memory bandwidth and PCIe link, "
+                           "which the decode ceiling needs, are unknown",
+                           "give --gpu-bandwidth-gbs N --gpu-pcie GENxLANES from its spec sheet, or add the card "
+                           "to config/gpus.toml", Exit.BAD_INPUT)
+    bandwidth, gen, lanes = link if link is not None else (known.bandwidth_bytes_s, known.pcie_gen, known.pcie_lanes)
     spec = GpuSpec(name=known.name if known else f"nvml:{g.name}", label=str(g.name),
-                   memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=base.bandwidth_bytes_s,
-                   pcie_gen=base.pcie_gen, pcie_lanes=base.pcie_lanes, nvml_names=(str(g.name),))
+                   memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=bandwidth,
+                   pcie_gen=gen, pcie_lanes=lanes, nvml_names=(str(g.name),))
     return spec, min(int(x.free_bytes) for x in chosen)
+
+
+PCIE_GENS = (3, 4, 5, 6)
+PCIE_WIDTHS = (1, 2, 4, 8, 16)
+
+
+def gpu_link(args: argparse.Namespace, base: GpuSpec | None) -> tuple[float, int, int] | None:
+    """(bandwidth B/s, PCIe gen, lanes) from --gpu-bandwidth-gbs / --gpu-pcie over `base` (a catalogued card's);
+    None when neither is given. For a card the catalog lacks both are needed: no guessed figure."""
+    bw_raw, pcie_raw = getattr(args, "gpu_bandwidth_gbs", None), getattr(args, "gpu_pcie", None)
+    if bw_raw is None and pcie_raw is None:
+        return None
+    bw = _amount(args, "gpu_bandwidth_gbs", positive=True)
+    bandwidth = bw * 1e9 if bw is not None else (base.bandwidth_bytes_s if base else None)
+    if pcie_raw is not None:
+        gen_s, _, lanes_s = str(pcie_raw).lower().partition("x")
+        if not (gen_s.isdigit() and lanes_s.isdigit() and int(gen_s) in PCIE_GENS and int(lanes_s) in PCIE_WIDTHS):
+            raise VramkitError(f"--gpu-pcie {pcie_raw!r} is not a PCIe link", "give GENxLANES, e.g. --gpu-pcie 4x16 "
+                               f"(gen {'/'.join(map(str, PCIE_GENS))}, x{'/x'.join(map(str, PCIE_WIDTHS))})",
+                               Exit.BAD_INPUT)
+        gen, lanes = int(gen_s), int(lanes_s)
+    else:
+        gen, lanes = (base.pcie_gen, base.pcie_lanes) if base else (None, None)
+    if bandwidth is None or gen is None:
+        missing = "--gpu-pcie GENxLANES" if gen is None else "--gpu-bandwidth-gbs N"
+        raise VramkitError("a card the catalog lacks needs both its memory bandwidth and its PCIe link",
+                           f"add {missing} (spec sheet)", Exit.BAD_INPUT)
+    return bandwidth, gen, lanes
 
 
 def host_available() -> int:
@@ -107,12 +176,17 @@ def host_available() -> int:
     return host_memory()[1]
 
 
-def plan_json(r: Resolved) -> dict:
+def plan_args(r: Resolved) -> list[str]:
+    """The SGLang arguments of a plan as `vramkit plan` shows them (the model's hf_id, SGLang's port)."""
     from vramkit.core.render import sglang_args
+    extra = r.hybrid.args(r.model.hf_id) if r.hybrid is not None else []
+    return sglang_args(r.model, r.plan, model_path=r.model.hf_id, port=catalog.sglang().port) + extra
+
+
+def plan_json(r: Resolved) -> dict:
     d = r.plan.to_json()
     d["preset"] = r.preset
-    d["sglang_args"] = sglang_args(r.model, r.plan, model_path=r.model.hf_id)
+    d["sglang_args"] = plan_args(r)
     if r.hybrid is not None:
         d["hybrid"] = r.hybrid.to_json()
-        d["sglang_args"] += r.hybrid.args(r.model.hf_id)
     return d

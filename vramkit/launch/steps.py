@@ -7,12 +7,12 @@ import shlex
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core import sglang_log
-from vramkit.core.render import SGLANG_PORT, compose_yaml, sglang_args
+from vramkit.core.render import compose_yaml, sglang_args
 from vramkit.errors import Exit, VramkitError
 
 
@@ -21,7 +21,7 @@ class LaunchSpec:
     name: str
     runtime: str                  # docker | native
     host: str = "127.0.0.1"
-    port: int = SGLANG_PORT
+    port: int = field(default_factory=lambda: catalog.sglang().port)   # the host port
     model_path: str | None = None # overrides the model's hf_id (a local folder)
     load_format: str | None = None
     extra_args: list[str] = field(default_factory=list)
@@ -38,7 +38,8 @@ def server_gpu_ids(spec: LaunchSpec, tp: int) -> list[int]:
         return list(range(tp))
     if len(spec.gpu_ids) < tp:
         raise VramkitError(f"--gpus names {len(spec.gpu_ids)} GPU(s) for tensor parallel size {tp}",
-                           f"name {tp} (e.g. --gpus {','.join(map(str, range(tp)))}) or leave --gpus out", Exit.BAD_INPUT)
+                           f"name {tp} (e.g. --gpus {','.join(map(str, range(tp)))}) or leave --gpus out",
+                           Exit.BAD_INPUT)
     return list(spec.gpu_ids[:tp])
 
 
@@ -53,17 +54,17 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     model = resolved.model
     model_path = spec.model_path or model.hf_id
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
-                       else "0.0.0.0", port=spec.port if spec.runtime == "native" else SGLANG_PORT,
+                       else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args)
     if resolved.hybrid is not None:
         argv += resolved.hybrid.args(spec.model_path or model.hf_id)
     native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
     v = catalog.versions()
-    n_gpu = resolved.plan.knobs["tp"]
+    n_gpu = resolved.plan.knobs.tp
     gpu_ids = server_gpu_ids(spec, n_gpu)
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
-                           image=v.sglang_image, argv=argv, gpu_ids=gpu_ids,
+                           image=v.sglang_image, argv=argv, gpu_ids=gpu_ids, port=catalog.sglang().port,
                            source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
     return native, compose
 
@@ -83,8 +84,8 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
             on_phase(ph)
             last_phase = ph
         if not is_alive():
-            raise VramkitError(f"SGLang exited during start-up ({ph}): {sglang_log.last_error(text)}",
-                               f"see {state_paths(spec.name)['log'] if spec.runtime == 'native' else 'docker logs ' + spec.name}",
+            where = state_paths(spec.name)["log"] if spec.runtime == "native" else "docker logs " + spec.name
+            raise VramkitError(f"SGLang exited during start-up ({ph}): {sglang_log.last_error(text)}", f"see {where}",
                                Exit.START_FAILED)
         if clock() - t0 > spec.timeout_s:
             raise VramkitError(f"SGLang did not become healthy within {spec.timeout_s:.0f} s (last phase: {ph})",
@@ -113,17 +114,18 @@ def vram_budget(resolved, in_use_before_start: int) -> int:
 
 
 def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
-           in_use_before_start: int = 0) -> dict:
+           in_use_before_start: int = 0, cpu_pin: str | None = None) -> dict:
     from vramkit.adapters.state import write_running
     data = {
         "name": spec.name, "preset": resolved.preset, "model": resolved.model.name, "runtime": spec.runtime,
         "host": spec.host, "port": spec.port, "pid": pid,
         "compose_file": str(compose_path) if compose_path else None,
         "log": str(state_paths(spec.name)["log"]) if spec.runtime == "native" else None,
-        "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs["tp"]),
+        "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs.tp),
         "vram_budget_bytes": vram_budget(resolved, in_use_before_start),
-        "hicache_bytes": int(resolved.plan.knobs["hicache_gib"] * 1e9),
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
+        "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_running(spec.name, data)
     return data

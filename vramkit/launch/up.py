@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vramkit.core.checks import Check
+from vramkit.core.host_plan import format_cpulist
 from vramkit.errors import VramkitError
 from vramkit.launch import checks as launch_checks
 from vramkit.launch import steps
@@ -43,9 +45,9 @@ class Prepared:
     native: list[str]
     compose_text: str
     paths: dict[str, Path]
-    checks: list[launch_checks.Check]
+    checks: list[Check]
 
-    def failed(self, *, no_fit_check: bool = False) -> list[launch_checks.Check]:
+    def failed(self, *, no_fit_check: bool = False) -> list[Check]:
         return [c for c in self.checks if not c.ok and c.fatal and not (no_fit_check and c.name == "fit")]
 
 
@@ -58,9 +60,10 @@ def prepare(args: argparse.Namespace, spec: steps.LaunchSpec, *, assume_gpu: boo
     gpu_present = gpu_count > 0 or assume_gpu
     if args.gpu is None and gpu_present and args.gpu_free_gib is None:
         args.gpu = "auto"
-    r = resolve(args, read_gpu=lambda tp: nvml_gpu(tp, steps.server_gpu_ids(spec, tp), snap),
+    r = resolve(args, read_gpu=lambda tp, link_for=None: nvml_gpu(tp, steps.server_gpu_ids(spec, tp), snap,
+                                                                 link_for=link_for),
                 read_host=host_available)
-    ids = steps.server_gpu_ids(spec, r.plan.knobs["tp"])
+    ids = steps.server_gpu_ids(spec, r.plan.knobs.tp)
     native, compose_text = steps.build(r, spec)
     from vramkit.adapters import docker, host, process
     checks = launch_checks.preflight(r, spec, gpu_present=gpu_present, docker_check=docker.check_engine,
@@ -85,18 +88,26 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
     r, spec, paths = prep.resolved, prep.spec, prep.paths
     pid = None
     compose_path = None
+    pin_note = None             # native runs with VRAMKIT_SGLANG_CPUSET: "ok" or "failed: why"
     client = SglangClient(f"http://{spec.host}:{spec.port}", timeout_s=120)
     try:
         if spec.runtime == "native":
             paths["log"].parent.mkdir(parents=True, exist_ok=True)
             paths["log"].write_text("")
             # NVML numbers cards by PCI bus; CUDA, unless told, fastest first: PCI_BUS_ID makes them agree
+            cpus = steps.env_cpuset()
             env = ({"CUDA_VISIBLE_DEVICES": ",".join(map(str, prep.gpu_ids)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
                    if "CUDA_VISIBLE_DEVICES" not in os.environ else {})
             if r.hybrid is not None:
-                env.update(r.hybrid.native_env())
-            pid = process.start_background(prep.native, paths["log"], cpus=steps.env_cpuset(), env=env or None)
+                env.update(r.hybrid.native_env())   # the kt-kernel adapter on the server's path
+            pid = process.start_background(prep.native, paths["log"], env=env or None)
             say(f"started pid {pid}; log {paths['log']}")
+            if cpus:
+                why = pin(pid, cpus)
+                pin_note = f"failed: {why}" if why else "ok"
+                say(f"pinned to CPUs {format_cpulist(cpus)}" if not why else
+                    f"[yellow]warning[/yellow]: pinning to CPUs {format_cpulist(cpus)} failed ({why}); the server "
+                    f"runs on every CPU -> check VRAMKIT_SGLANG_CPUSET against `nproc`, or `vramkit host --pin {pid}`")
 
             def is_alive() -> bool:
                 return process.alive(pid)
@@ -119,23 +130,45 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
         lat = steps.warm_up(client, spec, r.model.vocab_size)
         say("warm-up: " + ", ".join(f"{x * 1000:.0f} ms" for x in lat))
     except BaseException:
-        teardown(pid, compose_path)
+        for problem in teardown(pid, compose_path):
+            say(f"[red]clean-up[/red]: {problem}")
         raise
     finally:
         client.close()
-    return steps.record(r, spec, pid, compose_path, in_use_before_start=prep.in_use_before)
+    return steps.record(r, spec, pid, compose_path, in_use_before_start=prep.in_use_before, cpu_pin=pin_note)
 
 
-def teardown(pid: int | None, compose_path: Path | None) -> None:
+def pin(pid: int, cpus: tuple[int, ...]) -> str | None:
+    """Pin a just-started server (every thread; children inherit it); None when it took, else why not."""
+    import psutil
+
+    from vramkit.adapters.host import pin_process
+    try:
+        result = pin_process(pid, cpus)
+    except (OSError, psutil.Error) as e:
+        return getattr(e, "strerror", None) or str(e) or type(e).__name__
+    if result["failed"]:
+        return "; ".join(result["failed"][:3])
+    return None
+
+
+def teardown(pid: int | None, compose_path: Path | None) -> list[str]:
+    """Stop what a failed start left; what could not be stopped, in words (the caller reports it)."""
     from vramkit.adapters import docker, process
+    problems = []
     if pid is not None:
         process.stop(pid)
     if compose_path is not None:
-        docker.down(compose_path)
+        try:
+            docker.down(compose_path)
+        except VramkitError as e:
+            problems.append(e.line().removeprefix("vramkit: "))
+    return problems
 
 
 def down(name: str) -> bool:
-    """Stop what vramkit recorded under `name` and drop the record; False when nothing was recorded."""
+    """Stop what vramkit recorded under `name` and drop the record; False when nothing was recorded.
+    When `docker compose down` fails, the error is raised and the record kept, so `down` can be run again."""
     from vramkit.adapters import docker, process
     from vramkit.adapters.state import clear_running, read_running
     entries = read_running(name)

@@ -1,0 +1,78 @@
+"""Stopping and pinning report their failures (issue 11: no silent fallbacks): a failed `docker compose
+down` is one line with its own exit code and the run record stays, so `down` can be run again; a CPU pin
+the kernel refuses says why."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from vramkit.adapters import docker
+from vramkit.adapters.state import read_running, write_running
+from vramkit.cli import main
+from vramkit.errors import Exit
+from vramkit.launch.up import pin
+
+
+@pytest.fixture
+def recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv("VRAMKIT_STATE_DIR", str(tmp_path / "state"))
+    compose_file = tmp_path / "vramkit-t.compose.yml"
+    compose_file.write_text("services: {}\n")
+    write_running("vramkit-t", {"name": "vramkit-t", "runtime": "docker", "port": 30000, "pid": None,
+                                "compose_file": str(compose_file)})
+    return compose_file
+
+
+def _compose_answers(monkeypatch, answer):
+    """The docker CLI's answer to `docker compose ... down`, scripted (the same seam test_launcher.py uses)."""
+    monkeypatch.setattr(docker.shutil, "which", lambda name: "/usr/bin/docker")
+    calls = []
+
+    def run(cmd, timeout=60):
+        calls.append(cmd)
+        assert cmd[:2] == ["docker", "compose"] and "down" in cmd, cmd
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+    monkeypatch.setattr(docker, "_run", run)
+    return calls
+
+
+@pytest.mark.parametrize("answer", [
+    subprocess.CompletedProcess([], 1, "", "Error response from daemon: cannot stop container: permission denied"),
+    subprocess.TimeoutExpired(["docker", "compose"], 300),
+])
+def test_failed_compose_down_is_reported_and_the_record_kept(monkeypatch, capsys, recorded, answer):
+    _compose_answers(monkeypatch, answer)
+    assert main(["down", "--name", "vramkit-t"]) == Exit.STOP_FAILED
+    out = capsys.readouterr()
+    assert "stopped" not in out.out
+    assert out.err.startswith("vramkit: ") and out.err.count("\n") == 1 and "compose down" in out.err
+    assert [e["name"] for e in read_running("vramkit-t")] == ["vramkit-t"]
+
+
+def test_successful_compose_down_drops_the_record(monkeypatch, capsys, recorded):
+    calls = _compose_answers(monkeypatch, subprocess.CompletedProcess([], 0, "", ""))
+    assert main(["down", "--name", "vramkit-t"]) == 0
+    assert "stopped vramkit-t" in capsys.readouterr().out and calls
+    assert read_running("vramkit-t") == []
+
+
+def test_compose_down_without_docker_is_reported(monkeypatch, capsys, recorded):
+    monkeypatch.setattr(docker.shutil, "which", lambda name: None)
+    assert main(["down", "--name", "vramkit-t"]) == Exit.STOP_FAILED
+    assert read_running("vramkit-t")
+
+
+def test_a_refused_pin_says_why_and_a_possible_one_takes():
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert pin(proc.pid, (100_000,)) is not None          # no such CPU: the kernel refuses
+        mine = tuple(sorted(os.sched_getaffinity(0)))[:1]
+        assert pin(proc.pid, mine) is None
+        assert os.sched_getaffinity(proc.pid) == set(mine)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,33 @@
+"""One check-result type for every "is this ready?" list: `vramkit up`'s pre-start checks
+(launch/checks.py) and `vramkit host`'s host checks (core/host_plan.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str                 # pass | warn | fail
+    reason: str                 # what was found; for a failure "what -> what to do"
+    data: dict = field(default_factory=dict)
+    code: int = 0               # the exit code a failure maps to (vramkit/errors.py Exit)
+
+    @classmethod
+    def of(cls, name: str, ok: bool, reason: str, code: int = 0, *, fatal: bool = True, data=None) -> Check:
+        """pass when ok, else fail (or warn when not `fatal`: printed, the start goes on)."""
+        return cls(name, PASS if ok else (FAIL if fatal else WARN), reason, data or {}, int(code))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == PASS
+
+    @property
+    def fatal(self) -> bool:
+        return self.status == FAIL
+
+    @property
+    def detail(self) -> str:
+        return self.reason

@@ -1,0 +1,219 @@
+"""Every launch knob, declared once: name, type, unit, valid range, CLI flag and help, preset key and the
+SGLang flag it renders to. Pure: values in, values or a ValueError out.
+
+The `Knobs` dataclass is the declaration (SGLang derives its parser from one dataclass the same way,
+srt/server_args.py). Each field carries a `KnobSpec` in its metadata, and everything else reads that:
+the CLI (commands/plan.py `add_plan_arguments`, launch/resolve.py), preset loading and validation
+(catalog.presets), the renderer (core/render.py `sglang_args`) and the table in config/presets.toml
+(`doc_table`, written by `vramkit compose`). A new knob is one field here plus its planner logic.
+
+Field order is the order the knobs render in SGLang's argument list.
+"""
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from functools import cache
+from typing import Any
+
+VALID_KV_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
+
+# A renderer gets the resolved value and the Plan (core/planner.py; typed Any to keep this module below
+# the planner) and returns the SGLang arguments for it.
+Render = Callable[[Any, Any], list[str]]
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    name: str                         # the Knobs field, the preset key, and (with dashes) the CLI flag
+    type: type                        # int | float | str
+    unit: str                         # what one unit is: "tokens", "GB (10^9 bytes)", "GiB (2^30 bytes)", ...
+    help: str
+    minimum: float | None = None      # inclusive
+    below: float | None = None        # exclusive upper bound
+    choices: tuple[str, ...] = ()
+    also: tuple[Any, ...] = ()        # values accepted beyond the range (SGLang's specials: -1, "auto")
+    sglang_flag: str | None = None    # the flag it renders to (None: the planner's input only)
+    render: Render | None = None      # default: [sglang_flag, str(value)] unless the value is None
+    old_names: tuple[str, ...] = ()   # earlier preset keys / CLI spellings, still read with a warning
+    default: Any = None
+
+    @property
+    def cli_flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def preset_key(self) -> str:
+        return self.name
+
+    def range_text(self) -> str:
+        """The valid values in words: 'a whole number >= 1, or -1', 'a number in [0.1, 1)', 'one of auto, ...'."""
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        kind = "a whole number" if self.type is int else "a number"
+        if self.minimum is not None and self.below is not None:
+            text = f"{kind} in [{self.minimum:g}, {self.below:g})"
+        elif self.minimum is not None:
+            text = f"{kind} >= {self.minimum:g}"
+        else:
+            text = kind
+        return text + "".join(f", or {a}" for a in self.also)
+
+    def parse(self, raw: Any, *, from_text: bool) -> Any:
+        """A checked value from a CLI string (`from_text`) or a TOML value; else ValueError whose text
+        completes "<where> <value> ..." ("is not a whole number"). TOML values must already have the
+        declared type (no '8' for 8)."""
+        if isinstance(raw, str) and raw in self.also:
+            return raw
+        value = self._coerce(raw, from_text)
+        if value in self.also and not isinstance(value, bool):
+            return value
+        if self.choices and value not in self.choices:
+            raise ValueError(f"is not {self.range_text()}")
+        if isinstance(value, (int, float)):
+            if not math.isfinite(value):
+                raise ValueError("is not a finite number")
+            if (self.minimum is not None and value < self.minimum) or (self.below is not None and value >= self.below):
+                raise ValueError(f"is not {self.range_text()}")
+        return value
+
+    def _coerce(self, raw: Any, from_text: bool) -> Any:
+        kind = {int: "a whole number", float: "a number", str: "text"}[self.type]
+        if from_text:
+            try:
+                return self.type(raw) if self.type is not float else float(raw)
+            except (TypeError, ValueError):
+                raise ValueError(f"is not {kind}" + (f" (or {', '.join(map(str, self.also))})"
+                                                     if self.also else "")) from None
+        if isinstance(raw, bool) or not isinstance(raw, self.type if self.type is not float else (int, float)):
+            raise ValueError(f"is not {kind}" + (f" (or {', '.join(map(repr, self.also))})"
+                                                 if self.also else ""))
+        return float(raw) if self.type is float else raw
+
+    def sglang_args(self, value: Any, plan: Any) -> list[str]:
+        if self.render is not None:
+            return self.render(value, plan)
+        if self.sglang_flag is None or value is None:
+            return []
+        return [self.sglang_flag, str(value)]
+
+
+def knob(default: Any, type: type, unit: str, help: str, **kw) -> Any:
+    """One knob: a dataclass field whose metadata is its KnobSpec (the name is filled in from the field)."""
+    return field(default=default, metadata={"knob": dict(type=type, unit=unit, help=help, default=default, **kw)})
+
+
+KT_METHOD_CHOICES = ("FP8", "BF16", "AMXINT4", "AMXINT8")
+
+
+def _kt(flag: str, value, plan) -> list[str]:
+    """A --kt-* flag once the hybrid mode is on and its value resolved (an unresolved "auto" renders nothing)."""
+    return [flag, str(value)] if getattr(plan.knobs, "kt_method", None) and value != "auto" else []
+
+
+def _graphs(bs: int, _p) -> list[str]:
+    return ["--cuda-graph-max-bs-decode", str(bs)] if bs > 0 else ["--cuda-graph-backend-decode", "disabled"]
+
+
+def _hicache(gb: int, _p) -> list[str]:
+    # write_through: every new KV page is copied to host at once, so a later prefix hit never waits for it
+    return ["--enable-hierarchical-cache", "--hicache-size", str(gb), "--hicache-write-policy", "write_through",
+            "--hicache-io-backend", "kernel"] if gb > 0 else []
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What the user asked for (raw, from a preset and the CLI). None = let the planner resolve it as SGLang
+    would for the target card. `Plan.knobs` holds the same type with every value resolved."""
+
+    tp: int = knob(1, int, "GPUs", "tensor parallel size (GPUs)", minimum=1, sglang_flag="--tp-size",
+                   render=lambda v, _p: ["--tp-size", str(v)] if v > 1 else [])
+    mem_fraction: float | None = knob(
+        None, float, "fraction of the card", "share of the card SGLang takes for weights + KV pool "
+        "(default: SGLang's own formula for the target card)", minimum=0.1, below=1.0,
+        sglang_flag="--mem-fraction-static", render=lambda v, _p: ["--mem-fraction-static", f"{v:g}"])
+    context: int = knob(32768, int, "tokens", "tokens in one request (prompt + output); above the model's "
+                        "native window the planner adds YaRN", minimum=1, sglang_flag="--context-length",
+                        render=lambda _v, p: ["--context-length", str(p.context_len)])
+    kv_dtype: str = knob("auto", str, "", "KV cache element type (auto = the model's dtype)",
+                         choices=VALID_KV_DTYPES, sglang_flag="--kv-cache-dtype")
+    chunked_prefill: int | None = knob(
+        None, int, "tokens", "tokens per prefill step, bounds activation memory; -1 = no chunking",
+        minimum=1, also=(-1,), sglang_flag="--chunked-prefill-size")
+    max_running: int | None = knob(
+        None, int, "requests", "requests served at once; also sizes SGLang's req_to_token table "
+        "((max_running + 1) x (context + 4) x 4 bytes)", minimum=1, sglang_flag="--max-running-requests")
+    cuda_graph_max_bs: int | None = knob(
+        None, int, "requests", "largest decode batch captured in a CUDA graph; 0 = decode graphs off",
+        minimum=0, sglang_flag="--cuda-graph-max-bs-decode", render=_graphs)
+    hicache_gb: int = knob(0, int, "GB (10^9 bytes)", "host-RAM KV cache (hierarchical cache), pinned; 0 = off",
+                           minimum=0, sglang_flag="--hicache-size", render=_hicache, old_names=("hicache_gib",))
+    cpu_offload_gib: int | str = knob(
+        0, int, "GiB (2^30 bytes)", "weights kept in pinned host RAM; auto = the least that fits",
+        minimum=0, also=("auto",), sglang_flag="--cpu-offload-gb",
+        render=lambda v, _p: ["--cpu-offload-gb", str(int(v))] if int(v) > 0 else [])
+    concurrency: int = knob(1, int, "requests", "requests of that context that should run at once (the "
+                            "planner's target; SGLang has no such flag)", minimum=1)
+    # The hybrid MoE mode (issue 12; vramkit/launch/hybrid.py resolves the "auto"s): experts beyond the
+    # GPU's share are computed by the CPU through SGLang's KTransformers path. Rendered only with kt_method.
+    kt_method: str | None = knob(
+        None, str, "", "MoE experts beyond the GPU's share run on the CPU (SGLang's KTransformers path, "
+        "kt-kernel 0.5.1), in this format: FP8 / BF16 read from the checkpoint, AMXINT4 / AMXINT8 from KT's "
+        "converted layout (--kt-weight-path)", choices=KT_METHOD_CHOICES, sglang_flag="--kt-method",
+        render=lambda v, _p: ["--kt-method", v] if v else [])
+    kt_num_gpu_experts: int | str = knob(
+        "auto", int, "experts per MoE layer", "experts 0..N-1 of every MoE layer stay on the GPU; auto = as many "
+        "as leave the KV pool the context", minimum=0, also=("auto",), sglang_flag="--kt-num-gpu-experts",
+        render=lambda v, p: _kt("--kt-num-gpu-experts", v, p))
+    kt_cpuinfer: int | str = knob(
+        "auto", int, "threads", "CPU expert threads; auto = physical cores of the server cpuset (`make "
+        "optimize`) minus 2 for SGLang's own processes", minimum=1, also=("auto",), sglang_flag="--kt-cpuinfer",
+        render=lambda v, p: _kt("--kt-cpuinfer", v, p))
+    kt_threadpool_count: int = knob(
+        1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
+        sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))
+
+
+@cache
+def specs(cls: type = Knobs) -> tuple[KnobSpec, ...]:
+    """The declarations of a Knobs class (Knobs itself, or a subclass that adds knobs), in field order."""
+    return tuple(KnobSpec(name=f.name, **f.metadata["knob"]) for f in fields(cls) if "knob" in f.metadata)
+
+
+def by_name(cls: type = Knobs) -> dict[str, KnobSpec]:
+    return {s.name: s for s in specs(cls)}
+
+
+def old_names(cls: type = Knobs) -> dict[str, str]:
+    """Earlier spellings -> today's name."""
+    return {old: s.name for s in specs(cls) for old in s.old_names}
+
+
+KNOBS: tuple[KnobSpec, ...] = specs(Knobs)
+
+
+def render_args(knobs: Knobs, plan: Any) -> list[str]:
+    """The SGLang arguments of every knob of `knobs` (its class's declarations, in order), from resolved values."""
+    out: list[str] = []
+    for s in specs(type(knobs)):
+        out += s.sglang_args(getattr(knobs, s.name), plan)
+    return out
+
+
+def doc_table(cls: type = Knobs, width: int = 110) -> list[str]:
+    """The knob table for config/presets.toml (comment lines), from the declarations."""
+    decl = specs(cls)
+    head = ("key", "unit", "valid values", "SGLang flag")
+    rows = [(s.preset_key, s.unit or "-", s.range_text(), s.sglang_flag or "(the planner's only)") for s in decl]
+    w = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
+
+    def line(r) -> str:
+        return ("#   " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r[:3])) + "  " + r[3]).rstrip()
+
+    out = [line(head)]
+    for s, r in zip(decl, rows, strict=True):
+        out.append(line(r))
+        out += ["#       " + t for t in textwrap.wrap(s.help, width - 8)]
+    return out

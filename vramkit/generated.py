@@ -1,0 +1,163 @@
+"""Blocks of committed text generated from data: each sits between a BEGIN and an END marker line in its
+file, `vramkit compose` (`make compose`) rewrites it, and tests/unit/test_generated_fresh.py fails when
+a committed block differs from a fresh render. Text outside the markers is the author's.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vramkit import catalog
+from vramkit.core import knobs
+from vramkit.core.planner import Engine, Knobs, Target, kv_bytes_per_token, plan
+from vramkit.errors import Exit, VramkitError
+from vramkit.units import GiB
+
+REPO_ROOT = catalog.CONFIG_DIR.parent
+CEILING_MODEL = "qwen2.5-coder-14b-instruct-gptq-int4"   # the first user's model
+PRESET_CARD = "rtx-5060-ti-16gb"                         # the first user's card
+ROOFLINE_RUN = "benchmarks/results/gpu/optimized-16g.json"
+PINNED_COPY = "benchmarks/results/nvml-vs-smi.json"
+
+
+def _engine() -> Engine:
+    return Engine.from_config(catalog.engine_constants())
+
+
+def _ceiling(gpu_name: str, context: int, kv_dtype: str = "auto") -> tuple[float, float]:
+    """(decode ceiling tok/s, GiB of weights read per token) of CEILING_MODEL on a catalogued card."""
+    m, g = catalog.model(CEILING_MODEL), catalog.gpu(gpu_name)
+    p = plan(m, Target(gpu=g, host_ram_available_bytes=64 * GiB), Knobs(context=context, kv_dtype=kv_dtype),
+             _engine(), with_alternatives=False)
+    # ceiling = 1 / (weights / bw + kv / bw): the weights' share, back out of the plan's own figure
+    weights = g.bandwidth_bytes_s / p.decode_tok_s_ceiling - kv_bytes_per_token(m, kv_dtype) * context
+    return p.decode_tok_s_ceiling, weights / GiB
+
+
+def _pinned_copy_gbs() -> float | None:
+    try:
+        data = json.loads((REPO_ROOT / PINNED_COPY).read_text())
+    except (OSError, ValueError):
+        return None
+    found = _find(data, "h2d_pinned_GBps")   # vramkit host's pinned host-to-GPU copy on the H100
+    return float(found) if isinstance(found, (int, float)) else None
+
+
+def _find(data, key: str):
+    """The first value under `key` anywhere in nested JSON."""
+    if isinstance(data, dict):
+        if key in data:
+            return data[key]
+        data = list(data.values())
+    if isinstance(data, list):
+        for v in data:
+            found = _find(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def physics_table() -> list[str]:
+    """README: decode ceilings per catalogued card, from the planner (`vramkit plan`) and config/gpus.toml."""
+    _, read_gib = _ceiling("h100-80gb", 1024)
+    out = [f"Ceilings for the 14B GPTQ-Int4 ({read_gib:.2f} GiB read per token) from `vramkit plan`:", "",
+           "| card | bandwidth | ceiling, 1K context | ceiling, 32K fp8 KV | PCIe (one way) "
+           "| each offloaded GiB costs |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    pinned = _pinned_copy_gbs()
+    for name, g in sorted(catalog.gpus().items(), key=lambda kv: kv[1].bandwidth_bytes_s):
+        short, _ = _ceiling(name, 1024)
+        long, _ = _ceiling(name, 32768, "fp8_e5m2")
+        pcie = f"gen{g.pcie_gen} x{g.pcie_lanes}: {g.pcie_bytes_s / 1e9:.1f} GB/s"
+        if name == "h100-80gb" and pinned:
+            pcie += f" ({pinned:.1f} GB/s measured pinned)"
+        out.append(f"| {g.label.removeprefix('GeForce ')} | {g.bandwidth_bytes_s / 1e9:.0f} GB/s | {short:.1f} tok/s "
+                   f"| {long:.1f} tok/s | {pcie} | {GiB / g.pcie_bytes_s * 1000:.0f} ms/token |")
+    return out
+
+
+def presets_table() -> list[str]:
+    """README: each preset as the planner resolves it for the first user's card."""
+    g = catalog.gpu(PRESET_CARD)
+    out = [f"| preset | model | knobs | planner on a {g.label} |", "| --- | --- | --- | --- |"]
+    for p in catalog.presets().values():
+        m = catalog.model(p.model)
+        r = plan(m, Target(gpu=g, host_ram_available_bytes=64 * GiB), Knobs(**p.knobs), _engine(),
+                 with_alternatives=False)
+        k = r.knobs
+        what = [f"{k.context:,}-token context", "fp16/bf16 KV" if k.kv_dtype == "auto" else f"{k.kv_dtype} KV",
+                f"fraction {k.mem_fraction:g}" + ("" if "mem_fraction" in p.knobs else " (SGLang's own)")]
+        if k.hicache_gb:
+            what.append(f"{k.hicache_gb} GB host-RAM KV cache")
+        if r.yarn_factor:
+            what.append(f"YaRN x{r.yarn_factor:g}")
+        if k.cpu_offload_gib:
+            what.append(f"{k.cpu_offload_gib} GiB of weights offloaded")
+        verdict = (f"KV {r.kv_pool_tokens:,} tokens, longest prompt {r.max_request_tokens:,}, peak "
+                   f"{r.peak_vram_bytes / GiB:.1f} GiB: " + ("fits" if r.fits else "**does not fit**"))
+        out.append(f"| {p.name} | {p.model} | {', '.join(what)} | {verdict} |")
+    return out
+
+
+def roofline() -> list[str]:
+    """README: the measured single-stream decode against the planner's ceiling for the card it ran on."""
+    run = json.loads((REPO_ROOT / ROOFLINE_RUN).read_text())
+    measured = run["summary"]["latency"]["decode_tok_s_p50"]
+    prompt = run["summary"]["latency"]["prompt_tokens"]
+    ceiling, read_gib = _ceiling("h100-80gb", 1024)
+    return [f"**Roofline.** Single-stream decode {measured:.1f} tok/s ({prompt}-token prompt, `{ROOFLINE_RUN}`) "
+            f"against the bandwidth ceiling of {ceiling:.1f} tok/s (H100, 1K context, {read_gib:.2f} GiB of weights "
+            f"read per token, `vramkit plan`): {measured / ceiling:.0%}. With Triton attention (the test host's "
+            "SGLang lacks FA3) and GPTQ-marlin at batch 1, the GPU is not bandwidth-bound; on consumer cards the "
+            "ceiling is far lower."]
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path                       # the file that holds it
+    name: str                        # the marker's name
+    render: Callable[[], list[str]]  # the block's lines, markers excluded
+    comment: tuple[str, str] = ("# ", "")   # how a marker line is commented in that file
+
+    def markers(self) -> tuple[str, str]:
+        a, b = self.comment
+        return (f"{a}BEGIN GENERATED {self.name}: `make compose` writes it, do not edit{b}",
+                f"{a}END GENERATED {self.name}{b}")
+
+
+HTML = ("<!-- ", " -->")
+BLOCKS: tuple[Block, ...] = (
+    Block(catalog.CONFIG_DIR / "presets.toml", "knob table (vramkit/core/knobs.py)", knobs.doc_table),
+    Block(REPO_ROOT / "README.md", "presets table (vramkit/generated.py)", presets_table, HTML),
+    Block(REPO_ROOT / "README.md", "roofline (vramkit/generated.py)", roofline, HTML),
+    Block(REPO_ROOT / "README.md", "physics table (vramkit/generated.py)", physics_table, HTML),
+)
+
+
+def render_file(text: str, block: Block) -> str:
+    """`text` with the block between its markers replaced by a fresh render."""
+    begin, end = block.markers()
+    lines = text.split("\n")
+    try:
+        i, j = lines.index(begin), lines.index(end)
+    except ValueError:
+        raise VramkitError(f"{block.path.name}: the markers of the generated {block.name} are missing",
+                           f"restore the lines '{begin}' and '{end}' from git", Exit.BAD_FILE) from None
+    if j < i:
+        raise VramkitError(f"{block.path.name}: END before BEGIN of {block.name}", "restore it from git", Exit.BAD_FILE)
+    return "\n".join(lines[: i + 1] + block.render() + lines[j:])
+
+
+def stale_blocks(*, write: bool) -> list[str]:
+    """'file: block' for each generated block that differs from a fresh render; with `write`, rewrite it."""
+    stale = []
+    for block in BLOCKS:
+        current = block.path.read_text()
+        fresh = render_file(current, block)
+        if fresh != current:
+            stale.append(f"{block.path.name}: {block.name}")
+            if write:
+                block.path.write_text(fresh)
+    return stale

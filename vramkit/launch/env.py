@@ -1,0 +1,58 @@
+"""The environment knobs of `vramkit up`, all named VRAMKIT_<NAME> (mk/qwen.mk passes its make variables
+under these names). The names before issue 11 (RUNTIME, PORT, ...) still work for one release, with a
+warning on stderr; a bad value is one line naming the variable, exit 64.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+from vramkit.errors import Exit, VramkitError
+
+PREFIX = "VRAMKIT_"
+# VRAMKIT_<name>: its old name
+UP_ENV = {
+    "RUNTIME": "RUNTIME",                        # docker | native
+    "PORT": "PORT",                              # host port of SGLang's API
+    "MODEL_PATH": "MODEL_PATH",                  # local folder or HF id instead of the model's hf_id
+    "LOAD_FORMAT": "LOAD_FORMAT",                # 'dummy': real shapes, random weights
+    "TIMEOUT": "TIMEOUT",                        # seconds to wait for /health
+    "GPUS": "GPUS",                              # NVML indices, e.g. 0,1
+    "DRY_RUN": "DRY_RUN",                        # 1 = plan and check, start nothing
+    "SGLANG_EXTRA_ARGS": "SGLANG_EXTRA_ARGS",    # more SGLang flags
+    "SERVER_PYTHON": "SGLANG_PYTHON",            # the Python that runs sglang.launch_server (native runtime)
+}
+
+
+def env_value(name: str, environ=None) -> str | None:
+    """VRAMKIT_<name>, else its old name (warned), else None. An empty value counts as unset."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(PREFIX + name)
+    if value:
+        return value
+    old = UP_ENV.get(name)
+    if old and environ.get(old):
+        print(f"vramkit: warning: ${old} is now ${PREFIX}{name}; the old name goes in the next release",
+              file=sys.stderr)
+        return environ[old]
+    return None
+
+
+def env_number(name: str, kind: type, default, *, minimum: float = 0, environ=None):
+    """A numeric environment knob, checked (one line and exit 64 when it is not a number >= minimum)."""
+    raw = env_value(name, environ)
+    return default if raw is None else number(raw, kind, f"${PREFIX}{name}", minimum=minimum,
+                                              todo=f"fix or unset {PREFIX}{name}")
+
+
+def number(raw, kind: type, what: str, *, minimum: float = 0, todo: str = ""):
+    """`raw` as a finite int/float >= minimum, else one line naming `what`, exit 64."""
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not math.isfinite(value) or value < minimum:
+        raise VramkitError(f"{what} {raw!r} is not a {'whole ' if kind is int else ''}number >= {minimum:g}",
+                           todo, Exit.BAD_INPUT)
+    return value
