@@ -90,6 +90,8 @@ class Versions:
     sglang_pip: str
     sglang_image: str
     torch_cpu: str              # the CPU torch wheel of .venv and .venv-sglang (make setup)
+    kt_kernel_pip: str          # kt-kernel for the hybrid MoE mode (services/sglang-kt)
+    sglang_kt_image: str        # the image services/sglang-kt/Dockerfile builds
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,7 @@ def _toml_key(name: str) -> str:
 @cache
 def versions() -> Versions:
     v = _load_toml("versions.toml")
-    keys = ("sglang_pip", "sglang_image", "torch_cpu")
+    keys = ("sglang_pip", "sglang_image", "torch_cpu", "kt_kernel_pip", "sglang_kt_image")
     _refuse_unknown(v, set(keys), "config/versions.toml")
     for key in keys:
         if not isinstance(v.get(key), str) or not v[key]:

@@ -54,11 +54,17 @@ def _q(s: str) -> str:
 
 
 def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, p: Plan, image: str,
-                 argv: list[str], gpu_ids: list[int], source_note: str, port: int) -> str:
-    """One compose file for one preset: the SGLang service with every odd setting explained."""
+                 argv: list[str], gpu_ids: list[int], source_note: str, port: int,
+                 build_context: str | None = None, extra_volumes: tuple[str, ...] = ()) -> str:
+    """One compose file for one preset: the SGLang service with every odd setting explained.
+    `build_context`: the image is built from that folder (the hybrid MoE image, services/sglang-kt);
+    `extra_volumes`: "host:container:mode  # why" lines (KT's CPU-expert folder)."""
     cmd = "\n".join(f"      - {_q(x)}" for x in ["python3", "-m", "sglang.launch_server", *argv])
     ids = ", ".join(_q(str(i)) for i in gpu_ids)
     pinned = p.host_ram_bytes > 0
+    build = (f"    build: {build_context}  # the pinned SGLang image + kt-kernel + the kit's adapter (its Dockerfile)\n"
+             if build_context else "")
+    more = "".join(f"      - {v}\n" for v in extra_volumes)
     return f"""\
 # {source_note}
 # Plan: {model.name} on {gpu_name}: weights {p.weights_bytes / 2**30:.2f} GiB, KV pool {p.kv_pool_tokens:,} tokens,
@@ -67,7 +73,7 @@ name: {project}
 services:
   sglang:
     image: {image}
-    container_name: {project}
+{build}    container_name: {project}
     command:
 {cmd}
     ports:
@@ -79,7 +85,7 @@ services:
     volumes:
       - ${{VRAMKIT_HF_CACHE:-~/.cache/huggingface}}:/root/.cache/huggingface  # model weights, downloaded once
       - vramkit-jit-cache:/root/.cache/tvm-ffi
-    ipc: host  # SGLang's tokenizer, scheduler and detokenizer processes share tensors through /dev/shm
+{more}    ipc: host  # SGLang's tokenizer, scheduler and detokenizer processes share tensors through /dev/shm
     ulimits:
       memlock: -1  # {"the host KV pool / offloaded weights are pinned (page-locked) RAM" if pinned else "pinned host buffers (KV copies) must not hit the memlock limit"}
       stack: 67108864

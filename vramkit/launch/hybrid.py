@@ -20,7 +20,10 @@ from vramkit.errors import Exit, VramkitError
 
 ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"      # `vramkit host --bandwidth` measures it; `make optimize-write` keeps it
 DEFAULT_HOST_READ_GBS = 60.0                 # assumed when not measured: dual-channel DDR5-5600 read (~70 % of 89.6)
-KT_COMPAT_DIR = catalog.CONFIG_DIR.parent / "services" / "sglang-kt" / "kt_compat"
+KT_SERVICE_DIR = catalog.CONFIG_DIR.parent / "services" / "sglang-kt"
+KT_COMPAT_DIR = KT_SERVICE_DIR / "kt_compat"
+KT_CONTAINER_DIR = "/kt-weights"
+COMPOSE_REFERENCE_CORES = 8      # committed compose files: an 8-core desktop CPU (`make start-qwen-moe` re-renders)
 
 
 @dataclass
@@ -51,6 +54,15 @@ class Hybrid:
                         "convert with tools/make_random_checkpoint.py MODEL_CFG DIR --kt-layout "
                         f"{hp.kt_method} --from MODEL_DIR, then KT_WEIGHT_PATH=DIR"))
         return out
+
+    def compose_parts(self, build_context: str) -> dict:
+        """What the compose file needs beyond the dense service: the KT image (built from its Dockerfile),
+        the CPU-expert folder mounted read-only, --kt-weight-path pointing at it inside the container."""
+        host = self.weight_path or "${KT_WEIGHT_PATH:-./kt-weights}"
+        return {"args": ["--kt-weight-path", KT_CONTAINER_DIR], "build_context": build_context,
+                "image": catalog.versions().sglang_kt_image,
+                "extra_volumes": (f"{host}:{KT_CONTAINER_DIR}:ro  # the CPU experts ({self.plan.kt_method} layout), "
+                                  "read into host RAM by kt-kernel at start",)}
 
     def native_env(self) -> dict[str, str]:
         """The kt-kernel adapter on the server's path (its sitecustomize installs the import hook)."""
@@ -107,7 +119,7 @@ def _checkpoint_format(cfg: dict) -> str:
                        Exit.BAD_INPUT)
 
 
-def _hybrid_plan(r, cfg: dict, method: str, args) -> tuple[mo.HybridPlan, float, str]:
+def _hybrid_plan(r, cfg: dict, method: str, args, server_cores: int | None = None) -> tuple[mo.HybridPlan, float, str]:
     fmt = _checkpoint_format(cfg)
     need = mo.KT_METHODS[method]["checkpoint"]
     if need is not None and need != fmt:
@@ -125,7 +137,7 @@ def _hybrid_plan(r, cfg: dict, method: str, args) -> tuple[mo.HybridPlan, float,
         s, kt_method=method, free_at_start_bytes=r.plan.free_at_start_bytes, mem_fraction=k.mem_fraction,
         context=r.knobs.context, concurrency=r.knobs.concurrency, gpu_bandwidth_bytes_s=r.gpu.bandwidth_bytes_s,
         pcie_bytes_s=r.gpu.pcie_bytes_s, host_read_bytes_s=bw * 1e9,
-        host_ram_available_bytes=r.target.host_ram_available_bytes, server_physical_cores=_server_physical_cores(),
+        host_ram_available_bytes=r.target.host_ram_available_bytes, server_physical_cores=server_cores or _server_physical_cores(),
         chunked_prefill=k.chunked_prefill if k.chunked_prefill and k.chunked_prefill > 0 else 8192,
         hidden_size=int(cfg["hidden_size"]), num_gpu_experts=None if n_gpu == "auto" else int(n_gpu))
     threads = getattr(r.knobs, "kt_cpuinfer", "auto")
@@ -134,8 +146,9 @@ def _hybrid_plan(r, cfg: dict, method: str, args) -> tuple[mo.HybridPlan, float,
     return hp, bw, src
 
 
-def apply(r, args):
-    """The hybrid plan on top of the dense one (see the module docstring)."""
+def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | None = None):
+    """The hybrid plan on top of the dense one (see the module docstring). `server_cores`/`cpu_flags`
+    stand for this host's (committed compose files are rendered for a reference desktop)."""
     method = getattr(r.knobs, "kt_method", None)
     try:
         cfg = json.loads((Path(r.model.config_dir) / "config.json").read_text())
@@ -149,7 +162,8 @@ def apply(r, args):
     if not method:
         if not r.plan.fits:      # a MoE that does not fit: offer the hybrid mode beside layer offload
             try:
-                hp, _, src = _hybrid_plan(r, cfg, "FP8" if _checkpoint_format(cfg) == "fp8" else "BF16", args)
+                hp, _, src = _hybrid_plan(r, cfg, "FP8" if _checkpoint_format(cfg) == "fp8" else "BF16", args,
+                                          server_cores)
             except VramkitError:
                 return r
             r.plan.alternatives.append(Alternative(
@@ -160,8 +174,8 @@ def apply(r, args):
                 cost=f"{hp.host_ram_bytes / 2**30:.1f} GiB host RAM; decode ~{hp.decode_tok_s:.0f} tok/s (derived, "
                      f"host bandwidth {src}) against layer offload ~{hp.offload_decode_tok_s:.1f} tok/s"))
         return r
-    hp, bw, src = _hybrid_plan(r, cfg, method, args)
-    variant, detail = mo.isa_check(method, _cpu_flags())
+    hp, bw, src = _hybrid_plan(r, cfg, method, args, server_cores)
+    variant, detail = mo.isa_check(method, _cpu_flags() if cpu_flags is None else cpu_flags)
     weight_path = getattr(args, "kt_weight_path", None) or os.environ.get("KT_WEIGHT_PATH") or None
     p = r.plan
     s1 = mo.sizes(cfg, _checkpoint_format(cfg), method, 1)

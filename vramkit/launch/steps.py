@@ -56,15 +56,19 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args)
+    native_argv, kt = argv, {}
     if resolved.hybrid is not None:
-        argv += resolved.hybrid.args(spec.model_path or model.hf_id)
-    native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
+        native_argv = argv + resolved.hybrid.args(model_path)
+        kt = resolved.hybrid.compose_parts(str(catalog.CONFIG_DIR.parent / "services" / "sglang-kt"))
+    native = [spec.sglang_python, "-m", "sglang.launch_server", *native_argv]
     v = catalog.versions()
     n_gpu = resolved.plan.knobs.tp
     gpu_ids = server_gpu_ids(spec, n_gpu)
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
-                           image=v.sglang_image, argv=argv, gpu_ids=gpu_ids, port=catalog.sglang().port,
+                           image=kt.get("image", v.sglang_image), argv=argv + kt.get("args", []), gpu_ids=gpu_ids,
+                           port=catalog.sglang().port, build_context=kt.get("build_context"),
+                           extra_volumes=kt.get("extra_volumes", ()),
                            source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
     return native, compose
 
