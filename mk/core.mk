@@ -4,6 +4,8 @@
 PYTHON ?= python3
 # the CPU torch wheel, pinned once in config/versions.toml (torch_cpu)
 TORCH_CPU := $(shell sed -n 's/^torch_cpu = "\(.*\)"/\1/p' config/versions.toml)
+# kt-kernel, pinned once in config/versions.toml (kt_kernel_pip)
+KT_KERNEL := $(shell sed -n 's/^kt_kernel_pip = "\(.*\)"/\1/p' config/versions.toml)
 # Preset `make setup` and `make plan` show by default
 PRESET ?= optimized
 # planner knobs for `make plan`, e.g. PLAN_ARGS="--gpu rtx-4090-24gb --context 65536"
@@ -21,6 +23,11 @@ $(VENV)/.installed: pyproject.toml
 	# so no dependency can pull a CUDA build of several GB.
 	$(VENV)/bin/pip install -q torch==$(TORCH_CPU)
 	$(VENV)/bin/pip install -q -e '.[embed,bench,test]'
+	# kt-kernel (the hybrid MoE mode's CPU experts) for tests/integration/test_kt_compat.py: --no-deps, its
+	# declared deps (triton, its CLI's helpers) are not needed to run its kernels; libhwloc for its extension
+	$(VENV)/bin/pip install -q --no-deps kt-kernel==$(KT_KERNEL) gguf==0.19.0
+	@ldconfig -p | grep -q libhwloc.so.15 || apt-get install -y -q libhwloc15 || \
+		echo "warning: libhwloc15 missing: tests/integration/test_kt_compat.py will skip"
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@
 

@@ -8,6 +8,12 @@ SGLang starts from like a downloaded one, and from which kt-kernel reads the CPU
 (--kt-weight-path OUT_DIR with --kt-method FP8 or BF16). Speed and memory are real; text is noise.
 Names and shapes come from vramkit/core/checkpoint_layout.py (issue 12).
 
+    python3 tools/make_random_checkpoint.py CONFIG_DIR KT_DIR --kt-layout AMXINT4 [--from MODEL_DIR]
+
+writes KT's own quantized CPU-expert layout (for --kt-method AMXINT4/AMXINT8) through kt-kernel's quantizer:
+random experts, or with --from the experts of a downloaded checkpoint (bf16 or block FP8): the conversion
+the `moe` preset needs once per model (KT_WEIGHT_PATH=KT_DIR).
+
 Values are kept small and finite so a forward pass stays finite: bf16 ~ N(0, 0.02), norms 1, FP8 codes
 with |x| <= 1.875 (no NaN code) and a block scale of 0.01. Random bytes are drawn once into a pool and
 sliced, so a 30 GB checkpoint costs memcpy and disk time, not RNG time. Needs torch and safetensors (the
@@ -94,13 +100,43 @@ def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, 
 KT_QUANT_METHODS = ("AMXINT4", "AMXINT8")
 
 
+def checkpoint_experts(source: Path, layer: int, num_experts: int):
+    """One layer's experts from a Hugging Face checkpoint folder as bf16 stacks (gate [E,I,H], up [E,I,H],
+    down [E,H,I]); block-FP8 tensors are dequantized with their weight_scale_inv (128x128 blocks)."""
+    import torch
+    from safetensors import safe_open
+    index = json.loads((source / "model.safetensors.index.json").read_text())["weight_map"] \
+        if (source / "model.safetensors.index.json").is_file() else None
+    handles: dict = {}
+
+    def get(name: str):
+        file = index[name] if index else next(p.name for p in source.glob("*.safetensors"))
+        if file not in handles:
+            handles[file] = safe_open(str(source / file), "pt")
+        return handles[file].get_tensor(name)
+
+    def weight(name: str):
+        w = get(name + ".weight")
+        if w.dtype == torch.float8_e4m3fn:
+            s = get(name + ".weight_scale_inv").float()
+            b = cl.FP8_BLOCK
+            s = s.repeat_interleave(b, 0).repeat_interleave(b, 1)[:w.shape[0], :w.shape[1]]
+            return (w.float() * s).to(torch.bfloat16)
+        return w.to(torch.bfloat16)
+
+    p = f"model.layers.{layer}.mlp.experts"
+    return [torch.stack([weight(f"{p}.{e}.{proj}") for e in range(num_experts)]).contiguous()
+            for proj in ("gate_proj", "up_proj", "down_proj")]
+
+
 def write_kt_layout(config_dir: Path, out_dir: Path, method: str, threads: int, layers: int | None = None,
-                    seed: int = 1) -> dict:
+                    seed: int = 1, source: Path | None = None) -> dict:
     """KT's own layout for AMXINT4/AMXINT8 (``_layer_{i}/_numa_0/INT4_{gate,up,down}_{e}_*.kt``), written by
     kt-kernel itself: each layer's experts as random bf16 tensors, quantized and saved by
     ``KTMoEWrapper.load_weights_from_tensors`` (the online-quantization path KT's converter uses).
     SGLang then takes --kt-weight-path OUT_DIR --kt-method METHOD; the GPU experts still come from the
-    safetensors checkpoint. Needs kt_kernel (and a CUDA torch: it pins its buffers)."""
+    safetensors checkpoint. With `source` (a downloaded bf16 or block-FP8 checkpoint folder) the experts are
+    that checkpoint's, so this converts a real model. Needs kt_kernel (and a CUDA torch: it pins its buffers)."""
     import torch
     from kt_kernel import KTMoEWrapper
     cfg = json.loads((config_dir / "config.json").read_text())
@@ -114,12 +150,14 @@ def write_kt_layout(config_dir: Path, out_dir: Path, method: str, threads: int, 
                          hidden_size=h, moe_intermediate_size=inter, gpu_experts_mask=None,
                          cpuinfer_threads=threads, threadpool_count=1, weight_path=str(out_dir),
                          chunked_prefill_size=512, method=method)
-        mats = [pools.tensor(cl.TensorSpec("x", shape, "bf16", "expert"))
-                for shape in ((e, inter, h), (e, inter, h), (e, h, inter))]
+        mats = checkpoint_experts(source, i, e) if source is not None else \
+            [pools.tensor(cl.TensorSpec("x", shape, "bf16", "expert"))
+             for shape in ((e, inter, h), (e, inter, h), (e, h, inter))]
         w.load_weights_from_tensors(*mats, torch.arange(e, dtype=torch.long))
         del w, mats
     size = sum(f.stat().st_size for f in out_dir.rglob("*.kt"))
     return {"out": str(out_dir), "kt_method": method, "layers": n_layers, "bytes": size,
+            "source": str(source) if source else "random",
             "seconds": round(time.time() - t0, 1)}
 
 
@@ -134,12 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kt-layout", choices=KT_QUANT_METHODS,
                     help="write KT's quantized CPU-expert layout into OUT_DIR instead (needs kt_kernel)")
     ap.add_argument("--kt-threads", type=int, default=8)
+    ap.add_argument("--from", dest="source", type=Path, help="with --kt-layout: convert this checkpoint folder's "
+                                                             "experts (bf16 or block FP8) instead of random ones")
     a = ap.parse_args(argv)
     if not (a.config_dir / "config.json").is_file():
         print(f"make_random_checkpoint: no config.json in {a.config_dir} -> pass a folder holding one", file=sys.stderr)
         return 65
     try:
-        info = (write_kt_layout(a.config_dir, a.out_dir, a.kt_layout, a.kt_threads, a.layers) if a.kt_layout
+        info = (write_kt_layout(a.config_dir, a.out_dir, a.kt_layout, a.kt_threads, a.layers, source=a.source)
+                if a.kt_layout
                 else write(a.config_dir, a.out_dir, a.format, a.layers, a.jobs, int(a.shard_gib * 2**30)))
     except ValueError as e:
         print(f"make_random_checkpoint: {e}", file=sys.stderr)

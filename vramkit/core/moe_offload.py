@@ -39,9 +39,9 @@ KT_METHODS = {
                 "isa": ("amx", "avx512_bf16")},
     "LLAMAFILE": {"checkpoint": None, "layout": "GGUF (llamafile kernels)", "isa": ("amx", "avx512_bf16", "avx2")},
 }
-ISA_FLAGS = {  # /proc/cpuinfo flags per kt-kernel variant (its _cpu_detect.py)
+ISA_FLAGS = {  # /proc/cpuinfo flag names per kt-kernel variant (its _cpu_detect.py; the kernel spells avx512vbmi)
     "amx": ("amx_tile", "amx_bf16", "amx_int8", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"),
-    "avx512_bf16": ("avx512f", "avx512bw", "avx512_vnni", "avx512_vbmi", "avx512_bf16"),
+    "avx512_bf16": ("avx512f", "avx512bw", "avx512_vnni", "avx512vbmi", "avx512_bf16"),
     "avx2": ("avx2", "fma"),
 }
 KT_RESERVED_CORES = 2       # SGLang's scheduler (it drives the GPU) and its HTTP/tokenizer process
