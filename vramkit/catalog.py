@@ -127,10 +127,11 @@ def read_model_config(config_dir: Path, name: str = "", hf_id: str = "", note: s
         q = cfg.get("quantization_config")
         quant = None
         if q:
-            fp8 = str(q.get("quant_method", "")).lower() == "fp8"     # block FP8: 8 bits, weight_block_size
-            quant = Quantization(method=str(q.get("quant_method", "")).lower(), bits=int(q.get("bits", 8 if fp8 else 4)),
-                                 group_size=int(q.get("group_size", (q.get("weight_block_size") or [128])[0])), desc_act=bool(q.get("desc_act", False)),
-                                 sym=bool(q.get("sym", True)))
+            method = str(q.get("quant_method", "")).lower()
+            fp8 = method == "fp8"          # block FP8: 8 bits, the block edge from weight_block_size
+            group = q.get("group_size", (q.get("weight_block_size") or [128])[0])
+            quant = Quantization(method=method, bits=int(q.get("bits", 8 if fp8 else 4)), group_size=int(group),
+                                 desc_act=bool(q.get("desc_act", False)), sym=bool(q.get("sym", True)))
         arch = (cfg.get("architectures") or ["?"])[0]
         return ModelSpec(
             name=name or Path(config_dir).name, hf_id=hf_id, config_dir=Path(config_dir), architecture=arch,

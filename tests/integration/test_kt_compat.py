@@ -32,7 +32,7 @@ if kt_kernel.__cpu_variant__ not in ("amx", "avx512_bf16"):
     pytest.skip(f"this CPU gets kt-kernel's {kt_kernel.__cpu_variant__} build: no FP8/INT kernels",
                 allow_module_level=True)
 
-E, K, H, I = 128, 8, 2048, 768
+E, K, H, I = 128, 8, 2048, 768  # noqa: E741 - the paper names: experts, top-k, hidden, intermediate
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@ KTransformers path) and its checks, against the real Qwen3-Coder-30B-A3B config 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -53,8 +52,9 @@ def test_shards_keep_order_and_bound_size():
 
 def test_writer_writes_what_the_layout_says(tmp_path):
     torch = pytest.importorskip("torch")
-    from safetensors import safe_open
     import sys
+
+    from safetensors import safe_open
     sys.path.insert(0, str(ROOT / "tools"))
     from make_random_checkpoint import write
     small = tmp_path / "cfg"

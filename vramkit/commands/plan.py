@@ -43,8 +43,9 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
     m.add_argument("--kt-weight-path", default=os.environ.get("KT_WEIGHT_PATH") or None, metavar="DIR",
                    help="folder of the CPU experts (default $KT_WEIGHT_PATH, else the model folder; AMXINT4/8: KT's "
                         "converted layout, tools/make_random_checkpoint.py --kt-layout ... --from MODEL_DIR)")
-    m.add_argument("--host-read-gbs", metavar="GBS", help="host memory read bandwidth in GB/s (default "
-                                                          "$VRAMKIT_HOST_READ_GBS, measured by `vramkit host --bandwidth`)")
+    m.add_argument("--host-read-gbs", metavar="GBS",
+                   help="host memory read bandwidth in GB/s (default $VRAMKIT_HOST_READ_GBS, measured by "
+                        "`vramkit host --bandwidth`)")
     k = p.add_argument_group("knobs (override the preset; declared in vramkit/core/knobs.py)")
     for spec in specs(knobs_cls):
         unit = f" [{spec.unit}]" if spec.unit else ""

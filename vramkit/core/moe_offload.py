@@ -158,7 +158,8 @@ def plan_hybrid(s: MoeSizes, *, kt_method: str, free_at_start_bytes: int, mem_fr
     host = cpu_experts * s.moe_layers * s.cpu_expert_bytes
     pinned = 2 * 2 * chunked_prefill * hidden_size * 2 * 2      # KExpertsCPUBuffer: in + out, 2 slots, bf16
     if host_ram_available_bytes is not None and host > host_ram_available_bytes:
-        reasons.append(f"host RAM: {host / 2**30:.1f} GiB of CPU experts > {host_ram_available_bytes / 2**30:.1f} GiB available")
+        reasons.append(f"host RAM: {host / 2**30:.1f} GiB of CPU experts > "
+                       f"{host_ram_available_bytes / 2**30:.1f} GiB available")
     threads = cpuinfer_threads(server_physical_cores)
     frac_gpu = n / s.num_experts
     gpu_bytes = s.decode_non_expert_bytes + s.top_k * frac_gpu * s.moe_layers * s.gpu_expert_bytes

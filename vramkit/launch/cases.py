@@ -73,9 +73,10 @@ def _hybrid_cases(engine: Engine, port: int) -> Iterator[LaunchCaseSpec]:
             target = Target(gpu=gpu, gpu_free_bytes=int(free_gib * GiB) if free_gib else None,
                             host_ram_available_bytes=128 * GiB)
             p = plan(model, target, knobs, engine, with_alternatives=False)
+            weights = "/tmp/ck/kt-int4" if over.get("kt_method") == "AMXINT4" else None
             r = hybrid.apply(Resolved(model, gpu, target, knobs, preset.name, p),
-                             argparse.Namespace(kt_weight_path="/tmp/ck/kt-int4" if over.get("kt_method") == "AMXINT4" else None,
-                                                host_read_gbs=93.0), server_cores=16, cpu_flags=set())
+                             argparse.Namespace(kt_weight_path=weights, host_read_gbs=93.0),
+                             server_cores=16, cpu_flags=set())
             if free_gib:
                 argv = sglang_args(model, p, model_path=str(model.config_dir), load_format=None, port=port,
                                    extra=[*catalog.sglang().gpu_host_extra_args, "--skip-tokenizer-init"])

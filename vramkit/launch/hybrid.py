@@ -96,8 +96,15 @@ def _server_physical_cores() -> int:
 
 def host_read_gbs(args) -> tuple[float, str]:
     v = getattr(args, "host_read_gbs", None)
-    if v:
-        return float(v), "--host-read-gbs"
+    if v is not None:
+        try:
+            gbs = float(v)
+        except ValueError:
+            gbs = -1.0
+        if not 0 < gbs < 10_000:
+            raise VramkitError(f"--host-read-gbs {v!r} is not a bandwidth in GB/s", "e.g. --host-read-gbs 60",
+                               Exit.BAD_INPUT)
+        return gbs, "--host-read-gbs"
     from vramkit.core.host_plan import read_env_value
     text = os.environ.get(ENV_HOST_READ)
     env_file = catalog.CONFIG_DIR.parent / ".env"
@@ -137,7 +144,8 @@ def _hybrid_plan(r, cfg: dict, method: str, args, server_cores: int | None = Non
         s, kt_method=method, free_at_start_bytes=r.plan.free_at_start_bytes, mem_fraction=k.mem_fraction,
         context=r.knobs.context, concurrency=r.knobs.concurrency, gpu_bandwidth_bytes_s=r.gpu.bandwidth_bytes_s,
         pcie_bytes_s=r.gpu.pcie_bytes_s, host_read_bytes_s=bw * 1e9,
-        host_ram_available_bytes=r.target.host_ram_available_bytes, server_physical_cores=server_cores or _server_physical_cores(),
+        host_ram_available_bytes=r.target.host_ram_available_bytes,
+        server_physical_cores=server_cores or _server_physical_cores(),
         chunked_prefill=k.chunked_prefill if k.chunked_prefill and k.chunked_prefill > 0 else 8192,
         hidden_size=int(cfg["hidden_size"]), num_gpu_experts=None if n_gpu == "auto" else int(n_gpu))
     threads = getattr(r.knobs, "kt_cpuinfer", "auto")
