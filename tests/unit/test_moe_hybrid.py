@@ -198,3 +198,24 @@ def test_up_refuses_amxint4_without_the_converted_experts(capsys, tmp_path, monk
     out = " ".join(capsys.readouterr().out.split())
     assert "kt-weights" in out and "convert with tools/make_random_checkpoint.py" in out
     assert rc != 0 or "would stop at" in out
+
+
+def test_a_moe_that_does_not_fit_is_offered_the_hybrid_mode_first(capsys):
+    rc = main(["plan", "--json", "--model", "qwen3-coder-30b-a3b-instruct-fp8", "--gpu", "rtx-5060-ti-16gb",
+               "--kv-dtype", "fp8_e5m2", "--mem-fraction", "0.85", "--host-read-gbs", "60", "--host-ram-gib", "64"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 10 and not d["fits"] and "hybrid" not in d
+    assert d["alternatives"][0]["knobs"].get("kt_method"), "the hybrid mode ranks above what does not fit"
+    alt = d["alternatives"][0]
+    assert alt["knobs"]["kt_method"] == "FP8" and alt["fits"]
+    assert "layer offload" in alt["cost"] and alt["decode_tok_s_ceiling"] > 15
+
+
+def test_host_ram_counts_sglang_beside_the_experts():
+    s = mo.sizes(CFG, "fp8", "AMXINT4", 1)
+    args = dict(kt_method="AMXINT4", free_at_start_bytes=int(14.79 * GiB), mem_fraction=0.85, context=32768,
+                concurrency=1, gpu_bandwidth_bytes_s=448e9, pcie_bytes_s=31.5e9, host_read_bytes_s=60e9,
+                server_physical_cores=8, chunked_prefill=4096, hidden_size=2048)
+    need = mo.plan_hybrid(s, host_ram_available_bytes=None, **args).host_ram_bytes + mo.SGLANG_HOST_BASE
+    assert mo.plan_hybrid(s, host_ram_available_bytes=need, **args).fits
+    assert not mo.plan_hybrid(s, host_ram_available_bytes=need - GiB, **args).fits

@@ -55,6 +55,10 @@ KT_GPU_WEIGHT_EXTRA = -int(0.03 * 2**30)
 # (host read 93.0 GB/s measured at 16 threads): AMXINT4 38.4 tok/s, FP8 26.6 tok/s
 # (benchmarks/results/gpu/moe/moe-16g-*.probe.json). Checked against the runs not used in the fit:
 # FP8 at 32 GPU experts 27.9 measured vs 24.6, FP8 on the AVX-512-BF16 kernels 26.0 vs 26.6 (fitted, labelled so).
+# Host RAM of SGLang's own processes beside KT's experts: the AMXINT4 run's server tree held 18.8 GiB of
+# RSS with 9.0 GiB of experts (moe-16g-int4-amx.json): 9.8 GiB (measured, one point; the FP8 methods add
+# the mmapped checkpoint on top, 60 GiB RSS measured, reclaimable page cache).
+SGLANG_HOST_BASE = int(9.8 * 2**30)
 KT_CPU_EFFICIENCY = 0.555   # share of the measured host read bandwidth KT's kernels reach while decoding
 KT_LAYER_SYNC_S = 0.000297  # per MoE layer and token: submit, pinned copies, the wait on the CUDA stream
 
@@ -157,9 +161,9 @@ def plan_hybrid(s: MoeSizes, *, kt_method: str, free_at_start_bytes: int, mem_fr
     cpu_experts = s.num_experts - n
     host = cpu_experts * s.moe_layers * s.cpu_expert_bytes
     pinned = 2 * 2 * chunked_prefill * hidden_size * 2 * 2      # KExpertsCPUBuffer: in + out, 2 slots, bf16
-    if host_ram_available_bytes is not None and host > host_ram_available_bytes:
-        reasons.append(f"host RAM: {host / 2**30:.1f} GiB of CPU experts > "
-                       f"{host_ram_available_bytes / 2**30:.1f} GiB available")
+    if host_ram_available_bytes is not None and host + SGLANG_HOST_BASE > host_ram_available_bytes:
+        reasons.append(f"host RAM: {host / 2**30:.1f} GiB of CPU experts + {SGLANG_HOST_BASE / 2**30:.1f} GiB for "
+                       f"SGLang > {host_ram_available_bytes / 2**30:.1f} GiB available")
     threads = cpuinfer_threads(server_physical_cores)
     frac_gpu = n / s.num_experts
     gpu_bytes = s.decode_non_expert_bytes + s.top_k * frac_gpu * s.moe_layers * s.gpu_expert_bytes
@@ -173,6 +177,8 @@ def plan_hybrid(s: MoeSizes, *, kt_method: str, free_at_start_bytes: int, mem_fr
     off_s = (s.total_bytes - off) / gpu_bandwidth_bytes_s + off_gib * 2**30 / pcie_bytes_s
     notes.append(f"{cpu_experts} of {s.num_experts} experts/layer on the CPU: "
                  f"{cpu_bytes / 1e9:.2f} GB read per token from host RAM")
+    notes.append(f"host RAM: {host / 2**30:.1f} GiB of experts (not pinned) + ~{SGLANG_HOST_BASE / 2**30:.1f} GiB "
+                 f"for SGLang; KT pins {pinned / 2**20:.0f} MiB of transfer buffers")
     return HybridPlan(kt_method=kt_method, num_gpu_experts=int(n), cpuinfer_threads=threads, fits=not reasons,
                       reasons=reasons, gpu_weights_bytes=int(weights), kv_pool_tokens=int(kv_tokens),
                       host_ram_bytes=int(host), host_ram_pinned_bytes=int(pinned), decode_gpu_s=gpu_s,

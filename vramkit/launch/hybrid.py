@@ -44,9 +44,9 @@ class Hybrid:
         converted layout is given where the method needs one."""
         hp = self.plan
         out = [("cpu-isa", self.isa_variant is not None, self.isa_detail),
-               ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
-                f"{hp.host_ram_bytes / 2**30:.1f} GiB of CPU experts ({hp.kt_method}), "
-                f"{host_ram_available / 2**30:.1f} GiB available")]
+               ("kt-host-ram", host_ram_available >= hp.host_ram_bytes + mo.SGLANG_HOST_BASE,
+                f"{hp.host_ram_bytes / 2**30:.1f} GiB of CPU experts ({hp.kt_method}) + "
+                f"{mo.SGLANG_HOST_BASE / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available")]
         if mo.KT_METHODS[hp.kt_method]["checkpoint"] is None:
             ok = bool(self.weight_path) and Path(self.weight_path).is_dir()
             out.append(("kt-weights", ok, f"{hp.kt_method} experts in {self.weight_path}" if ok else
@@ -174,13 +174,17 @@ def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | Non
                                           server_cores)
             except VramkitError:
                 return r
-            r.plan.alternatives.append(Alternative(
+            alt = Alternative(
                 change=f"experts in host RAM (--kt-method {hp.kt_method}, or AMXINT4 after conversion): "
                        f"{hp.num_gpu_experts} experts/layer on the GPU, the rest on {hp.cpuinfer_threads} CPU threads",
                 knobs={"kt_method": hp.kt_method, "kt_num_gpu_experts": hp.num_gpu_experts}, fits=hp.fits,
                 decode_tok_s_ceiling=round(hp.decode_tok_s, 1),
                 cost=f"{hp.host_ram_bytes / 2**30:.1f} GiB host RAM; decode ~{hp.decode_tok_s:.0f} tok/s (derived, "
-                     f"host bandwidth {src}) against layer offload ~{hp.offload_decode_tok_s:.1f} tok/s"))
+                     f"host bandwidth {src}) against layer offload ~{hp.offload_decode_tok_s:.1f} tok/s")
+            # ranked: first when it fits and decodes faster than every other fitting alternative
+            others = [a.decode_tok_s_ceiling or 0 for a in r.plan.alternatives if a.fits]
+            first = hp.fits and hp.decode_tok_s > max(others, default=0)
+            r.plan.alternatives.insert(0 if first else len(r.plan.alternatives), alt)
         return r
     hp, bw, src = _hybrid_plan(r, cfg, method, args, server_cores)
     variant, detail = mo.isa_check(method, _cpu_flags() if cpu_flags is None else cpu_flags)
@@ -198,6 +202,7 @@ def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | Non
     p.fits, p.reasons = hp.fits, list(hp.reasons)
     p.decode_tok_s_ceiling = round(hp.decode_tok_s, 1)
     p.knobs = replace(p.knobs, kt_num_gpu_experts=hp.num_gpu_experts, kt_cpuinfer=hp.cpuinfer_threads)
+    p.notes.extend(hp.notes)
     p.notes.append(f"hybrid MoE: {hp.num_gpu_experts} experts/layer on the GPU, the rest in host RAM "
                    f"({hp.host_ram_bytes / 2**30:.1f} GiB as {method}) on {hp.cpuinfer_threads} threads; decode "
                    f"~{hp.decode_tok_s:.0f} tok/s (derived; host read {bw:g} GB/s, {src}) against "
