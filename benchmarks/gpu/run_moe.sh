@@ -4,6 +4,7 @@
 # services/sglang-kt/kt_compat), on an H100 emulated at 16 GB. Detached; poll $RES/progress.txt.
 # Usage (repo root on the GPU host; .gpu/ holds the SGLang archive, ballast.py and .gpu/kt/*.whl|*.deb):
 #   setsid nohup bash benchmarks/gpu/run_moe.sh SESSION > /tmp/moe/driver.log 2>&1 &
+# (2026-11-23 the preset's kt_method was FP8; it is AMXINT4 since, so the FP8 points name it.)
 # SESSION:
 #   probe  runtime first: checkpoint, host bandwidth, SGLang started directly with --kt-* (AMX), probe
 #   kit    every point through `vramkit up --runtime native`: AMX, AVX-512, layer offload; bench suites
@@ -86,10 +87,10 @@ if [ "$SESSION" = kit ]; then
   B="--vocab-size 151000"
   point() { local n=$1; shift; step "point $n"; timeout 900 python3 benchmarks/gpu/moe_point.py --name "$n" --out "$RES" "$@" \
     2>&1 | tail -12 | tee -a "$RES/progress.txt"; }
-  python3 -m vramkit plan --json --preset moe --gpu auto > "$RES/plan-moe.json" 2> "$RES/logs/plan-moe.err"
+  python3 -m vramkit plan --json --preset moe --kt-method FP8 --gpu auto > "$RES/plan-moe.json" 2> "$RES/logs/plan-moe.err"
   point moe-16g-fp8-amx --probe="--new-tokens 128 --ttft 512,8192" \
     --bench="--suites latency --quick $B --label fp8-amx-16g --out $RES/moe-16g.json --planner-json $RES/plan-moe.json" \
-    -- --preset moe --model-path "$CK"
+    -- --preset moe --kt-method FP8 --model-path "$CK"
   # layer offload of the same checkpoint beside it (2026-11-23: the lease ended before this point, run last
   # then, reported; it runs second now)
   point moe-16g-offload --probe="--new-tokens 8 --streams 1 --ttft=" -- --model qwen3-coder-30b-a3b-instruct-fp8 \
@@ -105,6 +106,6 @@ if [ "$SESSION" = kit ]; then
     --bench="--suites latency --quick $B --label int4-amx-16g --out $RES/moe-16g-int4.json --planner-json $RES/plan-moe-int4.json" \
     -- --preset moe --model-path "$CK" --kt-method AMXINT4 --kt-weight-path /tmp/ck/kt-int4
   point moe-16g-fp8-avx512 --env KT_KERNEL_CPU_VARIANT=avx512_bf16 --probe="--new-tokens 64 --streams 1 --ttft 512" \
-    -- --preset moe --model-path "$CK"
+    -- --preset moe --kt-method FP8 --model-path "$CK"
 fi
 step "done ($(elapsed) s)"
