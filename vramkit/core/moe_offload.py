@@ -193,9 +193,3 @@ def isa_check(kt_method: str, cpu_flags: set[str]) -> tuple[str | None, str]:
             return variant, f"{variant} kernels ({', '.join(ISA_FLAGS[variant][:3])}...)"
     need = " or ".join(v.upper().replace("_", "-") for v in KT_METHODS[kt_method]["isa"])
     return None, f"--kt-method {kt_method} needs {need}; this CPU has none of them"
-
-
-def kt_args(hp: HybridPlan, weight_path: str) -> list[str]:
-    """SGLang's --kt-* flags for a hybrid plan (every one through SGLang's parser in the tests)."""
-    return ["--kt-weight-path", weight_path, "--kt-method", hp.kt_method, "--kt-cpuinfer", str(hp.cpuinfer_threads),
-            "--kt-threadpool-count", "1", "--kt-num-gpu-experts", str(hp.num_gpu_experts)]
