@@ -73,11 +73,18 @@ def synthetic_texts(n: int, seed: str) -> list[str]:
     return out
 
 
-def start_service(port: int, redis_url: str, data_dir: Path, roots: Path) -> subprocess.Popen:
-    env = dict(os.environ, VRAMKIT_EMBED_PRECACHE_SYNC_FILES="100000")
+def start_service(port: int, redis_url: str, data_dir: Path, roots: Path,
+                  **settings: str) -> subprocess.Popen:
+    """The service as its own process; `redis_url` "" = its embedded, supervised valkey.
+    The URL (it carries a password) goes through the environment, never the command line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMKIT_EMBED_")}
+    env.pop("REDIS_URL", None)
+    env.update(VRAMKIT_EMBED_PRECACHE_SYNC_S="3600", **settings)   # precache answers when done
+    if redis_url:
+        env["REDIS_URL"] = redis_url
     log = open(data_dir / "embed.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "vramkit.commands.embed", "serve",
-                             "--port", str(port), "--redis-url", redis_url,
+                             "--port", str(port),
                              "--data-dir", str(data_dir), "--allowed-roots", str(roots)],
                             cwd=ROOT, env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 300

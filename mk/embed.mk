@@ -10,7 +10,7 @@ EMBED_ROOTS ?= $(CURDIR)
 EMBED_CLI ?= $(VRAMKIT) embed
 # REDIS_URL (from the environment) points at any Redis; unset = the service starts an embedded valkey
 
-.PHONY: embed-up embed-down embed-precache bench-embed test-embed
+.PHONY: embed-up embed-down embed-precache bench-embed bench-embed-faults test-embed
 embed-up: ## start the embedding service on 127.0.0.1:8002 (EMBED_PORT) in the background (returns once /health answers)
 	$(EMBED_CLI) up --port $(EMBED_PORT) --data-dir $(EMBED_DATA) --allowed-roots "$(EMBED_ROOTS)"
 
@@ -22,6 +22,9 @@ embed-precache: ## embed this repository into the cache (progress bar): make emb
 
 bench-embed: ## measure the embed cache (hits, batch 256, misses vs bare encode, precache x2) -> benchmarks/results/embed-cache.{json,md}
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/embed_bench.py
+
+bench-embed-faults: ## cached-hit p99 during a maximal uncached request, time to heal after Redis is killed -> benchmarks/results/embed-faults.{json,md}
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/embed_faults_bench.py
 
 test-embed: ## unit + integration tests of the embedding service (real valkey, real model)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q tests/unit/test_embed_*.py tests/integration/embed

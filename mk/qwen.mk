@@ -28,8 +28,8 @@ _safe = $(if $(DRY_RUN),,&& $(VRAMKIT) vram-safe)
 KT_WEIGHT_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-AMXINT4
 # `make kt-convert`: the downloaded checkpoint folder whose experts are converted
 MODEL_DIR ?=
-# the Python of the native SGLang install (`make setup-kt-native` adds kt-kernel and the adapter's deps to it)
-SGLANG_PYTHON ?= python3
+# the Python of the native SGLang install, for `make kt-convert` and `make setup-kt-native` (kt-kernel goes there)
+SERVER_PYTHON ?= python3
 KT_KERNEL_PIN := $(shell sed -n 's/^kt_kernel_pip = "\(.*\)"/\1/p' config/versions.toml)
 
 .PHONY: start-qwen stop-qwen start-qwen-optimized stop-qwen-optimized start-qwen-128k stop-qwen-128k status \
@@ -47,18 +47,18 @@ start-qwen-128k: ## one 131,072-token request (YaRN x4, fp8 KV; the 7B GPTQ on 1
 stop-qwen-128k: ## stop the 128k server
 	@$(VRAMKIT) down --name vramkit-128k
 start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers; AMX or AVX-512-BF16, ~20 GiB RAM)
-	@KT_WEIGHT_PATH=$(KT_WEIGHT_PATH) $(call _up,moe) $(_safe)
+	@VRAMKIT_KT_WEIGHT_PATH=$(KT_WEIGHT_PATH) $(call _up,moe) $(_safe)
 stop-qwen-moe: ## stop the moe server
 	@$(VRAMKIT) down --name vramkit-moe
 kt-convert: ## the moe preset's CPU experts in KT's AMXINT4 layout, from MODEL_DIR (the downloaded FP8 checkpoint)
 	@test -n "$(MODEL_DIR)" || { echo "MODEL_DIR=<folder of Qwen3-Coder-30B-A3B-Instruct-FP8> is needed"; exit 2; }
-	$(SGLANG_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_WEIGHT_PATH) \
+	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_WEIGHT_PATH) \
 		--kt-layout AMXINT4 --from $(MODEL_DIR) --kt-threads $$(nproc)
-setup-kt-native: ## RUNTIME=native for preset moe: kt-kernel (pinned, --no-deps) into SGLANG_PYTHON's environment
+setup-kt-native: ## RUNTIME=native for preset moe: kt-kernel (pinned, --no-deps) into SERVER_PYTHON's environment
 	@ldconfig -p | grep -q libhwloc.so.15 || { echo "libhwloc15 and libnuma1 are needed (apt-get install libhwloc15 libnuma1)"; exit 2; }
-	$(SGLANG_PYTHON) -m pip install --no-deps kt-kernel==$(KT_KERNEL_PIN)
+	$(SERVER_PYTHON) -m pip install --no-deps kt-kernel==$(KT_KERNEL_PIN)
 	@# the adapter is put on the server's PYTHONPATH by `vramkit up` (services/sglang-kt/kt_compat)
-	$(SGLANG_PYTHON) -c "import sys; sys.path.insert(0, 'services/sglang-kt/kt_compat'); import vramkit_kt_compat as c; \
+	$(SERVER_PYTHON) -c "import sys; sys.path.insert(0, 'services/sglang-kt/kt_compat'); import vramkit_kt_compat as c; \
 		c.install(); import kt_kernel, inspect; assert 'num_gpu_experts' in inspect.signature(kt_kernel.KTMoEWrapper.__new__).parameters; \
 		print('kt-kernel', kt_kernel.__version__, kt_kernel.__cpu_variant__, 'with the adapter: ok')"
 status: ## what vramkit started, and whether it answers

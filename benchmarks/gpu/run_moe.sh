@@ -80,8 +80,8 @@ if [ "$SESSION" = probe ]; then
 fi
 if [ "$SESSION" = kit ]; then
   ballast 16
-  export SGLANG_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
-  export SGLANG_EXTRA_ARGS="--attention-backend triton --sampling-backend pytorch --grammar-backend none --skip-tokenizer-init"
+  export VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
+  export VRAMKIT_SGLANG_EXTRA_ARGS="--attention-backend triton --sampling-backend pytorch --grammar-backend none --skip-tokenizer-init"
   BW=$(python3 -c "import json; print(round(max(r['bytes_per_s'] for r in json.load(open('$RES/membw.json'))) / 1e9, 1))")
   export VRAMKIT_HOST_READ_GBS=$BW
   B="--vocab-size 151000"

@@ -82,3 +82,47 @@ def test_resolve_repo_keeps_requests_inside_the_allowed_roots(tree):
         assert err.value.status == status and says in err.value.message, path
     with pytest.raises(BadRequest, match="no allowed roots"):
         resolve_repo(str(tree["repo"]), [])
+
+
+_WALK_AND_READ = """
+import json, sys
+from pathlib import Path
+from vramkit.embed.precache import read_file, walk_repo
+w = walk_repo(Path(sys.argv[1]))
+skipped = dict(w.skipped)
+for p in w.files:
+    text, reason = read_file(p)
+    if reason:
+        skipped[reason] = skipped.get(reason, 0) + 1
+print(json.dumps({"skipped": skipped, "files": sorted(p.name for p in w.files)}))
+"""
+
+
+def test_unreadable_files_and_folders_are_skipped_by_reason(tmp_path):
+    """Real permissions: run as root, the walk runs without CAP_DAC_* (setpriv), so 0000 applies."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    repo = tmp_path / "repo"
+    (repo / "locked").mkdir(parents=True)
+    (repo / "ok.py").write_text("x = 1\n")
+    (repo / "secret.py").write_text("y = 2\n")
+    (repo / "locked" / "inner.py").write_text("z = 3\n")
+    os.chmod(repo / "secret.py", 0)
+    os.chmod(repo / "locked", 0)
+    cmd = [sys.executable, "-c", _WALK_AND_READ, str(repo)]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root and no setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+        cmd = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", *cmd]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                             cwd=Path(__file__).resolve().parents[2])
+    finally:
+        os.chmod(repo / "locked", 0o755)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    assert got["skipped"] == {"unreadable_dir": 1, "unreadable": 1}, got
+    assert got["files"] == ["ok.py", "secret.py"]

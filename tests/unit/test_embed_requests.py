@@ -66,3 +66,26 @@ def test_config_reads_env_and_refuses_unknown_settings():
         EmbedConfig.from_env({"VRAMKIT_EMBED_PROT": "9000"})
     with pytest.raises(VramkitError, match="not a whole number"):
         EmbedConfig.from_env({"VRAMKIT_EMBED_PORT": "eighty"})
+
+
+def test_a_request_over_the_characters_budget_is_413_in_all():
+    lim = Limits(max_texts=4, max_text_chars=20, model_names={"m"}, model_max_seq=256, dim=384,
+                 max_request_chars=30)
+    with pytest.raises(BadRequest) as err:
+        parse_embed({"texts": ["a" * 20, "b" * 11]}, lim)
+    assert err.value.status == 413 and "limit is 30 in all" in err.value.message
+    assert parse_embed({"texts": ["a" * 20, "b" * 10]}, lim).texts[1] == "b" * 10
+
+
+def test_config_empty_means_default_body_cap_is_derived_and_hosts_follow_the_bind():
+    cfg = EmbedConfig.from_env({"VRAMKIT_EMBED_TORCH_THREADS": "", "VRAMKIT_EMBED_PRECACHE_SYNC_S": "2.5"})
+    assert cfg.torch_threads == EmbedConfig().torch_threads and cfg.precache_sync_s == 2.5
+    assert cfg.max_body_bytes() == cfg.max_request_chars * 6 + 65_536
+    assert "127.0.0.1" in cfg.host_names() and "evil.example" not in cfg.host_names()
+    assert EmbedConfig(host="0.0.0.0").host_names() is None
+    assert EmbedConfig(host="0.0.0.0", allowed_hosts="embed, Embed.local").host_names() == \
+        {"embed", "embed.local"}
+    with pytest.raises(VramkitError, match="unknown setting VRAMKIT_EMBED_ENCODE_WORKERS"):
+        EmbedConfig.from_env({"VRAMKIT_EMBED_ENCODE_WORKERS": "2"})   # removed: it was never read
+    with pytest.raises(VramkitError, match="not a number"):
+        EmbedConfig.from_env({"VRAMKIT_EMBED_PRECACHE_MAX_S": "soon"})

@@ -192,7 +192,7 @@ def test_fp8_method_needs_the_fp8_checkpoint(capsys):
 
 
 def test_up_refuses_amxint4_without_the_converted_experts(capsys, tmp_path, monkeypatch):
-    monkeypatch.delenv("KT_WEIGHT_PATH", raising=False)
+    monkeypatch.delenv("VRAMKIT_KT_WEIGHT_PATH", raising=False)
     rc = main(["up", "--preset", "moe", "--runtime", "native", "--dry-run", "--gpu", "rtx-5060-ti-16gb",
                "--kt-weight-path", str(tmp_path / "missing")])
     out = " ".join(capsys.readouterr().out.split())

@@ -32,7 +32,9 @@ def register(subparsers) -> None:
         q.add_argument("--host", help="bind address (default 127.0.0.1, env VRAMKIT_EMBED_HOST)")
         q.add_argument("--port", type=int, help="port (default 8002, env VRAMKIT_EMBED_PORT)")
         q.add_argument("--model", help="model name or local folder (default all-MiniLM-L6-v2)")
-        q.add_argument("--redis-url", help="Redis to use (env REDIS_URL); unset = embedded valkey")
+        q.add_argument("--redis-url", help="Redis to use; prefer env REDIS_URL (a password on a "
+                                           "command line is visible to every user); unset = "
+                                           "embedded valkey")
         q.add_argument("--data-dir", help="embedded Redis data, pid file, log (default .embed-data)")
         q.add_argument("--allowed-roots", help=f"folders /precache/repo may read, '{os.pathsep}'-"
                                                "separated (env VRAMKIT_EMBED_ALLOWED_ROOTS)")
@@ -101,7 +103,7 @@ def _health(url: str) -> dict | None:
 def run_up(args) -> int:
     cfg = _config(args)
     data_dir = Path(cfg.data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     url = f"http://{'127.0.0.1' if cfg.host in ('0.0.0.0', '') else cfg.host}:{cfg.port}"
     info = {"url": url, "log": str(data_dir / LOG_FILE), "pid_file": str(data_dir / PID_FILE)}
     pid = _our_pid(data_dir)
@@ -114,12 +116,19 @@ def run_up(args) -> int:
                            "stop it or pick another --port", Exit.PORT_BUSY)
     cmd = [sys.executable, "-m", "vramkit.commands.embed", "serve", "--data-dir", str(data_dir)]
     for flag, value in (("--host", cfg.host), ("--port", cfg.port), ("--model", cfg.model),
-                        ("--redis-url", cfg.redis_url), ("--allowed-roots", cfg.allowed_roots),
-                        ("--ttl-s", cfg.ttl_s)):
+                        ("--allowed-roots", cfg.allowed_roots), ("--ttl-s", cfg.ttl_s)):
         if value not in ("", None):
             cmd += [flag, str(value)]
+    # The Redis URL may carry a password: through the environment (readable by this user only),
+    # never on the child's command line (/proc/PID/cmdline is readable by every user).
+    env = dict(os.environ)
+    env.pop("REDIS_URL", None)
+    if cfg.redis_url:
+        env["VRAMKIT_EMBED_REDIS_URL"] = cfg.redis_url
+    else:
+        env.pop("VRAMKIT_EMBED_REDIS_URL", None)
     with open(data_dir / LOG_FILE, "ab") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                 start_new_session=True)   # survives this command and its terminal
     (data_dir / PID_FILE).write_text(str(proc.pid))
     deadline = time.monotonic() + args.timeout_s
@@ -131,10 +140,10 @@ def run_up(args) -> int:
                                f"read {data_dir / LOG_FILE}", Exit.START_FAILED)
         health = _health(url)
         if health is not None:
-            info.update(pid=proc.pid, already_running=False, health=health)
-            _say(args, info, f"embed service up at {url} (pid {proc.pid}, redis "
-                             f"{'embedded' if health.get('redis_embedded') else 'external'} "
-                             f"{health.get('redis')}, log {data_dir / LOG_FILE})")
+            info.update(pid=proc.pid, already_running=False, health=health,
+                        redis="external" if cfg.redis_url else "embedded")
+            _say(args, info, f"embed service up at {url} (pid {proc.pid}, "
+                             f"{info['redis']} Redis, log {data_dir / LOG_FILE})")
             return 0
         time.sleep(0.25)
     _stop_pid(proc.pid, 10.0)
@@ -188,7 +197,7 @@ def _say(args, info: dict, text: str) -> None:
 
 def run_precache(args) -> int:
     import httpx
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 
     headers = {"X-API-Key": args.api_key} if args.api_key else {}
     path = str(Path(args.path).expanduser().resolve())
@@ -200,18 +209,20 @@ def run_precache(args) -> int:
                                    "fix the request as the message says", Exit.BAD_INPUT)
             job = r.json()
             progress = Progress(TextColumn("[bold]precache[/] {task.description}"), BarColumn(),
-                                MofNCompleteColumn(), TextColumn("files"), TimeElapsedColumn(),
+                                DownloadColumn(), TimeElapsedColumn(),
                                 transient=args.json, disable=args.json and not sys.stderr.isatty(),
                                 console=None)
             with progress:
-                task = progress.add_task(Path(path).name, total=max(job["files_total"], 1))
+                # by bytes, so a big file moves the bar chunk by chunk (issue 10)
+                task = progress.add_task(Path(path).name, total=max(job["bytes_total"], 1))
                 while job["state"] in ("walking", "embedding"):
                     time.sleep(0.25)
                     job = http.get(f"/precache/jobs/{job['id']}").json()
-                    progress.update(task, completed=job["files_done"],
-                                    total=max(job["files_total"], 1),
-                                    description=f"{Path(path).name}: {job['chunks']} chunks, "
-                                                f"{job['cache_hits']} hits")
+                    progress.update(task, completed=job["bytes_done"],
+                                    total=max(job["bytes_total"], 1),
+                                    description=f"{Path(path).name}: {job['files_done']}/"
+                                                f"{job['files_total']} files, {job['chunks_done']} "
+                                                f"chunks, {job['cache_hits']} hits")
     except httpx.HTTPError as err:
         raise VramkitError(f"embed service at {args.url} did not answer ({err})",
                            "start it with `make embed-up`", Exit.SERVICE_DOWN) from None
@@ -223,8 +234,9 @@ def run_precache(args) -> int:
               f"{job['chunks']} chunks, {job['cache_hits']} cache hits, {job['seconds']:.1f} s; "
               f"skipped: {skipped}")
     if job["state"] != "done":
-        raise VramkitError(f"precache failed: {job.get('error')}", "read the service log",
-                           Exit.START_FAILED)
+        raise VramkitError(f"precache failed: {job.get('error')}",
+                           "precache a sub-folder, or the operator raises the job's budget "
+                           "(VRAMKIT_EMBED_PRECACHE_MAX_S / _MAX_FILES)", Exit.START_FAILED)
     return 0
 
 

@@ -40,8 +40,9 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
                                                          "config/gpus.toml lacks")
     g.add_argument("--host-ram-gib", metavar="GIB", help="available host RAM, > 0 (default: read with psutil)")
     m = p.add_argument_group("MoE experts in host RAM (the kt_* knobs; preset moe)")
-    m.add_argument("--kt-weight-path", default=os.environ.get("KT_WEIGHT_PATH") or None, metavar="DIR",
-                   help="folder of the CPU experts (default $KT_WEIGHT_PATH, else the model folder; AMXINT4/8: KT's "
+    m.add_argument("--kt-weight-path", default=os.environ.get("VRAMKIT_KT_WEIGHT_PATH") or None, metavar="DIR",
+                   help="folder of the CPU experts (default $VRAMKIT_KT_WEIGHT_PATH, else the model folder; "
+                        "AMXINT4/8: KT's "
                         "converted layout, tools/make_random_checkpoint.py --kt-layout ... --from MODEL_DIR)")
     m.add_argument("--host-read-gbs", metavar="GBS",
                    help="host memory read bandwidth in GB/s (default $VRAMKIT_HOST_READ_GBS, measured by "

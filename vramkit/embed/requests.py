@@ -33,6 +33,7 @@ class Limits:
     model_names: set[str]
     model_max_seq: int
     dim: int
+    max_request_chars: int = 4_194_304   # all texts together (EmbedConfig.max_request_chars)
 
 
 def _texts(value, field: str, lim: Limits) -> list[str]:
@@ -52,6 +53,11 @@ def _texts(value, field: str, lim: Limits) -> list[str]:
         if len(t) > lim.max_text_chars:
             raise BadRequest(413, f"{field}[{i}] has {len(t)} characters; the limit is "
                                   f"{lim.max_text_chars}: chunk it first", field)
+    total = sum(map(len, value))
+    if total > lim.max_request_chars:
+        raise BadRequest(413, f"{total} characters in one request; the limit is "
+                              f"{lim.max_request_chars} in all: split the list into smaller "
+                              "requests", field)
     return value
 
 

@@ -52,13 +52,13 @@ class Hybrid:
             out.append(("kt-weights", ok, f"{hp.kt_method} experts in {self.weight_path}" if ok else
                         f"--kt-method {hp.kt_method} reads KT's converted layout: none at {self.weight_path} -> "
                         "convert with tools/make_random_checkpoint.py MODEL_CFG DIR --kt-layout "
-                        f"{hp.kt_method} --from MODEL_DIR, then KT_WEIGHT_PATH=DIR"))
+                        f"{hp.kt_method} --from MODEL_DIR (make kt-convert), then --kt-weight-path DIR"))
         return out
 
     def compose_parts(self, build_context: str) -> dict:
         """What the compose file needs beyond the dense service: the KT image (built from its Dockerfile),
         the CPU-expert folder mounted read-only, --kt-weight-path pointing at it inside the container."""
-        host = self.weight_path or "${KT_WEIGHT_PATH:-./kt-weights}"
+        host = self.weight_path or "${VRAMKIT_KT_WEIGHT_PATH:-./kt-weights}"
         return {"args": ["--kt-weight-path", KT_CONTAINER_DIR], "build_context": build_context,
                 "image": catalog.versions().sglang_kt_image,
                 "extra_volumes": (f"{host}:{KT_CONTAINER_DIR}:ro  # the CPU experts ({self.plan.kt_method} layout), "
@@ -188,7 +188,7 @@ def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | Non
         return r
     hp, bw, src = _hybrid_plan(r, cfg, method, args, server_cores)
     variant, detail = mo.isa_check(method, _cpu_flags() if cpu_flags is None else cpu_flags)
-    weight_path = getattr(args, "kt_weight_path", None) or os.environ.get("KT_WEIGHT_PATH") or None
+    weight_path = getattr(args, "kt_weight_path", None) or os.environ.get("VRAMKIT_KT_WEIGHT_PATH") or None
     p = r.plan
     s1 = mo.sizes(cfg, _checkpoint_format(cfg), method, 1)
     per_n = int(s1.moe_layers * s1.gpu_expert_bytes * mo.KT_GPU_EXPERT_FACTOR)

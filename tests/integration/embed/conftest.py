@@ -64,7 +64,9 @@ def client(encoder, flushed, repos):
 
     from vramkit.embed.app import create_app
 
-    with TestClient(create_app(make_config(flushed.url, repos), encoder=encoder)) as c:
+    # base_url: the service checks the Host header (loopback names only when bound to loopback)
+    with TestClient(create_app(make_config(flushed.url, repos), encoder=encoder),
+                    base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -114,3 +116,35 @@ def live(encoder, own_valkey, repos):
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def serve(encoder, repos, tmp_path):
+    """`serve(**settings)`: the app under a real uvicorn; the embedded, supervised valkey unless
+    `redis_url` is given. Stopped (and its Redis with it) at the end of the test."""
+    from vramkit.embed.app import create_app
+
+    started: list[LiveServer] = []
+
+    def start(**settings) -> LiveServer:
+        settings.setdefault("redis_url", "")
+        settings.setdefault("data_dir", str(tmp_path / "data"))
+        cfg = EmbedConfig(allowed_roots=str(repos), **settings)
+        app = create_app(cfg, encoder=encoder)
+        srv = LiveServer(app).__enter__()
+        srv.state = app.state.svc
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in reversed(started):
+        srv.__exit__()
+
+
+def wait_for(pred, timeout_s: float = 10.0, step_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step_s)
+    return False

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 
 import numpy as np
 import redis
@@ -120,6 +121,7 @@ def test_precache_job_can_be_polled(client, repos):
         job = client.get(r.json()["poll"]).json()
         if job["state"] == "done":
             break
+        time.sleep(0.05)   # up to 10 s: the encode runs in a worker process (issue 10)
     assert job["state"] == "done" and job["files_embedded"] == 1 and job["id"] == job_id
     assert client.get("/precache/jobs/nope").status_code == 404
 
@@ -145,7 +147,7 @@ def test_api_key_guards_every_route_but_health(encoder, flushed, repos):
     from .conftest import make_config
 
     app = create_app(make_config(flushed.url, repos, api_key="s3cret"), encoder=encoder)
-    with TestClient(app) as c:
+    with TestClient(app, base_url="http://127.0.0.1") as c:
         assert c.get("/health").status_code == 200
         for method, path, body in [("post", "/embed", {"text": "a"}),
                                    ("post", "/v1/embeddings", {"input": "a"}),
@@ -158,3 +160,14 @@ def test_api_key_guards_every_route_but_health(encoder, flushed, repos):
         assert c.post("/v1/embeddings", json={"input": "a"},
                       headers={"Authorization": "Bearer s3cret"}).status_code == 200
         assert c.post("/embed", json={"text": "a"}, headers={"X-API-Key": "wrong"}).status_code == 401
+
+
+def test_vectors_come_back_in_request_order_whatever_the_lengths(client, encoder):
+    """The fair queue encodes a request's texts shortest first; the answer is in the caller's order."""
+    texts = ["a much longer text about caches, " * 20, "x", "a medium text about vectors", "yy"]
+    body = client.post("/embed", json={"texts": texts}).json()
+    assert body["cached"] == [False] * 4
+    settings = encoder.settings(True, None)
+    for text, got in zip(texts, body["vectors"], strict=True):
+        alone = encoder.encode([text], True, settings.max_seq_tokens)[0]
+        assert np.allclose(got, alone, atol=1e-5), text[:20]
