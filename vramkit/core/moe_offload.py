@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from vramkit.core import checkpoint_layout as cl
+from vramkit.core.checks import Reason
 
 # kt-kernel 0.5.1's methods: the checkpoint they read, their bytes per expert, the CPU ISA they need.
 # ISA: the variant kt-kernel loads (kt_kernel/_cpu_detect.py) must have the method's kernels: its AMX and
@@ -156,14 +157,15 @@ def plan_hybrid(s: MoeSizes, *, kt_method: str, free_at_start_bytes: int, mem_fr
     weights = base + n * per_n
     kv_tokens = max(0, (static - weights) // s.kv_bytes_per_token)
     if kv_tokens < context * concurrency:
-        reasons.append(f"KV pool {kv_tokens:,} tokens < {context:,} x {concurrency} with the non-expert weights "
-                       f"({s.non_expert_bytes / 2**30:.2f} GiB) and {n} experts/layer on the GPU")
+        reasons.append(Reason("kv", f"KV pool {kv_tokens:,} tokens < {context:,} x {concurrency} with the non-expert "
+                              f"weights ({s.non_expert_bytes / 2**30:.2f} GiB) and {n} experts/layer on the GPU"))
     cpu_experts = s.num_experts - n
     host = cpu_experts * s.moe_layers * s.cpu_expert_bytes
     pinned = 2 * 2 * chunked_prefill * hidden_size * 2 * 2      # KExpertsCPUBuffer: in + out, 2 slots, bf16
     if host_ram_available_bytes is not None and host + SGLANG_HOST_BASE > host_ram_available_bytes:
-        reasons.append(f"host RAM: {host / 2**30:.1f} GiB of CPU experts + {SGLANG_HOST_BASE / 2**30:.1f} GiB for "
-                       f"SGLang > {host_ram_available_bytes / 2**30:.1f} GiB available")
+        reasons.append(Reason("host_ram", f"host RAM: {host / 2**30:.1f} GiB of CPU experts + "
+                              f"{SGLANG_HOST_BASE / 2**30:.1f} GiB for SGLang > "
+                              f"{host_ram_available_bytes / 2**30:.1f} GiB available"))
     threads = cpuinfer_threads(server_physical_cores)
     frac_gpu = n / s.num_experts
     gpu_bytes = s.decode_non_expert_bytes + s.top_k * frac_gpu * s.moe_layers * s.gpu_expert_bytes
