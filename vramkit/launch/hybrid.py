@@ -76,14 +76,8 @@ class Hybrid:
 
 
 def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+    from vramkit.adapters.host import cpu_flags
+    return cpu_flags()
 
 
 def _server_physical_cores() -> int:
@@ -207,5 +201,7 @@ def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | Non
                    f"({hp.host_ram_bytes / 2**30:.1f} GiB as {method}) on {hp.cpuinfer_threads} threads; decode "
                    f"~{hp.decode_tok_s:.0f} tok/s (derived; host read {bw:g} GB/s, {src}) against "
                    f"~{hp.offload_decode_tok_s:.1f} tok/s with layer offload ({hp.offload_gib} GiB over PCIe)")
+    p.notes.append(f"this host's CPU for {method}: " + (f"kt-kernel's {detail}" if variant else detail
+                                                         + " (`vramkit up` refuses here, exit 22)"))
     r.hybrid = Hybrid(hp, weight_path, variant, detail, bw, src)
     return r
