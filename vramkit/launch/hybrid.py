@@ -36,8 +36,11 @@ class Hybrid:
     host_read_source: str
 
     def args(self, model_path: str) -> list[str]:
-        """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/knobs.py)."""
-        return ["--kt-weight-path", self.weight_path or model_path]
+        """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/knobs.py): the given
+        folder, else the model's own for FP8/BF16 (kt-kernel reads the checkpoint), else a placeholder that
+        `vramkit up` refuses before starting (the kt-weights check)."""
+        default = model_path if mo.KT_METHODS[self.plan.kt_method]["checkpoint"] else "$VRAMKIT_KT_WEIGHT_PATH"
+        return ["--kt-weight-path", self.weight_path or default]
 
     def checks(self, host_ram_available: int) -> list[tuple[str, bool, str]]:
         """(name, ok, detail) for `vramkit up`: the CPU can run the method, the experts fit host RAM, KT's
