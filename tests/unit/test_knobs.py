@@ -96,7 +96,8 @@ def test_renderer_emits_exactly_the_declared_flags():
 
 def test_kt_knobs_render_on_a_moe_with_kt_method(capsys):
     import json
-    assert main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60"]) == 0
+    assert main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60",
+                 "--host-ram-gib", "64"]) == 0
     argv = json.loads(capsys.readouterr().out)["sglang_args"]
     for s in decl.KNOBS:
         if s.name.startswith("kt_"):

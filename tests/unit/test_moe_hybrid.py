@@ -163,7 +163,7 @@ def test_cpuinfer_leaves_cores_to_sglang():
 
 # --- the CLI -------------------------------------------------------------------------------------------
 def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
-    assert main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60"]) == 0
+    assert main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60", "--host-ram-gib", "64"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "FITS" in out and "experts/layer on the GPU" in out
     assert "tok/s (derived" in out and "with layer offload" in out
@@ -171,7 +171,8 @@ def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
 
 
 def test_plan_json_has_the_hybrid_figures(capsys):
-    assert main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60"]) == 0
+    assert main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60",
+                 "--host-ram-gib", "64"]) == 0
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
     assert d["fits"] and h["num_gpu_experts"] == 41 and h["kt_method"] == "AMXINT4"
