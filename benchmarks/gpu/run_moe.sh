@@ -2,7 +2,11 @@
 # Issue 12 on the GPU host: Qwen3-Coder-30B-A3B (random block-FP8 checkpoint written there) with its
 # experts split between the GPU and host RAM through SGLang's KTransformers path (kt-kernel 0.5.1 +
 # services/sglang-kt/kt_compat), on an H100 emulated at 16 GB. Detached; poll $RES/progress.txt.
-# Usage (repo root on the GPU host; .gpu/ holds the SGLang archive, ballast.py and .gpu/kt/*.whl|*.deb):
+# Staging (here): .gpu/ holds the SGLang archive and ballast.py (../shared/gpu/), and .gpu/kt/ the cp312
+# kt-kernel wheel (`pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+# manylinux_2_17_x86_64 -d .gpu/kt kt-kernel==0.5.1`) and libhwloc15's .deb (`apt-get download libhwloc15`,
+# used only if the host lacks it; the H100 host had it).
+# Usage (repo root on the GPU host):
 #   setsid nohup bash benchmarks/gpu/run_moe.sh SESSION > /tmp/moe/driver.log 2>&1 &
 # (2026-11-23 the preset's kt_method was FP8; it is AMXINT4 since, so the FP8 points name it.)
 # SESSION:
