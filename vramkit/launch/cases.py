@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.planner import Knobs, Target, plan
 from vramkit.core.render import sglang_args
 from vramkit.units import GiB
 
@@ -26,7 +26,7 @@ class LaunchCaseSpec:
 
 
 def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
-    engine = Engine.from_config(catalog.engine_constants())
+    engine = catalog.engine()
     host_gpu = catalog.gpu("h100-80gb")
     port = catalog.sglang().port
     for preset in catalog.presets().values():
@@ -53,7 +53,7 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
     yield from _hybrid_cases(engine, port)
 
 
-def _hybrid_cases(engine: Engine, port: int) -> Iterator[LaunchCaseSpec]:
+def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
     """The hybrid MoE launches with every --kt-* flag resolved, as `vramkit up` renders them: each preset
     with kt_method on each catalogued card, and FP8 / AMXINT4 as the H100-host runs made them
     (benchmarks/gpu/run_moe.sh: a local checkpoint folder, KT's INT4 layout beside it)."""

@@ -190,7 +190,11 @@ def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | Non
     s1 = mo.sizes(cfg, _checkpoint_format(cfg), method, 1)
     per_n = int(s1.moe_layers * s1.gpu_expert_bytes * mo.KT_GPU_EXPERT_FACTOR)
     kv_bytes = hp.kv_pool_tokens * p.kv_bytes_per_token
-    p.peak_vram_bytes = p.peak_vram_bytes - p.weights_bytes - p.kv_pool_bytes + hp.gpu_weights_bytes + kv_bytes
+    # the dense plan's other terms (CUDA context, graphs, activations, req_to_token) stay; weights and KV change
+    delta = hp.gpu_weights_bytes + kv_bytes - p.weights_bytes - p.kv_pool_bytes
+    p.peak_vram_bytes += delta
+    p.startup_free_bytes -= delta
+    p.headroom_bytes -= delta
     p.weights_bytes, p.kv_pool_tokens, p.kv_pool_bytes = hp.gpu_weights_bytes, hp.kv_pool_tokens, kv_bytes
     p.weights_by_component = {"non-expert": hp.gpu_weights_bytes - hp.num_gpu_experts * per_n,
                               f"experts ({hp.num_gpu_experts}/layer)": hp.num_gpu_experts * per_n}
