@@ -151,4 +151,4 @@ def test_a_precache_job_always_ends_within_its_time_budget(serve, repos):
             assert wait_for(lambda: http.get(r["poll"]).json()["state"] != "embedding", 60)
             r = http.get(r["poll"]).json()
     assert r["state"] == "failed" and "time budget" in r["error"]
-    assert 1.0 <= r["seconds"] < 30 and 0 < r["files_done"] < 40
+    assert 1.0 <= r["seconds"] < 30 and r["files_done"] < 40   # stopped, not finished
