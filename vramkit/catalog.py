@@ -150,7 +150,7 @@ def read_model_config(config_dir: Path, name: str = "", hf_id: str = "", note: s
 @cache
 def models() -> dict[str, ModelSpec]:
     out = {}
-    for name, entry in _load_toml("models.toml")["models"].items():
+    for name, entry in _tables("models.toml", "models").items():
         _refuse_unknown(entry, {"hf_id", "config_dir", "note"}, f"models.toml [{name}]")
         out[name] = read_model_config(CONFIG_DIR / entry["config_dir"], name, entry["hf_id"], entry.get("note", ""))
     return out
@@ -159,7 +159,7 @@ def models() -> dict[str, ModelSpec]:
 @cache
 def gpus() -> dict[str, GpuSpec]:
     out = {}
-    for name, e in _load_toml("gpus.toml")["gpus"].items():
+    for name, e in _tables("gpus.toml", "gpus").items():
         _refuse_unknown(e, {"label", "memory_total_mib", "bandwidth_gbs", "pcie_gen", "pcie_lanes", "nvml_names",
                             "sm_count"}, f"gpus.toml [{name}]")
         try:
@@ -186,7 +186,7 @@ PRESET_KEYS = {"description", "model"} | set(knob_decl.by_name())
 @cache
 def presets() -> dict[str, Preset]:
     out = {}
-    for name, e in _load_toml("presets.toml")["presets"].items():
+    for name, e in _tables("presets.toml", "presets").items():
         where = f"config/presets.toml [presets.{_toml_key(name)}]"
         e = dict(e)
         for key in ("description", "model"):
@@ -268,6 +268,17 @@ def engine_constants() -> dict:
                                if key in c else f"config/engine.toml: {key} is missing",
                                "restore it from git (each value's provenance is beside it)", Exit.BAD_FILE)
     return c
+
+
+def _tables(name: str, key: str) -> dict[str, dict]:
+    """The [key.<name>] tables of a config file; any other top-level key, or an entry that is not a table,
+    is refused (one line, exit 65)."""
+    data = _load_toml(name)
+    _refuse_unknown(data, {key}, f"config/{name}")
+    tables = data.get(key)
+    if not isinstance(tables, dict) or not tables or not all(isinstance(t, dict) for t in tables.values()):
+        raise VramkitError(f"config/{name} has no [{key}.<name>] tables", "restore it from git", Exit.BAD_FILE)
+    return tables
 
 
 def _refuse_unknown(entry: dict, allowed: set[str], where: str) -> None:

@@ -216,6 +216,7 @@ def test_versions_pin_one_release():
     ("engine.toml", "cuda_context_mb = 686\n", "unknown key"),
     ("engine.toml", None, "pre_kv_mib is missing"),
     ("versions.toml", "torch_pip = \"2.11.0\"\n", "unknown key"),
+    ("sglang.toml", "host_port = 8000\n", "unknown key"),
 ])
 def test_engine_and_versions_refuse_unknown_and_missing_keys(tmp_path, monkeypatch, name, extra, says):
     cfg = tmp_path / "config"
@@ -223,15 +224,16 @@ def test_engine_and_versions_refuse_unknown_and_missing_keys(tmp_path, monkeypat
     text = (cfg / name).read_text()
     (cfg / name).write_text(text + extra if extra else text.replace("pre_kv_mib = 17\n", ""))
     monkeypatch.setattr(catalog, "CONFIG_DIR", cfg)
-    catalog.engine_constants.cache_clear()
-    catalog.versions.cache_clear()
+    for f in (catalog.engine_constants, catalog.versions, catalog.sglang):
+        f.cache_clear()
     try:
         with pytest.raises(VramkitError) as e:
-            catalog.engine_constants() if name == "engine.toml" else catalog.versions()
+            {"engine.toml": catalog.engine_constants, "versions.toml": catalog.versions,
+             "sglang.toml": catalog.sglang}[name]()
         assert e.value.code == Exit.BAD_FILE and name in e.value.what and says in e.value.what
     finally:
-        catalog.engine_constants.cache_clear()
-        catalog.versions.cache_clear()
+        for f in (catalog.engine_constants, catalog.versions, catalog.sglang):
+            f.cache_clear()
 
 
 def test_torch_pin_is_config_versions_everywhere():
@@ -248,3 +250,19 @@ def test_sglang_facts_are_read_once():
     s = catalog.sglang()
     assert s.port == 30000                                        # SGLang's default --port
     assert s.gpu_host_extra_args[:2] == ("--attention-backend", "triton")
+
+
+@pytest.mark.parametrize("name, key", [("models.toml", "models"), ("gpus.toml", "gpus"), ("presets.toml", "presets")])
+def test_catalog_files_refuse_unknown_top_level_tables(tmp_path, monkeypatch, name, key):
+    cfg = tmp_path / "config"
+    shutil.copytree(catalog.CONFIG_DIR, cfg)
+    (cfg / name).write_text((cfg / name).read_text() + "\n[extras.x]\nvalue = 1\n")
+    monkeypatch.setattr(catalog, "CONFIG_DIR", cfg)
+    loader = {"models": catalog.models, "gpus": catalog.gpus, "presets": catalog.presets}[key]
+    loader.cache_clear()
+    try:
+        with pytest.raises(VramkitError) as e:
+            loader()
+        assert e.value.code == Exit.BAD_FILE and name in e.value.what and "extras" in e.value.what
+    finally:
+        loader.cache_clear()

@@ -370,3 +370,21 @@ def test_read_env_value_last_wins_and_export():
     text = "# cores\nVRAMKIT_SGLANG_CPUSET=0-3\nexport VRAMKIT_SGLANG_CPUSET = 4-7\nOTHER=1\n"
     assert read_env_value(text, "VRAMKIT_SGLANG_CPUSET") == "4-7"
     assert read_env_value(text, "MISSING") is None
+
+
+def test_host_ram_is_one_rule_with_its_own_check():
+    """The planner types its reasons; a host-RAM shortfall is the host-ram check's (exit 14), not also 'fit'."""
+    small = _resolved("--preset", "optimized", host_ram_gib=12)
+    assert [r.kind for r in small.plan.reasons] == ["host_ram"]
+    checks = _preflight(small, host_ram=12 * GiB)
+    assert checks["fit"].ok and not checks["host-ram"].ok
+    # RAM freed since the plan was made: the fresh reading decides, through the same rule
+    assert all(c.ok for c in _preflight(small, host_ram=64 * GiB).values())
+
+
+def test_plan_json_carries_typed_reasons(capsys):
+    from vramkit.cli import main
+    assert main(["plan", "--preset", "optimized", "--context", "131072", "--host-ram-gib", "64", "--json"]) == Exit.NO_FIT
+    d = json.loads(capsys.readouterr().out)
+    assert d["fits"] is False and any("131,072-token request" in r for r in d["reasons"])
+    assert d["knobs"]["hicache_gb"] == 8 and "sglang_args" in d

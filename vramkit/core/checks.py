@@ -1,5 +1,5 @@
 """One check-result type for every "is this ready?" list: `vramkit up`'s pre-start checks
-(launch/checks.py) and `vramkit host`'s host checks (core/host_plan.py)."""
+(launch/checks.py) and `vramkit host`'s host checks (core/host_plan.py); and the planner's typed reason."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,3 +31,18 @@ class Check:
     @property
     def detail(self) -> str:
         return self.reason
+
+
+class Reason(str):
+    """Why a plan does not fit (core/planner.py): the text, and `kind` (weights | tp | kv | concurrency |
+    headroom | host_ram), so a caller can route it (`vramkit up` gives host RAM its own check and exit code)."""
+
+    kind: str
+
+    def __new__(cls, kind: str, text: str) -> Reason:
+        obj = super().__new__(cls, text)
+        obj.kind = kind
+        return obj
+
+    def __getnewargs__(self) -> tuple[str, str]:     # copy/deepcopy/pickle (dataclasses.asdict copies it)
+        return self.kind, str(self)

@@ -27,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from vramkit.catalog import GpuSpec, ModelSpec
+from vramkit.core.checks import Reason
 from vramkit.core.knobs import Knobs
 from vramkit.core.weight_load import CALIBRATION_HOST_SMS, LoadShape, replay_load
 from vramkit.units import GiB, MiB, bytes2human
@@ -253,7 +254,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
          candidates: tuple[ModelSpec, ...] = ()) -> Plan:
     """The plan; when it does not fit, `alternatives` re-plans each change (and each of `candidates`,
     other models the user could run instead)."""
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     notes: list[str] = []
     tp = max(1, knobs.tp)
     gpu = target.gpu
@@ -301,8 +302,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     kv_tokens = max(0, int(rest // cell)) if rest > 0 else 0
     if rest <= 0:
         need = 1 - (free - weights_gpu - engine.pre_kv) / free
-        reasons.append(f"the weights ({bytes2human(weights_gpu)}) leave no room for a KV cache at "
-                       f"mem_fraction_static {frac}: SGLang refuses to start (needs > {need:.3f})")
+        reasons.append(Reason("weights", f"the weights ({bytes2human(weights_gpu)}) leave no room for a KV cache at "
+                       f"mem_fraction_static {frac}: SGLang refuses to start (needs > {need:.3f})"))
     kv_pool_bytes = kv_tokens * cell
 
     # 4. longest request, concurrency
@@ -330,25 +331,25 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     # verdicts
     if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
-        reasons.append(f"tensor parallel size {tp} does not divide the model's {model.num_heads} attention heads / "
-                       f"{model.num_kv_heads} KV heads: SGLang asserts it at load")
+        reasons.append(Reason("tp", f"tensor parallel size {tp} does not divide the model's {model.num_heads} "
+                              f"attention heads / {model.num_kv_heads} KV heads: SGLang asserts it at load"))
     if kv_tokens > 0 and kv_tokens < knobs.context:
-        reasons.append(
-            f"one {knobs.context:,}-token request needs {bytes2human(knobs.context * cell)} of KV cache "
+        reasons.append(Reason(
+            "kv", f"one {knobs.context:,}-token request needs {bytes2human(knobs.context * cell)} of KV cache "
             f"({'fp8' if cell_is_fp8(knobs.kv_dtype) else 'fp16/bf16'}, {cell:,} B/token); the pool holds "
             f"{kv_tokens:,} tokens ({bytes2human(kv_pool_bytes)}), so SGLang refuses prompts of "
-            f"{max_request + 1:,} tokens or more")
+            f"{max_request + 1:,} tokens or more"))
     elif kv_tokens > 0 and conc < knobs.concurrency:
-        reasons.append(f"{knobs.concurrency} requests of {knobs.context:,} tokens need "
+        reasons.append(Reason("concurrency", f"{knobs.concurrency} requests of {knobs.context:,} tokens need "
                        f"{knobs.concurrency * knobs.context:,} KV tokens; the pool holds {kv_tokens:,} "
-                       f"({conc} at once)")
+                       f"({conc} at once)"))
     if kv_tokens > 0 and headroom < engine.runtime_margin:
-        reasons.append(
-            f"after start-up only {bytes2human(startup_free)} stays free for activations "
+        reasons.append(Reason(
+            "headroom", f"after start-up only {bytes2human(startup_free)} stays free for activations "
             f"({bytes2human(act)} for a {chunk}-token prefill step"
             + (f", req_to_token table {bytes2human(req_to_token)}" if req_to_token > 256 * MiB else "")
             + f"): below the {bytes2human(engine.runtime_margin, 'MiB', 0)} margin, the first long prefill "
-              f"or the graph capture can run out of memory; lower mem_fraction_static")
+              f"or the graph capture can run out of memory; lower mem_fraction_static"))
     if yarn:
         notes.append(f"context {knobs.context:,} > the model's native {model.max_position_embeddings:,}: "
                      f"YaRN rope scaling x{yarn:g} (quality beyond the native window is the model's, "
@@ -356,18 +357,18 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     # host RAM
     hicache_bytes = int(knobs.hicache_gb * 1e9)
-    host_ram = hicache_bytes + offloaded
-    if hicache_bytes and target.host_ram_available_bytes is not None:
-        # offloaded weights are pinned at load, before the host pool checks what is left
-        if hicache_bytes + offloaded > target.host_ram_available_bytes - engine.hicache_host_reserve:
-            reasons.append(
-                f"hierarchical cache of {knobs.hicache_gb:g} GB"
+    host_ram, host_reserve = host_ram_need(hicache_bytes, offloaded, engine)
+    avail = target.host_ram_available_bytes
+    if host_ram and avail is not None and host_ram > avail - host_reserve:
+        if hicache_bytes:
+            reasons.append(Reason(
+                "host_ram", f"hierarchical cache of {knobs.hicache_gb:g} GB"
                 + (f" plus {bytes2human(offloaded)} of offloaded weights" if offloaded else "")
-                + f" needs that much pinned host RAM and SGLang keeps 10 GiB free: only "
-                  f"{bytes2human(target.host_ram_available_bytes)} is available")
-    elif offloaded and target.host_ram_available_bytes is not None and offloaded > target.host_ram_available_bytes:
-        reasons.append(f"weight offload pins {bytes2human(offloaded)} of host RAM; only "
-                       f"{bytes2human(target.host_ram_available_bytes)} is available")
+                + f" needs that much pinned host RAM and SGLang keeps {bytes2human(host_reserve, digits=0)} free: "
+                  f"only {bytes2human(avail)} is available"))
+        else:
+            reasons.append(Reason("host_ram", f"weight offload pins {bytes2human(offloaded)} of host RAM; only "
+                                  f"{bytes2human(avail)} is available"))
     if hicache_bytes and hicache_bytes // cell <= kv_tokens:
         notes.append("the host cache is not larger than the GPU pool: SGLang warns and it adds little")
 
@@ -401,6 +402,12 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     if with_alternatives and not p.fits:
         p.alternatives = alternatives(model, target, knobs, engine, p, candidates)
     return p
+
+
+def host_ram_need(hicache_bytes: int, offloaded_bytes: int, engine: Engine) -> tuple[int, int]:
+    """(pinned host RAM, what SGLang keeps free beside it): the host cache checks RAM minus its reserve after the
+    offloaded weights are pinned; no cache, no reserve. The planner and launch/checks.py both use this."""
+    return hicache_bytes + offloaded_bytes, engine.hicache_host_reserve if hicache_bytes else 0
 
 
 def cell_is_fp8(kv_dtype: str) -> bool:

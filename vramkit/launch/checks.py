@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from vramkit import catalog
 from vramkit.core.checks import Check
+from vramkit.core.planner import Engine, host_ram_need
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.steps import LaunchSpec, server_gpu_ids
 from vramkit.units import bytes2human
@@ -32,9 +33,10 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
                         "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere",
                         Exit.NO_GPU))
     if p.host_ram_bytes:
-        avail = host_ram()
-        reserve = int(catalog.engine_constants()["hicache_host_reserve_mib"]) << 20 if p.knobs.hicache_gb else 0
-        ok = avail - reserve >= p.host_ram_bytes
+        avail = host_ram()          # read again now: the plan's figure may be minutes old
+        need, reserve = host_ram_need(int(p.knobs.hicache_gb * 1e9), p.weights_offloaded_bytes,
+                                      Engine.from_config(catalog.engine_constants()))
+        ok = avail - reserve >= need
         checks.append(Check.of("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
                             + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")
                             + f", {bytes2human(avail)} available", Exit.HOST_MEMORY))
@@ -45,8 +47,10 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
             checks.append(Check.of("memlock", False, f"memlock limit {bytes2human(soft)} < "
                                 f"{bytes2human(p.host_ram_bytes)} "
                                 f"pinned -> `ulimit -l unlimited` if pinning fails", Exit.HOST_MEMORY, fatal=False))
-    checks.append(Check.of("fit", p.fits, "the plan fits" if p.fits else "; ".join(p.reasons) +
-                        " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
+    # host RAM has its own check (and exit code) above, read fresh; the rest of the planner's reasons here
+    reasons = [r for r in p.reasons if getattr(r, "kind", None) != "host_ram"]
+    checks.append(Check.of("fit", not reasons, "the plan fits" if not reasons else "; ".join(reasons) +
+                           " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
     busy = not port_free(spec.host, spec.port)
     checks.append(Check.of("port", not busy, f"{spec.host}:{spec.port} "
                            + ("is in use -> stop what holds it or PORT=..." if busy else "free"), Exit.PORT_BUSY))

@@ -94,8 +94,8 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
         if spec.runtime == "native":
             paths["log"].parent.mkdir(parents=True, exist_ok=True)
             paths["log"].write_text("")
-            # NVML numbers cards by PCI bus; CUDA, unless told, fastest first: PCI_BUS_ID makes them agree
             cpus = steps.env_cpuset()
+            # NVML numbers cards by PCI bus; CUDA, unless told, fastest first: PCI_BUS_ID makes them agree
             pid = process.start_background(prep.native, paths["log"],
                                            env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, prep.gpu_ids)),
                                                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
