@@ -179,6 +179,10 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
             raise BadRequest(422, "'wait' must be true or false", "wait")
         roots = config.roots()
         root = resolve_repo(body.get("path"), roots)
+        if len(st.tasks) >= config.precache_max_jobs:
+            raise BadRequest(429, f"{len(st.tasks)} precache jobs are running, the limit is "
+                                  f"{config.precache_max_jobs}: wait for one to end "
+                                  "(GET /precache/jobs/<id>) and send this again")
 
         async def embed_chunks(texts: list[str]) -> int:
             return sum((await st.service.embed(texts)).cached)   # per chunk, duplicates too
