@@ -2,27 +2,28 @@
 
 # Base interpreter for .venv (3.11+; the local CPU torch wheel on these machines is cp311)
 PYTHON ?= python3
-# the CPU torch wheel, pinned once in config/versions.toml (torch_cpu)
-TORCH_CPU := $(shell sed -n 's/^torch_cpu = "\(.*\)"/\1/p' config/versions.toml)
 # Preset `make setup` and `make plan` show by default
 PRESET ?= optimized
 # planner knobs for `make plan`, e.g. PLAN_ARGS="--gpu rtx-4090-24gb --context 65536"
 PLAN_ARGS ?=
 
-.PHONY: setup install plan compose compose-check test test-unit test-gpu clean
-setup: install setup-sglang-check ## install everything (.venv, .venv-sglang), then print the default plan
+.PHONY: setup install setup-test-tools plan compose compose-check test test-unit clean
+setup: install setup-sglang-check setup-test-tools ## install everything (.venv, .venv-sglang, test tools), then print the default plan
 	@# the plan is information here: a preset that does not fit this host (exit 10) does not fail the set-up
 	-@$(VRAMKIT) plan --preset $(PRESET) $(PLAN_ARGS)
 
-install: $(VENV)/.installed ## the kit's virtualenv: CPU torch from the local wheel first, then the kit
-$(VENV)/.installed: pyproject.toml
+install: $(VENV)/.installed ## the kit's virtualenv: CPU torch (local wheel, else PyTorch's CPU index), then the kit
+$(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torch.sh
 	$(PYTHON) -m venv $(VENV)
-	# torch first, pinned: the local CPU wheel. Anything that wants torch later finds it satisfied,
-	# so no dependency can pull a CUDA build of several GB.
-	$(VENV)/bin/pip install -q torch==$(TORCH_CPU)
-	$(VENV)/bin/pip install -q -e '.[embed,bench,test]'
+	# torch first, the CPU build pinned in config/versions.toml: a local wheel, else PyTorch's CPU index.
+	# Anything that wants torch later finds it satisfied, so no dependency can pull a CUDA build of several GB.
+	scripts/install_cpu_torch.sh $(VENV) --with-deps
+	$(VENV)/bin/pip install -q -e '.[embed,bench,dashboard,test]'
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@
+
+setup-test-tools: ## Debian tools the tests drive: chromium (dashboard), promtool (alert rules); apt-get only when missing and root
+	scripts/setup_test_tools.sh
 
 plan: ## what SGLang will allocate for PRESET on a 16 GB card, and what fits if it doesn't (PLAN_ARGS=...)
 	@$(VRAMKIT) plan --preset $(PRESET) $(PLAN_ARGS)
@@ -33,14 +34,11 @@ compose: ## re-render docker-compose.qwen*.yml from config/ (commit the result)
 compose-check: ## fail if a committed compose file is stale
 	@$(VRAMKIT) compose --check
 
-test: install setup-sglang-check lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
+test: install setup-sglang-check setup-test-tools lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 test-unit: install ## unit tests only (no servers, seconds)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
-test-gpu: ## GPU tests on a GPU host (VRAMKIT_GPU_TESTS=1)
-	VRAMKIT_GPU_TESTS=1 $(PY) -m pytest -q -m gpu tests/gpu
-
 clean: ## remove virtualenvs and caches (not results)
-	rm -rf $(VENV) .venv-sglang .pytest_cache
+	rm -rf $(VENV) .venv-sglang $(GPU_VENV) .pytest_cache

@@ -21,7 +21,7 @@ vram-monitor: ## live VRAM screen per GPU with alerts and session stats (LOG=vra
 	$(VRAMKIT) monitor --interval $(INTERVAL) --cooldown $(COOLDOWN) --gpu $(GPU) \
 		$(if $(THRESHOLDS),--thresholds $(THRESHOLDS)) $(if $(LOG),--log $(LOG)) $(MONITOR_ARGS)
 
-vram-safe: ## exit 0 if VRAM in use <= THRESHOLD, 1 if over, 2 if it cannot tell (no driver/GPU)
+vram-safe: ## VRAM in use vs THRESHOLD, for a person (scripts: call `vramkit vram-safe`, 0 OK 1 WARN 2 CRIT 3 UNKNOWN)
 	$(VRAMKIT) vram-safe --gpu $(GPU) $(if $(THRESHOLD),--threshold $(THRESHOLD))
 
 optimize: ## host checks: CPU topology, proposed cpusets, memlock/pinned RAM, pinned copy speed

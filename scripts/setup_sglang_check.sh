@@ -3,8 +3,9 @@
 # its argument parser, ServerArgs(device="cpu") and ModelConfig offline. vramkit's flag checker
 # (vramkit/adapters/sglang_check.py) runs there; the main .venv never imports SGLang.
 #
-# Never a CUDA torch: torch comes ONLY from a local wheel (--no-index: pip's find-links, /opt/wheels here),
-# everything else is installed with --no-deps from requirements/sglang-check.txt, and the result is checked.
+# Never a CUDA torch: torch (torch_cpu in config/versions.toml) comes from scripts/install_cpu_torch.sh: a
+# local wheel (pip's find-links, /opt/wheels here), else PyTorch's CPU index as the only index; everything
+# else is installed with --no-deps from requirements/sglang-check.txt, and the result is checked.
 # Idempotent: a stamp of the inputs makes a second run a no-op (~1 s); changed inputs reinstall in place.
 # Usage: scripts/setup_sglang_check.sh [VENV_DIR]        (env: SGLANG_CHECK_PYTHON, the base interpreter)
 set -euo pipefail
@@ -30,7 +31,7 @@ EOF
 )
 
 stamp_file="$venv/.vramkit-setup-stamp"
-stamp=$( { echo "$sglang_pip torch=$torch_version"; "$base_python" -VV; cat "$reqs" "$0";
+stamp=$( { echo "$sglang_pip torch=$torch_version"; "$base_python" -VV; cat "$reqs" "$0" scripts/install_cpu_torch.sh;
            find "$standin" -name '*.py' | sort | xargs cat; } | sha256sum | cut -d' ' -f1)
 if [[ -x $venv/bin/python && -f $stamp_file && $(cat "$stamp_file") == "$stamp" ]] \
    && "$venv/bin/python" -I -c 'import importlib.util as u, sys
@@ -46,13 +47,8 @@ if ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
 fi
 rm -f "$stamp_file"
 
-# 1. torch first, CPU build only
-if [[ $("$venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null) != "$torch_version+cpu" ]]; then
-    say "installing torch $torch_version (CPU wheel, local only)"
-    pip_q install -q --no-deps --no-index "torch==$torch_version" \
-        || die "no local CPU wheel of torch $torch_version for $("$venv/bin/python" -V)" \
-               "put torch-$torch_version+cpu-*.whl in a folder named by PIP_FIND_LINKS (never install torch from the index here: that is a CUDA build)"
-fi
+# 1. torch first, CPU build only (a local wheel, else PyTorch's CPU index; never PyPI's CUDA build)
+scripts/install_cpu_torch.sh "$venv" || exit 1
 
 # 2. SGLang without its dependencies (they include CUDA torch 2.11.0, flashinfer, ...), then what its imports need
 say "installing sglang $sglang_pip (--no-deps) and $(grep -c '^[A-Za-z]' "$reqs") pinned packages from $reqs"

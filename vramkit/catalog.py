@@ -4,7 +4,6 @@ them through here. Unknown keys are refused, so a typo cannot silently become a 
 """
 from __future__ import annotations
 
-import json
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -12,68 +11,12 @@ from functools import cache
 from pathlib import Path
 
 from vramkit.core import knobs as knob_decl
+from vramkit.core.model_spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
+from vramkit.core.planner import Engine
 from vramkit.errors import Exit, VramkitError
+from vramkit.hf_config import read_model_config
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
-
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-
-
-@dataclass(frozen=True)
-class Quantization:
-    method: str            # "gptq", "awq", ...
-    bits: int
-    group_size: int
-    desc_act: bool = False
-    sym: bool = True
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model's shape, read from its config.json (the numbers SGLang's ModelConfig reads)."""
-
-    name: str
-    hf_id: str
-    config_dir: Path
-    architecture: str
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    max_position_embeddings: int
-    rope_theta: float
-    tie_word_embeddings: bool
-    dtype: str                      # checkpoint dtype of the unquantized tensors
-    attention_bias: bool            # Qwen2 has q/k/v biases
-    rope_scaling: dict | None
-    quantization: Quantization | None
-    note: str = ""
-
-    @property
-    def dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    name: str
-    label: str
-    memory_total_bytes: int
-    bandwidth_bytes_s: float
-    pcie_gen: int
-    pcie_lanes: int
-    nvml_names: tuple[str, ...] = ()
-    sm_count: int | None = None     # streaming multiprocessors (marlin's workspace); None: not catalogued
-
-    @property
-    def pcie_bytes_s(self) -> float:
-        """One direction, after line encoding (gen3+ 128b/130b): the copy ceiling."""
-        per_lane_gbs = {3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}[self.pcie_gen]
-        return per_lane_gbs * 1e9 * self.pcie_lanes
-
 
 @dataclass(frozen=True)
 class Preset:
@@ -90,6 +33,8 @@ class Versions:
     sglang_pip: str
     sglang_image: str
     torch_cpu: str              # the CPU torch wheel of .venv and .venv-sglang (make setup)
+    torch_cpu_index: str        # where that wheel comes from without a local one (scripts/install_cpu_torch.sh)
+    sglang_pip_min_driver: int  # NVIDIA driver major the sglang_pip wheel's CUDA needs (make setup-gpu)
 
 
 @dataclass(frozen=True)
@@ -107,44 +52,6 @@ def _load_toml(name: str) -> dict:
         raise VramkitError(f"cannot read {path}: {e.strerror}", "restore it from git", Exit.BAD_FILE) from None
     except tomllib.TOMLDecodeError as e:
         raise VramkitError(f"{path} is not valid TOML: {e}", "fix the file", Exit.BAD_FILE) from None
-
-
-def read_model_config(config_dir: Path, name: str = "", hf_id: str = "", note: str = "") -> ModelSpec:
-    """Parse a Hugging Face config.json into a ModelSpec (any folder, not only catalogued ones)."""
-    path = Path(config_dir) / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except OSError as e:
-        raise VramkitError(f"cannot read {path}: {e.strerror}",
-                           "give a folder that holds the model's config.json", Exit.BAD_FILE) from None
-    except ValueError as e:
-        raise VramkitError(f"{path} is not valid JSON ({e})", "fix or re-download config.json", Exit.BAD_FILE) from None
-    try:
-        heads = int(cfg["num_attention_heads"])
-        hidden = int(cfg["hidden_size"])
-        q = cfg.get("quantization_config")
-        quant = None
-        if q:
-            quant = Quantization(method=str(q.get("quant_method", "")).lower(), bits=int(q.get("bits", 4)),
-                                 group_size=int(q.get("group_size", 128)), desc_act=bool(q.get("desc_act", False)),
-                                 sym=bool(q.get("sym", True)))
-        arch = (cfg.get("architectures") or ["?"])[0]
-        return ModelSpec(
-            name=name or Path(config_dir).name, hf_id=hf_id, config_dir=Path(config_dir), architecture=arch,
-            hidden_size=hidden, intermediate_size=int(cfg["intermediate_size"]),
-            num_layers=int(cfg["num_hidden_layers"]), num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads", heads)),
-            head_dim=int(cfg.get("head_dim") or hidden // heads), vocab_size=int(cfg["vocab_size"]),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
-            attention_bias=bool(cfg.get("attention_bias", arch.startswith("Qwen2"))),
-            rope_scaling=cfg.get("rope_scaling"), quantization=quant, note=note,
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise VramkitError(f"{path} lacks a field the planner needs ({e})",
-                           "use a decoder-only transformer config.json", Exit.BAD_FILE) from None
 
 
 @cache
@@ -228,13 +135,17 @@ def _toml_key(name: str) -> str:
 @cache
 def versions() -> Versions:
     v = _load_toml("versions.toml")
-    keys = ("sglang_pip", "sglang_image", "torch_cpu")
-    _refuse_unknown(v, set(keys), "config/versions.toml")
+    keys = ("sglang_pip", "sglang_image", "torch_cpu", "torch_cpu_index")
+    _refuse_unknown(v, {*keys, "sglang_pip_min_driver"}, "config/versions.toml")
     for key in keys:
         if not isinstance(v.get(key), str) or not v[key]:
             raise VramkitError(f"config/versions.toml: {key} is missing or not text", "restore it from git",
                                Exit.BAD_FILE)
-    return Versions(**{k: v[k] for k in keys})
+    driver = v.get("sglang_pip_min_driver")
+    if isinstance(driver, bool) or not isinstance(driver, int) or driver <= 0:
+        raise VramkitError("config/versions.toml: sglang_pip_min_driver is missing or not a driver major version",
+                           "restore it from git", Exit.BAD_FILE)
+    return Versions(**{k: v[k] for k in keys}, sglang_pip_min_driver=driver)
 
 
 @cache
@@ -270,6 +181,21 @@ def engine_constants() -> dict:
     return c
 
 
+@cache
+def engine() -> Engine:
+    """config/engine.toml as the core's Engine, in bytes (the catalog owns the file's format)."""
+    c = engine_constants()
+    mib = 1 << 20
+    return Engine(
+        cuda_context=int(c["cuda_context_mib"] * mib), driver_reserved=int(c["driver_reserved_mib"] * mib),
+        tp_comm_init=int(c["tp_comm_init_mib"] * mib), tp_comm_runtime=int(c["tp_comm_runtime_mib"] * mib),
+        pre_kv=int(c["pre_kv_mib"] * mib), post_kv_misc=int(c["post_kv_misc_mib"] * mib),
+        attention_backend=int(c["attention_backend_mib"] * mib), decode_graph=int(c["decode_graph_mib"] * mib),
+        activation_factor=float(c["activation_factor"]), runtime_margin=int(c["runtime_margin_mib"] * mib),
+        hicache_host_reserve=int(c["hicache_host_reserve_mib"] * mib),
+    )
+
+
 def _tables(name: str, key: str) -> dict[str, dict]:
     """The [key.<name>] tables of a config file; any other top-level key, or an entry that is not a table,
     is refused (one line, exit 65)."""
@@ -300,7 +226,8 @@ def model(name_or_dir: str) -> ModelSpec:
         return models()[name_or_dir]
     p = Path(name_or_dir)
     if p.is_dir() or p.name == "config.json":
-        return read_model_config(p if p.is_dir() else p.parent)
+        # absolute: the path is SGLang's --model-path and the compose file's bind mount
+        return read_model_config((p if p.is_dir() else p.parent).resolve())
     return _pick(models(), name_or_dir, "model")
 
 

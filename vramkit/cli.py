@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from vramkit import __version__
 from vramkit.errors import Exit, VramkitError
@@ -22,11 +23,23 @@ COMMAND_MODULES = [
     "vramkit.commands.host",
     "vramkit.commands.bench",
     "vramkit.commands.embed",
+    "vramkit.commands.dashboard",
+    "vramkit.commands.service",
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is vramkit's one line and exit 64 (BAD_INPUT), not argparse's 2:
+    2 means CRITICAL to `vramkit vram-safe`'s callers, so a typo must not look like an over-budget GPU."""
+
+    def error(self, message: str) -> NoReturn:
+        where = self.prog.removeprefix("vramkit").strip()
+        self.exit(int(Exit.BAD_INPUT), f"vramkit: {where + ': ' if where else ''}{message} "
+                                       f"-> see `{self.prog} --help`\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="vramkit",
         description="Plan, launch, watch and tune SGLang on a GPU too small for the model.",
     )
@@ -43,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     except VramkitError as err:
         print(err.line(), file=sys.stderr)
         return int(err.code)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:       # said by the command's own parser, so the line points at its --help
+        command = parser._subparsers._group_actions[0].choices.get(args.command) if args.command else None
+        (command or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return int(Exit.BAD_INPUT)

@@ -25,9 +25,18 @@ class Exit(enum.IntEnum):
     NOT_RUNNING = 18
     SERVICE_DOWN = 19       # a server we talk to (SGLang, Redis, embed service) is unreachable
     STOP_FAILED = 20        # down: the server could not be stopped (its record is kept)
+    UNSUPPORTED_MODEL = 21  # plan: an architecture, config field or quantization method the planner does not model
     BAD_INPUT = 64          # EX_USAGE: unknown model/gpu/preset, bad flag value
     BAD_FILE = 65           # EX_DATAERR: unreadable or invalid file
     INTERRUPTED = 130
+    # vram-safe speaks the monitoring-plugin convention (Nagios/Icinga/Prometheus blackbox checks), so
+    # a script branches on it without knowing vramkit: these alias 0-3 above on purpose.
+    VRAM_OK = 0             # every chosen GPU under its warn line
+    VRAM_WARNING = 1        # over the warn line (within WARN_HEADROOM of the threshold), not over it
+    VRAM_CRITICAL = 2       # over the threshold (the running preset's budget, or --threshold)
+    VRAM_UNKNOWN = 3        # cannot tell: no NVML, no driver, no GPU, a GPU unreadable or lost
+    NO_SGLANG = 23          # RUNTIME=native: its Python cannot import SGLang (make setup-gpu)
+    NO_GPU_TORCH = 24       # make setup-gpu: the driver is too old for the pinned CUDA, or torch cannot see the GPU
 
 
 class VramkitError(Exception):

@@ -23,7 +23,7 @@ PINNED_COPY = "benchmarks/results/nvml-vs-smi.json"
 
 
 def _engine() -> Engine:
-    return Engine.from_config(catalog.engine_constants())
+    return catalog.engine()
 
 
 def _ceiling(gpu_name: str, context: int, kv_dtype: str = "auto") -> tuple[float, float]:

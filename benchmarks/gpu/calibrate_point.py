@@ -71,6 +71,8 @@ def main() -> int:
     ap.add_argument("--bench", default="", help="vramkit bench arguments to run after the probe")
     ap.add_argument("--long-output", type=int, default=32)
     ap.add_argument("--probe-fraction", type=float, default=0.9)
+    ap.add_argument("--decode-tokens", type=int, default=256,
+                    help="tokens of the single-stream decode probe (few with --cpu-offload-gb: each step copies it)")
     ap.add_argument("--gpus", default="0", help="GPU indices the server uses (one per tensor-parallel rank)")
     ap.add_argument("up_args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
@@ -78,7 +80,10 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     name = f"cal-{a.name}"
     log_path = state_dir() / f"{name}.log"
-    model_dir = ROOT / "config" / "models" / a.model
+    folder = (ROOT / a.model) if (ROOT / a.model).is_dir() else None
+    # a catalogued name runs its config folder as --model-path; a folder model (`--model <folder>`) is
+    # given as the user gives it, so the kit's own folder rendering is what starts the server
+    where = [] if folder else ["--model-path", str(ROOT / "config" / "models" / a.model)]
 
     gpus = [int(x) for x in a.gpus.split(",")]
     baseline = {i: in_use(i) for i in gpus}    # the ballast and the driver's own, before the server
@@ -86,7 +91,7 @@ def main() -> int:
     sampler.start()
     t0 = time.time()
     up = subprocess.run([sys.executable, "-m", "vramkit", "up", "--runtime", "native", "--name", name,
-                         "--model", a.model, "--model-path", str(model_dir), "--load-format", "dummy",
+                         "--model", str(folder or a.model), *where, "--load-format", "dummy",
                          "--no-fit-check", "--timeout", "900", "--gpus", a.gpus, *up_args], capture_output=True, text=True)
     start_s = time.time() - t0
     (a.out / f"{a.name}.up.txt").write_text(up.stdout[-20000:] + "\n--- stderr ---\n" + up.stderr[-5000:])
@@ -109,7 +114,8 @@ def main() -> int:
                                  "decode_tok_s": decode_tok_s(r.latency_s, r.ttft_s, r.completion_tokens)
                                  if r.ok else None}
             # single-stream decode speed at a short context (the roofline point)
-            r = c.generate(input_ids=[rng.randrange(10, vocab) for _ in range(256)], max_new_tokens=256, stream=True)
+            r = c.generate(input_ids=[rng.randrange(10, vocab) for _ in range(256)], max_new_tokens=a.decode_tokens,
+                           stream=True)
             probe["decode_256"] = {"ok": r.ok, "ttft_s": r.ttft_s, "latency_s": r.latency_s,
                                    "decode_tok_s": decode_tok_s(r.latency_s, r.ttft_s, r.completion_tokens)
                                    if r.ok else None, "error": r.error}

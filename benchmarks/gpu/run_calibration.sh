@@ -11,8 +11,11 @@
 #   tp2    (2 GPUs)    tensor parallel 2, each card emulated at 16 GB: per-rank figures for the planner.
 #                      Dense models: a fresh host compiles the GPTQ marlin kernels for ~6 min, more than a
 #                      session's device time; the 7B in bf16 does not fit one 16 GB card, and fits two.
+#   models (H100)      issue 9: every model family the planner added (MoE bf16 / FP8 / GPTQ marlin MoE, MoE with
+#                      --cpu-offload-gb on 24 GB, MLA, Gemma 2's sliding window, a folder model), emulated 16 and
+#                      24 GB and the whole card; GPTQ last (a fresh host JIT-compiles marlin MoE for minutes)
 set -u
-SESSION=${1:?usage: run_calibration.sh first|final|tp2}
+SESSION=${1:?usage: run_calibration.sh first|final|tp2|models}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 [ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
@@ -102,6 +105,43 @@ session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knob
   point tp2-7b-bf16-16g $M7 16 "" -- --model $M7 --preset optimized --hicache-gb 0 --tp 2
   point tp2-05b-16g $M05 16 "" -- --model $M05 --context 32768 --kv-dtype auto --mem-fraction 0.85 \
     --chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8 --tp 2
+}
+
+session_models() {  # priority order: if the device time runs out, the first points are the ones that matter
+  local CODER=qwen3-coder-30b-a3b-instruct DS=deepseek-v2-lite-chat
+  local SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8"
+  # an H200 (the device tool's fallback) is not in gpus.toml: give `vramkit up` its spec-sheet link figures
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0)" in
+    *H200*) SMALL="$SMALL --gpu-bandwidth-gbs 4800 --gpu-pcie 5x16";;
+  esac
+  ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
+  # MoE bf16: 128 experts x 48 layers, 57 GiB of weights
+  # (whole-card pools take 130K+ tokens: a ~32K-token probe still runs the largest prefill step)
+  point moe-bf16-full $CODER 0 "" --probe-fraction 0.25 -- --model $CODER --context 32768 --kv-dtype auto \
+    --mem-fraction 0.88 $SMALL
+  # MoE block FP8 (Fp8MoEMethod, Fp8LinearMethod), a measurement shape (benchmarks/gpu/shapes/README.md)
+  point moe-fp8-full benchmarks/gpu/shapes/qwen3-coder-30b-a3b-fp8-shape 0 "" --probe-fraction 0.12 -- \
+    --context 32768 --kv-dtype fp8_e4m3 --mem-fraction 0.6 $SMALL
+  # MLA: DeepSeek-V2-Lite's latent KV pool (576 values/token/layer)
+  point mla-full $DS 0 "" --probe-fraction 0.2 -- --model $DS --context 32768 --kv-dtype auto --mem-fraction 0.6 $SMALL
+  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
+  # Gemma 2: sliding-window layers in one full pool (SGLang disables its hybrid SWA pool for it)
+  point gemma2-24g gemma-2-9b-it 24 "" -- --model gemma-2-9b-it --context 8192 --kv-dtype auto --mem-fraction 0.88 $SMALL
+  # the issue's first model on a 24 GB card: 40 GiB of experts in pinned host RAM, copied every forward
+  point moe-offload-24g $CODER 24 "" --decode-tokens 8 --long-output 4 --probe-fraction 0.3 -- --model $CODER \
+    --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 40 --chunked-prefill 2048 \
+    --cuda-graph-max-bs 1 --max-running 4 ${SMALL#--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8}
+  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
+  # a folder model (no catalog name, no HF id): Qwen3-8B's config, float32 in the file, served in 16-bit
+  point folder-qwen3-8b-16g benchmarks/gpu/shapes/qwen3-8b-folder 16 "" --decode-tokens 32 -- --context 8192 \
+    --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 4 $SMALL
+  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
+  # GPTQ 4-bit MoE through the marlin MoE kernels (a fresh host compiles them first: minutes)
+  point moe-gptq-24g qwen3-30b-a3b-gptq-int4 24 "" -- --model qwen3-30b-a3b-gptq-int4 --context 32768 \
+    --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL
+  # MLA + MoE offload on 24 GB
+  point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- --model $DS \
+    --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
 }
 
 session_$SESSION

@@ -17,7 +17,7 @@ import pytest
 from vramkit import catalog
 from vramkit.adapters import compose
 from vramkit.core import render
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.planner import Knobs, Target, plan
 from vramkit.errors import VramkitError
 from vramkit.units import GiB
 
@@ -36,7 +36,7 @@ PORT = catalog.sglang().port
 
 
 def _extra(tp: int, **knobs) -> str:
-    engine = Engine.from_config(catalog.engine_constants())
+    engine = catalog.engine()
     m = catalog.model(GPTQ14)
     p = plan(m, Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB),
              Knobs(tp=tp, **knobs), engine, with_alternatives=False)
@@ -108,3 +108,26 @@ def test_compose_valid_without_optional_variables(tmp_path, name):
 
 def _go_duration_s(s: str) -> float:
     return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"([\d.]+)([hms])", s))
+
+
+def test_folder_model_is_mounted_read_only(tmp_path):
+    """issue 9 item 6: `vramkit up --model <folder>` in Docker: the folder bind-mounted read-only, SGLang
+    pointed at the mount (as the real Compose resolves the file)."""
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text((catalog.CONFIG_DIR / "models" / "qwen2.5-0.5b-instruct" /
+                                         "config.json").read_text())
+    m = catalog.model(str(folder))
+    p = plan(m, Target(gpu=catalog.gpu("rtx-4090-24gb")), Knobs(context=8192), catalog.engine(),
+             with_alternatives=False)
+    inside = render.container_model_path(str(folder.resolve()))
+    argv = render.sglang_args(m, p, model_path=inside, host="0.0.0.0", port=PORT)
+    text = render.compose_yaml(project="vramkit-folder", preset="custom", model=m, gpu_name="rtx-4090-24gb", p=p,
+                               image=catalog.versions().sglang_image, argv=argv, gpu_ids=[0],
+                               source_note="integration test", model_mount=(str(folder.resolve()), inside), port=PORT)
+    proc, doc = _resolve(tmp_path, text, ENV)
+    assert proc.returncode == 0, proc.stderr
+    svc = doc["services"]["sglang"]
+    assert svc["command"][svc["command"].index("--model-path") + 1] == "/models/my-model"
+    binds = [v for v in svc["volumes"] if v.get("target") == "/models/my-model"]
+    assert binds and binds[0]["source"] == str(folder.resolve()) and binds[0]["read_only"] is True

@@ -46,7 +46,7 @@ needs_no_docker = pytest.mark.skipif(_docker_engine_present(),
 MAKE_KNOBS = ("RUNTIME", "MODEL", "CARD", "PORT", "DRY_RUN", "LOAD_FORMAT", "MODEL_PATH", "TIMEOUT", "UP_ARGS",
               "SGLANG_EXTRA_ARGS", "GPUS", "SGLANG_PYTHON", "VRAMKIT_RUNTIME", "VRAMKIT_PORT", "VRAMKIT_DRY_RUN",
               "VRAMKIT_LOAD_FORMAT", "VRAMKIT_MODEL_PATH", "VRAMKIT_TIMEOUT", "VRAMKIT_GPUS", "VRAMKIT_SGLANG_EXTRA_ARGS",
-              "VRAMKIT_SERVER_PYTHON")
+              "VRAMKIT_SERVER_PYTHON", "SERVER_PYTHON", "GPU_VENV")
 
 
 def _free_port() -> int:

@@ -13,23 +13,25 @@ from pathlib import Path
 import pytest
 
 from vramkit import catalog
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.planner import Knobs, Target, plan
 from vramkit.units import GiB
 
-CAL_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration"
+ROOT = Path(__file__).resolve().parents[2]
+CAL_DIR = ROOT / "benchmarks" / "calibration"
 POINTS = sorted(CAL_DIR.glob("*.json"))
 REQUIRED = {"model", "gpu_free_gib_at_start", "mem_fraction_static", "kv_cache_dtype", "tp", "cpu_offload_gb",
             "measured", "device", "versions", "date"}
 
 
 def _plan(d: dict):
-    model = catalog.model(d["model"])
+    # a catalogued name, or (folder-model points) a folder in this repository
+    model = catalog.model(str(ROOT / d["model"]) if (ROOT / d["model"]).is_dir() else d["model"])
     knobs = Knobs(context=d["context_length"] or model.max_position_embeddings, kv_dtype=d["kv_cache_dtype"],
                   mem_fraction=d["mem_fraction_static"], chunked_prefill=d["chunked_prefill_size"],
                   cuda_graph_max_bs=d["cuda_graph_max_bs_decode"], max_running=d["max_running_requests"],
                   hicache_gb=d["hicache_size_gb"], cpu_offload_gib=d["cpu_offload_gb"], tp=d["tp"])
     return plan(model, Target(gpu=None, gpu_free_bytes=int(d["gpu_free_gib_at_start"] * GiB)), knobs,
-                Engine.from_config(catalog.engine_constants()), with_alternatives=False)
+                catalog.engine(), with_alternatives=False)
 
 
 def test_enough_calibration_data():
@@ -84,3 +86,12 @@ def test_every_measured_start_is_predicted_safe(path):
         pytest.skip("this point did not start")
     p = _plan(d)
     assert p.kv_pool_tokens > 0 and p.headroom_bytes > 0
+
+
+def test_readme_accuracy_table_is_current():
+    """README.md's per-point accuracy table is generated from these files (benchmarks/gpu/accuracy_table.py)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("accuracy_table", ROOT / "benchmarks" / "gpu" / "accuracy_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--check"]) == 0, "run: python3 benchmarks/gpu/accuracy_table.py --write"

@@ -139,6 +139,24 @@ HF_FACTS = {
     "qwen2.5-14b-instruct": (48, 40, 8, 5120, 13824, 152064, 32768, False, "bfloat16", None),
     # https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct/blob/main/config.json
     "qwen2.5-0.5b-instruct": (24, 14, 2, 896, 4864, 151936, 32768, True, "bfloat16", None),
+    # issue 9's families; an 11th value is an explicit head_dim. dtype is what SGLang serves: Qwen3-8B's
+    # re-saved config says float32 (served float16), gpt-oss's says none (mxfp4 forces bfloat16)
+    # https://huggingface.co/Qwen/Qwen3-Coder-30B-A3B-Instruct/blob/main/config.json
+    "qwen3-coder-30b-a3b-instruct": (48, 32, 4, 2048, 5472, 151936, 262144, False, "bfloat16", None, 128),
+    # https://huggingface.co/Qwen/Qwen3-30B-A3B-GPTQ-Int4/blob/main/config.json
+    "qwen3-30b-a3b-gptq-int4": (48, 32, 4, 2048, 6144, 151936, 40960, False, "float16", ("gptq", 4, 128), 128),
+    # https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B-Chat-GPTQ-Int4/blob/main/config.json
+    "qwen1.5-moe-a2.7b-chat-gptq-int4": (24, 16, 16, 2048, 5632, 151936, 32768, False, "float16", ("gptq", 4, 128)),
+    # https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite-Chat/blob/main/config.json
+    "deepseek-v2-lite-chat": (27, 16, 16, 2048, 10944, 102400, 163840, False, "bfloat16", None),
+    # https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json
+    "gpt-oss-20b": (24, 64, 8, 2880, 2880, 201088, 131072, False, "bfloat16", ("mxfp4", 4, 32), 64),
+    # https://huggingface.co/google/gemma-2-9b-it/blob/main/config.json
+    "gemma-2-9b-it": (42, 16, 8, 3584, 14336, 256000, 8192, True, "bfloat16", None, 256),
+    # https://huggingface.co/google/gemma-3-1b-it/blob/main/config.json (tied: Gemma3TextConfig's default)
+    "gemma-3-1b-it": (26, 4, 1, 1152, 6912, 262144, 32768, True, "bfloat16", None, 256),
+    # https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json
+    "qwen3-8b": (36, 32, 8, 4096, 12288, 151936, 40960, False, "float16", None, 128),
 }
 
 
@@ -149,11 +167,11 @@ def test_every_catalogued_model_has_checked_facts():
 @pytest.mark.parametrize("name", sorted(HF_FACTS))
 def test_model_matches_hugging_face(name):
     m = catalog.models()[name]
-    layers, heads, kv, hidden, inter, vocab, ctx, tied, dtype, quant = HF_FACTS[name]
+    layers, heads, kv, hidden, inter, vocab, ctx, tied, dtype, quant, *head_dim = HF_FACTS[name]
     assert (m.num_layers, m.num_heads, m.num_kv_heads, m.hidden_size, m.intermediate_size, m.vocab_size) == \
         (layers, heads, kv, hidden, inter, vocab)
     assert (m.max_position_embeddings, m.tie_word_embeddings, m.dtype) == (ctx, tied, dtype)
-    assert m.head_dim == hidden // heads                  # no explicit head_dim differs in these configs
+    assert m.head_dim == (head_dim[0] if head_dim else hidden // heads)   # explicit where the config gives one
     got_q = (m.quantization.method, m.quantization.bits, m.quantization.group_size) if m.quantization else None
     assert got_q == quant
     assert (m.config_dir / "config.json").is_file()
@@ -237,13 +255,14 @@ def test_engine_and_versions_refuse_unknown_and_missing_keys(tmp_path, monkeypat
 
 
 def test_torch_pin_is_config_versions_everywhere():
-    """config/versions.toml torch_cpu is the pin; mk/core.mk and scripts/setup_sglang_check.sh read it, the embed
-    image (built without config/ in its context) repeats it, and must agree."""
+    """config/versions.toml torch_cpu is the pin; scripts/install_cpu_torch.sh reads it for mk/core.mk and
+    scripts/setup_sglang_check.sh, the embed image (built without config/ in its context) repeats it, and must agree."""
     root = catalog.CONFIG_DIR.parent
     pin = catalog.versions().torch_cpu
     assert f'"torch=={pin}"' in (root / "services/embed/Dockerfile").read_text()
-    assert "torch==$(TORCH_CPU)" in (root / "mk/core.mk").read_text()
-    assert 'v["torch_cpu"]' in (root / "scripts/setup_sglang_check.sh").read_text()
+    assert 'v["torch_cpu"]' in (root / "scripts/install_cpu_torch.sh").read_text()
+    assert "scripts/install_cpu_torch.sh $(VENV)" in (root / "mk/core.mk").read_text()
+    assert 'scripts/install_cpu_torch.sh "$venv"' in (root / "scripts/setup_sglang_check.sh").read_text()
 
 
 def test_sglang_facts_are_read_once():

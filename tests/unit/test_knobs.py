@@ -16,14 +16,14 @@ from vramkit.cli import main
 from vramkit.commands.plan import add_plan_arguments
 from vramkit.core import knobs as decl
 from vramkit.core.knobs import Knobs, knob
-from vramkit.core.planner import Engine, Target, plan
+from vramkit.core.planner import Target, plan
 from vramkit.core.render import sglang_args
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.resolve import cli_knobs, resolve
 from vramkit.units import GiB
 
 REPO = Path(__file__).resolve().parents[2]
-ENGINE = Engine.from_config(catalog.engine_constants())
+ENGINE = catalog.engine()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""vramkit/core/ is pure: no adapters, no commands, no UI, no process/network/GPU/terminal libraries.
+"""vramkit/core/ is pure: no adapters, no commands, no UI, no process/network/GPU/terminal libraries, and no
+file formats: it owns its value types (core/model_spec.py) and never imports the catalog or the config.json
+reader (issue 11: the core owns its types, the catalog owns every file format).
 vramkit/ui/ (rich screens) may use rich but reads no hardware: no adapters, no commands.
 
 Every import in every core file is read with `ast` (module level and inside functions, relative imports
@@ -16,7 +18,7 @@ import vramkit
 PACKAGE_DIR = Path(vramkit.__file__).resolve().parent
 CORE_DIR = PACKAGE_DIR / "core"
 
-BANNED_PACKAGES = ("vramkit.adapters", "vramkit.commands", "vramkit.ui")
+BANNED_PACKAGES = ("vramkit.adapters", "vramkit.commands", "vramkit.ui", "vramkit.catalog", "vramkit.hf_config")
 BANNED_MODULES = ("subprocess", "socket", "httpx", "redis", "pynvml", "psutil", "docker", "rich", "fastapi",
                   "uvicorn")
 
@@ -114,6 +116,10 @@ def test_ui_module_reads_no_hardware(path):
     "import importlib\nhttpx = importlib.import_module('httpx')",
     "redis = __import__('redis')",
     "try:\n    import docker\nexcept ImportError:\n    docker = None",
+    "from vramkit.catalog import ModelSpec",
+    "from vramkit import catalog",
+    "from ..catalog import gpu",
+    "from vramkit.hf_config import read_model_config",
 ])
 def test_checker_flags(source):
     assert violations(source, "vramkit.core.example"), source
@@ -123,7 +129,7 @@ def test_checker_flags(source):
     "import math, json, re",
     "from dataclasses import dataclass",
     "from vramkit.units import GiB",
-    "from vramkit.catalog import ModelSpec",
+    "from vramkit.core.model_spec import ModelSpec",
     "from .planner import Plan",
     "from . import planner",
     "import subprocessing_helpers",          # a name that merely starts like a banned one

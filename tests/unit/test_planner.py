@@ -34,7 +34,7 @@ FREE_16GB_EMULATED = int(15.33 * GiB)
 
 @pytest.fixture(scope="module")
 def engine() -> Engine:
-    return Engine.from_config(catalog.engine_constants())
+    return catalog.engine()
 
 
 def _m(name):

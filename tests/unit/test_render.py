@@ -14,7 +14,7 @@ import pytest
 
 from vramkit import catalog
 from vramkit.core import render
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.planner import Knobs, Target, plan
 from vramkit.launch.cases import iter_launch_cases
 from vramkit.units import GiB
 
@@ -22,7 +22,7 @@ yaml = pytest.importorskip("yaml", reason="PyYAML parses the compose files (it c
 
 GPTQ14 = "qwen2.5-coder-14b-instruct-gptq-int4"
 PORT = catalog.sglang().port
-ENGINE = Engine.from_config(catalog.engine_constants())
+ENGINE = catalog.engine()
 PRESETS = sorted(catalog.presets())
 MODELS = sorted(catalog.models())
 GPUS = sorted(catalog.gpus())

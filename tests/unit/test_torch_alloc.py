@@ -3,7 +3,8 @@ c10/cuda/CUDACachingAllocator.cpp, and the weight-load replay built on it (vramk
 from __future__ import annotations
 
 from vramkit import catalog
-from vramkit.core.planner import load_shape, weight_components
+from vramkit.core.arch import weight_layout
+from vramkit.core.planner import weight_components
 from vramkit.core.torch_alloc import CachingAllocator, round_size, segment_size
 from vramkit.core.weight_load import replay_load
 
@@ -59,8 +60,10 @@ def test_empty_tensors_take_nothing():
     assert a.reserved == 0
 
 
-def _shape(name):
-    return load_shape(catalog.model(name))
+def _layout(name, tp=1, rope=0):
+    """The model's allocations with a rotary cache of `rope` bytes (context x head_dim x fp32)."""
+    m = catalog.model(name)
+    return weight_layout(m, tp, rope // (m.head_dim * 4))
 
 
 def test_replay_holds_every_tensor_and_reserves_at_least_that():
@@ -68,7 +71,7 @@ def test_replay_holds_every_tensor_and_reserves_at_least_that():
         m = catalog.model(name)
         for tp in (1, 2):
             rope = 32768 * m.head_dim * 4
-            r = replay_load(_shape(name), tp, rope)
+            r = replay_load(_layout(name, tp, rope))
             tensors = sum(weight_components(m, tp).values()) + rope
             assert r.gpu_reserved_bytes >= r.gpu_tensor_bytes
             # marlin repacks GPTQ without changing its size; only the g_idx/qzeros it drops may differ
@@ -78,13 +81,13 @@ def test_replay_holds_every_tensor_and_reserves_at_least_that():
 
 def test_tp2_halves_the_sharded_weights():
     name = "qwen2.5-coder-7b-instruct"
-    one, two = replay_load(_shape(name), 1, 0), replay_load(_shape(name), 2, 0)
+    one, two = replay_load(_layout(name, 1)), replay_load(_layout(name, 2))
     assert 0.49 < two.gpu_tensor_bytes / one.gpu_tensor_bytes < 0.51
 
 
 def test_offload_moves_whole_parameters_until_the_budget_is_reached():
-    shape = _shape("qwen2.5-coder-14b-instruct-gptq-int4")
-    none = replay_load(shape, 1, 0)
-    r = replay_load(shape, 1, 0, 2 * 1024 * MiB)
+    layout = _layout("qwen2.5-coder-14b-instruct-gptq-int4")
+    none = replay_load(layout)
+    r = replay_load(layout, 2 * 1024 * MiB)
     assert 2 * 1024 * MiB <= r.offloaded_bytes < 2 * 1024 * MiB + 80 * MiB     # one gate_up qweight is 67.5 MiB
     assert none.gpu_tensor_bytes - r.gpu_tensor_bytes >= r.offloaded_bytes * 0.98

@@ -1,7 +1,14 @@
-"""`vramkit vram-safe` exit codes through vramkit.cli.main: 0 at/under, 1 over, 2 cannot tell."""
+"""`vramkit vram-safe` exit codes through vramkit.cli.main, the monitoring-plugin convention:
+0 OK, 1 WARNING (within 3 % under the threshold), 2 CRITICAL (over it), 3 UNKNOWN, 64 bad arguments.
+
+On main before issue 10 it was 0 under / 1 over / 2 cannot tell, and argparse's own 2 for a typo, so a
+script could not tell over-budget from cannot-tell from a typo."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import nvml_scenarios as sc
 import pytest
@@ -36,10 +43,20 @@ def test_under_default_75_percent_exit_0(monkeypatch, capsys):
     assert out.count("\n") == 1
 
 
-def test_over_a_gib_threshold_exit_1(monkeypatch, capsys):
+def test_over_a_gib_threshold_is_critical_exit_2(monkeypatch, capsys):
     sc.card_16gb_foreign_6gib().install(monkeypatch)
     code, out, _ = safe(["--threshold", "6GiB"], capsys)
-    assert code == 1 and out.startswith("vram-safe: OVER: GPU 0 6.52 GiB > 6.00 GiB")
+    assert code == 2 and out.startswith("vram-safe: CRITICAL: GPU 0 6.52 GiB > 6.00 GiB")
+
+
+def test_within_3_percent_under_the_threshold_is_warning_exit_1(monkeypatch, capsys):
+    sc.card_16gb_foreign_6gib().install(monkeypatch)      # 6.52 GiB in use
+    code, out, _ = safe(["--threshold", "6.6GiB"], capsys)  # warn line 6.40 GiB
+    assert code == 1 and out.startswith("vram-safe: WARNING: GPU 0 6.52 GiB > warn line 6.40 GiB, <= 6.60 GiB")
+    code, out, _ = safe(["--threshold", "6.6GiB", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 1 and data["verdict"] == "warning" and abs(data["gpus"][0]["warn_bytes"] - 6.6 * GiB * 0.97) < 2
+    assert safe(["--threshold", "6.8GiB"], capsys)[0] == 0    # warn line 6.60 GiB: OK
 
 
 def test_counts_driver_reserved_memory(monkeypatch, capsys):
@@ -47,7 +64,7 @@ def test_counts_driver_reserved_memory(monkeypatch, capsys):
     sc.card_16gb_foreign_6gib().install(monkeypatch)
     code, out, _ = safe(["--threshold", "6.4GiB", "--json"], capsys)
     data = json.loads(out)
-    assert code == 1 and data["verdict"] == "over"
+    assert code == 2 and data["verdict"] == "critical"
     g = data["gpus"][0]
     assert g["nvml_used_bytes"] < g["limit_bytes"] < g["in_use_bytes"]
     assert "driver-reserved" in data["reads"]
@@ -55,49 +72,54 @@ def test_counts_driver_reserved_memory(monkeypatch, capsys):
 
 def test_percent_threshold(monkeypatch, capsys):
     sc.card_16gb_foreign_6gib().install(monkeypatch)       # 40.8 %
-    assert safe(["--threshold", "40%"], capsys)[0] == 1
-    assert safe(["--threshold", "41%"], capsys)[0] == 0
+    assert safe(["--threshold", "40%"], capsys)[0] == 2
+    assert safe(["--threshold", "41%"], capsys)[0] == 1      # 40.8 % > 97 % of 41 %
+    assert safe(["--threshold", "43%"], capsys)[0] == 0
 
 
-def test_at_the_threshold_is_safe(monkeypatch, capsys):
+def test_at_the_threshold_is_not_critical(monkeypatch, capsys):
     fake = sc.card_16gb_foreign_6gib().install(monkeypatch)
     g = fake.gpus[0]
     in_use = g.total - g.free
-    assert safe(["--threshold", f"{in_use}B"], capsys)[0] == 0
-    assert safe(["--threshold", f"{in_use - 1}B"], capsys)[0] == 1
+    assert safe(["--threshold", f"{in_use}B"], capsys)[0] == 1
+    assert safe(["--threshold", f"{in_use - 1}B"], capsys)[0] == 2
+    assert safe(["--threshold", f"{int(in_use / 0.97) + 2}B"], capsys)[0] == 0
 
 
 @pytest.mark.parametrize("scenario", [sc.driver_missing, sc.driver_not_loaded])
-def test_no_driver_exit_2(monkeypatch, capsys, scenario):
+def test_no_driver_is_unknown_exit_3(monkeypatch, capsys, scenario):
     scenario().install(monkeypatch)
     code, out, _ = safe([], capsys)
-    assert code == 2 and out.startswith("vram-safe: cannot tell: NVML did not start")
+    assert code == 3 and out.startswith("vram-safe: UNKNOWN: NVML did not start")
     code, out, _ = safe(["--json"], capsys)
-    assert code == 2 and json.loads(out)["verdict"] == "unknown"
+    assert code == 3 and json.loads(out)["verdict"] == "unknown"
 
 
-def test_no_gpu_exit_2(monkeypatch, capsys):
+def test_no_gpu_is_unknown_exit_3(monkeypatch, capsys):
     sc.FakeNvml([]).install(monkeypatch)
     code, out, _ = safe([], capsys)
-    assert code == 2 and "sees no GPU" in out
+    assert code == 3 and "sees no GPU" in out
 
 
 def test_two_gpus_all_and_each(monkeypatch, capsys):
     sc.two_gpus().install(monkeypatch)        # GPU 0 at 89.6 %, GPU 1 at 1.6 %
-    assert safe([], capsys)[0] == 1
+    assert safe([], capsys)[0] == 2
     assert safe(["--gpu", "1"], capsys)[0] == 0
     code, out, _ = safe(["--gpu", "0", "--json"], capsys)
-    assert code == 1 and [g["index"] for g in json.loads(out)["gpus"]] == [0]
+    assert code == 2 and [g["index"] for g in json.loads(out)["gpus"]] == [0]
     code, out, _ = safe(["--gpu", "7"], capsys)
-    assert code == 2 and "there is no GPU 7" in out
+    assert code == 3 and "there is no GPU 7" in out
 
 
-def test_lost_gpu_cannot_tell_unless_another_is_over(monkeypatch, capsys):
+def test_lost_gpu_is_unknown_unless_another_is_over(monkeypatch, capsys):
     fake = sc.two_gpus().install(monkeypatch)
     fake.lose(1)
     code, out, _ = safe(["--gpu", "1"], capsys)
-    assert code == 2 and "GPU is lost" in out
-    assert safe([], capsys)[0] == 1              # GPU 0 is over for sure: that is the answer
+    assert code == 3 and "GPU is lost" in out
+    assert safe([], capsys)[0] == 2              # GPU 0 is over for sure: that is the answer
+    # GPU 0 only near its line: the unreadable GPU may be over, so the host is UNKNOWN, not WARNING
+    assert safe(["--threshold", "14.5GiB"], capsys)[0] == 3     # GPU 0: 14.32 GiB, warn line 14.07 GiB
+    assert safe(["--threshold", "14.5GiB", "--gpu", "0"], capsys)[0] == 1
 
 
 def test_default_is_the_running_presets_budget(monkeypatch, capsys):
@@ -105,7 +127,7 @@ def test_default_is_the_running_presets_budget(monkeypatch, capsys):
     state.write_running("sglang", {"name": "sglang", "preset": "qwen14b-16gb",
                                    "vram_budget_bytes": 6 * GiB, "gpu_indices": [0]})
     code, out, _ = safe([], capsys)
-    assert code == 1 and "budget of running preset qwen14b-16gb" in out
+    assert code == 2 and "budget of running preset qwen14b-16gb" in out
     assert safe(["--threshold", "75%"], capsys)[0] == 0     # the flag wins
 
 
@@ -124,3 +146,28 @@ def test_budgets_add_up_on_a_shared_gpu():
     ])
     assert th[0].limit_bytes == 6 * GiB and th[1].limit_bytes == 2 * GiB
     assert "a+b" in th[0].source
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("argv", [["--treshold", "5%"], ["--threshold", "-5%"], ["--threshold"], ["--gpu"],
+                                  ["--jsn"]])
+def test_bad_arguments_exit_64_in_one_line_for_real(argv):
+    """The real command line, as a script calls it: argparse's own errors exited 2 (= CRITICAL) before."""
+    r = subprocess.run([sys.executable, "-m", "vramkit", "vram-safe", *argv], cwd=REPO, capture_output=True,
+                       text=True, timeout=60, env={"VRAMKIT_STATE_DIR": "/nonexistent", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 64, r.stderr
+    assert r.stdout == "" and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("vramkit: ")
+    assert r.stderr.rstrip().endswith(" -> see `vramkit vram-safe --help`") and "Traceback" not in r.stderr
+
+
+def test_warn_line_sits_above_a_preset_running_as_planned():
+    """A preset at its measured peak must read OK against the budget the launcher records (in use before +
+    1.05 x planned peak): the optimized preset measured 14.33 GiB against a 14.28 GiB plan."""
+    data = json.loads((REPO / "benchmarks/calibration/opt-f085-16g.json").read_text())
+    measured = data["measured"]["peak_vram_bytes"]
+    planned = int(14.28 * GiB)
+    for before in (0, 480 * MiB):
+        budget = before + int(planned * 1.05)
+        assert before + measured <= vram.warn_line(budget) < budget

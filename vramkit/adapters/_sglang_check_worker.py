@@ -144,6 +144,16 @@ def _check_one(case, ServerArgs, ModelConfig, server_args_module, capture):
             "hidden_size": getattr(mc, "hidden_size", None),
             "max_position_embeddings": getattr(hf, "max_position_embeddings", None),
             "rope_scaling": _plain(getattr(hf, "rope_scaling", None)),
+            # what the KV pool configurator reads (model_executor/pool_configurator.py)
+            "attention_arch": _plain(getattr(mc, "attention_arch", None)),
+            "kv_lora_rank": getattr(mc, "kv_lora_rank", None),
+            "qk_rope_head_dim": getattr(mc, "qk_rope_head_dim", None),
+            "v_head_dim": getattr(mc, "v_head_dim", None),
+            "is_hybrid_swa": bool(getattr(mc, "is_hybrid_swa", False)),
+            "swa_layers": len(getattr(mc, "swa_attention_layer_ids", None) or []),
+            "full_layers": len(getattr(mc, "full_attention_layer_ids", None) or []),
+            "disable_hybrid_swa_memory": bool(getattr(sa, "disable_hybrid_swa_memory", False)),
+            "swa_full_tokens_ratio": getattr(sa, "swa_full_tokens_ratio", None),
         })
         out["resolved"] = resolved
         out["ok"] = True
@@ -183,7 +193,14 @@ def main() -> int:
     import sglang
     import sglang.srt.server_args as server_args_module
     from sglang.srt.configs.model_config import ModelConfig
+
+    # The target is a CUDA GPU: SGLang registers "mxfp4" (gpt-oss) there at import time
+    # (layers/quantization/__init__.py: `if is_cpu() or is_cuda() ...`), which this CPU-only checker is not.
+    # The same dict object is what ModelConfig validates against, so add it as the CUDA import would.
+    from sglang.srt.layers import quantization as _quant
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
     from sglang.srt.server_args import ServerArgs
+    _quant.QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
 
     import_s = time.monotonic() - t0
     # prepare_server_args() would reconfigure logging per case; keep ours (stderr + capture).

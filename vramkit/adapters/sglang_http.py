@@ -6,6 +6,10 @@ Endpoints used (sglang/srt/entrypoints/http_server.py):
   `data: {json}` events ending with `data: [DONE]`; each event's `meta_info` carries
   `completion_tokens`, `prompt_tokens`, `cached_tokens`.
 - GET /server_info: server args plus scheduler info (`max_total_num_tokens`, `max_req_input_len`, ...).
+  (`/get_server_info` is the same, deprecated in 0.5.15.)
+- GET /v1/loads?include=core,memory: KV tokens used / available, requests running and waiting, and the
+  server's own memory figures (`memory.weight_gb`, `kv_cache_gb`, `graph_gb`, GiB); no flag needed.
+- GET /metrics: Prometheus text, only when the server was started with --enable-metrics (404 otherwise).
 - GET/POST /flush_cache: empties the radix (prefix) cache; 200 "Cache flushed..." or 400 when requests are
   still running.
 
@@ -90,6 +94,22 @@ class SglangClient:
         except httpx.HTTPError as e:
             raise VramkitError(f"SGLang at {self.base_url} did not answer /server_info ({e})",
                                "check the server log", Exit.SERVICE_DOWN) from None
+
+    def loads(self) -> dict | None:
+        """GET /v1/loads?include=core,memory, or None when the server does not answer it."""
+        try:
+            r = self._http.get("/v1/loads", params={"include": "core,memory"}, timeout=10.0)
+            return r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def metrics_text(self) -> str | None:
+        """GET /metrics (Prometheus text), or None: not started with --enable-metrics, or no answer."""
+        try:
+            r = self._http.get("/metrics", timeout=10.0)
+            return r.text if r.status_code == 200 else None
+        except httpx.HTTPError:
+            return None
 
     # --- generation ------------------------------------------------------------------------
     @staticmethod

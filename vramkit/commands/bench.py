@@ -117,7 +117,8 @@ def _connect(url: str):
     if status is None:
         client.close()
         raise VramkitError(f"SGLang at {url} is unreachable",
-                           "start it (make up / vramkit launch) or pass --url", Exit.SERVICE_DOWN)
+                           "start it (make start-qwen-optimized, or vramkit up --preset optimized) or pass --url",
+                           Exit.SERVICE_DOWN)
     if status != 200:
         client.close()
         raise VramkitError(f"SGLang at {url} is not ready (/health answered {status})",

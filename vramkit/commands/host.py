@@ -73,7 +73,8 @@ def _warmup(url: str, max_requests: int, prompt_tokens: int) -> hp.Check:
         code = client.health()
         if code != 200:
             what = "nothing answers" if code is None else f"/health says {code}"
-            return hp.Check("warmup", hp.FAIL, f"{what} at {url} -> start the server (make up) or give --url",
+            return hp.Check("warmup", hp.FAIL,
+                            f"{what} at {url} -> start the server (make start-qwen-optimized) or give --url",
                             {"url": url, "code": int(Exit.SERVICE_DOWN)})
         latencies: list[float] = []
         for i in range(max_requests):

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 
 from vramkit import catalog
 from vramkit.commands.plan import add_plan_arguments, render_plan
@@ -12,7 +11,7 @@ from vramkit.errors import Exit, VramkitError
 from vramkit.generated import stale_blocks
 from vramkit.launch import steps, up
 from vramkit.launch.compose_files import stale_files
-from vramkit.launch.env import env_number, env_value, number
+from vramkit.launch.env import env_flag, env_number, env_value, number
 
 RUNTIMES = ("docker", "native")
 
@@ -24,6 +23,7 @@ def _console():
 
 def _spec(args) -> steps.LaunchSpec:
     """Flags first, then the VRAMKIT_* environment (launch/env.py), then the defaults."""
+    from vramkit.adapters.native_python import native_python
     runtime = args.runtime or env_value("RUNTIME") or "docker"
     if runtime not in RUNTIMES:
         raise VramkitError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}",
@@ -33,15 +33,16 @@ def _spec(args) -> steps.LaunchSpec:
     except ValueError as e:
         raise VramkitError(f"extra SGLang arguments: {e}", "check the quoting of --extra-args / "
                            "VRAMKIT_SGLANG_EXTRA_ARGS", Exit.BAD_INPUT) from None
+    python, python_from = native_python(args.sglang_python, env_value("SERVER_PYTHON"))
     return steps.LaunchSpec(
         name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=runtime,
         port=number(args.port, int, "--port", minimum=1) if args.port is not None else
         env_number("PORT", int, catalog.sglang().port, minimum=1),
         model_path=args.model_path or env_value("MODEL_PATH"), load_format=args.load_format or env_value("LOAD_FORMAT"),
-        extra_args=extra, sglang_python=args.sglang_python or env_value("SERVER_PYTHON") or sys.executable,
+        extra_args=extra, sglang_python=python, sglang_python_from=python_from,
         timeout_s=number(args.timeout, float, "--timeout", minimum=1) if args.timeout is not None else
         env_number("TIMEOUT", float, 1200.0, minimum=1),
-        dry_run=args.dry_run or env_value("DRY_RUN") == "1", gpu_ids=_gpu_ids(args.gpus or env_value("GPUS")))
+        dry_run=args.dry_run or env_flag("DRY_RUN"), gpu_ids=_gpu_ids(args.gpus or env_value("GPUS")))
 
 
 def _gpu_ids(text: str | None) -> list[int] | None:
@@ -122,21 +123,24 @@ def cmd_compose(args) -> int:
 def register(sub) -> None:
     up = sub.add_parser("up", help="plan, check, start SGLang, wait for health, warm up",
                         description="Start SGLang for a preset. Exit codes: 10 no fit, 11 no GPU, 12 no Docker, "
-                                    "13 port busy, 14 host memory, 15 start failed, 16 health timeout.")
+                                    "13 port busy, 14 host memory, 15 start failed, 16 health timeout, "
+                                    "21 RUNTIME=native's Python cannot import SGLang (make setup-gpu), 64 bad input.")
     add_plan_arguments(up)
     up.add_argument("--name", help="service name (default vramkit-<preset>)")
     up.add_argument("--runtime", choices=RUNTIMES, help="docker or native (default $VRAMKIT_RUNTIME, else docker)")
     up.add_argument("--port", help="host port of SGLang's API (default $VRAMKIT_PORT, else config/sglang.toml's)")
-    up.add_argument("--model-path", help="local folder or HF id instead of the model's hf_id "
-                                         "(default $VRAMKIT_MODEL_PATH)")
+    up.add_argument("--model-path", help="local folder or HF id instead of the model's hf_id; it is what gets "
+                                         "planned (default $VRAMKIT_MODEL_PATH)")
     up.add_argument("--load-format", help="'dummy': real shapes, random weights, no download, no tokenizer "
                                           "(default $VRAMKIT_LOAD_FORMAT)")
     up.add_argument("--extra-args", help="more SGLang flags (default $VRAMKIT_SGLANG_EXTRA_ARGS)")
-    up.add_argument("--sglang-python", help="the Python that runs SGLang, native runtime "
-                                            "(default $VRAMKIT_SERVER_PYTHON, else this one)")
+    up.add_argument("--sglang-python", help="the Python that runs SGLang, native runtime (default "
+                                            "$VRAMKIT_SERVER_PYTHON, else .venv-gpu/bin/python from make setup-gpu); "
+                                            "checked to import SGLang before anything starts")
     up.add_argument("--timeout", help="seconds to wait for /health (default $VRAMKIT_TIMEOUT, else 1200)")
     up.add_argument("--gpus", help="GPU indices, e.g. 0,1 (default $VRAMKIT_GPUS)")
-    up.add_argument("--dry-run", action="store_true", help="plan and check, start nothing (or VRAMKIT_DRY_RUN=1)")
+    up.add_argument("--dry-run", action="store_true", help="plan and check, start nothing "
+                                                           "(or VRAMKIT_DRY_RUN=1/true/yes)")
     up.add_argument("--assume-gpu", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--no-fit-check", action="store_true",
                     help="start even when the planner says it does not fit (calibration runs measure exactly that)")

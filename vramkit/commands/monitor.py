@@ -2,6 +2,8 @@
 
 Exit codes: 0 normal end (Ctrl-C or --duration), 2 no NVML / no GPU (cannot tell),
 3 a GPU was lost during the run.  `--once --json` prints one JSON object and exits the same way.
+`--prometheus PORT` runs headless: no screen, Prometheus metrics of the card at
+http://127.0.0.1:PORT/metrics, read from NVML at each scrape (`vramkit_gpu_up 0` without a GPU, exit 0).
 """
 from __future__ import annotations
 
@@ -49,7 +51,48 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bell", action="store_true", help="ring the terminal bell on each alert")
     p.add_argument("--gpu", default="all", help="GPU index to show, or 'all' (default)")
     p.add_argument("--top", type=int, default=5, help="processes shown per GPU (default 5)")
+    p.add_argument("--prometheus", type=int, metavar="PORT", default=None,
+                   help="headless: serve Prometheus metrics on PORT (/metrics) until Ctrl-C or --duration")
+    p.add_argument("--prometheus-addr", default="127.0.0.1",
+                   help="address for --prometheus (default %(default)s; 0.0.0.0 for a remote Prometheus)")
     p.set_defaults(func=run)
+
+
+def _prometheus(args: argparse.Namespace) -> int:
+    """Headless exporter: the dashboard's GPU collector on its own small HTTP server."""
+    try:
+        from prometheus_client import start_http_server
+
+        from vramkit.dashboard.metrics import registry
+    except ImportError as e:
+        raise VramkitError(f"--prometheus needs {e.name}", "pip install 'vramkit[dashboard]'", Exit.BAD_INPUT) from None
+    from vramkit.dashboard.sources import LiveSource
+
+    if not 0 < args.prometheus < 65536:
+        raise VramkitError(f"--prometheus {args.prometheus} is not a port", "e.g. --prometheus 9835", Exit.BAD_INPUT)
+    source = LiveSource()
+    try:
+        server, _thread = start_http_server(args.prometheus, addr=args.prometheus_addr,
+                                           registry=registry(source.snapshot, source.predicted_peak))
+    except OSError as e:
+        raise VramkitError(f"cannot serve on {args.prometheus_addr}:{args.prometheus} ({e.strerror})",
+                           "pick a free port", Exit.PORT_BUSY) from None
+    first = nvml.read_snapshot(with_processes=False)
+    seen = (f"{len(first.gpus)} GPU(s)" if first.unavailable is None
+            else f"no GPU ({first.unavailable.reason}): vramkit_gpu_up is 0")
+    print(f"Prometheus metrics at http://{args.prometheus_addr}:{args.prometheus}/metrics; {seen}", flush=True)
+    try:
+        if args.duration is not None:
+            time.sleep(args.duration)
+        else:
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+    return 0
 
 
 def _thresholds(args: argparse.Namespace) -> tuple[float, ...]:
@@ -140,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise VramkitError(f"--interval {args.interval} must be above 0", "e.g. --interval 0.5",
                            Exit.BAD_INPUT)
+    if args.prometheus is not None:
+        return _prometheus(args)
     thresholds = _thresholds(args)
     gpu = _gpu_filter(args.gpu)
     if args.once:

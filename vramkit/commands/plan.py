@@ -104,18 +104,31 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(r), indent=2, default=str))
     else:
         from rich.console import Console
+        from rich.markup import escape
+
+        from vramkit.core.render import shell_line
         con = Console()
         for item in render_plan(r):
             con.print(item)
-        con.print("[bold]SGLang arguments:[/bold] " + " ".join(plan_args(r)), soft_wrap=True)
+        # shell-quoted: pasted into a shell, a JSON override stays one argument
+        con.print("[bold]SGLang arguments:[/bold] " + escape(shell_line(plan_args(r))), soft_wrap=True)
     return 0 if r.plan.fits else int(Exit.NO_FIT)
 
 
 def _list(args) -> int:
+    from vramkit.hf_config import FAMILIES, QUANT_METHODS
     data = {
-        "models": {n: m.note for n, m in catalog.models().items()},
+        "models": {n: f"[{m.family}{', ' + m.quantization.method if m.quantization else ''}] {m.note}"
+                   for n, m in catalog.models().items()},
         "gpus": {n: g.label for n, g in catalog.gpus().items()},
         "presets": {n: p.description for n, p in catalog.presets().items()},
+        "architectures modelled (any folder with one of these config.json files)": FAMILIES,
+        "quantization methods modelled": dict.fromkeys(QUANT_METHODS, ""),
+        "refused (exit 21, with the reason)": {
+            "other architectures": "e.g. multimodal (Gemma3ForConditionalGeneration, Mistral3...), Mamba hybrids",
+            "other quantization": "bitsandbytes, GGUF, NVFP4/modelopt, AWQ 8-bit, compressed-tensors int",
+            "Qwen-MoE dense layers": "decoder_sparse_step != 1 or mlp_only_layers: SGLang builds every layer sparse",
+        },
     }
     if args.json:
         print(json.dumps(data, indent=2))
@@ -123,7 +136,7 @@ def _list(args) -> int:
         for kind, items in data.items():
             print(f"{kind}:")
             for n, d in items.items():
-                print(f"  {n:40s} {d}")
+                print(f"  {n:40s} {d}".rstrip())
     return 0
 
 

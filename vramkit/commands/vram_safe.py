@@ -1,8 +1,14 @@
-"""`vramkit vram-safe`: is GPU memory in use at or under the threshold? For scripts and CI.
+"""`vramkit vram-safe`: is GPU memory in use under the threshold? For scripts, CI and monitoring.
 
-Exit 0: at or under on every chosen GPU.  1: over on at least one.  2: cannot tell (no NVML, no
-driver, no GPU, a GPU unreadable).  One line on stdout says which, and what it read: "in use" is
-NVML's total - free, which counts driver-reserved memory (nvidia-smi's memory.used does not).
+Exit codes follow the monitoring-plugin convention (Nagios, Icinga, Zabbix and friends read them as is):
+  0 OK        every chosen GPU at or under its warn line (3 % under the threshold)
+  1 WARNING   over the warn line but at or under the threshold: less than 3 % headroom left
+  2 CRITICAL  over the threshold on at least one GPU
+  3 UNKNOWN   cannot tell: no NVML, no driver, no GPU, a GPU unreadable or lost (and none over)
+  64          bad arguments (a typo, --threshold -5%)
+Call `vramkit vram-safe` from scripts, not `make vram-safe`: make turns every failure into exit 2.
+One line on stdout says which, and what it read: "in use" is NVML's total - free, which counts
+driver-reserved memory (nvidia-smi's memory.used does not).
 
 Threshold: --threshold 12GiB or 75%; default the running preset's planned budget
 (vram_budget_bytes in the launcher's run-state), else 75 % of each GPU.
@@ -18,7 +24,7 @@ from vramkit.errors import Exit, VramkitError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("vram-safe", help="exit 0 if VRAM in use <= threshold, 1 if over, 2 if unknown",
+    p = sub.add_parser("vram-safe", help="exit 0 OK, 1 WARNING (near the threshold), 2 CRITICAL (over), 3 UNKNOWN",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threshold", default=None,
                    help="12GiB, 15.5GB or 75%% (default: running preset's budget, else 75%%)")

@@ -26,13 +26,22 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from vramkit.catalog import GpuSpec, ModelSpec
+from vramkit.core.arch import CALIBRATION_HOST_SMS, weight_layout
 from vramkit.core.checks import Reason
 from vramkit.core.knobs import Knobs
-from vramkit.core.weight_load import CALIBRATION_HOST_SMS, LoadShape, replay_load
+from vramkit.core.model_memory import (  # noqa: F401
+    KV_DTYPE_BYTES,
+    KvLayout,
+    activation_bytes,
+    decode_read_bytes,
+    kv_bytes_per_token,
+    kv_layout,
+    weight_components,
+)
+from vramkit.core.model_spec import GpuSpec, ModelSpec
+from vramkit.core.weight_load import replay_load
 from vramkit.units import GiB, MiB, bytes2human
 
-KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5}
 SGLANG_REQ_SLACK_TOKENS = 5          # max_req_input_len = max_req_len - 5 (tp_worker.get_worker_info)
 REQ_TO_TOKEN_EXTRA_CONTEXT = 4       # ReqToTokenPool max_context_len = context_len + 4
 
@@ -57,17 +66,6 @@ class Engine:
         """GPU memory the server process takes before its weights (SGLang's pre_model_load_memory is the
         card's free memory minus this)."""
         return self.cuda_context + (self.tp_comm_init if tp > 1 else 0)
-
-    @classmethod
-    def from_config(cls, c: dict) -> Engine:
-        return cls(
-            cuda_context=int(c["cuda_context_mib"] * MiB), driver_reserved=int(c["driver_reserved_mib"] * MiB),
-            tp_comm_init=int(c["tp_comm_init_mib"] * MiB), tp_comm_runtime=int(c["tp_comm_runtime_mib"] * MiB),
-            pre_kv=int(c["pre_kv_mib"] * MiB), post_kv_misc=int(c["post_kv_misc_mib"] * MiB),
-            attention_backend=int(c["attention_backend_mib"] * MiB), decode_graph=int(c["decode_graph_mib"] * MiB),
-            activation_factor=float(c["activation_factor"]), runtime_margin=int(c["runtime_margin_mib"] * MiB),
-            hicache_host_reserve=int(c["hicache_host_reserve_mib"] * MiB),
-        )
 
 
 @dataclass(frozen=True)
@@ -120,64 +118,6 @@ class Plan:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-# ----------------------------------------------------------------------------------------------
-# weights
-# ----------------------------------------------------------------------------------------------
-def _linear_bytes(model: ModelSpec, n_in: int, n_out: int) -> dict[str, int]:
-    """One linear layer's tensors as the checkpoint stores them (GPTQ: qweight, qzeros, scales, g_idx)."""
-    q = model.quantization
-    if q is None or q.method not in ("gptq", "awq"):
-        return {"weight": n_in * n_out * model.dtype_bytes}
-    groups = math.ceil(n_in / q.group_size) if q.group_size > 0 else 1
-    return {
-        "qweight": n_in * n_out * q.bits // 8,
-        "scales": groups * n_out * 2,
-        "qzeros": groups * (n_out * q.bits // 32) * 4,
-        "g_idx": n_in * 4 if q.method == "gptq" else 0,
-    }
-
-
-def weight_components(model: ModelSpec, tp: int = 1) -> dict[str, int]:
-    """Bytes per TP rank by component. Column-parallel (qkv, gate_up) split their outputs, row-parallel
-    (o, down) their inputs, the vocabulary is split across ranks; norms are replicated."""
-    h, i, hd = model.hidden_size, model.intermediate_size, model.head_dim
-    q_out, kv_out = model.num_heads * hd, model.num_kv_heads * hd
-    kv_out_rank = max(1, model.num_kv_heads // tp) * hd if tp > model.num_kv_heads else kv_out // tp
-    per_layer_attn = (sum(_linear_bytes(model, h, q_out // tp + 2 * kv_out_rank).values())
-                      + sum(_linear_bytes(model, q_out // tp, h).values()))
-    if model.attention_bias:
-        per_layer_attn += (q_out // tp + 2 * kv_out_rank) * model.dtype_bytes
-    per_layer_mlp = sum(_linear_bytes(model, h, 2 * i // tp).values()) + sum(_linear_bytes(model, i // tp, h).values())
-    vocab_rank = math.ceil(model.vocab_size / tp / 64) * 64     # VocabParallelEmbedding pads to 64
-    embed = vocab_rank * h * model.dtype_bytes
-    return {
-        "embed_tokens": embed,
-        "lm_head": 0 if model.tie_word_embeddings else embed,
-        "attention": per_layer_attn * model.num_layers,
-        "mlp": per_layer_mlp * model.num_layers,
-        "norms": (2 * model.num_layers + 1) * h * model.dtype_bytes,
-    }
-
-
-def kv_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: int = 1) -> int:
-    """SGLang's cell_size per rank: kv_heads_per_rank * (head_dim + v_head_dim) * layers * element size.
-    kv_heads_per_rank = max(1, kv_heads // tp) (heads are replicated when tp > kv_heads)."""
-    kv_heads_rank = max(1, model.num_kv_heads // tp)
-    elem = model.dtype_bytes if kv_dtype == "auto" else KV_DTYPE_BYTES[kv_dtype]
-    return int(kv_heads_rank * 2 * model.head_dim * model.num_layers * elem)
-
-
-def load_shape(model: ModelSpec) -> LoadShape:
-    q = model.quantization
-    quantized = q is not None and q.method in ("gptq", "awq")
-    return LoadShape(hidden=model.hidden_size, intermediate=model.intermediate_size, layers=model.num_layers,
-                     heads=model.num_heads, kv_heads=model.num_kv_heads, head_dim=model.head_dim,
-                     vocab=model.vocab_size, tie_embeddings=model.tie_word_embeddings,
-                     attention_bias=model.attention_bias, dtype_bytes=model.dtype_bytes,
-                     quant_group=q.group_size if quantized else None, quant_bits=q.bits if quantized else 4,
-                     quant_g_idx=bool(quantized and q.method == "gptq"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -241,15 +181,6 @@ def context_and_yarn(model: ModelSpec, context: int) -> tuple[int, float | None]
     return int(native * factor), factor
 
 
-def activation_bytes(model: ModelSpec, chunk_tokens: int, tp: int, factor: float) -> int:
-    """Largest prefill step's live tensors, first principles in the model dtype (a few hidden-state
-    copies, q/k/v, MLP gate+up and its activation), times a calibrated factor."""
-    h, i = model.hidden_size, model.intermediate_size // tp
-    qkv = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim // tp
-    per_token = (4 * h + qkv + 3 * i) * model.dtype_bytes
-    return int(chunk_tokens * per_token * factor)
-
-
 def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with_alternatives: bool = True,
          candidates: tuple[ModelSpec, ...] = ()) -> Plan:
     """The plan; when it does not fit, `alternatives` re-plans each change (and each of `candidates`,
@@ -270,41 +201,43 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     card_total = total if total is not None else free + engine.startup_overhead(tp)
 
     # resolve SGLang's defaults from the TARGET card, never from the machine it runs on
-    chunk = knobs.chunked_prefill or sglang_default_chunked_prefill(card_total)
+    # --chunked-prefill-size -1 turns chunking off: the largest prefill step is a whole request
+    chunk_flag = knobs.chunked_prefill or sglang_default_chunked_prefill(card_total)
+    chunk = knobs.context if chunk_flag < 0 else chunk_flag
     graph_bs = knobs.cuda_graph_max_bs
     if graph_bs is None:
         graph_bs = sglang_default_cuda_graph_max_bs(card_total, tp)
     # the kit always renders --disable-prefill-cuda-graph (core/render.py): SGLang's default reserve without them
     frac = knobs.mem_fraction if knobs.mem_fraction is not None else sglang_default_mem_fraction(
-        card_total, chunk, graph_bs, tp, prefill_cuda_graph=False)
+        card_total, chunk_flag, graph_bs, tp, prefill_cuda_graph=False)
     context_len, yarn = context_and_yarn(model, knobs.context)
 
     # 2. weights
     comps = weight_components(model, tp)
-    layer_bytes = comps["attention"] + comps["mlp"] + 2 * model.num_layers * model.hidden_size * model.dtype_bytes
-    # rope cos/sin cache: context positions x head_dim, fp32 on CUDA (sglang rotary_embedding/base.py)
-    rope_bytes = context_len * model.head_dim * 4
-    shape = load_shape(model)
     sms = gpu.sm_count if gpu is not None and gpu.sm_count else CALIBRATION_HOST_SMS
+    layout = weight_layout(model, tp, context_len, sms)
+    layer_sizes = [sum(p.nbytes for p in layer) for layer in layout.layers]
+    layer_bytes = sum(layer_sizes)
     offload_req = knobs.cpu_offload_gib
+    kv = kv_layout(model, knobs.kv_dtype, tp)
     cell = kv_bytes_per_token(model, knobs.kv_dtype, tp)
     if offload_req == "auto":
         # what the load reserves with nothing offloaded: tensors, rope cache and the allocator's slack
-        on_gpu = replay_load(shape, tp, rope_bytes, sm_count=sms).gpu_reserved_bytes
+        on_gpu = replay_load(layout).gpu_reserved_bytes
         offload_req = _auto_offload_gib(free, frac, on_gpu + engine.pre_kv, cell, knobs, layer_bytes)
     offload_req = int(offload_req)
-    load = replay_load(shape, tp, rope_bytes, min(offload_req * GiB, layer_bytes), sm_count=sms)
+    load = replay_load(layout, min(offload_req * GiB, layer_bytes))
     offloaded = load.offloaded_bytes
     weights_gpu = load.gpu_reserved_bytes
 
     # 3. KV pool
     rest = (free - weights_gpu - engine.pre_kv) - free * (1 - frac)
-    kv_tokens = max(0, int(rest // cell)) if rest > 0 else 0
+    kv_tokens = kv.tokens(rest)
     if rest <= 0:
         need = 1 - (free - weights_gpu - engine.pre_kv) / free
         reasons.append(Reason("weights", f"the weights ({bytes2human(weights_gpu)}) leave no room for a KV cache at "
                        f"mem_fraction_static {frac}: SGLang refuses to start (needs > {need:.3f})"))
-    kv_pool_bytes = kv_tokens * cell
+    kv_pool_bytes = kv.pool_bytes(kv_tokens)
 
     # 4. longest request, concurrency
     max_req_len = min(context_len - 1, kv_tokens - 1)
@@ -318,7 +251,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # (srt/utils/offloader.py: `v.to(device)` over the layer's state_dict), so up to one decoder layer's worth
     # is on the GPU while that layer runs: once in the decode graphs' pool (the copies are captured) and once
     # beside the eager prefill's activations. Derived from the source; no calibration point ran with offload.
-    offload_transient = min(offloaded, layer_bytes // model.num_layers)
+    offload_transient = min(offloaded, max(layer_sizes))
     graphs = engine.decode_graph + offload_transient if graph_bs > 0 else 0
     act = activation_bytes(model, chunk, tp, engine.activation_factor) + offload_transient
     used_after_start = weights_gpu + engine.pre_kv + kv_pool_bytes + req_to_token + engine.post_kv_misc \
@@ -330,7 +263,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     peak = engine.startup_overhead(tp) + used_after_start + act + comm_runtime
 
     # verdicts
-    if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
+    if model.num_heads % tp or (model.mla is None and model.num_kv_heads % tp and tp % model.num_kv_heads):
         reasons.append(Reason("tp", f"tensor parallel size {tp} does not divide the model's {model.num_heads} "
                               f"attention heads / {model.num_kv_heads} KV heads: SGLang asserts it at load"))
     if kv_tokens > 0 and kv_tokens < knobs.context:
@@ -355,6 +288,14 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                      f"YaRN rope scaling x{yarn:g} (quality beyond the native window is the model's, "
                      f"not guaranteed)")
 
+    notes.extend(model.notes)
+    if model.sliding is not None and not model.sliding.hybrid_pool:
+        notes.append(f"SGLang disables its hybrid sliding-window pool for {model.architecture}: every layer "
+                     f"keeps every token (one full pool; window {model.sliding.window} not used for memory)")
+    if model.sliding is not None and model.sliding.hybrid_pool:
+        notes.append(f"hybrid sliding-window pool: {kv.full_layers} full-attention layers hold {kv_tokens:,} tokens, "
+                     f"{kv.swa_layers} sliding layers {int(kv_tokens * kv.swa_ratio):,} (swa_full_tokens_ratio 0.8)")
+
     # host RAM
     hicache_bytes = int(knobs.hicache_gb * 1e9)
     host_ram, host_reserve = host_ram_need(hicache_bytes, offloaded, engine)
@@ -375,19 +316,20 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # 7. decode ceilings
     ceiling, ceiling_batch = None, None
     if gpu is not None:
-        # the GPU-resident tensors after marlin conversion, less the rope cache and the embedding table
-        # (a lookup, not a matmul; read in full only when tied to lm_head)
-        read_per_step = load.gpu_tensor_bytes - rope_bytes - (0 if model.tie_word_embeddings else comps["embed_tokens"])
-        t_weights = max(read_per_step, 0) / gpu.bandwidth_bytes_s + offloaded / gpu.pcie_bytes_s
+        # the GPU-resident tensors after conversion; MoE: only the experts a step touches
+        t_weights = decode_read_bytes(model, load.live_by_role, 1, tp) / gpu.bandwidth_bytes_s \
+            + offloaded / gpu.pcie_bytes_s
         t_kv = cell * knobs.context / gpu.bandwidth_bytes_s     # one stream's KV at the full target context
         ceiling = 1.0 / (t_weights + t_kv)
         n = max(1, min(knobs.concurrency, conc or 1))
-        ceiling_batch = n / (t_weights + n * t_kv)
+        t_weights_n = decode_read_bytes(model, load.live_by_role, n, tp) / gpu.bandwidth_bytes_s \
+            + offloaded / gpu.pcie_bytes_s
+        ceiling_batch = n / (t_weights_n + n * t_kv)
         if offloaded:
             notes.append(f"{bytes2human(offloaded)} of weights cross PCIe gen{gpu.pcie_gen} x{gpu.pcie_lanes} "
                          f"({gpu.pcie_bytes_s / 1e9:.1f} GB/s) every decode step")
 
-    resolved = replace(knobs, mem_fraction=frac, chunked_prefill=chunk, cuda_graph_max_bs=graph_bs,
+    resolved = replace(knobs, mem_fraction=frac, chunked_prefill=chunk_flag, cuda_graph_max_bs=graph_bs,
                        max_running=max_running, cpu_offload_gib=offload_req)
     p = Plan(
         model=model.name, gpu=gpu.name if gpu else "given-free-memory", knobs=resolved,
@@ -424,7 +366,7 @@ def _auto_offload_gib(free: int, frac: float, fixed_weights: int, cell: int, kno
     return min(math.ceil(short / GiB), math.ceil(layer_bytes / GiB))
 
 
-def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine) -> float:
+def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine) -> float | None:
     """The largest mem_fraction_static (step 0.01, at most 0.90: the highest measured to start and serve on
     the emulated 16 GB card, benchmarks/calibration/fp8-f090-16g.json) that keeps the runtime margin."""
     best = None
@@ -432,49 +374,80 @@ def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Eng
         p = plan(model, target, replace(knobs, mem_fraction=f100 / 100), engine, with_alternatives=False)
         if p.kv_pool_tokens > 0 and p.headroom_bytes >= engine.runtime_margin:
             best = f100 / 100
-    return best or 0.5
+    return best
+
+
+CHANGE_WORDS = {
+    "kv_dtype": lambda v: f"KV cache {v} (--kv-cache-dtype {v})",
+    "mem_fraction": lambda v: f"--mem-fraction-static {v}",
+    "concurrency": lambda v: f"{v} request(s) of this context at once",
+    "context": lambda v: f"context {v:,} tokens",
+    "cpu_offload_gib": lambda v: f"{v} GiB of weights in host RAM (--cpu-offload-gb {v})",
+    "tp": lambda v: f"{v} GPUs with tensor parallelism (--tp-size {v})",
+    "max_running": lambda v: f"--max-running-requests {v}",
+}
+
+
+def describe_change(knobs: Knobs, change: dict) -> str:
+    """Every setting an alternative changes, in words and flags (those equal to the current value left out)."""
+    parts = [CHANGE_WORDS[k](v) for k, v in change.items() if getattr(knobs, k) != v]
+    return " + ".join(parts) if parts else "no change"
 
 
 def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, base: Plan,
                  candidates: tuple[ModelSpec, ...] = ()) -> list[Alternative]:
-    """Changes that make it fit, cheapest first: each is re-planned, never guessed."""
+    """Changes that make it fit, cheapest first: each is re-planned, never guessed, and names every setting
+    it changes (an alternative that also switches the KV dtype says so)."""
     out: list[Alternative] = []
+    seen: set[tuple] = set()
 
-    def trial(change: str, cost: str, **kw) -> Plan:
+    def trial(cost: str, **kw) -> Plan | None:
+        key = tuple(sorted((k, v) for k, v in kw.items() if getattr(knobs, k) != v))
+        if not key or key in seen:
+            return None
+        seen.add(key)
         p = plan(model, target, replace(knobs, **kw), engine, with_alternatives=False)
         tok_s = "n/a" if p.decode_tok_s_ceiling is None else f"{p.decode_tok_s_ceiling:.1f}"
-        out.append(Alternative(change=change, knobs=kw, fits=p.fits, decode_tok_s_ceiling=p.decode_tok_s_ceiling,
-                               cost=cost.format(p=p, tok_s=tok_s)))
+        out.append(Alternative(change=describe_change(knobs, kw), knobs=dict(key), fits=p.fits,
+                               decode_tok_s_ceiling=p.decode_tok_s_ceiling, cost=cost.format(p=p, tok_s=tok_s)))
         return p
 
     if knobs.kv_dtype == "auto":
-        trial("fp8 KV cache (--kv-cache-dtype fp8_e5m2)",
-              "halves KV bytes: pool {p.kv_pool_tokens:,} tokens; decode ceiling {tok_s} tok/s "
+        trial("halves KV bytes: pool {p.kv_pool_tokens:,} tokens; decode ceiling {tok_s} tok/s "
               "(faster: fewer bytes read); small accuracy risk from 5-bit-mantissa keys/values", kv_dtype="fp8_e5m2")
+    frac_same_kv = max_mem_fraction(model, target, knobs, engine)
+    if frac_same_kv is not None and (knobs.mem_fraction is None or frac_same_kv > knobs.mem_fraction + 1e-9):
+        trial("largest fraction that keeps the runtime margin: pool {p.kv_pool_tokens:,} tokens; no speed cost; "
+              "less slack for activations", mem_fraction=frac_same_kv)
     kv = "fp8_e5m2" if knobs.kv_dtype == "auto" else knobs.kv_dtype
-    best_frac = max_mem_fraction(model, target, replace(knobs, kv_dtype=kv), engine)
-    if knobs.mem_fraction is None or best_frac > knobs.mem_fraction + 1e-9:
-        trial(f"raise --mem-fraction-static to {best_frac} (largest that keeps the runtime margin)",
-              "pool {p.kv_pool_tokens:,} tokens; no speed cost; less slack for activations",
+    best_frac = max_mem_fraction(model, target, replace(knobs, kv_dtype=kv), engine) or knobs.mem_fraction
+    if kv != knobs.kv_dtype and best_frac is not None:
+        trial("pool {p.kv_pool_tokens:,} tokens; decode ceiling {tok_s} tok/s; fp8 keys/values",
               kv_dtype=kv, mem_fraction=best_frac)
+    if knobs.max_running is None and base.req_to_token_bytes > 256 * MiB:
+        # SGLang's default max_running_requests sizes req_to_token by the model's whole context
+        trial("at most that many requests run at once; req_to_token shrinks to {req}: pool {{p.kv_pool_tokens:,}} "
+              "tokens".replace("{req}", "{p.req_to_token_bytes:,} B"), max_running=max(8, knobs.concurrency))
     if base.max_concurrent_requests < knobs.concurrency and base.max_concurrent_requests >= 1:
-        trial(f"serve {base.max_concurrent_requests} request(s) of this context at once",
-              "others queue; no per-request speed cost", concurrency=base.max_concurrent_requests)
+        trial("others queue; no per-request speed cost", concurrency=base.max_concurrent_requests)
     # the longest context that fits with fp8 KV and the best fraction
     fitted = _longest_context(model, target, replace(knobs, kv_dtype=kv, mem_fraction=best_frac), engine)
     if fitted and fitted < knobs.context:
-        trial(f"a shorter context: {fitted:,} tokens (fp8 KV, fraction {best_frac})",
-              "requests longer than that are refused; decode ceiling {tok_s} tok/s",
+        trial("requests longer than that are refused; decode ceiling {tok_s} tok/s",
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
     if knobs.cpu_offload_gib in (0, "0"):
+        extra: dict = {}
         off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
+        if not off.fits and knobs.max_running is None and off.req_to_token_bytes > 256 * MiB:
+            # a long native context makes SGLang's default req_to_token table large: cap the requests too
+            extra = {"max_running": max(8, knobs.concurrency)}
+            off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto", **extra), engine,
+                       with_alternatives=False)
         if int(off.knobs.cpu_offload_gib) > 0:
-            trial(f"move {off.knobs.cpu_offload_gib} GiB of weights to host RAM (--cpu-offload-gb, fp8 KV)",
-                  "those weights cross PCIe every token: decode ceiling {tok_s} tok/s; pins that much host RAM",
-                  kv_dtype=kv, cpu_offload_gib=int(off.knobs.cpu_offload_gib))
+            trial("those weights cross PCIe every token: decode ceiling {tok_s} tok/s; pins that much host RAM",
+                  kv_dtype=kv, cpu_offload_gib=int(off.knobs.cpu_offload_gib), **extra)
     if knobs.tp == 1:
-        trial("two GPUs with tensor parallelism (--tp-size 2)",
-              "needs a second card of this size; weights and KV split per rank; decode ceiling "
+        trial("needs a second card of this size; weights and KV split per rank; decode ceiling "
               "{tok_s} tok/s per rank-bandwidth", tp=2)
     own = sum(weight_components(model).values())
     for other in candidates:

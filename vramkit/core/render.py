@@ -8,12 +8,31 @@ for the TARGET card: on a big card emulating a small one, SGLang's own probe wou
 from __future__ import annotations
 
 import json
+import shlex
 
-from vramkit.catalog import ModelSpec
 from vramkit.core.knobs import render_args
+from vramkit.core.model_spec import ModelSpec
 from vramkit.core.planner import Plan
 
 HEALTH_START_PERIOD_S = 900           # first GPTQ start JIT-compiles marlin inside graph capture: 378 s on H100
+
+
+CONTAINER_MODEL_DIR = "/models"       # where a folder model is bind-mounted (read-only) in the container
+
+
+def model_path_for(model: ModelSpec) -> str:
+    """What SGLang's --model-path gets: the Hugging Face id, or (a folder model) the folder itself."""
+    return model.hf_id or str(model.config_dir)
+
+
+def container_model_path(host_folder: str) -> str:
+    """Where a host folder holding a model is mounted in the container."""
+    return f"{CONTAINER_MODEL_DIR}/{host_folder.rstrip('/').rsplit('/', 1)[-1]}"
+
+
+def shell_line(argv: list[str]) -> str:
+    """One command line a POSIX shell reads back as exactly `argv` (JSON overrides stay one argument)."""
+    return shlex.join(argv)
 
 
 def yarn_override(model: ModelSpec, factor: float) -> str:
@@ -54,8 +73,15 @@ def _q(s: str) -> str:
 
 
 def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, p: Plan, image: str,
-                 argv: list[str], gpu_ids: list[int], source_note: str, port: int) -> str:
-    """One compose file for one preset: the SGLang service with every odd setting explained."""
+                 argv: list[str], gpu_ids: list[int], source_note: str, port: int,
+                 model_mount: tuple[str, str] | None = None) -> str:
+    """One compose file for one preset: the SGLang service with every odd setting explained.
+    `model_mount` (host folder, container path): a folder model, bind-mounted read-only; argv's
+    --model-path names the container path."""
+    mount = ""
+    if model_mount:
+        mount = (f"\n      - {_q(f'{model_mount[0]}:{model_mount[1]}:ro')}"
+                 f"  # the model folder, read-only: SGLang only reads it")
     cmd = "\n".join(f"      - {_q(x)}" for x in ["python3", "-m", "sglang.launch_server", *argv])
     ids = ", ".join(_q(str(i)) for i in gpu_ids)
     pinned = p.host_ram_bytes > 0
@@ -78,7 +104,7 @@ services:
       TVM_FFI_CACHE_DIR: /root/.cache/tvm-ffi  # SGLang's JIT kernels (GPTQ marlin: minutes to build) survive restarts
     volumes:
       - ${{VRAMKIT_HF_CACHE:-~/.cache/huggingface}}:/root/.cache/huggingface  # model weights, downloaded once
-      - vramkit-jit-cache:/root/.cache/tvm-ffi
+      - vramkit-jit-cache:/root/.cache/tvm-ffi{mount}
     ipc: host  # SGLang's tokenizer, scheduler and detokenizer processes share tensors through /dev/shm
     ulimits:
       memlock: -1  # {"the host KV pool / offloaded weights are pinned (page-locked) RAM" if pinned else "pinned host buffers (KV copies) must not hit the memlock limit"}

@@ -285,16 +285,31 @@ NO_NVML_TODO = ("install/load the NVIDIA driver (nvidia-smi must work), "
 
 # --- vram-safe ------------------------------------------------------------------------------------
 
+# WARNING starts this far under the threshold. Why 3 %: a preset running as planned sits at ~95.6 % of
+# the budget the launcher records (in use before start + planned peak x 1.05): the optimized preset peaked
+# at 14.33 GiB (measured, benchmarks/calibration/opt-f085-16g.json) against 1.05 x its 14.28 GiB plan.
+# A line at 97 % stays quiet in normal running and speaks when less than ~0.45 GiB of a 15 GiB budget is
+# left. Derived from that measurement; the 3 % itself is a choice, not a measurement.
+WARN_HEADROOM = 0.03
+
+VERDICT_CODES = {"ok": Exit.VRAM_OK, "warning": Exit.VRAM_WARNING, "critical": Exit.VRAM_CRITICAL,
+                 "unknown": Exit.VRAM_UNKNOWN}
+# The host's verdict is its worst GPU's, in this order: an over-budget GPU is known for sure, so it wins;
+# an unreadable one beats a warning, since it may be over.
+SEVERITY = ("ok", "warning", "unknown", "critical")
+
+
 @dataclass(frozen=True)
 class GpuVerdict:
     index: int
-    verdict: str                      # "ok" | "over" | "unknown"
+    verdict: str                      # "ok" | "warning" | "critical" | "unknown"
     in_use_bytes: int | None
     nvml_used_bytes: int | None
     total_bytes: int | None
     limit_bytes: int | None
     threshold: str
     reason: str = ""
+    warn_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -303,11 +318,17 @@ class GuardResult:
     line: str
     gpus: tuple[GpuVerdict, ...]
 
+    @property
+    def verdict(self) -> str:
+        return {int(c): v for v, c in VERDICT_CODES.items()}[int(self.code)]
+
     def to_dict(self) -> dict:
         return {
             "exit_code": int(self.code),
-            "verdict": {Exit.OK: "ok", Exit.OVER_THRESHOLD: "over"}.get(self.code, "unknown"),
+            "verdict": self.verdict,
             "line": self.line,
+            "codes": "0 OK, 1 WARNING (over the warn line, within "
+                     f"{100 * WARN_HEADROOM:g} % of the threshold), 2 CRITICAL (over the threshold), 3 UNKNOWN",
             "reads": "in_use_bytes = total - free (NVML), driver-reserved memory included; "
                      "nvml_used_bytes = NVML used = nvidia-smi memory.used",
             "gpus": [vars(v) for v in self.gpus],
@@ -317,25 +338,31 @@ class GuardResult:
 USED_NOTE = "in use = total - free, driver-reserved memory included"
 
 
+def warn_line(limit_bytes: int) -> int:
+    return int(limit_bytes * (1.0 - WARN_HEADROOM))
+
+
 def vram_safe(snap: Snapshot, thresholds: dict[int | None, Threshold],
               gpu: int | None = None) -> GuardResult:
-    """Exit 0 when every selected GPU is at or under its threshold, 1 when one is over,
-    2 when it cannot tell (no NVML, no GPU, a GPU unreadable, asked-for GPU absent).
+    """The monitoring-plugin verdict for the selected GPUs (each against its own threshold):
 
-    `thresholds` maps a GPU index (or None = any GPU) to its Threshold. An over GPU wins over an
-    unknown one: we know that much for sure.
+    0 OK        every GPU at or under its warn line (WARN_HEADROOM under the threshold)
+    1 WARNING   a GPU over its warn line, none over its threshold: close to the budget
+    2 CRITICAL  a GPU over its threshold (the running preset's budget, or --threshold)
+    3 UNKNOWN   no NVML, no GPU, the asked-for GPU absent, or a GPU unreadable/lost and none over
+
+    `thresholds` maps a GPU index (or None = any GPU) to its Threshold.
     """
+    def unknown(why: str) -> GuardResult:
+        return GuardResult(Exit.VRAM_UNKNOWN, f"vram-safe: UNKNOWN: {why}", ())
+
     if snap.unavailable is not None:
-        return GuardResult(Exit.CANNOT_TELL,
-                           f"vram-safe: cannot tell: {snap.unavailable.reason} -> {NO_NVML_TODO}", ())
+        return unknown(f"{snap.unavailable.reason} -> {NO_NVML_TODO}")
     if not snap.gpus:
-        return GuardResult(Exit.CANNOT_TELL, "vram-safe: cannot tell: NVML sees no GPU -> "
-                           "check nvidia-smi / CUDA_VISIBLE_DEVICES / the container's --gpus", ())
+        return unknown("NVML sees no GPU -> check nvidia-smi / CUDA_VISIBLE_DEVICES / the container's --gpus")
     chosen = [g for g in snap.gpus if gpu is None or g.index == gpu]
     if not chosen:
-        return GuardResult(Exit.CANNOT_TELL,
-                           f"vram-safe: cannot tell: there is no GPU {gpu} (this host has "
-                           f"{len(snap.gpus)}: 0-{len(snap.gpus) - 1})", ())
+        return unknown(f"there is no GPU {gpu} (this host has {len(snap.gpus)}: 0-{len(snap.gpus) - 1})")
     verdicts = []
     for g in chosen:
         th = thresholds.get(g.index) or thresholds.get(None) or Threshold(fraction=DEFAULT_GUARD_FRACTION,
@@ -347,25 +374,22 @@ def vram_safe(snap: Snapshot, thresholds: dict[int | None, Threshold],
             verdicts.append(GpuVerdict(g.index, "unknown", None, nvml_used, None, None, th.describe(), reason))
             continue
         limit = th.limit_for(int(g.total_bytes))
-        verdicts.append(GpuVerdict(g.index, "over" if used > limit else "ok", int(used), nvml_used,
-                                   int(g.total_bytes), limit, th.describe()))
-    if any(v.verdict == "over" for v in verdicts):
-        code, word = Exit.OVER_THRESHOLD, "OVER"
-    elif any(v.verdict == "unknown" for v in verdicts):
-        code, word = Exit.CANNOT_TELL, "cannot tell"
-    else:
-        code, word = Exit.OK, "OK"
+        warn = warn_line(limit)
+        verdict = "critical" if used > limit else "warning" if used > warn else "ok"
+        verdicts.append(GpuVerdict(g.index, verdict, int(used), nvml_used, int(g.total_bytes), limit,
+                                   th.describe(), warn_bytes=warn))
+    worst = max((v.verdict for v in verdicts), key=SEVERITY.index)
     parts = []
     for v in verdicts:
         if v.verdict == "unknown":
             parts.append(f"GPU {v.index} unreadable ({v.reason})")
-        else:
-            op = ">" if v.verdict == "over" else "<="
-            parts.append(f"GPU {v.index} {bytes2human(v.in_use_bytes)} {op} {bytes2human(v.limit_bytes)}"
-                         f" of {bytes2human(v.total_bytes)}")
-    line = (f"vram-safe: {word}: " + "; ".join(parts) + f" [threshold {verdicts[0].threshold}; "
+            continue
+        op = {"critical": ">", "warning": f"> warn line {bytes2human(v.warn_bytes)}, <=", "ok": "<="}[v.verdict]
+        parts.append(f"GPU {v.index} {bytes2human(v.in_use_bytes)} {op} {bytes2human(v.limit_bytes)}"
+                     f" of {bytes2human(v.total_bytes)}")
+    line = (f"vram-safe: {worst.upper()}: " + "; ".join(parts) + f" [threshold {verdicts[0].threshold}; "
             f"{USED_NOTE}]")
-    return GuardResult(code, line, tuple(verdicts))
+    return GuardResult(VERDICT_CODES[worst], line, tuple(verdicts))
 
 
 # --- sample log -----------------------------------------------------------------------------------

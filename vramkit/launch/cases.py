@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.planner import Knobs, Target, plan
 from vramkit.core.render import sglang_args
 from vramkit.units import GiB
 
@@ -26,7 +26,7 @@ class LaunchCaseSpec:
 
 
 def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
-    engine = Engine.from_config(catalog.engine_constants())
+    engine = catalog.engine()
     host_gpu = catalog.gpu("h100-80gb")
     port = catalog.sglang().port
     for preset in catalog.presets().values():

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 from vramkit import catalog
 from vramkit.core.checks import Check
-from vramkit.core.planner import Engine, host_ram_need
+from vramkit.core.planner import host_ram_need
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.steps import LaunchSpec, server_gpu_ids
 from vramkit.units import bytes2human
 
 
 def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, host_ram, memlock, port_free,
-              gpu_count: int | None = None) -> list[Check]:
-    """Every check before starting; each adapter is passed in so tests can drive the situations."""
+              gpu_count: int | None = None, sglang_import=None) -> list[Check]:
+    """Every check before starting; each adapter is passed in so tests can drive the situations.
+    `sglang_import(python) -> Probe` (adapters/native_python.py): asked for RUNTIME=native only."""
     p = resolved.plan
     checks: list[Check] = []
     if spec.runtime == "docker":
@@ -32,10 +33,12 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
     checks.append(Check.of("gpu", gpu_present, "NVML sees a GPU" if gpu_present else
                         "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere",
                         Exit.NO_GPU))
+    if spec.runtime == "native" and sglang_import is not None:
+        checks.extend(sglang_checks(spec, sglang_import(spec.sglang_python)))
     if p.host_ram_bytes:
         avail = host_ram()          # read again now: the plan's figure may be minutes old
         need, reserve = host_ram_need(int(p.knobs.hicache_gb * 1e9), p.weights_offloaded_bytes,
-                                      Engine.from_config(catalog.engine_constants()))
+                                      catalog.engine())
         ok = avail - reserve >= need
         checks.append(Check.of("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
                             + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")
@@ -55,3 +58,19 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
     checks.append(Check.of("port", not busy, f"{spec.host}:{spec.port} "
                            + ("is in use -> stop what holds it or PORT=..." if busy else "free"), Exit.PORT_BUSY))
     return checks
+
+
+def sglang_checks(spec: LaunchSpec, probe) -> list[Check]:
+    """RUNTIME=native: the interpreter must import SGLang (issue 10: it was .venv's, which never has it, and
+    the start failed with exit 15 and an empty reason); a release other than the pinned one only warns."""
+    from vramkit.adapters.native_python import FIX
+    where = f"{spec.sglang_python} ({spec.sglang_python_from})" if spec.sglang_python_from else spec.sglang_python
+    if not probe.ok:
+        return [Check.of("sglang", False, f"{where} cannot import SGLang ({probe.detail}) -> {FIX}", Exit.NO_SGLANG)]
+    out = [Check.of("sglang", True, f"sglang {probe.version} in {where}")]
+    pinned = catalog.versions().sglang_pip
+    if probe.version != pinned:
+        out.append(Check.of("sglang-pin", False, f"sglang {probe.version} is not the pinned {pinned} that every flag "
+                            "is checked against -> make setup-gpu installs the pinned one", Exit.NO_SGLANG,
+                            fatal=False))
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.planner import Knobs, Target, plan
 from vramkit.core.render import compose_yaml, sglang_args
 from vramkit.units import GiB
 
@@ -14,7 +14,7 @@ COMPOSE_GPU = "rtx-5060-ti-16gb"      # committed compose files are rendered for
 
 def compose_files() -> dict[Path, str]:
     """docker-compose.qwen[-preset].yml for each preset, rendered for the reference 16 GB card."""
-    engine = Engine.from_config(catalog.engine_constants())
+    engine = catalog.engine()
     gpu = catalog.gpu(COMPOSE_GPU)
     out = {}
     for preset in catalog.presets().values():

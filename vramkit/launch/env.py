@@ -19,7 +19,7 @@ UP_ENV = {
     "LOAD_FORMAT": "LOAD_FORMAT",                # 'dummy': real shapes, random weights
     "TIMEOUT": "TIMEOUT",                        # seconds to wait for /health
     "GPUS": "GPUS",                              # NVML indices, e.g. 0,1
-    "DRY_RUN": "DRY_RUN",                        # 1 = plan and check, start nothing
+    "DRY_RUN": "DRY_RUN",                        # 1/true/yes = plan and check, start nothing (env_flag)
     "SGLANG_EXTRA_ARGS": "SGLANG_EXTRA_ARGS",    # more SGLang flags
     "SERVER_PYTHON": "SGLANG_PYTHON",            # the Python that runs sglang.launch_server (native runtime)
 }
@@ -56,3 +56,20 @@ def number(raw, kind: type, what: str, *, minimum: float = 0, todo: str = ""):
         raise VramkitError(f"{what} {raw!r} is not a {'whole ' if kind is int else ''}number >= {minimum:g}",
                            todo, Exit.BAD_INPUT)
     return value
+
+
+FLAG_TRUE, FLAG_FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
+def env_flag(name: str, environ=None) -> bool:
+    """A yes/no knob such as DRY_RUN: 1/true/yes or 0/false/no/empty/unset, any case. Anything else is one line
+    and exit 64 before anything starts: before issue 10, only "1" was a dry run and DRY_RUN=yes started for real."""
+    raw = env_value(name, environ)
+    value = (raw or "").strip().lower()
+    if value in FLAG_TRUE:
+        return True
+    if not value or value in FLAG_FALSE:
+        return False
+    raise VramkitError(f"{PREFIX}{name} (make: {name}) is {raw!r}, neither yes nor no; nothing started",
+                       f"{name}=1 (or true/yes) only prints the plan and the command, {name}=0 (or false/no/empty) "
+                       "starts", Exit.BAD_INPUT)

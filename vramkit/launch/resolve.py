@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from vramkit import catalog
-from vramkit.catalog import GpuSpec, ModelSpec
 from vramkit.core.knobs import specs
-from vramkit.core.planner import Engine, Knobs, Plan, Target, plan
+from vramkit.core.model_spec import GpuSpec, ModelSpec
+from vramkit.core.planner import Knobs, Plan, Target, plan
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB
 
@@ -34,7 +34,7 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
     preset = catalog.preset(args.preset) if args.preset else None
     model = catalog.model(args.model or (preset.model if preset and preset.model else DEFAULT_MODEL))
     knobs_obj = Knobs(**((preset.knobs if preset else {}) | cli_knobs(args)))
-    engine = Engine.from_config(catalog.engine_constants())
+    engine = catalog.engine()
     gpu_free_gib = _amount(args, "gpu_free_gib", positive=True)
     gpu_free = int(gpu_free_gib * GiB) if gpu_free_gib is not None else None
     gpu_name = args.gpu or (None if gpu_free is not None else DEFAULT_GPU)
@@ -174,9 +174,10 @@ def host_available() -> int:
 
 
 def plan_args(r: Resolved) -> list[str]:
-    """The SGLang arguments of a plan as `vramkit plan` shows them (the model's hf_id, SGLang's port)."""
-    from vramkit.core.render import sglang_args
-    return sglang_args(r.model, r.plan, model_path=r.model.hf_id, port=catalog.sglang().port)
+    """The SGLang arguments of a plan as `vramkit plan` shows them (the model's hf_id, or a folder model's
+    folder; SGLang's port)."""
+    from vramkit.core.render import model_path_for, sglang_args
+    return sglang_args(r.model, r.plan, model_path=model_path_for(r.model), port=catalog.sglang().port)
 
 
 def plan_json(r: Resolved) -> dict:

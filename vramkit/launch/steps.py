@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core import sglang_log
-from vramkit.core.render import compose_yaml, sglang_args
+from vramkit.core.render import compose_yaml, container_model_path, model_path_for, sglang_args
 from vramkit.errors import Exit, VramkitError
 
 
@@ -25,7 +25,8 @@ class LaunchSpec:
     model_path: str | None = None # overrides the model's hf_id (a local folder)
     load_format: str | None = None
     extra_args: list[str] = field(default_factory=list)
-    sglang_python: str = sys.executable
+    sglang_python: str = sys.executable   # RUNTIME=native's interpreter: adapters/native_python.py picks it
+    sglang_python_from: str = ""          # where that choice came from, for the check line
     timeout_s: float = 1200.0
     dry_run: bool = False
     warmup_requests: int = 3
@@ -52,7 +53,13 @@ def state_paths(name: str) -> dict[str, Path]:
 def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     """(the native command, the compose file text) for this launch."""
     model = resolved.model
-    model_path = spec.model_path or model.hf_id
+    model_path = spec.model_path or model_path_for(model)
+    # a folder on this host (a folder model, or --model-path DIR): natively SGLang reads it where it is; in a
+    # container it is bind-mounted read-only and --model-path names the mount
+    folder = str(Path(model_path).resolve()) if Path(model_path).is_dir() else None
+    mount = (folder, container_model_path(folder)) if folder else None
+    if folder:
+        model_path = folder if spec.runtime == "native" else mount[1]
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args)
@@ -63,6 +70,7 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
                            image=v.sglang_image, argv=argv, gpu_ids=gpu_ids, port=catalog.sglang().port,
+                           model_mount=mount,
                            source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
     return native, compose
 
@@ -144,3 +152,44 @@ def env_cpuset() -> tuple[int, ...]:
 
 def shell_line(cmd: list[str]) -> str:
     return " ".join(shlex.quote(c) for c in cmd)
+
+
+# ModelSpec fields that are the model's shape (what the planner reads); names and paths are not.
+_NOT_SHAPE = {"name", "hf_id", "config_dir", "note"}
+
+
+def model_to_plan(model_arg: str | None, model_path: str | None) -> str | None:
+    """What the planner plans when --model-path (MODEL_PATH) says what SGLang loads: that, not the preset's model.
+
+    Issue 10: `LOAD_FORMAT=dummy MODEL_PATH=config/models/<name>` planned the preset's 14B, recorded its VRAM
+    budget, and launched the other folder. Now:
+    - a local folder with config.json: plan that folder (with --model too, both must have the same shape);
+    - the hf_id of a catalogued model: plan that model;
+    - anything else (a Hugging Face id vramkit does not know): --model must say which model it is.
+    Returns the value for --model (unchanged when there is no --model-path).
+    """
+    if not model_path:
+        return model_arg
+    folder = Path(model_path)
+    if (folder / "config.json").is_file():
+        if model_arg:
+            named, loaded = catalog.model(model_arg), catalog.read_model_config(folder)
+            differs = sorted(k for k in vars(loaded) if k not in _NOT_SHAPE and getattr(loaded, k) != getattr(named, k))
+            if differs:
+                raise VramkitError(f"--model {model_arg} and --model-path {model_path} are different models "
+                                   f"({', '.join(differs[:3])} differ)",
+                                   "drop --model: the folder's config.json is what SGLang loads and is planned",
+                                   Exit.BAD_INPUT)
+        return str(folder)
+    by_hf_id = [m.name for m in catalog.models().values() if m.hf_id == model_path]
+    if by_hf_id:
+        if model_arg and model_arg not in by_hf_id:
+            raise VramkitError(f"--model {model_arg} and --model-path {model_path} ({by_hf_id[0]}) are different "
+                               "models", "drop one of them", Exit.BAD_INPUT)
+        return model_arg or by_hf_id[0]
+    if model_arg:
+        return model_arg
+    what = "a folder without config.json" if folder.is_dir() else "not a folder here nor a catalogued hf_id"
+    raise VramkitError(f"--model-path {model_path}: {what}: its shape is unknown, so the start cannot be planned",
+                       "give a folder holding the model's config.json, or say which model it is with --model "
+                       "(vramkit plan --list)", Exit.BAD_INPUT)

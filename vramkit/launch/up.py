@@ -60,15 +60,17 @@ def prepare(args: argparse.Namespace, spec: steps.LaunchSpec, *, assume_gpu: boo
     gpu_present = gpu_count > 0 or assume_gpu
     if args.gpu is None and gpu_present and args.gpu_free_gib is None:
         args.gpu = "auto"
+    args.model = steps.model_to_plan(args.model, spec.model_path)   # plan what --model-path loads
     r = resolve(args, read_gpu=lambda tp, link_for=None: nvml_gpu(tp, steps.server_gpu_ids(spec, tp), snap,
                                                                  link_for=link_for),
                 read_host=host_available)
     ids = steps.server_gpu_ids(spec, r.plan.knobs.tp)
     native, compose_text = steps.build(r, spec)
-    from vramkit.adapters import docker, host, process
+    from vramkit.adapters import docker, host, native_python, process
     checks = launch_checks.preflight(r, spec, gpu_present=gpu_present, docker_check=docker.check_engine,
                                      host_ram=lambda: host.host_memory()[1], memlock=host.memlock_limit,
-                                     port_free=process.port_free, gpu_count=gpu_count or None)
+                                     port_free=process.port_free, gpu_count=gpu_count or None,
+                                     sglang_import=native_python.probe_sglang)
     return Prepared(r, spec, ids, in_use(snap, ids), native, compose_text, steps.state_paths(spec.name), checks)
 
 

@@ -1,0 +1,201 @@
+"""The GPU path's set-up, for real up to the hardware: `make setup-gpu` (scripts/setup_gpu.sh), `make test-gpu`
+and the CPU torch of `make setup` (scripts/install_cpu_torch.sh).
+
+The only fake is the hardware boundary: an `nvidia-smi` placed first on PATH that answers as a GPU host's
+would (a GPU and its driver, or a driver that is not loaded). Everything else is the real script, make,
+pytest and pip. Issue 10, item 5: before, nothing installed SGLang for RUNTIME=native, `make test-gpu`
+skipped everything and exited 0 on a GPU host, and `make setup` died without a local CPU torch wheel.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SETUP_GPU = REPO / "scripts" / "setup_gpu.sh"
+INSTALL_TORCH = REPO / "scripts" / "install_cpu_torch.sh"
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+H100 = "0, NVIDIA H100 80GB HBM3, 580.65.06"
+
+
+def _no_real_gpu() -> bool:
+    sys.path.insert(0, str(REPO / "tests" / "gpu"))
+    try:
+        from conftest import nvidia_gpu_evidence
+    finally:
+        sys.path.pop(0)
+    return nvidia_gpu_evidence() is None
+
+
+needs_no_gpu = pytest.mark.skipif(not _no_real_gpu(), reason="this machine has an NVIDIA GPU; these tests fake one")
+
+
+def fake_nvidia_smi(bin_dir: Path, query_line: str | None, fail: str | None = None) -> Path:
+    """An nvidia-smi answering --query-gpu with `query_line` and -L with the GPU's name, or failing the
+    way it does when the driver is not loaded."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    if fail:
+        body = f'echo "{fail}"; exit 9\n'
+    else:
+        index, name, _driver = (x.strip() for x in query_line.split(","))
+        body = (f'case "$*" in *-L*) echo "GPU {index}: {name} (UUID: GPU-00000000-fake)";; '
+                f'*) echo "{query_line}";; esac\n')
+    smi.write_text("#!/bin/sh\n" + body)
+    smi.chmod(smi.stat().st_mode | stat.S_IXUSR)
+    return smi
+
+
+def env_with(path_prefix: Path | None = None, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("VRAMKIT_GPU_TESTS", "GPU_VENV", "VRAMKIT_SERVER_PYTHON")}
+    env["PATH"] = (f"{path_prefix}:" if path_prefix else "") + BASE_PATH
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str], env: dict, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def one_line(stderr: str, prefix: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(prefix) and " -> " in lines[0], lines[0]
+    return lines[0]
+
+
+# ---- make setup-gpu ------------------------------------------------------------------------------------------
+
+@needs_no_gpu
+def test_setup_gpu_without_a_driver_refuses_with_11_and_creates_nothing(tmp_path):
+    venv = tmp_path / "venv-gpu"
+    r = run([str(SETUP_GPU), str(venv)], env_with())
+    assert r.returncode == 11
+    line = one_line(r.stderr, "setup-gpu: no NVIDIA driver here (nvidia-smi is not on PATH)")
+    assert "run make setup-gpu on the GPU host" in line
+    assert not venv.exists()
+    r = run(["make", "setup-gpu", f"GPU_VENV={venv}"], env_with())      # make: its own 2, our line above it
+    assert r.returncode == 2 and "Error 11" in r.stderr and not venv.exists()
+
+
+def test_setup_gpu_with_the_driver_not_loaded_refuses_with_11(tmp_path):
+    smi_dir = tmp_path / "bin"
+    fake_nvidia_smi(smi_dir, None, fail="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+    r = run([str(SETUP_GPU), str(tmp_path / "v")], env_with(smi_dir))
+    assert r.returncode == 11
+    one_line(r.stderr, "setup-gpu: nvidia-smi cannot talk to the driver: NVIDIA-SMI has failed")
+    assert not (tmp_path / "v").exists()
+
+
+def test_setup_gpu_with_a_driver_too_old_for_cuda_13_refuses_with_22(tmp_path):
+    smi_dir = tmp_path / "bin"
+    fake_nvidia_smi(smi_dir, "0, NVIDIA GeForce RTX 4080, 550.54.14")
+    r = run([str(SETUP_GPU), str(tmp_path / "v")], env_with(smi_dir))
+    assert r.returncode == 24
+    line = one_line(r.stderr, "setup-gpu: NVIDIA driver 550.54.14 is older than 580")
+    assert "RUNTIME=docker" in line and not (tmp_path / "v").exists()
+
+
+def test_setup_gpu_check_names_the_pinned_sglang_and_installs_nothing(tmp_path):
+    import tomllib
+    pin = tomllib.loads((REPO / "config" / "versions.toml").read_text())["sglang_pip"]
+    smi_dir = tmp_path / "bin"
+    fake_nvidia_smi(smi_dir, H100)
+    venv = tmp_path / "venv-gpu"
+    r = run([str(SETUP_GPU), str(venv), "--check"], env_with(smi_dir))
+    assert r.returncode == 0, r.stderr
+    assert f"sglang=={pin} and its CUDA torch into {venv}" in r.stderr
+    assert "NVIDIA H100 80GB HBM3 (driver 580.65.06)" in r.stderr
+    assert not venv.exists()
+    r = run([str(SETUP_GPU), "--chek"], env_with(smi_dir))
+    assert r.returncode == 64 and r.stderr.startswith("setup-gpu: unknown option --chek")
+
+
+# ---- make test-gpu -------------------------------------------------------------------------------------------
+
+@needs_no_gpu
+def test_test_gpu_fails_on_a_gpu_host_whose_torch_cannot_see_the_gpu(tmp_path):
+    """.venv's CPU torch on a machine where nvidia-smi lists a GPU: every GPU test fails with the fix."""
+    smi_dir = tmp_path / "bin"
+    fake_nvidia_smi(smi_dir, H100)
+    r = run(["make", "test-gpu", f"GPU_VENV={tmp_path / 'none'}"], env_with(smi_dir), timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert "5 errors" in out or "5 failed" in out, out[-2000:]
+    assert "this machine has an NVIDIA GPU (nvidia-smi -L: GPU 0: NVIDIA H100 80GB HBM3" in out
+    assert "cannot see it -> make setup-gpu, then make test-gpu" in out
+    assert "passed" not in out.splitlines()[-1] or "error" in out.splitlines()[-1]
+
+
+@needs_no_gpu
+def test_test_gpu_skips_with_the_reason_where_there_is_no_gpu(tmp_path):
+    r = run(["make", "test-gpu", f"GPU_VENV={tmp_path / 'none'}"], env_with(), timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "5 skipped" in out and "no NVIDIA GPU on this machine" in out
+
+
+# ---- make setup's CPU torch ----------------------------------------------------------------------------------
+
+def fresh_venv(tmp_path: Path) -> Path:
+    venv = tmp_path / "venv"
+    subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True, timeout=120)
+    return venv
+
+
+def fresh_machine_env(index_url: str) -> dict:
+    """No local wheel anywhere: pip's config files and PIP_FIND_LINKS gone, as on a fresh machine."""
+    env = env_with(PIP_CONFIG_FILE=os.devnull, TORCH_CPU_INDEX=index_url)
+    env.pop("PIP_FIND_LINKS", None)
+    return env
+
+
+def local_cpu_index(tmp_path: Path) -> str:
+    """A PEP 503 index holding the CPU wheel, standing in for download.pytorch.org/whl/cpu (no network here)."""
+    wheels = sorted(Path("/opt/wheels").glob("torch-*+cpu-*.whl"))
+    if not wheels:
+        pytest.skip("no local CPU torch wheel to serve from a stand-in CPU index")
+    (tmp_path / "idx" / "torch").mkdir(parents=True)
+    (tmp_path / "idx" / "torch" / "index.html").write_text(
+        "".join(f'<a href="file://{w}">{w.name}</a>\n' for w in wheels))
+    return (tmp_path / "idx").as_uri()
+
+
+@pytest.mark.slow
+def test_cpu_torch_without_a_local_wheel_comes_from_the_cpu_index(tmp_path):
+    venv = fresh_venv(tmp_path)
+    r = run([str(INSTALL_TORCH), str(venv)], fresh_machine_env(local_cpu_index(tmp_path)), timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "no local CPU wheel of torch" in r.stderr and "torch 2.13.0+cpu from file://" in r.stderr
+    # make install's second half: torch's own dependencies from the usual index (this machine's mirror); the
+    # +cpu build stays, and torch now imports as a CPU build
+    r = run([str(INSTALL_TORCH), str(venv), "--with-deps"], env_with(), timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "torch 2.13.0+cpu already in" in r.stderr
+    probe = run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__, torch.version.cuda)"],
+                env_with())
+    assert probe.stdout.split() == ["2.13.0+cpu", "None"], probe.stderr
+
+
+def test_cpu_torch_nowhere_fails_in_one_line(tmp_path):
+    venv = fresh_venv(tmp_path)
+    (tmp_path / "empty").mkdir()
+    r = run([str(INSTALL_TORCH), str(venv)], fresh_machine_env((tmp_path / "empty").as_uri()))
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[-1].startswith("install-cpu-torch: torch 2.13.0+cpu is neither in a local wheel "
+                                                "nor on file://")
+
+
+def test_the_cpu_torch_pin_lives_only_in_versions_toml():
+    import tomllib
+    pin = tomllib.loads((REPO / "config" / "versions.toml").read_text())["torch_cpu"]
+    places = [p for p in [*(REPO / "mk").glob("*.mk"), *(REPO / "scripts").iterdir(), REPO / "Makefile"]
+              if p.is_file() and pin in p.read_text()]
+    assert places == []
+    for user in (REPO / "mk" / "core.mk", REPO / "scripts" / "setup_sglang_check.sh"):
+        assert "install_cpu_torch.sh" in user.read_text()

@@ -1,0 +1,107 @@
+"""`vramkit install-service`: the rendered units pass systemd's own checker (`systemd-analyze verify`),
+carry what the issue asks for, and a bad request writes nothing."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vramkit.core.systemd_units import exec_line, exec_word, render
+
+REPO = Path(__file__).resolve().parents[2]
+ANALYZE = shutil.which("systemd-analyze")
+
+
+def install(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+    e = {k: v for k, v in os.environ.items() if not k.startswith("VRAMKIT_")}   # only what the test gives
+    return subprocess.run([sys.executable, "-m", "vramkit", "install-service", "--dir", str(tmp_path / "units"), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, env=e | (env or {}))
+
+
+def units(tmp_path: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((tmp_path / "units").glob("*.service"))}
+
+
+def test_exec_words_read_back_as_systemd_reads_them():
+    assert exec_word("--port") == "--port"
+    assert exec_word("/a b/c") == '"/a b/c"'
+    assert exec_word("50%") == "50%%"                 # % starts a specifier
+    assert exec_word("$HOME") == "$$HOME"             # $ expands a variable
+    assert exec_word('say "hi"') == '"say \\"hi\\""'
+    with pytest.raises(ValueError):
+        exec_line(["python", "-m", "x"])              # ExecStart needs an absolute path
+    with pytest.raises(KeyError):
+        render("ExecStart=$exec_start $missing", {"exec_start": "/bin/true"})
+
+
+def test_units_have_restart_memlock_cpuset_and_journal(tmp_path):
+    out = install(tmp_path, "--preset", "optimized", env={"VRAMKIT_SGLANG_CPUSET": "0-1", "VRAMKIT_SIDE_CPUSET": "1"})
+    assert out.returncode == 0, out.stderr
+    u = units(tmp_path)
+    assert set(u) == {"vramkit-sglang.service", "vramkit-embed.service"}
+    sg, em = u["vramkit-sglang.service"], u["vramkit-embed.service"]
+    for text in (sg, em):
+        assert "Restart=on-failure" in text
+        assert "StandardOutput=journal" in text and "StandardError=journal" in text
+    assert "LimitMEMLOCK=infinity" in sg
+    assert "CPUAffinity=0 1" in sg and "CPUAffinity=1" in em
+    exec_start = next(line for line in sg.splitlines() if line.startswith("ExecStart="))
+    assert " -m sglang.launch_server " in exec_start
+    # the same flags `vramkit plan --preset optimized` renders, which the SGLang parser test checks
+    for flag in ("--kv-cache-dtype fp8_e5m2", "--mem-fraction-static 0.85", "--enable-hierarchical-cache"):
+        assert flag in exec_start
+    assert "VRAMKIT_EMBED_API_KEY=" not in em.replace("# VRAMKIT_EMBED_API_KEY=", "")   # no secret in the unit
+
+
+def test_the_same_extra_flags_and_model_path_as_vramkit_up(tmp_path):
+    folder = REPO / "config" / "models" / "qwen2.5-coder-14b-instruct-gptq-int4"
+    out = install(tmp_path, "--preset", "optimized", "--load-format", "dummy", "--model-path", str(folder),
+                  env={"VRAMKIT_SGLANG_EXTRA_ARGS": "--attention-backend triton"})
+    assert out.returncode == 0, out.stderr
+    exec_start = next(ln for ln in units(tmp_path)["vramkit-sglang.service"].splitlines() if ln.startswith("ExecStart="))
+    assert f"--model-path {folder}" in exec_start and "--load-format dummy" in exec_start
+    assert "--attention-backend triton" in exec_start
+
+
+def test_without_a_cpuset_the_unit_says_so(tmp_path):
+    out = install(tmp_path, "--preset", "optimized")
+    assert out.returncode == 0, out.stderr
+    sg = units(tmp_path)["vramkit-sglang.service"]
+    assert "CPUAffinity=" not in sg.replace("# CPUAffinity:", "")
+    assert "make optimize-write" in sg
+
+
+@pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed (Debian package systemd)")
+def test_systemd_analyze_verify_accepts_both_units(tmp_path):
+    out = install(tmp_path, "--preset", "optimized", env={"VRAMKIT_SGLANG_CPUSET": "0", "VRAMKIT_SIDE_CPUSET": "0"})
+    assert out.returncode == 0, out.stderr
+    paths = [str(p) for p in sorted((tmp_path / "units").glob("*.service"))]
+    v = subprocess.run([ANALYZE, "verify", *paths], capture_output=True, text=True, timeout=120)
+    assert v.returncode == 0, v.stderr
+    assert v.stderr.strip() == "", v.stderr          # not even a warning (unknown key, bad value)
+
+
+@pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed (Debian package systemd)")
+def test_systemd_analyze_catches_what_a_bad_render_would_be(tmp_path):
+    """The checker is not a rubber stamp: a unit with a relative ExecStart and a bad CPUAffinity fails."""
+    bad = tmp_path / "bad.service"
+    bad.write_text("[Service]\nExecStart=python -m sglang.launch_server\nCPUAffinity=zz\n")
+    v = subprocess.run([ANALYZE, "verify", str(bad)], capture_output=True, text=True, timeout=120)
+    assert v.returncode != 0
+
+
+def test_a_plan_that_does_not_fit_writes_nothing(tmp_path):
+    out = install(tmp_path, "--preset", "128k", "--model", "qwen2.5-coder-14b-instruct-gptq-int4")
+    assert out.returncode == 10
+    assert out.stderr.startswith("vramkit: ") and "Traceback" not in out.stderr
+    assert not (tmp_path / "units").exists()
+
+
+def test_a_relative_or_missing_python_is_refused(tmp_path):
+    out = install(tmp_path, "--preset", "optimized", "--sglang-python", "/nonexistent/python")
+    assert out.returncode == 64
+    assert "--sglang-python" in out.stderr and "Traceback" not in out.stderr

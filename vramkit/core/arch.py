@@ -1,0 +1,318 @@
+"""Every tensor SGLang 0.5.15.post1 allocates for a model's weights, per tensor-parallel rank, in module order.
+
+Pure: a ModelSpec in, plain tuples out. Derived from SGLang's model and layer code (read in the pinned
+0.5.15.post1 wheel, .venv-sglang): models/{llama,qwen2,qwen3,gemma2,gemma3_causal,qwen2_moe,qwen3_moe,
+mixtral,olmoe,deepseek_v2,gpt_oss}.py and layers/quantization/{unquant,fp8,mxfp4,gptq/*,awq/*}.py.
+
+A layer is a tuple of `Param(role, name, nbytes, group)`; `ops` are what each quantization method does
+after loading (marlin repacks allocate the new tensor before the old is freed; GPTQ's g_idx and qzeros
+become empty). core/weight_load.py replays both through the caching-allocator model.
+
+Roles: embed, lm_head, attention, mlp (dense), experts (routed), shared (shared experts), router, norm, rope.
+
+Parallelism (no expert parallelism): column-parallel linears split their outputs, row-parallel their
+inputs; FusedMoE keeps every expert on every rank and splits the expert intermediate size; routers,
+MLA's kv_a projection and norms are replicated; the vocabulary is split and padded to 64.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from vramkit.core.model_spec import ModelSpec, Quantization
+
+# marlin_make_workspace: one int32 per SM of the card (its count: config/gpus.toml sm_count). Without a
+# catalogued card (a bare --gpu-free-gib), the calibration host's H100 count: 132 x 4 B, under 1 KiB a layer.
+CALIBRATION_HOST_SMS = 132
+FP32, HALF = 4, 2
+
+
+@dataclass(frozen=True)
+class Param:
+    role: str
+    name: str
+    nbytes: int
+    group: int = -1             # the linear/expert block it belongs to, for the post-load ops
+
+
+@dataclass(frozen=True)
+class Op:
+    group: int
+    kind: str                   # "alloc" (new tensor kept), "free" (param dropped), "replace" (new, then old freed)
+    name: str
+    nbytes: int = 0
+
+
+@dataclass(frozen=True)
+class WeightLayout:
+    head: tuple[Param, ...]                 # embed_tokens
+    layers: tuple[tuple[Param, ...], ...]   # decoder layers (what --cpu-offload-gb can move)
+    tail: tuple[Param, ...]                 # final norm, lm_head
+    ops: tuple[Op, ...]                     # after loading, in module order
+    rope_first_layer: int                   # bytes of the rotary cache, built inside the first layer
+    rope_after: int = 0                     # ... right after this many of its parameters (the projections)
+
+
+def vocab_rank(model: ModelSpec, tp: int) -> int:
+    return math.ceil(model.vocab_size / tp / 64) * 64       # VocabParallelEmbedding pads to 64
+
+
+class _Builder:
+    def __init__(self, model: ModelSpec, tp: int, sm_count: int = CALIBRATION_HOST_SMS):
+        self.m, self.tp, self.sms = model, max(1, tp), sm_count
+        self.group = 0
+        self.ops: list[Op] = []
+        self.q = model.quantization
+        self.rope_after = 0
+
+    def _new_group(self) -> int:
+        self.group += 1
+        return self.group
+
+    def quantized(self, path: str) -> Quantization | None:
+        """The layer's quantization, or None when the method leaves it in 16-bit (modules_to_not_convert)."""
+        q = self.q
+        if q is None or q.method == "mxfp4":         # mxfp4 quantizes the experts only
+            return None
+        for pat in q.ignored:
+            rx = re.escape(pat).replace(r"\*", r"[^.]*")
+            if re.match(rf"^(model\.)?{rx}(\.|$)", path) or re.search(rf"(^|\.){rx}(\.|$)", path):
+                return None
+        return q
+
+    def linear(self, role: str, path: str, k: int, n: int, bias: bool = False, bias_dtype_bytes: int = 0,
+               quant: bool = True) -> list[Param]:
+        """One LinearBase: k inputs, n outputs (already per rank)."""
+        m = self.m
+        g = self._new_group()
+        q = self.quantized(path) if quant else None
+        if q is None:
+            out = [Param(role, "weight", k * n * m.dtype_bytes, g)]
+        elif q.method in ("gptq", "awq"):
+            groups = math.ceil(k / q.group_size) if q.group_size > 0 else 1
+            qweight = k * n * q.bits // 8
+            scales = groups * n * HALF
+            qzeros = groups * (n * q.bits // 32) * 4
+            if q.method == "gptq":       # GPTQLinearMethod: qweight, g_idx, qzeros, scales
+                out = [Param(role, "qweight", qweight, g), Param(role, "g_idx", k * 4, g),
+                       Param(role, "qzeros", qzeros, g), Param(role, "scales", scales, g)]
+                # GPTQMarlinLinearKernel.process_weights_after_loading
+                self.ops += [Op(g, "alloc", "workspace", self.sms * 4), Op(g, "free", "g_idx"),
+                             Op(g, "free", "qzeros"), Op(g, "replace", "qweight", qweight),
+                             Op(g, "replace", "scales", scales)]
+            else:                        # AWQMarlinLinearMethod: qweight, qzeros, scales; zero points converted
+                out = [Param(role, "qweight", qweight, g), Param(role, "qzeros", qzeros, g),
+                       Param(role, "scales", scales, g)]
+                self.ops += [Op(g, "alloc", "workspace", self.sms * 4),
+                             Op(g, "replace", "qweight", qweight), Op(g, "replace", "scales", scales),
+                             Op(g, "replace", "qzeros", qzeros)]
+        elif q.method == "fp8":          # Fp8LinearMethod.create_weights: fp8 weight + float32 scales
+            if q.weight_block:
+                bn, bk = q.weight_block
+                out = [Param(role, "weight", k * n, g),
+                       Param(role, "weight_scale_inv", math.ceil(n / bn) * math.ceil(k / bk) * FP32, g)]
+            else:
+                out = [Param(role, "weight", k * n, g), Param(role, "weight_scale", FP32, g)]
+        else:                            # hf_config refuses every other method before we get here
+            raise ValueError(f"unmodelled quantization {q.method}")
+        if bias:
+            out.append(Param(role, "bias", n * (bias_dtype_bytes or m.dtype_bytes), g))
+        return out
+
+    def experts(self, path: str, num: int, h: int, i_rank: int) -> list[Param]:
+        """FusedMoE's fused tensors for one layer: w13 [E, 2*I, H] and w2 [E, H, I] in the method's layout."""
+        m, q = self.m, self.q
+        g = self._new_group()
+        moe = m.moe
+        if q is not None and q.method == "mxfp4":
+            # Mxfp4MoEMethod.create_weights (triton_kernels path: intermediate padded to 64; the H100 layout)
+            i_pad = math.ceil(i_rank / 64) * 64
+            return [Param("experts", "w13_weight", num * 2 * i_pad * h // 2, g),
+                    Param("experts", "w13_weight_scale", num * 2 * i_pad * (h // 32), g),
+                    Param("experts", "w13_weight_bias", num * 2 * i_pad * HALF, g),
+                    Param("experts", "w2_weight", num * h * i_pad // 2, g),
+                    Param("experts", "w2_weight_scale", num * h * (i_pad // 32), g),
+                    Param("experts", "w2_weight_bias", num * h * HALF, g)]
+        qq = self.quantized(path)
+        if qq is None:                   # UnquantizedFusedMoEMethod
+            out = [Param("experts", "w13_weight", num * 2 * i_rank * h * m.dtype_bytes, g),
+                   Param("experts", "w2_weight", num * h * i_rank * m.dtype_bytes, g)]
+            if moe is not None and moe.expert_bias:
+                out.insert(1, Param("experts", "w13_weight_bias", num * 2 * i_rank * FP32, g))
+                out.append(Param("experts", "w2_weight_bias", num * h * FP32, g))
+            return out
+        if qq.method == "fp8":           # Fp8MoEMethod.create_weights
+            if qq.weight_block:
+                bn, bk = qq.weight_block
+                s13 = num * math.ceil(2 * i_rank / bn) * math.ceil(h / bk) * FP32
+                s2 = num * math.ceil(h / bn) * math.ceil(i_rank / bk) * FP32
+            else:
+                s13, s2 = num * 2 * FP32, num * FP32
+            return [Param("experts", "w13_weight", num * 2 * i_rank * h, g),
+                    Param("experts", "w2_weight", num * h * i_rank, g),
+                    Param("experts", "w13_weight_scale", s13, g), Param("experts", "w2_weight_scale", s2, g)]
+        # GPTQ / AWQ marlin MoE (gptq/schemes/gptq_moe.py GPTQMarlinMoEMethod; awq AWQMoEMethod)
+        gs = qq.group_size if qq.group_size > 0 else h
+        g13, g2 = max(1, h // gs), max(1, i_rank * self.tp // gs)    # w2 scales span the full intermediate
+        q13 = num * h * 2 * i_rank * qq.bits // 8
+        q2 = num * i_rank * h * qq.bits // 8
+        s13, s2 = num * g13 * 2 * i_rank * HALF, num * g2 * h * HALF
+        if qq.method == "gptq":
+            z13 = num * g13 * (2 * i_rank * qq.bits // 32) * m.dtype_bytes
+            z2 = num * g2 * (h * qq.bits // 32) * m.dtype_bytes
+            out = [Param("experts", "w13_qweight", q13, g), Param("experts", "w2_qweight", q2, g),
+                   Param("experts", "w13_scales", s13, g), Param("experts", "w2_scales", s2, g),
+                   Param("experts", "w13_qzeros", z13, g), Param("experts", "w2_qzeros", z2, g),
+                   Param("experts", "w13_g_idx", num * h * 4, g), Param("experts", "w2_g_idx", num * i_rank * 4, g),
+                   Param("experts", "w13_g_idx_sort_indices", num * h * 4, g),
+                   Param("experts", "w2_g_idx_sort_indices", num * i_rank * 4, g)]
+            self.ops += [Op(g, "free", n) for n in ("w13_g_idx", "w2_g_idx", "w13_g_idx_sort_indices",
+                                                     "w2_g_idx_sort_indices")]
+            self.ops += [Op(g, "replace", "w13_qweight", q13), Op(g, "replace", "w2_qweight", q2),
+                         Op(g, "replace", "w13_scales", s13), Op(g, "replace", "w2_scales", s2)]
+            return out
+        z13, z2 = num * g13 * 2 * i_rank * qq.bits // 8, num * g2 * h * qq.bits // 8
+        self.ops += [Op(g, "replace", "w13_qweight", q13), Op(g, "replace", "w2_qweight", q2),
+                     Op(g, "replace", "w13_scales", s13), Op(g, "replace", "w2_scales", s2),
+                     Op(g, "replace", "w13_qzeros", z13), Op(g, "replace", "w2_qzeros", z2)]
+        return [Param("experts", "w13_qweight", q13, g), Param("experts", "w2_qweight", q2, g),
+                Param("experts", "w13_scales", s13, g), Param("experts", "w2_scales", s2, g),
+                Param("experts", "w13_qzeros", z13, g), Param("experts", "w2_qzeros", z2, g)]
+
+    def norm(self, n: int) -> Param:
+        return Param("norm", "weight", n * self.m.dtype_bytes)
+
+
+def _attention(b: _Builder, i: int) -> list[Param]:
+    m, tp = b.m, b.tp
+    h, hd = m.hidden_size, m.head_dim
+    p = f"model.layers.{i}.self_attn"
+    if m.mla is not None:                        # DeepseekV2AttentionMLA
+        a = m.mla
+        heads = m.num_heads // tp
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        out: list[Param] = []
+        if a.q_lora_rank:
+            out += b.linear("attention", f"{p}.q_a_proj", h, a.q_lora_rank)
+            out.append(Param("attention", "q_a_layernorm", a.q_lora_rank * m.dtype_bytes))
+            out += b.linear("attention", f"{p}.q_b_proj", a.q_lora_rank, heads * qk)
+        else:
+            out += b.linear("attention", f"{p}.q_proj", h, heads * qk)
+        out += b.linear("attention", f"{p}.kv_a_proj_with_mqa", h, a.kv_lora_rank + a.qk_rope_head_dim)
+        out.append(Param("attention", "kv_a_layernorm", a.kv_lora_rank * m.dtype_bytes))
+        kv_b = b.linear("attention", f"{p}.kv_b_proj", a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim))
+        out += kv_b
+        out += b.linear("attention", f"{p}.o_proj", heads * a.v_head_dim, h)
+        # post_load_weights: w_kc and w_vc are contiguous copies of kv_b_proj's two halves
+        # (deepseek_common/deepseek_weight_loader.py), kept beside it
+        g = b._new_group()
+        b.ops.append(Op(g, "alloc", "w_kc_w_vc", kv_b[0].nbytes))
+        b.rope_after = len(out)
+        return out
+    q_rank = m.num_heads * hd // tp
+    kv_rank = max(1, m.num_kv_heads // tp) * hd
+    out = b.linear("attention", f"{p}.qkv_proj", h, q_rank + 2 * kv_rank, bias=m.attention_bias)
+    out += b.linear("attention", f"{p}.o_proj", q_rank, h, bias=m.o_bias)
+    b.rope_after = len(out)
+    if m.attention_sinks:                        # gpt_oss.py: one value per local head (bf16 unless trtllm_mha)
+        out.append(Param("attention", "sinks", (m.num_heads // tp) * HALF))
+    if m.qk_norm:
+        if m.architecture == "OlmoeForCausalLM":  # OLMoE normalises the whole q and k projections
+            out += [Param("norm", "q_norm", q_rank * m.dtype_bytes), Param("norm", "k_norm", kv_rank * m.dtype_bytes)]
+        else:
+            out += [b.norm(hd), b.norm(hd)]
+    return out
+
+
+def _mlp(b: _Builder, i: int) -> list[Param]:
+    m, tp = b.m, b.tp
+    h = m.hidden_size
+    p = f"model.layers.{i}.mlp"
+    moe = m.moe
+    if moe is None or not moe.moe_layers[i]:
+        inter = m.intermediate_size // tp
+        return b.linear("mlp", f"{p}.gate_up_proj", h, 2 * inter) + b.linear("mlp", f"{p}.down_proj", inter, h)
+    # the router: ReplicatedLinear(quant_config=None) in every family, 16-bit (gpt-oss: with a bias);
+    # DeepseekV2MoE builds its MoEGate before the experts, the Qwen/Mixtral blocks after them
+    router = b.linear("router", f"{p}.gate", h, moe.num_experts, bias=moe.router_bias, quant=False)
+    experts = b.experts(f"{p}.experts", moe.num_experts, h, moe.expert_intermediate // tp)
+    out = router + experts if m.mla is not None else experts + router
+    if moe.shared_intermediate:
+        s = moe.shared_intermediate // tp
+        out += b.linear("shared", f"{p}.shared_expert.gate_up_proj", h, 2 * s)
+        out += b.linear("shared", f"{p}.shared_expert.down_proj", s, h)
+        if moe.shared_gate:
+            out += b.linear("router", f"{p}.shared_expert_gate", h, 1, quant=False)
+    return out
+
+
+def rope_cache_bytes(model: ModelSpec, context_len: int) -> int:
+    """The rotary cos/sin cache: positions x rotary dim, float32 on CUDA (rotary_embedding/base.py)."""
+    rot = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
+    return context_len * rot * FP32
+
+
+def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = CALIBRATION_HOST_SMS) -> WeightLayout:
+    b = _Builder(model, tp, sm_count)
+    h = model.hidden_size
+    emb = vocab_rank(model, b.tp) * h * model.dtype_bytes
+    layers = []
+    rope_after = 0
+    for i in range(model.num_layers):
+        layer = _attention(b, i)
+        rope_after = rope_after or b.rope_after
+        layer += _mlp(b, i)
+        layer += [b.norm(h) for _ in range(model.norms_per_layer)]
+        layers.append(tuple(layer))
+    tail = [b.norm(h)] + ([] if model.tie_word_embeddings else [Param("lm_head", "weight", emb)])
+    return WeightLayout(head=(Param("embed", "weight", emb),), layers=tuple(layers), tail=tuple(tail),
+                        ops=tuple(b.ops), rope_first_layer=rope_cache_bytes(model, context_len),
+                        rope_after=rope_after)
+
+
+def bytes_by_role(layout: WeightLayout) -> dict[str, int]:
+    """What the checkpoint's tensors take per rank, by role (before the post-load conversions)."""
+    out: dict[str, int] = {}
+    for p in (*layout.head, *(q for layer in layout.layers for q in layer), *layout.tail):
+        out[p.role] = out.get(p.role, 0) + p.nbytes
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# expert accounting (shared with the hybrid CPU/GPU MoE mode)
+# ----------------------------------------------------------------------------------------------
+def expert_bytes_per_layer(model: ModelSpec, tp: int = 1) -> dict[str, int]:
+    """One MoE layer's bytes per rank: all routed experts, the shared expert(s), the router (incl. gates)."""
+    if model.moe is None:
+        return {"routed": 0, "shared": 0, "router": 0}
+    first = model.moe.moe_layers.index(True)
+    layer = weight_layout(model, tp, 1).layers[first]
+    return {"routed": sum(p.nbytes for p in layer if p.role == "experts"),
+            "shared": sum(p.nbytes for p in layer if p.role == "shared"),
+            "router": sum(p.nbytes for p in layer if p.role == "router")}
+
+
+def non_expert_bytes(model: ModelSpec, tp: int = 1) -> int:
+    """Everything but the MoE layers' routed experts, shared experts and routers (embeddings included)."""
+    roles = bytes_by_role(weight_layout(model, tp, 1))
+    return sum(v for r, v in roles.items() if r not in ("experts", "shared", "router", "rope"))
+
+
+def expected_distinct_experts(num_experts: int, top_k: int, batch: int) -> float:
+    """Experts one MoE layer touches for `batch` tokens routed independently and uniformly:
+    E * (1 - (1 - k/E)^n). Real routers are skewed, so this is an upper estimate of the bytes read."""
+    if batch <= 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** batch)
+
+
+def active_expert_bytes_per_token(model: ModelSpec, tp: int = 1, batch: int = 1) -> int:
+    """Expert-side bytes a decode step reads per rank across all MoE layers: the routed experts the batch
+    touches (expected distinct), every shared expert and router."""
+    if model.moe is None:
+        return 0
+    e = expert_bytes_per_layer(model, tp)
+    per_expert = e["routed"] / model.moe.num_experts
+    touched = expected_distinct_experts(model.moe.num_experts, model.moe.top_k, batch)
+    return int(model.moe.num_moe_layers * (touched * per_expert + e["shared"] + e["router"]))

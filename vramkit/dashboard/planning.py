@@ -1,0 +1,119 @@
+"""The dashboard's one door to the planner: the plan explorer's request -> the kit's own plan
+resolution (the same `resolve` that `vramkit plan` and `vramkit up` use), and the prediction for a
+server that is already running. No memory arithmetic here: that is the planner's
+(vramkit/core/planner.py) and the bar's (vramkit/core/dashboard_view.py).
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from vramkit import catalog
+from vramkit.commands.plan import add_plan_arguments
+from vramkit.core.dashboard_view import (
+    EngineBytes,
+    knobs_from_server_info,
+    memory_segments,
+)
+from vramkit.core.knobs import VALID_KV_DTYPES, specs
+from vramkit.errors import Exit, VramkitError
+from vramkit.launch.resolve import plan_json, resolve
+
+# The explorer's fields: what to run (as `vramkit plan` names them) and every declared knob
+# (vramkit/core/knobs.py). Values stay text; `resolve` checks them against their declarations.
+TARGET_FIELDS = {"preset": "--preset", "model": "--model", "gpu": "--gpu", "gpu_free_gib": "--gpu-free-gib",
+                 "other_used_gib": "--other-used-gib", "host_ram_gib": "--host-ram-gib"}
+
+
+def fields() -> dict[str, str]:
+    """field name -> its `vramkit plan` flag."""
+    return TARGET_FIELDS | {s.name: s.cli_flag for s in specs()}
+
+
+def engine_bytes() -> EngineBytes:
+    e = catalog.engine()
+    return EngineBytes(startup_overhead=e.cuda_context, pre_kv=e.pre_kv, post_kv_misc=e.post_kv_misc,
+                       attention_backend=e.attention_backend, tp_comm_runtime=e.tp_comm_runtime)
+
+
+def catalog_view() -> dict:
+    """What the explorer's pickers offer: models, GPUs, presets with their knobs, KV dtypes."""
+    return {
+        "models": [{"name": n, "note": m.note} for n, m in catalog.models().items()],
+        "gpus": [{"name": n, "label": g.label, "memory_total_bytes": g.memory_total_bytes}
+                 for n, g in catalog.gpus().items()],
+        "presets": [{"name": n, "description": p.description, "model": p.model, "knobs": dict(p.knobs)}
+                    for n, p in catalog.presets().items()],
+        "kv_dtypes": list(VALID_KV_DTYPES),
+        "knobs": [{"name": s.name, "flag": s.cli_flag, "unit": s.unit, "help": s.help, "range": s.range_text(),
+                   "choices": list(s.choices), "type": s.type.__name__} for s in specs()],
+        "fields": list(fields()),
+    }
+
+
+def parse_params(raw: dict[str, str]) -> dict[str, Any]:
+    """Query parameters -> the explorer's request; empty ones are left to the preset / SGLang's defaults.
+    An unknown field is refused here; a bad value by `resolve`, as on the command line."""
+    known = fields()
+    out: dict[str, Any] = {}
+    for key, text in raw.items():
+        if key not in known:
+            raise VramkitError(f"unknown plan field {key!r}", f"use one of: {', '.join(known)}", Exit.BAD_INPUT)
+        if text not in ("", None):
+            out[key] = text
+    return out
+
+
+def _namespace(params: dict[str, Any]) -> argparse.Namespace:
+    """`vramkit plan`'s own parser's defaults, with the explorer's values on top."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_plan_arguments(parser)
+    ns = parser.parse_args([])
+    for k, v in params.items():
+        setattr(ns, k, v)
+    return ns
+
+
+def vramkit_command(params: dict[str, Any]) -> str:
+    """`vramkit up ...` with exactly the explorer's choices: the command that starts this plan."""
+    flags = fields()
+    parts = ["vramkit", "up"]
+    for key, value in params.items():
+        parts += [flags[key], str(value)]
+    return shlex.join(parts)
+
+
+def plan_view(params: dict[str, Any], read_gpu: Callable | None, read_host: Callable | None,
+              card_total_bytes: int | None = None) -> dict:
+    """The explorer's answer: the plan (as `vramkit plan --json`), its memory bar, and the commands."""
+    r = resolve(_namespace(params), read_gpu=read_gpu, read_host=read_host)
+    d = plan_json(r)
+    total = r.gpu.memory_total_bytes if r.gpu else card_total_bytes
+    d["gpu_label"] = r.gpu.label if r.gpu else "the given free memory"
+    d["memory"] = memory_segments(d, engine_bytes(), total, r.target.host_ram_available_bytes)
+    d["command"] = "python -m sglang.launch_server " + shlex.join(d["sglang_args"])
+    d["vramkit_command"] = vramkit_command(params)
+    d["request"] = params
+    return d
+
+
+def running_params(record: dict, server_info: dict | None, load_begin_avail_gib: float | None) -> dict[str, Any]:
+    """The explorer fields that re-plan a running server: its model and preset from the kit's state
+    record, its knobs from SGLang's own /server_info, the free memory SGLang saw when it began loading
+    weights from its log ("Load weight begin. avail mem", measured). Without that log line the plan is for
+    the card NVML names (`gpu auto` is not used: with the server up, NVML's free memory is not the start's)."""
+    params: dict[str, Any] = {}
+    if record.get("preset"):
+        params["preset"] = record["preset"]
+    if record.get("model"):
+        params["model"] = record["model"]
+    elif server_info and server_info.get("model_path"):
+        params["model"] = str(server_info["model_path"])     # a folder with config.json, or a catalogued name
+    if server_info:
+        for k, v in knobs_from_server_info(server_info).items():
+            params[k] = v
+    if load_begin_avail_gib is not None:
+        params["gpu_free_gib"] = load_begin_avail_gib
+    return params
