@@ -6,20 +6,13 @@ The Prometheus histogram keeps cumulative bucket counts since start.
 """
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from vramkit.core.bench_stats import percentile
+
 LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def percentile(sorted_values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100) of an already sorted list; None when empty."""
-    if not sorted_values:
-        return None
-    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 @dataclass
@@ -50,12 +43,12 @@ class Stats:
         self.bucket_counts[-1] += 1
 
     def snapshot(self) -> dict:
-        lat = sorted(self.latencies_s)
+        lat = list(self.latencies_s)
         looked_up = self.hits + self.misses
 
         def ms(q: float) -> float | None:
-            v = percentile(lat, q)
-            return None if v is None else round(v * 1000, 3)
+            # the kit's one percentile (numpy's default, linear between ranks)
+            return round(percentile(lat, q) * 1000, 3) if lat else None
 
         return {
             "uptime_s": round(time.time() - self.started_at, 1),
