@@ -26,9 +26,9 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vramkit import __version__  # noqa: E402
-from vramkit.adapters import nvml  # noqa: E402
-from vramkit.core.bench_stats import percentile  # noqa: E402
+from vramkit import __version__
+from vramkit.adapters import nvml
+from vramkit.core.bench_stats import percentile
 
 RESULTS = ROOT / "benchmarks" / "results"
 N = 50

@@ -2,6 +2,8 @@
 
 # Base interpreter for .venv (3.11+; the local CPU torch wheel on these machines is cp311)
 PYTHON ?= python3
+# kt-kernel, pinned once in config/versions.toml (kt_kernel_pip)
+KT_KERNEL := $(shell sed -n 's/^kt_kernel_pip = "\(.*\)"/\1/p' config/versions.toml)
 # Preset `make setup` and `make plan` show by default
 PRESET ?= optimized
 # planner knobs for `make plan`, e.g. PLAN_ARGS="--gpu rtx-4090-24gb --context 65536"
@@ -19,6 +21,11 @@ $(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torc
 	# Anything that wants torch later finds it satisfied, so no dependency can pull a CUDA build of several GB.
 	scripts/install_cpu_torch.sh $(VENV) --with-deps
 	$(VENV)/bin/pip install -q -e '.[embed,bench,dashboard,test]'
+	# kt-kernel (the hybrid MoE mode's CPU experts) for tests/integration/test_kt_compat.py: --no-deps, its
+	# declared deps (triton, its CLI's helpers) are not needed to run its kernels; libhwloc for its extension
+	$(VENV)/bin/pip install -q --no-deps kt-kernel==$(KT_KERNEL) gguf==0.19.0
+	@ldconfig -p | grep -q libhwloc.so.15 || apt-get install -y -q libhwloc15 || \
+		echo "warning: libhwloc15 missing: tests/integration/test_kt_compat.py will skip"
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@
 

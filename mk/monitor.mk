@@ -24,8 +24,8 @@ vram-monitor: ## live VRAM screen per GPU with alerts and session stats (LOG=vra
 vram-safe: ## VRAM in use vs THRESHOLD, for a person (scripts: call `vramkit vram-safe`, 0 OK 1 WARN 2 CRIT 3 UNKNOWN)
 	$(VRAMKIT) vram-safe --gpu $(GPU) $(if $(THRESHOLD),--threshold $(THRESHOLD))
 
-optimize: ## host checks: CPU topology, proposed cpusets, memlock/pinned RAM, pinned copy speed
-	$(VRAMKIT) host $(HOST_ARGS)
+optimize: ## host checks: CPU topology, proposed cpusets, memlock/pinned RAM, pinned copy speed, host read bandwidth
+	$(VRAMKIT) host --bandwidth $(HOST_ARGS)
 
-optimize-write: ## as optimize, and write VRAMKIT_SGLANG_CPUSET / VRAMKIT_SIDE_CPUSET into .env
-	$(VRAMKIT) host --write $(HOST_ARGS)
+optimize-write: ## as optimize, and write the cpusets and VRAMKIT_HOST_READ_GBS (preset moe's planner input) into .env
+	$(VRAMKIT) host --bandwidth --write $(HOST_ARGS)

@@ -27,7 +27,16 @@ _up = VRAMKIT_RUNTIME=$(RUNTIME) VRAMKIT_PORT=$(PORT) VRAMKIT_DRY_RUN='$(DRY_RUN
 # after a real start, the guard: CRITICAL (2) or UNKNOWN (3) fails the target; WARNING (1) is printed and passes
 _safe = && { dry='$(DRY_RUN)'; [[ $${dry,,} =~ ^(1|true|yes)$$ ]] || $(VRAMKIT) vram-safe || [[ $$? == 1 ]]; }
 
-.PHONY: start-qwen stop-qwen start-qwen-optimized stop-qwen-optimized start-qwen-128k stop-qwen-128k status
+# preset moe: the folder of the CPU experts in KT's AMXINT4 layout (`make kt-convert` writes it)
+KT_WEIGHT_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-AMXINT4
+# `make kt-convert`: the downloaded checkpoint folder whose experts are converted
+MODEL_DIR ?=
+# the Python of the native SGLang install, for `make kt-convert` and `make setup-kt-native` (kt-kernel goes there)
+SERVER_PYTHON ?= python3
+KT_KERNEL_PIN := $(shell sed -n 's/^kt_kernel_pip = "\(.*\)"/\1/p' config/versions.toml)
+
+.PHONY: start-qwen stop-qwen start-qwen-optimized stop-qwen-optimized start-qwen-128k stop-qwen-128k status \
+	start-qwen-moe stop-qwen-moe kt-convert setup-kt-native
 start-qwen: ## baseline preset: fp16 KV, SGLang's own fraction
 	@$(call _up,baseline) $(_safe)
 stop-qwen: ## stop the baseline server
@@ -40,5 +49,20 @@ start-qwen-128k: ## one 131,072-token request (YaRN x4, fp8 KV; the 7B GPTQ on 1
 	@$(call _up,128k) $(_safe)
 stop-qwen-128k: ## stop the 128k server
 	@$(VRAMKIT) down --name vramkit-128k
+start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers; AMX or AVX-512-BF16, ~20 GiB RAM)
+	@VRAMKIT_KT_WEIGHT_PATH=$(KT_WEIGHT_PATH) $(call _up,moe) $(_safe)
+stop-qwen-moe: ## stop the moe server
+	@$(VRAMKIT) down --name vramkit-moe
+kt-convert: ## the moe preset's CPU experts in KT's AMXINT4 layout, from MODEL_DIR (the downloaded FP8 checkpoint)
+	@test -n "$(MODEL_DIR)" || { echo "MODEL_DIR=<folder of Qwen3-Coder-30B-A3B-Instruct-FP8> is needed"; exit 2; }
+	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_WEIGHT_PATH) \
+		--kt-layout AMXINT4 --from $(MODEL_DIR) --kt-threads $$(nproc)
+setup-kt-native: ## RUNTIME=native for preset moe: kt-kernel (pinned, --no-deps) into SERVER_PYTHON's environment
+	@ldconfig -p | grep -q libhwloc.so.15 || { echo "libhwloc15 and libnuma1 are needed (apt-get install libhwloc15 libnuma1)"; exit 2; }
+	$(SERVER_PYTHON) -m pip install --no-deps kt-kernel==$(KT_KERNEL_PIN)
+	@# the adapter is put on the server's PYTHONPATH by `vramkit up` (services/sglang-kt/kt_compat)
+	$(SERVER_PYTHON) -c "import sys; sys.path.insert(0, 'services/sglang-kt/kt_compat'); import vramkit_kt_compat as c; \
+		c.install(); import kt_kernel, inspect; assert 'num_gpu_experts' in inspect.signature(kt_kernel.KTMoEWrapper.__new__).parameters; \
+		print('kt-kernel', kt_kernel.__version__, kt_kernel.__cpu_variant__, 'with the adapter: ok')"
 status: ## what vramkit started, and whether it answers
 	@$(VRAMKIT) status

@@ -41,12 +41,12 @@ for panel in $panels; do
     chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$profile" \
         --virtual-time-budget=8000 --window-size="$size" \
         --screenshot="$out/dashboard-$panel.png" "http://127.0.0.1:$port/?panel=$panel" 2>/dev/null
-    # a palette of 128 colours keeps the committed PNGs small (Pillow comes with matplotlib, the bench extra)
+    # a palette of 256 colours keeps the committed PNGs small (Pillow comes with matplotlib, the bench extra)
     "$py" - "$out/dashboard-$panel.png" <<'PY' || true
 import sys
 from PIL import Image
 path = sys.argv[1]
-Image.open(path).convert("RGB").quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+Image.open(path).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 PY
     echo "wrote $out/dashboard-$panel.png ($(stat -c %s "$out/dashboard-$panel.png") bytes)"
 done

@@ -33,6 +33,8 @@ class Versions:
     sglang_pip: str
     sglang_image: str
     torch_cpu: str              # the CPU torch wheel of .venv and .venv-sglang (make setup)
+    kt_kernel_pip: str          # kt-kernel for the hybrid MoE mode (services/sglang-kt)
+    sglang_kt_image: str        # the image services/sglang-kt/Dockerfile builds
     torch_cpu_index: str        # where that wheel comes from without a local one (scripts/install_cpu_torch.sh)
     sglang_pip_min_driver: int  # NVIDIA driver major the sglang_pip wheel's CUDA needs (make setup-gpu)
 
@@ -135,7 +137,7 @@ def _toml_key(name: str) -> str:
 @cache
 def versions() -> Versions:
     v = _load_toml("versions.toml")
-    keys = ("sglang_pip", "sglang_image", "torch_cpu", "torch_cpu_index")
+    keys = ("sglang_pip", "sglang_image", "torch_cpu", "torch_cpu_index", "kt_kernel_pip", "sglang_kt_image")
     _refuse_unknown(v, {*keys, "sglang_pip_min_driver"}, "config/versions.toml")
     for key in keys:
         if not isinstance(v.get(key), str) or not v[key]:

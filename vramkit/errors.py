@@ -26,6 +26,7 @@ class Exit(enum.IntEnum):
     SERVICE_DOWN = 19       # a server we talk to (SGLang, Redis, embed service) is unreachable
     STOP_FAILED = 20        # down: the server could not be stopped (its record is kept)
     UNSUPPORTED_MODEL = 21  # plan: an architecture, config field or quantization method the planner does not model
+    HOST_CPU = 22           # the host CPU lacks the instructions a KT method needs (AMX, AVX-512-BF16, AVX2)
     BAD_INPUT = 64          # EX_USAGE: unknown model/gpu/preset, bad flag value
     BAD_FILE = 65           # EX_DATAERR: unreadable or invalid file
     INTERRUPTED = 130

@@ -84,8 +84,17 @@ def presets_table() -> list[str]:
     out = [f"| preset | model | knobs | planner on a {g.label} |", "| --- | --- | --- | --- |"]
     for p in catalog.presets().values():
         m = catalog.model(p.model)
-        r = plan(m, Target(gpu=g, host_ram_available_bytes=64 * GiB), Knobs(**p.knobs), _engine(),
-                 with_alternatives=False)
+        target = Target(gpu=g, host_ram_available_bytes=64 * GiB)
+        r = plan(m, target, Knobs(**p.knobs), _engine(), with_alternatives=False)
+        hy = None
+        if p.knobs.get("kt_method"):   # the hybrid MoE mode, for the reference desktop CPU the compose files use
+            import argparse  # noqa: PLC0415 - only this row needs it
+
+            from vramkit.launch import hybrid  # noqa: PLC0415 - launch sits above this module
+            from vramkit.launch.resolve import Resolved  # noqa: PLC0415
+            hy = hybrid.apply(Resolved(m, g, target, Knobs(**p.knobs), p.name, r),
+                              argparse.Namespace(kt_weight_path=None, host_read_gbs=None),
+                              server_cores=hybrid.COMPOSE_REFERENCE_CORES, cpu_flags=set()).hybrid.plan
         k = r.knobs
         what = [f"{k.context:,}-token context", "fp16/bf16 KV" if k.kv_dtype == "auto" else f"{k.kv_dtype} KV",
                 f"fraction {k.mem_fraction:g}" + ("" if "mem_fraction" in p.knobs else " (SGLang's own)")]
@@ -95,6 +104,11 @@ def presets_table() -> list[str]:
             what.append(f"YaRN x{r.yarn_factor:g}")
         if k.cpu_offload_gib:
             what.append(f"{k.cpu_offload_gib} GiB of weights offloaded")
+        if hy is not None:
+            what.append(f"{hy.num_gpu_experts} experts/layer on the GPU, the rest in host RAM ({hy.kt_method}, "
+                        f"{hy.host_ram_bytes / GiB:.1f} GiB; decode ~{hy.decode_tok_s:.0f} tok/s derived at "
+                        f"{hybrid.DEFAULT_HOST_READ_GBS:g} GB/s host read vs ~{hy.offload_decode_tok_s:.1f} with "
+                        "layer offload)")
         verdict = (f"KV {r.kv_pool_tokens:,} tokens, longest prompt {r.max_request_tokens:,}, peak "
                    f"{r.peak_vram_bytes / GiB:.1f} GiB: " + ("fits" if r.fits else "**does not fit**"))
         out.append(f"| {p.name} | {p.model} | {', '.join(what)} | {verdict} |")

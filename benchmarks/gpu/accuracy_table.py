@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
-from test_calibration import POINTS, _plan  # noqa: E402
+from test_calibration import POINTS, _plan
 
-from vramkit import catalog  # noqa: E402
+from vramkit import catalog
 
 BEGIN, END = "<!-- models-accuracy -->", "<!-- /models-accuracy -->"
 

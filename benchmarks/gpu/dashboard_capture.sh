@@ -18,7 +18,8 @@ export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
 # the archive has no FA3 and no xgrammar: config/sglang.toml's gpu_host_extra_args (as run_calibration.sh)
 VRAMKIT_SGLANG_EXTRA_ARGS=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("config/sglang.toml", "rb"))["gpu_host_extra_args"]))')
 export VRAMKIT_SGLANG_EXTRA_ARGS
-M14=qwen2.5-coder-14b-instruct-gptq-int4
+# MODEL: the catalogued model to start (default the optimized preset's 14B GPTQ; a bf16 model skips the marlin JIT)
+M14=${MODEL:-qwen2.5-coder-14b-instruct-gptq-int4}
 step() { echo "=== $(date +%T) $*"; }
 
 step "ballast: 16 GiB free on GPU 0"

@@ -22,6 +22,7 @@ RUNS = ("optimized-16g", "baseline-16g", "128k-16g")
 COMPARISONS = {                       # output name -> (baseline run, other run)
     "compare-hicache": ("hicache-off-16g", "optimized-16g"),
     "compare-presets": ("baseline-16g", "optimized-16g"),
+    "moe-16g-compare": ("moe-16g", "moe-16g-int4"),   # issue 12: FP8 vs AMXINT4 CPU experts (the moe preset)
 }
 
 

@@ -1,20 +1,16 @@
 """On a real GPU: the dashboard's Prometheus series and live panel against nvidia-smi.
 
-Opt-in: VRAMKIT_GPU_TESTS=1 pytest -m gpu tests/gpu/test_dashboard_gpu.py   (GPU 0; prometheus-client)
+Opt-in: `make test-gpu` (VRAMKIT_GPU_TESTS=1; GPU 0; prometheus-client)
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
 import pytest
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(os.environ.get("VRAMKIT_GPU_TESTS") != "1",
-                       reason="real-GPU test: set VRAMKIT_GPU_TESTS=1 on a host with an NVIDIA GPU"),
-]
+# Gate (skip without a GPU, with the reason): conftest.py's gpu_evidence
+pytestmark = [pytest.mark.gpu]
 
 MiB = 1 << 20
 TOLERANCE_BYTES = 64 * MiB      # other processes move the reading a little between two queries
@@ -27,7 +23,7 @@ def smi(field: str) -> str:
                           capture_output=True, text=True, check=True, timeout=30).stdout.strip()
 
 
-def test_metrics_match_nvidia_smi():
+def test_metrics_match_nvidia_smi(gpu_evidence):
     pytest.importorskip("prometheus_client")
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
@@ -48,7 +44,7 @@ def test_metrics_match_nvidia_smi():
     assert abs(m["vramkit_gpu_temperature_celsius"].value - int(smi("temperature.gpu"))) <= 3
 
 
-def test_live_panel_lists_the_card():
+def test_live_panel_lists_the_card(gpu_evidence):
     from vramkit.dashboard.sources import LiveSource
 
     live = LiveSource().live()

@@ -83,7 +83,7 @@ def test_a_python_without_sglang_is_refused_before_anything_starts(env):
 
 def test_without_setup_gpu_the_default_venv_is_named(env):
     r = up(env, "--preset", "baseline", "--runtime", "native", "--assume-gpu", "--gpu", "rtx-4080-16gb")
-    assert r.returncode == 21
+    assert r.returncode == 23
     assert f"{REPO}/.venv-gpu/bin/python (default: make setup-gpu's .venv-gpu) cannot import SGLang (no such file)" \
         in r.stderr
     nothing_left(env)
@@ -122,7 +122,8 @@ def test_model_path_recipe_plans_the_folders_model(env):
     assert plan.lstrip().startswith("qwen2.5-0.5b-instruct on "), plan[:300]     # the plan table's title
     assert "14b" not in plan.lower()
     cmd = the_command(r.stdout)
-    assert f"--model-path {SMALL} " in cmd and "--load-format dummy" in cmd
+    assert f"--model-path {REPO / SMALL} " in cmd   # a folder renders as its absolute path
+    assert "--load-format dummy" in cmd
     nothing_left(env)
 
 

@@ -157,6 +157,9 @@ HF_FACTS = {
     "gemma-3-1b-it": (26, 4, 1, 1152, 6912, 262144, 32768, True, "bfloat16", None, 256),
     # https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json
     "qwen3-8b": (36, 32, 8, 4096, 12288, 151936, 40960, False, "float16", None, 128),
+    # https://huggingface.co/Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8/blob/main/config.json (block FP8 128x128;
+    # issue 12's moe preset)
+    "qwen3-coder-30b-a3b-instruct-fp8": (48, 32, 4, 2048, 5472, 151936, 262144, False, "bfloat16", ("fp8", 8, 0), 128),
 }
 
 

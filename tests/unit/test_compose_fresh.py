@@ -9,4 +9,5 @@ def test_committed_compose_files_are_not_stale():
 
 def test_one_compose_file_per_preset():
     names = sorted(p.name for p in compose_files())
-    assert names == ["docker-compose.qwen-128k.yml", "docker-compose.qwen-optimized.yml", "docker-compose.qwen.yml"]
+    assert names == ["docker-compose.qwen-128k.yml", "docker-compose.qwen-moe.yml", "docker-compose.qwen-optimized.yml",
+                     "docker-compose.qwen.yml"]

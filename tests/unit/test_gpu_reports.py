@@ -18,18 +18,19 @@ def _script():
 
 
 def test_regenerates_the_committed_reports(tmp_path, capsys):
-    for f in RESULTS.glob("*-16g.json"):
+    for f in [*RESULTS.glob("*-16g.json"), *RESULTS.glob("moe-16g*.json")]:
         shutil.copy(f, tmp_path)
     assert _script().main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "128k-16g: no suite with a plot (ran: latency, roofline)" in out
-    for name in ("compare-hicache.md", "compare-presets.md"):
+    for name in ("compare-hicache.md", "compare-presets.md", "moe-16g-compare.md"):
         assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), f"{name} is stale: rerun the script"
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
-    assert pngs == sorted(p.name for p in RESULTS.glob("*.png"))
+    # moe-16g-summary.png comes from benchmarks/gpu/moe_report.py (the test below)
+    assert pngs == sorted(p.name for p in RESULTS.glob("*.png") if p.name != "moe-16g-summary.png")
     assert pngs == ["baseline-16g-concurrency.png", "baseline-16g-context.png", "compare-hicache.png",
-                    "compare-presets.png", "optimized-16g-concurrency.png", "optimized-16g-context.png",
-                    "optimized-16g-multiturn.png"]
+                    "compare-presets.png", "moe-16g-compare.png", "optimized-16g-concurrency.png",
+                    "optimized-16g-context.png", "optimized-16g-multiturn.png"]
     assert all((tmp_path / p).read_bytes()[:8] == PNG_MAGIC for p in pngs)
 
 
@@ -38,3 +39,15 @@ def test_host_cache_ab_is_like_for_like():
     md = (RESULTS / "compare-hicache.md").read_text()
     assert "Not like for like" not in md
     assert "| multi-turn prefix hit ratio | 0.0 % | 95.3 % |" in md
+
+
+def test_moe_summary_is_what_its_data_says(tmp_path, monkeypatch):
+    """benchmarks/gpu/moe_report.py: issue 12's table, from benchmarks/results/gpu/moe/ (regenerated = committed)."""
+    spec = importlib.util.spec_from_file_location("moe_report", REPO / "benchmarks" / "gpu" / "moe_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "RES", tmp_path)
+    assert mod.main() == 0
+    assert (tmp_path / "moe-16g-summary.md").read_text() == (RESULTS / "moe-16g-summary.md").read_text()
+    assert (tmp_path / "moe-16g-summary.png").read_bytes()[:8] == PNG_MAGIC
+    assert "| AMXINT4 (AMX) | 43, 14 | 38.4 /" in (RESULTS / "moe-16g-summary.md").read_text()

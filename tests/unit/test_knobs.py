@@ -89,7 +89,18 @@ def test_renderer_emits_exactly_the_declared_flags():
              with_alternatives=False)
     argv = sglang_args(m, p, model_path="x", port=catalog.sglang().port)
     for s in decl.KNOBS:
-        if s.sglang_flag:
+        if s.sglang_flag and not s.name.startswith("kt_"):   # the kt_* knobs need a MoE: the test below
+            assert s.sglang_flag in argv, s.name
+    assert not [a for a in argv if a.startswith("--kt-")]     # off unless kt_method is set
+
+
+def test_kt_knobs_render_on_a_moe_with_kt_method(capsys):
+    import json
+    assert main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60",
+                 "--host-ram-gib", "64"]) == 0
+    argv = json.loads(capsys.readouterr().out)["sglang_args"]
+    for s in decl.KNOBS:
+        if s.name.startswith("kt_"):
             assert s.sglang_flag in argv, s.name
 
 

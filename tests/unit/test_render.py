@@ -131,7 +131,11 @@ def test_the_parser_test_sees_every_case():
     # plus each preset as the GPU hosts launched it (dummy weights and their extra flags; tp 2: the dense 7B)
     expected |= {f"{p}-gpu-host-dummy" for p in catalog.presets()}
     expected |= {f"{p}-gpu-host-dummy-tp2-qwen2.5-coder-7b-instruct" for p in catalog.presets()}
-    assert ids == expected
+    # plus the hybrid MoE presets with every --kt-* flag resolved: each card, and as the H100 host ran them
+    kt = [p for p in catalog.presets().values() if p.knobs.get("kt_method")]
+    expected |= {f"{p.name}-hybrid-{g}" for p in kt for g in catalog.gpus()}
+    expected |= {f"{p.name}-gpu-host-{m}" for p in kt for m in ("FP8", "AMXINT4")}
+    assert kt and ids == expected
 
 
 # ----------------------------------------------------------------------------------------------
@@ -272,7 +276,11 @@ def test_compose_service(name):
     assert svc["environment"]["HF_TOKEN"].startswith("${HF_TOKEN"), "the token comes from the environment"
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", text), "a literal Hugging Face token in a compose file"
     assert svc["cpuset"] == "${VRAMKIT_SGLANG_CPUSET:-}"
-    assert svc["image"] == catalog.versions().sglang_image
+    if "--kt-method" in f:      # the hybrid MoE image: built from its Dockerfile, KT's experts mounted read-only
+        assert svc["image"] == catalog.versions().sglang_kt_image and svc["build"] == "services/sglang-kt"
+        assert any(str(v).endswith(":/kt-weights:ro") for v in svc["volumes"]) and f["--kt-weight-path"] == "/kt-weights"
+    else:
+        assert svc["image"] == catalog.versions().sglang_image
     assert "v" + catalog.versions().sglang_pip in svc["image"], "image and pip pin name the same release"
 
 

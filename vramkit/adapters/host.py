@@ -73,6 +73,16 @@ def read_topology(sys_root: Path | str = "/sys", allowed: set[int] | None = None
                        numa_nodes=numa, siblings=siblings)
 
 
+def cpu_flags(cpuinfo: Path | str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's instruction-set flags as the kernel names them (amx_tile, avx512_bf16, avx512vbmi, avx2, ...);
+    empty when unreadable (not Linux): the hybrid MoE check then says the CPU lacks them."""
+    text = _read(Path(cpuinfo)) or ""
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
 def memlock_limit() -> tuple[int | None, int | None]:
     """(soft, hard) RLIMIT_MEMLOCK in bytes; None = unlimited."""
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)

@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pinned host pool to check, GiB (default: running preset's hicache_bytes)")
     p.add_argument("--copy-test-gib", type=float, default=1.0,
                    help="size of the pinned host-to-GPU copy test, GiB; 0 skips it (default 1)")
+    p.add_argument("--bandwidth", action="store_true",
+                   help="measure host memory read bandwidth (the hybrid MoE mode's CPU experts: preset moe); "
+                        "--write keeps it in .env as VRAMKIT_HOST_READ_GBS for the planner")
     p.add_argument("--warmup", action="store_true", help="warm up a running server")
     p.add_argument("--url", default=None, help=f"server for --warmup (default: running state, else {DEFAULT_URL})")
     p.add_argument("--warmup-max", type=int, default=20, help="most warm-up requests (default 20)")
@@ -157,6 +160,22 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
                                    f"host->GPU {res['h2d_pinned_GBps']} GB/s pinned, "
                                    f"{res['h2d_pageable_GBps']} GB/s pageable", res))
 
+    if args.bandwidth:
+        from vramkit.adapters import membw
+        from vramkit.launch.hybrid import ENV_HOST_READ
+        threads = max(1, len(topo.cores(plan.server)))
+        try:
+            runs = membw.sweep(sorted({1, threads}))
+        except (ImportError, RuntimeError, MemoryError) as e:
+            checks.append(hp.Check("host_read_bw", hp.WARN, f"skipped: {e}"))
+        else:
+            best = max(r["bytes_per_s"] for r in runs)
+            env = env | {ENV_HOST_READ: f"{best / 1e9:.1f}"}
+            facts["host_read_bw"] = runs
+            checks.append(hp.Check("host_read_bw", hp.PASS, "host memory read "
+                                   + ", ".join(f"{r['bytes_per_s'] / 1e9:.1f} GB/s on {r['threads']} thread(s)"
+                                               for r in runs) + " (what CPU experts decode from)", {"runs": runs}))
+
     if args.write:
         path = args.env_file or default_env_file()
         try:
@@ -165,7 +184,7 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
         except OSError as e:
             raise VramkitError(f"cannot write {path}: {e.strerror}", "check the path and its permissions",
                                Exit.BAD_FILE) from None
-        checks.append(hp.Check("env_file", hp.PASS, f"wrote {hp.ENV_SERVER_CPUSET} and {hp.ENV_SIDE_CPUSET} to {path}",
+        checks.append(hp.Check("env_file", hp.PASS, f"wrote {', '.join(env)} to {path}",
                                {"path": str(path)}))
 
     if args.pin is not None:

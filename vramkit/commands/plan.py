@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from vramkit import catalog
 from vramkit.core.knobs import Knobs, specs
@@ -38,6 +39,14 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
     g.add_argument("--gpu-pcie", metavar="GENxLANES", help="the card's host link, e.g. 4x16; needed for a card "
                                                          "config/gpus.toml lacks")
     g.add_argument("--host-ram-gib", metavar="GIB", help="available host RAM, > 0 (default: read with psutil)")
+    m = p.add_argument_group("MoE experts in host RAM (the kt_* knobs; preset moe)")
+    m.add_argument("--kt-weight-path", default=os.environ.get("VRAMKIT_KT_WEIGHT_PATH") or None, metavar="DIR",
+                   help="folder of the CPU experts (default $VRAMKIT_KT_WEIGHT_PATH, else the model folder; "
+                        "AMXINT4/8: KT's "
+                        "converted layout, tools/make_random_checkpoint.py --kt-layout ... --from MODEL_DIR)")
+    m.add_argument("--host-read-gbs", metavar="GBS",
+                   help="host memory read bandwidth in GB/s (default $VRAMKIT_HOST_READ_GBS, measured by "
+                        "`vramkit host --bandwidth`)")
     k = p.add_argument_group("knobs (override the preset; declared in vramkit/core/knobs.py)")
     for spec in specs(knobs_cls):
         unit = f" [{spec.unit}]" if spec.unit else ""

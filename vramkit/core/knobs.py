@@ -105,6 +105,14 @@ def knob(default: Any, type: type, unit: str, help: str, **kw) -> Any:
     return field(default=default, metadata={"knob": dict(type=type, unit=unit, help=help, default=default, **kw)})
 
 
+KT_METHOD_CHOICES = ("FP8", "BF16", "AMXINT4", "AMXINT8")
+
+
+def _kt(flag: str, value, plan) -> list[str]:
+    """A --kt-* flag once the hybrid mode is on and its value resolved (an unresolved "auto" renders nothing)."""
+    return [flag, str(value)] if getattr(plan.knobs, "kt_method", None) and value != "auto" else []
+
+
 def _graphs(bs: int, _p) -> list[str]:
     return ["--cuda-graph-max-bs-decode", str(bs)] if bs > 0 else ["--cuda-graph-backend-decode", "disabled"]
 
@@ -148,6 +156,24 @@ class Knobs:
         render=lambda v, _p: ["--cpu-offload-gb", str(int(v))] if int(v) > 0 else [])
     concurrency: int = knob(1, int, "requests", "requests of that context that should run at once (the "
                             "planner's target; SGLang has no such flag)", minimum=1)
+    # The hybrid MoE mode (issue 12; vramkit/launch/hybrid.py resolves the "auto"s): experts beyond the
+    # GPU's share are computed by the CPU through SGLang's KTransformers path. Rendered only with kt_method.
+    kt_method: str | None = knob(
+        None, str, "", "MoE experts beyond the GPU's share run on the CPU (SGLang's KTransformers path, "
+        "kt-kernel 0.5.1), in this format: FP8 / BF16 read from the checkpoint, AMXINT4 / AMXINT8 from KT's "
+        "converted layout (--kt-weight-path)", choices=KT_METHOD_CHOICES, sglang_flag="--kt-method",
+        render=lambda v, _p: ["--kt-method", v] if v else [])
+    kt_num_gpu_experts: int | str = knob(
+        "auto", int, "experts per MoE layer", "experts 0..N-1 of every MoE layer stay on the GPU; auto = as many "
+        "as leave the KV pool the context", minimum=0, also=("auto",), sglang_flag="--kt-num-gpu-experts",
+        render=lambda v, p: _kt("--kt-num-gpu-experts", v, p))
+    kt_cpuinfer: int | str = knob(
+        "auto", int, "threads", "CPU expert threads; auto = physical cores of the server cpuset (`make "
+        "optimize`) minus 2 for SGLang's own processes", minimum=1, also=("auto",), sglang_flag="--kt-cpuinfer",
+        render=lambda v, p: _kt("--kt-cpuinfer", v, p))
+    kt_threadpool_count: int = knob(
+        1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
+        sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))
 
 
 @cache

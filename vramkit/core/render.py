@@ -74,10 +74,13 @@ def _q(s: str) -> str:
 
 def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, p: Plan, image: str,
                  argv: list[str], gpu_ids: list[int], source_note: str, port: int,
-                 model_mount: tuple[str, str] | None = None) -> str:
+                 model_mount: tuple[str, str] | None = None, build_context: str | None = None,
+                 extra_volumes: tuple[str, ...] = ()) -> str:
     """One compose file for one preset: the SGLang service with every odd setting explained.
     `model_mount` (host folder, container path): a folder model, bind-mounted read-only; argv's
-    --model-path names the container path."""
+    --model-path names the container path. `build_context`: the image is built from that folder (the
+    hybrid MoE image, services/sglang-kt); `extra_volumes`: "host:container:mode  # why" lines (KT's
+    CPU-expert folder)."""
     mount = ""
     if model_mount:
         mount = (f"\n      - {_q(f'{model_mount[0]}:{model_mount[1]}:ro')}"
@@ -85,6 +88,9 @@ def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, 
     cmd = "\n".join(f"      - {_q(x)}" for x in ["python3", "-m", "sglang.launch_server", *argv])
     ids = ", ".join(_q(str(i)) for i in gpu_ids)
     pinned = p.host_ram_bytes > 0
+    build = (f"    build: {build_context}  # the pinned SGLang image + kt-kernel + the kit's adapter (its Dockerfile)\n"
+             if build_context else "")
+    more = "".join(f"      - {v}\n" for v in extra_volumes)
     return f"""\
 # {source_note}
 # Plan: {model.name} on {gpu_name}: weights {p.weights_bytes / 2**30:.2f} GiB, KV pool {p.kv_pool_tokens:,} tokens,
@@ -93,7 +99,7 @@ name: {project}
 services:
   sglang:
     image: {image}
-    container_name: {project}
+{build}    container_name: {project}
     command:
 {cmd}
     ports:
@@ -105,7 +111,7 @@ services:
     volumes:
       - ${{VRAMKIT_HF_CACHE:-~/.cache/huggingface}}:/root/.cache/huggingface  # model weights, downloaded once
       - vramkit-jit-cache:/root/.cache/tvm-ffi{mount}
-    ipc: host  # SGLang's tokenizer, scheduler and detokenizer processes share tensors through /dev/shm
+{more}    ipc: host  # SGLang's tokenizer, scheduler and detokenizer processes share tensors through /dev/shm
     ulimits:
       memlock: -1  # {"the host KV pool / offloaded weights are pinned (page-locked) RAM" if pinned else "pinned host buffers (KV copies) must not hit the memlock limit"}
       stack: 67108864

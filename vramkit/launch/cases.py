@@ -50,3 +50,39 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
             suffix = "" if tp == 1 else f"-tp{tp}-{model.name}"
             yield LaunchCaseSpec(f"{preset.name}-gpu-host-dummy{suffix}", argv, model.config_dir, p.fits,
                                  host_gpu.memory_total_bytes)
+    yield from _hybrid_cases(engine, port)
+
+
+def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
+    """The hybrid MoE launches with every --kt-* flag resolved, as `vramkit up` renders them: each preset
+    with kt_method on each catalogued card, and FP8 / AMXINT4 as the H100-host runs made them
+    (benchmarks/gpu/run_moe.sh: a local checkpoint folder, KT's INT4 layout beside it)."""
+    import argparse  # noqa: PLC0415 - only these cases need it
+
+    from vramkit.launch import hybrid  # noqa: PLC0415 - launch.hybrid imports launch.resolve, above this module
+    from vramkit.launch.resolve import Resolved  # noqa: PLC0415
+    host_gpu = catalog.gpu("h100-80gb")
+    for preset in catalog.presets().values():
+        if not preset.knobs.get("kt_method"):
+            continue
+        model = catalog.model(preset.model)
+        runs = [(gpu, None, {}) for gpu in catalog.gpus().values()]
+        runs += [(host_gpu, 15.31, {"kt_method": m}) for m in ("FP8", "AMXINT4")]
+        for gpu, free_gib, over in runs:
+            knobs = Knobs(**(preset.knobs | over))
+            target = Target(gpu=gpu, gpu_free_bytes=int(free_gib * GiB) if free_gib else None,
+                            host_ram_available_bytes=128 * GiB)
+            p = plan(model, target, knobs, engine, with_alternatives=False)
+            weights = "/tmp/ck/kt-int4" if over.get("kt_method") == "AMXINT4" else None
+            r = hybrid.apply(Resolved(model, gpu, target, knobs, preset.name, p),
+                             argparse.Namespace(kt_weight_path=weights, host_read_gbs=93.0),
+                             server_cores=16, cpu_flags=set())
+            if free_gib:
+                argv = sglang_args(model, p, model_path=str(model.config_dir), load_format=None, port=port,
+                                   extra=[*catalog.sglang().gpu_host_extra_args, "--skip-tokenizer-init"])
+                case = f"{preset.name}-gpu-host-{knobs.kt_method}"
+            else:
+                argv = sglang_args(model, p, model_path=model.hf_id, port=port)
+                case = f"{preset.name}-hybrid-{gpu.name}"
+            yield LaunchCaseSpec(case, argv + r.hybrid.args(model.hf_id), model.config_dir, p.fits,
+                                 gpu.memory_total_bytes)

@@ -50,6 +50,11 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
             checks.append(Check.of("memlock", False, f"memlock limit {bytes2human(soft)} < "
                                 f"{bytes2human(p.host_ram_bytes)} "
                                 f"pinned -> `ulimit -l unlimited` if pinning fails", Exit.HOST_MEMORY, fatal=False))
+    if resolved.hybrid is not None:
+        avail = host_ram()
+        for name, ok, detail in resolved.hybrid.checks(avail):
+            code = Exit.HOST_MEMORY if name == "kt-host-ram" else Exit.HOST_CPU if name == "cpu-isa" else Exit.BAD_INPUT
+            checks.append(Check.of(name, ok, detail, code))
     # host RAM has its own check (and exit code) above, read fresh; the rest of the planner's reasons here
     reasons = [r for r in p.reasons if getattr(r, "kind", None) != "host_ram"]
     checks.append(Check.of("fit", not reasons, "the plan fits" if not reasons else "; ".join(reasons) +

@@ -27,6 +27,7 @@ class Resolved:
     knobs: Knobs
     preset: str | None
     plan: Plan
+    hybrid: object = None       # launch.hybrid.Hybrid when a MoE's experts split GPU / host RAM (kt_method)
 
 
 def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resolved:
@@ -54,8 +55,10 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
     host_ram_gib = _amount(args, "host_ram_gib", positive=True)
     host_avail = int(host_ram_gib * GiB) if host_ram_gib is not None else (read_host() if read_host else None)
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail)
-    return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None,
-                    plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values())))
+    r = Resolved(model, gpu, target, knobs_obj, preset.name if preset else None,
+                 plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values())))
+    from vramkit.launch import hybrid  # noqa: PLC0415 - hybrid imports this module's neighbours
+    return hybrid.apply(r, args)
 
 
 def cli_knobs(args: argparse.Namespace, knobs_cls: type = Knobs) -> dict:
@@ -175,13 +178,17 @@ def host_available() -> int:
 
 def plan_args(r: Resolved) -> list[str]:
     """The SGLang arguments of a plan as `vramkit plan` shows them (the model's hf_id, or a folder model's
-    folder; SGLang's port)."""
+    folder; SGLang's port), with --kt-weight-path in the hybrid MoE mode."""
     from vramkit.core.render import model_path_for, sglang_args
-    return sglang_args(r.model, r.plan, model_path=model_path_for(r.model), port=catalog.sglang().port)
+    path = model_path_for(r.model)
+    extra = r.hybrid.args(path) if r.hybrid is not None else []
+    return sglang_args(r.model, r.plan, model_path=path, port=catalog.sglang().port) + extra
 
 
 def plan_json(r: Resolved) -> dict:
     d = r.plan.to_json()
     d["preset"] = r.preset
     d["sglang_args"] = plan_args(r)
+    if r.hybrid is not None:
+        d["hybrid"] = r.hybrid.to_json()
     return d

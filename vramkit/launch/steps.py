@@ -63,14 +63,19 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args)
-    native = [spec.sglang_python, "-m", "sglang.launch_server", *argv]
+    native_argv, kt = argv, {}
+    if resolved.hybrid is not None:
+        native_argv = argv + resolved.hybrid.args(model_path)
+        kt = resolved.hybrid.compose_parts(str(catalog.CONFIG_DIR.parent / "services" / "sglang-kt"))
+    native = [spec.sglang_python, "-m", "sglang.launch_server", *native_argv]
     v = catalog.versions()
     n_gpu = resolved.plan.knobs.tp
     gpu_ids = server_gpu_ids(spec, n_gpu)
     compose = compose_yaml(project=spec.name, preset=resolved.preset or "custom", model=model,
                            gpu_name=resolved.gpu.label if resolved.gpu else "given free memory", p=resolved.plan,
-                           image=v.sglang_image, argv=argv, gpu_ids=gpu_ids, port=catalog.sglang().port,
-                           model_mount=mount,
+                           image=kt.get("image", v.sglang_image), argv=argv + kt.get("args", []), gpu_ids=gpu_ids,
+                           port=catalog.sglang().port, model_mount=mount, build_context=kt.get("build_context"),
+                           extra_volumes=kt.get("extra_volumes", ()),
                            source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
     return native, compose
 
@@ -105,6 +110,7 @@ def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
     for i in range(spec.warmup_requests):
         ids = [(17 + 31 * j + i) % vocab_size for j in range(64)]
         r = client.generate(input_ids=ids, max_new_tokens=16, stream=False) if spec.load_format == "dummy" \
+            or "--skip-tokenizer-init" in spec.extra_args \
             else client.generate(text="def fibonacci(n):", max_new_tokens=16, stream=False)
         if not r.ok:
             raise VramkitError(f"warm-up request failed: {r.error}", "see the server log", Exit.START_FAILED)

@@ -98,10 +98,11 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
             paths["log"].write_text("")
             cpus = steps.env_cpuset()
             # NVML numbers cards by PCI bus; CUDA, unless told, fastest first: PCI_BUS_ID makes them agree
-            pid = process.start_background(prep.native, paths["log"],
-                                           env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, prep.gpu_ids)),
-                                                "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-                                           if "CUDA_VISIBLE_DEVICES" not in os.environ else None)
+            env = ({"CUDA_VISIBLE_DEVICES": ",".join(map(str, prep.gpu_ids)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+                   if "CUDA_VISIBLE_DEVICES" not in os.environ else {})
+            if r.hybrid is not None:
+                env.update(r.hybrid.native_env())   # the kt-kernel adapter on the server's path
+            pid = process.start_background(prep.native, paths["log"], env=env or None)
             say(f"started pid {pid}; log {paths['log']}")
             if cpus:
                 why = pin(pid, cpus)

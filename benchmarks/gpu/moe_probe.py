@@ -1,0 +1,77 @@
+"""Decode speed at 1/2/4 streams and time to first token at 512 / 8K / 30K-token prompts (issue 12).
+
+    python3 benchmarks/gpu/moe_probe.py --url http://127.0.0.1:30000 --out probe.json [--streams 1,2,4]
+
+Random token ids (the random-weight checkpoints have no tokenizer); every request through the kit's
+SglangClient, streamed, so TTFT and decode rate are the client's view, as `vramkit bench` reports them.
+Decode tok/s per stream = 1 / TPOT (tokens after the first over the time after the first); aggregate =
+streams x the mean of the per-stream rates.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from vramkit.adapters.sglang_http import SglangClient  # noqa: E402
+from vramkit.core.bench_stats import decode_tok_s  # noqa: E402
+
+VOCAB = 151000
+
+
+def ids(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(10, VOCAB) for _ in range(n)]
+
+
+def one(url: str, prompt: list[int], new: int, deadline_s: float = 300) -> dict:
+    with SglangClient(url, timeout_s=600) as c:
+        r = c.generate(input_ids=prompt, max_new_tokens=new, stream=True, deadline_s=deadline_s)
+    return {"ok": r.ok, "prompt_tokens": len(prompt), "completion_tokens": r.completion_tokens,
+            "ttft_s": r.ttft_s, "latency_s": r.latency_s, "error": r.error,
+            "decode_tok_s": decode_tok_s(r.latency_s, r.ttft_s, r.completion_tokens) if r.ok else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", default="http://127.0.0.1:30000")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--streams", default="1,2,4")
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--ttft", default="512,8192,30000", help="prompt lengths for TTFT ('' to skip)")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--deadline", type=float, default=200, help="skip a TTFT point the last prefill rate says exceeds this")
+    a = ap.parse_args()
+    res: dict = {"label": a.label, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "decode": [], "ttft": []}
+    one(a.url, ids(64, 99), 8)                          # warm
+    for n in [int(x) for x in a.streams.split(",") if x]:
+        with ThreadPoolExecutor(n) as ex:
+            rs = list(ex.map(lambda k: one(a.url, ids(512, 1000 + k), a.new_tokens), range(n)))
+        rates = [r["decode_tok_s"] for r in rs if r["decode_tok_s"]]
+        res["decode"].append({"streams": n, "per_stream_tok_s": sum(rates) / len(rates) if rates else None,
+                              "aggregate_tok_s": sum(rates) if rates else None, "requests": rs})
+        print(f"decode streams={n}: {res['decode'][-1]['per_stream_tok_s']}", flush=True)
+        a.out.write_text(json.dumps(res, indent=1))
+    rate = None
+    for n in [int(x) for x in a.ttft.split(",") if x]:
+        if rate and n / rate > a.deadline:
+            res["ttft"].append({"prompt_tokens": n, "skipped": f"projected {n / rate:.0f} s at {rate:.0f} tok/s prefill"})
+            print(f"ttft {n}: skipped ({n / rate:.0f} s projected)", flush=True)
+            continue
+        r = one(a.url, ids(n, 2000 + n), 16, deadline_s=a.deadline * 1.5)
+        if r["ok"] and r["ttft_s"]:
+            rate = n / r["ttft_s"]
+        res["ttft"].append(r)
+        print(f"ttft {n}: {r['ttft_s']} ok={r['ok']} {r['error'] or ''}", flush=True)
+        a.out.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""kt-kernel 0.5.1 as SGLang 0.5.15.post1 calls it, through the kit's adapter (issue 12), on this CPU.
+
+Real kt-kernel (its AVX-512-BF16 or AMX build; the test skips, saying why, where the wheel or such a CPU
+is missing), a real checkpoint written by tools/make_random_checkpoint.py. The one stand-in: a CPU-only
+torch cannot pin memory, so `pin_memory=True` is dropped for these calls (the accelerator boundary; on the
+GPU host the same calls pin, benchmarks/results/gpu/moe/).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPAT = ROOT / "services" / "sglang-kt" / "kt_compat"
+CFG = ROOT / "config" / "models" / "qwen3-coder-30b-a3b-instruct"
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(COMPAT))
+try:
+    import vramkit_kt_compat
+    vramkit_kt_compat.install()
+    kt_kernel = importlib.import_module("kt_kernel")
+except (ImportError, OSError) as e:       # no wheel for this Python, or libhwloc missing
+    pytest.skip(f"kt-kernel 0.5.1 not importable here ({e}): pip install --no-deps kt-kernel==0.5.1 gguf",
+                allow_module_level=True)
+if kt_kernel.__cpu_variant__ not in ("amx", "avx512_bf16"):
+    pytest.skip(f"this CPU gets kt-kernel's {kt_kernel.__cpu_variant__} build: no FP8/INT kernels",
+                allow_module_level=True)
+
+E, K, H, I = 128, 8, 2048, 768  # noqa: E741 - the paper names: experts, top-k, hidden, intermediate
+
+
+@pytest.fixture(autouse=True)
+def no_pinning(monkeypatch):
+    for name in ("empty", "zeros", "full"):
+        real = getattr(torch, name)
+
+        def unpinned(*a, _real=real, **kw):
+            kw.pop("pin_memory", None)
+            return _real(*a, **kw)
+        monkeypatch.setattr(torch, name, unpinned)
+
+
+@pytest.fixture(scope="module")
+def fp8_layer(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ck")
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_random_checkpoint.py"), str(CFG), str(out),
+                    "--format", "fp8", "--layers", "1", "--jobs", "1"], check=True, capture_output=True)
+    return out
+
+
+def sglang_style(path: Path, method: str, n_gpu: int):
+    """Exactly SGLang 0.5.15.post1's call (kt_ep_wrapper.KTEPWrapperMethod.create_weights)."""
+    return kt_kernel.KTMoEWrapper(layer_idx=0, num_experts=E, num_experts_per_tok=K, hidden_size=H,
+                                  moe_intermediate_size=I, num_gpu_experts=n_gpu, cpuinfer_threads=2,
+                                  threadpool_count=1, weight_path=str(path), chunked_prefill_size=512, method=method,
+                                  max_deferred_experts_per_token=0)
+
+
+def run_cpu_experts(w, x, ids, weights):
+    out = torch.zeros(x.shape[0], H, dtype=torch.bfloat16)
+    bsz = torch.tensor([x.shape[0]], dtype=torch.int32)
+    w.cpu_infer.submit(w.moe.forward_task(bsz.data_ptr(), K, ids.data_ptr(), weights.data_ptr(), x.data_ptr(),
+                                          out.data_ptr(), False))
+    w.cpu_infer.sync()
+    return out.float()
+
+
+def reference(experts, x, ids, weights, n_gpu):
+    """The CPU share SGLang expects back: the routed experts >= n_gpu, weighted, summed."""
+    gate, up, down = experts
+    ref = torch.zeros(x.shape[0], H)
+    for b in range(x.shape[0]):
+        for k in range(K):
+            e = int(ids[b, k])
+            if e >= n_gpu:
+                xf = x[b].float()
+                act = torch.nn.functional.silu(gate[e].float() @ xf) * (up[e].float() @ xf)
+                ref[b] += weights[b, k] * (down[e].float() @ act)
+    return ref
+
+
+IDS = torch.tensor([[0, 5, 40, 41, 100, 127, 31, 32], [1, 2, 3, 4, 6, 7, 8, 9], [120, 121, 122, 123, 124, 125, 126, 33]])
+
+
+def test_adapter_turns_num_gpu_experts_into_the_first_n_mask():
+    m = vramkit_kt_compat.first_n_mask(8, 3)
+    assert m.tolist() == [True, True, True, False, False, False, False, False]
+    assert vramkit_kt_compat.first_n_mask(8, None) is None
+    with pytest.raises(ValueError):
+        vramkit_kt_compat.first_n_mask(8, 9)
+    assert getattr(kt_kernel.KTMoEWrapper, "_vramkit_compat", False)
+    assert kt_kernel.KTMoEWrapper.set_capture_batch_sizes is not None   # SGLang's graph runner calls it
+
+
+def test_fp8_experts_from_the_checkpoint_skip_the_gpu_ones(fp8_layer):
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_random_checkpoint import checkpoint_experts
+    n_gpu = 32
+    w = sglang_style(fp8_layer, "FP8", n_gpu)
+    assert w.gpu_experts_mask[:n_gpu].all() and not w.gpu_experts_mask[n_gpu:].any()
+    w.load_weights(torch.arange(E, dtype=torch.long))
+    torch.manual_seed(0)
+    x = torch.randn(3, H).to(torch.bfloat16)
+    weights = torch.rand(3, K)
+    out = run_cpu_experts(w, x, IDS, weights)
+    ref = reference(checkpoint_experts(fp8_layer, 0, E), x, IDS, weights, n_gpu)
+    assert out[1].abs().max() == 0                       # every expert of token 1 is a GPU expert
+    for b in (0, 2):
+        assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.02
+
+
+def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_random_checkpoint import checkpoint_experts, write_kt_layout
+    info = write_kt_layout(CFG, tmp_path, "AMXINT8", 2, layers=1, source=fp8_layer)
+    assert info["bytes"] == E * (3 * H * I + 4 * (2 * I + H))           # core/moe_offload.kt_expert_bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["_layer_0"]
+    w = sglang_style(tmp_path, "AMXINT8", 16)
+    w.load_weights(torch.arange(E, dtype=torch.long))
+    x = torch.randn(3, H).to(torch.bfloat16)
+    weights = torch.rand(3, K)
+    out = run_cpu_experts(w, x, IDS, weights)
+    ref = reference(checkpoint_experts(fp8_layer, 0, E), x, IDS, weights, 16)
+    assert out[1].abs().max() == 0                       # token 1 routes only to GPU experts (< 16)
+    for b in (0, 2):
+        assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.06   # INT8 with a scale per row: ~3 % seen
+    assert json.loads(json.dumps(info))["source"] == str(fp8_layer)

@@ -1,0 +1,193 @@
+"""Write a random-weight checkpoint with a model's real tensor names, shapes, dtypes and packing.
+
+    python3 tools/make_random_checkpoint.py CONFIG_DIR OUT_DIR --format fp8 [--layers N] [--jobs 4]
+
+CONFIG_DIR holds the model's real config.json (config/models/<name>/). OUT_DIR gets config.json (with the
+format's quantization_config), sharded safetensors and model.safetensors.index.json: a local model folder
+SGLang starts from like a downloaded one, and from which kt-kernel reads the CPU experts
+(--kt-weight-path OUT_DIR with --kt-method FP8 or BF16). Speed and memory are real; text is noise.
+Names and shapes come from vramkit/core/checkpoint_layout.py (issue 12).
+
+    python3 tools/make_random_checkpoint.py CONFIG_DIR KT_DIR --kt-layout AMXINT4 [--from MODEL_DIR]
+
+writes KT's own quantized CPU-expert layout (for --kt-method AMXINT4/AMXINT8) through kt-kernel's quantizer:
+random experts, or with --from the experts of a downloaded checkpoint (bf16 or block FP8): the conversion
+the `moe` preset needs once per model (KT_WEIGHT_PATH=KT_DIR).
+
+Values are kept small and finite so a forward pass stays finite: bf16 ~ N(0, 0.02), norms 1, FP8 codes
+with |x| <= 1.875 (no NaN code) and a block scale of 0.01. Random bytes are drawn once into a pool and
+sliced, so a 30 GB checkpoint costs memcpy and disk time, not RNG time. Needs torch and safetensors (the
+GPU host has both; the kit's CPU venv too).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vramkit.core import checkpoint_layout as cl  # noqa: E402
+
+POOL_ELEMS = 1 << 26          # 64 Mi values per pool: large enough that neighbouring tensors differ
+FP8_MAGNITUDE_MASK = 0xBF     # e4m3fn S.EEEE.MMM: clearing the top exponent bit keeps |x| <= 1.875, no NaN
+FP8_SCALE = 0.01
+
+
+class Pools:
+    def __init__(self, seed: int):
+        import torch
+        g = torch.Generator().manual_seed(seed)
+        self.torch = torch
+        self.bf16 = (torch.randn(POOL_ELEMS, generator=g) * 0.02).to(torch.bfloat16)
+        raw = torch.randint(0, 256, (POOL_ELEMS,), dtype=torch.uint8, generator=g) & FP8_MAGNITUDE_MASK
+        self.fp8 = raw.view(torch.float8_e4m3fn)
+        self.offset = 0
+
+    def tensor(self, spec: cl.TensorSpec):
+        torch = self.torch
+        if spec.dtype == "f32":
+            return torch.full(spec.shape, FP8_SCALE, dtype=torch.float32)
+        if spec.role == "norm":
+            return torch.ones(spec.shape, dtype=torch.bfloat16)
+        pool = self.fp8 if spec.dtype == "fp8_e4m3" else self.bf16
+        n = spec.numel
+        self.offset = (self.offset + 7919 * 64) % POOL_ELEMS
+        if n <= POOL_ELEMS - self.offset:
+            flat = pool[self.offset:self.offset + n].clone()
+        else:
+            reps = -(-n // POOL_ELEMS) + 1
+            flat = pool.repeat(reps)[self.offset:self.offset + n].clone()
+        return flat.view(spec.shape)
+
+
+def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, jobs: int = 4,
+          max_shard_bytes: int = 4 << 30, seed: int = 0) -> dict:
+    from safetensors.torch import save_file
+    cfg = json.loads((config_dir / "config.json").read_text())
+    if layers is not None:
+        cfg["num_hidden_layers"] = layers
+    specs = cl.checkpoint_tensors(cfg, fmt)
+    shards = cl.shard(specs, max_shard_bytes)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    pools = Pools(seed)
+
+    def one(k: int) -> int:
+        tensors = {s.name: pools.tensor(s) for s in shards[k]}
+        save_file(tensors, str(out_dir / cl.shard_name(k, len(shards))), metadata={"format": "pt"})
+        return sum(s.nbytes for s in shards[k])
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        total = sum(ex.map(one, range(len(shards))))
+    weight_map = {s.name: cl.shard_name(k, len(shards)) for k, group in enumerate(shards) for s in group}
+    (out_dir / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
+    qc = cl.quantization_config(fmt)
+    if qc:
+        cfg["quantization_config"] = qc
+    else:
+        cfg.pop("quantization_config", None)
+    cfg["torch_dtype"] = "bfloat16"
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=2))
+    return {"out": str(out_dir), "format": fmt, "tensors": len(specs), "shards": len(shards),
+            "bytes": total, "seconds": round(time.time() - t0, 1)}
+
+
+KT_QUANT_METHODS = ("AMXINT4", "AMXINT8")
+
+
+def checkpoint_experts(source: Path, layer: int, num_experts: int):
+    """One layer's experts from a Hugging Face checkpoint folder as bf16 stacks (gate [E,I,H], up [E,I,H],
+    down [E,H,I]); block-FP8 tensors are dequantized with their weight_scale_inv (128x128 blocks)."""
+    import torch
+    from safetensors import safe_open
+    index = json.loads((source / "model.safetensors.index.json").read_text())["weight_map"] \
+        if (source / "model.safetensors.index.json").is_file() else None
+    handles: dict = {}
+
+    def get(name: str):
+        file = index[name] if index else next(p.name for p in source.glob("*.safetensors"))
+        if file not in handles:
+            handles[file] = safe_open(str(source / file), "pt")
+        return handles[file].get_tensor(name)
+
+    def weight(name: str):
+        w = get(name + ".weight")
+        if w.dtype == torch.float8_e4m3fn:
+            s = get(name + ".weight_scale_inv").float()
+            b = cl.FP8_BLOCK
+            s = s.repeat_interleave(b, 0).repeat_interleave(b, 1)[:w.shape[0], :w.shape[1]]
+            return (w.float() * s).to(torch.bfloat16)
+        return w.to(torch.bfloat16)
+
+    p = f"model.layers.{layer}.mlp.experts"
+    return [torch.stack([weight(f"{p}.{e}.{proj}") for e in range(num_experts)]).contiguous()
+            for proj in ("gate_proj", "up_proj", "down_proj")]
+
+
+def write_kt_layout(config_dir: Path, out_dir: Path, method: str, threads: int, layers: int | None = None,
+                    seed: int = 1, source: Path | None = None) -> dict:
+    """KT's own layout for AMXINT4/AMXINT8 (``_layer_{i}/_numa_0/INT4_{gate,up,down}_{e}_*.kt``), written by
+    kt-kernel itself: each layer's experts as random bf16 tensors, quantized and saved by
+    ``KTMoEWrapper.load_weights_from_tensors`` (the online-quantization path KT's converter uses).
+    SGLang then takes --kt-weight-path OUT_DIR --kt-method METHOD; the GPU experts still come from the
+    safetensors checkpoint. With `source` (a downloaded bf16 or block-FP8 checkpoint folder) the experts are
+    that checkpoint's, so this converts a real model. Needs kt_kernel (and a CUDA torch: it pins its buffers)."""
+    import torch
+    from kt_kernel import KTMoEWrapper
+    cfg = json.loads((config_dir / "config.json").read_text())
+    n_layers = layers if layers is not None else int(cfg["num_hidden_layers"])
+    e, h, inter = int(cfg["num_experts"]), int(cfg["hidden_size"]), int(cfg["moe_intermediate_size"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pools = Pools(seed)
+    t0 = time.time()
+    for i in (i for i in range(n_layers) if cl.is_moe_layer(cfg, i)):
+        w = KTMoEWrapper(layer_idx=i, num_experts=e, num_experts_per_tok=int(cfg["num_experts_per_tok"]),
+                         hidden_size=h, moe_intermediate_size=inter, gpu_experts_mask=None,
+                         cpuinfer_threads=threads, threadpool_count=1, weight_path=str(out_dir),
+                         chunked_prefill_size=512, method=method)
+        mats = checkpoint_experts(source, i, e) if source is not None else \
+            [pools.tensor(cl.TensorSpec("x", shape, "bf16", "expert"))
+             for shape in ((e, inter, h), (e, inter, h), (e, h, inter))]
+        w.load_weights_from_tensors(*mats, torch.arange(e, dtype=torch.long))
+        del w, mats
+    size = sum(f.stat().st_size for f in out_dir.rglob("*.kt"))
+    return {"out": str(out_dir), "kt_method": method, "layers": n_layers, "bytes": size,
+            "source": str(source) if source else "random",
+            "seconds": round(time.time() - t0, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("config_dir", type=Path, help="folder with the model's config.json")
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--format", choices=cl.FORMATS, default="bf16")
+    ap.add_argument("--layers", type=int, help="keep only the first N decoder layers (smoke tests)")
+    ap.add_argument("--jobs", type=int, default=4, help="shards written at once")
+    ap.add_argument("--shard-gib", type=float, default=4.0)
+    ap.add_argument("--kt-layout", choices=KT_QUANT_METHODS,
+                    help="write KT's quantized CPU-expert layout into OUT_DIR instead (needs kt_kernel)")
+    ap.add_argument("--kt-threads", type=int, default=8)
+    ap.add_argument("--from", dest="source", type=Path, help="with --kt-layout: convert this checkpoint folder's "
+                                                             "experts (bf16 or block FP8) instead of random ones")
+    a = ap.parse_args(argv)
+    if not (a.config_dir / "config.json").is_file():
+        print(f"make_random_checkpoint: no config.json in {a.config_dir} -> pass a folder holding one", file=sys.stderr)
+        return 65
+    try:
+        info = (write_kt_layout(a.config_dir, a.out_dir, a.kt_layout, a.kt_threads, a.layers, source=a.source)
+                if a.kt_layout
+                else write(a.config_dir, a.out_dir, a.format, a.layers, a.jobs, int(a.shard_gib * 2**30)))
+    except ValueError as e:
+        print(f"make_random_checkpoint: {e}", file=sys.stderr)
+        return 64
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
