@@ -61,12 +61,15 @@ if (( check_only )); then
     exit 0
 fi
 
-# 2. install: SGLang with its own pins (its CUDA torch), the kit's dependencies and pytest in one resolve
+# 2. install: SGLang with its own pins (its CUDA torch), the kit's dependencies, what tests/gpu needs and pytest,
+#    in one resolve
 mapfile -t kit_deps < <("$base_python" - <<'PY'
 import tomllib
 with open("pyproject.toml", "rb") as f:
     p = tomllib.load(f)["project"]
-print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))
+extras = p["optional-dependencies"]
+# the kit itself, what tests/gpu imports (the dashboard's metrics and live panel) and pytest
+print("\n".join(p["dependencies"] + extras.get("dashboard", []) + extras["test"]))
 PY
 )
 stamp=$( { echo "$sglang_pip"; printf '%s\n' "${kit_deps[@]}"; "$base_python" -VV; cat "$0"; } | sha256sum | cut -d' ' -f1)

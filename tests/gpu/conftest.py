@@ -46,6 +46,11 @@ def gpu_evidence() -> str:
     return why
 
 
+@pytest.fixture(autouse=True)
+def _only_where_there_is_a_gpu(gpu_evidence):
+    """Every test in tests/gpu, torch or not: skipped with the reason on a machine without an NVIDIA GPU."""
+
+
 @pytest.fixture(scope="session")
 def torch_cuda(gpu_evidence):
     """torch on GPU 0; a machine with a GPU whose torch cannot use it is a failure, not a skip."""

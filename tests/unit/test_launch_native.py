@@ -78,7 +78,7 @@ def _native_checks(python: str, probe=native_python.probe_sglang):
 
 
 @pytest.mark.skipif(not KIT_PY.exists(), reason=".venv missing")
-def test_the_kits_own_venv_is_refused_with_the_fix_and_exit_21():
+def test_the_kits_own_venv_is_refused_with_the_fix_and_exit_23():
     checks = _native_checks(str(KIT_PY))
     c = checks["sglang"]
     assert (c.ok, c.fatal, c.code) == (False, True, Exit.NO_SGLANG) and int(Exit.NO_SGLANG) == 23

@@ -124,7 +124,8 @@ def register(sub) -> None:
     up = sub.add_parser("up", help="plan, check, start SGLang, wait for health, warm up",
                         description="Start SGLang for a preset. Exit codes: 10 no fit, 11 no GPU, 12 no Docker, "
                                     "13 port busy, 14 host memory, 15 start failed, 16 health timeout, "
-                                    "21 RUNTIME=native's Python cannot import SGLang (make setup-gpu), 64 bad input.")
+                                    "21 unsupported model, 23 RUNTIME=native's Python cannot import SGLang "
+                                    "(make setup-gpu), 64 bad input.")
     add_plan_arguments(up)
     up.add_argument("--name", help="service name (default vramkit-<preset>)")
     up.add_argument("--runtime", choices=RUNTIMES, help="docker or native (default $VRAMKIT_RUNTIME, else docker)")

