@@ -53,7 +53,9 @@ def fake_nvidia_smi(bin_dir: Path, query_line: str | None, fail: str | None = No
 
 
 def env_with(path_prefix: Path | None = None, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("VRAMKIT_GPU_TESTS", "GPU_VENV", "VRAMKIT_SERVER_PYTHON")}
+    # MAKELEVEL/MAKEFLAGS: under `make test` a nested make would print "make[1]: Leaving directory" last
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VRAMKIT_GPU_TESTS", "GPU_VENV", "VRAMKIT_SERVER_PYTHON", "MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     env["PATH"] = (f"{path_prefix}:" if path_prefix else "") + BASE_PATH
     env.update(extra)
     return env

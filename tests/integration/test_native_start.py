@@ -38,7 +38,8 @@ def _free_port() -> int:
 
 @pytest.fixture
 def env(tmp_path):
-    e = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    # MAKELEVEL/MAKEFLAGS: run make as a user does, also from inside `make test` (no "make[1]:" lines)
+    e = {k: v for k, v in os.environ.items() if k not in KNOBS and k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     e["VRAMKIT_STATE_DIR"] = str(tmp_path / "state")
     e["PORT"] = e["VRAMKIT_PORT"] = str(_free_port())   # make's PORT, and the CLI's own name (no warning)
     return e
