@@ -25,6 +25,7 @@ $(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torc
 	# declared deps (triton, its CLI's helpers) are not needed to run its kernels; libhwloc for its extension
 	$(VENV)/bin/pip install -q --no-deps kt-kernel==$(KT_KERNEL) gguf==0.19.0
 	@ldconfig -p | grep -q libhwloc.so.15 || apt-get install -y -q libhwloc15 || \
+		{ apt-get update -qq && apt-get install -y -q libhwloc15; } || \
 		echo "warning: libhwloc15 missing: tests/integration/test_kt_compat.py will skip"
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@
