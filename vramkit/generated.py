@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
+from vramkit.bench.summary import find_key
 from vramkit.core import knobs
 from vramkit.core.planner import Engine, Knobs, Target, kv_bytes_per_token, plan
 from vramkit.errors import Exit, VramkitError
@@ -41,22 +42,8 @@ def _pinned_copy_gbs() -> float | None:
         data = json.loads((REPO_ROOT / PINNED_COPY).read_text())
     except (OSError, ValueError):
         return None
-    found = _find(data, "h2d_pinned_GBps")   # vramkit host's pinned host-to-GPU copy on the H100
+    found = find_key(data, "h2d_pinned_GBps")   # vramkit host's pinned host-to-GPU copy on the H100
     return float(found) if isinstance(found, (int, float)) else None
-
-
-def _find(data, key: str):
-    """The first value under `key` anywhere in nested JSON."""
-    if isinstance(data, dict):
-        if key in data:
-            return data[key]
-        data = list(data.values())
-    if isinstance(data, list):
-        for v in data:
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
 
 
 def physics_table() -> list[str]:

@@ -11,13 +11,7 @@
 set -u
 CAP=${CAP:-/tmp/gpuwork/dashboard-capture}
 WORK=${WORK:-/tmp/gpuwork}; mkdir -p "$WORK"
-[ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
-export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
-[ -f .gpu/tvm-ffi-cache.tar.gz ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf .gpu/tvm-ffi-cache.tar.gz -C $TVM_FFI_CACHE_DIR
-# the archive has no FA3 and no xgrammar: config/sglang.toml's gpu_host_extra_args (as run_calibration.sh)
-VRAMKIT_SGLANG_EXTRA_ARGS=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("config/sglang.toml", "rb"))["gpu_host_extra_args"]))')
-export VRAMKIT_SGLANG_EXTRA_ARGS
+. benchmarks/gpu/host_env.sh   # SGLang archive, PYTHONPATH, the archive's extra flags
 # MODEL: the catalogued model to start (default the optimized preset's 14B GPTQ; a bf16 model skips the marlin JIT)
 M14=${MODEL:-qwen2.5-coder-14b-instruct-gptq-int4}
 step() { echo "=== $(date +%T) $*"; }

@@ -17,13 +17,7 @@
 set -u
 SESSION=${1:?usage: run_calibration.sh first|final|tp2|models}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
-[ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
-export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
-[ -f .gpu/tvm-ffi-cache.tar.gz ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf .gpu/tvm-ffi-cache.tar.gz -C $TVM_FFI_CACHE_DIR
-# the archive has no FA3 and no xgrammar: config/sglang.toml's gpu_host_extra_args (checked by SGLang's parser in CI)
-VRAMKIT_SGLANG_EXTRA_ARGS=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("config/sglang.toml", "rb"))["gpu_host_extra_args"]))')
-export VRAMKIT_SGLANG_EXTRA_ARGS
+. benchmarks/gpu/host_env.sh   # SGLang archive, PYTHONPATH, the archive's extra flags
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export VRAMKIT_DEVICE_LABEL

@@ -18,6 +18,7 @@ from pathlib import Path
 from vramkit import catalog
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.env import env_value
+from vramkit.launch.steps import env_cpuset
 
 TEMPLATES = catalog.CONFIG_DIR.parent / "services" / "systemd"
 UNITS = ("vramkit-sglang.service", "vramkit-embed.service")
@@ -44,19 +45,6 @@ def register(sub) -> None:
     p.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES for SGLang (default 0..tp-1)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=run)
-
-
-def _cpuset(name: str) -> tuple[int, ...]:
-    from vramkit.core.host_plan import parse_cpulist, read_env_value
-
-    text = os.environ.get(name)
-    env_file = catalog.CONFIG_DIR.parent / ".env"
-    if text is None and env_file.is_file():
-        text = read_env_value(env_file.read_text(), name)
-    try:
-        return parse_cpulist(text or "")
-    except ValueError as e:
-        raise VramkitError(f"{name}: {e}", f"fix it in the environment or {env_file}", Exit.BAD_INPUT) from None
 
 
 def _abs_python(path: str) -> str:
@@ -98,14 +86,14 @@ def render_units(args) -> dict[str, str]:
         "plan_line": plan_line, "sglang_version": catalog.versions().sglang_pip, "model": r.model.name,
         "preset": r.preset or "custom", "port": str(args.port), "gpu_ids": gpu_ids,
         "exec_start": su.exec_line(argv), "pinned": bytes2human(r.plan.host_ram_bytes) + " planned",
-        "cpu_affinity": su.cpu_affinity_line(_cpuset(ENV_SERVER_CPUSET), ENV_SERVER_CPUSET)})
+        "cpu_affinity": su.cpu_affinity_line(env_cpuset(ENV_SERVER_CPUSET), ENV_SERVER_CPUSET)})
     me = _abs_python(sys.executable)
     embed_argv = [me, "-m", "vramkit", "embed", "serve", "--host", "127.0.0.1", "--port", str(args.embed_port),
                   "--data-dir", f"{repo}/.embed-data", "--allowed-roots", repo]
     embed = su.render(_template("vramkit-embed.service.in"), common | {
         "embed_port": str(args.embed_port), "exec_start": su.exec_line(embed_argv),
         "env_file": str(Path(args.dir).expanduser().absolute() / "vramkit-embed.env"),
-        "cpu_affinity": su.cpu_affinity_line(_cpuset(ENV_SIDE_CPUSET), ENV_SIDE_CPUSET)})
+        "cpu_affinity": su.cpu_affinity_line(env_cpuset(ENV_SIDE_CPUSET), ENV_SIDE_CPUSET)})
     return {UNITS[0]: sglang, UNITS[1]: embed}
 
 

@@ -142,18 +142,19 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
     return data
 
 
-def env_cpuset() -> tuple[int, ...]:
-    """VRAMKIT_SGLANG_CPUSET from the environment or the repo's .env (written by `make optimize-write`)."""
+def env_cpuset(name: str | None = None) -> tuple[int, ...]:
+    """A cpuset (default VRAMKIT_SGLANG_CPUSET) from the environment or the repo's .env (written by
+    `make optimize-write`)."""
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, parse_cpulist, read_env_value
-    text = os.environ.get(ENV_SERVER_CPUSET)
+    name = name or ENV_SERVER_CPUSET
+    text = os.environ.get(name)
     env_file = catalog.CONFIG_DIR.parent / ".env"
     if text is None and env_file.is_file():
-        text = read_env_value(env_file.read_text(), ENV_SERVER_CPUSET)
+        text = read_env_value(env_file.read_text(), name)
     try:
         return parse_cpulist(text or "")
     except ValueError as e:
-        raise VramkitError(f"{ENV_SERVER_CPUSET}: {e}", f"fix it in the environment or {env_file}",
-                           Exit.BAD_INPUT) from None
+        raise VramkitError(f"{name}: {e}", f"fix it in the environment or {env_file}", Exit.BAD_INPUT) from None
 
 
 def shell_line(cmd: list[str]) -> str:

@@ -1,0 +1,9 @@
+# Sourced by the GPU-host scripts (run_calibration.sh, dashboard_capture.sh) from the repo root: the SGLang
+# archive on PYTHONPATH, the kit's native runtime pointed at the host's python3, and the flags the archive
+# needs (it has no FA3 and no xgrammar: config/sglang.toml's gpu_host_extra_args, checked by SGLang's parser in CI).
+[ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
+export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
+[ -f .gpu/tvm-ffi-cache.tar.gz ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf .gpu/tvm-ffi-cache.tar.gz -C $TVM_FFI_CACHE_DIR
+VRAMKIT_SGLANG_EXTRA_ARGS=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("config/sglang.toml", "rb"))["gpu_host_extra_args"]))')
+export VRAMKIT_SGLANG_EXTRA_ARGS
