@@ -2,7 +2,13 @@
 # archive on PYTHONPATH, the kit's native runtime pointed at the host's python3, and the flags the archive
 # needs (it has no FA3 and no xgrammar: config/sglang.toml's gpu_host_extra_args, checked by SGLang's parser in CI).
 [ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
+# SGLang 0.5.15.post1 requires nvidia-cutlass-dsl and cuda-python (its metadata; deepseek_v2 imports the DSA
+# indexer's CuTe DSL kernel at module level, so MLA models do not import without them). The archive lacks them and
+# the two do not travel with it in one call (64 MiB): benchmarks/gpu/stage_extra.sh unpacks them to /tmp/site-extra.
+EXTRA=/tmp/site-extra
+[ -d $EXTRA/cuda/bindings ] || { ls .gpu/cuda_*.whl > /dev/null 2>&1 && \
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $EXTRA .gpu/cuda_*.whl; }
+export PYTHONPATH=/tmp/site:$EXTRA:$EXTRA/nvidia_cutlass_dsl/python_packages:$PWD PYTHONUNBUFFERED=1 VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
 export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
 [ -f .gpu/tvm-ffi-cache.tar.gz ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf .gpu/tvm-ffi-cache.tar.gz -C $TVM_FFI_CACHE_DIR
 VRAMKIT_SGLANG_EXTRA_ARGS=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("config/sglang.toml", "rb"))["gpu_host_extra_args"]))')

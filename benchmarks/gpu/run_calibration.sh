@@ -14,8 +14,11 @@
 #   models (H100)      issue 9: every model family the planner added (MoE bf16 / FP8 / GPTQ marlin MoE, MoE with
 #                      --cpu-offload-gb on 24 GB, MLA, Gemma 2's sliding window, a folder model), emulated 16 and
 #                      24 GB and the whole card; GPTQ last (a fresh host JIT-compiles marlin MoE for minutes)
+#   rest   (H100)      issue 9's points the 'models' session could not reach (2026-11-24): MLA (the CuTe DSL staged
+#                      first by stage_extra.sh), MoE with --cpu-offload-gb on 24 GB, the folder model, GPTQ marlin
+#                      MoE (its JIT kernels compiled meanwhile by prewarm_jit.py, GPU hidden), MLA + offload, Gemma 3
 set -u
-SESSION=${1:?usage: run_calibration.sh first|final|tp2|models}
+SESSION=${1:?usage: run_calibration.sh first|final|tp2|models|rest}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 . benchmarks/gpu/host_env.sh   # SGLang archive, PYTHONPATH, the archive's extra flags
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
@@ -136,6 +139,42 @@ session_models() {  # priority order: if the device time runs out, the first poi
   # MLA + MoE offload on 24 GB
   point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- --model $DS \
     --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
+}
+
+session_rest() {  # priority order, as in session_models; each point as that session planned it
+  local CODER=qwen3-coder-30b-a3b-instruct DS=deepseek-v2-lite-chat GQ=qwen3-30b-a3b-gptq-int4
+  local SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8"
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0)" in
+    *H200*) SMALL="$SMALL --gpu-bandwidth-gbs 4800 --gpu-pcie 5x16";;
+  esac
+  local arch; arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0)
+  step "prewarm GPTQ marlin JIT (sm $arch, GPU hidden) in the background"
+  CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch "$arch" --dtype float16 \
+    > "$RES/logs/prewarm-jit.txt" 2>&1 &
+  local prewarm=$!
+  local mla=1
+  python3 -c 'import cutlass, cuda.bindings.driver' > "$RES/logs/cutlass-import.txt" 2>&1 || {
+    mla=0; step "no CuTe DSL on this host (stage_extra.sh not run on it): MLA points skipped"; }
+  ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
+  [ $mla = 1 ] && point mla-full $DS 0 "" --probe-fraction 0.2 -- --model $DS --context 32768 --kv-dtype auto \
+    --mem-fraction 0.6 $SMALL
+  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
+  point moe-offload-24g $CODER 24 "" --decode-tokens 8 --long-output 4 --probe-fraction 0.3 -- --model $CODER \
+    --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 40 --chunked-prefill 2048 \
+    --cuda-graph-max-bs 1 --max-running 4 ${SMALL#--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8}
+  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
+  point folder-qwen3-8b-16g benchmarks/gpu/shapes/qwen3-8b-folder 16 "" --decode-tokens 32 -- --context 8192 \
+    --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 4 $SMALL
+  step "waiting for the JIT prewarm"; wait $prewarm; tail -4 "$RES/logs/prewarm-jit.txt" | tee -a "$RES/progress.txt"
+  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
+  point moe-gptq-24g $GQ 24 "" -- --model $GQ --context 32768 --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL
+  [ $mla = 1 ] && point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- \
+    --model $DS --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
+  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
+  # Gemma 3 (text): SGLang keeps one full pool for Gemma3ForCausalLM as for Gemma 2
+  point gemma3-1b-16g gemma-3-1b-it 16 "" -- --model gemma-3-1b-it --context 8192 --kv-dtype auto \
+    --mem-fraction 0.85 $SMALL
+  ballast 0
 }
 
 session_$SESSION

@@ -1,0 +1,41 @@
+"""Compile SGLang's GPTQ marlin JIT kernels ahead of the server, without touching the GPU.
+
+A fresh GPU host compiles them inside the first GPTQ server's start (minutes: ../shared/gpu/README.md, Traps),
+which eats a device session. run_calibration.sh starts this in the background while other points run; the
+server then finds them in TVM_FFI_CACHE_DIR. The GPU is hidden from this process (CUDA_VISIBLE_DEVICES=""),
+so it holds no GPU memory and cannot disturb the points measured meanwhile; the architecture is given instead.
+
+    CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch 9.0 --dtype float16
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="9.0", help="compute capability of the GPU the server will use")
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    a = ap.parse_args()
+    from sglang.jit_kernel.gptq_marlin import _jit_gptq_marlin_module
+    from sglang.jit_kernel.gptq_marlin_repack import _jit_gptq_marlin_repack_module
+    from sglang.jit_kernel.moe_wna16_marlin import _jit_moe_wna16_marlin_module
+    from sglang.jit_kernel.utils import override_jit_cuda_arch
+
+    dtype = getattr(torch, a.dtype)
+    major, minor = (int(x) for x in a.arch.split("."))
+    with override_jit_cuda_arch(major, minor):
+        for name, build in (("gptq_marlin_repack", _jit_gptq_marlin_repack_module),
+                            ("gptq_marlin", lambda: _jit_gptq_marlin_module(dtype)),
+                            ("moe_wna16_marlin", lambda: _jit_moe_wna16_marlin_module(dtype))):
+            t0 = time.time()
+            build()
+            print(f"{name} ({a.dtype}, sm {a.arch}): {time.time() - t0:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
