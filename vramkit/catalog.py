@@ -165,7 +165,7 @@ def sglang() -> SglangFacts:
 
 ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "tp_comm_runtime_mib", "pre_kv_mib",
                "post_kv_misc_mib", "attention_backend_mib", "decode_graph_mib", "activation_factor",
-               "runtime_margin_mib", "hicache_host_reserve_mib")
+               "runtime_margin_mib", "hicache_host_reserve_mib", "pinned_gpu_map_mib_per_gib")
 
 
 @cache
@@ -195,6 +195,7 @@ def engine() -> Engine:
         attention_backend=int(c["attention_backend_mib"] * mib), decode_graph=int(c["decode_graph_mib"] * mib),
         activation_factor=float(c["activation_factor"]), runtime_margin=int(c["runtime_margin_mib"] * mib),
         hicache_host_reserve=int(c["hicache_host_reserve_mib"] * mib),
+        pinned_gpu_map_per_gib=int(c["pinned_gpu_map_mib_per_gib"] * mib),
     )
 
 

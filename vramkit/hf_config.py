@@ -233,5 +233,7 @@ def _family_fields(arch: str, c: dict, layers: int, where: str) -> dict:
             swa = tuple((i + 1) % pattern != 0 for i in range(layers))
         # arg_groups/overrides.py: "Disable hybrid SWA memory for Gemma2ForCausalLM as it is not yet
         # supported": one full pool for every layer
-        out["sliding"] = SlidingWindow(window=window, swa_layers=swa, hybrid_pool=False)
+        # gemma3_causal.py: sliding layers take rope_local_base_freq (default 10000), the others rope_theta
+        local = float(c.get("rope_local_base_freq") or 10000.0) if arch == "Gemma3ForCausalLM" else None
+        out["sliding"] = SlidingWindow(window=window, swa_layers=swa, hybrid_pool=False, local_rope_theta=local)
     return out

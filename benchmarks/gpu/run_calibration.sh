@@ -177,5 +177,15 @@ session_rest() {  # priority order, as in session_models; each point as that ses
   ballast 0
 }
 
+session_mla() {  # the two MLA points again (a config fix between runs), on a host where stage_extra.sh ran
+  local DS=deepseek-v2-lite-chat SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8"
+  ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
+  point mla-full $DS 0 "" --probe-fraction 0.2 -- --model $DS --context 32768 --kv-dtype auto --mem-fraction 0.6 $SMALL
+  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
+  point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- \
+    --model $DS --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
+  ballast 0
+}
+
 session_$SESSION
 step DONE; pack

@@ -343,3 +343,72 @@ def test_fp8_checkpoint_is_not_priced_as_bf16(engine):
     p = plan(m, Target(gpu=catalog.gpu("rtx-4090-24gb")), Knobs(context=32768, kv_dtype="fp8_e5m2"), engine,
              with_alternatives=False)
     assert p.fits and 50_000 < p.kv_pool_tokens < 56_000
+
+
+# ----------------------------------------------------------------------------------------------
+# --cpu-offload-gb as SGLang 0.5.15.post1 + PyTorch do it (GPU session 2026-11-24)
+# ----------------------------------------------------------------------------------------------
+def test_offloaded_weights_pin_power_of_two_blocks(engine):
+    """PyTorch's pinned host allocator rounds each tensor up to a power of two: Qwen3-MoE's 0.75 GiB w13 pins
+    1 GiB, so 40 GiB of experts pin about a third more host RAM than their bytes, and the host check uses that."""
+    from vramkit.core.weight_load import pinned_size
+    assert [pinned_size(n) for n in (1, 1024, 1025, 805_306_368)] == [1, 1024, 2048, GiB]
+    m = catalog.model("qwen3-coder-30b-a3b-instruct")
+    knobs = Knobs(context=8192, kv_dtype="fp8_e5m2", mem_fraction=0.85, max_running=4, cpu_offload_gib=40)
+    p = plan(m, Target(gpu=catalog.gpu("rtx-4090-24gb"), host_ram_available_bytes=128 * GiB), knobs, engine,
+             with_alternatives=False)
+    assert 1.30 < p.weights_pinned_host_bytes / p.weights_offloaded_bytes < 1.36
+    assert p.host_ram_bytes == p.weights_pinned_host_bytes
+    # 48 GiB of RAM holds the 40 GiB of weights but not what they pin
+    short = plan(m, Target(gpu=catalog.gpu("rtx-4090-24gb"), host_ram_available_bytes=48 * GiB), knobs, engine,
+                 with_alternatives=False)
+    assert not short.fits and [r.kind for r in short.reasons] == ["host_ram"]
+    assert "power of two" in short.reasons[0]
+
+
+def test_pinned_memory_costs_gpu_page_tables(engine):
+    """The weight load's GPU figure grows with what is pinned (config/engine.toml pinned_gpu_map_mib_per_gib):
+    removing it brings back the 4.6 % KV error the 40 GiB offload point showed."""
+    m = catalog.model("qwen3-coder-30b-a3b-instruct")
+    knobs = Knobs(context=8192, kv_dtype="fp8_e5m2", mem_fraction=0.85, max_running=4, cpu_offload_gib=40)
+    target = Target(gpu=None, gpu_free_bytes=int(23.31 * GiB))
+    with_map = plan(m, target, knobs, engine, with_alternatives=False)
+    without = plan(m, target, knobs, replace(engine, pinned_gpu_map_per_gib=0), with_alternatives=False)
+    assert with_map.weights_bytes - without.weights_bytes == with_map.weights_pinned_host_bytes * 2 // 1024
+    assert with_map.kv_pool_tokens < without.kv_pool_tokens
+
+
+def test_mla_with_weight_offload_is_refused_and_never_offered(engine):
+    """SGLang keeps MLA's w_kc/w_vc beside an offloaded kv_b_proj, in host RAM; the server then dies at its
+    first forward (benchmarks/results/gpu/diag-mla-offload.txt). The plan says so; no alternative offers it."""
+    m = catalog.model("deepseek-v2-lite-chat")
+    gpu = catalog.gpu("rtx-4090-24gb")
+    target = Target(gpu=gpu, host_ram_available_bytes=128 * GiB)
+    p = plan(m, target, Knobs(context=16384, mem_fraction=0.85, max_running=8, cpu_offload_gib=10), engine)
+    assert not p.fits and "sglang" in [r.kind for r in p.reasons]
+    too_big = plan(m, target, Knobs(context=131072, concurrency=4, mem_fraction=0.85, max_running=8), engine)
+    assert not too_big.fits
+    assert too_big.alternatives and not any("cpu_offload_gib" in a.knobs for a in too_big.alternatives)
+
+
+def test_mla_absorbed_copies_follow_an_offloaded_kv_b_proj():
+    """w_kc/w_vc are made on kv_b_proj's device: an offloaded layer keeps none of them on the GPU."""
+    m = catalog.model("deepseek-v2-lite-chat")
+    layout = arch.weight_layout(m, 1, 4096)
+    kv_b = 512 * 16 * (128 + 128) * 2
+    whole = replay_load(layout)
+    first = replay_load(layout, sum(p.nbytes for p in layout.layers[0]))   # exactly the first layer offloaded
+    assert whole.live_by_role["attention"] - first.live_by_role["attention"] == \
+        sum(p.nbytes for p in layout.layers[0] if p.role == "attention") + kv_b
+
+
+def test_gemma3_builds_two_rotary_caches():
+    """gemma3_causal.py: sliding layers use rope_local_base_freq, the others rope_theta; get_rope caches one
+    RotaryEmbedding per base, so two cos/sin caches (the 1B's weights were 25 MiB short without the second)."""
+    m = catalog.model("gemma-3-1b-it")
+    assert m.sliding.local_rope_theta == 10000.0 and m.rope_theta == 1e6
+    layout = arch.weight_layout(m, 1, 32768)
+    assert layout.rope_second == (5, 32768 * 256 * 4)
+    assert replay_load(layout).live_by_role["rope"] == 2 * 32768 * 256 * 4
+    g2 = arch.weight_layout(catalog.model("gemma-2-9b-it"), 1, 8192)
+    assert g2.rope_second == (0, 0)

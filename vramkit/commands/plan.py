@@ -84,7 +84,8 @@ def render_plan(r: Resolved):
          f"activations of a {k.chunked_prefill}-token step: {bytes2human(p.activation_bytes)}"),
         ("decode ceiling (1 stream)", f"{p.decode_tok_s_ceiling:.1f} tok/s" if p.decode_tok_s_ceiling else "n/a",
          "bandwidth / bytes read per token (+ PCIe for offloaded weights)"),
-        ("host RAM pinned", bytes2human(p.host_ram_bytes), "hierarchical cache + offloaded weights"),
+        ("host RAM pinned", bytes2human(p.host_ram_bytes), "hierarchical cache + offloaded weights (each tensor "
+         "pinned at the next power of two)" if p.weights_offloaded_bytes else "hierarchical cache"),
     ]
     for row in rows:
         t.add_row(*row)

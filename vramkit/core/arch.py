@@ -52,6 +52,7 @@ class WeightLayout:
     ops: tuple[Op, ...]                     # after loading, in module order
     rope_first_layer: int                   # bytes of the rotary cache, built inside the first layer
     rope_after: int = 0                     # ... right after this many of its parameters (the projections)
+    rope_second: tuple[int, int] = (0, 0)   # (layer, bytes): a second rotary cache (Gemma 3's other rope base)
 
 
 def vocab_rank(model: ModelSpec, tp: int) -> int:
@@ -205,9 +206,9 @@ def _attention(b: _Builder, i: int) -> list[Param]:
         out += kv_b
         out += b.linear("attention", f"{p}.o_proj", heads * a.v_head_dim, h)
         # post_load_weights: w_kc and w_vc are contiguous copies of kv_b_proj's two halves
-        # (deepseek_common/deepseek_weight_loader.py), kept beside it
-        g = b._new_group()
-        b.ops.append(Op(g, "alloc", "w_kc_w_vc", kv_b[0].nbytes))
+        # (deepseek_common/deepseek_weight_loader.py), kept beside it, on kv_b_proj's device: in host RAM when
+        # --cpu-offload-gb moved kv_b_proj there (which is why SGLang cannot serve MLA with it: planner.py)
+        b.ops.append(Op(kv_b[0].group, "alloc", "w_kc_w_vc", kv_b[0].nbytes))
         b.rope_after = len(out)
         return out
     q_rank = m.num_heads * hd // tp
@@ -266,9 +267,16 @@ def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = C
         layer += [b.norm(h) for _ in range(model.norms_per_layer)]
         layers.append(tuple(layer))
     tail = [b.norm(h)] + ([] if model.tie_word_embeddings else [Param("lm_head", "weight", emb)])
+    # get_rope caches one RotaryEmbedding per (dims, base, ...): Gemma 3's sliding layers use another base than
+    # its global ones, so the first layer of the other kind builds a second cos/sin cache of the same size
+    second = (0, 0)
+    sw = model.sliding
+    if sw is not None and sw.local_rope_theta is not None and sw.local_rope_theta != model.rope_theta \
+            and len(set(sw.swa_layers)) == 2:
+        second = (sw.swa_layers.index(not sw.swa_layers[0]), rope_cache_bytes(model, context_len))
     return WeightLayout(head=(Param("embed", "weight", emb),), layers=tuple(layers), tail=tuple(tail),
                         ops=tuple(b.ops), rope_first_layer=rope_cache_bytes(model, context_len),
-                        rope_after=rope_after)
+                        rope_after=rope_after, rope_second=second)
 
 
 def bytes_by_role(layout: WeightLayout) -> dict[str, int]:

@@ -70,13 +70,15 @@ def memory_segments(plan: dict, engine: EngineBytes, card_total_bytes: int | Non
     if load_overhead > 0:
         gpu.append(_seg("weights.load", "weights: load overhead (rope cache, allocator)", load_overhead,
                         "planner", "weights"))
-    buffers = engine.pre_kv + int(plan["req_to_token_bytes"]) + engine.post_kv_misc + engine.attention_backend
+    buffers = engine.pre_kv + int(plan["req_to_token_bytes"]) + engine.post_kv_misc + engine.attention_backend \
+        + int(plan.get("host_map_bytes") or 0)      # the host cache's mapping (plans older than it: none)
     comm = engine.tp_comm_runtime if tp > 1 else 0
     act = int(plan["activation_bytes"])
     kv = int(plan["kv_pool_bytes"])
     graphs = peak - startup - int(plan["weights_bytes"]) - kv - buffers - act - comm
     gpu += [_seg("kv", f"KV pool ({plan['kv_pool_tokens']:,} tokens)", kv, "planner", "kv"),
-            _seg("buffers", "buffers (req_to_token, attention backend, misc)", buffers, "engine.toml", "other"),
+            _seg("buffers", "buffers (req_to_token, attention backend, host-cache mapping, misc)", buffers,
+                 "engine.toml", "other"),
             _seg("graphs", "decode CUDA graphs", max(0, graphs), "residual", "graphs")]
     if comm:
         gpu.append(_seg("comm", "NCCL while serving", comm, "engine.toml", "other"))
@@ -89,8 +91,9 @@ def memory_segments(plan: dict, engine: EngineBytes, card_total_bytes: int | Non
     if hicache:
         host.append(_seg("hicache", "hierarchical KV cache (pinned)", hicache, "planner", "host"))
     if plan.get("weights_offloaded_bytes"):
-        host.append(_seg("offload", "offloaded weights (pinned)", int(plan["weights_offloaded_bytes"]),
-                         "planner", "host"))
+        # what they pin: each tensor rounded up to a power of two (plans older than that field: the weights)
+        pinned_weights = plan.get("weights_pinned_host_bytes") or plan["weights_offloaded_bytes"]
+        host.append(_seg("offload", "offloaded weights (pinned)", int(pinned_weights), "planner", "host"))
     pinned = sum(s["bytes"] for s in host)
     if host and host_available_bytes:
         host.append(_seg("host-free", "host RAM left available (psutil, measured)", host_available_bytes - pinned,

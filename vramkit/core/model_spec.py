@@ -65,6 +65,7 @@ class SlidingWindow:
     window: int
     swa_layers: tuple[bool, ...]           # per decoder layer
     hybrid_pool: bool                      # SGLang's hybrid SWA pool (gpt-oss), or one full pool (Gemma 2/3)
+    local_rope_theta: float | None = None  # Gemma 3: the sliding layers' own rope base (a second rotary cache)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,11 @@ class Engine:
     activation_factor: float
     runtime_margin: int
     hicache_host_reserve: int
+    pinned_gpu_map_per_gib: int = 0   # GPU memory per GiB of pinned host memory (its page tables)
+
+    def pinned_map(self, pinned_host_bytes: int) -> int:
+        """GPU memory the mapping of this much pinned host memory takes."""
+        return pinned_host_bytes * self.pinned_gpu_map_per_gib // GiB
 
     def startup_overhead(self, tp: int) -> int:
         """GPU memory the server process takes before its weights (SGLang's pre_model_load_memory is the
@@ -96,6 +101,7 @@ class Plan:
     weights_bytes: int          # on the GPU, per rank, as SGLang's "Load weight end ... mem usage"
     weights_by_component: dict
     weights_offloaded_bytes: int
+    weights_pinned_host_bytes: int  # the host RAM those pin: each tensor rounded up to a power of two
     kv_bytes_per_token: int
     kv_pool_bytes: int
     kv_pool_tokens: int
@@ -111,6 +117,7 @@ class Plan:
     decode_tok_s_ceiling: float | None
     decode_tok_s_ceiling_batch: float | None
     host_ram_bytes: int         # pinned host RAM the server takes (hicache pool + offloaded weights)
+    host_map_bytes: int         # GPU memory mapping the hierarchical cache's pinned pool (after the KV pool)
     fits: bool
     reasons: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -228,7 +235,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     offload_req = int(offload_req)
     load = replay_load(layout, min(offload_req * GiB, layer_bytes))
     offloaded = load.offloaded_bytes
-    weights_gpu = load.gpu_reserved_bytes
+    # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
+    weights_gpu = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
 
     # 3. KV pool
     rest = (free - weights_gpu - engine.pre_kv) - free * (1 - frac)
@@ -250,12 +258,15 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # --cpu-offload-gb: SGLang's OffloaderV1 copies a layer's offloaded parameters to the GPU on every forward
     # (srt/utils/offloader.py: `v.to(device)` over the layer's state_dict), so up to one decoder layer's worth
     # is on the GPU while that layer runs: once in the decode graphs' pool (the copies are captured) and once
-    # beside the eager prefill's activations. Derived from the source; no calibration point ran with offload.
+    # beside the eager prefill's activations. Derived from the source; the two offload calibration points
+    # (moe-offload-24g, folder-qwen3-8b-16g) put the peak within 0.2 %.
     offload_transient = min(offloaded, max(layer_sizes))
     graphs = engine.decode_graph + offload_transient if graph_bs > 0 else 0
     act = activation_bytes(model, chunk, tp, engine.activation_factor) + offload_transient
+    hicache_bytes = int(knobs.hicache_gb * 1e9)
+    host_map = engine.pinned_map(hicache_bytes)       # registered after the pool: counts after start-up
     used_after_start = weights_gpu + engine.pre_kv + kv_pool_bytes + req_to_token + engine.post_kv_misc \
-        + engine.attention_backend + graphs
+        + engine.attention_backend + graphs + host_map
     startup_free = free - used_after_start
     headroom = startup_free - act
     comm_runtime = engine.tp_comm_runtime if tp > 1 else 0
@@ -296,9 +307,14 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         notes.append(f"hybrid sliding-window pool: {kv.full_layers} full-attention layers hold {kv_tokens:,} tokens, "
                      f"{kv.swa_layers} sliding layers {int(kv_tokens * kv.swa_ratio):,} (swa_full_tokens_ratio 0.8)")
 
+    if offloaded and model.mla is not None:
+        reasons.append(Reason(
+            "sglang", f"SGLang 0.5.15.post1 cannot serve {model.architecture} (MLA) with --cpu-offload-gb: the "
+            f"absorbed w_kc/w_vc copies stay in host RAM and the first forward fails ('Expected all tensors to be "
+            f"on the same device', measured 2026-11-24); use fp8 KV, a shorter context or more GPUs"))
+
     # host RAM
-    hicache_bytes = int(knobs.hicache_gb * 1e9)
-    host_ram, host_reserve = host_ram_need(hicache_bytes, offloaded, engine)
+    host_ram, host_reserve = host_ram_need(hicache_bytes, load.pinned_host_bytes, engine)
     avail = target.host_ram_available_bytes
     if host_ram and avail is not None and host_ram > avail - host_reserve:
         if hicache_bytes:
@@ -308,8 +324,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                 + f" needs that much pinned host RAM and SGLang keeps {bytes2human(host_reserve, digits=0)} free: "
                   f"only {bytes2human(avail)} is available"))
         else:
-            reasons.append(Reason("host_ram", f"weight offload pins {bytes2human(offloaded)} of host RAM; only "
-                                  f"{bytes2human(avail)} is available"))
+            reasons.append(Reason("host_ram", f"weight offload pins {bytes2human(load.pinned_host_bytes)} of host "
+                                  f"RAM ({bytes2human(offloaded)} of weights, each tensor rounded up to a power of "
+                                  f"two by PyTorch's pinned allocator); only {bytes2human(avail)} is available"))
     if hicache_bytes and hicache_bytes // cell <= kv_tokens:
         notes.append("the host cache is not larger than the GPU pool: SGLang warns and it adds little")
 
@@ -334,11 +351,13 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     p = Plan(
         model=model.name, gpu=gpu.name if gpu else "given-free-memory", knobs=resolved,
         free_at_start_bytes=free, weights_bytes=weights_gpu, weights_by_component=comps,
-        weights_offloaded_bytes=offloaded, kv_bytes_per_token=cell, kv_pool_bytes=kv_pool_bytes,
+        weights_offloaded_bytes=offloaded, weights_pinned_host_bytes=load.pinned_host_bytes,
+        kv_bytes_per_token=cell, kv_pool_bytes=kv_pool_bytes,
         kv_pool_tokens=kv_tokens, context_len=context_len, yarn_factor=yarn, max_request_tokens=max_request,
         max_concurrent_requests=conc, req_to_token_bytes=req_to_token, activation_bytes=act,
         peak_vram_bytes=peak, startup_free_bytes=startup_free, headroom_bytes=headroom,
         decode_tok_s_ceiling=ceiling, decode_tok_s_ceiling_batch=ceiling_batch, host_ram_bytes=host_ram,
+        host_map_bytes=host_map,
         fits=not reasons, reasons=reasons, notes=notes,
     )
     if with_alternatives and not p.fits:
@@ -346,10 +365,11 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     return p
 
 
-def host_ram_need(hicache_bytes: int, offloaded_bytes: int, engine: Engine) -> tuple[int, int]:
+def host_ram_need(hicache_bytes: int, pinned_weights_bytes: int, engine: Engine) -> tuple[int, int]:
     """(pinned host RAM, what SGLang keeps free beside it): the host cache checks RAM minus its reserve after the
-    offloaded weights are pinned; no cache, no reserve. The planner and launch/checks.py both use this."""
-    return hicache_bytes + offloaded_bytes, engine.hicache_host_reserve if hicache_bytes else 0
+    offloaded weights are pinned; no cache, no reserve. The planner and launch/checks.py both use this.
+    `pinned_weights_bytes` is what the offloaded weights pin (power-of-two rounded, core/weight_load.py)."""
+    return hicache_bytes + pinned_weights_bytes, engine.hicache_host_reserve if hicache_bytes else 0
 
 
 def cell_is_fp8(kv_dtype: str) -> bool:
@@ -435,7 +455,7 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
     if fitted and fitted < knobs.context:
         trial("requests longer than that are refused; decode ceiling {tok_s} tok/s",
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
-    if knobs.cpu_offload_gib in (0, "0"):
+    if knobs.cpu_offload_gib in (0, "0") and model.mla is None:    # MLA: SGLang cannot offload (see plan())
         extra: dict = {}
         off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
         if not off.fits and knobs.max_running is None and off.req_to_token_bytes > 256 * MiB:

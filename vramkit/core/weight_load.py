@@ -10,6 +10,11 @@ before the old is freed, GPTQ's g_idx and qzeros become empty, MLA keeps copies 
 order, as each layer is built, until the budget is spent: those are allocated, then freed, and their
 conversions run on the CPU. Replaying this through the caching-allocator model gives the "Load weight
 end ... mem usage" SGLang logs.
+
+Each offloaded parameter is a `torch.empty_strided(..., pin_memory=True)`: PyTorch's pinned host allocator
+rounds every allocation up to a power of two before cudaHostAlloc (ATen/core/CachingHostAllocator.h,
+`PowerOf2Ceil(size)`), so the host RAM pinned is the sum of the rounded sizes, a third more than the
+weights for Qwen3-MoE's 0.75 GiB expert tensors (`pinned_host_bytes`).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ class LoadResult:
     gpu_reserved_bytes: int      # what the load leaves reserved on the GPU (SGLang's "mem usage")
     gpu_tensor_bytes: int        # the tensors themselves (the rest is allocator slack)
     offloaded_bytes: int         # parameters moved to host RAM by --cpu-offload-gb
+    pinned_host_bytes: int = 0   # the pinned host RAM they take: each rounded up to a power of two
     live_by_role: dict = field(default_factory=dict, compare=False)   # GPU tensors after conversion, by role
 
 
@@ -33,8 +39,9 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0) -> LoadResu
     a = CachingAllocator()
     live: dict[int, tuple[str, int]] = {}                       # handle -> (role, bytes) still on the GPU
     params: dict[tuple[int, str], tuple[str, int | None]] = {}  # (group, name) -> (role, handle)
-    offloaded_groups: set[int] = set()
+    offloaded_groups: set[int] = set()   # their post-load conversions run on the CPU (MLA: w_kc/w_vc too)
     offloaded = 0
+    pinned = 0
 
     def keep(role: str, nbytes: int) -> int | None:
         handle = a.malloc(nbytes)
@@ -54,6 +61,8 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0) -> LoadResu
         for j, p in enumerate(layer):
             if i == 0 and j == layout.rope_after:
                 keep("rope", layout.rope_first_layer)            # the rotary cache, once, in the first layer
+            if layout.rope_second[1] and i == layout.rope_second[0] and j == layout.rope_after:
+                keep("rope", layout.rope_second[1])              # Gemma 3: the other rope base's cache
             handle = keep(p.role, p.nbytes)
             params[(p.group, p.name)] = (p.role, handle)
             group_role.setdefault(p.group, p.role)
@@ -62,6 +71,7 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0) -> LoadResu
             if offloaded >= offload_budget_bytes or handle is None:
                 break
             offloaded += p.nbytes
+            pinned += pinned_size(p.nbytes)
             release(handle)
             params[(p.group, p.name)] = (p.role, None)
             offloaded_groups.add(p.group)
@@ -87,4 +97,9 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0) -> LoadResu
     for role, nbytes in live.values():
         by_role[role] = by_role.get(role, 0) + nbytes
     return LoadResult(gpu_reserved_bytes=a.reserved, gpu_tensor_bytes=sum(by_role.values()),
-                      offloaded_bytes=offloaded, live_by_role=by_role)
+                      offloaded_bytes=offloaded, pinned_host_bytes=pinned, live_by_role=by_role)
+
+
+def pinned_size(nbytes: int) -> int:
+    """What PyTorch's caching host allocator pins for an allocation: the next power of two."""
+    return 1 << (nbytes - 1).bit_length() if nbytes > 0 else 0

@@ -37,7 +37,7 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
         checks.extend(sglang_checks(spec, sglang_import(spec.sglang_python)))
     if p.host_ram_bytes:
         avail = host_ram()          # read again now: the plan's figure may be minutes old
-        need, reserve = host_ram_need(int(p.knobs.hicache_gb * 1e9), p.weights_offloaded_bytes,
+        need, reserve = host_ram_need(int(p.knobs.hicache_gb * 1e9), p.weights_pinned_host_bytes,
                                       catalog.engine())
         ok = avail - reserve >= need
         checks.append(Check.of("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
