@@ -24,6 +24,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -35,14 +37,28 @@ from vramkit.core.bench_stats import decode_tok_s
 
 
 class PeakSampler(threading.Thread):
-    """NVML's "in use" on each of `indices` at 20 Hz; `peaks[i]` is the highest seen on GPU i."""
+    """NVML's "in use" on each of `indices` at 20 Hz; `peaks[i]` is the highest seen on GPU i. Once a second
+    also the host: the lowest MemAvailable (/proc/meminfo through psutil) and the highest RSS summed over the
+    server's processes (command lines naming sglang), for what --cpu-offload-gb pins."""
 
     def __init__(self, indices: list[int], period_s: float = 0.05):
         super().__init__(daemon=True)
         self.indices, self.period_s = indices, period_s
         self.peaks = {i: 0 for i in indices}
         self.samples = 0
+        self.host_avail_before = psutil.virtual_memory().available
+        self.host_avail_min = self.host_avail_before
+        self.server_rss_max = 0
         self._stop_evt = threading.Event()
+
+    def _host(self) -> None:
+        self.host_avail_min = min(self.host_avail_min, psutil.virtual_memory().available)
+        rss = 0
+        for proc in psutil.process_iter(["cmdline", "memory_info"]):
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            if "sglang" in cmd and proc.info.get("memory_info") is not None:
+                rss += proc.info["memory_info"].rss
+        self.server_rss_max = max(self.server_rss_max, rss)
 
     def run(self) -> None:
         while not self._stop_evt.is_set():
@@ -50,6 +66,8 @@ class PeakSampler(threading.Thread):
                 used = nvml.read_gpu(i, with_processes=False).in_use_bytes
                 if isinstance(used, int):
                     self.peaks[i] = max(self.peaks[i], used)
+            if self.samples % 20 == 0:
+                self._host()
             self.samples += 1
             time.sleep(self.period_s)
 
@@ -161,6 +179,9 @@ def main() -> int:
             "log_figures_gib": fig,
             "max_req_input_len": server_info.get("max_req_input_len"),
             "nvml_samples": sampler.samples,
+            # host RAM the server took: MemAvailable's largest drop during the point, and its processes' RSS
+            "host_avail_drop_bytes": sampler.host_avail_before - sampler.host_avail_min,
+            "server_rss_max_bytes": sampler.server_rss_max,
         },
         "probe": probe,
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "?",

@@ -14,11 +14,13 @@
 #   models (H100)      issue 9: every model family the planner added (MoE bf16 / FP8 / GPTQ marlin MoE, MoE with
 #                      --cpu-offload-gb on 24 GB, MLA, Gemma 2's sliding window, a folder model), emulated 16 and
 #                      24 GB and the whole card; GPTQ last (a fresh host JIT-compiles marlin MoE for minutes)
+#   pinned (H100)      host RAM that --cpu-offload-gb pins (Qwen3-8B with 0 and 8 GiB offloaded on 24 GB: PyTorch pins
+#                      each tensor at a power of two) and Qwen2-MoE GPTQ (shared expert + gate, marlin MoE) on 16 GB
 #   rest   (H100)      issue 9's points the 'models' session could not reach (2026-11-24): MLA (the CuTe DSL staged
 #                      first by stage_extra.sh), MoE with --cpu-offload-gb on 24 GB, the folder model, GPTQ marlin
 #                      MoE (its JIT kernels compiled meanwhile by prewarm_jit.py, GPU hidden), MLA + offload, Gemma 3
 set -u
-SESSION=${1:?usage: run_calibration.sh first|final|tp2|models|rest}
+SESSION=${1:?usage: run_calibration.sh first|final|tp2|models|rest|mla|pinned}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 . benchmarks/gpu/host_env.sh   # SGLang archive, PYTHONPATH, the archive's extra flags
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
@@ -184,6 +186,23 @@ session_mla() {  # the two MLA points again (a config fix between runs), on a ho
   ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
   point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- \
     --model $DS --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
+  ballast 0
+}
+
+session_pinned() {
+  local F=benchmarks/gpu/shapes/qwen3-8b-folder Q2=qwen1.5-moe-a2.7b-chat-gptq-int4
+  local SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8" arch
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0)
+  CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch "$arch" --dtype float16 \
+    > "$RES/logs/prewarm-jit.txt" 2>&1 &
+  local prewarm=$!
+  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
+  point folder-qwen3-8b-24g $F 24 "" --decode-tokens 32 -- --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL
+  point folder-qwen3-8b-off8-24g $F 24 "" --decode-tokens 16 -- --context 8192 --kv-dtype fp8_e5m2 \
+    --mem-fraction 0.85 --cpu-offload-gib 8 $SMALL
+  step "waiting for the JIT prewarm"; wait $prewarm; tail -3 "$RES/logs/prewarm-jit.txt" | tee -a "$RES/progress.txt"
+  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
+  point qwen2moe-gptq-16g $Q2 16 "" -- --model $Q2 --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL
   ballast 0
 }
 
