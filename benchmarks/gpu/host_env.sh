@@ -3,8 +3,9 @@
 # needs (it has no FA3 and no xgrammar: config/sglang.toml's gpu_host_extra_args, checked by SGLang's parser in CI).
 [ -d /tmp/site/sglang ] || { mkdir -p /tmp/site && tar -xJf .gpu/sglang-*.tar.xz -C /tmp/site; }
 # SGLang 0.5.15.post1 requires nvidia-cutlass-dsl and cuda-python (its metadata; deepseek_v2 imports the DSA
-# indexer's CuTe DSL kernel at module level, so MLA models do not import without them). The archive lacks them and
-# the two do not travel with it in one call (64 MiB): benchmarks/gpu/stage_extra.sh unpacks them to /tmp/site-extra.
+# indexer's CuTe DSL kernel at module level, so MLA models do not import without them). The archive lacks them.
+# The CuTe DSL (50 MB packed) does not travel with the archive in one call (64 MiB): benchmarks/gpu/stage_extra.sh
+# unpacks it to /tmp/site-extra in a first call; cuda-python's wheels travel in .gpu/ and are installed here.
 EXTRA=/tmp/site-extra
 [ -d $EXTRA/cuda/bindings ] || { ls .gpu/cuda_*.whl > /dev/null 2>&1 && \
   python3 -m pip install -q --no-index --no-deps --no-compile --target $EXTRA .gpu/cuda_*.whl; }
