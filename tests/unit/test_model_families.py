@@ -412,3 +412,14 @@ def test_gemma3_builds_two_rotary_caches():
     assert replay_load(layout).live_by_role["rope"] == 2 * 32768 * 256 * 4
     g2 = arch.weight_layout(catalog.model("gemma-2-9b-it"), 1, 8192)
     assert g2.rope_second == (0, 0)
+
+
+def test_mla_offload_alternatives_drop_the_offload_and_say_so(engine):
+    m = catalog.model("deepseek-v2-lite-chat")
+    p = plan(m, Target(gpu=catalog.gpu("rtx-4090-24gb"), host_ram_available_bytes=128 * GiB),
+             Knobs(context=8192, mem_fraction=0.85, cpu_offload_gib=10), engine)
+    assert p.alternatives
+    for a in p.alternatives:
+        assert a.knobs.get("cpu_offload_gib") == 0 and "--cpu-offload-gb 0" in a.change
+        assert "{" not in a.cost            # every cost is formatted (the max-running one once was not)
+    assert any(a.fits and a.knobs.get("tp") == 2 for a in p.alternatives)

@@ -420,17 +420,26 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
     it changes (an alternative that also switches the KV dtype says so)."""
     out: list[Alternative] = []
     seen: set[tuple] = set()
+    asked = knobs
+    # MLA with weight offload cannot run at all (plan()): every alternative drops the offload, and says so
+    fixed = {"cpu_offload_gib": 0} if model.mla is not None and str(knobs.cpu_offload_gib) != "0" else {}
+    knobs = replace(knobs, **fixed)
 
     def trial(cost: str, **kw) -> Plan | None:
-        key = tuple(sorted((k, v) for k, v in kw.items() if getattr(knobs, k) != v))
+        kw = {**fixed, **kw}
+        key = tuple(sorted((k, v) for k, v in kw.items() if getattr(asked, k) != v))
         if not key or key in seen:
             return None
         seen.add(key)
-        p = plan(model, target, replace(knobs, **kw), engine, with_alternatives=False)
+        p = plan(model, target, replace(asked, **kw), engine, with_alternatives=False)
         tok_s = "n/a" if p.decode_tok_s_ceiling is None else f"{p.decode_tok_s_ceiling:.1f}"
-        out.append(Alternative(change=describe_change(knobs, kw), knobs=dict(key), fits=p.fits,
+        out.append(Alternative(change=describe_change(asked, kw), knobs=dict(key), fits=p.fits,
                                decode_tok_s_ceiling=p.decode_tok_s_ceiling, cost=cost.format(p=p, tok_s=tok_s)))
         return p
+
+    if fixed:
+        trial("the weights stay on the GPU (SGLang cannot offload MLA layers): pool {p.kv_pool_tokens:,} tokens; "
+              "decode ceiling {tok_s} tok/s")
 
     if knobs.kv_dtype == "auto":
         trial("halves KV bytes: pool {p.kv_pool_tokens:,} tokens; decode ceiling {tok_s} tok/s "
@@ -446,8 +455,8 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
               kv_dtype=kv, mem_fraction=best_frac)
     if knobs.max_running is None and base.req_to_token_bytes > 256 * MiB:
         # SGLang's default max_running_requests sizes req_to_token by the model's whole context
-        trial("at most that many requests run at once; req_to_token shrinks to {req}: pool {{p.kv_pool_tokens:,}} "
-              "tokens".replace("{req}", "{p.req_to_token_bytes:,} B"), max_running=max(8, knobs.concurrency))
+        trial("at most that many requests run at once; req_to_token shrinks to {p.req_to_token_bytes:,} B: pool "
+              "{p.kv_pool_tokens:,} tokens", max_running=max(8, knobs.concurrency))
     if base.max_concurrent_requests < knobs.concurrency and base.max_concurrent_requests >= 1:
         trial("others queue; no per-request speed cost", concurrency=base.max_concurrent_requests)
     # the longest context that fits with fp8 KV and the best fraction
