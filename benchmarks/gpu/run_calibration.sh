@@ -106,104 +106,84 @@ session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knob
     --chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8 --tp 2
 }
 
-session_models() {  # priority order: if the device time runs out, the first points are the ones that matter
-  local CODER=qwen3-coder-30b-a3b-instruct DS=deepseek-v2-lite-chat
-  local SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8"
-  # an H200 (the device tool's fallback) is not in gpus.toml: give `vramkit up` its spec-sheet link figures
-  case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0)" in
-    *H200*) SMALL="$SMALL --gpu-bandwidth-gbs 4800 --gpu-pcie 5x16";;
-  esac
-  ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
-  # MoE bf16: 128 experts x 48 layers, 57 GiB of weights
-  # (whole-card pools take 130K+ tokens: a ~32K-token probe still runs the largest prefill step)
-  point moe-bf16-full $CODER 0 "" --probe-fraction 0.25 -- --model $CODER --context 32768 --kv-dtype auto \
-    --mem-fraction 0.88 $SMALL
-  # MoE block FP8 (Fp8MoEMethod, Fp8LinearMethod), a measurement shape (benchmarks/gpu/shapes/README.md)
-  point moe-fp8-full benchmarks/gpu/shapes/qwen3-coder-30b-a3b-fp8-shape 0 "" --probe-fraction 0.12 -- \
-    --context 32768 --kv-dtype fp8_e4m3 --mem-fraction 0.6 $SMALL
-  # MLA: DeepSeek-V2-Lite's latent KV pool (576 values/token/layer)
-  point mla-full $DS 0 "" --probe-fraction 0.2 -- --model $DS --context 32768 --kv-dtype auto --mem-fraction 0.6 $SMALL
-  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
-  # Gemma 2: sliding-window layers in one full pool (SGLang disables its hybrid SWA pool for it)
-  point gemma2-24g gemma-2-9b-it 24 "" -- --model gemma-2-9b-it --context 8192 --kv-dtype auto --mem-fraction 0.88 $SMALL
-  # the issue's first model on a 24 GB card: 40 GiB of experts in pinned host RAM, copied every forward
-  point moe-offload-24g $CODER 24 "" --decode-tokens 8 --long-output 4 --probe-fraction 0.3 -- --model $CODER \
-    --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 40 --chunked-prefill 2048 \
-    --cuda-graph-max-bs 1 --max-running 4 ${SMALL#--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8}
-  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
-  # a folder model (no catalog name, no HF id): Qwen3-8B's config, float32 in the file, served in 16-bit
-  point folder-qwen3-8b-16g benchmarks/gpu/shapes/qwen3-8b-folder 16 "" --decode-tokens 32 -- --context 8192 \
-    --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 4 $SMALL
-  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
-  # GPTQ 4-bit MoE through the marlin MoE kernels (a fresh host compiles them first: minutes)
-  point moe-gptq-24g qwen3-30b-a3b-gptq-int4 24 "" -- --model qwen3-30b-a3b-gptq-int4 --context 32768 \
-    --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL
-  # MLA + MoE offload on 24 GB
-  point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- --model $DS \
-    --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
+# ---- issue 9's points (sessions models, rest, mla, pinned): each declared once; a session lists them in priority
+# order, so if the device time runs out the first ones are the ones that matter ----
+CODER=qwen3-coder-30b-a3b-instruct DS=deepseek-v2-lite-chat GQ=qwen3-30b-a3b-gptq-int4
+Q2=qwen1.5-moe-a2.7b-chat-gptq-int4 F=benchmarks/gpu/shapes/qwen3-8b-folder
+SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8"
+# an H200 (the device tool's fallback) is not in gpus.toml: give `vramkit up` its spec-sheet link figures
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)" in
+  *H200*) SMALL="$SMALL --gpu-bandwidth-gbs 4800 --gpu-pcie 5x16";;
+esac
+at() {  # the card the next point sees: GiB left free (0: the whole card); nothing to do if already so
+  [ "${at_gib:-none}" = "$1" ] && return
+  at_gib=$1; ballast "$1"
+  if [ "$1" = 0 ]; then VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
+  else VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at $1 GB"; fi
 }
-
-session_rest() {  # priority order, as in session_models; each point as that session planned it
-  local CODER=qwen3-coder-30b-a3b-instruct DS=deepseek-v2-lite-chat GQ=qwen3-30b-a3b-gptq-int4
-  local SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8"
-  case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0)" in
-    *H200*) SMALL="$SMALL --gpu-bandwidth-gbs 4800 --gpu-pcie 5x16";;
-  esac
+prewarm_start() {  # GPTQ marlin JIT kernels compiled beside the other points, the GPU hidden from it
   local arch; arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0)
   step "prewarm GPTQ marlin JIT (sm $arch, GPU hidden) in the background"
   CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch "$arch" --dtype float16 \
     > "$RES/logs/prewarm-jit.txt" 2>&1 &
-  local prewarm=$!
-  local mla=1
-  python3 -c 'import cutlass, cuda.bindings.driver' > "$RES/logs/cutlass-import.txt" 2>&1 || {
-    mla=0; step "no CuTe DSL on this host (stage_extra.sh not run on it): MLA points skipped"; }
-  ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
-  [ $mla = 1 ] && point mla-full $DS 0 "" --probe-fraction 0.2 -- --model $DS --context 32768 --kv-dtype auto \
-    --mem-fraction 0.6 $SMALL
-  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
-  point moe-offload-24g $CODER 24 "" --decode-tokens 8 --long-output 4 --probe-fraction 0.3 -- --model $CODER \
-    --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 40 --chunked-prefill 2048 \
-    --cuda-graph-max-bs 1 --max-running 4 ${SMALL#--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8}
-  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
-  point folder-qwen3-8b-16g benchmarks/gpu/shapes/qwen3-8b-folder 16 "" --decode-tokens 32 -- --context 8192 \
-    --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 4 $SMALL
-  step "waiting for the JIT prewarm"; wait $prewarm; tail -4 "$RES/logs/prewarm-jit.txt" | tee -a "$RES/progress.txt"
-  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
-  point moe-gptq-24g $GQ 24 "" -- --model $GQ --context 32768 --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL
-  [ $mla = 1 ] && point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- \
-    --model $DS --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
-  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
-  # Gemma 3 (text): SGLang keeps one full pool for Gemma3ForCausalLM as for Gemma 2
-  point gemma3-1b-16g gemma-3-1b-it 16 "" -- --model gemma-3-1b-it --context 8192 --kv-dtype auto \
-    --mem-fraction 0.85 $SMALL
-  ballast 0
+  prewarm_pid=$!
 }
-
-session_mla() {  # the two MLA points again (a config fix between runs), on a host where stage_extra.sh ran
-  local DS=deepseek-v2-lite-chat SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8"
-  ballast 0; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
-  point mla-full $DS 0 "" --probe-fraction 0.2 -- --model $DS --context 32768 --kv-dtype auto --mem-fraction 0.6 $SMALL
-  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
-  point mla-offload-24g $DS 24 "" --decode-tokens 16 --long-output 4 --probe-fraction 0.3 -- \
-    --model $DS --context 16384 --kv-dtype auto --mem-fraction 0.85 --cpu-offload-gib 10 $SMALL
-  ballast 0
+prewarm_wait() {
+  step "waiting for the JIT prewarm"; wait "$prewarm_pid"; tail -3 "$RES/logs/prewarm-jit.txt" | tee -a "$RES/progress.txt"
 }
+has_cutlass() {  # MLA needs the CuTe DSL that stage_extra.sh stages (host_env.sh says why)
+  python3 -c 'import cutlass, cuda.bindings.driver' > "$RES/logs/cutlass-import.txt" 2>&1 && return
+  step "no CuTe DSL on this host (stage_extra.sh not run on it): MLA point skipped"; return 1
+}
+# MoE bf16: 128 experts x 48 layers, 57 GiB of weights (whole-card pools take 130K+ tokens: a ~32K-token probe
+# still runs the largest prefill step)
+p_moe_bf16_full() { at 0; point moe-bf16-full $CODER 0 "" --probe-fraction 0.25 -- --model $CODER --context 32768 \
+  --kv-dtype auto --mem-fraction 0.88 $SMALL; }
+# MoE block FP8 (Fp8MoEMethod, Fp8LinearMethod), a measurement shape (benchmarks/gpu/shapes/README.md)
+p_moe_fp8_full() { at 0; point moe-fp8-full benchmarks/gpu/shapes/qwen3-coder-30b-a3b-fp8-shape 0 "" \
+  --probe-fraction 0.12 -- --context 32768 --kv-dtype fp8_e4m3 --mem-fraction 0.6 $SMALL; }
+# MLA: DeepSeek-V2-Lite's latent KV pool (576 values/token/layer)
+p_mla_full() { has_cutlass || return; at 0; point mla-full $DS 0 "" --probe-fraction 0.2 -- --model $DS \
+  --context 32768 --kv-dtype auto --mem-fraction 0.6 $SMALL; }
+# MLA + 10 GiB offloaded: SGLang dies at the first forward (benchmarks/results/gpu/diag-mla-offload.txt)
+p_mla_offload_24g() { has_cutlass || return; at 24; point mla-offload-24g $DS 24 "" --decode-tokens 16 \
+  --long-output 4 --probe-fraction 0.3 -- --model $DS --context 16384 --kv-dtype auto --mem-fraction 0.85 \
+  --cpu-offload-gib 10 $SMALL; }
+# Gemma 2 / 3: sliding-window layers in one full pool (SGLang disables its hybrid SWA pool for them)
+p_gemma2_24g() { at 24; point gemma2-24g gemma-2-9b-it 24 "" -- --model gemma-2-9b-it --context 8192 \
+  --kv-dtype auto --mem-fraction 0.88 $SMALL; }
+p_gemma3_16g() { at 16; point gemma3-1b-16g gemma-3-1b-it 16 "" -- --model gemma-3-1b-it --context 8192 \
+  --kv-dtype auto --mem-fraction 0.85 $SMALL; }
+# the issue's first model on a 24 GB card: 40 GiB of experts in pinned host RAM, copied every forward
+p_moe_offload_24g() { at 24; point moe-offload-24g $CODER 24 "" --decode-tokens 8 --long-output 4 \
+  --probe-fraction 0.3 -- --model $CODER --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 \
+  --cpu-offload-gib 40 --chunked-prefill 2048 --cuda-graph-max-bs 1 --max-running 4 \
+  ${SMALL#--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8}; }
+# a folder model (no catalog name, no HF id): Qwen3-8B's config, float32 in the file, served in 16-bit; with 0, 4
+# and 8 GiB offloaded (the host RAM those pin: calibrate_point.py's MemAvailable drop and server RSS)
+p_folder_16g() { at 16; point folder-qwen3-8b-16g $F 16 "" --decode-tokens 32 -- --context 8192 \
+  --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 4 $SMALL; }
+p_folder_24g() { at 24; point folder-qwen3-8b-24g $F 24 "" --decode-tokens 32 -- --context 8192 \
+  --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL; }
+p_folder_off8_24g() { at 24; point folder-qwen3-8b-off8-24g $F 24 "" --decode-tokens 16 -- --context 8192 \
+  --kv-dtype fp8_e5m2 --mem-fraction 0.85 --cpu-offload-gib 8 $SMALL; }
+# GPTQ 4-bit MoE through the marlin MoE kernels (a fresh host compiles them first: prewarm_start)
+p_moe_gptq_24g() { at 24; point moe-gptq-24g $GQ 24 "" -- --model $GQ --context 32768 --kv-dtype fp8_e5m2 \
+  --mem-fraction 0.85 $SMALL; }
+p_qwen2moe_gptq_16g() { at 16; point qwen2moe-gptq-16g $Q2 16 "" -- --model $Q2 --context 8192 \
+  --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL; }
 
-session_pinned() {
-  local F=benchmarks/gpu/shapes/qwen3-8b-folder Q2=qwen1.5-moe-a2.7b-chat-gptq-int4
-  local SMALL="--chunked-prefill 2048 --cuda-graph-max-bs 8 --max-running 8" arch
-  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0)
-  CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch "$arch" --dtype float16 \
-    > "$RES/logs/prewarm-jit.txt" 2>&1 &
-  local prewarm=$!
-  ballast 24; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 24 GB"
-  point folder-qwen3-8b-24g $F 24 "" --decode-tokens 32 -- --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL
-  point folder-qwen3-8b-off8-24g $F 24 "" --decode-tokens 16 -- --context 8192 --kv-dtype fp8_e5m2 \
-    --mem-fraction 0.85 --cpu-offload-gib 8 $SMALL
-  step "waiting for the JIT prewarm"; wait $prewarm; tail -3 "$RES/logs/prewarm-jit.txt" | tee -a "$RES/progress.txt"
-  ballast 16; VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at 16 GB"
-  point qwen2moe-gptq-16g $Q2 16 "" -- --model $Q2 --context 8192 --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL
-  ballast 0
+session_models() {  # 2026-11-23: the first three ran; MLA lacked the CuTe DSL, the rest the device time
+  p_moe_bf16_full; p_moe_fp8_full; p_mla_full; p_gemma2_24g; p_moe_offload_24g; p_folder_16g; p_moe_gptq_24g
+  p_mla_offload_24g; at 0
+}
+session_rest() {  # 2026-11-24, after stage_extra.sh: what 'models' could not reach, Gemma 3 besides
+  prewarm_start; p_mla_full; p_moe_offload_24g; p_folder_16g; prewarm_wait; p_moe_gptq_24g; p_mla_offload_24g
+  p_gemma3_16g; at 0
+}
+session_mla() { p_mla_full; p_mla_offload_24g; at 0; }   # the MLA points again (a config fix between runs)
+session_pinned() {  # the host RAM --cpu-offload-gb pins, and Qwen2-MoE GPTQ (shared expert + gate, marlin MoE)
+  prewarm_start; p_folder_24g; p_folder_off8_24g; prewarm_wait; p_qwen2moe_gptq_16g; at 0
 }
 
 session_$SESSION
