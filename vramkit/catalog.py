@@ -65,17 +65,23 @@ def models() -> dict[str, ModelSpec]:
     return out
 
 
+def _compute_capability(text: str) -> tuple[int, int]:
+    major, minor = text.split(".")        # "12.0"; anything else: ValueError, reported as a bad number
+    return int(major), int(minor)
+
+
 @cache
 def gpus() -> dict[str, GpuSpec]:
     out = {}
     for name, e in _tables("gpus.toml", "gpus").items():
         _refuse_unknown(e, {"label", "memory_total_mib", "bandwidth_gbs", "pcie_gen", "pcie_lanes", "nvml_names",
-                            "sm_count"}, f"gpus.toml [{name}]")
+                            "sm_count", "compute_capability"}, f"gpus.toml [{name}]")
         try:
             out[name] = GpuSpec(name=name, label=str(e["label"]), memory_total_bytes=int(e["memory_total_mib"]) << 20,
                                 bandwidth_bytes_s=float(e["bandwidth_gbs"]) * 1e9, pcie_gen=int(e["pcie_gen"]),
                                 pcie_lanes=int(e["pcie_lanes"]), nvml_names=tuple(e.get("nvml_names", ())),
-                                sm_count=int(e["sm_count"]))
+                                sm_count=int(e["sm_count"]),
+                                compute_capability=_compute_capability(str(e["compute_capability"])))
         except KeyError as err:
             raise VramkitError(f"config/gpus.toml [gpus.{name}]: {err.args[0]} is missing", "add it (see the file's "
                                "header)", Exit.BAD_FILE) from None

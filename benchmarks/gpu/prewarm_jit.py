@@ -19,6 +19,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="9.0", help="compute capability of the GPU the server will use")
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    ap.add_argument("--moe-only", action="store_true", help="the MoE kernels and the repack only (MXFP4 marlin: "
+                    "gpt-oss's attention is not quantized)")
     a = ap.parse_args()
     from sglang.jit_kernel.gptq_marlin import _jit_gptq_marlin_module
     from sglang.jit_kernel.gptq_marlin_repack import _jit_gptq_marlin_repack_module
@@ -29,8 +31,10 @@ def main() -> int:
     major, minor = (int(x) for x in a.arch.split("."))
     with override_jit_cuda_arch(major, minor):
         for name, build in (("gptq_marlin_repack", _jit_gptq_marlin_repack_module),
-                            ("gptq_marlin", lambda: _jit_gptq_marlin_module(dtype)),
+                            ("gptq_marlin", None if a.moe_only else lambda: _jit_gptq_marlin_module(dtype)),
                             ("moe_wna16_marlin", lambda: _jit_moe_wna16_marlin_module(dtype))):
+            if build is None:
+                continue
             t0 = time.time()
             build()
             print(f"{name} ({a.dtype}, sm {a.arch}): {time.time() - t0:.1f} s", flush=True)

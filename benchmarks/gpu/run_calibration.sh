@@ -16,11 +16,12 @@
 #                      24 GB and the whole card; GPTQ last (a fresh host JIT-compiles marlin MoE for minutes)
 #   pinned (H100)      host RAM that --cpu-offload-gb pins (Qwen3-8B with 0 and 8 GiB offloaded on 24 GB: PyTorch pins
 #                      each tensor at a power of two) and Qwen2-MoE GPTQ (shared expert + gate, marlin MoE) on 16 GB
+#   gptoss (H100)      gpt-oss-20b through the marlin MoE runner (the RTX 50 layout), after its JIT kernels compile
 #   rest   (H100)      issue 9's points the 'models' session could not reach (2026-11-24): MLA (the CuTe DSL staged
 #                      first by stage_extra.sh), MoE with --cpu-offload-gb on 24 GB, the folder model, GPTQ marlin
 #                      MoE (its JIT kernels compiled meanwhile by prewarm_jit.py, GPU hidden), MLA + offload, Gemma 3
 set -u
-SESSION=${1:?usage: run_calibration.sh first|final|tp2|models|rest|mla|pinned}
+SESSION=${1:?usage: run_calibration.sh first|final|tp2|models|rest|mla|pinned|gptoss}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 . benchmarks/gpu/host_env.sh   # SGLang archive, PYTHONPATH, the archive's extra flags
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
@@ -121,10 +122,10 @@ at() {  # the card the next point sees: GiB left free (0: the whole card); nothi
   if [ "$1" = 0 ]; then VRAMKIT_DEVICE_LABEL="H100 80GB HBM3 (whole card)"
   else VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at $1 GB"; fi
 }
-prewarm_start() {  # GPTQ marlin JIT kernels compiled beside the other points, the GPU hidden from it
+prewarm_start() {  # marlin JIT kernels compiled beside the other points, the GPU hidden; args: prewarm_jit.py's
   local arch; arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0)
-  step "prewarm GPTQ marlin JIT (sm $arch, GPU hidden) in the background"
-  CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch "$arch" --dtype float16 \
+  step "prewarm marlin JIT (sm $arch, GPU hidden, ${*:---dtype float16}) in the background"
+  CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch "$arch" ${*:---dtype float16} \
     > "$RES/logs/prewarm-jit.txt" 2>&1 &
   prewarm_pid=$!
 }
@@ -170,6 +171,14 @@ p_folder_off8_24g() { at 24; point folder-qwen3-8b-off8-24g $F 24 "" --decode-to
 # GPTQ 4-bit MoE through the marlin MoE kernels (a fresh host compiles them first: prewarm_start)
 p_moe_gptq_24g() { at 24; point moe-gptq-24g $GQ 24 "" -- --model $GQ --context 32768 --kv-dtype fp8_e5m2 \
   --mem-fraction 0.85 $SMALL; }
+# gpt-oss-20b's MXFP4 experts through SGLang's marlin MoE runner: the layout an RTX 50 (SM120) card gets, forced
+# on the H100 (the archive has no triton_kernels, the Hopper default)
+p_gptoss_marlin_24g() {
+  at 24; local VRAMKIT_SGLANG_EXTRA_ARGS="$VRAMKIT_SGLANG_EXTRA_ARGS --moe-runner-backend marlin"
+  export VRAMKIT_SGLANG_EXTRA_ARGS
+  point gptoss-marlin-24g gpt-oss-20b 24 "" -- --model gpt-oss-20b --context 8192 --kv-dtype auto \
+    --mem-fraction 0.85 $SMALL
+}
 p_qwen2moe_gptq_16g() { at 16; point qwen2moe-gptq-16g $Q2 16 "" -- --model $Q2 --context 8192 \
   --kv-dtype fp8_e5m2 --mem-fraction 0.85 $SMALL; }
 
@@ -184,6 +193,10 @@ session_rest() {  # 2026-11-24, after stage_extra.sh: what 'models' could not re
 session_mla() { p_mla_full; p_mla_offload_24g; at 0; }   # the MLA points again (a config fix between runs)
 session_pinned() {  # the host RAM --cpu-offload-gb pins, and Qwen2-MoE GPTQ (shared expert + gate, marlin MoE)
   prewarm_start; p_folder_24g; p_folder_off8_24g; prewarm_wait; p_qwen2moe_gptq_16g; at 0
+}
+
+session_gptoss() {  # MXFP4 (gpt-oss) in the marlin layout; its bf16 marlin MoE kernels compile first (minutes)
+  prewarm_start --dtype bfloat16 --moe-only; prewarm_wait; p_gptoss_marlin_24g; at 0
 }
 
 session_$SESSION

@@ -59,9 +59,26 @@ def vocab_rank(model: ModelSpec, tp: int) -> int:
     return math.ceil(model.vocab_size / tp / 64) * 64       # VocabParallelEmbedding pads to 64
 
 
+# gpt-oss's MXFP4 experts, as SGLang lays them out per MoE runner backend (layers/quantization/mxfp4.py
+# Mxfp4MoEMethod.create_weights): (intermediate, hidden) padded up to multiples of these.
+MXFP4_PADDING = {
+    "triton_kernels": (64, 1),    # Hopper (and any card) with the triton_kernels package: the override's default
+    "marlin": (128, 256),         # SM120 (RTX 50): then prepare_moe_mxfp4_layer_for_marlin repacks, same sizes
+    "flashinfer": (256, 256),     # SM100 (B200): flashinfer_mxfp4
+}
+
+
+def mxfp4_backend_for(compute_capability: tuple[int, int] | None) -> str:
+    """The MoE runner SGLang's gpt-oss override (arg_groups/overrides.py) picks for MXFP4 on this card."""
+    major = compute_capability[0] if compute_capability else None
+    return "marlin" if major == 12 else "flashinfer" if major == 10 else "triton_kernels"
+
+
 class _Builder:
-    def __init__(self, model: ModelSpec, tp: int, sm_count: int = CALIBRATION_HOST_SMS):
+    def __init__(self, model: ModelSpec, tp: int, sm_count: int = CALIBRATION_HOST_SMS,
+                 mxfp4_backend: str = "triton_kernels"):
         self.m, self.tp, self.sms = model, max(1, tp), sm_count
+        self.mxfp4 = mxfp4_backend
         self.group = 0
         self.ops: list[Op] = []
         self.q = model.quantization
@@ -127,8 +144,18 @@ class _Builder:
         g = self._new_group()
         moe = m.moe
         if q is not None and q.method == "mxfp4":
-            # Mxfp4MoEMethod.create_weights (triton_kernels path: intermediate padded to 64; the H100 layout)
-            i_pad = math.ceil(i_rank / 64) * 64
+            # Mxfp4MoEMethod.create_weights: uint8 weights (two values a byte), one uint8 scale per 32, bf16
+            # biases, at the backend's padded sizes; marlin then repacks each into a new tensor of the same size
+            pad_i, pad_h = MXFP4_PADDING[self.mxfp4]
+            i_pad = math.ceil(i_rank / pad_i) * pad_i
+            h = math.ceil(h / pad_h) * pad_h
+            if self.mxfp4 == "marlin":
+                # marlin_make_workspace(device, 4): 4 int32 per SM, kept on the layer
+                self.ops.append(Op(g, "alloc", "workspace", self.sms * 4 * 4))
+                self.ops += [Op(g, "replace", n, b) for n, b in (
+                    ("w13_weight", num * 2 * i_pad * h // 2), ("w2_weight", num * h * i_pad // 2),
+                    ("w13_weight_scale", num * 2 * i_pad * (h // 32)), ("w2_weight_scale", num * h * (i_pad // 32)),
+                    ("w13_weight_bias", num * 2 * i_pad * HALF), ("w2_weight_bias", num * h * HALF))]
             return [Param("experts", "w13_weight", num * 2 * i_pad * h // 2, g),
                     Param("experts", "w13_weight_scale", num * 2 * i_pad * (h // 32), g),
                     Param("experts", "w13_weight_bias", num * 2 * i_pad * HALF, g),
@@ -254,8 +281,9 @@ def rope_cache_bytes(model: ModelSpec, context_len: int) -> int:
     return context_len * rot * FP32
 
 
-def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = CALIBRATION_HOST_SMS) -> WeightLayout:
-    b = _Builder(model, tp, sm_count)
+def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = CALIBRATION_HOST_SMS,
+                  mxfp4_backend: str = "triton_kernels") -> WeightLayout:
+    b = _Builder(model, tp, sm_count, mxfp4_backend)
     h = model.hidden_size
     emb = vocab_rank(model, b.tp) * h * model.dtype_bytes
     layers = []

@@ -121,6 +121,7 @@ class GpuSpec:
     pcie_lanes: int
     nvml_names: tuple[str, ...] = ()
     sm_count: int | None = None     # streaming multiprocessors (marlin's workspace); None: not catalogued
+    compute_capability: tuple[int, int] | None = None   # None: not catalogued
 
     @property
     def pcie_bytes_s(self) -> float:

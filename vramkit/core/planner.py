@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from vramkit.core.arch import CALIBRATION_HOST_SMS, weight_layout
+from vramkit.core.arch import CALIBRATION_HOST_SMS, mxfp4_backend_for, weight_layout
 from vramkit.core.checks import Reason
 from vramkit.core.knobs import Knobs
 from vramkit.core.model_memory import (  # noqa: F401
@@ -81,6 +81,7 @@ class Target:
     gpu_free_bytes: int | None = None          # measured free memory at start, overrides the estimate
     other_used_bytes: int = 0                  # memory other processes hold on the card
     host_ram_available_bytes: int | None = None
+    mxfp4_backend: str | None = None           # SGLang's MoE runner for MXFP4 (None: what it picks for the card)
 
 
 @dataclass
@@ -220,9 +221,10 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     context_len, yarn = context_and_yarn(model, knobs.context)
 
     # 2. weights
-    comps = weight_components(model, tp)
+    mxfp4 = target.mxfp4_backend or mxfp4_backend_for(gpu.compute_capability if gpu is not None else None)
+    comps = weight_components(model, tp, mxfp4)
     sms = gpu.sm_count if gpu is not None and gpu.sm_count else CALIBRATION_HOST_SMS
-    layout = weight_layout(model, tp, context_len, sms)
+    layout = weight_layout(model, tp, context_len, sms, mxfp4)
     layer_sizes = [sum(p.nbytes for p in layer) for layer in layout.layers]
     layer_bytes = sum(layer_sizes)
     offload_req = knobs.cpu_offload_gib
@@ -300,6 +302,14 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                      f"not guaranteed)")
 
     notes.extend(model.notes)
+    if model.quantization is not None and model.quantization.method == "mxfp4":
+        why = {"marlin": "SM120: SGLang picks its marlin MoE runner, intermediate padded to 128, hidden to 256",
+               "flashinfer": "SM100: flashinfer_mxfp4, both padded to 256",
+               "triton_kernels": "SGLang's triton_kernels runner, intermediate padded to 64; it needs the "
+                                 "triton_kernels package, which SGLang's image has and a plain pip install lacks"}
+        notes.append(f"MXFP4 experts laid out for {mxfp4} ({why[mxfp4]})"
+                     + ("" if target.mxfp4_backend or (gpu is not None and gpu.compute_capability) else
+                        "; the card's compute capability is unknown, so the Hopper layout is assumed"))
     if model.sliding is not None and not model.sliding.hybrid_pool:
         notes.append(f"SGLang disables its hybrid sliding-window pool for {model.architecture}: every layer "
                      f"keeps every token (one full pool; window {model.sliding.window} not used for memory)")
