@@ -66,6 +66,7 @@ def main(dirs: list[str]) -> int:
             "max_running_requests": int(server_arg(text, "max_running_requests") or 0) or None,
             "context_length": int(server_arg(text, "context_length") or 0) or None,
             "hicache_size_gb": int(server_arg(text, "hicache_size") or 0),
+            "moe_runner_backend": server_arg(text, "moe_runner_backend") or "auto",
             "survived": p.get("survived"),
             "start_s": p.get("start_s"),       # `vramkit up` wall time: plan, start, /health, warm-up
             "measured": p["measured"],

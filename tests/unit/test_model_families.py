@@ -91,6 +91,26 @@ def test_gpt_oss_mxfp4_experts_and_16bit_rest():
     assert m.dtype == "bfloat16" and m.attention_sinks and m.o_bias
 
 
+def test_gpt_oss_experts_follow_the_cards_moe_runner(engine):
+    """SGLang lays MXFP4 experts out per MoE runner, and picks the runner by the card (arg_groups/overrides.py):
+    marlin on SM120 pads the intermediate 2880 to 2944 and the hidden 2880 to 3072 (measured through the marlin
+    runner on the H100: benchmarks/calibration/gptoss-marlin-24g.json), triton_kernels on Hopper pads neither."""
+    m = catalog.model("gpt-oss-20b")
+    assert arch.mxfp4_backend_for((12, 0)) == "marlin" and arch.mxfp4_backend_for((9, 0)) == "triton_kernels"
+    assert arch.mxfp4_backend_for((10, 0)) == "flashinfer" and arch.mxfp4_backend_for(None) == "triton_kernels"
+    marlin = weight_components(m, 1, "marlin")["experts"]
+    per_layer = 32 * (2 * 2944 * 3072 // 2 + 2 * 2944 * 3072 // 32 + 2 * 2944 * 2
+                      + 3072 * 2944 // 2 + 3072 * 2944 // 32 + 3072 * 2)
+    assert marlin == 24 * per_layer
+    knobs = Knobs(context=8192, mem_fraction=0.85, max_running=8)
+    rtx50 = plan(m, Target(gpu=catalog.gpu("rtx-5090-32gb")), knobs, engine, with_alternatives=False)
+    hopper = plan(m, Target(gpu=catalog.gpu("h100-80gb")), knobs, engine, with_alternatives=False)
+    assert rtx50.weights_by_component["experts"] == marlin > hopper.weights_by_component["experts"]
+    assert any("laid out for marlin" in n for n in rtx50.notes)
+    # the kit's default card: the marlin layout does not leave room for a pool on 16 GB
+    assert not plan(m, Target(gpu=catalog.gpu("rtx-5060-ti-16gb")), knobs, engine, with_alternatives=False).fits
+
+
 def test_qwen2_moe_shared_expert_and_gate_are_16bit_router_side():
     m = catalog.model("qwen1.5-moe-a2.7b-chat-gptq-int4")
     e = arch.expert_bytes_per_layer(m)
