@@ -32,6 +32,8 @@ def test_auto_plans_for_the_gpu_the_server_uses(monkeypatch):
     assert "4090" in spec.label and free == _free(snap, 1) and free > 20 * GiB
     spec0, free0 = nvml_gpu(1, [0], snap)
     assert "4080" in spec0.label and free0 == _free(snap, 0) < 3 * GiB
+    # a catalogued card keeps its SM count and compute capability (marlin's workspace, gpt-oss's MXFP4 layout)
+    assert (spec.sm_count, spec.compute_capability) == (128, (8, 9))
 
 
 def test_tensor_parallel_plans_for_the_smallest_free_card(monkeypatch):

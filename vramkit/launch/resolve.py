@@ -139,7 +139,10 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
     bandwidth, gen, lanes = link if link is not None else (known.bandwidth_bytes_s, known.pcie_gen, known.pcie_lanes)
     spec = GpuSpec(name=known.name if known else f"nvml:{g.name}", label=str(g.name),
                    memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=bandwidth,
-                   pcie_gen=gen, pcie_lanes=lanes, nvml_names=(str(g.name),))
+                   pcie_gen=gen, pcie_lanes=lanes, nvml_names=(str(g.name),),
+                   # a catalogued card keeps what NVML does not give here (marlin's workspace, MXFP4's layout)
+                   sm_count=known.sm_count if known else None,
+                   compute_capability=known.compute_capability if known else None)
     return spec, min(int(x.free_bytes) for x in chosen)
 
 
