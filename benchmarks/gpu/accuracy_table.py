@@ -37,27 +37,30 @@ def _pct(pred: float, meas: float) -> str:
     return f"{100 * (pred - meas) / meas:+.2f} %"
 
 
+def _kind(m) -> str:
+    return m.family + (f", {m.quantization.method}" if m.quantization else "")
+
+
 def _worst(errors: list[float]) -> str:
     e = max(errors, key=abs)
     return f"{100 * e:+.2f} %"
 
 
 def rows() -> list[str]:
-    families: dict[str, list[list[float]]] = {}
+    families: dict[str, tuple[list[float], list[float], list[float]]] = {}   # weights, KV, peak errors
     out = ["| point | family | card | weights GiB: planner / SGLang | KV tokens: planner / SGLang | "
            "peak GiB: planner / NVML |", "| --- | --- | --- | --- | --- | --- |"]
     for path in POINTS:
         d = json.loads(path.read_text())
         m, p, meas = _model(d), _plan(d), d["measured"]
-        kind = m.family + (f", {m.quantization.method}" if m.quantization else "")
+        kind = _kind(m)
         family = kind + (f", {d['cpu_offload_gb']} GiB offloaded" if d.get("cpu_offload_gb") else "")
         w, kv, pk = meas["weights_bytes"], meas["kv_pool_tokens"], meas["peak_vram_bytes"]
-        errs = families.setdefault(kind, [[], [], [], []])
-        errs[0].append((p.weights_bytes - w) / w)
-        errs[1].append((p.kv_pool_tokens - kv) / kv)
+        w_e, kv_e, pk_e = families.setdefault(kind, ([], [], []))
+        w_e.append((p.weights_bytes - w) / w)
+        kv_e.append((p.kv_pool_tokens - kv) / kv)
         if pk:
-            errs[2].append((p.peak_vram_bytes - pk) / pk)
-        errs[3].append(1)
+            pk_e.append((p.peak_vram_bytes - pk) / pk)
         peak = (f"{p.peak_vram_bytes / 2**30:.2f} / {pk / 2**30:.2f} ({_pct(p.peak_vram_bytes, pk)})" if pk
                 else "not measured")
         out.append(f"| {path.stem} | {family} | {_card(d)} | {p.weights_bytes / 2**30:.2f} / {w / 2**30:.2f} "
@@ -65,12 +68,11 @@ def rows() -> list[str]:
                    f"| {peak} |")
     summary = ["| family | points | worst weights error | worst KV pool error | worst peak error |",
                "| --- | --- | --- | --- | --- |"]
-    for kind, (w_e, kv_e, pk_e, n) in sorted(families.items()):
-        summary.append(f"| {kind} | {len(n)} | {_worst(w_e)} | {_worst(kv_e)} | "
+    for kind, (w_e, kv_e, pk_e) in sorted(families.items()):
+        summary.append(f"| {kind} | {len(w_e)} | {_worst(w_e)} | {_worst(kv_e)} | "
                        f"{_worst(pk_e) if pk_e else 'not measured'} |")
     # catalogued families no point ran: derived from SGLang's source, and said so
-    for kind in sorted({m.family + (f", {m.quantization.method}" if m.quantization else "")
-                        for m in catalog.models().values()} - set(families)):
+    for kind in sorted({_kind(m) for m in catalog.models().values()} - set(families)):
         summary.append(f"| {kind} | 0 | derived from source, not measured | | |")
     return summary + [""] + out
 

@@ -24,12 +24,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psutil
-
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from vramkit.adapters import nvml
+from vramkit.adapters import host, nvml
 from vramkit.adapters.sglang_http import SglangClient
 from vramkit.adapters.state import state_dir
 from vramkit.core import sglang_log
@@ -46,19 +44,14 @@ class PeakSampler(threading.Thread):
         self.indices, self.period_s = indices, period_s
         self.peaks = {i: 0 for i in indices}
         self.samples = 0
-        self.host_avail_before = psutil.virtual_memory().available
+        self.host_avail_before = host.host_memory()[1]
         self.host_avail_min = self.host_avail_before
         self.server_rss_max = 0
         self._stop_evt = threading.Event()
 
     def _host(self) -> None:
-        self.host_avail_min = min(self.host_avail_min, psutil.virtual_memory().available)
-        rss = 0
-        for proc in psutil.process_iter(["cmdline", "memory_info"]):
-            cmd = " ".join(proc.info.get("cmdline") or [])
-            if "sglang" in cmd and proc.info.get("memory_info") is not None:
-                rss += proc.info["memory_info"].rss
-        self.server_rss_max = max(self.server_rss_max, rss)
+        self.host_avail_min = min(self.host_avail_min, host.host_memory()[1])
+        self.server_rss_max = max(self.server_rss_max, host.rss_of("sglang"))
 
     def run(self) -> None:
         while not self._stop_evt.is_set():

@@ -146,3 +146,18 @@ def test_pinned_copy_without_cuda_says_why():
     if not hasattr(res, "reason"):
         pytest.skip("this host has CUDA: the copy test ran (tests/gpu covers it)")
     assert "CUDA" in res.reason or "torch" in res.reason
+
+
+def test_rss_of_sums_the_processes_whose_command_line_names_the_marker():
+    marker = "vramkit-rss-probe-7f3a"
+    # 64 MiB of written bytes (a zeroed bytearray would stay unmapped, not resident)
+    child = subprocess.Popen([sys.executable, "-c", f"import time; b = b'x' * (64 << 20); time.sleep(30)  # {marker}"])
+    try:
+        deadline = time.time() + 10
+        while host.rss_of(marker) < 64 << 20 and time.time() < deadline:
+            time.sleep(0.1)
+        assert host.rss_of(marker) >= 64 << 20       # the child's buffer is resident
+        assert host.rss_of("no-process-has-this-marker-91c2") == 0
+    finally:
+        child.kill()
+        child.wait()

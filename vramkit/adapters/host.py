@@ -121,6 +121,17 @@ def host_memory() -> tuple[int, int]:
     return int(vm.total), int(vm.available)
 
 
+def rss_of(marker: str) -> int:
+    """Resident memory in bytes summed over the processes whose command line contains `marker` (pages two of
+    them share count twice: compare two readings, not one with a total)."""
+    total = 0
+    for proc in psutil.process_iter(["cmdline", "memory_info"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if marker in cmd and proc.info.get("memory_info") is not None:
+            total += proc.info["memory_info"].rss
+    return total
+
+
 def pin_process(pid: int, cpus: tuple[int, ...]) -> dict:
     """Set the CPU affinity of a process, all its threads and all its children; read it back.
 

@@ -149,19 +149,15 @@ class _Builder:
             pad_i, pad_h = MXFP4_PADDING[self.mxfp4]
             i_pad = math.ceil(i_rank / pad_i) * pad_i
             h = math.ceil(h / pad_h) * pad_h
+            tensors = (("w13_weight", num * 2 * i_pad * h // 2), ("w13_weight_scale", num * 2 * i_pad * (h // 32)),
+                       ("w13_weight_bias", num * 2 * i_pad * HALF), ("w2_weight", num * h * i_pad // 2),
+                       ("w2_weight_scale", num * h * (i_pad // 32)), ("w2_weight_bias", num * h * HALF))
             if self.mxfp4 == "marlin":
                 # marlin_make_workspace(device, 4): 4 int32 per SM, kept on the layer
                 self.ops.append(Op(g, "alloc", "workspace", self.sms * 4 * 4))
-                self.ops += [Op(g, "replace", n, b) for n, b in (
-                    ("w13_weight", num * 2 * i_pad * h // 2), ("w2_weight", num * h * i_pad // 2),
-                    ("w13_weight_scale", num * 2 * i_pad * (h // 32)), ("w2_weight_scale", num * h * (i_pad // 32)),
-                    ("w13_weight_bias", num * 2 * i_pad * HALF), ("w2_weight_bias", num * h * HALF))]
-            return [Param("experts", "w13_weight", num * 2 * i_pad * h // 2, g),
-                    Param("experts", "w13_weight_scale", num * 2 * i_pad * (h // 32), g),
-                    Param("experts", "w13_weight_bias", num * 2 * i_pad * HALF, g),
-                    Param("experts", "w2_weight", num * h * i_pad // 2, g),
-                    Param("experts", "w2_weight_scale", num * h * (i_pad // 32), g),
-                    Param("experts", "w2_weight_bias", num * h * HALF, g)]
+                # prepare_moe_mxfp4_layer_for_marlin's order: both weights, both scales, both biases
+                self.ops += [Op(g, "replace", *tensors[k]) for k in (0, 3, 1, 4, 2, 5)]
+            return [Param("experts", n, b, g) for n, b in tensors]
         qq = self.quantized(path)
         if qq is None:                   # UnquantizedFusedMoEMethod
             out = [Param("experts", "w13_weight", num * 2 * i_rank * h * m.dtype_bytes, g),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from vramkit.core.arch import CALIBRATION_HOST_SMS, mxfp4_backend_for, weight_layout
+from vramkit.core.arch import CALIBRATION_HOST_SMS, MXFP4_PADDING, mxfp4_backend_for, weight_layout
 from vramkit.core.checks import Reason
 from vramkit.core.knobs import Knobs
 from vramkit.core.model_memory import (  # noqa: F401
@@ -303,11 +303,12 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     notes.extend(model.notes)
     if model.quantization is not None and model.quantization.method == "mxfp4":
-        why = {"marlin": "SM120: SGLang picks its marlin MoE runner, intermediate padded to 128, hidden to 256",
-               "flashinfer": "SM100: flashinfer_mxfp4, both padded to 256",
-               "triton_kernels": "SGLang's triton_kernels runner, intermediate padded to 64; it needs the "
-                                 "triton_kernels package, which SGLang's image has and a plain pip install lacks"}
-        notes.append(f"MXFP4 experts laid out for {mxfp4} ({why[mxfp4]})"
+        why = {"marlin": "SM120's MoE runner", "flashinfer": "SM100's MoE runner",
+               "triton_kernels": "needs the triton_kernels package, which SGLang's image has and a plain pip "
+                                 "install lacks"}
+        pad_i, pad_h = MXFP4_PADDING[mxfp4]
+        notes.append(f"MXFP4 experts laid out for {mxfp4} ({why[mxfp4]}): intermediate padded to a multiple of "
+                     f"{pad_i}" + (f", hidden to {pad_h}" if pad_h > 1 else "")
                      + ("" if target.mxfp4_backend or (gpu is not None and gpu.compute_capability) else
                         "; the card's compute capability is unknown, so the Hopper layout is assumed"))
     if model.sliding is not None and not model.sliding.hybrid_pool:
@@ -317,7 +318,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         notes.append(f"hybrid sliding-window pool: {kv.full_layers} full-attention layers hold {kv_tokens:,} tokens, "
                      f"{kv.swa_layers} sliding layers {int(kv_tokens * kv.swa_ratio):,} (swa_full_tokens_ratio 0.8)")
 
-    if offloaded and model.mla is not None:
+    if offloaded and not sglang_can_offload(model):
         reasons.append(Reason(
             "sglang", f"SGLang 0.5.15.post1 cannot serve {model.architecture} (MLA) with --cpu-offload-gb: the "
             f"absorbed w_kc/w_vc copies stay in host RAM and the first forward fails ('Expected all tensors to be "
@@ -373,6 +374,12 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     if with_alternatives and not p.fits:
         p.alternatives = alternatives(model, target, knobs, engine, p, candidates)
     return p
+
+
+def sglang_can_offload(model: ModelSpec) -> bool:
+    """Whether SGLang 0.5.15.post1 serves this model with --cpu-offload-gb: not MLA (deepseek_v2 keeps w_kc/w_vc
+    beside kv_b_proj, in host RAM once offloaded; benchmarks/results/gpu/diag-mla-offload.txt)."""
+    return model.mla is None
 
 
 def host_ram_need(hicache_bytes: int, pinned_weights_bytes: int, engine: Engine) -> tuple[int, int]:
@@ -431,8 +438,8 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
     out: list[Alternative] = []
     seen: set[tuple] = set()
     asked = knobs
-    # MLA with weight offload cannot run at all (plan()): every alternative drops the offload, and says so
-    fixed = {"cpu_offload_gib": 0} if model.mla is not None and str(knobs.cpu_offload_gib) != "0" else {}
+    # weight offload SGLang cannot run (plan()): every alternative drops the offload, and says so
+    fixed = {"cpu_offload_gib": 0} if not sglang_can_offload(model) and str(knobs.cpu_offload_gib) != "0" else {}
     knobs = replace(knobs, **fixed)
 
     def trial(cost: str, **kw) -> Plan | None:
@@ -474,7 +481,7 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
     if fitted and fitted < knobs.context:
         trial("requests longer than that are refused; decode ceiling {tok_s} tok/s",
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
-    if knobs.cpu_offload_gib in (0, "0") and model.mla is None:    # MLA: SGLang cannot offload (see plan())
+    if knobs.cpu_offload_gib in (0, "0") and sglang_can_offload(model):
         extra: dict = {}
         off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
         if not off.fits and knobs.max_running is None and off.req_to_token_bytes > 256 * MiB:
