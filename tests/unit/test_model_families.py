@@ -109,6 +109,12 @@ def test_gpt_oss_experts_follow_the_cards_moe_runner(engine):
     assert any("laid out for marlin" in n for n in rtx50.notes)
     # the kit's default card: the marlin layout does not leave room for a pool on 16 GB
     assert not plan(m, Target(gpu=catalog.gpu("rtx-5060-ti-16gb")), knobs, engine, with_alternatives=False).fits
+    # a card of unknown compute capability: the layout would be a guess, so the plan is refused (exit 21)
+    unknown = replace(catalog.gpu("rtx-5090-32gb"), name="nvml:NVIDIA RTX PRO 6000", compute_capability=None)
+    with pytest.raises(VramkitError) as e:
+        plan(m, Target(gpu=unknown), knobs, engine, with_alternatives=False)
+    assert e.value.code == Exit.UNSUPPORTED_MODEL and "compute capability" in e.value.what
+    assert plan(catalog.model("qwen3-8b"), Target(gpu=unknown), knobs, engine, with_alternatives=False)  # others plan
 
 
 def test_qwen2_moe_shared_expert_and_gate_are_16bit_router_side():

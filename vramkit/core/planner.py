@@ -40,6 +40,7 @@ from vramkit.core.model_memory import (  # noqa: F401
 )
 from vramkit.core.model_spec import GpuSpec, ModelSpec
 from vramkit.core.weight_load import replay_load
+from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, MiB, bytes2human
 
 SGLANG_REQ_SLACK_TOKENS = 5          # max_req_input_len = max_req_len - 5 (tp_worker.get_worker_info)
@@ -221,6 +222,13 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     context_len, yarn = context_and_yarn(model, knobs.context)
 
     # 2. weights
+    is_mxfp4 = model.quantization is not None and model.quantization.method == "mxfp4"
+    if is_mxfp4 and target.mxfp4_backend is None and (gpu is None or gpu.compute_capability is None):
+        # the experts' layout (and size) is the MoE runner's, which SGLang picks by compute capability: not guessed
+        raise VramkitError(f"{model.name}: SGLang lays MXFP4 experts out by the card's compute capability, and "
+                           f"{gpu.label if gpu else 'this card'} has none in config/gpus.toml",
+                           "plan for a catalogued --gpu, or add this card with its compute_capability",
+                           Exit.UNSUPPORTED_MODEL)
     mxfp4 = target.mxfp4_backend or mxfp4_backend_for(gpu.compute_capability if gpu is not None else None)
     comps = weight_components(model, tp, mxfp4)
     sms = gpu.sm_count if gpu is not None and gpu.sm_count else CALIBRATION_HOST_SMS
@@ -302,15 +310,13 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                      f"not guaranteed)")
 
     notes.extend(model.notes)
-    if model.quantization is not None and model.quantization.method == "mxfp4":
+    if is_mxfp4:
         why = {"marlin": "SM120's MoE runner", "flashinfer": "SM100's MoE runner",
                "triton_kernels": "needs the triton_kernels package, which SGLang's image has and a plain pip "
                                  "install lacks"}
         pad_i, pad_h = MXFP4_PADDING[mxfp4]
         notes.append(f"MXFP4 experts laid out for {mxfp4} ({why[mxfp4]}): intermediate padded to a multiple of "
-                     f"{pad_i}" + (f", hidden to {pad_h}" if pad_h > 1 else "")
-                     + ("" if target.mxfp4_backend or (gpu is not None and gpu.compute_capability) else
-                        "; the card's compute capability is unknown, so the Hopper layout is assumed"))
+                     f"{pad_i}" + (f", hidden to {pad_h}" if pad_h > 1 else ""))
     if model.sliding is not None and not model.sliding.hybrid_pool:
         notes.append(f"SGLang disables its hybrid sliding-window pool for {model.architecture}: every layer "
                      f"keeps every token (one full pool; window {model.sliding.window} not used for memory)")
