@@ -11,6 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from vramkit.core import knobs as knob_decl
+from vramkit.core.kt_hybrid import KtConstants
 from vramkit.core.model_spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
 from vramkit.core.planner import Engine
 from vramkit.errors import Exit, VramkitError
@@ -171,7 +172,9 @@ def sglang() -> SglangFacts:
 
 ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "tp_comm_runtime_mib", "pre_kv_mib",
                "post_kv_misc_mib", "attention_backend_mib", "decode_graph_mib", "activation_factor",
-               "runtime_margin_mib", "hicache_host_reserve_mib", "pinned_gpu_map_mib_per_gib")
+               "runtime_margin_mib", "hicache_host_reserve_mib", "pinned_gpu_map_mib_per_gib",
+               "kt_cpu_read_efficiency", "kt_layer_sync_us", "kt_attention_read_gbs", "kt_sglang_host_mib",
+               "kt_reserved_cores")
 
 
 @cache
@@ -202,6 +205,11 @@ def engine() -> Engine:
         activation_factor=float(c["activation_factor"]), runtime_margin=int(c["runtime_margin_mib"] * mib),
         hicache_host_reserve=int(c["hicache_host_reserve_mib"] * mib),
         pinned_gpu_map_per_gib=int(c["pinned_gpu_map_mib_per_gib"] * mib),
+        kt=KtConstants(cpu_read_efficiency=float(c["kt_cpu_read_efficiency"]),
+                       layer_sync_s=float(c["kt_layer_sync_us"]) * 1e-6,
+                       attention_read_bytes_s=float(c["kt_attention_read_gbs"]) * 1e9,
+                       sglang_host_bytes=int(c["kt_sglang_host_mib"] * mib),
+                       reserved_cores=int(c["kt_reserved_cores"])),
     )
 
 

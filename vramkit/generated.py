@@ -71,17 +71,11 @@ def presets_table() -> list[str]:
     out = [f"| preset | model | knobs | planner on a {g.label} |", "| --- | --- | --- | --- |"]
     for p in catalog.presets().values():
         m = catalog.model(p.model)
-        target = Target(gpu=g, host_ram_available_bytes=64 * GiB)
+        from vramkit.launch.hybrid import REFERENCE_HOST  # noqa: PLC0415 - launch sits above this module
+        # the hybrid MoE mode is planned for the reference desktop CPU the compose files use
+        target = Target(gpu=g, host_ram_available_bytes=64 * GiB, host=REFERENCE_HOST if m.moe else None)
         r = plan(m, target, Knobs(**p.knobs), _engine(), with_alternatives=False)
-        hy = None
-        if p.knobs.get("kt_method"):   # the hybrid MoE mode, for the reference desktop CPU the compose files use
-            import argparse  # noqa: PLC0415 - only this row needs it
-
-            from vramkit.launch import hybrid  # noqa: PLC0415 - launch sits above this module
-            from vramkit.launch.resolve import Resolved  # noqa: PLC0415
-            hy = hybrid.apply(Resolved(m, g, target, Knobs(**p.knobs), p.name, r),
-                              argparse.Namespace(kt_weight_path=None, host_read_gbs=None),
-                              server_cores=hybrid.COMPOSE_REFERENCE_CORES, cpu_flags=set()).hybrid.plan
+        hy = r.hybrid
         k = r.knobs
         what = [f"{k.context:,}-token context", "fp16/bf16 KV" if k.kv_dtype == "auto" else f"{k.kv_dtype} KV",
                 f"fraction {k.mem_fraction:g}" + ("" if "mem_fraction" in p.knobs else " (SGLang's own)")]
@@ -92,10 +86,14 @@ def presets_table() -> list[str]:
         if k.cpu_offload_gib:
             what.append(f"{k.cpu_offload_gib} GiB of weights offloaded")
         if hy is not None:
-            what.append(f"{hy.num_gpu_experts} experts/layer on the GPU, the rest in host RAM ({hy.kt_method}, "
-                        f"{hy.host_ram_bytes / GiB:.1f} GiB; decode ~{hy.decode_tok_s:.0f} tok/s derived at "
-                        f"{hybrid.DEFAULT_HOST_READ_GBS:g} GB/s host read vs ~{hy.offload_decode_tok_s:.1f} with "
-                        "layer offload)")
+            short = dict(hy.decode_tok_s_by_context).get(512, hy.decode_tok_s)
+            offload = (f" vs a ~{hy.layer_offload_decode_tok_s:.1f} tok/s ceiling with layer offload"
+                       if hy.layer_offload_decode_tok_s else "")
+            what.append(f"{hy.num_gpu_experts} experts/layer on the GPU, the rest in host RAM on "
+                        f"{hy.cpuinfer_threads} threads ({hy.kt_method}, host RAM {hy.host_ram_bytes / GiB:.1f} GiB; "
+                        f"decode ~{short:.0f} tok/s "
+                        f"at 512 tokens, an estimate with fitted constants, for {REFERENCE_HOST.isa_source} at "
+                        f"{REFERENCE_HOST.read_source}{offload})")
         verdict = (f"KV {r.kv_pool_tokens:,} tokens, longest prompt {r.max_request_tokens:,}, peak "
                    f"{r.peak_vram_bytes / GiB:.1f} GiB: " + ("fits" if r.fits else "**does not fit**"))
         out.append(f"| {p.name} | {p.model} | {', '.join(what)} | {verdict} |")

@@ -85,7 +85,9 @@ def rendered_cases():
     out = []
     for preset_name, model_name, gpu_name, tp in ALL_CASES:
         preset = catalog.preset(preset_name)
-        p = _plan(model_name, gpu_name, **(preset.knobs | {"tp": tp}))
+        # without the hybrid MoE split (it needs a CPU side; launch/cases.py renders it per card)
+        dense = {k: v for k, v in preset.knobs.items() if not k.startswith("kt_")}
+        p = _plan(model_name, gpu_name, **(dense | {"tp": tp}))
         m = catalog.model(model_name)
         argv = render.sglang_args(m, p, model_path=m.hf_id, port=PORT)
         out.append(((preset_name, model_name, gpu_name, tp), p, argv))

@@ -48,8 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--copy-test-gib", type=float, default=1.0,
                    help="size of the pinned host-to-GPU copy test, GiB; 0 skips it (default 1)")
     p.add_argument("--bandwidth", action="store_true",
-                   help="measure host memory read bandwidth (the hybrid MoE mode's CPU experts: preset moe); "
-                        "--write keeps it in .env as VRAMKIT_HOST_READ_GBS for the planner")
+                   help="measure host memory read bandwidth on 1, 2, 4, ... threads up to the server's cores (the "
+                        "hybrid MoE mode's CPU experts: preset moe); --write keeps it in .env as "
+                        "VRAMKIT_HOST_READ_GBS=THREADS:GBS,... for the planner's thread term")
     p.add_argument("--warmup", action="store_true", help="warm up a running server")
     p.add_argument("--url", default=None, help=f"server for --warmup (default: running state, else {DEFAULT_URL})")
     p.add_argument("--warmup-max", type=int, default=20, help="most warm-up requests (default 20)")
@@ -162,15 +163,16 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
 
     if args.bandwidth:
         from vramkit.adapters import membw
-        from vramkit.launch.hybrid import ENV_HOST_READ
+        from vramkit.launch.hybrid import ENV_HOST_READ, format_read_gbs
         threads = max(1, len(topo.cores(plan.server)))
+        # per thread count (the planner's thread term for --kt-cpuinfer): 1, 2, 4, ... and the server's cores
+        counts = sorted({threads} | {2 ** i for i in range(8) if 2 ** i < threads})
         try:
-            runs = membw.sweep(sorted({1, threads}))
+            runs = membw.sweep(counts)
         except (ImportError, RuntimeError, MemoryError) as e:
             checks.append(hp.Check("host_read_bw", hp.WARN, f"skipped: {e}"))
         else:
-            best = max(r["bytes_per_s"] for r in runs)
-            env = env | {ENV_HOST_READ: f"{best / 1e9:.1f}"}
+            env = env | {ENV_HOST_READ: format_read_gbs(runs)}
             facts["host_read_bw"] = runs
             checks.append(hp.Check("host_read_bw", hp.PASS, "host memory read "
                                    + ", ".join(f"{r['bytes_per_s'] / 1e9:.1f} GB/s on {r['threads']} thread(s)"

@@ -45,8 +45,11 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
                         "AMXINT4/8: KT's "
                         "converted layout, tools/make_random_checkpoint.py --kt-layout ... --from MODEL_DIR)")
     m.add_argument("--host-read-gbs", metavar="GBS",
-                   help="host memory read bandwidth in GB/s (default $VRAMKIT_HOST_READ_GBS, measured by "
-                        "`vramkit host --bandwidth`)")
+                   help="host memory read bandwidth in GB/s, one figure or per thread count (1:11.2,8:72.3,16:93) "
+                        "(default $VRAMKIT_HOST_READ_GBS, measured by `vramkit host --bandwidth --write`)")
+    m.add_argument("--cpu-isa", metavar="{avx2,avx512,amx}", default=None,
+                   help="the CPU to plan for: which kt-kernel build runs there (avx2: any x86 desktop; avx512: with "
+                        "AVX-512-BF16, e.g. Zen 4/5; amx: Xeon 4th gen+); default: this host's")
     k = p.add_argument_group("knobs (override the preset; declared in vramkit/core/knobs.py)")
     for spec in specs(knobs_cls):
         unit = f" [{spec.unit}]" if spec.unit else ""
@@ -87,6 +90,18 @@ def render_plan(r: Resolved):
         ("host RAM pinned", bytes2human(p.host_ram_bytes), "hierarchical cache + offloaded weights (each tensor "
          "pinned at the next power of two)" if p.weights_offloaded_bytes else "hierarchical cache"),
     ]
+    h = p.hybrid
+    if h is not None:     # the hybrid MoE mode: no bandwidth ceiling, a fitted estimate; host RAM as kt-kernel holds it
+        rows[10] = ("decode estimate (1 stream)", f"{h.decode_tok_s:.1f} tok/s",
+                    f"at {h.decode_context_tokens:,} tokens of context; derived terms, fitted constants "
+                    f"(config/engine.toml kt_*); not a ceiling")
+        rows[11] = ("host RAM", bytes2human(h.host_ram_bytes),
+                    f"all {h.num_experts} experts x {h.moe_layers} layers as {h.kt_method} "
+                    f"({bytes2human(h.host_experts_bytes)}) + SGLang's own "
+                    f"({bytes2human(h.host_sglang_bytes)}, measured)")
+        rows.insert(2, ("experts on GPU / CPU", f"{h.num_gpu_experts} / {h.num_experts - h.num_gpu_experts}",
+                        f"per MoE layer; CPU: {h.kt_method} on {h.cpuinfer_threads} threads, "
+                        f"{h.cpu_isa or 'no AVX2'} ({h.cpu_isa_source})"))
     for row in rows:
         t.add_row(*row)
     verdict = Text("FITS" if p.fits else "DOES NOT FIT", style="bold green" if p.fits else "bold red")

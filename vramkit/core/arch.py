@@ -76,8 +76,9 @@ def mxfp4_backend_for(compute_capability: tuple[int, int] | None) -> str:
 
 class _Builder:
     def __init__(self, model: ModelSpec, tp: int, sm_count: int = CALIBRATION_HOST_SMS,
-                 mxfp4_backend: str = "triton_kernels"):
+                 mxfp4_backend: str = "triton_kernels", gpu_experts: int | None = None):
         self.m, self.tp, self.sms = model, max(1, tp), sm_count
+        self.gpu_experts = gpu_experts
         self.mxfp4 = mxfp4_backend
         self.group = 0
         self.ops: list[Op] = []
@@ -260,7 +261,10 @@ def _mlp(b: _Builder, i: int) -> list[Param]:
     # the router: ReplicatedLinear(quant_config=None) in every family, 16-bit (gpt-oss: with a bias);
     # DeepseekV2MoE builds its MoEGate before the experts, the Qwen/Mixtral blocks after them
     router = b.linear("router", f"{p}.gate", h, moe.num_experts, bias=moe.router_bias, quant=False)
-    experts = b.experts(f"{p}.experts", moe.num_experts, h, moe.expert_intermediate // tp)
+    # SGLang's KTransformers path (kt_ep_wrapper.KTEPWrapperMethod.create_weights): the wrapped GPU method
+    # creates the fused tensors for experts 0..N-1 only; the router still scores all of them
+    num = moe.num_experts if b.gpu_experts is None else b.gpu_experts
+    experts = b.experts(f"{p}.experts", num, h, moe.expert_intermediate // tp)
     out = router + experts if m.mla is not None else experts + router
     if moe.shared_intermediate:
         s = moe.shared_intermediate // tp
@@ -278,8 +282,10 @@ def rope_cache_bytes(model: ModelSpec, context_len: int) -> int:
 
 
 def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = CALIBRATION_HOST_SMS,
-                  mxfp4_backend: str = "triton_kernels") -> WeightLayout:
-    b = _Builder(model, tp, sm_count, mxfp4_backend)
+                  mxfp4_backend: str = "triton_kernels", gpu_experts: int | None = None) -> WeightLayout:
+    """Every parameter per rank, in module order. `gpu_experts`: the KTransformers hybrid mode's N (routed
+    experts per MoE layer on the GPU; None = all of them)."""
+    b = _Builder(model, tp, sm_count, mxfp4_backend, gpu_experts)
     h = model.hidden_size
     emb = vocab_rank(model, b.tp) * h * model.dtype_bytes
     layers = []

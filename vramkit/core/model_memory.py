@@ -12,11 +12,13 @@ from vramkit.core.model_spec import ModelSpec
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5}
 
 
-def weight_components(model: ModelSpec, tp: int = 1, mxfp4_backend: str = "triton_kernels") -> dict[str, int]:
+def weight_components(model: ModelSpec, tp: int = 1, mxfp4_backend: str = "triton_kernels",
+                      gpu_experts: int | None = None) -> dict[str, int]:
     """Checkpoint bytes per TP rank by component (core/arch.py lists every tensor). Column-parallel linears
     split their outputs, row-parallel their inputs, the vocabulary is split; norms, routers are replicated;
-    every routed expert is on every rank with its intermediate size split."""
-    roles = bytes_by_role(weight_layout(model, tp, 1, mxfp4_backend=mxfp4_backend))
+    every routed expert is on every rank with its intermediate size split (the hybrid MoE mode: the
+    `gpu_experts` of each layer the GPU holds)."""
+    roles = bytes_by_role(weight_layout(model, tp, 1, mxfp4_backend=mxfp4_backend, gpu_experts=gpu_experts))
     out = {"embed_tokens": roles.get("embed", 0), "lm_head": roles.get("lm_head", 0),
            "attention": roles.get("attention", 0), "mlp": roles.get("mlp", 0), "norms": roles.get("norm", 0)}
     if model.moe is not None:

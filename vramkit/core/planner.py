@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from vramkit.core.arch import CALIBRATION_HOST_SMS, MXFP4_PADDING, mxfp4_backend_for, weight_layout
+from vramkit.core import kt_hybrid as kt
+from vramkit.core.arch import CALIBRATION_HOST_SMS, MXFP4_PADDING, bytes_by_role, mxfp4_backend_for, weight_layout
 from vramkit.core.checks import Reason
 from vramkit.core.knobs import Knobs
 from vramkit.core.model_memory import (  # noqa: F401
@@ -63,6 +64,7 @@ class Engine:
     runtime_margin: int
     hicache_host_reserve: int
     pinned_gpu_map_per_gib: int = 0   # GPU memory per GiB of pinned host memory (its page tables)
+    kt: kt.KtConstants | None = None  # the hybrid MoE mode's estimate (fitted; config/engine.toml kt_*)
 
     def pinned_map(self, pinned_host_bytes: int) -> int:
         """GPU memory the mapping of this much pinned host memory takes."""
@@ -83,6 +85,12 @@ class Target:
     other_used_bytes: int = 0                  # memory other processes hold on the card
     host_ram_available_bytes: int | None = None
     mxfp4_backend: str | None = None           # SGLang's MoE runner for MXFP4 (None: what it picks for the card)
+    host: kt.HostCpu | None = None             # the CPU side, for the hybrid MoE mode (kt_method)
+    pcie_bytes_s: float | None = None          # a measured host-to-GPU copy rate, else the card's link (spec)
+
+    @property
+    def link_bytes_s(self) -> float | None:
+        return self.pcie_bytes_s or (self.gpu.pcie_bytes_s if self.gpu is not None else None)
 
 
 @dataclass
@@ -92,6 +100,11 @@ class Alternative:
     fits: bool
     decode_tok_s_ceiling: float | None
     cost: str                   # what it costs
+    decode_tok_s_estimate: float | None = None   # a fitted estimate where there is no ceiling (hybrid MoE)
+
+    @property
+    def decode_rank(self) -> float:
+        return self.decode_tok_s_estimate or self.decode_tok_s_ceiling or 0.0
 
 
 @dataclass
@@ -124,9 +137,18 @@ class Plan:
     reasons: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     alternatives: list = field(default_factory=list)
+    hybrid: kt.HybridPlan | None = None     # the KTransformers hybrid MoE mode (kt_method): its CPU side
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """The plan's single-stream decode figure: the hybrid mode's fitted estimate, else the ceiling."""
+        return self.hybrid.decode_tok_s if self.hybrid is not None else self.decode_tok_s_ceiling
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.hybrid is not None:
+            d["hybrid"] |= {"host_ram_bytes": self.hybrid.host_ram_bytes, "host_rss_bytes": self.hybrid.host_rss_bytes}
+        return d
 
 
 # ----------------------------------------------------------------------------------------------
@@ -230,14 +252,22 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                            "plan for a catalogued --gpu, or add this card with its compute_capability",
                            Exit.UNSUPPORTED_MODEL)
     mxfp4 = target.mxfp4_backend or mxfp4_backend_for(gpu.compute_capability if gpu is not None else None)
-    comps = weight_components(model, tp, mxfp4)
     sms = gpu.sm_count if gpu is not None and gpu.sm_count else CALIBRATION_HOST_SMS
-    layout = weight_layout(model, tp, context_len, sms, mxfp4)
-    layer_sizes = [sum(p.nbytes for p in layer) for layer in layout.layers]
-    layer_bytes = sum(layer_sizes)
-    offload_req = knobs.cpu_offload_gib
     kv = kv_layout(model, knobs.kv_dtype, tp)
     cell = kv_bytes_per_token(model, knobs.kv_dtype, tp)
+    offload_req = knobs.cpu_offload_gib
+    # the hybrid MoE mode (SGLang's KTransformers path): experts 0..N-1 of each MoE layer on the GPU
+    n_gpu_experts: int | None = None
+    if knobs.kt_method:
+        kt.check_model(model, knobs.kt_method)
+        if str(offload_req) != "0":
+            raise VramkitError(f"--kt-method {knobs.kt_method} with --cpu-offload-gb {offload_req}: the hybrid MoE "
+                               "mode keeps the other weights on the GPU", "drop one of them", Exit.BAD_INPUT)
+        n_gpu_experts = _gpu_experts(model, knobs, tp, context_len, sms, mxfp4, free, frac, engine, kv)
+    comps = weight_components(model, tp, mxfp4, gpu_experts=n_gpu_experts)
+    layout = weight_layout(model, tp, context_len, sms, mxfp4, gpu_experts=n_gpu_experts)
+    layer_sizes = [sum(p.nbytes for p in layer) for layer in layout.layers]
+    layer_bytes = sum(layer_sizes)
     if offload_req == "auto":
         # what the load reserves with nothing offloaded: tensors, rope cache and the allocator's slack
         on_gpu = replay_load(layout).gpu_reserved_bytes
@@ -347,24 +377,31 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     if hicache_bytes and hicache_bytes // cell <= kv_tokens:
         notes.append("the host cache is not larger than the GPU pool: SGLang warns and it adds little")
 
-    # 7. decode ceilings
+    # 7. decode ceilings (the hybrid mode: an estimate, fitted, in its own section)
     ceiling, ceiling_batch = None, None
-    if gpu is not None:
+    hybrid = None
+    if n_gpu_experts is not None:
+        hybrid = _hybrid_section(model, target, knobs, engine, n_gpu_experts, load, cell, tp, reasons, notes)
+    elif gpu is not None:
+        link = target.link_bytes_s or gpu.pcie_bytes_s
         # the GPU-resident tensors after conversion; MoE: only the experts a step touches
         t_weights = decode_read_bytes(model, load.live_by_role, 1, tp) / gpu.bandwidth_bytes_s \
-            + offloaded / gpu.pcie_bytes_s
+            + offloaded / link
         t_kv = cell * knobs.context / gpu.bandwidth_bytes_s     # one stream's KV at the full target context
         ceiling = 1.0 / (t_weights + t_kv)
         n = max(1, min(knobs.concurrency, conc or 1))
         t_weights_n = decode_read_bytes(model, load.live_by_role, n, tp) / gpu.bandwidth_bytes_s \
-            + offloaded / gpu.pcie_bytes_s
+            + offloaded / link
         ceiling_batch = n / (t_weights_n + n * t_kv)
         if offloaded:
             notes.append(f"{bytes2human(offloaded)} of weights cross PCIe gen{gpu.pcie_gen} x{gpu.pcie_lanes} "
-                         f"({gpu.pcie_bytes_s / 1e9:.1f} GB/s) every decode step")
+                         f"({link / 1e9:.1f} GB/s{', measured' if target.pcie_bytes_s else ''}) every decode step")
 
     resolved = replace(knobs, mem_fraction=frac, chunked_prefill=chunk_flag, cuda_graph_max_bs=graph_bs,
                        max_running=max_running, cpu_offload_gib=offload_req)
+    if hybrid is not None:
+        resolved = replace(resolved, kt_method=hybrid.kt_method, kt_num_gpu_experts=hybrid.num_gpu_experts,
+                           kt_cpuinfer=hybrid.cpuinfer_threads)
     p = Plan(
         model=model.name, gpu=gpu.name if gpu else "given-free-memory", knobs=resolved,
         free_at_start_bytes=free, weights_bytes=weights_gpu, weights_by_component=comps,
@@ -375,11 +412,136 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         peak_vram_bytes=peak, startup_free_bytes=startup_free, headroom_bytes=headroom,
         decode_tok_s_ceiling=ceiling, decode_tok_s_ceiling_batch=ceiling_batch, host_ram_bytes=host_ram,
         host_map_bytes=host_map,
-        fits=not reasons, reasons=reasons, notes=notes,
+        fits=not reasons, reasons=reasons, notes=notes, hybrid=hybrid,
     )
     if with_alternatives and not p.fits:
         p.alternatives = alternatives(model, target, knobs, engine, p, candidates)
     return p
+
+
+
+def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, context_len: int, sms: int, mxfp4: str, free: int,
+                 frac: float, engine: Engine, kv: KvLayout) -> int:
+    """The hybrid mode's N: the asked count, or ("auto") the largest whose KV pool still holds concurrency x
+    context tokens, each candidate's weights replayed like any plan's (binary search: fewer GPU experts, more KV)."""
+    assert model.moe is not None
+    e = model.moe.num_experts
+    if knobs.kt_num_gpu_experts != "auto":
+        n = int(knobs.kt_num_gpu_experts)
+        if n > e:
+            raise VramkitError(f"--kt-num-gpu-experts {n}: {model.name} has {e} experts per MoE layer",
+                               f"give 0-{e}, or auto", Exit.BAD_INPUT)
+        return n
+    need = knobs.context * max(1, knobs.concurrency)
+
+    def kv_tokens(n: int) -> int:
+        load = replay_load(weight_layout(model, tp, context_len, sms, mxfp4, gpu_experts=n))
+        weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
+        return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
+
+    lo, hi = 0, e
+    if kv_tokens(0) < need:
+        return 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if kv_tokens(mid) >= need else (lo, mid - 1)
+    return lo
+
+
+HYBRID_CONTEXTS = (512, 8192)     # besides the target context, where the decode estimate is also given
+
+
+def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load, cell: int,
+                    tp: int, reasons: list, notes: list) -> kt.HybridPlan:
+    """The CPU side of a hybrid plan (its GPU figures are the plan's own): the method this CPU runs, the
+    threads, host RAM as kt-kernel holds every expert, the decode estimate and layer offload beside it."""
+    moe, host, k, gpu = model.moe, target.host, engine.kt, target.gpu
+    assert moe is not None and knobs.kt_method
+    if host is None or k is None:
+        raise ValueError("the hybrid MoE plan needs Target.host (the CPU side) and Engine.kt (config/engine.toml)")
+    if gpu is None:
+        raise VramkitError("the hybrid MoE plan needs the card's bandwidth", "name a catalogued --gpu, or give "
+                           "--gpu-bandwidth-gbs and --gpu-pcie", Exit.BAD_INPUT)
+    asked = knobs.kt_method
+    if host.isa is None:
+        method, why = None, "this CPU has not even AVX2: no kt-kernel build runs on it"
+    else:
+        method, why = kt.resolve_method(model, asked, host.isa)
+    planned = method or asked
+    threads = kt.cpuinfer_threads(host.physical_cores, k.reserved_cores) if knobs.kt_cpuinfer == "auto" \
+        else int(knobs.kt_cpuinfer)
+    each = kt.cpu_expert_bytes(model, planned)
+    experts_host = moe.num_experts * moe.num_moe_layers * each      # every expert: kt-kernel keeps all of them
+    chunk = knobs.chunked_prefill if knobs.chunked_prefill and knobs.chunked_prefill > 0 else 8192
+    pinned = 2 * 2 * chunk * model.hidden_size * 2 * 2      # KExpertsCPUBuffer: in + out, 2 slots, bf16
+    reads_checkpoint = kt.KT_METHODS[planned].reads is not None
+    checkpoint = sum(bytes_by_role(weight_layout(model, 1, 1)).values()) if reads_checkpoint else 0
+    live = load.live_by_role
+    gpu_read = decode_read_bytes(model, live, 1, tp)
+    gpu_expert_read = int(live.get("experts", 0) * moe.top_k / moe.num_experts)
+
+    def estimate(context: int) -> kt.DecodeEstimate:
+        return kt.decode_estimate(model, num_gpu_experts=n, cpu_expert_bytes_each=each, threads=threads,
+                                  context=context, kv_bytes_per_token=cell,
+                                  gpu_non_expert_read=gpu_read - gpu_expert_read,
+                                  gpu_expert_read=gpu_expert_read, gpu_bandwidth_bytes_s=gpu.bandwidth_bytes_s,
+                                  host=host, k=k)
+
+    d = estimate(knobs.context)
+    by_context = tuple((c, round(estimate(c).tok_s, 2)) for c in HYBRID_CONTEXTS if c < knobs.context)
+    off_tok_s, off_gib = None, None
+    if sglang_can_offload(model):
+        off = plan(model, target, replace(knobs, kt_method=None, kt_num_gpu_experts="auto", kt_cpuinfer="auto",
+                                          cpu_offload_gib="auto"), engine, with_alternatives=False)
+        off_tok_s, off_gib = off.decode_tok_s_ceiling, int(off.knobs.cpu_offload_gib)
+    hp = kt.HybridPlan(
+        kt_method=planned, asked_method=asked, method_note=why, lossy=kt.KT_METHODS[planned].lossy,
+        num_gpu_experts=n, num_experts=moe.num_experts, moe_layers=moe.num_moe_layers, cpuinfer_threads=threads,
+        cpu_isa=host.isa, cpu_isa_source=host.isa_source,
+        kt_variant=kt.KT_VARIANT[kt.build_for(planned, host.isa)] if method and host.isa else None,
+        host_experts_bytes=experts_host, host_sglang_bytes=k.sglang_host_bytes, host_checkpoint_bytes=checkpoint,
+        host_pinned_bytes=pinned, host_read_bytes_s=d.host_read_bytes_s, host_read_source=host.read_source,
+        cpu_bytes_per_token=d.cpu_bytes_per_token, decode_gpu_s=d.gpu_s, decode_context_s=d.context_s,
+        decode_gpu_experts_s=d.gpu_experts_s, decode_cpu_experts_s=d.cpu_experts_s, decode_sync_s=d.sync_s,
+        decode_tok_s=d.tok_s, decode_context_tokens=knobs.context, decode_tok_s_by_context=by_context,
+        layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib)
+    if method is None:
+        reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
+    elif method != asked:
+        notes.append(why)
+    if target.host_ram_available_bytes is not None and hp.host_ram_bytes > target.host_ram_available_bytes:
+        reasons.append(Reason("host_ram", f"host RAM: kt-kernel holds all {moe.num_experts} experts of each MoE layer "
+                              f"({bytes2human(experts_host)} as {planned}) + {bytes2human(k.sglang_host_bytes)} for "
+                              f"SGLang's own > {bytes2human(target.host_ram_available_bytes)} available"))
+    short = "; ".join(f"~{t:.0f} at {c:,}" for c, t in by_context)
+    notes.append(
+        f"hybrid MoE: {n} of {moe.num_experts} experts/layer on the GPU, the rest on {threads} CPU threads "
+        f"({planned}{', lossy' if hp.lossy else ''}); host RAM {bytes2human(hp.host_ram_bytes)} (all experts as "
+        f"kt-kernel holds them + SGLang's own"
+        + (f"; the checkpoint's {bytes2human(checkpoint)} of pages come on top, reclaimable" if checkpoint else "")
+        + f"); decode ~{d.tok_s:.0f} tok/s at {knobs.context:,} tokens of context" + (f" ({short})" if short else "")
+        + f": an estimate (derived terms, fitted constants; host read {d.host_read_bytes_s / 1e9:.0f} GB/s at "
+          f"{threads} threads, {host.read_source})"
+        + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
+           if off_tok_s else ""))
+    return hp
+
+def gpu_known(target: Target) -> bool:
+    return target.gpu is not None
+
+
+def _kt_reader(model: ModelSpec) -> str | None:
+    """The kt-kernel method that reads this MoE checkpoint as it is (None: a dense model, or one KT cannot serve)."""
+    if model.moe is None:
+        return None
+    for m in kt.METHOD_PREFERENCE:
+        try:
+            kt.check_model(model, m)
+        except VramkitError:
+            continue
+        if kt.KT_METHODS[m].reads is not None:
+            return m
+    return None
 
 
 def sglang_can_offload(model: ModelSpec) -> bool:
@@ -428,6 +590,7 @@ CHANGE_WORDS = {
     "cpu_offload_gib": lambda v: f"{v} GiB of weights in host RAM (--cpu-offload-gb {v})",
     "tp": lambda v: f"{v} GPUs with tensor parallelism (--tp-size {v})",
     "max_running": lambda v: f"--max-running-requests {v}",
+    "kt_method": lambda v: f"experts in host RAM (--kt-method {v}, --kt-num-gpu-experts auto)",
 }
 
 
@@ -455,9 +618,10 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
             return None
         seen.add(key)
         p = plan(model, target, replace(asked, **kw), engine, with_alternatives=False)
-        tok_s = "n/a" if p.decode_tok_s_ceiling is None else f"{p.decode_tok_s_ceiling:.1f}"
+        tok_s = "n/a" if p.decode_tok_s is None else f"{p.decode_tok_s:.1f}"
         out.append(Alternative(change=describe_change(asked, kw), knobs=dict(key), fits=p.fits,
-                               decode_tok_s_ceiling=p.decode_tok_s_ceiling, cost=cost.format(p=p, tok_s=tok_s)))
+                               decode_tok_s_ceiling=p.decode_tok_s_ceiling, cost=cost.format(p=p, tok_s=tok_s),
+                               decode_tok_s_estimate=p.hybrid.decode_tok_s if p.hybrid is not None else None))
         return p
 
     if fixed:
@@ -487,7 +651,7 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
     if fitted and fitted < knobs.context:
         trial("requests longer than that are refused; decode ceiling {tok_s} tok/s",
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
-    if knobs.cpu_offload_gib in (0, "0") and sglang_can_offload(model):
+    if knobs.cpu_offload_gib in (0, "0") and sglang_can_offload(model) and not knobs.kt_method:
         extra: dict = {}
         off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
         if not off.fits and knobs.max_running is None and off.req_to_token_bytes > 256 * MiB:
@@ -498,6 +662,17 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         if int(off.knobs.cpu_offload_gib) > 0:
             trial("those weights cross PCIe every token: decode ceiling {tok_s} tok/s; pins that much host RAM",
                   kv_dtype=kv, cpu_offload_gib=int(off.knobs.cpu_offload_gib), **extra)
+    reader = _kt_reader(model)
+    if reader and not knobs.kt_method and target.host is not None and engine.kt is not None and gpu_known(target):
+        # the hybrid MoE mode: the method that reads this checkpoint (or what this CPU runs instead, noted)
+        # a long native context makes SGLang's default req_to_token table large: cap the requests too, as above
+        cap: dict = {}
+        hy = plan(model, target, replace(knobs, kt_method=reader), engine, with_alternatives=False)
+        if not hy.fits and knobs.max_running is None and hy.req_to_token_bytes > 256 * MiB:
+            cap = {"max_running": max(8, knobs.concurrency)}
+        trial("experts beyond the GPU's share computed by the CPU from host RAM: decode ~{tok_s} tok/s (an estimate, "
+              "fitted; {p.hybrid.method_note}); host RAM {p.hybrid.host_ram_bytes_text}; pool {p.kv_pool_tokens:,} "
+              "tokens", kt_method=reader, **cap)
     if knobs.tp == 1:
         trial("needs a second card of this size; weights and KV split per rank; decode ceiling "
               "{tok_s} tok/s per rank-bandwidth", tp=2)
@@ -514,7 +689,7 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
                                    cost=f"a different model's quality; pool {p.kv_pool_tokens:,} tokens; decode "
                                         f"ceiling {tok_s} tok/s"))
     # fitting ones first, fastest first; non-fitting kept for the record at the end
-    out.sort(key=lambda a: (not a.fits, -(a.decode_tok_s_ceiling or 0)))
+    out.sort(key=lambda a: (not a.fits, -a.decode_rank))
     return out
 
 

@@ -30,10 +30,12 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
     host_gpu = catalog.gpu("h100-80gb")
     port = catalog.sglang().port
     for preset in catalog.presets().values():
+        # a preset's knobs on every model, without the hybrid split (_hybrid_cases renders that, with a CPU side)
+        dense_knobs = {k: v for k, v in preset.knobs.items() if not k.startswith("kt_")}
         for model in catalog.models().values():
             for gpu in catalog.gpus().values():
                 for tp in (1, 2):
-                    knobs = Knobs(**(preset.knobs | {"tp": tp}))
+                    knobs = Knobs(**(dense_knobs | {"tp": tp}))
                     p = plan(model, Target(gpu=gpu, host_ram_available_bytes=128 * GiB), knobs, engine,
                              with_alternatives=False)
                     argv = sglang_args(model, p, model_path=model.hf_id, port=port)
@@ -44,7 +46,7 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
         for model_name, tp, free_gib in ((preset.model, 1, 15.33), ("qwen2.5-coder-7b-instruct", 2, 14.48)):
             model = catalog.model(model_name)
             target = Target(gpu=host_gpu, gpu_free_bytes=int(free_gib * GiB), host_ram_available_bytes=128 * GiB)
-            p = plan(model, target, Knobs(**(preset.knobs | {"tp": tp})), engine, with_alternatives=False)
+            p = plan(model, target, Knobs(**(dense_knobs | {"tp": tp})), engine, with_alternatives=False)
             argv = sglang_args(model, p, model_path=str(model.config_dir), load_format="dummy", port=port,
                                extra=list(catalog.sglang().gpu_host_extra_args))
             suffix = "" if tp == 1 else f"-tp{tp}-{model.name}"
@@ -57,10 +59,10 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
     """The hybrid MoE launches with every --kt-* flag resolved, as `vramkit up` renders them: each preset
     with kt_method on each catalogued card, and FP8 / AMXINT4 as the H100-host runs made them
     (benchmarks/gpu/run_moe.sh: a local checkpoint folder, KT's INT4 layout beside it)."""
-    import argparse  # noqa: PLC0415 - only these cases need it
-
+    from vramkit.core.kt_hybrid import HostCpu  # noqa: PLC0415
     from vramkit.launch import hybrid  # noqa: PLC0415 - launch.hybrid imports launch.resolve, above this module
-    from vramkit.launch.resolve import Resolved  # noqa: PLC0415
+    h100_host = HostCpu(isa="amx", isa_source="the H100 host", read_bytes_s=((16, 93.0e9),),
+                        read_source="the H100 host's 16-thread read", physical_cores=16)
     host_gpu = catalog.gpu("h100-80gb")
     for preset in catalog.presets().values():
         if not preset.knobs.get("kt_method"):
@@ -70,13 +72,13 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
         runs += [(host_gpu, 15.31, {"kt_method": m}) for m in ("FP8", "AMXINT4")]
         for gpu, free_gib, over in runs:
             knobs = Knobs(**(preset.knobs | over))
+            host = h100_host if free_gib else hybrid.REFERENCE_HOST
             target = Target(gpu=gpu, gpu_free_bytes=int(free_gib * GiB) if free_gib else None,
-                            host_ram_available_bytes=128 * GiB)
+                            host_ram_available_bytes=128 * GiB, host=host)
             p = plan(model, target, knobs, engine, with_alternatives=False)
             weights = "/tmp/ck/kt-int4" if over.get("kt_method") == "AMXINT4" else None
-            r = hybrid.apply(Resolved(model, gpu, target, knobs, preset.name, p),
-                             argparse.Namespace(kt_weight_path=weights, host_read_gbs=93.0),
-                             server_cores=16, cpu_flags=set())
+            hy = hybrid.for_plan(p, weights)
+            assert hy is not None
             if free_gib:
                 argv = sglang_args(model, p, model_path=str(model.config_dir), load_format=None, port=port,
                                    extra=[*catalog.sglang().gpu_host_extra_args, "--skip-tokenizer-init"])
@@ -84,5 +86,5 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
             else:
                 argv = sglang_args(model, p, model_path=model.hf_id, port=port)
                 case = f"{preset.name}-hybrid-{gpu.name}"
-            yield LaunchCaseSpec(case, argv + r.hybrid.args(model.hf_id), model.config_dir, p.fits,
+            yield LaunchCaseSpec(case, argv + hy.args(model.hf_id), model.config_dir, p.fits,
                                  gpu.memory_total_bytes)

@@ -56,7 +56,8 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
             code = Exit.HOST_MEMORY if name == "kt-host-ram" else Exit.HOST_CPU if name == "cpu-isa" else Exit.BAD_INPUT
             checks.append(Check.of(name, ok, detail, code))
     # host RAM has its own check (and exit code) above, read fresh; the rest of the planner's reasons here
-    reasons = [r for r in p.reasons if getattr(r, "kind", None) != "host_ram"]
+    # (the hybrid mode's CPU too: its check above reads THIS host's CPU, whatever --cpu-isa the plan was for)
+    reasons = [r for r in p.reasons if getattr(r, "kind", None) not in ("host_ram", "cpu")]
     checks.append(Check.of("fit", not reasons, "the plan fits" if not reasons else "; ".join(reasons) +
                            " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
     busy = not port_free(spec.host, spec.port)

@@ -1,14 +1,12 @@
 """The committed docker-compose.qwen*.yml files, one per preset, rendered from config/ (`vramkit compose`)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core.planner import Knobs, Target, plan
 from vramkit.core.render import compose_yaml, sglang_args
 from vramkit.launch import hybrid
-from vramkit.launch.resolve import Resolved
 from vramkit.units import GiB
 
 REPO_ROOT = catalog.CONFIG_DIR.parent
@@ -22,18 +20,16 @@ def compose_files() -> dict[Path, str]:
     out = {}
     for preset in catalog.presets().values():
         model = catalog.model(preset.model)
-        target = Target(gpu=gpu, host_ram_available_bytes=64 * GiB)
+        # the hybrid MoE mode: planned for the reference desktop CPU (`make start-qwen-moe` re-plans for this host)
+        target = Target(gpu=gpu, host_ram_available_bytes=64 * GiB, host=hybrid.REFERENCE_HOST if model.moe else None)
         knobs = Knobs(**preset.knobs)
         p = plan(model, target, knobs, engine, with_alternatives=False)
         port = catalog.sglang().port
         argv = sglang_args(model, p, model_path=model.hf_id, host="0.0.0.0", port=port)
         kt = {}
-        if knobs.kt_method:     # the hybrid MoE mode, planned for a reference desktop CPU (re-rendered by `up`)
-            r = hybrid.apply(Resolved(model, gpu, target, knobs, preset.name, p),
-                             argparse.Namespace(kt_weight_path=None, host_read_gbs=None),
-                             server_cores=hybrid.COMPOSE_REFERENCE_CORES, cpu_flags=set())
-            argv = sglang_args(model, p, model_path=model.hf_id, host="0.0.0.0", port=port)
-            kt = r.hybrid.compose_parts("services/sglang-kt")
+        hy = hybrid.for_plan(p)
+        if hy is not None:
+            kt = hy.compose_parts("services/sglang-kt")
             argv += kt["args"]
         fname = "docker-compose.qwen.yml" if preset.name == "baseline" else f"docker-compose.qwen-{preset.name}.yml"
         text = compose_yaml(project=f"vramkit-{preset.name}", preset=preset.name, model=model, gpu_name=gpu.label,

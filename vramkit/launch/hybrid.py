@@ -1,61 +1,141 @@
-"""The hybrid MoE mode (issue 12): a plan whose experts beyond the GPU's share run on the CPU through
-SGLang's KTransformers path (core/moe_offload.py), resolved against this host: the model's config.json,
-the CPU's instructions and cores (`make optimize`'s cpuset), the host's measured read bandwidth.
+"""The hybrid MoE mode's outside side (issue 12): the CPU the plan runs on, and what a launch adds.
 
-`apply()` runs after the dense plan. With kt_method set (preset `moe`, or --kt-method) it replaces the
-dense plan's GPU figures with the hybrid ones; for a MoE model that does not fit it adds the hybrid mode
-as an alternative beside layer offload, both speeds shown.
+The plan itself is core's (core/planner.py plans the KTransformers split like any plan; core/kt_hybrid.py
+holds KT's facts): this module only reads this host (its CPU's instructions through /proc/cpuinfo, its
+server cpuset's physical cores, the read bandwidth `vramkit host --bandwidth` measured per thread count),
+or takes the host the user plans for (--cpu-isa, --host-read-gbs), and turns a planned hybrid section into
+--kt-weight-path, the pre-start checks, the compose parts and the adapter's environment.
 """
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core import moe_offload as mo
-from vramkit.core.planner import KV_DTYPE_BYTES, Alternative
+from vramkit.core import kt_hybrid as kt
 from vramkit.errors import Exit, VramkitError
 
-ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"      # `vramkit host --bandwidth` measures it; `make optimize-write` keeps it
-DEFAULT_HOST_READ_GBS = 60.0                 # assumed when not measured: dual-channel DDR5-5600 read (~70 % of 89.6)
+ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"     # `vramkit host --bandwidth --write`: "THREADS:GBS,..." (or one GBS)
 KT_SERVICE_DIR = catalog.CONFIG_DIR.parent / "services" / "sglang-kt"
 KT_COMPAT_DIR = KT_SERVICE_DIR / "kt_compat"
 KT_CONTAINER_DIR = "/kt-weights"
-COMPOSE_REFERENCE_CORES = 8      # committed compose files: an 8-core desktop CPU (`make start-qwen-moe` re-renders)
+# The desktop the committed compose files and the README's presets table are planned for (`make start-qwen-moe`
+# re-plans for the real host): 8 physical cores with AVX-512-BF16 (a Zen 4 desktop), dual-channel DDR5-5600,
+# whose read is assumed at ~70 % of its 89.6 GB/s peak: an assumption, labelled so wherever it shows.
+ASSUMED_HOST_READ_GBS = 60.0
+REFERENCE_HOST = kt.HostCpu(isa="avx512", isa_source="the reference desktop (Zen 4, 8 cores)",
+                            read_bytes_s=((1, ASSUMED_HOST_READ_GBS * 1e9),),
+                            read_source=f"assumed {ASSUMED_HOST_READ_GBS:g} GB/s (dual-channel DDR5), not measured",
+                            physical_cores=8, cores_source="the reference desktop")
 
 
-@dataclass
+def parse_read_gbs(text: str, where: str) -> tuple[tuple[int, float], ...]:
+    """"93.0" (one figure) or "1:11.2,2:27.3,16:93.0" (GB/s per thread count) -> ((threads, bytes/s), ...)."""
+    out = []
+    try:
+        for part in str(text).split(","):
+            t, _, gbs = part.strip().rpartition(":")
+            value = float(gbs)
+            if not 0 < value < 10_000 or (t and int(t) < 1):
+                raise ValueError
+            out.append((int(t) if t else 1, value * 1e9))
+    except ValueError:
+        raise VramkitError(f"{where} {text!r} is not a bandwidth in GB/s", f"e.g. {where} 60, or "
+                           "1:11.2,8:72.3,16:93.0 (GB/s per thread count, as `vramkit host --bandwidth` writes)",
+                           Exit.BAD_INPUT) from None
+    if len(out) > 1 and len({t for t, _ in out}) != len(out):
+        raise VramkitError(f"{where} {text!r} names a thread count twice", "one GB/s per thread count", Exit.BAD_INPUT)
+    return tuple(sorted(out))
+
+
+def format_read_gbs(runs: list[dict]) -> str:
+    """`vramkit host --bandwidth`'s sweep as the .env value parse_read_gbs reads."""
+    return ",".join(f"{r['threads']}:{r['bytes_per_s'] / 1e9:.1f}" for r in sorted(runs, key=lambda r: r["threads"]))
+
+
+def _read_bandwidth(given: str | None) -> tuple[tuple[tuple[int, float], ...], str]:
+    if given is not None:
+        return parse_read_gbs(given, "--host-read-gbs"), "--host-read-gbs"
+    from vramkit.core.host_plan import read_env_value
+    text = os.environ.get(ENV_HOST_READ)
+    env_file = catalog.CONFIG_DIR.parent / ".env"
+    if text is None and env_file.is_file():
+        text = read_env_value(env_file.read_text(), ENV_HOST_READ)
+    if text:
+        runs = parse_read_gbs(text, ENV_HOST_READ)
+        kind = "per thread count" if len(runs) > 1 else "one figure, threads not modelled"
+        return runs, f"{ENV_HOST_READ}, measured by `vramkit host --bandwidth` ({kind})"
+    return REFERENCE_HOST.read_bytes_s, REFERENCE_HOST.read_source + "; measure with `vramkit host --bandwidth --write`"
+
+
+def this_host_isa(flags: set[str] | None = None) -> str | None:
+    from vramkit.adapters.host import cpu_flags
+    return kt.isa_from_flags(cpu_flags() if flags is None else flags)
+
+
+def host_cpu(*, cpu_isa: str | None = None, host_read_gbs: str | None = None,
+             physical_cores: int | None = None) -> kt.HostCpu:
+    """The CPU side of the target: --cpu-isa or this host's (labelled), the read bandwidth, the server's cores."""
+    if cpu_isa is not None:
+        if cpu_isa not in kt.CPU_ISAS:
+            raise VramkitError(f"--cpu-isa {cpu_isa!r} is not one of {', '.join(kt.CPU_ISAS)}",
+                               "avx2: any x86 desktop since 2013; avx512: with AVX-512-BF16 (Zen 4/5); amx: Xeon 4th "
+                               "gen+", Exit.BAD_INPUT)
+        isa, isa_source = cpu_isa, "--cpu-isa"
+    else:
+        isa, isa_source = this_host_isa(), "this host's (/proc/cpuinfo)"
+    read, read_source = _read_bandwidth(host_read_gbs)
+    if physical_cores is None:
+        from vramkit.adapters.host import read_topology
+        from vramkit.launch.steps import env_cpuset
+        topo = read_topology()
+        cpus = env_cpuset() or topo.allowed
+        physical_cores, cores_source = max(1, len(topo.cores(cpus))), "this host's server cpuset"
+    else:
+        cores_source = "given"
+    return kt.HostCpu(isa=isa, isa_source=isa_source, read_bytes_s=read, read_source=read_source,
+                      physical_cores=physical_cores, cores_source=cores_source)
+
+
+@dataclass(frozen=True)
 class Hybrid:
-    plan: mo.HybridPlan
+    """A planned hybrid section (core's) and what launching it needs here."""
+
+    plan: kt.HybridPlan
     weight_path: str | None        # --kt-weight-path (None: the model folder)
-    isa_variant: str | None        # kt-kernel's variant for this CPU and method, None = it cannot run here
-    isa_detail: str
-    host_read_gbs: float
-    host_read_source: str
+    here_isa: str | None           # the build THIS host runs (`vramkit up` starts here, whatever --cpu-isa said)
 
     def args(self, model_path: str) -> list[str]:
         """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/knobs.py): the given
-        folder, else the model's own for FP8/BF16 (kt-kernel reads the checkpoint), else a placeholder that
+        folder, else the model's own for the methods that read the checkpoint, else a placeholder that
         `vramkit up` refuses before starting (the kt-weights check)."""
-        default = model_path if mo.KT_METHODS[self.plan.kt_method]["checkpoint"] else "$VRAMKIT_KT_WEIGHT_PATH"
+        default = model_path if kt.KT_METHODS[self.plan.kt_method].reads else "$VRAMKIT_KT_WEIGHT_PATH"
         return ["--kt-weight-path", self.weight_path or default]
 
     def checks(self, host_ram_available: int) -> list[tuple[str, bool, str]]:
-        """(name, ok, detail) for `vramkit up`: the CPU can run the method, the experts fit host RAM, KT's
-        converted layout is given where the method needs one."""
+        """(name, ok, detail) for `vramkit up`: this CPU runs the method, the experts fit host RAM, KT's converted
+        layout is given where the method needs one."""
         hp = self.plan
-        out = [("cpu-isa", self.isa_variant is not None, self.isa_detail),
-               ("kt-host-ram", host_ram_available >= hp.host_ram_bytes + mo.SGLANG_HOST_BASE,
-                f"{hp.host_ram_bytes / 2**30:.1f} GiB of CPU experts ({hp.kt_method}) + "
-                f"{mo.SGLANG_HOST_BASE / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available")]
-        if mo.KT_METHODS[hp.kt_method]["checkpoint"] is None:
-            ok = bool(self.weight_path) and Path(self.weight_path).is_dir()
-            out.append(("kt-weights", ok, f"{hp.kt_method} experts in {self.weight_path}" if ok else
-                        f"--kt-method {hp.kt_method} reads KT's converted layout: none at {self.weight_path} -> "
+        m = hp.kt_method
+        if self.here_isa is None:
+            cpu = (False, f"--kt-method {m}: this CPU has not even AVX2; kt-kernel runs nowhere here")
+        elif kt.runs_on(m, self.here_isa):
+            cpu = (True, f"--kt-method {m} on kt-kernel's {kt.KT_VARIANT[kt.build_for(m, self.here_isa)]} build")
+        else:
+            other = [x for x in kt.METHOD_PREFERENCE if kt.runs_on(x, self.here_isa)]
+            cpu = (False, f"--kt-method {m} needs kt-kernel's {' or '.join(kt.KT_METHODS[m].builds)} build; this CPU "
+                          f"runs {self.here_isa}" + (f" -> --kt-method {other[0]} runs here" if other else ""))
+        out = [("cpu-isa", *cpu),
+               ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
+                f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer, {m}) + "
+                f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available")]
+        if kt.KT_METHODS[m].reads is None:
+            ok = bool(self.weight_path) and Path(str(self.weight_path)).is_dir()
+            out.append(("kt-weights", ok, f"{m} experts in {self.weight_path}" if ok else
+                        f"--kt-method {m} reads KT's converted layout: none at {self.weight_path} -> "
                         "convert with tools/make_random_checkpoint.py MODEL_CFG DIR --kt-layout "
-                        f"{hp.kt_method} --from MODEL_DIR (make kt-convert), then --kt-weight-path DIR"))
+                        f"{m} --from MODEL_DIR (make kt-convert), then --kt-weight-path DIR"))
         return out
 
     def compose_parts(self, build_context: str) -> dict:
@@ -73,142 +153,11 @@ class Hybrid:
         return {"PYTHONPATH": str(KT_COMPAT_DIR) + (os.pathsep + old if old else "")}
 
     def to_json(self) -> dict:
-        return {**self.plan.to_json(), "weight_path": self.weight_path, "cpu_variant": self.isa_variant,
-                "cpu_check": self.isa_detail, "host_read_gbs": self.host_read_gbs,
-                "host_read_source": self.host_read_source}
+        return {"weight_path": self.weight_path, "this_host_isa": self.here_isa}
 
 
-def _cpu_flags() -> set[str]:
-    from vramkit.adapters.host import cpu_flags
-    return cpu_flags()
-
-
-def _server_physical_cores() -> int:
-    from vramkit.adapters.host import read_topology
-    from vramkit.launch.steps import env_cpuset
-    topo = read_topology()
-    cpus = env_cpuset() or topo.allowed
-    return max(1, len(topo.cores(cpus)))
-
-
-def host_read_gbs(args) -> tuple[float, str]:
-    v = getattr(args, "host_read_gbs", None)
-    if v is not None:
-        try:
-            gbs = float(v)
-        except ValueError:
-            gbs = -1.0
-        if not 0 < gbs < 10_000:
-            raise VramkitError(f"--host-read-gbs {v!r} is not a bandwidth in GB/s", "e.g. --host-read-gbs 60",
-                               Exit.BAD_INPUT)
-        return gbs, "--host-read-gbs"
-    from vramkit.core.host_plan import read_env_value
-    text = os.environ.get(ENV_HOST_READ)
-    env_file = catalog.CONFIG_DIR.parent / ".env"
-    if text is None and env_file.is_file():
-        text = read_env_value(env_file.read_text(), ENV_HOST_READ)
-    if text:
-        return float(text), f"{ENV_HOST_READ} (measured by `vramkit host --bandwidth`)"
-    return DEFAULT_HOST_READ_GBS, "assumed (dual-channel DDR5); measure with `vramkit host --bandwidth`"
-
-
-def _checkpoint_format(cfg: dict) -> str:
-    q = (cfg.get("quantization_config") or {}).get("quant_method")
-    if q is None:
-        return "bf16"
-    if q == "fp8":
-        return "fp8"
-    raise VramkitError(f"hybrid MoE mode: checkpoint quantization {q!r} is not one kt-kernel 0.5.1 reads here",
-                       "use the bf16 or block-FP8 checkpoint, or an AMXINT4/8 conversion with --kt-weight-path",
-                       Exit.BAD_INPUT)
-
-
-def _hybrid_plan(r, cfg: dict, method: str, args, server_cores: int | None = None) -> tuple[mo.HybridPlan, float, str]:
-    fmt = _checkpoint_format(cfg)
-    need = mo.KT_METHODS[method]["checkpoint"]
-    if need is not None and need != fmt:
-        raise VramkitError(f"--kt-method {method} reads a {need} checkpoint; {r.model.name} is {fmt}",
-                           f"pick the {need} model, or --kt-method " + ("FP8" if fmt == "fp8" else "BF16"),
-                           Exit.BAD_INPUT)
-    k = r.plan.knobs
-    s = mo.sizes(cfg, fmt, method, KV_DTYPE_BYTES.get(k.kv_dtype, r.model.dtype_bytes))
-    bw, src = host_read_gbs(args)
-    if r.gpu is None:
-        raise VramkitError("the hybrid MoE plan needs the card's bandwidth and PCIe link",
-                           "name a catalogued --gpu, or give --gpu-bandwidth-gbs and --gpu-pcie", Exit.BAD_INPUT)
-    n_gpu = getattr(r.knobs, "kt_num_gpu_experts", "auto")
-    hp = mo.plan_hybrid(
-        s, kt_method=method, free_at_start_bytes=r.plan.free_at_start_bytes, mem_fraction=k.mem_fraction,
-        context=r.knobs.context, concurrency=r.knobs.concurrency, gpu_bandwidth_bytes_s=r.gpu.bandwidth_bytes_s,
-        pcie_bytes_s=r.gpu.pcie_bytes_s, host_read_bytes_s=bw * 1e9,
-        host_ram_available_bytes=r.target.host_ram_available_bytes,
-        server_physical_cores=server_cores or _server_physical_cores(),
-        chunked_prefill=k.chunked_prefill if k.chunked_prefill and k.chunked_prefill > 0 else 8192,
-        hidden_size=int(cfg["hidden_size"]), num_gpu_experts=None if n_gpu == "auto" else int(n_gpu))
-    threads = getattr(r.knobs, "kt_cpuinfer", "auto")
-    if threads != "auto":
-        hp = replace(hp, cpuinfer_threads=int(threads))
-    return hp, bw, src
-
-
-def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | None = None):
-    """The hybrid plan on top of the dense one (see the module docstring). `server_cores`/`cpu_flags`
-    stand for this host's (committed compose files are rendered for a reference desktop)."""
-    method = getattr(r.knobs, "kt_method", None)
-    try:
-        cfg = json.loads((Path(r.model.config_dir) / "config.json").read_text())
-    except (OSError, ValueError):
-        return r
-    if not cfg.get("num_experts"):
-        if method:
-            raise VramkitError(f"--kt-method {method}: {r.model.name} has no experts", "drop the kt_* knobs",
-                               Exit.BAD_INPUT)
-        return r
-    if not method:
-        if not r.plan.fits:      # a MoE that does not fit: offer the hybrid mode beside layer offload
-            try:
-                hp, _, src = _hybrid_plan(r, cfg, "FP8" if _checkpoint_format(cfg) == "fp8" else "BF16", args,
-                                          server_cores)
-            except VramkitError:
-                return r
-            alt = Alternative(
-                change=f"experts in host RAM (--kt-method {hp.kt_method}, or AMXINT4 after conversion): "
-                       f"{hp.num_gpu_experts} experts/layer on the GPU, the rest on {hp.cpuinfer_threads} CPU threads",
-                knobs={"kt_method": hp.kt_method, "kt_num_gpu_experts": hp.num_gpu_experts}, fits=hp.fits,
-                decode_tok_s_ceiling=round(hp.decode_tok_s, 1),
-                cost=f"{hp.host_ram_bytes / 2**30:.1f} GiB host RAM; decode ~{hp.decode_tok_s:.0f} tok/s (derived, "
-                     f"host bandwidth {src}) against layer offload ~{hp.offload_decode_tok_s:.1f} tok/s")
-            # ranked: first when it fits and decodes faster than every other fitting alternative
-            others = [a.decode_tok_s_ceiling or 0 for a in r.plan.alternatives if a.fits]
-            first = hp.fits and hp.decode_tok_s > max(others, default=0)
-            r.plan.alternatives.insert(0 if first else len(r.plan.alternatives), alt)
-        return r
-    hp, bw, src = _hybrid_plan(r, cfg, method, args, server_cores)
-    variant, detail = mo.isa_check(method, _cpu_flags() if cpu_flags is None else cpu_flags)
-    weight_path = getattr(args, "kt_weight_path", None) or os.environ.get("VRAMKIT_KT_WEIGHT_PATH") or None
-    p = r.plan
-    s1 = mo.sizes(cfg, _checkpoint_format(cfg), method, 1)
-    per_n = int(s1.moe_layers * s1.gpu_expert_bytes * mo.KT_GPU_EXPERT_FACTOR)
-    kv_bytes = hp.kv_pool_tokens * p.kv_bytes_per_token
-    # the dense plan's other terms (CUDA context, graphs, activations, req_to_token) stay; weights and KV change
-    delta = hp.gpu_weights_bytes + kv_bytes - p.weights_bytes - p.kv_pool_bytes
-    p.peak_vram_bytes += delta
-    p.startup_free_bytes -= delta
-    p.headroom_bytes -= delta
-    p.weights_bytes, p.kv_pool_tokens, p.kv_pool_bytes = hp.gpu_weights_bytes, hp.kv_pool_tokens, kv_bytes
-    p.weights_by_component = {"non-expert": hp.gpu_weights_bytes - hp.num_gpu_experts * per_n,
-                              f"experts ({hp.num_gpu_experts}/layer)": hp.num_gpu_experts * per_n}
-    p.max_request_tokens = min(p.context_len - 1, hp.kv_pool_tokens - 1) - 5
-    p.max_concurrent_requests = hp.kv_pool_tokens // max(1, r.knobs.context)
-    p.fits, p.reasons = hp.fits, list(hp.reasons)
-    p.decode_tok_s_ceiling = round(hp.decode_tok_s, 1)
-    p.knobs = replace(p.knobs, kt_num_gpu_experts=hp.num_gpu_experts, kt_cpuinfer=hp.cpuinfer_threads)
-    p.notes.extend(hp.notes)
-    p.notes.append(f"hybrid MoE: {hp.num_gpu_experts} experts/layer on the GPU, the rest in host RAM "
-                   f"({hp.host_ram_bytes / 2**30:.1f} GiB as {method}) on {hp.cpuinfer_threads} threads; decode "
-                   f"~{hp.decode_tok_s:.0f} tok/s (derived; host read {bw:g} GB/s, {src}) against "
-                   f"~{hp.offload_decode_tok_s:.1f} tok/s with layer offload ({hp.offload_gib} GiB over PCIe)")
-    p.notes.append(f"this host's CPU for {method}: " + (f"kt-kernel's {detail}" if variant else detail
-                                                         + " (`vramkit up` refuses here, exit 22)"))
-    r.hybrid = Hybrid(hp, weight_path, variant, detail, bw, src)
-    return r
+def for_plan(p, weight_path: str | None = None, here_isa: str | None = None) -> Hybrid | None:
+    """The launch side of a plan's hybrid section (None: not a hybrid plan)."""
+    if p.hybrid is None:
+        return None
+    return Hybrid(p.hybrid, weight_path, here_isa)

@@ -1,0 +1,292 @@
+"""The KTransformers hybrid MoE mode, as the planner prices it (issues 12, 17, 18). Pure: no I/O.
+
+SGLang 0.5.15.post1 with --kt-weight-path wraps every FusedMoE layer in `KTEPWrapperMethod`
+(layers/moe/kt_ep_wrapper.py): the checkpoint's own GPU method creates the fused expert tensors for experts
+0..N-1 only (--kt-num-gpu-experts N; core/arch.py `weight_layout(gpu_experts=N)`), and kt-kernel computes
+the rest on the CPU (--kt-method, --kt-cpuinfer threads). GPU memory therefore goes through the planner's
+one model (weight replay through the caching allocator, KV pool, activations): core/planner.py plans the
+hybrid mode like any other plan; this module holds what is KT's own:
+
+- which kt-kernel method reads which checkpoint, and which CPU builds have its kernels (`KT_METHODS`);
+- the bytes of one expert as kt-kernel holds it in host RAM;
+- the host RAM the server holds: kt-kernel keeps EVERY expert of every MoE layer in host RAM, the GPU's
+  share included (ktransformers #2084; the H100-host runs: RSS = all experts + SGLang's own, not the CPU
+  share), plus the mmapped checkpoint's pages for the methods that read the checkpoint itself;
+- the decode estimate (below), whose constants are fitted (config/engine.toml, kt_* keys, with their runs).
+
+Decode, one token at batch 1 (each term derived from what a step does; the constants marked F are fitted):
+    t = t_gpu + t_context + max(t_gpu_experts, t_cpu_experts) + moe_layers x t_sync(F)
+    t_gpu          non-expert weights read (attention, router, shared experts, lm_head) / GPU bandwidth
+    t_context      context x KV bytes per token / attention read rate(F) (SGLang's batch-1 decode attention
+                   reads the KV far below the card's bandwidth; never faster than the card's bandwidth)
+    t_gpu_experts  top_k x N/E x moe_layers x GPU expert bytes / GPU bandwidth
+    t_cpu_experts  top_k x (E-N)/E x moe_layers x CPU expert bytes / (host read(threads) x efficiency(F))
+    t_sync         per MoE layer: submit to the CPU pool, the wait on the CUDA stream, the copies back
+Inside a layer the attention precedes the experts (serial); the GPU's experts run while the CPU computes
+(`apply`: submit, GPU experts, sync). host read(threads) is `vramkit host --bandwidth`'s sweep at the thread
+count, interpolated: the thread term.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vramkit.core.model_spec import ModelSpec
+from vramkit.errors import Exit, VramkitError
+
+# --- kt-kernel's methods and CPU builds (kt-kernel 0.5.3) ----------------------------------------------------
+# A CPU "ISA" here is the kt-kernel build that runs on it, ordered: each has the instructions of those before.
+CPU_ISAS = ("avx2", "avx512", "amx")
+ISA_FLAGS = {   # /proc/cpuinfo flags each build needs (kt_kernel/_cpu_detect.py; the kernel spells avx512vbmi)
+    "amx": ("amx_tile", "amx_bf16", "amx_int8", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16"),
+    "avx512": ("avx512f", "avx512bw", "avx512_vnni", "avx512vbmi", "avx512_bf16"),
+    "avx2": ("avx2", "fma"),
+}
+KT_VARIANT = {"amx": "amx", "avx512": "avx512_bf16", "avx2": "avx2"}   # KT_KERNEL_CPU_VARIANT's spelling
+
+
+@dataclass(frozen=True)
+class KtMethod:
+    name: str
+    reads: str | None           # the checkpoint format it reads itself (checkpoint_format); None: KT's converted layout
+    builds: tuple[str, ...]     # kt-kernel builds (CPU_ISAS) with its kernels
+    lossy: bool                 # against the checkpoint it comes from
+    layout: str
+
+
+KT_METHODS = {m.name: m for m in (
+    # 0.5.1 (measured on the H100 host, AMX and AVX-512-BF16 builds: benchmarks/results/gpu/moe/): FP8, BF16 and
+    # AMXINT4/8 in the amx and avx512 builds, llamafile only in avx2. 0.5.3 adds AVX2 BF16/FP8/GPTQ_INT4 kernels.
+    KtMethod("FP8", "fp8", ("avx2", "avx512", "amx"), False, "the block-FP8 checkpoint itself (weight_scale_inv)"),
+    KtMethod("BF16", "bf16", ("avx2", "avx512", "amx"), False, "the bf16 checkpoint itself"),
+    KtMethod("GPTQ_INT4", "gptq_int4", ("avx2",), False, "the GPTQ-Int4 checkpoint itself (qweight, scales, qzeros)"),
+    KtMethod("AMXINT4", None, ("avx512", "amx"), True, "KT's INT4 layout, one f32 scale per row (converted)"),
+    KtMethod("AMXINT8", None, ("avx512", "amx"), True, "KT's INT8 layout, one f32 scale per row (converted)"),
+)}
+# When the asked method cannot run on the CPU: the first of these that reads the checkpoint and runs there
+# (most accurate first: the checkpoint's own values before a conversion).
+METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "AMXINT8", "AMXINT4")
+
+
+def isa_from_flags(flags: set[str]) -> str | None:
+    """The best kt-kernel build this CPU's flags run (None: not even AVX2)."""
+    for isa in reversed(CPU_ISAS):
+        if all(f in flags for f in ISA_FLAGS[isa]):
+            return isa
+    return None
+
+
+def runs_on(method: str, isa: str) -> bool:
+    """A build runs on its own ISA and every later one (kt-kernel's KT_KERNEL_CPU_VARIANT picks a lesser build)."""
+    return any(CPU_ISAS.index(b) <= CPU_ISAS.index(isa) for b in KT_METHODS[method].builds)
+
+
+def build_for(method: str, isa: str) -> str:
+    """The kt-kernel build the method uses on this CPU: the best one it has that the CPU runs."""
+    return max((b for b in KT_METHODS[method].builds if CPU_ISAS.index(b) <= CPU_ISAS.index(isa)),
+               key=CPU_ISAS.index)
+
+
+def checkpoint_format(model: ModelSpec) -> str:
+    """The checkpoint's expert format as kt-kernel names what it reads: bf16, fp8, gptq_int4, or another
+    (awq, mxfp4, gptq_int8) that no kt-kernel method reads."""
+    q = model.quantization
+    if q is None:
+        return "bf16" if model.dtype == "bfloat16" else model.dtype
+    if q.method == "fp8":
+        return "fp8" if q.weight_block else "fp8_per_tensor"
+    if q.method == "gptq":
+        return f"gptq_int{q.bits}"
+    return q.method
+
+
+def check_model(model: ModelSpec, method: str) -> None:
+    """Refuse, in one line with what to do, a model or method the hybrid mode cannot serve."""
+    if method not in KT_METHODS:
+        raise VramkitError(f"--kt-method {method}: not a kt-kernel method the kit plans",
+                           f"use one of {', '.join(KT_METHODS)}", Exit.BAD_INPUT)
+    if model.moe is None:
+        raise VramkitError(f"--kt-method {method}: {model.name} is a dense model (no routed experts to put on "
+                           "the CPU)", "drop the kt_* knobs, or pick a MoE model", Exit.BAD_INPUT)
+    if model.moe.expert_bias or model.moe.router_bias or model.quantization is not None \
+            and model.quantization.method == "mxfp4":
+        raise VramkitError(f"--kt-method {method}: {model.name}'s experts are MXFP4 with biases and a clamped "
+                           "SwiGLU; kt-kernel reads no MXFP4 checkpoint and its CPU experts have neither",
+                           "serve it on the GPU (plan without --kt-method)", Exit.UNSUPPORTED_MODEL)
+    need, have = KT_METHODS[method].reads, checkpoint_format(model)
+    if need is not None and need != have:
+        readers = [m.name for m in KT_METHODS.values() if m.reads == have]
+        hint = (f"--kt-method {readers[0]} reads it" if readers else
+                "a converted layout (--kt-method AMXINT4/AMXINT8 with --kt-weight-path)")
+        raise VramkitError(f"--kt-method {method} reads a {need} checkpoint; {model.name} is {have}",
+                           f"{hint}, or pick the {need} model", Exit.BAD_INPUT)
+
+
+def resolve_method(model: ModelSpec, asked: str, isa: str) -> tuple[str | None, str]:
+    """(the method to plan with, or None when none runs on this CPU; why). The asked one when the CPU runs
+    it, else the most accurate method that reads this checkpoint (or a converted layout) and runs there."""
+    if runs_on(asked, isa):
+        return asked, f"{asked} runs on kt-kernel's {KT_VARIANT[build_for(asked, isa)]} build"
+    fmt = checkpoint_format(model)
+    for m in METHOD_PREFERENCE:
+        if KT_METHODS[m].reads in (fmt, None) and runs_on(m, isa):
+            return m, (f"{asked} has no kernels in kt-kernel's builds for {isa} (it needs "
+                       f"{' or '.join(KT_METHODS[asked].builds)}): planned with {m} instead, which runs on the "
+                       f"{KT_VARIANT[build_for(m, isa)]} build")
+    return None, f"no kt-kernel method for a {fmt} checkpoint runs on {isa}"
+
+
+# --- bytes ----------------------------------------------------------------------------------------------------
+def cpu_expert_bytes(model: ModelSpec, method: str) -> int:
+    """One routed expert (gate, up, down) as kt-kernel holds it in host RAM. AMXINT4/8: one f32 scale per output
+    row (measured: 303,824,896 bytes per Qwen3-30B-A3B layer of 128 experts in AMXINT4,
+    benchmarks/results/gpu/moe/kt-int4-layout.json). FP8/BF16/GPTQ_INT4: the checkpoint's own tensors."""
+    assert model.moe is not None
+    h, i = model.hidden_size, model.moe.expert_intermediate
+    params, rows = 3 * h * i, 2 * i + h
+    if method == "AMXINT4":
+        return params // 2 + 4 * rows
+    if method == "AMXINT8":
+        return params + 4 * rows
+    if method == "BF16":
+        return params * 2
+    if method == "FP8":
+        q = model.quantization
+        bn, bk = q.weight_block if q is not None and q.weight_block else (128, 128)
+        blocks = 2 * (-(-i // bn)) * (-(-h // bk)) + (-(-h // bn)) * (-(-i // bk))    # gate + up, down
+        return params + 4 * blocks
+    if method == "GPTQ_INT4":
+        q = model.quantization
+        gs = q.group_size if q is not None and q.group_size > 0 else h
+        groups = 2 * (h // gs) * i + (i // gs) * h            # scales (fp16) and qzeros (4 bits) per group
+        return params // 2 + 2 * groups + groups // 2
+    raise ValueError(f"kt method {method}: no layout size known")
+
+
+# --- the host -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HostCpu:
+    """The CPU side of a target: what kt-kernel build runs, how fast host RAM reads per thread count, how many
+    physical cores the server gets. Built by the launch layer (this host's, or --cpu-isa / --host-read-gbs)."""
+
+    isa: str | None                                  # CPU_ISAS, None: not even AVX2
+    isa_source: str                                  # "this host's (/proc/cpuinfo)", "--cpu-isa", ...
+    read_bytes_s: tuple[tuple[int, float], ...]      # (threads, bytes/s) measured; one entry = one figure
+    read_source: str
+    physical_cores: int                              # of the server's cpuset
+    cores_source: str = ""
+
+    def read_at(self, threads: int) -> float:
+        """Host read bandwidth at `threads`: the sweep interpolated linearly, flat past its last point, in
+        proportion below its first (one figure: that figure at any count)."""
+        pts = sorted(self.read_bytes_s)
+        if len(pts) == 1:
+            return pts[0][1]
+        if threads <= pts[0][0]:
+            return pts[0][1] * threads / pts[0][0]
+        for (t0, b0), (t1, b1) in zip(pts, pts[1:], strict=False):
+            if threads <= t1:
+                return b0 + (b1 - b0) * (threads - t0) / (t1 - t0)
+        return pts[-1][1]
+
+
+@dataclass(frozen=True)
+class KtConstants:
+    """The fitted and measured constants of the estimate (config/engine.toml kt_* keys, provenance there)."""
+
+    cpu_read_efficiency: float       # F: share of host read(threads) kt-kernel's decode reaches
+    layer_sync_s: float              # F: per MoE layer and token
+    attention_read_bytes_s: float    # F: KV read rate of batch-1 decode attention
+    sglang_host_bytes: int           # measured: SGLang's own host RAM beside kt-kernel's experts
+    reserved_cores: int = 2          # SGLang's scheduler and its HTTP/tokenizer process keep a core each
+
+
+def cpuinfer_threads(physical_cores: int, reserved: int) -> int:
+    """KT's threads: the server's physical cores (the `make optimize` cpuset) minus SGLang's own; one per physical
+    core (SMT siblings share the core's AMX/AVX units)."""
+    return max(1, physical_cores - reserved)
+
+
+@dataclass(frozen=True)
+class DecodeEstimate:
+    gpu_s: float
+    context_s: float
+    gpu_experts_s: float
+    cpu_experts_s: float
+    sync_s: float
+    host_read_bytes_s: float
+    cpu_bytes_per_token: int
+
+    @property
+    def seconds(self) -> float:
+        return self.gpu_s + self.context_s + max(self.gpu_experts_s, self.cpu_experts_s) + self.sync_s
+
+    @property
+    def tok_s(self) -> float:
+        return 1.0 / self.seconds
+
+
+def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_each: int, threads: int,
+                    context: int, kv_bytes_per_token: float, gpu_non_expert_read: int, gpu_expert_read: int,
+                    gpu_bandwidth_bytes_s: float, host: HostCpu, k: KtConstants) -> DecodeEstimate:
+    """One token at batch 1 with `context` tokens before it (the module docstring derives it)."""
+    moe = model.moe
+    assert moe is not None
+    cpu_share = (moe.num_experts - num_gpu_experts) / moe.num_experts
+    cpu_bytes = int(moe.top_k * cpu_share * moe.num_moe_layers * cpu_expert_bytes_each)
+    read = host.read_at(threads)
+    attn_rate = min(k.attention_read_bytes_s, gpu_bandwidth_bytes_s)
+    return DecodeEstimate(
+        gpu_s=gpu_non_expert_read / gpu_bandwidth_bytes_s, context_s=context * kv_bytes_per_token / attn_rate,
+        gpu_experts_s=gpu_expert_read / gpu_bandwidth_bytes_s,
+        cpu_experts_s=cpu_bytes / (read * k.cpu_read_efficiency) if cpu_bytes else 0.0,
+        sync_s=moe.num_moe_layers * k.layer_sync_s if cpu_bytes else 0.0, host_read_bytes_s=read,
+        cpu_bytes_per_token=cpu_bytes)
+
+
+# --- the plan's hybrid section ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HybridPlan:
+    """What the hybrid mode adds to a Plan (its GPU figures are the Plan's own)."""
+
+    kt_method: str                   # what is planned (may differ from the asked one: method_note says why)
+    asked_method: str
+    method_note: str
+    lossy: bool
+    num_gpu_experts: int             # per MoE layer
+    num_experts: int
+    moe_layers: int
+    cpuinfer_threads: int
+    cpu_isa: str | None
+    cpu_isa_source: str
+    kt_variant: str | None           # KT_KERNEL_CPU_VARIANT for this method on this CPU; None: no method runs
+    host_experts_bytes: int          # every expert of every MoE layer, as kt-kernel holds it
+    host_sglang_bytes: int           # SGLang's own processes (measured, config/engine.toml)
+    host_checkpoint_bytes: int       # the checkpoint's pages mapped while FP8/BF16/GPTQ_INT4 read it (page cache)
+    host_pinned_bytes: int           # kt-kernel's pinned transfer buffers
+    host_read_bytes_s: float         # at cpuinfer_threads
+    host_read_source: str
+    cpu_bytes_per_token: int
+    decode_gpu_s: float
+    decode_context_s: float
+    decode_gpu_experts_s: float
+    decode_cpu_experts_s: float
+    decode_sync_s: float
+    decode_tok_s: float              # the estimate: derived terms, fitted constants (not a bandwidth ceiling)
+    decode_context_tokens: int       # the context it is estimated at (the target's)
+    decode_tok_s_by_context: tuple[tuple[int, float], ...]   # (context, tok/s) at shorter contexts
+    layer_offload_decode_tok_s: float | None   # the same model with --cpu-offload-gb instead (a ceiling), None: n/a
+    layer_offload_gib: int | None
+
+    @property
+    def host_ram_bytes(self) -> int:
+        """What the server needs of host RAM (the mapped checkpoint's pages are reclaimable: not counted)."""
+        return self.host_experts_bytes + self.host_sglang_bytes + self.host_pinned_bytes
+
+    @property
+    def host_ram_bytes_text(self) -> str:
+        return f"{self.host_ram_bytes / 2**30:.1f} GiB ({self.kt_method})"
+
+    @property
+    def host_rss_bytes(self) -> int:
+        """The server tree's RSS right after start: the need plus the mapped checkpoint pages."""
+        return self.host_ram_bytes + self.host_checkpoint_bytes
