@@ -113,6 +113,41 @@ def roofline() -> list[str]:
             "ceiling is far lower."]
 
 
+KT_ESTIMATE = "benchmarks/results/gpu/kt-estimate.json"
+
+
+def kt_estimate_table() -> list[str]:
+    """README: the hybrid MoE decode estimate against every committed KT run, fitted and held-out apart
+    (benchmarks/gpu/fit_kt.py writes the data)."""
+    res = json.loads((REPO_ROOT / KT_ESTIMATE).read_text())
+    c = res["constants"]
+    by = {q["name"]: q for q in res["points"]}
+    out = [f"Fitted (config/engine.toml): CPU read efficiency {c['kt_cpu_read_efficiency']}, per-layer sync "
+           f"{c['kt_layer_sync_us']} us, batch-1 attention read {c['kt_attention_read_gbs']} GB/s; measured: "
+           f"SGLang's own host RAM {c['kt_sglang_host_mib'] / 1024:.1f} GiB. Data: `{KT_ESTIMATE}` "
+           "(`benchmarks/gpu/fit_kt.py`).", "",
+           "| run | used to fit? | CPU experts, build | GPU experts, threads | decode at | measured | estimate "
+           "| error |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for m in res["measurements"]:
+        q = by[m["point"]]
+        out.append(f"| {m['point']} | {'fitted' if m['role'] == 'fit' else 'held out'} | {q['method']}, {q['build']} | "
+                   f"{q['gpu_experts']}, {q['threads']} | {m['context']:,} tokens | {m['tok_s']:.1f} tok/s | "
+                   f"{m['plan_tok_s']:.1f} | {m['error']:+.1%} |")
+    out.append("")
+    for role, word in (("fit", "runs used to fit"), ("held-out", "runs held out")):
+        errs = [abs(m["error"]) for m in res["measurements"] if m["role"] == role]
+        if errs:
+            out.append(f"- {word}: {len(errs)} decode measurements, worst error {max(errs):.1%}, "
+                       f"mean {sum(errs) / len(errs):.1%}")
+    rss = [q for q in res["points"] if q.get("rss_after_start_bytes")]
+    if rss:
+        out.append("- host RAM (all experts as kt-kernel holds them + SGLang's own, + the mapped checkpoint for FP8) "
+                   "against the server's RSS right after start: " + ", ".join(
+                       f"{q['name']} {q['rss_error']:+.1%} ({'fitted' if q['role'] == 'fit' else 'held out'})"
+                       for q in rss))
+    return out
+
+
 @dataclass(frozen=True)
 class Block:
     path: Path                       # the file that holds it
@@ -132,6 +167,7 @@ BLOCKS: tuple[Block, ...] = (
     Block(REPO_ROOT / "README.md", "presets table (vramkit/generated.py)", presets_table, HTML),
     Block(REPO_ROOT / "README.md", "roofline (vramkit/generated.py)", roofline, HTML),
     Block(REPO_ROOT / "README.md", "physics table (vramkit/generated.py)", physics_table, HTML),
+    Block(REPO_ROOT / "README.md", "hybrid MoE estimate (vramkit/generated.py)", kt_estimate_table, HTML),
 )
 
 

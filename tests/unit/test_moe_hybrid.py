@@ -313,3 +313,34 @@ def test_host_ram_counts_sglang_beside_the_experts():
     need = plan(model, t, k, catalog.engine(), with_alternatives=False).hybrid.host_ram_bytes
     assert need > 128 * 48 * kt.cpu_expert_bytes(model, "AMXINT4") + 8 * GiB
     assert fits(need) and not fits(need - GiB)
+
+
+# --- the host's read bandwidth per thread count (`vramkit host --bandwidth --write` -> .env -> the planner) -------
+def test_bandwidth_sweep_round_trips_through_env_text():
+    from vramkit.launch.hybrid import format_read_gbs, parse_read_gbs
+    runs = json.loads((RUNS / "membw-h100-host.json").read_text())
+    text = format_read_gbs(runs)
+    assert text == "1:11.2,2:27.3,4:49.1,8:72.3,16:93.0"
+    assert parse_read_gbs(text, "x") == ((1, 11.2e9), (2, 27.3e9), (4, 49.1e9), (8, 72.3e9), (16, 93.0e9))
+    assert parse_read_gbs("60", "x") == ((1, 60e9),)          # the old one-figure form still reads
+
+
+def test_read_at_interpolates_the_sweep():
+    h = kt.HostCpu(isa="amx", isa_source="", read_bytes_s=((1, 11e9), (4, 49e9), (8, 72e9), (16, 93e9)),
+                   read_source="", physical_cores=16)
+    assert h.read_at(4) == 49e9 and h.read_at(6) == pytest.approx(60.5e9) and h.read_at(32) == 93e9
+    assert h.read_at(14) == pytest.approx(72e9 + 21e9 * 6 / 8)
+    flat = kt.HostCpu(isa="amx", isa_source="", read_bytes_s=((1, 60e9),), read_source="", physical_cores=8)
+    assert flat.read_at(1) == flat.read_at(6) == 60e9
+
+
+def test_plan_reads_the_sweep_at_its_thread_count(capsys):
+    sweep = "1:11.2,2:27.3,4:49.1,8:72.3,16:93.0"
+    rates = []
+    for threads in ("6", "14"):
+        assert main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx",
+                     "--host-read-gbs", sweep, "--kt-cpuinfer", threads, "--host-ram-gib", "64"]) == 0
+        h = json.loads(capsys.readouterr().out)["hybrid"]
+        rates.append((h["host_read_bytes_s"], h["decode_tok_s"]))
+    assert rates[0][0] == pytest.approx(60.7e9) and rates[1][0] == pytest.approx(87.825e9)
+    assert rates[0][1] < rates[1][1]

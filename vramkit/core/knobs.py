@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
+from vramkit.core.kt_hybrid import KT_METHODS
+
 VALID_KV_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
 
 # A renderer gets the resolved value and the Plan (core/planner.py; typed Any to keep this module below
@@ -105,7 +107,7 @@ def knob(default: Any, type: type, unit: str, help: str, **kw) -> Any:
     return field(default=default, metadata={"knob": dict(type=type, unit=unit, help=help, default=default, **kw)})
 
 
-KT_METHOD_CHOICES = ("FP8", "BF16", "AMXINT4", "AMXINT8")
+KT_METHOD_CHOICES = tuple(KT_METHODS)      # kt-kernel's methods the kit plans, declared in core/kt_hybrid.py
 
 
 def _kt(flag: str, value, plan) -> list[str]:
@@ -156,12 +158,13 @@ class Knobs:
         render=lambda v, _p: ["--cpu-offload-gb", str(int(v))] if int(v) > 0 else [])
     concurrency: int = knob(1, int, "requests", "requests of that context that should run at once (the "
                             "planner's target; SGLang has no such flag)", minimum=1)
-    # The hybrid MoE mode (issue 12; vramkit/launch/hybrid.py resolves the "auto"s): experts beyond the
+    # The hybrid MoE mode (issue 12; core/planner.py resolves the "auto"s, core/kt_hybrid.py): experts beyond the
     # GPU's share are computed by the CPU through SGLang's KTransformers path. Rendered only with kt_method.
     kt_method: str | None = knob(
         None, str, "", "MoE experts beyond the GPU's share run on the CPU (SGLang's KTransformers path, "
-        "kt-kernel 0.5.1), in this format: FP8 / BF16 read from the checkpoint, AMXINT4 / AMXINT8 from KT's "
-        "converted layout (--kt-weight-path)", choices=KT_METHOD_CHOICES, sglang_flag="--kt-method",
+        "kt-kernel), in this format: FP8 / BF16 / GPTQ_INT4 read from the checkpoint, AMXINT4 / AMXINT8 from KT's "
+        "converted layout (--kt-weight-path); one the CPU (--cpu-isa) cannot run is replaced, with a note",
+        choices=KT_METHOD_CHOICES, sglang_flag="--kt-method",
         render=lambda v, _p: ["--kt-method", v] if v else [])
     kt_num_gpu_experts: int | str = knob(
         "auto", int, "experts per MoE layer", "experts 0..N-1 of every MoE layer stay on the GPU; auto = as many "
