@@ -6,7 +6,7 @@ Measured: every figure read from the point / probe JSON files (each written by m
 host). Planned: today's planner for that host (replan-*.json: `vramkit plan --json --preset moe --gpu
 h100-80gb --gpu-free-gib 15.31 --host-read-gbs 93.0 --kt-cpuinfer 14 --host-ram-gib 100 [--kt-method FP8]`; the plans made
 there before the decode constants were fitted are plan-moe-*.json). Derived (labelled):
-the layer-offload estimate and the consumer-DDR5 estimate, from core/moe_offload.py.
+the layer-offload estimate and the consumer-DDR5 estimate, from core/plan/kt_hybrid.py.
 """
 from __future__ import annotations
 

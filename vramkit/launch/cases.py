@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.planner import Knobs, Target, plan
-from vramkit.core.render import sglang_args
+from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.render.sglang import sglang_args
 from vramkit.units import GiB
 
 

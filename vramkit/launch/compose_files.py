@@ -5,8 +5,8 @@ import argparse
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.planner import Knobs, Target, plan
-from vramkit.core.render import compose_yaml, sglang_args
+from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.render.sglang import compose_yaml, sglang_args
 from vramkit.launch import hybrid
 from vramkit.launch.resolve import Resolved
 from vramkit.units import GiB

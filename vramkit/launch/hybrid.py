@@ -1,5 +1,5 @@
 """The hybrid MoE mode (issue 12): a plan whose experts beyond the GPU's share run on the CPU through
-SGLang's KTransformers path (core/moe_offload.py), resolved against this host: the model's config.json,
+SGLang's KTransformers path (core/plan/kt_hybrid.py), resolved against this host: the model's config.json,
 the CPU's instructions and cores (`make optimize`'s cpuset), the host's measured read bandwidth.
 
 `apply()` runs after the dense plan. With kt_method set (preset `moe`, or --kt-method) it replaces the
@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core import moe_offload as mo
-from vramkit.core.planner import KV_DTYPE_BYTES, Alternative
+from vramkit.core.plan import kt_hybrid as mo
+from vramkit.core.plan.planner import KV_DTYPE_BYTES, Alternative
 from vramkit.errors import Exit, VramkitError
 
 ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"      # `vramkit host --bandwidth` measures it; `make optimize-write` keeps it
@@ -36,7 +36,7 @@ class Hybrid:
     host_read_source: str
 
     def args(self, model_path: str) -> list[str]:
-        """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/knobs.py): the given
+        """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/plan/knobs.py): the given
         folder, else the model's own for FP8/BF16 (kt-kernel reads the checkpoint), else a placeholder that
         `vramkit up` refuses before starting (the kt-weights check)."""
         default = model_path if mo.KT_METHODS[self.plan.kt_method]["checkpoint"] else "$VRAMKIT_KT_WEIGHT_PATH"

@@ -5,7 +5,7 @@ SGLang 0.5.15.post1 with --kt-weight-path keeps experts 0..N-1 of every MoE laye
 kt-kernel (--kt-method, in that method's layout, --kt-cpuinfer threads). Per layer it submits the CPU
 experts, runs the GPU experts meanwhile, then waits and adds (kt_ep_wrapper.KTEPWrapperMethod.apply).
 
-GPU memory (derived from source, the same steps as core/planner.py):
+GPU memory (derived from source, the same steps as core/plan/planner.py):
     weights = non-expert tensors + N x moe_layers x gpu_expert_bytes + KT_GPU_WEIGHT_EXTRA (measured)
     static  = mem_fraction x free_at_start;  KV pool = static - weights;  the rest: graphs, activations
 N is the largest count whose KV pool still holds context x concurrency tokens.
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from vramkit.core import checkpoint_layout as cl
 from vramkit.core.checks import Reason
+from vramkit.core.model import checkpoint as cl
 
 # kt-kernel 0.5.1's methods: the checkpoint they read, their bytes per expert, the CPU ISA they need.
 # ISA: the variant kt-kernel loads (kt_kernel/_cpu_detect.py) must have the method's kernels: its AMX and
@@ -66,7 +66,7 @@ KT_LAYER_SYNC_S = 0.000297  # per MoE layer and token: submit, pinned copies, th
 
 @dataclass(frozen=True)
 class MoeSizes:
-    """Bytes from the checkpoint layout (core/checkpoint_layout.py), per format."""
+    """Bytes from the checkpoint layout (core/model/checkpoint.py), per format."""
 
     moe_layers: int
     num_experts: int

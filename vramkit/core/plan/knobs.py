@@ -4,7 +4,7 @@ SGLang flag it renders to. Pure: values in, values or a ValueError out.
 The `Knobs` dataclass is the declaration (SGLang derives its parser from one dataclass the same way,
 srt/server_args.py). Each field carries a `KnobSpec` in its metadata, and everything else reads that:
 the CLI (commands/plan.py `add_plan_arguments`, launch/resolve.py), preset loading and validation
-(catalog.presets), the renderer (core/render.py `sglang_args`) and the table in config/presets.toml
+(catalog.presets), the renderer (core/render/sglang.py `sglang_args`) and the table in config/presets.toml
 (`doc_table`, written by `vramkit compose`). A new knob is one field here plus its planner logic.
 
 Field order is the order the knobs render in SGLang's argument list.
@@ -20,7 +20,7 @@ from typing import Any
 
 VALID_KV_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
 
-# A renderer gets the resolved value and the Plan (core/planner.py; typed Any to keep this module below
+# A renderer gets the resolved value and the Plan (core/plan/planner.py; typed Any to keep this module below
 # the planner) and returns the SGLang arguments for it.
 Render = Callable[[Any, Any], list[str]]
 
