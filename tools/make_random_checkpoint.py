@@ -6,7 +6,7 @@ CONFIG_DIR holds the model's real config.json (config/models/<name>/). OUT_DIR g
 format's quantization_config), sharded safetensors and model.safetensors.index.json: a local model folder
 SGLang starts from like a downloaded one, and from which kt-kernel reads the CPU experts
 (--kt-weight-path OUT_DIR with --kt-method FP8 or BF16). Speed and memory are real; text is noise.
-Names and shapes come from vramkit/core/checkpoint_layout.py (issue 12).
+Names and shapes come from vramkit/core/model/checkpoint.py (issue 12).
 
     python3 tools/make_random_checkpoint.py CONFIG_DIR KT_DIR --kt-layout AMXINT4 [--from MODEL_DIR]
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vramkit.core import checkpoint_layout as cl  # noqa: E402
+from vramkit.core.model import checkpoint as cl  # noqa: E402
 
 POOL_ELEMS = 1 << 26          # 64 Mi values per pool: large enough that neighbouring tensors differ
 FP8_MAGNITUDE_MASK = 0xBF     # e4m3fn S.EEEE.MMM: clearing the top exponent bit keeps |x| <= 1.875, no NaN

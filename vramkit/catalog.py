@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from vramkit.core import knobs as knob_decl
-from vramkit.core.kt_hybrid import KtConstants
-from vramkit.core.model_spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
-from vramkit.core.planner import Engine
+from vramkit.core.model.spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
+from vramkit.core.plan import knobs as knob_decl
+from vramkit.core.plan.kt_hybrid import KtConstants
+from vramkit.core.plan.planner import Engine
 from vramkit.errors import Exit, VramkitError
 from vramkit.hf_config import read_model_config
 
@@ -22,7 +22,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 @dataclass(frozen=True)
 class Preset:
     """A named set of knob values (config/presets.toml): only the keys the preset sets, each checked
-    against its declaration (core/knobs.py) when the file is read. `Knobs(**preset.knobs)` is the raw request."""
+    against its declaration (core/plan/knobs.py) when the file is read. `Knobs(**preset.knobs)` is the raw request."""
     name: str
     description: str
     model: str = ""

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.bench.summary import find_key
-from vramkit.core import knobs
-from vramkit.core.planner import Engine, Knobs, Target, kv_bytes_per_token, plan
+from vramkit.core.plan import knobs
+from vramkit.core.plan.planner import Engine, Knobs, Target, kv_bytes_per_token, plan
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB
 
@@ -163,7 +163,7 @@ class Block:
 
 HTML = ("<!-- ", " -->")
 BLOCKS: tuple[Block, ...] = (
-    Block(catalog.CONFIG_DIR / "presets.toml", "knob table (vramkit/core/knobs.py)", knobs.doc_table),
+    Block(catalog.CONFIG_DIR / "presets.toml", "knob table (vramkit/core/plan/knobs.py)", knobs.doc_table),
     Block(REPO_ROOT / "README.md", "presets table (vramkit/generated.py)", presets_table, HTML),
     Block(REPO_ROOT / "README.md", "roofline (vramkit/generated.py)", roofline, HTML),
     Block(REPO_ROOT / "README.md", "physics table (vramkit/generated.py)", physics_table, HTML),

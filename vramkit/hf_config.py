@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vramkit.core.model_spec import MlaSpec, ModelSpec, MoeSpec, Quantization, SlidingWindow
+from vramkit.core.model.spec import MlaSpec, ModelSpec, MoeSpec, Quantization, SlidingWindow
 from vramkit.errors import Exit, VramkitError
 
 # architecture -> family; what `vramkit plan --list` and docs/models.md show

@@ -6,7 +6,7 @@ Every committed KT run on the GPU host (POINTS below: its point JSON, probe JSON
 bandwidth sweep) is re-planned by the core planner exactly as it ran (the card's free memory from the server's
 log, the preset's knobs and the run's --kt-* flags, the session's `membw` sweep, the kt-kernel build), which
 gives each decode measurement's derived terms (GPU bytes, CPU-expert bytes, host read at the thread count, KV
-bytes per token of context). The three fitted constants of core/kt_hybrid.py's estimate:
+bytes per token of context). The three fitted constants of core/plan/kt_hybrid.py's estimate:
 
     t = t_gpu + context x kv_bytes / attention_read + max(t_gpu_experts, cpu_bytes / (read(threads) x eff))
         + moe_layers x sync
@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from vramkit import catalog  # noqa: E402
-from vramkit.core import kt_hybrid as kt  # noqa: E402
-from vramkit.core.planner import Knobs, Plan, Target, plan  # noqa: E402
+from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
+from vramkit.core.plan.planner import Knobs, Plan, Target, plan  # noqa: E402
 
 GiB = 2**30
 RES = ROOT / "benchmarks" / "results" / "gpu"

@@ -7,7 +7,7 @@ host). Planned: today's planner for that host (replan-*.json: `vramkit plan --js
 h100-80gb --gpu-free-gib 15.31 --host-read-gbs 93.0 --kt-cpuinfer 14 --host-ram-gib 100 [--kt-method FP8]`; the plans made
 there before the decode constants were fitted are plan-moe-*.json). Derived (labelled):
 the layer-offload estimate and the consumer-DDR5 estimate, from the planner of that day (core/moe_offload.py then;
-today the core planner plans the hybrid mode: core/kt_hybrid.py, and benchmarks/gpu/fit_kt.py checks it).
+today the core planner plans the hybrid mode: core/plan/kt_hybrid.py, and benchmarks/gpu/fit_kt.py checks it).
 """
 from __future__ import annotations
 

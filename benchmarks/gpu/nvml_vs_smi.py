@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from vramkit.adapters import host as hostio
 from vramkit.adapters import nvml
-from vramkit.core.gpu_snapshot import is_na, to_jsonable
+from vramkit.core.gpu.snapshot import is_na, to_jsonable
 
 GiB, MiB = 1 << 30, 1 << 20
 STEPS_GIB = [0, 4, 8, 0]

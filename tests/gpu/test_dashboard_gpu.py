@@ -37,7 +37,7 @@ def test_metrics_match_nvidia_smi(gpu_evidence):
     assert m["vramkit_gpu_up"].labels["uuid"] == smi("uuid")
     assert m["vramkit_gpu_up"].labels["name"] == smi("name")
     used_mib, reserved_mib, total_mib = (int(x) for x in smi("memory.used,memory.reserved,memory.total").split(","))
-    # vramkit's "in use" = total - free = nvidia-smi's used + reserved (core/gpu_snapshot.py)
+    # vramkit's "in use" = total - free = nvidia-smi's used + reserved (core/gpu/snapshot.py)
     assert abs(m["vramkit_gpu_memory_used_bytes"].value - (used_mib + reserved_mib) * MiB) <= TOLERANCE_BYTES
     assert abs(m["vramkit_gpu_memory_total_bytes"].value - total_mib * MiB) <= MiB
     assert 0.0 <= m["vramkit_gpu_utilization_ratio"].value <= 1.0

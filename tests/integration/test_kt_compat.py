@@ -119,7 +119,7 @@ def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, tmp_path):
     sys.path.insert(0, str(ROOT / "tools"))
     from make_random_checkpoint import checkpoint_experts, write_kt_layout
     info = write_kt_layout(CFG, tmp_path, "AMXINT8", 2, layers=1, source=fp8_layer)
-    assert info["bytes"] == E * (3 * H * I + 4 * (2 * I + H))           # core/kt_hybrid.cpu_expert_bytes
+    assert info["bytes"] == E * (3 * H * I + 4 * (2 * I + H))           # core/plan/kt_hybrid.cpu_expert_bytes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["_layer_0"]
     w = sglang_style(tmp_path, "AMXINT8", 16)
     w.load_weights(torch.arange(E, dtype=torch.long))

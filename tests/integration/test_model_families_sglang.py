@@ -13,7 +13,7 @@ import pytest
 from vramkit import catalog
 from vramkit.adapters import sglang_check
 from vramkit.adapters.sglang_check import LaunchCase
-from vramkit.core.planner import context_and_yarn, kv_layout
+from vramkit.core.plan.planner import context_and_yarn, kv_layout
 
 pytestmark = pytest.mark.sglang
 MLA = 1                      # sglang.srt.configs.model_config.AttentionArch.MLA

@@ -16,8 +16,8 @@ import pytest
 
 from vramkit import catalog
 from vramkit.adapters import compose
-from vramkit.core import render
-from vramkit.core.planner import Knobs, Target, plan
+from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.render import sglang as render
 from vramkit.errors import VramkitError
 from vramkit.units import GiB
 

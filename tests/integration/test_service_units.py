@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vramkit.core.systemd_units import exec_line, exec_word, render
+from vramkit.launch.systemd_units import exec_line, exec_word, render
 
 REPO = Path(__file__).resolve().parents[2]
 ANALYZE = shutil.which("systemd-analyze")

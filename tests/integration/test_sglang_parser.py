@@ -161,7 +161,7 @@ def _fitting_cases():
     try:
         from vramkit.launch.cases import iter_launch_cases
     except ModuleNotFoundError as exc:
-        if exc.name != "vramkit.core.render":
+        if exc.name != "vramkit.core.render.sglang":
             raise
         return None
     return [case for case in iter_launch_cases() if case.fits]
@@ -179,7 +179,7 @@ def rendered_results():
 
 def test_renderer_declares_fitting_launches():
     if _FITTING is None:
-        pytest.skip("vramkit.core.render is not written yet: nothing rendered to check")
+        pytest.skip("vramkit.core.render.sglang is not written yet: nothing rendered to check")
     assert _FITTING, "iter_launch_cases() yielded no case the planner calls a fit"
     ids = [c.case_id for c in _FITTING]
     assert len(ids) == len(set(ids)), "case ids must be unique"

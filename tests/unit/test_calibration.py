@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from vramkit import catalog
-from vramkit.core.planner import Knobs, Target, plan
+from vramkit.core.plan.planner import Knobs, Target, plan
 from vramkit.units import GiB
 
 ROOT = Path(__file__).resolve().parents[2]

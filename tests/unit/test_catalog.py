@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vramkit import catalog
-from vramkit.core.planner import Knobs
+from vramkit.core.plan.planner import Knobs
 from vramkit.errors import Exit, VramkitError
 
 CACHED = (catalog.models, catalog.gpus, catalog.presets, catalog.versions, catalog.engine_constants)

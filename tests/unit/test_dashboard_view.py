@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from vramkit import catalog
-from vramkit.core.dashboard_view import (
+from vramkit.core.plan.planner import Engine
+from vramkit.dashboard import planning
+from vramkit.dashboard.view import (
     knobs_from_server_info,
     predicted_vs_actual,
     server_memory,
     trim_history,
     weight_parts_on_gpu,
 )
-from vramkit.core.planner import Engine
-from vramkit.dashboard import planning
 
 REPO = Path(__file__).resolve().parents[2]
 GiB = 1 << 30

@@ -1,10 +1,10 @@
-"""Cache key scheme, float32 bytes, dedupe, chunking and file rules (vramkit.core.embed_keys)."""
+"""Cache key scheme, float32 bytes, dedupe, chunking and file rules (vramkit.embed.keys)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from vramkit.core.embed_keys import (
+from vramkit.embed.keys import (
     EmbedSettings,
     bytes_to_vector,
     cache_keys,

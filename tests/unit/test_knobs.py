@@ -1,4 +1,4 @@
-"""One declaration per knob (vramkit/core/knobs.py): the CLI, presets, renderer and doc table all read it,
+"""One declaration per knob (vramkit/core/plan/knobs.py): the CLI, presets, renderer and doc table all read it,
 and a bad value anywhere is one line with its own exit code."""
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 from vramkit import catalog
 from vramkit.cli import main
 from vramkit.commands.plan import add_plan_arguments
-from vramkit.core import knobs as decl
-from vramkit.core.knobs import Knobs, knob
-from vramkit.core.planner import Target, plan
-from vramkit.core.render import sglang_args
+from vramkit.core.plan import knobs as decl
+from vramkit.core.plan.knobs import Knobs, knob
+from vramkit.core.plan.planner import Target, plan
+from vramkit.core.render.sglang import sglang_args
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.resolve import cli_knobs, resolve
 from vramkit.units import GiB

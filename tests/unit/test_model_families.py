@@ -14,8 +14,9 @@ from dataclasses import replace
 import pytest
 
 from vramkit import catalog
-from vramkit.core import arch
-from vramkit.core.planner import (
+from vramkit.core.memory.weight_load import replay_load
+from vramkit.core.model import arch
+from vramkit.core.plan.planner import (
     Knobs,
     Target,
     decode_read_bytes,
@@ -24,8 +25,7 @@ from vramkit.core.planner import (
     plan,
     weight_components,
 )
-from vramkit.core.render import compose_yaml, model_path_for, sglang_args, shell_line
-from vramkit.core.weight_load import replay_load
+from vramkit.core.render.sglang import compose_yaml, model_path_for, sglang_args, shell_line
 from vramkit.errors import Exit, VramkitError
 from vramkit.hf_config import parse_config, read_model_config
 from vramkit.units import GiB
@@ -377,7 +377,7 @@ def test_fp8_checkpoint_is_not_priced_as_bf16(engine):
 def test_offloaded_weights_pin_power_of_two_blocks(engine):
     """PyTorch's pinned host allocator rounds each tensor up to a power of two: Qwen3-MoE's 0.75 GiB w13 pins
     1 GiB, so 40 GiB of experts pin about a third more host RAM than their bytes, and the host check uses that."""
-    from vramkit.core.weight_load import pinned_size
+    from vramkit.core.memory.weight_load import pinned_size
     assert [pinned_size(n) for n in (1, 1024, 1025, 805_306_368)] == [1, 1024, 2048, GiB]
     m = catalog.model("qwen3-coder-30b-a3b-instruct")
     knobs = Knobs(context=8192, kv_dtype="fp8_e5m2", mem_fraction=0.85, max_running=4, cpu_offload_gib=40)

@@ -9,9 +9,9 @@ import pytest
 
 from vramkit import catalog
 from vramkit.cli import main
-from vramkit.core import checkpoint_layout as cl
-from vramkit.core import kt_hybrid as kt
-from vramkit.core.planner import Knobs, Target, plan
+from vramkit.core.model import checkpoint as cl
+from vramkit.core.plan import kt_hybrid as kt
+from vramkit.core.plan.planner import Knobs, Target, plan
 
 ROOT = catalog.CONFIG_DIR.parent
 CFG = json.loads((ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json").read_text())

@@ -5,8 +5,8 @@ import datetime as dt
 
 import pytest
 
-from vramkit.core import vram
-from vramkit.core.gpu_snapshot import GpuSample, NotAvailable, Snapshot
+from vramkit.core.gpu import vram
+from vramkit.core.gpu.snapshot import GpuSample, NotAvailable, Snapshot
 
 TOTAL = 16 * (1 << 30)
 

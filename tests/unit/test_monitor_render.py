@@ -14,8 +14,8 @@ import nvml_scenarios as sc
 import pytest
 
 from vramkit.adapters import nvml
-from vramkit.core import vram
-from vramkit.core.vram_text import bar_colour, compact_lines
+from vramkit.core.gpu import vram
+from vramkit.core.gpu.vram_text import bar_colour, compact_lines
 from vramkit.ui.vram_screen import bar, plain_text, screen
 
 GOLDEN = Path(__file__).parent / "golden"

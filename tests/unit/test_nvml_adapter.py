@@ -9,7 +9,7 @@ import pynvml
 import pytest
 
 from vramkit.adapters import nvml
-from vramkit.core.gpu_snapshot import is_na, to_jsonable
+from vramkit.core.gpu.snapshot import is_na, to_jsonable
 
 GiB, MiB = sc.GiB, sc.MiB
 

@@ -20,8 +20,8 @@ from dataclasses import replace
 import pytest
 
 from vramkit import catalog
-from vramkit.core import planner
-from vramkit.core.planner import Engine, Knobs, Target, plan
+from vramkit.core.plan import planner
+from vramkit.core.plan.planner import Engine, Knobs, Target, plan
 from vramkit.units import GiB, MiB
 
 GPTQ14 = "qwen2.5-coder-14b-instruct-gptq-int4"

@@ -13,8 +13,8 @@ from itertools import product
 import pytest
 
 from vramkit import catalog
-from vramkit.core import render
-from vramkit.core.planner import Knobs, Target, plan
+from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.render import sglang as render
 from vramkit.launch.cases import iter_launch_cases
 from vramkit.units import GiB
 

@@ -1,12 +1,12 @@
-"""The caching-allocator model (vramkit/core/torch_alloc.py) against the rules of PyTorch's
-c10/cuda/CUDACachingAllocator.cpp, and the weight-load replay built on it (vramkit/core/weight_load.py)."""
+"""The caching-allocator model (vramkit/core/memory/torch_alloc.py) against the rules of PyTorch's
+c10/cuda/CUDACachingAllocator.cpp, and the weight-load replay built on it (vramkit/core/memory/weight_load.py)."""
 from __future__ import annotations
 
 from vramkit import catalog
-from vramkit.core.arch import weight_layout
-from vramkit.core.planner import weight_components
-from vramkit.core.torch_alloc import CachingAllocator, round_size, segment_size
-from vramkit.core.weight_load import replay_load
+from vramkit.core.memory.torch_alloc import CachingAllocator, round_size, segment_size
+from vramkit.core.memory.weight_load import replay_load
+from vramkit.core.model.arch import weight_layout
+from vramkit.core.plan.planner import weight_components
 
 MiB = 1 << 20
 

@@ -15,7 +15,7 @@ import pytest
 from nvml_scenarios import run_cli
 
 from vramkit.adapters import nvml, state
-from vramkit.core import vram
+from vramkit.core.gpu import vram
 
 GiB, MiB = sc.GiB, sc.MiB
 

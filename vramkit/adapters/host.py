@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from vramkit.core.gpu_snapshot import NotAvailable
+from vramkit.core.gpu.snapshot import NotAvailable
 from vramkit.core.host_plan import CpuTopology, parse_cpulist
 
 

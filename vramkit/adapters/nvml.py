@@ -9,7 +9,7 @@ power on some laptops) shows as "N/A" in its place. Same approach as nvitop
 
 Versioned queries, newest first, falling back when the driver lacks the symbol:
 - memory: `nvmlDeviceGetMemoryInfo_v2` (R510+: total = reserved + used + free) then v1
-  (used = total - free). See vramkit/core/gpu_snapshot.py for which "used" the kit reads.
+  (used = total - free). See vramkit/core/gpu/snapshot.py for which "used" the kit reads.
 - processes: `...RunningProcesses_v3`, `_v2`, then unversioned (nvitop does the same dance).
 - temperature: `nvmlDeviceGetTemperatureV` (R565+) then the deprecated `nvmlDeviceGetTemperature`.
 """
@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pynvml  # provided by the nvidia-ml-py distribution
 
-from vramkit.core.gpu_snapshot import GpuSample, NotAvailable, ProcessSample, Snapshot, is_na
+from vramkit.core.gpu.snapshot import GpuSample, NotAvailable, ProcessSample, Snapshot, is_na
 
 _FUNCTION_NOT_FOUND = 13         # NVML_ERROR_FUNCTION_NOT_FOUND
 _ARGUMENT_VERSION_MISMATCH = 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH

@@ -24,7 +24,7 @@ from vramkit.adapters import host as hostio
 from vramkit.adapters import nvml, state
 from vramkit.bench.workloads import ANY_MODEL_VOCAB
 from vramkit.core import host_plan as hp
-from vramkit.core.gpu_snapshot import is_na
+from vramkit.core.gpu.snapshot import is_na
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, bytes2human
 

@@ -20,9 +20,9 @@ from rich.console import Console
 from rich.live import Live
 
 from vramkit.adapters import nvml
-from vramkit.core import vram
-from vramkit.core.gpu_snapshot import Snapshot, to_jsonable
-from vramkit.core.vram_text import compact_lines
+from vramkit.core.gpu import vram
+from vramkit.core.gpu.snapshot import Snapshot, to_jsonable
+from vramkit.core.gpu.vram_text import compact_lines
 from vramkit.errors import Exit, VramkitError
 from vramkit.ui.vram_screen import plain_text, screen, stats_table
 

@@ -7,7 +7,7 @@ import json
 import os
 
 from vramkit import catalog
-from vramkit.core.knobs import Knobs, specs
+from vramkit.core.plan.knobs import Knobs, specs
 from vramkit.errors import Exit
 from vramkit.launch.resolve import (
     DEFAULT_GPU,
@@ -23,7 +23,7 @@ from vramkit.units import bytes2human
 
 
 def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> None:
-    """The arguments `plan` and `up` share; one option per declared knob (core/knobs.py). Values stay text
+    """The arguments `plan` and `up` share; one option per declared knob (core/plan/knobs.py). Values stay text
     here: launch/resolve.py checks them against the declarations (one line and exit 64, not argparse's 2)."""
     g = p.add_argument_group("what to run")
     g.add_argument("--preset", help=f"one of: {', '.join(catalog.presets())} (knobs below override it)")
@@ -50,7 +50,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
     m.add_argument("--cpu-isa", metavar="{avx2,avx512,amx}", default=None,
                    help="the CPU to plan for: which kt-kernel build runs there (avx2: any x86 desktop; avx512: with "
                         "AVX-512-BF16, e.g. Zen 4/5; amx: Xeon 4th gen+); default: this host's")
-    k = p.add_argument_group("knobs (override the preset; declared in vramkit/core/knobs.py)")
+    k = p.add_argument_group("knobs (override the preset; declared in vramkit/core/plan/knobs.py)")
     for spec in specs(knobs_cls):
         unit = f" [{spec.unit}]" if spec.unit else ""
         flag = f"; SGLang {spec.sglang_flag}" if spec.sglang_flag else ""
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         from rich.console import Console
         from rich.markup import escape
 
-        from vramkit.core.render import shell_line
+        from vramkit.core.render.sglang import shell_line
         con = Console()
         for item in render_plan(r):
             con.print(item)

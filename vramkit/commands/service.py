@@ -58,9 +58,9 @@ def _abs_python(path: str) -> str:
 
 
 def render_units(args) -> dict[str, str]:
-    from vramkit.core import systemd_units as su
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, ENV_SIDE_CPUSET
-    from vramkit.core.render import sglang_args
+    from vramkit.core.render.sglang import sglang_args
+    from vramkit.launch import systemd_units as su
     from vramkit.launch.resolve import host_available, nvml_gpu, resolve
     from vramkit.units import bytes2human
 

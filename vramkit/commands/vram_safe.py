@@ -19,7 +19,7 @@ import argparse
 import json
 
 from vramkit.adapters import nvml, state
-from vramkit.core import vram
+from vramkit.core.gpu import vram
 from vramkit.errors import Exit, VramkitError
 
 

@@ -34,7 +34,7 @@ class Check:
 
 
 class Reason(str):
-    """Why a plan does not fit (core/planner.py): the text, and `kind` (weights | tp | kv | concurrency |
+    """Why a plan does not fit (core/plan/planner.py): the text, and `kind` (weights | tp | kv | concurrency |
     headroom | host_ram | sglang: a combination SGLang itself cannot run), so a caller can route it (`vramkit up`
     gives host RAM its own check and exit code)."""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from vramkit import __version__, catalog
 from vramkit.catalog import GpuSpec
-from vramkit.core.gpu_snapshot import is_na
+from vramkit.core.gpu.snapshot import is_na
 from vramkit.dashboard import planning
 from vramkit.dashboard.sources import LiveSource
 from vramkit.errors import Exit, VramkitError

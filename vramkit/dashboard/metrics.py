@@ -3,7 +3,7 @@
 
 Names follow Prometheus's conventions (base units, `_bytes`, `_celsius`, `_ratio`); per GPU the labels
 are index, name and uuid. `vramkit_gpu_memory_used_bytes` is what vramkit calls "in use": total - free,
-the driver's reserve included (nvidia-smi's memory.used + memory.reserved; core/gpu_snapshot.py says
+the driver's reserve included (nvidia-smi's memory.used + memory.reserved; core/gpu/snapshot.py says
 why). Without NVML or a GPU the only series is `vramkit_gpu_up 0`: an exporter on a machine without a
 GPU answers, it does not fail. A value NVML could not read is left out, never exported as 0.
 """
@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from vramkit.core.gpu_snapshot import Snapshot, is_na
+from vramkit.core.gpu.snapshot import Snapshot, is_na
 
 LABELS = ["index", "name", "uuid"]
 

@@ -1,7 +1,7 @@
 """The dashboard's one door to the planner: the plan explorer's request -> the kit's own plan
 resolution (the same `resolve` that `vramkit plan` and `vramkit up` use), and the prediction for a
 server that is already running. No memory arithmetic here: that is the planner's
-(vramkit/core/planner.py) and the bar's (vramkit/core/dashboard_view.py).
+(vramkit/core/plan/planner.py) and the bar's (vramkit/dashboard/view.py).
 """
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ from typing import Any
 
 from vramkit import catalog
 from vramkit.commands.plan import add_plan_arguments
-from vramkit.core.dashboard_view import (
+from vramkit.core.plan.knobs import VALID_KV_DTYPES, specs
+from vramkit.dashboard.view import (
     EngineBytes,
     knobs_from_server_info,
     memory_segments,
 )
-from vramkit.core.knobs import VALID_KV_DTYPES, specs
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.resolve import plan_json, resolve
 
 # The explorer's fields: what to run (as `vramkit plan` names them) and every declared knob
-# (vramkit/core/knobs.py). Values stay text; `resolve` checks them against their declarations.
+# (vramkit/core/plan/knobs.py). Values stay text; `resolve` checks them against their declarations.
 TARGET_FIELDS = {"preset": "--preset", "model": "--model", "gpu": "--gpu", "gpu_free_gib": "--gpu-free-gib",
                  "other_used_gib": "--other-used-gib", "host_ram_gib": "--host-ram-gib"}
 

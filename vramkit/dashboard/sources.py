@@ -20,16 +20,16 @@ from vramkit.adapters import nvml
 from vramkit.adapters.sglang_http import SglangClient
 from vramkit.adapters.state import read_running, state_dir
 from vramkit.bench.summary import HEADLINES, headline
-from vramkit.core import vram
-from vramkit.core.dashboard_view import (
+from vramkit.core.gpu import vram
+from vramkit.core.gpu.snapshot import is_na, to_jsonable
+from vramkit.core.sglang_log import parse
+from vramkit.dashboard import planning
+from vramkit.dashboard.view import (
     history_point,
     predicted_vs_actual,
     server_memory,
     trim_history,
 )
-from vramkit.core.gpu_snapshot import is_na, to_jsonable
-from vramkit.core.sglang_log import parse
-from vramkit.dashboard import planning
 from vramkit.errors import VramkitError
 from vramkit.launch.resolve import host_available, nvml_gpu
 

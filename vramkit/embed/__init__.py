@@ -2,5 +2,5 @@
 precache, stats.
 
 `create_app(config)` in `app.py` is the entry; `server.serve(config)` runs it under uvicorn.
-Pure key/vector/chunk logic lives in `vramkit.core.embed_keys`; Redis in `vramkit.adapters.redis_store`.
+Pure key/vector/chunk logic lives in `vramkit.embed.keys`; Redis in `vramkit.adapters.redis_store`.
 """

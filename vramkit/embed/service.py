@@ -10,14 +10,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from vramkit.adapters.redis_store import RedisStore, Unavailable
-from vramkit.core.embed_keys import (
+from vramkit.embed.encoder import Encoder
+from vramkit.embed.keys import (
     EmbedSettings,
     bytes_to_vector,
     cache_keys,
     dedupe,
     vector_to_bytes,
 )
-from vramkit.embed.encoder import Encoder
 from vramkit.embed.queue import MicroBatcher
 from vramkit.embed.stats import Stats
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.planner import Knobs, Target, plan
-from vramkit.core.render import sglang_args
+from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.render.sglang import sglang_args
 from vramkit.units import GiB
 
 
@@ -59,7 +59,7 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
     """The hybrid MoE launches with every --kt-* flag resolved, as `vramkit up` renders them: each preset
     with kt_method on each catalogued card, and FP8 / AMXINT4 as the H100-host runs made them
     (benchmarks/gpu/run_moe.sh: a local checkpoint folder, KT's INT4 layout beside it)."""
-    from vramkit.core.kt_hybrid import HostCpu  # noqa: PLC0415
+    from vramkit.core.plan.kt_hybrid import HostCpu  # noqa: PLC0415
     from vramkit.launch import hybrid  # noqa: PLC0415 - launch.hybrid imports launch.resolve, above this module
     h100_host = HostCpu(isa="amx", isa_source="the H100 host", read_bytes_s=((16, 93.0e9),),
                         read_source="the H100 host's 16-thread read", physical_cores=16)

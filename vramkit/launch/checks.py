@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from vramkit import catalog
 from vramkit.core.checks import Check
-from vramkit.core.planner import host_ram_need
+from vramkit.core.plan.planner import host_ram_need
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.steps import LaunchSpec, server_gpu_ids
 from vramkit.units import bytes2human

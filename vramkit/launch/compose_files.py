@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.planner import Knobs, Target, plan
-from vramkit.core.render import compose_yaml, sglang_args
+from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.render.sglang import compose_yaml, sglang_args
 from vramkit.launch import hybrid
 from vramkit.units import GiB
 

@@ -1,6 +1,6 @@
 """The hybrid MoE mode's outside side (issue 12): the CPU the plan runs on, and what a launch adds.
 
-The plan itself is core's (core/planner.py plans the KTransformers split like any plan; core/kt_hybrid.py
+The plan itself is core's (core/plan/planner.py plans the KTransformers split like any plan; core/plan/kt_hybrid.py
 holds KT's facts): this module only reads this host (its CPU's instructions through /proc/cpuinfo, its
 server cpuset's physical cores, the read bandwidth `vramkit host --bandwidth` measured per thread count),
 or takes the host the user plans for (--cpu-isa, --host-read-gbs), and turns a planned hybrid section into
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core import kt_hybrid as kt
+from vramkit.core.plan import kt_hybrid as kt
 from vramkit.errors import Exit, VramkitError
 
 ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"     # `vramkit host --bandwidth --write`: "THREADS:GBS,..." (or one GBS)
@@ -107,7 +107,7 @@ class Hybrid:
     here_isa: str | None           # the build THIS host runs (`vramkit up` starts here, whatever --cpu-isa said)
 
     def args(self, model_path: str) -> list[str]:
-        """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/knobs.py): the given
+        """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/plan/knobs.py): the given
         folder, else the model's own for the methods that read the checkpoint, else a placeholder that
         `vramkit up` refuses before starting (the kt-weights check)."""
         default = model_path if kt.KT_METHODS[self.plan.kt_method].reads else "$VRAMKIT_KT_WEIGHT_PATH"

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from vramkit import catalog
-from vramkit.core.knobs import specs
-from vramkit.core.model_spec import GpuSpec, ModelSpec
-from vramkit.core.planner import Knobs, Plan, Target, plan
+from vramkit.core.model.spec import GpuSpec, ModelSpec
+from vramkit.core.plan.knobs import specs
+from vramkit.core.plan.planner import Knobs, Plan, Target, plan
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB
 
@@ -67,7 +67,7 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
 
 
 def cli_knobs(args: argparse.Namespace, knobs_cls: type = Knobs) -> dict:
-    """The knobs given on the command line, each parsed and checked by its declaration (core/knobs.py);
+    """The knobs given on the command line, each parsed and checked by its declaration (core/plan/knobs.py);
     a bad value is one line and exit 64. An old spelling (--hicache-gib) still works, with a warning."""
     out = {}
     for spec in specs(knobs_cls):
@@ -116,7 +116,7 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
     tensor-parallel rank from the minimum across ranks (model_runner.init_torch_distributed).
     `ids` are NVML indices (default: the first `tp`); `snap` a snapshot already read (default: read one)."""
     from vramkit.adapters import nvml
-    from vramkit.core.gpu_snapshot import is_na
+    from vramkit.core.gpu.snapshot import is_na
 
     ids = list(ids) if ids else list(range(max(1, tp)))
     if snap is None:
@@ -187,7 +187,7 @@ def host_available() -> int:
 def plan_args(r: Resolved) -> list[str]:
     """The SGLang arguments of a plan as `vramkit plan` shows them (the model's hf_id, or a folder model's
     folder; SGLang's port), with --kt-weight-path in the hybrid MoE mode."""
-    from vramkit.core.render import model_path_for, sglang_args
+    from vramkit.core.render.sglang import model_path_for, sglang_args
     path = model_path_for(r.model)
     extra = r.hybrid.args(path) if r.hybrid is not None else []
     return sglang_args(r.model, r.plan, model_path=path, port=catalog.sglang().port) + extra

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core import sglang_log
-from vramkit.core.render import compose_yaml, container_model_path, model_path_for, sglang_args
+from vramkit.core.render.sglang import compose_yaml, container_model_path, model_path_for, sglang_args
 from vramkit.errors import Exit, VramkitError
 
 

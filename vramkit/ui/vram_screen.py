@@ -3,7 +3,7 @@
 Takes a Snapshot (and the session's stats and recent alert lines) and returns renderables; no
 terminal is touched here. `plain_text()` renders without colour or ANSI codes, which is what the
 golden tests compare. The terminal-free parts (colour bands, N/A formatting, pipe lines) live in
-`vramkit/core/vram_text.py`.
+`vramkit/core/gpu/vram_text.py`.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from vramkit.core.gpu_snapshot import GpuSample, Snapshot, is_na
-from vramkit.core.vram import SessionStats
-from vramkit.core.vram_text import bar_colour, fmt, human_bytes
+from vramkit.core.gpu.snapshot import GpuSample, Snapshot, is_na
+from vramkit.core.gpu.vram import SessionStats
+from vramkit.core.gpu.vram_text import bar_colour, fmt, human_bytes
 from vramkit.units import bytes2human
 
 BAR_WIDTH = 30

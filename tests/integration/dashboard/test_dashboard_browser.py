@@ -84,7 +84,7 @@ def test_the_explorer_takes_a_card_and_knobs_from_the_address(dashboard_cli, tmp
 
 
 def test_the_form_has_one_field_per_declared_knob(dashboard_cli, tmp_path):
-    from vramkit.core.knobs import specs
+    from vramkit.core.plan.knobs import specs
     url = dashboard_cli()
     html = chromium_dom(url + "/?panel=plan&hicache_gb=4", tmp_path)
     for spec in specs():

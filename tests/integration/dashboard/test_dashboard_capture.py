@@ -82,7 +82,7 @@ def test_replay_of_a_real_runs_server_draws_predicted_vs_actual(tmp_path, state_
 
 
 def _no_gpu_snapshot():
-    from vramkit.core.gpu_snapshot import NotAvailable, Snapshot
+    from vramkit.core.gpu.snapshot import NotAvailable, Snapshot
     return Snapshot(time_s=0.0, unavailable=NotAvailable("test"))
 
 

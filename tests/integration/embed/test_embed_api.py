@@ -8,7 +8,7 @@ import time
 import numpy as np
 import redis
 
-from vramkit.core.embed_keys import cache_keys
+from vramkit.embed.keys import cache_keys
 
 
 def test_second_embed_of_the_same_text_comes_from_the_cache(client):

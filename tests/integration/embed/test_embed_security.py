@@ -14,7 +14,7 @@ import psutil
 import pytest
 import redis
 
-from vramkit.core.embed_keys import cache_keys
+from vramkit.embed.keys import cache_keys
 
 
 def test_cache_poisoning_is_refused_embedded_redis_needs_its_password(serve, encoder):

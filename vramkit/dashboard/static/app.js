@@ -132,7 +132,7 @@ function setupForm(cat, meta) {
   f.model.replaceChildren(option("", "(preset's)"), ...cat.models.map(m => option(m.name, m.name)));
   const card = meta.mode === "replay" && meta.nvml_card ? `auto: ${meta.nvml_card.nvml_name} (captured)` : "auto: the card NVML sees";
   f.gpu.replaceChildren(...cat.gpus.map(g => option(g.name, g.label, g.name === "rtx-5060-ti-16gb")), option("auto", card));
-  // one field per knob declared in vramkit/core/knobs.py (name, unit, range, help come from there)
+  // one field per knob declared in vramkit/core/plan/knobs.py (name, unit, range, help come from there)
   fill("knob-fields", cat.knobs.map(k => h("label", { title: `${k.help}; ${k.range}${k.unit ? ", " + k.unit : ""} (${k.flag})` },
     k.name.replace(/_/g, " ") + ((u => u && u.length <= 10 ? ` [${u}]` : "")(k.unit.split(" (")[0])),
     k.choices.length ? h("select", { name: k.name }, option("", "(preset's)"), k.choices.map(c => option(c, c)))

@@ -1,20 +1,20 @@
 """What a model costs on a GPU, per tensor-parallel rank: weights by component, SGLang's KV pool layout,
-the activations of a prefill step and the bytes a decode step reads. Pure; core/planner.py combines them
+the activations of a prefill step and the bytes a decode step reads. Pure; core/plan/planner.py combines them
 with the card and the knobs into a plan. Each formula follows SGLang 0.5.15.post1's code, cited where used.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramkit.core.arch import bytes_by_role, expected_distinct_experts, weight_layout
-from vramkit.core.model_spec import ModelSpec
+from vramkit.core.model.arch import bytes_by_role, expected_distinct_experts, weight_layout
+from vramkit.core.model.spec import ModelSpec
 
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5}
 
 
 def weight_components(model: ModelSpec, tp: int = 1, mxfp4_backend: str = "triton_kernels",
                       gpu_experts: int | None = None) -> dict[str, int]:
-    """Checkpoint bytes per TP rank by component (core/arch.py lists every tensor). Column-parallel linears
+    """Checkpoint bytes per TP rank by component (core/model/arch.py lists every tensor). Column-parallel linears
     split their outputs, row-parallel their inputs, the vocabulary is split; norms, routers are replicated;
     every routed expert is on every rank with its intermediate size split (the hybrid MoE mode: the
     `gpu_experts` of each layer the GPU holds)."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import shlex
 
-from vramkit.core.knobs import render_args
-from vramkit.core.model_spec import ModelSpec
-from vramkit.core.planner import Plan
+from vramkit.core.model.spec import ModelSpec
+from vramkit.core.plan.knobs import render_args
+from vramkit.core.plan.planner import Plan
 
 HEALTH_START_PERIOD_S = 900           # first GPTQ start JIT-compiles marlin inside graph capture: 378 s on H100
 
@@ -50,7 +50,7 @@ def yarn_override(model: ModelSpec, factor: float) -> str:
 def sglang_args(model: ModelSpec, p: Plan, *, model_path: str, port: int, host: str = "127.0.0.1",
                 load_format: str | None = None, extra: list[str] | None = None) -> list[str]:
     """SGLang launch_server arguments (without `python -m sglang.launch_server`): the address, then each
-    knob as its declaration renders it (core/knobs.py), then the flags the kit always sets."""
+    knob as its declaration renders it (core/plan/knobs.py), then the flags the kit always sets."""
     a = ["--model-path", model_path, "--host", host, "--port", str(port), *render_args(p.knobs, p)]
     # prefill CUDA graphs stay off: ~85 s less start-up and no capture memory; every calibration run
     # (config/engine.toml) was measured so, and the planner's default fraction assumes it

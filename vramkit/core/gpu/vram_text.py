@@ -5,7 +5,7 @@ helpers, and `compact_lines()` is what the monitor prints when its output is a p
 """
 from __future__ import annotations
 
-from vramkit.core.gpu_snapshot import Snapshot, is_na
+from vramkit.core.gpu.snapshot import Snapshot, is_na
 from vramkit.units import bytes2human
 
 YELLOW_FROM_PCT = 85.0     # the issue: green below 85 %, yellow from 85, red from 90

@@ -2,9 +2,9 @@
 
 SGLang 0.5.15.post1 with --kt-weight-path wraps every FusedMoE layer in `KTEPWrapperMethod`
 (layers/moe/kt_ep_wrapper.py): the checkpoint's own GPU method creates the fused expert tensors for experts
-0..N-1 only (--kt-num-gpu-experts N; core/arch.py `weight_layout(gpu_experts=N)`), and kt-kernel computes
+0..N-1 only (--kt-num-gpu-experts N; core/model/arch.py `weight_layout(gpu_experts=N)`), and kt-kernel computes
 the rest on the CPU (--kt-method, --kt-cpuinfer threads). GPU memory therefore goes through the planner's
-one model (weight replay through the caching allocator, KV pool, activations): core/planner.py plans the
+one model (weight replay through the caching allocator, KV pool, activations): core/plan/planner.py plans the
 hybrid mode like any other plan; this module holds what is KT's own:
 
 - which kt-kernel method reads which checkpoint, and which CPU builds have its kernels (`KT_METHODS`);
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vramkit.core.model_spec import ModelSpec
+from vramkit.core.model.spec import ModelSpec
 from vramkit.errors import Exit, VramkitError
 
 # --- kt-kernel's methods and CPU builds (kt-kernel 0.5.3) ----------------------------------------------------

@@ -7,7 +7,7 @@ follows SGLang's own code, step by step:
    minus what others hold minus the server's CUDA context and, tp > 1, NCCL (measured, config/engine.toml).
 2. Weights (per TP rank): every tensor of the checkpoint as SGLang keeps it, minus `--cpu-offload-gb`
    (OffloaderV1 moves decoder-layer parameters to pinned host RAM until that many GiB), as the caching
-   allocator reserves them: SGLang's allocations replayed (core/weight_load.py, core/torch_alloc.py).
+   allocator reserves them: SGLang's allocations replayed (core/memory/weight_load.py, core/memory/torch_alloc.py).
 3. KV pool (model_runner_kv_cache_mixin._profile_available_bytes + pool_configurator):
        rest   = avail_after_weights - pre_model_load_memory * (1 - mem_fraction_static)
        tokens = rest // cell_size,   cell_size = kv_heads_per_rank * (head_dim*2) * layers * kv_bytes
@@ -26,11 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from vramkit.core import kt_hybrid as kt
-from vramkit.core.arch import CALIBRATION_HOST_SMS, MXFP4_PADDING, bytes_by_role, mxfp4_backend_for, weight_layout
 from vramkit.core.checks import Reason
-from vramkit.core.knobs import Knobs
-from vramkit.core.model_memory import (  # noqa: F401
+from vramkit.core.memory.costs import (  # noqa: F401
     KV_DTYPE_BYTES,
     KvLayout,
     activation_bytes,
@@ -39,8 +36,17 @@ from vramkit.core.model_memory import (  # noqa: F401
     kv_layout,
     weight_components,
 )
-from vramkit.core.model_spec import GpuSpec, ModelSpec
-from vramkit.core.weight_load import replay_load
+from vramkit.core.memory.weight_load import replay_load
+from vramkit.core.model.arch import (
+    CALIBRATION_HOST_SMS,
+    MXFP4_PADDING,
+    bytes_by_role,
+    mxfp4_backend_for,
+    weight_layout,
+)
+from vramkit.core.model.spec import GpuSpec, ModelSpec
+from vramkit.core.plan import kt_hybrid as kt
+from vramkit.core.plan.knobs import Knobs
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, MiB, bytes2human
 
@@ -238,7 +244,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     graph_bs = knobs.cuda_graph_max_bs
     if graph_bs is None:
         graph_bs = sglang_default_cuda_graph_max_bs(card_total, tp)
-    # the kit always renders --disable-prefill-cuda-graph (core/render.py): SGLang's default reserve without them
+    # the kit always renders --disable-prefill-cuda-graph (core/render/sglang.py): SGLang's default reserve without them
     frac = knobs.mem_fraction if knobs.mem_fraction is not None else sglang_default_mem_fraction(
         card_total, chunk_flag, graph_bs, tp, prefill_cuda_graph=False)
     context_len, yarn = context_and_yarn(model, knobs.context)
@@ -553,7 +559,7 @@ def sglang_can_offload(model: ModelSpec) -> bool:
 def host_ram_need(hicache_bytes: int, pinned_weights_bytes: int, engine: Engine) -> tuple[int, int]:
     """(pinned host RAM, what SGLang keeps free beside it): the host cache checks RAM minus its reserve after the
     offloaded weights are pinned; no cache, no reserve. The planner and launch/checks.py both use this.
-    `pinned_weights_bytes` is what the offloaded weights pin (power-of-two rounded, core/weight_load.py)."""
+    `pinned_weights_bytes` is what the offloaded weights pin (power-of-two rounded, core/memory/weight_load.py)."""
     return hicache_bytes + pinned_weights_bytes, engine.hicache_host_reserve if hicache_bytes else 0
 
 

@@ -5,7 +5,7 @@ Pure: dicts in (a Plan's JSON, SGLang's /server_info and /v1/loads answers, snap
 The page (vramkit/dashboard/static) only draws these; it computes nothing about memory itself.
 
 Every segment and every row says where its number comes from (`source`):
-- "planner": derived from SGLang's source by vramkit/core/planner.py;
+- "planner": derived from SGLang's source by vramkit/core/plan/planner.py;
 - "engine.toml": a constant measured on the GPU host (config/engine.toml);
 - "residual": the planner's peak minus every other part (the decode CUDA graphs' pool, which the
   planner counts inside the peak but the Plan does not carry as its own figure);

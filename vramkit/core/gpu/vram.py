@@ -3,7 +3,7 @@
 Everything takes plain values (Snapshots, numbers, times in seconds) and returns plain values;
 the commands do the NVML reading, the clock, the terminal and the files.
 Percentages are of the GPU's total memory and count what is "in use" = total - free (driver-reserved
-memory included; see vramkit/core/gpu_snapshot.py).
+memory included; see vramkit/core/gpu/snapshot.py).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass, field
 
-from vramkit.core.gpu_snapshot import GpuSample, Snapshot, is_na
+from vramkit.core.gpu.snapshot import GpuSample, Snapshot, is_na
 from vramkit.errors import Exit
 from vramkit.units import bytes2human, human2bytes
 

@@ -1,9 +1,9 @@
 """The GPU memory a model's weight load reserves per rank, by replaying SGLang's allocations.
 
 SGLang 0.5.15.post1 builds the model under `torch.device("cuda")` (model_loader/loader.py), so every
-parameter is one allocation, in module order (core/arch.py lists them per family and quantization
+parameter is one allocation, in module order (core/model/arch.py lists them per family and quantization
 method); the rotary cos/sin cache is built inside the first layer. After loading, each quantization
-method converts its tensors (core/arch.py `Op`s): GPTQ/AWQ marlin repacks allocate the new tensor
+method converts its tensors (core/model/arch.py `Op`s): GPTQ/AWQ marlin repacks allocate the new tensor
 before the old is freed, GPTQ's g_idx and qzeros become empty, MLA keeps copies of kv_b_proj's halves.
 
 `--cpu-offload-gb` (OffloaderV1.maybe_offload_to_cpu) moves decoder-layer parameters to host RAM, in
@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from vramkit.core.arch import CALIBRATION_HOST_SMS, WeightLayout  # noqa: F401  (the SM count default, re-exported)
-from vramkit.core.torch_alloc import CachingAllocator
+from vramkit.core.memory.torch_alloc import CachingAllocator
+from vramkit.core.model.arch import CALIBRATION_HOST_SMS, WeightLayout  # noqa: F401  (the SM count default, re-exported)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ mixtral,olmoe,deepseek_v2,gpt_oss}.py and layers/quantization/{unquant,fp8,mxfp4
 
 A layer is a tuple of `Param(role, name, nbytes, group)`; `ops` are what each quantization method does
 after loading (marlin repacks allocate the new tensor before the old is freed; GPTQ's g_idx and qzeros
-become empty). core/weight_load.py replays both through the caching-allocator model.
+become empty). core/memory/weight_load.py replays both through the caching-allocator model.
 
 Roles: embed, lm_head, attention, mlp (dense), experts (routed), shared (shared experts), router, norm, rope.
 
@@ -20,7 +20,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from vramkit.core.model_spec import ModelSpec, Quantization
+from vramkit.core.model.spec import ModelSpec, Quantization
 
 # marlin_make_workspace: one int32 per SM of the card (its count: config/gpus.toml sm_count). Without a
 # catalogued card (a bare --gpu-free-gib), the calibration host's H100 count: 132 x 4 B, under 1 KiB a layer.

@@ -4,7 +4,7 @@ SGLang flag it renders to. Pure: values in, values or a ValueError out.
 The `Knobs` dataclass is the declaration (SGLang derives its parser from one dataclass the same way,
 srt/server_args.py). Each field carries a `KnobSpec` in its metadata, and everything else reads that:
 the CLI (commands/plan.py `add_plan_arguments`, launch/resolve.py), preset loading and validation
-(catalog.presets), the renderer (core/render.py `sglang_args`) and the table in config/presets.toml
+(catalog.presets), the renderer (core/render/sglang.py `sglang_args`) and the table in config/presets.toml
 (`doc_table`, written by `vramkit compose`). A new knob is one field here plus its planner logic.
 
 Field order is the order the knobs render in SGLang's argument list.
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
-from vramkit.core.kt_hybrid import KT_METHODS
+from vramkit.core.plan.kt_hybrid import KT_METHODS
 
 VALID_KV_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
 
-# A renderer gets the resolved value and the Plan (core/planner.py; typed Any to keep this module below
+# A renderer gets the resolved value and the Plan (core/plan/planner.py; typed Any to keep this module below
 # the planner) and returns the SGLang arguments for it.
 Render = Callable[[Any, Any], list[str]]
 
@@ -107,7 +107,7 @@ def knob(default: Any, type: type, unit: str, help: str, **kw) -> Any:
     return field(default=default, metadata={"knob": dict(type=type, unit=unit, help=help, default=default, **kw)})
 
 
-KT_METHOD_CHOICES = tuple(KT_METHODS)      # kt-kernel's methods the kit plans, declared in core/kt_hybrid.py
+KT_METHOD_CHOICES = tuple(KT_METHODS)      # kt-kernel's methods the kit plans, declared in core/plan/kt_hybrid.py
 
 
 def _kt(flag: str, value, plan) -> list[str]:
@@ -158,8 +158,8 @@ class Knobs:
         render=lambda v, _p: ["--cpu-offload-gb", str(int(v))] if int(v) > 0 else [])
     concurrency: int = knob(1, int, "requests", "requests of that context that should run at once (the "
                             "planner's target; SGLang has no such flag)", minimum=1)
-    # The hybrid MoE mode (issue 12; core/planner.py resolves the "auto"s, core/kt_hybrid.py): experts beyond the
-    # GPU's share are computed by the CPU through SGLang's KTransformers path. Rendered only with kt_method.
+    # The hybrid MoE mode (issue 12; core/plan/planner.py resolves the "auto"s, core/plan/kt_hybrid.py): experts
+    # beyond the GPU's share are computed by the CPU through SGLang's KTransformers path. Rendered only with kt_method.
     kt_method: str | None = knob(
         None, str, "", "MoE experts beyond the GPU's share run on the CPU (SGLang's KTransformers path, "
         "kt-kernel), in this format: FP8 / BF16 / GPTQ_INT4 read from the checkpoint, AMXINT4 / AMXINT8 from KT's "

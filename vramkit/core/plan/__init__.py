@@ -1,0 +1,1 @@
+"""The launch knobs (knobs.py), the plan and its alternatives (planner.py), the KT hybrid mode (kt_hybrid.py)."""
