@@ -49,7 +49,7 @@ start-qwen-128k: ## one 131,072-token request (YaRN x4, fp8 KV; the 7B GPTQ on 1
 	@$(call _up,128k) $(_safe)
 stop-qwen-128k: ## stop the 128k server
 	@$(VRAMKIT) down --name vramkit-128k
-start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers; AMX or AVX-512-BF16, ~20 GiB RAM)
+start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers; every expert in RAM: ~23 GiB with AMXINT4)
 	@VRAMKIT_KT_WEIGHT_PATH=$(KT_WEIGHT_PATH) $(call _up,moe) $(_safe)
 stop-qwen-moe: ## stop the moe server
 	@$(VRAMKIT) down --name vramkit-moe

@@ -36,7 +36,7 @@ from vramkit.core.memory.costs import (  # noqa: F401
     kv_layout,
     weight_components,
 )
-from vramkit.core.memory.weight_load import replay_load
+from vramkit.core.memory.weight_load import LoadResult, replay_load
 from vramkit.core.model.arch import (
     CALIBRATION_HOST_SMS,
     MXFP4_PADDING,
@@ -457,7 +457,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, context_len: int, sms:
 HYBRID_CONTEXTS = (512, 8192)     # besides the target context, where the decode estimate is also given
 
 
-def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load, cell: int,
+def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load: LoadResult, cell: int,
                     tp: int, reasons: list, notes: list) -> kt.HybridPlan:
     """The CPU side of a hybrid plan (its GPU figures are the plan's own): the method this CPU runs, the
     threads, host RAM as kt-kernel holds every expert, the decode estimate and layer offload beside it."""

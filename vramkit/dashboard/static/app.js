@@ -186,7 +186,8 @@ function renderPlan(p) {
       ["longest prompt", `< ${num(p.max_request_tokens)} tokens`],
       [`requests of ${num(k.context)} at once`, String(p.max_concurrent_requests)],
       ["free after start-up", gib(p.startup_free_bytes)],
-      ["decode ceiling, 1 stream", p.decode_tok_s_ceiling ? num(p.decode_tok_s_ceiling, 1) + " tok/s (bandwidth bound)" : "n/a"],
+      p.hybrid ? ["decode estimate, 1 stream", `${num(p.hybrid.decode_tok_s, 1)} tok/s at ${num(p.hybrid.decode_context_tokens)} tokens (fitted estimate, not a ceiling); ${p.hybrid.num_gpu_experts} of ${p.hybrid.num_experts} experts/layer on the GPU, ${p.hybrid.kt_method} on ${p.hybrid.cpuinfer_threads} CPU threads, host RAM ${gib(p.hybrid.host_ram_bytes)}`]
+        : ["decode ceiling, 1 stream", p.decode_tok_s_ceiling ? num(p.decode_tok_s_ceiling, 1) + " tok/s (bandwidth bound)" : "n/a"],
       ["resolved knobs", `mem_fraction ${k.mem_fraction}, chunked_prefill ${k.chunked_prefill}, graph bs ${k.cuda_graph_max_bs}, max_running ${k.max_running}, tp ${k.tp}`],
     ]),
     p.alternatives.length ? [h("h3", {}, "what would fit instead (re-planned, best first)"),
