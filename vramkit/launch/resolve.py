@@ -13,6 +13,7 @@ from vramkit.core.model.spec import GpuSpec, ModelSpec
 from vramkit.core.plan.knobs import specs
 from vramkit.core.plan.planner import Knobs, Plan, Target, plan
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch.hybrid import Hybrid, for_plan, host_cpu, this_host_isa
 from vramkit.units import GiB
 
 DEFAULT_MODEL = "qwen2.5-coder-14b-instruct-gptq-int4"
@@ -27,7 +28,7 @@ class Resolved:
     knobs: Knobs
     preset: str | None
     plan: Plan
-    hybrid: object = None       # launch.hybrid.Hybrid: the launch side of plan.hybrid (kt_method)
+    hybrid: Hybrid | None = None            # the launch side of plan.hybrid (kt_method)
 
 
 def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resolved:
@@ -54,16 +55,15 @@ def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resol
             gpu = replace(gpu, bandwidth_bytes_s=link[0], pcie_gen=link[1], pcie_lanes=link[2])
     host_ram_gib = _amount(args, "host_ram_gib", positive=True)
     host_avail = int(host_ram_gib * GiB) if host_ram_gib is not None else (read_host() if read_host else None)
-    from vramkit.launch import hybrid  # noqa: PLC0415 - hybrid imports this module's neighbours
     # the CPU side (the hybrid MoE mode, and its alternative for a MoE that does not fit): --cpu-isa or this host's
-    host = hybrid.host_cpu(cpu_isa=getattr(args, "cpu_isa", None), host_read_gbs=getattr(args, "host_read_gbs", None)) \
+    host = host_cpu(cpu_isa=getattr(args, "cpu_isa", None), host_read_gbs=getattr(args, "host_read_gbs", None)) \
         if model.moe is not None else None
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail,
                     host=host)
     p = plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values()))
-    here = hybrid.this_host_isa() if p.hybrid is not None else None
+    here = this_host_isa() if p.hybrid is not None else None
     return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None, p,
-                    hybrid.for_plan(p, getattr(args, "kt_weight_path", None), here))
+                    for_plan(p, getattr(args, "kt_weight_path", None), here))
 
 
 def cli_knobs(args: argparse.Namespace, knobs_cls: type = Knobs) -> dict:
