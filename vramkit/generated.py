@@ -13,6 +13,7 @@ from vramkit import catalog
 from vramkit.bench.summary import find_key
 from vramkit.core.plan import knobs
 from vramkit.core.plan.planner import Engine, Knobs, Target, kv_bytes_per_token, plan
+from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB
 
@@ -75,12 +76,10 @@ def presets_table() -> list[str]:
         r = plan(m, target, Knobs(**p.knobs), _engine(), with_alternatives=False)
         hy = None
         if p.knobs.get("kt_method"):   # the hybrid MoE mode, for the reference desktop CPU the compose files use
-            import argparse  # noqa: PLC0415 - only this row needs it
-
             from vramkit.launch import hybrid  # noqa: PLC0415 - launch sits above this module
             from vramkit.launch.resolve import Resolved  # noqa: PLC0415
             hy = hybrid.apply(Resolved(m, g, target, Knobs(**p.knobs), p.name, r),
-                              argparse.Namespace(kt_weight_path=None, host_read_gbs=None),
+                              PlanRequest(),
                               server_cores=hybrid.COMPOSE_REFERENCE_CORES, cpu_flags=set()).hybrid.plan
         k = r.knobs
         what = [f"{k.context:,}-token context", "fp16/bf16 KV" if k.kv_dtype == "auto" else f"{k.kv_dtype} KV",

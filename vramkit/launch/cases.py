@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.plan.request import PlanRequest
 from vramkit.core.render.sglang import sglang_args
 from vramkit.units import GiB
 
@@ -57,8 +58,6 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
     """The hybrid MoE launches with every --kt-* flag resolved, as `vramkit up` renders them: each preset
     with kt_method on each catalogued card, and FP8 / AMXINT4 as the H100-host runs made them
     (benchmarks/gpu/run_moe.sh: a local checkpoint folder, KT's INT4 layout beside it)."""
-    import argparse  # noqa: PLC0415 - only these cases need it
-
     from vramkit.launch import hybrid  # noqa: PLC0415 - launch.hybrid imports launch.resolve, above this module
     from vramkit.launch.resolve import Resolved  # noqa: PLC0415
     host_gpu = catalog.gpu("h100-80gb")
@@ -75,7 +74,7 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
             p = plan(model, target, knobs, engine, with_alternatives=False)
             weights = "/tmp/ck/kt-int4" if over.get("kt_method") == "AMXINT4" else None
             r = hybrid.apply(Resolved(model, gpu, target, knobs, preset.name, p),
-                             argparse.Namespace(kt_weight_path=weights, host_read_gbs=93.0),
+                             PlanRequest(kt_weight_path=weights, host_read_gbs=93.0),
                              server_cores=16, cpu_flags=set())
             if free_gib:
                 argv = sglang_args(model, p, model_path=str(model.config_dir), load_format=None, port=port,

@@ -1,11 +1,11 @@
 """The committed docker-compose.qwen*.yml files, one per preset, rendered from config/ (`vramkit compose`)."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.plan.request import PlanRequest
 from vramkit.core.render.sglang import compose_yaml, sglang_args
 from vramkit.launch import hybrid
 from vramkit.launch.resolve import Resolved
@@ -30,7 +30,7 @@ def compose_files() -> dict[Path, str]:
         kt = {}
         if knobs.kt_method:     # the hybrid MoE mode, planned for a reference desktop CPU (re-rendered by `up`)
             r = hybrid.apply(Resolved(model, gpu, target, knobs, preset.name, p),
-                             argparse.Namespace(kt_weight_path=None, host_read_gbs=None),
+                             PlanRequest(),
                              server_cores=hybrid.COMPOSE_REFERENCE_CORES, cpu_flags=set())
             argv = sglang_args(model, p, model_path=model.hf_id, host="0.0.0.0", port=port)
             kt = r.hybrid.compose_parts("services/sglang-kt")

@@ -16,6 +16,7 @@ from pathlib import Path
 from vramkit import catalog
 from vramkit.core.plan import kt_hybrid as mo
 from vramkit.core.plan.planner import KV_DTYPE_BYTES, Alternative
+from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
 
 ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"      # `vramkit host --bandwidth` measures it; `make optimize-write` keeps it
@@ -91,17 +92,9 @@ def _server_physical_cores() -> int:
     return max(1, len(topo.cores(cpus)))
 
 
-def host_read_gbs(args) -> tuple[float, str]:
-    v = getattr(args, "host_read_gbs", None)
-    if v is not None:
-        try:
-            gbs = float(v)
-        except ValueError:
-            gbs = -1.0
-        if not 0 < gbs < 10_000:
-            raise VramkitError(f"--host-read-gbs {v!r} is not a bandwidth in GB/s", "e.g. --host-read-gbs 60",
-                               Exit.BAD_INPUT)
-        return gbs, "--host-read-gbs"
+def host_read_gbs(request: PlanRequest) -> tuple[float, str]:
+    if request.host_read_gbs is not None:      # checked by core/plan/request.py
+        return request.host_read_gbs, "--host-read-gbs"
     from vramkit.core.host_plan import read_env_value
     text = os.environ.get(ENV_HOST_READ)
     env_file = catalog.CONFIG_DIR.parent / ".env"
@@ -123,7 +116,8 @@ def _checkpoint_format(cfg: dict) -> str:
                        Exit.BAD_INPUT)
 
 
-def _hybrid_plan(r, cfg: dict, method: str, args, server_cores: int | None = None) -> tuple[mo.HybridPlan, float, str]:
+def _hybrid_plan(r, cfg: dict, method: str, request: PlanRequest,
+                 server_cores: int | None = None) -> tuple[mo.HybridPlan, float, str]:
     fmt = _checkpoint_format(cfg)
     need = mo.KT_METHODS[method]["checkpoint"]
     if need is not None and need != fmt:
@@ -132,7 +126,7 @@ def _hybrid_plan(r, cfg: dict, method: str, args, server_cores: int | None = Non
                            Exit.BAD_INPUT)
     k = r.plan.knobs
     s = mo.sizes(cfg, fmt, method, KV_DTYPE_BYTES.get(k.kv_dtype, r.model.dtype_bytes))
-    bw, src = host_read_gbs(args)
+    bw, src = host_read_gbs(request)
     if r.gpu is None:
         raise VramkitError("the hybrid MoE plan needs the card's bandwidth and PCIe link",
                            "name a catalogued --gpu, or give --gpu-bandwidth-gbs and --gpu-pcie", Exit.BAD_INPUT)
@@ -151,7 +145,7 @@ def _hybrid_plan(r, cfg: dict, method: str, args, server_cores: int | None = Non
     return hp, bw, src
 
 
-def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | None = None):
+def apply(r, request: PlanRequest, *, server_cores: int | None = None, cpu_flags: set[str] | None = None):
     """The hybrid plan on top of the dense one (see the module docstring). `server_cores`/`cpu_flags`
     stand for this host's (committed compose files are rendered for a reference desktop)."""
     method = getattr(r.knobs, "kt_method", None)
@@ -167,7 +161,7 @@ def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | Non
     if not method:
         if not r.plan.fits:      # a MoE that does not fit: offer the hybrid mode beside layer offload
             try:
-                hp, _, src = _hybrid_plan(r, cfg, "FP8" if _checkpoint_format(cfg) == "fp8" else "BF16", args,
+                hp, _, src = _hybrid_plan(r, cfg, "FP8" if _checkpoint_format(cfg) == "fp8" else "BF16", request,
                                           server_cores)
             except VramkitError:
                 return r
@@ -183,9 +177,9 @@ def apply(r, args, *, server_cores: int | None = None, cpu_flags: set[str] | Non
             first = hp.fits and hp.decode_tok_s > max(others, default=0)
             r.plan.alternatives.insert(0 if first else len(r.plan.alternatives), alt)
         return r
-    hp, bw, src = _hybrid_plan(r, cfg, method, args, server_cores)
+    hp, bw, src = _hybrid_plan(r, cfg, method, request, server_cores)
     variant, detail = mo.isa_check(method, _cpu_flags() if cpu_flags is None else cpu_flags)
-    weight_path = getattr(args, "kt_weight_path", None) or os.environ.get("VRAMKIT_KT_WEIGHT_PATH") or None
+    weight_path = request.kt_weight_path or os.environ.get("VRAMKIT_KT_WEIGHT_PATH") or None
     p = r.plan
     s1 = mo.sizes(cfg, _checkpoint_format(cfg), method, 1)
     per_n = int(s1.moe_layers * s1.gpu_expert_bytes * mo.KT_GPU_EXPERT_FACTOR)
