@@ -13,13 +13,13 @@ import pytest
 
 from vramkit import catalog
 from vramkit.cli import main
-from vramkit.commands.plan import add_plan_arguments
+from vramkit.commands.plan import add_plan_arguments, request_from_args
 from vramkit.core.plan import knobs as decl
 from vramkit.core.plan.knobs import Knobs, knob
 from vramkit.core.plan.planner import Target, plan
 from vramkit.core.render.sglang import sglang_args
 from vramkit.errors import Exit, VramkitError
-from vramkit.launch.resolve import cli_knobs, resolve
+from vramkit.launch.resolve import resolve
 from vramkit.units import GiB
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +37,11 @@ def _args(*argv: str, knobs_cls: type = Knobs) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     add_plan_arguments(p, knobs_cls)
     return p.parse_args(list(argv))
+
+
+def cli_knobs(args: argparse.Namespace, knobs_cls: type = Knobs) -> dict:
+    """The knobs a command line gives, as its request holds them."""
+    return dict(request_from_args(args, knobs_cls).knobs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -140,16 +145,17 @@ def test_chunked_prefill_minus_one_is_accepted_as_sglangs_no_chunking():
 
 
 def test_old_hicache_flag_still_works_with_a_warning(capsys):
-    r = resolve(_args("--hicache-gib", "8", "--gpu", "rtx-4090-24gb", "--host-ram-gib", "64"))
+    r = resolve(request_from_args(_args("--hicache-gib", "8", "--gpu", "rtx-4090-24gb", "--host-ram-gib", "64")))
     assert r.knobs.hicache_gb == 8
     assert "--hicache-gb" in capsys.readouterr().err
     with pytest.raises(VramkitError):
-        resolve(_args("--hicache-gib", "8", "--hicache-gb", "4", "--gpu", "rtx-4090-24gb"))
+        resolve(request_from_args(_args("--hicache-gib", "8", "--hicache-gb", "4", "--gpu", "rtx-4090-24gb")))
 
 
 def test_values_the_checks_accept_reach_the_plan():
-    r = resolve(_args("--gpu", "rtx-4090-24gb", "--tp", "1", "--mem-fraction", "0.8", "--cpu-offload-gib", "auto",
-                      "--other-used-gib", "0", "--host-ram-gib", "64", "--kv-dtype", "fp8_e5m2"))
+    r = resolve(request_from_args(_args("--gpu", "rtx-4090-24gb", "--tp", "1", "--mem-fraction", "0.8",
+                                        "--cpu-offload-gib", "auto", "--other-used-gib", "0", "--host-ram-gib", "64",
+                                        "--kv-dtype", "fp8_e5m2")))
     assert (r.knobs.mem_fraction, r.knobs.cpu_offload_gib, r.knobs.kv_dtype) == (0.8, "auto", "fp8_e5m2")
     assert isinstance(r.plan.knobs.cpu_offload_gib, int)        # resolved: "auto" became GiB
 

@@ -11,7 +11,7 @@ import nvml_scenarios as sc
 import pytest
 
 from vramkit.adapters import nvml
-from vramkit.commands.plan import add_plan_arguments
+from vramkit.commands.plan import add_plan_arguments, request_from_args
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import checks as launch_checks
 from vramkit.launch import steps
@@ -94,7 +94,7 @@ def test_bad_gpus_flag_is_one_clear_error(text):
 def _gpu_checks(tp, gpu_ids, gpu_count):
     ap = argparse.ArgumentParser()
     add_plan_arguments(ap)
-    r = resolve(ap.parse_args(["--preset", "optimized", "--gpu", "rtx-4090-24gb", "--tp", str(tp)]))
+    r = resolve(request_from_args(ap.parse_args(["--preset", "optimized", "--gpu", "rtx-4090-24gb", "--tp", str(tp)])))
     spec = steps.LaunchSpec(name="t", runtime="native", gpu_ids=gpu_ids)
     checks = launch_checks.preflight(r, spec, gpu_present=True, docker_check=None, host_ram=lambda: 256 * GiB,
                                 memlock=lambda: (None, None), port_free=lambda host, port: True, gpu_count=gpu_count)
@@ -122,7 +122,7 @@ def _plan_args(*argv):
     import argparse
     p = argparse.ArgumentParser()
     add_plan_arguments(p)
-    return p.parse_args(["--gpu", "auto", "--host-ram-gib", "64", *argv])
+    return request_from_args(p.parse_args(["--gpu", "auto", "--host-ram-gib", "64", *argv]))
 
 
 def test_an_uncatalogued_card_is_refused_without_its_figures(monkeypatch):

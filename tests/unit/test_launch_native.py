@@ -16,7 +16,7 @@ import pytest
 
 from vramkit import catalog
 from vramkit.adapters import native_python
-from vramkit.commands.plan import add_plan_arguments
+from vramkit.commands.plan import add_plan_arguments, request_from_args
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import checks as launch_checks
 from vramkit.launch import steps
@@ -67,7 +67,7 @@ def test_the_spec_carries_the_choice(monkeypatch):
 def _resolved(*argv):
     p = argparse.ArgumentParser()
     add_plan_arguments(p)
-    return resolve(p.parse_args([*argv, "--host-ram-gib", "64"]))
+    return resolve(request_from_args(p.parse_args([*argv, "--host-ram-gib", "64"])))
 
 
 def _native_checks(python: str, probe=native_python.probe_sglang):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from vramkit.adapters import docker
-from vramkit.commands.plan import add_plan_arguments
+from vramkit.commands.plan import add_plan_arguments, request_from_args
 from vramkit.core import sglang_log
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import checks as launch_checks
@@ -37,7 +37,7 @@ def _resolved(*argv: str, host_ram_gib: float = 64):
     p = argparse.ArgumentParser()
     add_plan_arguments(p)
     args = p.parse_args([*argv, "--host-ram-gib", str(host_ram_gib)])
-    return resolve(args)
+    return resolve(request_from_args(args))
 
 
 def docker_fine() -> None:

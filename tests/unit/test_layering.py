@@ -158,3 +158,31 @@ def test_launch_module_does_not_import_the_cli_or_print(path):
     bad = violations(path.read_text(), _module_name(path), path.name == "__init__.py",
                      ("rich",), ("vramkit.commands", "vramkit.ui", "vramkit.cli"))
     assert not bad, f"{path.relative_to(PACKAGE_DIR.parent)} imports: {'; '.join(bad)}"
+
+
+# ----------------------------------------------------------------------------------------------
+# the command line stays at the top (issue 17): only cli.py imports commands/, and nothing below commands/
+# sees argparse (the typed request, core/plan/request.py, is what goes down)
+# ----------------------------------------------------------------------------------------------
+ALL_FILES = sorted(PACKAGE_DIR.rglob("*.py"))
+# `python -m vramkit` is cli.py's door; the SGLang check worker runs SGLang's own argparse parser
+ARGPARSE_ALLOWED = ("vramkit.__main__", "vramkit.cli", "vramkit.commands", "vramkit.adapters._sglang_check_worker")
+
+
+def _below_commands(path: Path) -> bool:
+    name = _module_name(path)
+    return not any(name == a or name.startswith(a + ".") for a in ARGPARSE_ALLOWED)
+
+
+@pytest.mark.parametrize("path", [p for p in ALL_FILES if _below_commands(p)],
+                         ids=lambda p: str(p.relative_to(PACKAGE_DIR)))
+def test_nothing_below_commands_sees_argparse_or_imports_commands(path):
+    bad = violations(path.read_text(), _module_name(path), path.name == "__init__.py",
+                     ("argparse",), ("vramkit.commands", "vramkit.cli"))
+    assert not bad, f"{path.relative_to(PACKAGE_DIR.parent)} imports: {'; '.join(bad)}"
+
+
+def test_the_rule_above_covers_the_dashboard_and_launch():
+    covered = {str(p.relative_to(PACKAGE_DIR)) for p in ALL_FILES if _below_commands(p)}
+    assert {"dashboard/planning.py", "launch/resolve.py", "launch/up.py", "generated.py"} <= covered
+    assert "cli.py" not in covered and "commands/plan.py" not in covered

@@ -326,7 +326,7 @@ def test_up_starts_a_folder_model_from_its_folder(tmp_path):
     """`vramkit up --model <folder>`: native runs SGLang on the folder, the compose file mounts it read-only."""
     import argparse
 
-    from vramkit.commands.plan import add_plan_arguments
+    from vramkit.commands.plan import add_plan_arguments, request_from_args
     from vramkit.launch import steps
     from vramkit.launch.resolve import resolve
 
@@ -336,8 +336,8 @@ def test_up_starts_a_folder_model_from_its_folder(tmp_path):
     (folder / "config.json").write_text(src.read_text())
     ap = argparse.ArgumentParser()
     add_plan_arguments(ap)
-    r = resolve(ap.parse_args(["--model", str(folder), "--gpu", "rtx-4090-24gb", "--context", "8192",
-                               "--host-ram-gib", "64"]))
+    r = resolve(request_from_args(ap.parse_args(["--model", str(folder), "--gpu", "rtx-4090-24gb", "--context",
+                                                 "8192", "--host-ram-gib", "64"])))
     native, _ = steps.build(r, steps.LaunchSpec(name="t", runtime="native"))
     assert native[native.index("--model-path") + 1] == str(folder.resolve())
     docker_argv, compose = steps.build(r, steps.LaunchSpec(name="t", runtime="docker"))

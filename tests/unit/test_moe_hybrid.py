@@ -317,12 +317,12 @@ def test_host_ram_counts_sglang_beside_the_experts():
 
 # --- the host's read bandwidth per thread count (`vramkit host --bandwidth --write` -> .env -> the planner) -------
 def test_bandwidth_sweep_round_trips_through_env_text():
-    from vramkit.launch.hybrid import format_read_gbs, parse_read_gbs
+    from vramkit.launch.hybrid import format_read_gbs
     runs = json.loads((RUNS / "membw-h100-host.json").read_text())
     text = format_read_gbs(runs)
     assert text == "1:11.2,2:27.3,4:49.1,8:72.3,16:93.0"
-    assert parse_read_gbs(text, "x") == ((1, 11.2e9), (2, 27.3e9), (4, 49.1e9), (8, 72.3e9), (16, 93.0e9))
-    assert parse_read_gbs("60", "x") == ((1, 60e9),)          # the old one-figure form still reads
+    assert kt.parse_read_gbs(text, "x") == ((1, 11.2), (2, 27.3), (4, 49.1), (8, 72.3), (16, 93.0))
+    assert kt.parse_read_gbs("60", "x") == ((1, 60.0),)          # the old one-figure form still reads
 
 
 def test_read_at_interpolates_the_sweep():

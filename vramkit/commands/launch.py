@@ -6,7 +6,7 @@ import json
 import shlex
 
 from vramkit import catalog
-from vramkit.commands.plan import add_plan_arguments, render_plan
+from vramkit.commands.plan import add_plan_arguments, render_plan, request_from_args
 from vramkit.errors import Exit, VramkitError
 from vramkit.generated import stale_blocks
 from vramkit.launch import steps, up
@@ -61,7 +61,7 @@ def _gpu_ids(text: str | None) -> list[int] | None:
 def cmd_up(args) -> int:
     con = _console()
     spec = _spec(args)
-    prep = up.prepare(args, spec, assume_gpu=args.assume_gpu)
+    prep = up.prepare(request_from_args(args), spec, assume_gpu=args.assume_gpu)
     for item in render_plan(prep.resolved):
         con.print(item)
     for c in prep.checks:

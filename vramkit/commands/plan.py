@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from vramkit import catalog
 from vramkit.core.plan.knobs import Knobs, specs
-from vramkit.errors import Exit
+from vramkit.core.plan.request import PlanRequest, flags, request_from_text
+from vramkit.errors import Exit, VramkitError
 from vramkit.launch.resolve import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -23,31 +25,34 @@ from vramkit.units import bytes2human
 
 
 def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> None:
-    """The arguments `plan` and `up` share; one option per declared knob (core/plan/knobs.py). Values stay text
-    here: launch/resolve.py checks them against the declarations (one line and exit 64, not argparse's 2)."""
+    """The arguments `plan` and `up` share: the request's fields (core/plan/request.py) and one option per
+    declared knob (core/plan/knobs.py). Values stay text here: `request_from_args` checks them against their
+    declarations (one line and exit 64, not argparse's 2)."""
+    f = flags()
     g = p.add_argument_group("what to run")
-    g.add_argument("--preset", help=f"one of: {', '.join(catalog.presets())} (knobs below override it)")
-    g.add_argument("--model", help=f"a catalogued model or a folder with config.json (default: the preset's, "
-                                   f"else {DEFAULT_MODEL})")
-    g.add_argument("--gpu", help=f"a catalogued GPU, or 'auto' to read it through NVML (default {DEFAULT_GPU})")
-    g.add_argument("--gpu-free-gib", metavar="GIB",
+    g.add_argument(f["preset"], help=f"one of: {', '.join(catalog.presets())} (knobs below override it)")
+    g.add_argument(f["model"], help=f"a catalogued model or a folder with config.json (default: the preset's, "
+                                    f"else {DEFAULT_MODEL})")
+    g.add_argument(f["gpu"], help=f"a catalogued GPU, or 'auto' to read it through NVML (default {DEFAULT_GPU})")
+    g.add_argument(f["gpu_free_gib"], metavar="GIB",
                    help="memory free when SGLang starts loading weights, > 0 (its log: 'Load weight begin. avail "
                         "mem=')")
-    g.add_argument("--other-used-gib", metavar="GIB", help="memory other processes hold on the card, >= 0 (default 0)")
-    g.add_argument("--gpu-bandwidth-gbs", metavar="GBS",
+    g.add_argument(f["other_used_gib"], metavar="GIB",
+                   help="memory other processes hold on the card, >= 0 (default 0)")
+    g.add_argument(f["gpu_bandwidth_gbs"], metavar="GBS",
                    help="the card's memory bandwidth in GB/s (10^9 B/s); needed for a card config/gpus.toml lacks")
-    g.add_argument("--gpu-pcie", metavar="GENxLANES", help="the card's host link, e.g. 4x16; needed for a card "
-                                                         "config/gpus.toml lacks")
-    g.add_argument("--host-ram-gib", metavar="GIB", help="available host RAM, > 0 (default: read with psutil)")
+    g.add_argument(f["gpu_pcie"], metavar="GENxLANES", help="the card's host link, e.g. 4x16; needed for a card "
+                                                            "config/gpus.toml lacks")
+    g.add_argument(f["host_ram_gib"], metavar="GIB", help="available host RAM, > 0 (default: read with psutil)")
     m = p.add_argument_group("MoE experts in host RAM (the kt_* knobs; preset moe)")
-    m.add_argument("--kt-weight-path", default=os.environ.get("VRAMKIT_KT_WEIGHT_PATH") or None, metavar="DIR",
+    m.add_argument(f["kt_weight_path"], default=os.environ.get("VRAMKIT_KT_WEIGHT_PATH") or None, metavar="DIR",
                    help="folder of the CPU experts (default $VRAMKIT_KT_WEIGHT_PATH, else the model folder; "
                         "AMXINT4/8: KT's "
                         "converted layout, tools/make_random_checkpoint.py --kt-layout ... --from MODEL_DIR)")
-    m.add_argument("--host-read-gbs", metavar="GBS",
+    m.add_argument(f["host_read_gbs"], metavar="GBS",
                    help="host memory read bandwidth in GB/s, one figure or per thread count (1:11.2,8:72.3,16:93) "
                         "(default $VRAMKIT_HOST_READ_GBS, measured by `vramkit host --bandwidth --write`)")
-    m.add_argument("--cpu-isa", metavar="{avx2,avx512,amx}", default=None,
+    m.add_argument(f["cpu_isa"], metavar="{avx2,avx512,amx}",
                    help="the CPU to plan for: which kt-kernel build runs there (avx2: any x86 desktop; avx512: with "
                         "AVX-512-BF16, e.g. Zen 4/5; amx: Xeon 4th gen+); default: this host's")
     k = p.add_argument_group("knobs (override the preset; declared in vramkit/core/plan/knobs.py)")
@@ -58,6 +63,23 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
                        "{" + ",".join(spec.choices) + "}", help=f"{spec.help}{unit}: {spec.range_text()}{flag}")
         for old in spec.old_names:
             k.add_argument("--" + old.replace("_", "-"), dest=old, help=argparse.SUPPRESS)
+
+
+def request_from_args(args: argparse.Namespace, knobs_cls: type = Knobs) -> PlanRequest:
+    """The parsed `add_plan_arguments` -> the typed request. An old knob spelling (--hicache-gib) still works,
+    with a warning; both spellings at once is one line and exit 64."""
+    values = {name: getattr(args, name, None) for name in flags(knobs_cls)}
+    for spec in specs(knobs_cls):
+        for old in spec.old_names:
+            if getattr(args, old, None) is None:
+                continue
+            old_flag = "--" + old.replace("_", "-")
+            if values.get(spec.name) is not None:
+                raise VramkitError(f"both {old_flag} and {spec.cli_flag} given", f"keep only {spec.cli_flag}",
+                                   Exit.BAD_INPUT)
+            print(f"vramkit: warning: {old_flag} is now {spec.cli_flag} (same value, {spec.unit})", file=sys.stderr)
+            values[spec.name] = getattr(args, old)
+    return request_from_text(values, knobs_cls)
 
 
 def render_plan(r: Resolved):
@@ -124,7 +146,7 @@ def render_plan(r: Resolved):
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list(args)
-    r = resolve(args, read_gpu=nvml_gpu, read_host=host_available)
+    r = resolve(request_from_args(args), read_gpu=nvml_gpu, read_host=host_available)
     if args.json:
         print(json.dumps(plan_json(r), indent=2, default=str))
     else:

@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from vramkit import catalog
@@ -58,15 +59,17 @@ def _abs_python(path: str) -> str:
 
 
 def render_units(args) -> dict[str, str]:
+    from vramkit.commands.plan import request_from_args
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, ENV_SIDE_CPUSET
     from vramkit.core.render.sglang import sglang_args
     from vramkit.launch import systemd_units as su
     from vramkit.launch.resolve import host_available, nvml_gpu, resolve
     from vramkit.units import bytes2human
 
-    if not args.preset and not args.model:
-        args.preset = "optimized"
-    r = resolve(args, read_gpu=nvml_gpu, read_host=host_available)
+    request = request_from_args(args)
+    if not request.preset and not request.model:
+        request = replace(request, preset="optimized")
+    r = resolve(request, read_gpu=nvml_gpu, read_host=host_available)
     if not r.plan.fits:
         raise VramkitError(f"the plan does not fit {r.gpu.label if r.gpu else 'the card'}: {'; '.join(r.plan.reasons)}",
                            "`vramkit plan` lists what would fit; install with those knobs", Exit.NO_FIT)

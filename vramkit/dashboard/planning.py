@@ -5,14 +5,13 @@ server that is already running. No memory arithmetic here: that is the planner's
 """
 from __future__ import annotations
 
-import argparse
 import shlex
 from collections.abc import Callable
 from typing import Any
 
 from vramkit import catalog
-from vramkit.commands.plan import add_plan_arguments
 from vramkit.core.plan.knobs import VALID_KV_DTYPES, specs
+from vramkit.core.plan.request import TARGET_FIELDS, request_from_text
 from vramkit.dashboard.view import (
     EngineBytes,
     knobs_from_server_info,
@@ -21,15 +20,14 @@ from vramkit.dashboard.view import (
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.resolve import plan_json, resolve
 
-# The explorer's fields: what to run (as `vramkit plan` names them) and every declared knob
-# (vramkit/core/plan/knobs.py). Values stay text; `resolve` checks them against their declarations.
-TARGET_FIELDS = {"preset": "--preset", "model": "--model", "gpu": "--gpu", "gpu_free_gib": "--gpu-free-gib",
-                 "other_used_gib": "--other-used-gib", "host_ram_gib": "--host-ram-gib"}
+# The explorer's fields: what to run (the request's fields, core/plan/request.py, as `vramkit plan` names
+# them) and every declared knob (core/plan/knobs.py). Values stay text; `request_from_text` checks them.
+EXPLORER_TARGET_FIELDS = ("preset", "model", "gpu", "gpu_free_gib", "other_used_gib", "host_ram_gib")
 
 
 def fields() -> dict[str, str]:
     """field name -> its `vramkit plan` flag."""
-    return TARGET_FIELDS | {s.name: s.cli_flag for s in specs()}
+    return {n: TARGET_FIELDS[n][0] for n in EXPLORER_TARGET_FIELDS} | {s.name: s.cli_flag for s in specs()}
 
 
 def engine_bytes() -> EngineBytes:
@@ -66,16 +64,6 @@ def parse_params(raw: dict[str, str]) -> dict[str, Any]:
     return out
 
 
-def _namespace(params: dict[str, Any]) -> argparse.Namespace:
-    """`vramkit plan`'s own parser's defaults, with the explorer's values on top."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_plan_arguments(parser)
-    ns = parser.parse_args([])
-    for k, v in params.items():
-        setattr(ns, k, v)
-    return ns
-
-
 def vramkit_command(params: dict[str, Any]) -> str:
     """`vramkit up ...` with exactly the explorer's choices: the command that starts this plan."""
     flags = fields()
@@ -88,7 +76,7 @@ def vramkit_command(params: dict[str, Any]) -> str:
 def plan_view(params: dict[str, Any], read_gpu: Callable | None, read_host: Callable | None,
               card_total_bytes: int | None = None) -> dict:
     """The explorer's answer: the plan (as `vramkit plan --json`), its memory bar, and the commands."""
-    r = resolve(_namespace(params), read_gpu=read_gpu, read_host=read_host)
+    r = resolve(request_from_text(params), read_gpu=read_gpu, read_host=read_host)
     d = plan_json(r)
     total = r.gpu.memory_total_bytes if r.gpu else card_total_bytes
     d["gpu_label"] = r.gpu.label if r.gpu else "the given free memory"

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core.plan import kt_hybrid as kt
-from vramkit.errors import Exit, VramkitError
 
 ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"     # `vramkit host --bandwidth --write`: "THREADS:GBS,..." (or one GBS)
 KT_SERVICE_DIR = catalog.CONFIG_DIR.parent / "services" / "sglang-kt"
@@ -30,40 +29,21 @@ REFERENCE_HOST = kt.HostCpu(isa="avx512", isa_source="the reference desktop (Zen
                             physical_cores=8, cores_source="the reference desktop")
 
 
-def parse_read_gbs(text: str, where: str) -> tuple[tuple[int, float], ...]:
-    """"93.0" (one figure) or "1:11.2,2:27.3,16:93.0" (GB/s per thread count) -> ((threads, bytes/s), ...)."""
-    out = []
-    try:
-        for part in str(text).split(","):
-            t, _, gbs = part.strip().rpartition(":")
-            value = float(gbs)
-            if not 0 < value < 10_000 or (t and int(t) < 1):
-                raise ValueError
-            out.append((int(t) if t else 1, value * 1e9))
-    except ValueError:
-        raise VramkitError(f"{where} {text!r} is not a bandwidth in GB/s", f"e.g. {where} 60, or "
-                           "1:11.2,8:72.3,16:93.0 (GB/s per thread count, as `vramkit host --bandwidth` writes)",
-                           Exit.BAD_INPUT) from None
-    if len(out) > 1 and len({t for t, _ in out}) != len(out):
-        raise VramkitError(f"{where} {text!r} names a thread count twice", "one GB/s per thread count", Exit.BAD_INPUT)
-    return tuple(sorted(out))
-
-
 def format_read_gbs(runs: list[dict]) -> str:
     """`vramkit host --bandwidth`'s sweep as the .env value parse_read_gbs reads."""
     return ",".join(f"{r['threads']}:{r['bytes_per_s'] / 1e9:.1f}" for r in sorted(runs, key=lambda r: r["threads"]))
 
 
-def _read_bandwidth(given: str | None) -> tuple[tuple[tuple[int, float], ...], str]:
-    if given is not None:
-        return parse_read_gbs(given, "--host-read-gbs"), "--host-read-gbs"
+def _read_bandwidth(given: tuple[tuple[int, float], ...] | None) -> tuple[tuple[tuple[int, float], ...], str]:
+    if given is not None:           # the request's, checked by core/plan/request.py
+        return tuple((t, gbs * 1e9) for t, gbs in given), "--host-read-gbs"
     from vramkit.core.host_plan import read_env_value
     text = os.environ.get(ENV_HOST_READ)
     env_file = catalog.CONFIG_DIR.parent / ".env"
     if text is None and env_file.is_file():
         text = read_env_value(env_file.read_text(), ENV_HOST_READ)
     if text:
-        runs = parse_read_gbs(text, ENV_HOST_READ)
+        runs = tuple((t, gbs * 1e9) for t, gbs in kt.parse_read_gbs(text, ENV_HOST_READ))
         kind = "per thread count" if len(runs) > 1 else "one figure, threads not modelled"
         return runs, f"{ENV_HOST_READ}, measured by `vramkit host --bandwidth` ({kind})"
     return REFERENCE_HOST.read_bytes_s, REFERENCE_HOST.read_source + "; measure with `vramkit host --bandwidth --write`"
@@ -74,18 +54,14 @@ def this_host_isa(flags: set[str] | None = None) -> str | None:
     return kt.isa_from_flags(cpu_flags() if flags is None else flags)
 
 
-def host_cpu(*, cpu_isa: str | None = None, host_read_gbs: str | None = None,
+def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], ...] | None = None,
              physical_cores: int | None = None) -> kt.HostCpu:
     """The CPU side of the target: --cpu-isa or this host's (labelled), the read bandwidth, the server's cores."""
-    if cpu_isa is not None:
-        if cpu_isa not in kt.CPU_ISAS:
-            raise VramkitError(f"--cpu-isa {cpu_isa!r} is not one of {', '.join(kt.CPU_ISAS)}",
-                               "avx2: any x86 desktop since 2013; avx512: with AVX-512-BF16 (Zen 4/5); amx: Xeon 4th "
-                               "gen+", Exit.BAD_INPUT)
+    if cpu_isa is not None:         # checked by core/plan/request.py
         isa, isa_source = cpu_isa, "--cpu-isa"
     else:
         isa, isa_source = this_host_isa(), "this host's (/proc/cpuinfo)"
-    read, read_source = _read_bandwidth(host_read_gbs)
+    read, read_source = _read_bandwidth(host_read)
     if physical_cores is None:
         from vramkit.adapters.host import read_topology
         from vramkit.launch.steps import env_cpuset

@@ -1,17 +1,14 @@
-"""A launch request (preset, knobs, GPU) resolved into a plan: the knob merge, the GPU read through NVML, the
-host RAM read through psutil. `vramkit plan` and `vramkit up` both start here."""
+"""A launch request (core/plan/request.py: preset, knobs, GPU) resolved into a plan: the knob merge, the GPU
+read through NVML, the host RAM read through psutil. `vramkit plan` and `vramkit up` both start here."""
 from __future__ import annotations
 
-import argparse
-import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from vramkit import catalog
 from vramkit.core.model.spec import GpuSpec, ModelSpec
-from vramkit.core.plan.knobs import specs
 from vramkit.core.plan.planner import Knobs, Plan, Target, plan
+from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.hybrid import Hybrid, for_plan, host_cpu, this_host_isa
 from vramkit.units import GiB
@@ -31,80 +28,37 @@ class Resolved:
     hybrid: Hybrid | None = None            # the launch side of plan.hybrid (kt_method)
 
 
-def resolve(args: argparse.Namespace, *, read_gpu=None, read_host=None) -> Resolved:
-    """Raw arguments -> a plan. `read_gpu()`/`read_host()` are the adapters (NVML, psutil), passed in."""
-    preset = catalog.preset(args.preset) if args.preset else None
-    model = catalog.model(args.model or (preset.model if preset and preset.model else DEFAULT_MODEL))
-    knobs_obj = Knobs(**((preset.knobs if preset else {}) | cli_knobs(args)))
+def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
+    """A request -> a plan. `read_gpu()`/`read_host()` are the adapters (NVML, psutil), passed in."""
+    preset = catalog.preset(request.preset) if request.preset else None
+    model = catalog.model(request.model or (preset.model if preset and preset.model else DEFAULT_MODEL))
+    knobs_obj = Knobs(**((preset.knobs if preset else {}) | dict(request.knobs)))
     engine = catalog.engine()
-    gpu_free_gib = _amount(args, "gpu_free_gib", positive=True)
-    gpu_free = int(gpu_free_gib * GiB) if gpu_free_gib is not None else None
-    gpu_name = args.gpu or (None if gpu_free is not None else DEFAULT_GPU)
+    gpu_free = int(request.gpu_free_gib * GiB) if request.gpu_free_gib is not None else None
+    gpu_name = request.gpu or (None if gpu_free is not None else DEFAULT_GPU)
     gpu: GpuSpec | None = None
-    other_used = int((_amount(args, "other_used_gib", positive=False) or 0.0) * GiB)
+    other_used = int((request.other_used_gib or 0.0) * GiB)
     if gpu_name == "auto":
         if read_gpu is None:
             raise VramkitError("--gpu auto needs NVML", "name a GPU with --gpu", Exit.NO_GPU)
-        gpu, nvml_free = read_gpu(knobs_obj.tp, link_for=lambda base: gpu_link(args, base))
+        gpu, nvml_free = read_gpu(knobs_obj.tp, link_for=lambda base: gpu_link(request, base))
         if gpu_free is None:   # SGLang sees what is free once its context (and, tp > 1, NCCL) is up
             gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp)
     elif gpu_name:
         gpu = catalog.gpu(gpu_name)
-        link = gpu_link(args, gpu)
+        link = gpu_link(request, gpu)
         if link is not None:
             gpu = replace(gpu, bandwidth_bytes_s=link[0], pcie_gen=link[1], pcie_lanes=link[2])
-    host_ram_gib = _amount(args, "host_ram_gib", positive=True)
-    host_avail = int(host_ram_gib * GiB) if host_ram_gib is not None else (read_host() if read_host else None)
+    host_avail = (int(request.host_ram_gib * GiB) if request.host_ram_gib is not None
+                  else (read_host() if read_host else None))
     # the CPU side (the hybrid MoE mode, and its alternative for a MoE that does not fit): --cpu-isa or this host's
-    host = host_cpu(cpu_isa=getattr(args, "cpu_isa", None), host_read_gbs=getattr(args, "host_read_gbs", None)) \
-        if model.moe is not None else None
+    host = host_cpu(cpu_isa=request.cpu_isa, host_read=request.host_read_gbs) if model.moe is not None else None
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail,
                     host=host)
     p = plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values()))
     here = this_host_isa() if p.hybrid is not None else None
     return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None, p,
-                    for_plan(p, getattr(args, "kt_weight_path", None), here))
-
-
-def cli_knobs(args: argparse.Namespace, knobs_cls: type = Knobs) -> dict:
-    """The knobs given on the command line, each parsed and checked by its declaration (core/plan/knobs.py);
-    a bad value is one line and exit 64. An old spelling (--hicache-gib) still works, with a warning."""
-    out = {}
-    for spec in specs(knobs_cls):
-        raw = getattr(args, spec.name, None)
-        for old in spec.old_names:
-            if getattr(args, old, None) is not None:
-                old_flag = "--" + old.replace("_", "-")
-                if raw is not None:
-                    raise VramkitError(f"both {old_flag} and {spec.cli_flag} given", f"keep only {spec.cli_flag}",
-                                       Exit.BAD_INPUT)
-                print(f"vramkit: warning: {old_flag} is now {spec.cli_flag} (same value, {spec.unit})", file=sys.stderr)
-                raw = getattr(args, old)
-        if raw is None:
-            continue
-        try:
-            out[spec.name] = spec.parse(raw, from_text=isinstance(raw, str))
-        except ValueError as e:
-            raise VramkitError(f"{spec.cli_flag} {raw!r} {e}", f"give {spec.cli_flag} {spec.range_text()}"
-                               + (f", in {spec.unit}" if spec.unit else ""), Exit.BAD_INPUT) from None
-    return out
-
-
-def _amount(args: argparse.Namespace, name: str, *, positive: bool) -> float | None:
-    """A --*-gib figure about the target (not a knob): a finite number, > 0 or >= 0; one line and exit 64."""
-    raw = getattr(args, name, None)
-    if raw is None:
-        return None
-    flag = "--" + name.replace("_", "-")
-    bound = "> 0" if positive else ">= 0"
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise VramkitError(f"{flag} {raw!r} is not a number", f"give {flag} in GiB, {bound}", Exit.BAD_INPUT) from None
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise VramkitError(f"{flag} {raw!r} is not a finite number {bound}", f"give {flag} in GiB, {bound}",
-                           Exit.BAD_INPUT)
-    return value
+                    for_plan(p, request.kt_weight_path, here))
 
 
 def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
@@ -151,28 +105,15 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
     return spec, min(int(x.free_bytes) for x in chosen)
 
 
-PCIE_GENS = (3, 4, 5, 6)
-PCIE_WIDTHS = (1, 2, 4, 8, 16)
-
-
-def gpu_link(args: argparse.Namespace, base: GpuSpec | None) -> tuple[float, int, int] | None:
+def gpu_link(request: PlanRequest, base: GpuSpec | None) -> tuple[float, int, int] | None:
     """(bandwidth B/s, PCIe gen, lanes) from --gpu-bandwidth-gbs / --gpu-pcie over `base` (a catalogued card's);
     None when neither is given. For a card the catalog lacks both are needed: no guessed figure."""
-    bw_raw, pcie_raw = getattr(args, "gpu_bandwidth_gbs", None), getattr(args, "gpu_pcie", None)
-    if bw_raw is None and pcie_raw is None:
+    if request.gpu_bandwidth_gbs is None and request.gpu_pcie is None:
         return None
-    bw = _amount(args, "gpu_bandwidth_gbs", positive=True)
-    bandwidth = bw * 1e9 if bw is not None else (base.bandwidth_bytes_s if base else None)
-    if pcie_raw is not None:
-        gen_s, _, lanes_s = str(pcie_raw).lower().partition("x")
-        if not (gen_s.isdigit() and lanes_s.isdigit() and int(gen_s) in PCIE_GENS and int(lanes_s) in PCIE_WIDTHS):
-            raise VramkitError(f"--gpu-pcie {pcie_raw!r} is not a PCIe link", "give GENxLANES, e.g. --gpu-pcie 4x16 "
-                               f"(gen {'/'.join(map(str, PCIE_GENS))}, x{'/x'.join(map(str, PCIE_WIDTHS))})",
-                               Exit.BAD_INPUT)
-        gen, lanes = int(gen_s), int(lanes_s)
-    else:
-        gen, lanes = (base.pcie_gen, base.pcie_lanes) if base else (None, None)
-    if bandwidth is None or gen is None:
+    bandwidth = (request.gpu_bandwidth_gbs * 1e9 if request.gpu_bandwidth_gbs is not None
+                 else (base.bandwidth_bytes_s if base else None))
+    gen, lanes = request.gpu_pcie or ((base.pcie_gen, base.pcie_lanes) if base else (None, None))
+    if bandwidth is None or gen is None or lanes is None:
         missing = "--gpu-pcie GENxLANES" if gen is None else "--gpu-bandwidth-gbs N"
         raise VramkitError("a card the catalog lacks needs both its memory bandwidth and its PCIe link",
                            f"add {missing} (spec sheet)", Exit.BAD_INPUT)

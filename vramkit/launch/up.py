@@ -8,14 +8,14 @@ these functions report through the `say`/`on_phase` callables they are given.
 """
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vramkit.core.checks import Check
 from vramkit.core.host_plan import format_cpulist
+from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import VramkitError
 from vramkit.launch import checks as launch_checks
 from vramkit.launch import steps
@@ -51,17 +51,17 @@ class Prepared:
         return [c for c in self.checks if not c.ok and c.fatal and not (no_fit_check and c.name == "fit")]
 
 
-def prepare(args: argparse.Namespace, spec: steps.LaunchSpec, *, assume_gpu: bool = False) -> Prepared:
+def prepare(request: PlanRequest, spec: steps.LaunchSpec, *, assume_gpu: bool = False) -> Prepared:
     """Read the GPUs once, resolve the plan for them, build the command and run every pre-start check.
-    Starts nothing. `args` are the raw plan arguments; with a GPU present and neither --gpu nor
-    --gpu-free-gib given, the plan is for the GPUs the server will use (--gpu auto)."""
+    Starts nothing. With a GPU present and neither --gpu nor --gpu-free-gib given, the plan is for the GPUs
+    the server will use (--gpu auto)."""
     snap = gpu_snapshot()
     gpu_count = len(snap.gpus) if snap is not None else 0
     gpu_present = gpu_count > 0 or assume_gpu
-    if args.gpu is None and gpu_present and args.gpu_free_gib is None:
-        args.gpu = "auto"
-    args.model = steps.model_to_plan(args.model, spec.model_path)   # plan what --model-path loads
-    r = resolve(args, read_gpu=lambda tp, link_for=None: nvml_gpu(tp, steps.server_gpu_ids(spec, tp), snap,
+    gpu = "auto" if request.gpu is None and gpu_present and request.gpu_free_gib is None else request.gpu
+    # plan what --model-path loads
+    request = replace(request, gpu=gpu, model=steps.model_to_plan(request.model, spec.model_path))
+    r = resolve(request, read_gpu=lambda tp, link_for=None: nvml_gpu(tp, steps.server_gpu_ids(spec, tp), snap,
                                                                  link_for=link_for),
                 read_host=host_available)
     ids = steps.server_gpu_ids(spec, r.plan.knobs.tp)

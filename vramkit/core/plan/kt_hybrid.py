@@ -163,6 +163,26 @@ def cpu_expert_bytes(model: ModelSpec, method: str) -> int:
 
 
 # --- the host -------------------------------------------------------------------------------------------------
+def parse_read_gbs(text: str, where: str) -> tuple[tuple[int, float], ...]:
+    """"93.0" (one figure) or "1:11.2,2:27.3,16:93.0" (GB/s per thread count, as `vramkit host --bandwidth
+    --write` keeps it) -> ((threads, GB/s), ...), sorted; a bad one is one line and exit 64."""
+    out = []
+    try:
+        for part in str(text).split(","):
+            t, _, gbs = part.strip().rpartition(":")
+            value = float(gbs)
+            if not 0 < value < 10_000 or (t and int(t) < 1):
+                raise ValueError
+            out.append((int(t) if t else 1, value))
+    except ValueError:
+        raise VramkitError(f"{where} {text!r} is not a bandwidth in GB/s", f"e.g. {where} 60, or "
+                           "1:11.2,8:72.3,16:93.0 (GB/s per thread count, as `vramkit host --bandwidth` writes)",
+                           Exit.BAD_INPUT) from None
+    if len(out) > 1 and len({t for t, _ in out}) != len(out):
+        raise VramkitError(f"{where} {text!r} names a thread count twice", "one GB/s per thread count", Exit.BAD_INPUT)
+    return tuple(sorted(out))
+
+
 @dataclass(frozen=True)
 class HostCpu:
     """The CPU side of a target: what kt-kernel build runs, how fast host RAM reads per thread count, how many
@@ -290,3 +310,12 @@ class HybridPlan:
     def host_rss_bytes(self) -> int:
         """The server tree's RSS right after start: the need plus the mapped checkpoint pages."""
         return self.host_ram_bytes + self.host_checkpoint_bytes
+
+
+def parse_cpu_isa(raw: object) -> str:
+    """--cpu-isa: one of CPU_ISAS (one line and exit 64 otherwise)."""
+    if raw not in CPU_ISAS:
+        raise VramkitError(f"--cpu-isa {raw!r} is not one of {', '.join(CPU_ISAS)}",
+                           "avx2: any x86 desktop since 2013; avx512: with AVX-512-BF16 (Zen 4/5); amx: Xeon 4th gen+",
+                           Exit.BAD_INPUT)
+    return str(raw)
