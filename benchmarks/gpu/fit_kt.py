@@ -47,6 +47,7 @@ class Point:
     membw: str                   # that session's `membw.sweep` JSON
     knobs: dict                  # over the preset's (kt_method, kt_num_gpu_experts, kt_cpuinfer, ...)
     build: str = "amx"           # kt-kernel build it ran (KT_KERNEL_CPU_VARIANT)
+    kt_kernel: str = "0.5.1"     # the kt-kernel release it ran
     free_gib: float | None = None   # "Load weight begin. avail mem" when the point JSON lacks it
     note: str = ""
 
@@ -74,7 +75,8 @@ def load(rel: str) -> dict | list:
 def target_for(p: Point, free_bytes: int) -> Target:
     sweep = tuple((r["threads"], float(r["bytes_per_s"])) for r in load(p.membw))
     host = kt.HostCpu(isa=p.build, isa_source="the H100 host" + (f" ({p.build} build forced)" if p.build != "amx" else ""),
-                      read_bytes_s=sweep, read_source=f"measured that session ({p.membw})", physical_cores=H100_CORES)
+                      read_bytes_s=sweep, read_source=f"measured that session ({p.membw})", physical_cores=H100_CORES,
+                      kt_kernel=p.kt_kernel)
     return Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=free_bytes, host=host,
                   host_ram_available_bytes=120 * GiB)
 

@@ -86,7 +86,7 @@ def test_layout_refuses_what_it_does_not_know():
 # --- the hybrid plan, from the core planner, against the H100-host runs ----------------------------------------
 MEMBW = tuple((r["threads"], float(r["bytes_per_s"])) for r in json.loads((RUNS / "membw-h100-host.json").read_text()))
 H100_HOST = kt.HostCpu(isa="amx", isa_source="the H100 host", read_bytes_s=MEMBW, read_source="measured",
-                       physical_cores=16)
+                       physical_cores=16, kt_kernel="0.5.1")      # what the 2026-11-23 runs ran
 FP8_MODEL = "qwen3-coder-30b-a3b-instruct-fp8"
 
 
@@ -182,15 +182,27 @@ def test_cpu_isa_from_flags(flags, isa):
     assert kt.isa_from_flags(flags) == isa
 
 
-@pytest.mark.parametrize("isa, asked, planned", [
-    ("amx", "AMXINT4", "AMXINT4"), ("avx512", "AMXINT4", "AMXINT4"), ("avx2", "AMXINT4", "FP8"),
-    ("avx2", "FP8", "FP8"),
+@pytest.mark.parametrize("isa, asked, release, planned", [
+    ("amx", "AMXINT4", "0.5.1", "AMXINT4"), ("avx512", "AMXINT4", "0.5.1", "AMXINT4"),
+    ("avx512", "FP8", "0.5.1", "FP8"), ("avx2", "AMXINT4", "0.5.3", "FP8"), ("avx2", "FP8", "0.5.3", "FP8"),
+    ("avx2", "FP8", "0.6.3", "FP8"),        # a release not in the table reads as the newest one below it
 ])
-def test_the_cpu_chooses_the_method(isa, asked, planned):
-    h = _h100_plan(asked, host=kt.HostCpu(isa=isa, isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m",
-                                          physical_cores=8)).hybrid
-    assert h.kt_method == planned and h.kt_variant == kt.KT_VARIANT[kt.build_for(planned, isa)]
-    assert h.cpuinfer_threads == 6
+def test_the_cpu_and_the_kt_kernel_release_choose_the_method(isa, asked, release, planned):
+    host = kt.HostCpu(isa=isa, isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
+                      kt_kernel=release)
+    p = _h100_plan(asked, host=host)
+    h = p.hybrid
+    assert h.kt_method == planned and h.kt_variant == kt.KT_VARIANT[kt.build_for(planned, isa, release)]
+    assert h.cpuinfer_threads == 6 and p.knobs.kt_method == planned
+    assert (planned == asked) == (h.method_note.startswith(f"{asked} runs on"))
+
+
+def test_no_method_on_the_cpu_is_a_reason_that_names_the_release_that_has_one():
+    host = kt.HostCpu(isa="avx2", isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
+                      kt_kernel="0.5.1")     # 0.5.1's AVX2 build: llamafile only
+    p = _h100_plan("AMXINT4", host=host)
+    assert not p.fits and [r.kind for r in p.reasons] == ["cpu"]
+    assert "kt-kernel 0.5.3 has one" in p.reasons[0] and p.hybrid.kt_variant is None
 
 
 def test_thread_term_fewer_threads_decode_slower():
@@ -233,18 +245,28 @@ def test_plan_json_has_the_hybrid_figures(capsys):
     assert h["host_ram_bytes"] == h["host_experts_bytes"] + h["host_sglang_bytes"] + h["host_pinned_bytes"]
 
 
-@pytest.mark.parametrize("isa, method", [("avx2", "FP8"), ("avx512", "AMXINT4")])
-def test_plan_preset_moe_for_a_desktop_cpu_gives_a_working_method(capsys, isa, method):
-    assert main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", isa,
-                 "--host-read-gbs", "60", "--host-ram-gib", "64"]) == 0
-    h = json.loads(capsys.readouterr().out)["hybrid"]
-    assert h["kt_method"] == method and h["kt_variant"] == kt.KT_VARIANT[isa] and h["cpu_isa"] == isa
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_plan_preset_moe_for_a_desktop_cpu(capsys, isa):
+    """With the kt-kernel release the kit pins (config/versions.toml): the method that release runs on that CPU,
+    or, where none does, a refusal naming the release that has one (0.5.1's AVX2 build has llamafile only)."""
+    pinned = catalog.versions().kt_kernel_pip
+    rc = main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", isa,
+               "--host-read-gbs", "60", "--host-ram-gib", "64"])
+    d = json.loads(capsys.readouterr().out)
+    h = d["hybrid"]
+    assert h["cpu_isa"] == isa and h["kt_kernel"] == pinned
+    runnable = [m for m in ("AMXINT4", "FP8") if kt.runs_on(m, isa, pinned)]
+    if runnable:
+        assert rc == 0 and h["kt_method"] == runnable[0]
+        assert h["kt_variant"] == kt.KT_VARIANT[kt.build_for(runnable[0], isa, pinned)]
+    else:
+        assert rc == 10 and h["kt_variant"] is None and "0.5.3 has one" in " ".join(d["reasons"])
 
 
 def test_deepseek_v2_lite_plans_with_bf16_cpu_experts(capsys):
     """Issue 17: a model with experts is never told it has none (MLA + shared experts + a dense first layer)."""
     assert main(["plan", "--json", "--model", "deepseek-v2-lite-chat", "--kt-method", "BF16", "--gpu",
-                 "rtx-5060-ti-16gb", "--cpu-isa", "avx2", "--host-read-gbs", "60", "--host-ram-gib", "64"]) == 0
+                 "rtx-5060-ti-16gb", "--cpu-isa", "avx512", "--host-read-gbs", "60", "--host-ram-gib", "64"]) == 0
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
     m = catalog.model("deepseek-v2-lite-chat")
@@ -327,10 +349,11 @@ def test_bandwidth_sweep_round_trips_through_env_text():
 
 def test_read_at_interpolates_the_sweep():
     h = kt.HostCpu(isa="amx", isa_source="", read_bytes_s=((1, 11e9), (4, 49e9), (8, 72e9), (16, 93e9)),
-                   read_source="", physical_cores=16)
+                   read_source="", physical_cores=16, kt_kernel="0.5.1")
     assert h.read_at(4) == 49e9 and h.read_at(6) == pytest.approx(60.5e9) and h.read_at(32) == 93e9
     assert h.read_at(14) == pytest.approx(72e9 + 21e9 * 6 / 8)
-    flat = kt.HostCpu(isa="amx", isa_source="", read_bytes_s=((1, 60e9),), read_source="", physical_cores=8)
+    flat = kt.HostCpu(isa="amx", isa_source="", read_bytes_s=((1, 60e9),), read_source="", physical_cores=8,
+                      kt_kernel="0.5.1")
     assert flat.read_at(1) == flat.read_at(6) == 60e9
 
 

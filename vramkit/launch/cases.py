@@ -62,7 +62,8 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
     from vramkit.core.plan.kt_hybrid import HostCpu  # noqa: PLC0415
     from vramkit.launch import hybrid  # noqa: PLC0415 - launch.hybrid imports launch.resolve, above this module
     h100_host = HostCpu(isa="amx", isa_source="the H100 host", read_bytes_s=((16, 93.0e9),),
-                        read_source="the H100 host's 16-thread read", physical_cores=16)
+                        read_source="the H100 host's 16-thread read", physical_cores=16,
+                        kt_kernel=catalog.versions().kt_kernel_pip)
     host_gpu = catalog.gpu("h100-80gb")
     for preset in catalog.presets().values():
         if not preset.knobs.get("kt_method"):

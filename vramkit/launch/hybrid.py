@@ -26,7 +26,8 @@ ASSUMED_HOST_READ_GBS = 60.0
 REFERENCE_HOST = kt.HostCpu(isa="avx512", isa_source="the reference desktop (Zen 4, 8 cores)",
                             read_bytes_s=((1, ASSUMED_HOST_READ_GBS * 1e9),),
                             read_source=f"assumed {ASSUMED_HOST_READ_GBS:g} GB/s (dual-channel DDR5), not measured",
-                            physical_cores=8, cores_source="the reference desktop")
+                            physical_cores=8, cores_source="the reference desktop",
+                            kt_kernel=catalog.versions().kt_kernel_pip)
 
 
 def format_read_gbs(runs: list[dict]) -> str:
@@ -71,7 +72,8 @@ def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], 
     else:
         cores_source = "given"
     return kt.HostCpu(isa=isa, isa_source=isa_source, read_bytes_s=read, read_source=read_source,
-                      physical_cores=physical_cores, cores_source=cores_source)
+                      physical_cores=physical_cores, cores_source=cores_source,
+                      kt_kernel=catalog.versions().kt_kernel_pip)     # the release the kit installs
 
 
 @dataclass(frozen=True)
@@ -93,15 +95,17 @@ class Hybrid:
         """(name, ok, detail) for `vramkit up`: this CPU runs the method, the experts fit host RAM, KT's converted
         layout is given where the method needs one."""
         hp = self.plan
-        m = hp.kt_method
+        m, kk = hp.kt_method, hp.kt_kernel
         if self.here_isa is None:
             cpu = (False, f"--kt-method {m}: this CPU has not even AVX2; kt-kernel runs nowhere here")
-        elif kt.runs_on(m, self.here_isa):
-            cpu = (True, f"--kt-method {m} on kt-kernel's {kt.KT_VARIANT[kt.build_for(m, self.here_isa)]} build")
+        elif kt.runs_on(m, self.here_isa, kk):
+            cpu = (True, f"--kt-method {m} on kt-kernel {kk}'s "
+                         f"{kt.KT_VARIANT[kt.build_for(m, self.here_isa, kk)]} build")
         else:
-            other = [x for x in kt.METHOD_PREFERENCE if kt.runs_on(x, self.here_isa)]
-            cpu = (False, f"--kt-method {m} needs kt-kernel's {' or '.join(kt.KT_METHODS[m].builds)} build; this CPU "
-                          f"runs {self.here_isa}" + (f" -> --kt-method {other[0]} runs here" if other else ""))
+            other = [x for x in kt.METHOD_PREFERENCE if kt.runs_on(x, self.here_isa, kk)]
+            need = " or ".join(kt.builds(m, kk)) or "a newer kt-kernel"
+            cpu = (False, f"--kt-method {m} needs kt-kernel {kk}'s {need} build; this CPU runs {self.here_isa}"
+                          + (f" -> --kt-method {other[0]} runs here" if other else ""))
         out = [("cpu-isa", *cpu),
                ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer, {m}) + "
@@ -124,9 +128,13 @@ class Hybrid:
                                   "read into host RAM by kt-kernel at start",)}
 
     def native_env(self) -> dict[str, str]:
-        """The kt-kernel adapter on the server's path (its sitecustomize installs the import hook)."""
+        """The kt-kernel adapter on the server's path (its sitecustomize installs the import hook); the build the
+        plan chose when it is not the one kt-kernel would pick for this CPU (a method only a lesser build has)."""
         old = os.environ.get("PYTHONPATH", "")
-        return {"PYTHONPATH": str(KT_COMPAT_DIR) + (os.pathsep + old if old else "")}
+        env = {"PYTHONPATH": str(KT_COMPAT_DIR) + (os.pathsep + old if old else "")}
+        if self.plan.kt_variant and self.here_isa and self.plan.kt_variant != kt.KT_VARIANT[self.here_isa]:
+            env["KT_KERNEL_CPU_VARIANT"] = self.plan.kt_variant
+        return env
 
     def to_json(self) -> dict:
         return {"weight_path": self.weight_path, "this_host_isa": self.here_isa}

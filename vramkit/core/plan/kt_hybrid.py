@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from vramkit.core.model.spec import ModelSpec
 from vramkit.errors import Exit, VramkitError
 
-# --- kt-kernel's methods and CPU builds (kt-kernel 0.5.3) ----------------------------------------------------
+# --- kt-kernel's methods and CPU builds -------------------------------------------------------------------
 # A CPU "ISA" here is the kt-kernel build that runs on it, ordered: each has the instructions of those before.
 CPU_ISAS = ("avx2", "avx512", "amx")
 ISA_FLAGS = {   # /proc/cpuinfo flags each build needs (kt_kernel/_cpu_detect.py; the kernel spells avx512vbmi)
@@ -48,23 +48,41 @@ KT_VARIANT = {"amx": "amx", "avx512": "avx512_bf16", "avx2": "avx2"}   # KT_KERN
 class KtMethod:
     name: str
     reads: str | None           # the checkpoint format it reads itself (checkpoint_format); None: KT's converted layout
-    builds: tuple[str, ...]     # kt-kernel builds (CPU_ISAS) with its kernels
     lossy: bool                 # against the checkpoint it comes from
     layout: str
 
 
 KT_METHODS = {m.name: m for m in (
-    # 0.5.1 (measured on the H100 host, AMX and AVX-512-BF16 builds: benchmarks/results/gpu/moe/): FP8, BF16 and
-    # AMXINT4/8 in the amx and avx512 builds, llamafile only in avx2. 0.5.3 adds AVX2 BF16/FP8/GPTQ_INT4 kernels.
-    KtMethod("FP8", "fp8", ("avx2", "avx512", "amx"), False, "the block-FP8 checkpoint itself (weight_scale_inv)"),
-    KtMethod("BF16", "bf16", ("avx2", "avx512", "amx"), False, "the bf16 checkpoint itself"),
-    KtMethod("GPTQ_INT4", "gptq_int4", ("avx2",), False, "the GPTQ-Int4 checkpoint itself (qweight, scales, qzeros)"),
-    KtMethod("AMXINT4", None, ("avx512", "amx"), True, "KT's INT4 layout, one f32 scale per row (converted)"),
-    KtMethod("AMXINT8", None, ("avx512", "amx"), True, "KT's INT8 layout, one f32 scale per row (converted)"),
+    KtMethod("FP8", "fp8", False, "the block-FP8 checkpoint itself (weight_scale_inv)"),
+    KtMethod("BF16", "bf16", False, "the bf16 checkpoint itself"),
+    KtMethod("GPTQ_INT4", "gptq_int4", False, "the GPTQ-Int4 checkpoint itself (qweight, scales, qzeros)"),
+    KtMethod("AMXINT4", None, True, "KT's INT4 layout, one f32 scale per row (converted)"),
+    KtMethod("AMXINT8", None, True, "KT's INT8 layout, one f32 scale per row (converted)"),
 )}
+# The builds of each kt-kernel release that have a method's kernels. 0.5.1: measured on the H100 host (AMX and
+# AVX-512-BF16 builds ran FP8 and AMXINT4, benchmarks/results/gpu/moe/; its AVX2 build has llamafile only,
+# tests/integration/test_kt_compat.py). 0.5.3: its release adds AVX2 kernels for BF16, FP8 and GPTQ_INT4
+# (issue 18; not yet run here). A release not listed is read as the newest listed one below it.
+KT_BUILDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "0.5.1": {"FP8": ("avx512", "amx"), "BF16": ("avx512", "amx"), "GPTQ_INT4": (),
+              "AMXINT4": ("avx512", "amx"), "AMXINT8": ("avx512", "amx")},
+    "0.5.3": {"FP8": ("avx2", "avx512", "amx"), "BF16": ("avx2", "avx512", "amx"), "GPTQ_INT4": ("avx2",),
+              "AMXINT4": ("avx512", "amx"), "AMXINT8": ("avx512", "amx")},
+}
 # When the asked method cannot run on the CPU: the first of these that reads the checkpoint and runs there
 # (most accurate first: the checkpoint's own values before a conversion).
 METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "AMXINT8", "AMXINT4")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split(".")[:3] if x.isdigit())
+
+
+def builds(method: str, kt_kernel: str) -> tuple[str, ...]:
+    """The builds of this kt-kernel release with the method's kernels (the newest listed release <= it)."""
+    known = sorted(KT_BUILDS, key=_release)
+    table = [v for v in known if _release(v) <= _release(kt_kernel)] or known[:1]
+    return KT_BUILDS[table[-1]][method]
 
 
 def isa_from_flags(flags: set[str]) -> str | None:
@@ -75,14 +93,14 @@ def isa_from_flags(flags: set[str]) -> str | None:
     return None
 
 
-def runs_on(method: str, isa: str) -> bool:
+def runs_on(method: str, isa: str, kt_kernel: str) -> bool:
     """A build runs on its own ISA and every later one (kt-kernel's KT_KERNEL_CPU_VARIANT picks a lesser build)."""
-    return any(CPU_ISAS.index(b) <= CPU_ISAS.index(isa) for b in KT_METHODS[method].builds)
+    return any(CPU_ISAS.index(b) <= CPU_ISAS.index(isa) for b in builds(method, kt_kernel))
 
 
-def build_for(method: str, isa: str) -> str:
+def build_for(method: str, isa: str, kt_kernel: str) -> str:
     """The kt-kernel build the method uses on this CPU: the best one it has that the CPU runs."""
-    return max((b for b in KT_METHODS[method].builds if CPU_ISAS.index(b) <= CPU_ISAS.index(isa)),
+    return max((b for b in builds(method, kt_kernel) if CPU_ISAS.index(b) <= CPU_ISAS.index(isa)),
                key=CPU_ISAS.index)
 
 
@@ -121,18 +139,22 @@ def check_model(model: ModelSpec, method: str) -> None:
                            f"{hint}, or pick the {need} model", Exit.BAD_INPUT)
 
 
-def resolve_method(model: ModelSpec, asked: str, isa: str) -> tuple[str | None, str]:
+def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tuple[str | None, str]:
     """(the method to plan with, or None when none runs on this CPU; why). The asked one when the CPU runs
     it, else the most accurate method that reads this checkpoint (or a converted layout) and runs there."""
-    if runs_on(asked, isa):
-        return asked, f"{asked} runs on kt-kernel's {KT_VARIANT[build_for(asked, isa)]} build"
+    kk = f"kt-kernel {kt_kernel}"
+    if runs_on(asked, isa, kt_kernel):
+        return asked, f"{asked} runs on {kk}'s {KT_VARIANT[build_for(asked, isa, kt_kernel)]} build"
+    need = " or ".join(builds(asked, kt_kernel)) or "a build no CPU has"
     fmt = checkpoint_format(model)
     for m in METHOD_PREFERENCE:
-        if KT_METHODS[m].reads in (fmt, None) and runs_on(m, isa):
-            return m, (f"{asked} has no kernels in kt-kernel's builds for {isa} (it needs "
-                       f"{' or '.join(KT_METHODS[asked].builds)}): planned with {m} instead, which runs on the "
-                       f"{KT_VARIANT[build_for(m, isa)]} build")
-    return None, f"no kt-kernel method for a {fmt} checkpoint runs on {isa}"
+        if KT_METHODS[m].reads in (fmt, None) and runs_on(m, isa, kt_kernel):
+            return m, (f"{asked} has no kernels in {kk}'s {isa} build (it needs {need}): planned with {m} "
+                       f"instead, which runs on the {KT_VARIANT[build_for(m, isa, kt_kernel)]} build")
+    newer = [v for v in sorted(KT_BUILDS, key=_release) if _release(v) > _release(kt_kernel)
+             and any(KT_METHODS[m].reads in (fmt, None) and isa in KT_BUILDS[v][m] for m in KT_METHODS)]
+    return None, (f"no {kk} method for a {fmt} checkpoint runs on {isa}"
+                  + (f" (kt-kernel {newer[0]} has one)" if newer else ""))
 
 
 # --- bytes ----------------------------------------------------------------------------------------------------
@@ -193,6 +215,7 @@ class HostCpu:
     read_bytes_s: tuple[tuple[int, float], ...]      # (threads, bytes/s) measured; one entry = one figure
     read_source: str
     physical_cores: int                              # of the server's cpuset
+    kt_kernel: str                                   # the kt-kernel release the server runs (config/versions.toml)
     cores_source: str = ""
 
     def read_at(self, threads: int) -> float:
@@ -279,6 +302,7 @@ class HybridPlan:
     cpu_isa: str | None
     cpu_isa_source: str
     kt_variant: str | None           # KT_KERNEL_CPU_VARIANT for this method on this CPU; None: no method runs
+    kt_kernel: str                   # the kt-kernel release planned for
     host_experts_bytes: int          # every expert of every MoE layer, as kt-kernel holds it
     host_sglang_bytes: int           # SGLang's own processes (measured, config/engine.toml)
     host_checkpoint_bytes: int       # the checkpoint's pages mapped while FP8/BF16/GPTQ_INT4 read it (page cache)

@@ -472,7 +472,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     if host.isa is None:
         method, why = None, "this CPU has not even AVX2: no kt-kernel build runs on it"
     else:
-        method, why = kt.resolve_method(model, asked, host.isa)
+        method, why = kt.resolve_method(model, asked, host.isa, host.kt_kernel)
     planned = method or asked
     threads = kt.cpuinfer_threads(host.physical_cores, k.reserved_cores) if knobs.kt_cpuinfer == "auto" \
         else int(knobs.kt_cpuinfer)
@@ -504,7 +504,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         kt_method=planned, asked_method=asked, method_note=why, lossy=kt.KT_METHODS[planned].lossy,
         num_gpu_experts=n, num_experts=moe.num_experts, moe_layers=moe.num_moe_layers, cpuinfer_threads=threads,
         cpu_isa=host.isa, cpu_isa_source=host.isa_source,
-        kt_variant=kt.KT_VARIANT[kt.build_for(planned, host.isa)] if method and host.isa else None,
+        kt_variant=kt.KT_VARIANT[kt.build_for(planned, host.isa, host.kt_kernel)] if method and host.isa else None,
+        kt_kernel=host.kt_kernel,
         host_experts_bytes=experts_host, host_sglang_bytes=k.sglang_host_bytes, host_checkpoint_bytes=checkpoint,
         host_pinned_bytes=pinned, host_read_bytes_s=d.host_read_bytes_s, host_read_source=host.read_source,
         cpu_bytes_per_token=d.cpu_bytes_per_token, decode_gpu_s=d.gpu_s, decode_context_s=d.context_s,
