@@ -48,6 +48,8 @@ class Point:
     knobs: dict                  # over the preset's (kt_method, kt_num_gpu_experts, kt_cpuinfer, ...)
     build: str = "amx"           # kt-kernel build it ran (KT_KERNEL_CPU_VARIANT)
     kt_kernel: str = "0.5.1"     # the kt-kernel release it ran
+    rss_peak_sampled: bool = False   # its host_rss_peak_bytes is a sampled peak (moe_point.py since 2026-11-24),
+                                     # not the RSS at the end of the probe
     free_gib: float | None = None   # "Load weight begin. avail mem" when the point JSON lacks it
     note: str = ""
 
@@ -158,7 +160,8 @@ def compute() -> dict:
             lf = run["log_figures_gib"]
             rec |= {"weights_gib": lf["weights"], "plan_weights_gib": pl.weights_bytes / GiB,
                     "kv_tokens": lf["kv_tokens"], "plan_kv_tokens": pl.kv_pool_tokens,
-                    "rss_after_start_bytes": run.get("host_rss_after_start_bytes")}
+                    "rss_after_start_bytes": run.get("host_rss_after_start_bytes"),
+                    "rss_peak_bytes": run.get("host_rss_peak_bytes") if p.rss_peak_sampled else None}
         points.append(rec)
     fitted = [r for r in rows if r["role"] == "fit"]
     eff, sync, attn = fit(fitted)
@@ -175,6 +178,8 @@ def compute() -> dict:
             q["plan_rss_bytes"] = q["host_experts_bytes"] + q["host_checkpoint_bytes"] + q["host_pinned_bytes"] \
                 + k.sglang_host_bytes
             q["rss_error"] = q["plan_rss_bytes"] / q["rss_after_start_bytes"] - 1
+            if q.get("rss_peak_bytes"):
+                q["rss_peak_error"] = q["plan_rss_bytes"] / q["rss_peak_bytes"] - 1
     result = {
         "what": "hybrid MoE decode estimate: fitted constants and the error on fitted and held-out runs (issue 18)",
         "script": "benchmarks/gpu/fit_kt.py",
@@ -205,15 +210,17 @@ def markdown(res: dict) -> str:
         errs = [abs(r["error"]) for r in res["measurements"] if r["role"] == role]
         if errs:
             lines.append(f"\n{role}: {len(errs)} measurements, worst |error| {max(errs):.1%}, mean {sum(errs) / len(errs):.1%}")
-    lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan |",
-              "| --- | --- | --- | --- | --- |"]
+    lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan "
+              "| sampled peak RSS / plan |", "| --- | --- | --- | --- | --- | --- |"]
     for q in res["points"]:
         if "weights_gib" in q:
             rss = (f"{q['rss_after_start_bytes'] / GiB:.1f} / {q['plan_rss_bytes'] / GiB:.1f} GiB ({q['rss_error']:+.1%})"
                    if q.get("rss_after_start_bytes") else "-")
+            peak = (f"{q['rss_peak_bytes'] / GiB:.1f} / {q['plan_rss_bytes'] / GiB:.1f} GiB ({q['rss_peak_error']:+.1%})"
+                    if q.get("rss_peak_bytes") else "-")
             lines.append(f"| {q['name']} | {q['role']} | {q['weights_gib']:.2f} / {q['plan_weights_gib']:.2f} "
                          f"({q['plan_weights_gib'] / q['weights_gib'] - 1:+.1%}) | {q['kv_tokens']:,} / "
-                         f"{q['plan_kv_tokens']:,} ({q['plan_kv_tokens'] / q['kv_tokens'] - 1:+.1%}) | {rss} |")
+                         f"{q['plan_kv_tokens']:,} ({q['plan_kv_tokens'] / q['kv_tokens'] - 1:+.1%}) | {rss} | {peak} |")
     return "\n".join(lines) + "\n"
 
 
