@@ -83,10 +83,27 @@ def target_for(p: Point, free_bytes: int) -> Target:
                   host_ram_available_bytes=120 * GiB)
 
 
+def run_knobs(run: dict | None, p: Point) -> dict:
+    """The knobs a run was started with: the point's, its `vramkit up` --kt-* flags, and the GPU experts the kit
+    rendered for it (its plan JSON beside the point, when there is one: what ran, whatever today's planner says)."""
+    knobs = dict(p.knobs)
+    if run:
+        args = run.get("vramkit_up_args", [])
+        for flag, key, cast in (("--kt-method", "kt_method", str), ("--kt-cpuinfer", "kt_cpuinfer", int),
+                                ("--kt-num-gpu-experts", "kt_num_gpu_experts", int)):
+            if flag in args:
+                knobs[key] = cast(args[args.index(flag) + 1])
+    if p.point and (RES / p.point.replace(".json", ".plan.json")).exists():
+        ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
+        if "num_gpu_experts" in ran:
+            knobs.setdefault("kt_num_gpu_experts", int(ran["num_gpu_experts"]))
+    return knobs
+
+
 def plan_for(p: Point) -> tuple[Plan, dict | None]:
     run = load(p.point) if p.point else None
     free_gib = run["log_figures_gib"]["load_begin_avail"] if run else p.free_gib
-    knobs = Knobs(**(catalog.presets()["moe"].knobs | p.knobs))
+    knobs = Knobs(**(catalog.presets()["moe"].knobs | run_knobs(run, p)))
     return plan(catalog.model("qwen3-coder-30b-a3b-instruct-fp8"), target_for(p, int(free_gib * GiB)), knobs,
                 catalog.engine(), with_alternatives=False), run
 
