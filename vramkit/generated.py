@@ -12,14 +12,13 @@ from pathlib import Path
 from vramkit import catalog
 from vramkit.bench.summary import find_key
 from vramkit.core.plan import knobs
-from vramkit.core.plan.planner import Engine, Knobs, Target, kv_bytes_per_token, plan
-from vramkit.core.plan.request import PlanRequest
+from vramkit.core.plan.planner import Engine, Knobs, Target, plan
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import reference
 from vramkit.units import GiB
 
 REPO_ROOT = catalog.CONFIG_DIR.parent
 CEILING_MODEL = "qwen2.5-coder-14b-instruct-gptq-int4"   # the first user's model
-PRESET_CARD = "rtx-5060-ti-16gb"                         # the first user's card
 ROOFLINE_RUN = "benchmarks/results/gpu/optimized-16g.json"
 PINNED_COPY = "benchmarks/results/nvml-vs-smi.json"
 
@@ -31,11 +30,11 @@ def _engine() -> Engine:
 def _ceiling(gpu_name: str, context: int, kv_dtype: str = "auto") -> tuple[float, float]:
     """(decode ceiling tok/s, GiB of weights read per token) of CEILING_MODEL on a catalogued card."""
     m, g = catalog.model(CEILING_MODEL), catalog.gpu(gpu_name)
-    p = plan(m, Target(gpu=g, host_ram_available_bytes=64 * GiB), Knobs(context=context, kv_dtype=kv_dtype),
-             _engine(), with_alternatives=False)
-    # ceiling = 1 / (weights / bw + kv / bw): the weights' share, back out of the plan's own figure
-    weights = g.bandwidth_bytes_s / p.decode_tok_s_ceiling - kv_bytes_per_token(m, kv_dtype) * context
-    return p.decode_tok_s_ceiling, weights / GiB
+    p = plan(m, Target(gpu=g, host_ram_available_bytes=int(reference.HOST_RAM_GIB * GiB)),
+             Knobs(context=context, kv_dtype=kv_dtype), _engine(), with_alternatives=False)
+    if p.decode_tok_s_ceiling is None:
+        raise VramkitError(f"no decode ceiling for {m.name} on {g.name}", "check config/gpus.toml", Exit.BAD_FILE)
+    return p.decode_tok_s_ceiling, p.weights_read_per_token_bytes / GiB
 
 
 def _pinned_copy_gbs() -> float | None:
@@ -68,19 +67,20 @@ def physics_table() -> list[str]:
 
 def presets_table() -> list[str]:
     """README: each preset as the planner resolves it for the first user's card."""
-    g = catalog.gpu(PRESET_CARD)
+    g = catalog.gpu(reference.GPU)
     out = [f"| preset | model | knobs | planner on a {g.label} |", "| --- | --- | --- | --- |"]
     for p in catalog.presets().values():
         m = catalog.model(p.model)
-        target = Target(gpu=g, host_ram_available_bytes=64 * GiB)
+        target = Target(gpu=g, host_ram_available_bytes=int(reference.HOST_RAM_GIB * GiB))
         r = plan(m, target, Knobs(**p.knobs), _engine(), with_alternatives=False)
         hy = None
         if p.knobs.get("kt_method"):   # the hybrid MoE mode, for the reference desktop CPU the compose files use
             from vramkit.launch import hybrid  # noqa: PLC0415 - launch sits above this module
             from vramkit.launch.resolve import Resolved  # noqa: PLC0415
-            hy = hybrid.apply(Resolved(m, g, target, Knobs(**p.knobs), p.name, r),
-                              PlanRequest(),
-                              server_cores=hybrid.COMPOSE_REFERENCE_CORES, cpu_flags=set()).hybrid.plan
+            r = hybrid.apply(Resolved(m, g, target, Knobs(**p.knobs), p.name, r),
+                             reference.request(p.name), server_cores=reference.HOST_PHYSICAL_CORES,
+                             cpu_flags=set(reference.HOST_CPU_FLAGS)).plan
+            hy = r.hybrid
         k = r.knobs
         what = [f"{k.context:,}-token context", "fp16/bf16 KV" if k.kv_dtype == "auto" else f"{k.kv_dtype} KV",
                 f"fraction {k.mem_fraction:g}" + ("" if "mem_fraction" in p.knobs else " (SGLang's own)")]
@@ -93,7 +93,7 @@ def presets_table() -> list[str]:
         if hy is not None:
             what.append(f"{hy.num_gpu_experts} experts/layer on the GPU, the rest in host RAM ({hy.kt_method}, "
                         f"{hy.host_ram_bytes / GiB:.1f} GiB; decode ~{hy.decode_tok_s:.0f} tok/s derived at "
-                        f"{hybrid.DEFAULT_HOST_READ_GBS:g} GB/s host read vs ~{hy.offload_decode_tok_s:.1f} with "
+                        f"{hy.host_read_gbs:g} GB/s host read vs ~{hy.offload_decode_tok_s:.1f} with "
                         "layer offload)")
         verdict = (f"KV {r.kv_pool_tokens:,} tokens, longest prompt {r.max_request_tokens:,}, peak "
                    f"{r.peak_vram_bytes / GiB:.1f} GiB: " + ("fits" if r.fits else "**does not fit**"))

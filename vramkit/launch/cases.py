@@ -76,6 +76,7 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
             r = hybrid.apply(Resolved(model, gpu, target, knobs, preset.name, p),
                              PlanRequest(kt_weight_path=weights, host_read_gbs=93.0),
                              server_cores=16, cpu_flags=set())
+            p = r.plan
             if free_gib:
                 argv = sglang_args(model, p, model_path=str(model.config_dir), load_format=None, port=port,
                                    extra=[*catalog.sglang().gpu_host_extra_args, "--skip-tokenizer-init"])

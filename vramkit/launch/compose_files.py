@@ -5,24 +5,22 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core.plan.planner import Knobs, Target, plan
-from vramkit.core.plan.request import PlanRequest
 from vramkit.core.render.sglang import compose_yaml, sglang_args
-from vramkit.launch import hybrid
+from vramkit.launch import hybrid, reference
 from vramkit.launch.resolve import Resolved
 from vramkit.units import GiB
 
 REPO_ROOT = catalog.CONFIG_DIR.parent
-COMPOSE_GPU = "rtx-5060-ti-16gb"      # committed compose files are rendered for the first user's card
 
 
 def compose_files() -> dict[Path, str]:
     """docker-compose.qwen[-preset].yml for each preset, rendered for the reference 16 GB card."""
     engine = catalog.engine()
-    gpu = catalog.gpu(COMPOSE_GPU)
+    gpu = catalog.gpu(reference.GPU)
     out = {}
     for preset in catalog.presets().values():
         model = catalog.model(preset.model)
-        target = Target(gpu=gpu, host_ram_available_bytes=64 * GiB)
+        target = Target(gpu=gpu, host_ram_available_bytes=int(reference.HOST_RAM_GIB * GiB))
         knobs = Knobs(**preset.knobs)
         p = plan(model, target, knobs, engine, with_alternatives=False)
         port = catalog.sglang().port
@@ -30,8 +28,9 @@ def compose_files() -> dict[Path, str]:
         kt = {}
         if knobs.kt_method:     # the hybrid MoE mode, planned for a reference desktop CPU (re-rendered by `up`)
             r = hybrid.apply(Resolved(model, gpu, target, knobs, preset.name, p),
-                             PlanRequest(),
-                             server_cores=hybrid.COMPOSE_REFERENCE_CORES, cpu_flags=set())
+                             reference.request(preset.name),
+                             server_cores=reference.HOST_PHYSICAL_CORES, cpu_flags=set(reference.HOST_CPU_FLAGS))
+            p = r.plan
             argv = sglang_args(model, p, model_path=model.hf_id, host="0.0.0.0", port=port)
             kt = r.hybrid.compose_parts("services/sglang-kt")
             argv += kt["args"]

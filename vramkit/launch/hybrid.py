@@ -14,17 +14,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vramkit import catalog
+from vramkit.core.memory.costs import KV_DTYPE_BYTES
 from vramkit.core.plan import kt_hybrid as mo
-from vramkit.core.plan.planner import KV_DTYPE_BYTES, Alternative
+from vramkit.core.plan.planner import Alternative, HybridSection
 from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import reference
 
 ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"      # `vramkit host --bandwidth` measures it; `make optimize-write` keeps it
-DEFAULT_HOST_READ_GBS = 60.0                 # assumed when not measured: dual-channel DDR5-5600 read (~70 % of 89.6)
+DEFAULT_HOST_READ_GBS = reference.HOST_READ_GBS   # assumed when not measured (and the plan says so)
 KT_SERVICE_DIR = catalog.CONFIG_DIR.parent / "services" / "sglang-kt"
 KT_COMPAT_DIR = KT_SERVICE_DIR / "kt_compat"
 KT_CONTAINER_DIR = "/kt-weights"
-COMPOSE_REFERENCE_CORES = 8      # committed compose files: an 8-core desktop CPU (`make start-qwen-moe` re-renders)
 
 
 @dataclass
@@ -175,7 +176,9 @@ def apply(r, request: PlanRequest, *, server_cores: int | None = None, cpu_flags
             # ranked: first when it fits and decodes faster than every other fitting alternative
             others = [a.decode_tok_s_ceiling or 0 for a in r.plan.alternatives if a.fits]
             first = hp.fits and hp.decode_tok_s > max(others, default=0)
-            r.plan.alternatives.insert(0 if first else len(r.plan.alternatives), alt)
+            alts = list(r.plan.alternatives)
+            alts.insert(0 if first else len(alts), alt)
+            r.plan = replace(r.plan, alternatives=tuple(alts))
         return r
     hp, bw, src = _hybrid_plan(r, cfg, method, request, server_cores)
     variant, detail = mo.isa_check(method, _cpu_flags() if cpu_flags is None else cpu_flags)
@@ -186,23 +189,28 @@ def apply(r, request: PlanRequest, *, server_cores: int | None = None, cpu_flags
     kv_bytes = hp.kv_pool_tokens * p.kv_bytes_per_token
     # the dense plan's other terms (CUDA context, graphs, activations, req_to_token) stay; weights and KV change
     delta = hp.gpu_weights_bytes + kv_bytes - p.weights_bytes - p.kv_pool_bytes
-    p.peak_vram_bytes += delta
-    p.startup_free_bytes -= delta
-    p.headroom_bytes -= delta
-    p.weights_bytes, p.kv_pool_tokens, p.kv_pool_bytes = hp.gpu_weights_bytes, hp.kv_pool_tokens, kv_bytes
-    p.weights_by_component = {"non-expert": hp.gpu_weights_bytes - hp.num_gpu_experts * per_n,
-                              f"experts ({hp.num_gpu_experts}/layer)": hp.num_gpu_experts * per_n}
-    p.max_request_tokens = min(p.context_len - 1, hp.kv_pool_tokens - 1) - 5
-    p.max_concurrent_requests = hp.kv_pool_tokens // max(1, r.knobs.context)
-    p.fits, p.reasons = hp.fits, list(hp.reasons)
-    p.decode_tok_s_ceiling = round(hp.decode_tok_s, 1)
-    p.knobs = replace(p.knobs, kt_num_gpu_experts=hp.num_gpu_experts, kt_cpuinfer=hp.cpuinfer_threads)
-    p.notes.extend(hp.notes)
-    p.notes.append(f"hybrid MoE: {hp.num_gpu_experts} experts/layer on the GPU, the rest in host RAM "
-                   f"({hp.host_ram_bytes / 2**30:.1f} GiB as {method}) on {hp.cpuinfer_threads} threads; decode "
-                   f"~{hp.decode_tok_s:.0f} tok/s (derived; host read {bw:g} GB/s, {src}) against "
-                   f"~{hp.offload_decode_tok_s:.1f} tok/s with layer offload ({hp.offload_gib} GiB over PCIe)")
-    p.notes.append(f"this host's CPU for {method}: " + (f"kt-kernel's {detail}" if variant else detail
-                                                         + " (`vramkit up` refuses here, exit 22)"))
+    by_component = {"non-expert": hp.gpu_weights_bytes - hp.num_gpu_experts * per_n,
+                    f"experts ({hp.num_gpu_experts}/layer)": hp.num_gpu_experts * per_n}
+    notes = [*p.notes, *hp.notes,
+             f"hybrid MoE: {hp.num_gpu_experts} experts/layer on the GPU, the rest in host RAM "
+             f"({hp.host_ram_bytes / 2**30:.1f} GiB as {method}) on {hp.cpuinfer_threads} threads; decode "
+             f"~{hp.decode_tok_s:.0f} tok/s (derived; host read {bw:g} GB/s, {src}) against "
+             f"~{hp.offload_decode_tok_s:.1f} tok/s with layer offload ({hp.offload_gib} GiB over PCIe)",
+             f"this host's CPU for {method}: " + (f"kt-kernel's {detail}" if variant else detail
+                                                  + " (`vramkit up` refuses here, exit 22)")]
+    r.plan = replace(
+        p, peak_vram_bytes=p.peak_vram_bytes + delta, startup_free_bytes=p.startup_free_bytes - delta,
+        headroom_bytes=p.headroom_bytes - delta, weights_bytes=hp.gpu_weights_bytes,
+        kv_pool_tokens=hp.kv_pool_tokens, kv_pool_bytes=kv_bytes, weights_by_component=by_component,
+        weights_on_gpu_by_component=by_component,
+        max_request_tokens=min(p.context_len - 1, hp.kv_pool_tokens - 1) - 5,
+        max_concurrent_requests=hp.kv_pool_tokens // max(1, r.knobs.context), fits=hp.fits,
+        reasons=tuple(hp.reasons), decode_tok_s_ceiling=round(hp.decode_tok_s, 1),
+        knobs=replace(p.knobs, kt_num_gpu_experts=hp.num_gpu_experts, kt_cpuinfer=hp.cpuinfer_threads),
+        notes=tuple(notes),
+        hybrid=HybridSection(kt_method=method, num_gpu_experts=hp.num_gpu_experts,
+                             cpuinfer_threads=hp.cpuinfer_threads, host_ram_bytes=hp.host_ram_bytes,
+                             decode_tok_s=hp.decode_tok_s, offload_decode_tok_s=hp.offload_decode_tok_s,
+                             host_read_gbs=bw, host_read_source=src))
     r.hybrid = Hybrid(hp, weight_path, variant, detail, bw, src)
     return r

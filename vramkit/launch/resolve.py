@@ -10,10 +10,11 @@ from vramkit.core.model.spec import GpuSpec, ModelSpec
 from vramkit.core.plan.planner import Knobs, Plan, Target, plan
 from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import reference
 from vramkit.units import GiB
 
 DEFAULT_MODEL = "qwen2.5-coder-14b-instruct-gptq-int4"
-DEFAULT_GPU = "rtx-5060-ti-16gb"      # the first user's kind of card; `--gpu auto` reads the real one
+DEFAULT_GPU = reference.GPU           # the first user's kind of card; `--gpu auto` reads the real one
 
 
 @dataclass

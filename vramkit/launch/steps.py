@@ -14,6 +14,7 @@ from vramkit import catalog
 from vramkit.core import sglang_log
 from vramkit.core.render.sglang import compose_yaml, container_model_path, model_path_for, sglang_args
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch.settings import setting
 
 
 @dataclass
@@ -100,7 +101,7 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
                                Exit.START_FAILED)
         if clock() - t0 > spec.timeout_s:
             raise VramkitError(f"SGLang did not become healthy within {spec.timeout_s:.0f} s (last phase: {ph})",
-                               "raise TIMEOUT=..., or read the log", Exit.HEALTH_TIMEOUT)
+                               f"raise {setting('timeout_s').hint()}, or read the log", Exit.HEALTH_TIMEOUT)
         sleep(2.0)
 
 

@@ -45,6 +45,11 @@ class KnobSpec:
         return "--" + self.name.replace("_", "-")
 
     @property
+    def server_arg(self) -> str | None:
+        """SGLang's ServerArgs field the flag sets (its /server_info key): the flag without dashes."""
+        return self.sglang_flag.removeprefix("--").replace("-", "_") if self.sglang_flag else None
+
+    @property
     def preset_key(self) -> str:
         return self.name
 

@@ -24,7 +24,9 @@ follows SGLang's own code, step by step:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from vramkit.core.checks import Reason
 from vramkit.core.memory.costs import (  # noqa: F401
@@ -39,7 +41,7 @@ from vramkit.core.memory.costs import (  # noqa: F401
 from vramkit.core.memory.weight_load import replay_load
 from vramkit.core.model.arch import CALIBRATION_HOST_SMS, MXFP4_PADDING, mxfp4_backend_for, weight_layout
 from vramkit.core.model.spec import GpuSpec, ModelSpec
-from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.knobs import Knobs, by_name
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, MiB, bytes2human
 
@@ -85,23 +87,37 @@ class Target:
     mxfp4_backend: str | None = None           # SGLang's MoE runner for MXFP4 (None: what it picks for the card)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Alternative:
     change: str                 # what to change, in words
-    knobs: dict                 # the knob values that make the change
+    knobs: dict[str, Any]       # the knob values that make the change
     fits: bool
     decode_tok_s_ceiling: float | None
     cost: str                   # what it costs
 
 
-@dataclass
+@dataclass(frozen=True)
+class HybridSection:
+    """The KT hybrid MoE mode's part of a plan (issue 12): experts 0..N-1 of every MoE layer on the GPU, the
+    rest computed by the CPU from host RAM. Planned in core from the model's expert tensors (helper `hybrid`)."""
+    kt_method: str
+    num_gpu_experts: int        # per MoE layer
+    cpuinfer_threads: int
+    host_ram_bytes: int         # the CPU experts, in host RAM
+    decode_tok_s: float         # derived: GPU part + CPU experts at the host's read bandwidth
+    offload_decode_tok_s: float  # the same model with layer offload instead, for comparison
+    host_read_gbs: float
+    host_read_source: str       # measured (`vramkit host --bandwidth`), given, or assumed (says which)
+
+
+@dataclass(frozen=True)
 class Plan:
     model: str
     gpu: str
     knobs: Knobs                # every knob resolved (mem_fraction, chunked_prefill, ... never None)
     free_at_start_bytes: int
     weights_bytes: int          # on the GPU, per rank, as SGLang's "Load weight end ... mem usage"
-    weights_by_component: dict
+    weights_by_component: dict[str, int]  # the checkpoint's parts, before any offload
     weights_offloaded_bytes: int
     weights_pinned_host_bytes: int  # the host RAM those pin: each tensor rounded up to a power of two
     kv_bytes_per_token: int
@@ -118,15 +134,37 @@ class Plan:
     headroom_bytes: int         # free at the peak of the largest prefill step
     decode_tok_s_ceiling: float | None
     decode_tok_s_ceiling_batch: float | None
+    weights_read_per_token_bytes: int  # GPU-resident weights one decode step reads (MoE: the experts it touches)
     host_ram_bytes: int         # pinned host RAM the server takes (hicache pool + offloaded weights)
     host_map_bytes: int         # GPU memory mapping the hierarchical cache's pinned pool (after the KV pool)
     fits: bool
-    reasons: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
-    alternatives: list = field(default_factory=list)
+    # the parts of the peak the plan's other fields do not name (the dashboard's memory bar draws them all):
+    # peak = startup_overhead + weights + kv_pool + buffers + graphs + activations + comm_runtime
+    startup_overhead_bytes: int = 0   # CUDA context (+ NCCL at tp > 1) before the weights (engine.toml)
+    buffers_bytes: int = 0      # pre-KV, req_to_token, post-KV misc, attention backend, host-cache mapping
+    graphs_bytes: int = 0       # decode CUDA graphs' pool (with an offloaded layer's transient copy)
+    comm_runtime_bytes: int = 0  # tp > 1: what the first large all-reduce adds while serving (engine.toml)
+    weights_on_gpu_by_component: dict[str, int] = field(default_factory=dict)  # after --cpu-offload-gb
+    hicache_bytes: int = 0      # the hierarchical cache's pinned host pool (--hicache-size, GB)
+    reasons: tuple[Reason, ...] = ()
+    notes: tuple[str, ...] = ()
+    alternatives: tuple[Alternative, ...] = ()
+    hybrid: HybridSection | None = None   # the KT hybrid MoE mode, when kt_method is set
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def weights_on_gpu(by_component: dict[str, int], offloaded_bytes: int) -> dict[str, int]:
+    """Bytes of each weight component left on the GPU: --cpu-offload-gb moves decoder-layer tensors
+    (attention, mlp) to host RAM, so the offloaded bytes come out of those two in proportion (derived)."""
+    parts = {k: int(v) for k, v in by_component.items() if v}
+    layers = parts.get("attention", 0) + parts.get("mlp", 0)
+    if offloaded_bytes and layers:
+        for k in ("attention", "mlp"):
+            if k in parts:
+                parts[k] -= round(offloaded_bytes * parts[k] / layers)
+    return parts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -349,9 +387,10 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     # 7. decode ceilings
     ceiling, ceiling_batch = None, None
+    read_per_token = decode_read_bytes(model, load.live_by_role, 1, tp)
     if gpu is not None:
         # the GPU-resident tensors after conversion; MoE: only the experts a step touches
-        t_weights = decode_read_bytes(model, load.live_by_role, 1, tp) / gpu.bandwidth_bytes_s \
+        t_weights = read_per_token / gpu.bandwidth_bytes_s \
             + offloaded / gpu.pcie_bytes_s
         t_kv = cell * knobs.context / gpu.bandwidth_bytes_s     # one stream's KV at the full target context
         ceiling = 1.0 / (t_weights + t_kv)
@@ -373,12 +412,17 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         kv_pool_tokens=kv_tokens, context_len=context_len, yarn_factor=yarn, max_request_tokens=max_request,
         max_concurrent_requests=conc, req_to_token_bytes=req_to_token, activation_bytes=act,
         peak_vram_bytes=peak, startup_free_bytes=startup_free, headroom_bytes=headroom,
-        decode_tok_s_ceiling=ceiling, decode_tok_s_ceiling_batch=ceiling_batch, host_ram_bytes=host_ram,
-        host_map_bytes=host_map,
-        fits=not reasons, reasons=reasons, notes=notes,
+        decode_tok_s_ceiling=ceiling, decode_tok_s_ceiling_batch=ceiling_batch,
+        weights_read_per_token_bytes=read_per_token, host_ram_bytes=host_ram,
+        host_map_bytes=host_map, fits=not reasons,
+        startup_overhead_bytes=engine.startup_overhead(tp),
+        buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
+        graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
+        weights_on_gpu_by_component=weights_on_gpu(comps, offloaded), hicache_bytes=hicache_bytes,
+        reasons=tuple(reasons), notes=tuple(notes),
     )
     if with_alternatives and not p.fits:
-        p.alternatives = alternatives(model, target, knobs, engine, p, candidates)
+        p = replace(p, alternatives=tuple(alternatives(model, target, knobs, engine, p, candidates)))
     return p
 
 
@@ -420,14 +464,21 @@ def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Eng
     return best
 
 
-CHANGE_WORDS = {
-    "kv_dtype": lambda v: f"KV cache {v} (--kv-cache-dtype {v})",
-    "mem_fraction": lambda v: f"--mem-fraction-static {v}",
+def _flag(name: str) -> str:
+    """A knob's SGLang flag, as core/plan/knobs.py declares it (the one place it is spelled)."""
+    flag = by_name()[name].sglang_flag
+    assert flag is not None, name
+    return flag
+
+
+CHANGE_WORDS: dict[str, Callable[[Any], str]] = {
+    "kv_dtype": lambda v: f"KV cache {v} ({_flag('kv_dtype')} {v})",
+    "mem_fraction": lambda v: f"{_flag('mem_fraction')} {v}",
     "concurrency": lambda v: f"{v} request(s) of this context at once",
     "context": lambda v: f"context {v:,} tokens",
-    "cpu_offload_gib": lambda v: f"{v} GiB of weights in host RAM (--cpu-offload-gb {v})",
-    "tp": lambda v: f"{v} GPUs with tensor parallelism (--tp-size {v})",
-    "max_running": lambda v: f"--max-running-requests {v}",
+    "cpu_offload_gib": lambda v: f"{v} GiB of weights in host RAM ({_flag('cpu_offload_gib')} {v})",
+    "tp": lambda v: f"{v} GPUs with tensor parallelism ({_flag('tp')} {v})",
+    "max_running": lambda v: f"{_flag('max_running')} {v}",
 }
 
 
