@@ -12,7 +12,8 @@ from pathlib import Path
 from vramkit import catalog
 from vramkit.bench.summary import find_key
 from vramkit.core.plan import knobs
-from vramkit.core.plan.planner import Engine, Knobs, Target, plan
+from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.planner import Engine, Target, plan
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import reference
 from vramkit.units import GiB

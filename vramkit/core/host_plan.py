@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from vramkit.core.checks import FAIL, PASS, WARN, Check
@@ -51,7 +52,7 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def format_cpulist(cpus) -> str:
+def format_cpulist(cpus: Iterable[int]) -> str:
     """(0, 1, 2, 3, 8) -> '0-3,8' (the form taskset, docker --cpuset-cpus and the kernel use)."""
     cpus = sorted(set(cpus))
     runs: list[str] = []
@@ -80,9 +81,9 @@ class CpuTopology:
     def hybrid(self) -> bool:
         return bool(self.p_cores and self.e_cores)
 
-    def cores(self, cpus) -> list[tuple[int, ...]]:
+    def cores(self, cpus: Iterable[int]) -> list[tuple[int, ...]]:
         """Group CPUs into physical cores (SMT siblings together), in CPU order."""
-        pool, seen, out = set(cpus), set(), []
+        pool, seen, out = set(cpus), set[int](), []
         for c in sorted(pool):
             if c in seen:
                 continue

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.planner import Target, plan
 from vramkit.core.render.sglang import compose_yaml, sglang_args
 from vramkit.launch import hybrid, reference
 from vramkit.launch.resolve import Resolved

@@ -53,7 +53,7 @@ class Hybrid:
                 f"{hp.host_ram_bytes / 2**30:.1f} GiB of CPU experts ({hp.kt_method}) + "
                 f"{mo.SGLANG_HOST_BASE / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available")]
         if mo.KT_METHODS[hp.kt_method]["checkpoint"] is None:
-            ok = bool(self.weight_path) and Path(self.weight_path).is_dir()
+            ok = self.weight_path is not None and Path(self.weight_path).is_dir()
             out.append(("kt-weights", ok, f"{hp.kt_method} experts in {self.weight_path}" if ok else
                         f"--kt-method {hp.kt_method} reads KT's converted layout: none at {self.weight_path} -> "
                         "convert with tools/make_random_checkpoint.py MODEL_CFG DIR --kt-layout "

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from vramkit import catalog
 from vramkit.core.model.spec import GpuSpec, ModelSpec
-from vramkit.core.plan.planner import Knobs, Plan, Target, plan
+from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.planner import Plan, Target, plan
 from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import reference
 from vramkit.units import GiB
+
+if TYPE_CHECKING:   # launch.hybrid imports this module
+    from vramkit.launch.hybrid import Hybrid
 
 DEFAULT_MODEL = "qwen2.5-coder-14b-instruct-gptq-int4"
 DEFAULT_GPU = reference.GPU           # the first user's kind of card; `--gpu auto` reads the real one
@@ -25,7 +30,7 @@ class Resolved:
     knobs: Knobs
     preset: str | None
     plan: Plan
-    hybrid: object = None       # launch.hybrid.Hybrid when a MoE's experts split GPU / host RAM (kt_method)
+    hybrid: Hybrid | None = None   # when a MoE's experts split GPU / host RAM (kt_method)
 
 
 def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
@@ -87,12 +92,14 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
     g = chosen[0]
     known = catalog.gpu_by_nvml_name(str(g.name))
     link = link_for(known) if link_for is not None else None
-    if known is None and link is None:
+    if link is None and known is not None:
+        link = (known.bandwidth_bytes_s, known.pcie_gen, known.pcie_lanes)
+    if link is None:
         raise VramkitError(f"GPU {ids[0]} ({g.name}) is not in config/gpus.toml: its memory bandwidth and PCIe link, "
                            "which the decode ceiling needs, are unknown",
                            "give --gpu-bandwidth-gbs N --gpu-pcie GENxLANES from its spec sheet, or add the card "
                            "to config/gpus.toml", Exit.BAD_INPUT)
-    bandwidth, gen, lanes = link if link is not None else (known.bandwidth_bytes_s, known.pcie_gen, known.pcie_lanes)
+    bandwidth, gen, lanes = link
     spec = GpuSpec(name=known.name if known else f"nvml:{g.name}", label=str(g.name),
                    memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=bandwidth,
                    pcie_gen=gen, pcie_lanes=lanes, nvml_names=(str(g.name),),

@@ -60,7 +60,7 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     folder = str(Path(model_path).resolve()) if Path(model_path).is_dir() else None
     mount = (folder, container_model_path(folder)) if folder else None
     if folder:
-        model_path = folder if spec.runtime == "native" else mount[1]
+        model_path = folder if spec.runtime == "native" else container_model_path(folder)
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args)

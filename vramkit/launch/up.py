@@ -16,7 +16,7 @@ from pathlib import Path
 from vramkit.core.checks import Check
 from vramkit.core.host_plan import format_cpulist
 from vramkit.core.plan.request import PlanRequest
-from vramkit.errors import VramkitError
+from vramkit.errors import Exit, VramkitError
 from vramkit.launch import checks as launch_checks
 from vramkit.launch import steps
 from vramkit.launch.resolve import Resolved, host_available, nvml_gpu, resolve
@@ -80,7 +80,7 @@ def refuse_failed(prep: Prepared, *, no_fit_check: bool = False) -> None:
     if failed:
         first = failed[0]
         what, _, todo = first.detail.partition(" -> ")
-        raise VramkitError(f"not starting: {first.name}: {what}", todo or "see the checks above", first.code)
+        raise VramkitError(f"not starting: {first.name}: {what}", todo or "see the checks above", Exit(first.code))
 
 
 def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str], None] | None = None) -> dict:

@@ -22,6 +22,7 @@ Layer offload (--cpu-offload-gb) beside it: every offloaded byte crosses PCIe ev
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from vramkit.core.checks import Reason
 from vramkit.core.model import checkpoint as cl
@@ -30,7 +31,7 @@ from vramkit.core.model import checkpoint as cl
 # ISA: the variant kt-kernel loads (kt_kernel/_cpu_detect.py) must have the method's kernels: its AMX and
 # AVX-512-BF16 builds have FP8, BF16 and AMXINT4/8 (run on both: the H100 host (AMX) and an AVX-512-BF16
 # CPU, tests/integration/test_kt_compat.py); its AVX2 build has llamafile (GGUF) only.
-KT_METHODS = {
+KT_METHODS: dict[str, dict[str, Any]] = {
     "FP8": {"checkpoint": "fp8", "layout": "the block-FP8 checkpoint itself (weight_scale_inv 128x128)",
             "isa": ("amx", "avx512_bf16")},
     "BF16": {"checkpoint": "bf16", "layout": "the bf16 checkpoint itself", "isa": ("amx", "avx512_bf16")},
@@ -79,7 +80,7 @@ class MoeSizes:
     kv_bytes_per_token: int
 
 
-def kt_expert_bytes(cfg: dict, method: str) -> int:
+def kt_expert_bytes(cfg: dict[str, Any], method: str) -> int:
     """One expert (gate, up, down) in a KT method's layout. INT4/INT8: one f32 scale per output row
     (measured: 303,824,896 bytes per Qwen3-30B-A3B layer of 128 experts in AMXINT4)."""
     h, i = int(cfg["hidden_size"]), int(cfg["moe_intermediate_size"])
@@ -95,7 +96,7 @@ def kt_expert_bytes(cfg: dict, method: str) -> int:
     raise ValueError(f"kt method {method}: no layout size known")
 
 
-def sizes(cfg: dict, gpu_format: str, kt_method: str, kv_dtype_bytes: float) -> MoeSizes:
+def sizes(cfg: dict[str, Any], gpu_format: str, kt_method: str, kv_dtype_bytes: float) -> MoeSizes:
     specs = cl.checkpoint_tensors(cfg, gpu_format)
     experts = [t for t in specs if ".mlp.experts." in t.name]
     moe_layers = sum(1 for i in range(int(cfg["num_hidden_layers"])) if cl.is_moe_layer(cfg, i))
@@ -118,7 +119,7 @@ class HybridPlan:
     num_gpu_experts: int
     cpuinfer_threads: int
     fits: bool
-    reasons: list
+    reasons: list[Reason]
     gpu_weights_bytes: int
     kv_pool_tokens: int
     host_ram_bytes: int            # KT's copy of the CPU experts (not pinned)
@@ -128,9 +129,9 @@ class HybridPlan:
     decode_tok_s: float            # the estimate: derived, CPU efficiency fitted (see module docstring)
     offload_gib: int               # layer offload that would fit instead (--cpu-offload-gb)
     offload_decode_tok_s: float
-    notes: list
+    notes: list[str]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -144,7 +145,7 @@ def plan_hybrid(s: MoeSizes, *, kt_method: str, free_at_start_bytes: int, mem_fr
                 concurrency: int, gpu_bandwidth_bytes_s: float, pcie_bytes_s: float, host_read_bytes_s: float,
                 host_ram_available_bytes: int | None, server_physical_cores: int, chunked_prefill: int,
                 hidden_size: int, num_gpu_experts: int | None = None) -> HybridPlan:
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     notes: list[str] = []
     static = int(mem_fraction * free_at_start_bytes)
     kv_need = context * concurrency * s.kv_bytes_per_token

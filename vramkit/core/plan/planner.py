@@ -482,7 +482,7 @@ CHANGE_WORDS: dict[str, Callable[[Any], str]] = {
 }
 
 
-def describe_change(knobs: Knobs, change: dict) -> str:
+def describe_change(knobs: Knobs, change: dict[str, Any]) -> str:
     """Every setting an alternative changes, in words and flags (those equal to the current value left out)."""
     parts = [CHANGE_WORDS[k](v) for k, v in change.items() if getattr(knobs, k) != v]
     return " + ".join(parts) if parts else "no change"
@@ -493,13 +493,14 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
     """Changes that make it fit, cheapest first: each is re-planned, never guessed, and names every setting
     it changes (an alternative that also switches the KV dtype says so)."""
     out: list[Alternative] = []
-    seen: set[tuple] = set()
+    seen: set[tuple[tuple[str, Any], ...]] = set()
     asked = knobs
     # weight offload SGLang cannot run (plan()): every alternative drops the offload, and says so
-    fixed = {"cpu_offload_gib": 0} if not sglang_can_offload(model) and str(knobs.cpu_offload_gib) != "0" else {}
+    fixed: dict[str, Any] = ({"cpu_offload_gib": 0} if not sglang_can_offload(model)
+                             and str(knobs.cpu_offload_gib) != "0" else {})
     knobs = replace(knobs, **fixed)
 
-    def trial(cost: str, **kw) -> Plan | None:
+    def trial(cost: str, **kw: Any) -> Plan | None:
         kw = {**fixed, **kw}
         key = tuple(sorted((k, v) for k, v in kw.items() if getattr(asked, k) != v))
         if not key or key in seen:
@@ -539,7 +540,7 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         trial("requests longer than that are refused; decode ceiling {tok_s} tok/s",
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
     if knobs.cpu_offload_gib in (0, "0") and sglang_can_offload(model):
-        extra: dict = {}
+        extra: dict[str, Any] = {}
         off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
         if not off.fits and knobs.max_running is None and off.req_to_token_bytes > 256 * MiB:
             # a long native context makes SGLang's default req_to_token table large: cap the requests too
