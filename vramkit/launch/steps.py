@@ -119,14 +119,24 @@ def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
     return lat
 
 
-def vram_budget(resolved, in_use_before_start: int) -> int:
-    """What `vram-safe` should allow per GPU once this server runs: what was in use before it started
-    (driver reserve, other processes) plus the planner's peak, plus the 5 % the calibration test allows."""
-    return int(in_use_before_start + resolved.plan.peak_vram_bytes * 1.05)
+def vram_budget(resolved, in_use_before_start: int | None) -> tuple[int, str]:
+    """What `vram-safe` should allow per GPU once this server runs, and what it rests on: what was in use
+    before it started (driver reserve, other processes; measured by NVML) plus the planner's peak, plus the
+    5 % the calibration test allows. Without a reading, the plan's own assumption of what the card holds
+    besides the server (card total - free at start - CUDA context) stands in, and the basis says so."""
+    p = resolved.plan
+    if in_use_before_start is not None:
+        return int(in_use_before_start + p.peak_vram_bytes * 1.05), "in use before the start (NVML) + peak x 1.05"
+    total = resolved.gpu.memory_total_bytes if resolved.gpu is not None else p.free_at_start_bytes + \
+        p.startup_overhead_bytes
+    assumed = max(0, total - p.free_at_start_bytes - p.startup_overhead_bytes)
+    return (int(assumed + p.peak_vram_bytes * 1.05),
+            f"the plan's assumed {assumed / 2**30:.2f} GiB held besides the server (not read) + peak x 1.05")
 
 
 def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
-           in_use_before_start: int = 0, cpu_pin: str | None = None) -> dict:
+           in_use_before_start: int | None = None, cpu_pin: str | None = None) -> dict:
+    budget, basis = vram_budget(resolved, in_use_before_start)
     from vramkit.adapters.state import write_running
     data = {
         "name": spec.name, "preset": resolved.preset, "model": resolved.model.name, "runtime": spec.runtime,
@@ -134,7 +144,7 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "compose_file": str(compose_path) if compose_path else None,
         "log": str(state_paths(spec.name)["log"]) if spec.runtime == "native" else None,
         "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs.tp),
-        "vram_budget_bytes": vram_budget(resolved, in_use_before_start),
+        "vram_budget_bytes": budget, "vram_budget_basis": basis,
         "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
         "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
