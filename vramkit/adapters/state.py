@@ -1,11 +1,11 @@
 """What vramkit has started, on disk, so `down`, `status` and `vram-safe` know it.
 
-One JSON file per running service in the state folder ($VRAMKIT_STATE_DIR, default
-~/.local/state/vramkit). The launcher writes it after a successful start and removes it on stop.
-Keys the launcher writes: name, preset, model, runtime ('docker'|'native'), port, pid (native),
-compose_file (docker), log (native), gpu_indices, vram_budget_bytes (the planner's predicted peak
-per GPU, which vram-safe takes as its default threshold) and vram_budget_basis (what it rests on), hicache_bytes, cpu_pin (native with a
-cpuset: "ok" or "failed: why"), started_at (ISO time). A failed stop keeps the file.
+One JSON file per running service in the state folder ($VRAMKIT_STATE_DIR, default ~/.local/state/vramkit).
+The launcher writes it after a successful start and removes it on stop. Keys the launcher writes: name,
+preset, model, runtime ('docker'|'native'), port, pid (native), compose_file (docker), log (native),
+gpu_indices, vram_budget_bytes (the planner's predicted peak per GPU, which vram-safe takes as its default
+threshold) and vram_budget_basis (what it rests on), hicache_bytes, cpu_pin (native with a cpuset: "ok" or
+"failed: why"), started_at (ISO time). A failed stop keeps the file.
 """
 from __future__ import annotations
 
