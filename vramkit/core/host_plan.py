@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from vramkit.core.checks import FAIL, PASS, WARN, Check
+from vramkit.core.plan.knobs import by_name
 from vramkit.units import GiB, MiB, bytes2human
 
 ENV_SERVER_CPUSET = "VRAMKIT_SGLANG_CPUSET"
@@ -180,7 +181,7 @@ def pinned_ram_check(pinned_bytes: int | None, total_bytes: int, available_bytes
                      f"{bytes2human(available_bytes)} available", data)
     if pinned_bytes + RAM_HEADROOM_BYTES > cap:
         return Check("pinned_ram", FAIL, f"{bytes2human(pinned_bytes)} pinned + {bytes2human(RAM_HEADROOM_BYTES)} "
-                     f"headroom > {capname} {bytes2human(cap)} -> lower --hicache-size", data)
+                     f"headroom > {capname} {bytes2human(cap)} -> lower {by_name()['hicache_gb'].cli_flag}", data)
     if pinned_bytes + RAM_HEADROOM_BYTES > available_bytes:
         return Check("pinned_ram", WARN, f"{bytes2human(pinned_bytes)} pinned fits {capname} "
                      f"{bytes2human(cap)} but only {bytes2human(available_bytes)} is available now", data)

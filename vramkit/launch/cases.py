@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core.model.spec import GpuSpec
-from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.knobs import SGLANG_FLAGS, Knobs
 from vramkit.core.plan.planner import Target, plan
 from vramkit.core.plan.request import PlanRequest
 from vramkit.core.render.sglang import sglang_args
@@ -81,7 +81,7 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
             p = r.plan
             if free_gib:
                 argv = sglang_args(model, p, model_path=str(model.config_dir), load_format=None, port=port,
-                                   extra=[*catalog.sglang().gpu_host_extra_args, "--skip-tokenizer-init"])
+                                   extra=[*catalog.sglang().gpu_host_extra_args, SGLANG_FLAGS["skip_tokenizer_init"]])
                 case = f"{preset.name}-gpu-host-{knobs.kt_method}"
             else:
                 argv = sglang_args(model, p, model_path=model.hf_id, port=port)

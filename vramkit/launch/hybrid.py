@@ -16,6 +16,7 @@ from pathlib import Path
 from vramkit import catalog
 from vramkit.core.memory.costs import KV_DTYPE_BYTES
 from vramkit.core.plan import kt_hybrid as mo
+from vramkit.core.plan.knobs import SGLANG_FLAGS
 from vramkit.core.plan.planner import Alternative, HybridSection
 from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
@@ -42,7 +43,7 @@ class Hybrid:
         folder, else the model's own for FP8/BF16 (kt-kernel reads the checkpoint), else a placeholder that
         `vramkit up` refuses before starting (the kt-weights check)."""
         default = model_path if mo.KT_METHODS[self.plan.kt_method]["checkpoint"] else "$VRAMKIT_KT_WEIGHT_PATH"
-        return ["--kt-weight-path", self.weight_path or default]
+        return [SGLANG_FLAGS["kt_weight_path"], self.weight_path or default]
 
     def checks(self, host_ram_available: int) -> list[tuple[str, bool, str]]:
         """(name, ok, detail) for `vramkit up`: the CPU can run the method, the experts fit host RAM, KT's
@@ -64,7 +65,7 @@ class Hybrid:
         """What the compose file needs beyond the dense service: the KT image (built from its Dockerfile),
         the CPU-expert folder mounted read-only, --kt-weight-path pointing at it inside the container."""
         host = self.weight_path or "${VRAMKIT_KT_WEIGHT_PATH:-./kt-weights}"
-        return {"args": ["--kt-weight-path", KT_CONTAINER_DIR], "build_context": build_context,
+        return {"args": [SGLANG_FLAGS["kt_weight_path"], KT_CONTAINER_DIR], "build_context": build_context,
                 "image": catalog.versions().sglang_kt_image,
                 "extra_volumes": (f"{host}:{KT_CONTAINER_DIR}:ro  # the CPU experts ({self.plan.kt_method} layout), "
                                   "read into host RAM by kt-kernel at start",)}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core import sglang_log
+from vramkit.core.plan.knobs import SGLANG_FLAGS
 from vramkit.core.render.sglang import compose_yaml, container_model_path, model_path_for, sglang_args
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.settings import setting
@@ -111,7 +112,7 @@ def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
     for i in range(spec.warmup_requests):
         ids = [(17 + 31 * j + i) % vocab_size for j in range(64)]
         r = client.generate(input_ids=ids, max_new_tokens=16, stream=False) if spec.load_format == "dummy" \
-            or "--skip-tokenizer-init" in spec.extra_args \
+            or SGLANG_FLAGS["skip_tokenizer_init"] in spec.extra_args \
             else client.generate(text="def fibonacci(n):", max_new_tokens=16, stream=False)
         if not r.ok:
             raise VramkitError(f"warm-up request failed: {r.error}", "see the server log", Exit.START_FAILED)

@@ -113,6 +113,16 @@ def knob(default: Any, type: type, unit: str, help: str, **kw: Any) -> Any:
 KT_METHOD_CHOICES = ("FP8", "BF16", "AMXINT4", "AMXINT8")
 
 
+# SGLang's spellings of the flags the kit sets that are not knobs (the renderer, core/render/sglang.py, and the
+# hybrid MoE mode's weight folder use them): with the knobs' own `sglang_flag`s, the only place a flag is spelled
+SGLANG_FLAGS = {
+    "model_path": "--model-path", "host": "--host", "port": "--port",
+    "disable_prefill_graphs": "--disable-prefill-cuda-graph", "model_override": "--json-model-override-args",
+    "load_format": "--load-format", "skip_tokenizer_init": "--skip-tokenizer-init",
+    "kt_weight_path": "--kt-weight-path",
+}
+
+
 def _kt(flag: str, value: Any, plan: Any) -> list[str]:
     """A --kt-* flag once the hybrid mode is on and its value resolved (an unresolved "auto" renders nothing)."""
     return [flag, str(value)] if getattr(plan.knobs, "kt_method", None) and value != "auto" else []
