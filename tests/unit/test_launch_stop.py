@@ -96,5 +96,6 @@ def test_an_unknown_in_use_before_the_start_is_not_zero(tmp_path):
     measured, basis_m = steps.vram_budget(r, 3 << 30)
     assumed, basis_a = steps.vram_budget(r, None)
     held = r.gpu.memory_total_bytes - r.plan.free_at_start_bytes - r.plan.startup_overhead_bytes
+    assert held == r.plan.held_besides_server_bytes
     assert measured == int((3 << 30) + r.plan.peak_vram_bytes * 1.05) and "NVML" in basis_m
     assert assumed == int(held + r.plan.peak_vram_bytes * 1.05) and held > 0 and "not read" in basis_a

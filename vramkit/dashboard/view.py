@@ -33,16 +33,17 @@ def memory_segments(plan: dict[str, Any], card_total_bytes: int | None,
     largest prefill step, and what stays free at that peak.
     """
     tp = int(plan["knobs"]["tp"])
-    free_at_start = int(plan["free_at_start_bytes"])
     startup = int(plan["startup_overhead_bytes"])
-    total = int(card_total_bytes) if card_total_bytes else free_at_start + startup
-    gpu = [_seg("reserved", "driver reserve + other processes", max(0, total - free_at_start - startup),
-                "engine.toml", "other"),
+    total = int(card_total_bytes) if card_total_bytes else int(plan["card_total_bytes"])
+    held = int(plan["held_besides_server_bytes"])
+    if total != int(plan["card_total_bytes"]):   # a plan for a free-memory figure, drawn on the card NVML names
+        held = max(0, total - int(plan["free_at_start_bytes"]) - startup)
+    gpu = [_seg("reserved", "driver reserve + other processes", held, "engine.toml", "other"),
            _seg("context", "CUDA context" + (" + NCCL" if tp > 1 else ""), startup, "engine.toml", "other")]
     parts = {k: int(v) for k, v in plan["weights_on_gpu_by_component"].items()}
     for name, n in parts.items():
         gpu.append(_seg(f"weights.{name}", f"weights: {name}", n, "planner", "weights"))
-    load_overhead = int(plan["weights_bytes"]) - sum(parts.values())
+    load_overhead = int(plan["weights_load_overhead_bytes"])
     if load_overhead > 0:
         gpu.append(_seg("weights.load", "weights: load overhead (rope cache, allocator)", load_overhead,
                         "planner", "weights"))

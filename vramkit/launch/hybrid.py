@@ -203,7 +203,7 @@ def apply(r, request: PlanRequest, *, server_cores: int | None = None, cpu_flags
         p, peak_vram_bytes=p.peak_vram_bytes + delta, startup_free_bytes=p.startup_free_bytes - delta,
         headroom_bytes=p.headroom_bytes - delta, weights_bytes=hp.gpu_weights_bytes,
         kv_pool_tokens=hp.kv_pool_tokens, kv_pool_bytes=kv_bytes, weights_by_component=by_component,
-        weights_on_gpu_by_component=by_component,
+        weights_on_gpu_by_component=by_component, weights_load_overhead_bytes=0,
         max_request_tokens=min(p.context_len - 1, hp.kv_pool_tokens - 1) - 5,
         max_concurrent_requests=hp.kv_pool_tokens // max(1, r.knobs.context), fits=hp.fits,
         reasons=tuple(hp.reasons), decode_tok_s_ceiling=round(hp.decode_tok_s, 1),

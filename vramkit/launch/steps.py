@@ -128,9 +128,7 @@ def vram_budget(resolved, in_use_before_start: int | None) -> tuple[int, str]:
     p = resolved.plan
     if in_use_before_start is not None:
         return int(in_use_before_start + p.peak_vram_bytes * 1.05), "in use before the start (NVML) + peak x 1.05"
-    total = resolved.gpu.memory_total_bytes if resolved.gpu is not None else p.free_at_start_bytes + \
-        p.startup_overhead_bytes
-    assumed = max(0, total - p.free_at_start_bytes - p.startup_overhead_bytes)
+    assumed = p.held_besides_server_bytes
     return (int(assumed + p.peak_vram_bytes * 1.05),
             f"the plan's assumed {assumed / 2**30:.2f} GiB held besides the server (not read) + peak x 1.05")
 

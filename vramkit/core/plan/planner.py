@@ -140,11 +140,14 @@ class Plan:
     fits: bool
     # the parts of the peak the plan's other fields do not name (the dashboard's memory bar draws them all):
     # peak = startup_overhead + weights + kv_pool + buffers + graphs + activations + comm_runtime
+    card_total_bytes: int = 0   # the card (per rank); with only a free-memory figure: free + startup overhead
+    held_besides_server_bytes: int = 0  # driver reserve + other processes: card - free at start - startup
     startup_overhead_bytes: int = 0   # CUDA context (+ NCCL at tp > 1) before the weights (engine.toml)
     buffers_bytes: int = 0      # pre-KV, req_to_token, post-KV misc, attention backend, host-cache mapping
     graphs_bytes: int = 0       # decode CUDA graphs' pool (with an offloaded layer's transient copy)
     comm_runtime_bytes: int = 0  # tp > 1: what the first large all-reduce adds while serving (engine.toml)
     weights_on_gpu_by_component: dict[str, int] = field(default_factory=dict)  # after --cpu-offload-gb
+    weights_load_overhead_bytes: int = 0  # the load beyond its tensors: rope cache, workspaces, allocator rounding
     hicache_bytes: int = 0      # the hierarchical cache's pinned host pool (--hicache-size, GB)
     reasons: tuple[Reason, ...] = ()
     notes: tuple[str, ...] = ()
@@ -415,7 +418,10 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         decode_tok_s_ceiling=ceiling, decode_tok_s_ceiling_batch=ceiling_batch,
         weights_read_per_token_bytes=read_per_token, host_ram_bytes=host_ram,
         host_map_bytes=host_map, fits=not reasons,
+        card_total_bytes=card_total,
+        held_besides_server_bytes=max(0, card_total - free - engine.startup_overhead(tp)),
         startup_overhead_bytes=engine.startup_overhead(tp),
+        weights_load_overhead_bytes=max(0, weights_gpu - sum(weights_on_gpu(comps, offloaded).values())),
         buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
         graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
         weights_on_gpu_by_component=weights_on_gpu(comps, offloaded), hicache_bytes=hicache_bytes,
