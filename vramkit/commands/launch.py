@@ -21,7 +21,7 @@ def _console():
     return Console(stderr=False)
 
 
-def _setting(args: argparse.Namespace, name: str) -> Any:
+def setting_value(args: argparse.Namespace, name: str) -> Any:
     """One launch setting (launch/settings.py): its flag, else VRAMKIT_<ENV>, else its default; checked."""
     s = setting(name)
     raw = getattr(args, s.name, None)
@@ -44,19 +44,19 @@ def _spec(args: argparse.Namespace) -> steps.LaunchSpec:
     """Flags first, then the VRAMKIT_* environment (launch/env.py), then the defaults (launch/settings.py)."""
     from vramkit.adapters.native_python import native_python
     try:
-        extra = shlex.split(_setting(args, "extra_args") or "")
+        extra = shlex.split(setting_value(args, "extra_args") or "")
     except ValueError as e:
         raise VramkitError(f"extra SGLang arguments: {e}", "check the quoting of --extra-args / "
                            "VRAMKIT_SGLANG_EXTRA_ARGS", Exit.BAD_INPUT) from None
     python, python_from = native_python(getattr(args, "sglang_python", None), env_value(setting("sglang_python").env))
-    port = _setting(args, "port")
+    port = setting_value(args, "port")
     return steps.LaunchSpec(
-        name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=_setting(args, "runtime"),
+        name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=setting_value(args, "runtime"),
         port=catalog.sglang().port if port is None else port,
-        model_path=_setting(args, "model_path"), load_format=_setting(args, "load_format"),
+        model_path=setting_value(args, "model_path"), load_format=setting_value(args, "load_format"),
         extra_args=extra, sglang_python=python, sglang_python_from=python_from,
-        timeout_s=_setting(args, "timeout_s"), dry_run=_setting(args, "dry_run"),
-        gpu_ids=_gpu_ids(_setting(args, "gpu_ids")))
+        timeout_s=setting_value(args, "timeout_s"), dry_run=setting_value(args, "dry_run"),
+        gpu_ids=_gpu_ids(setting_value(args, "gpu_ids")))
 
 
 def _gpu_ids(text: str | None) -> list[int] | None:
