@@ -114,7 +114,8 @@ class HybridSection:
 class Plan:
     model: str
     gpu: str
-    knobs: Knobs                # every knob resolved (mem_fraction, chunked_prefill, ... never None)
+    knobs: Knobs                # every knob resolved: values, no None or "auto" (kt_method None: no hybrid mode;
+                                # with it, launch/hybrid.py resolves kt_num_gpu_experts / kt_cpuinfer until core does)
     free_at_start_bytes: int
     weights_bytes: int          # on the GPU, per rank, as SGLang's "Load weight end ... mem usage"
     weights_by_component: dict[str, int]  # the checkpoint's parts, before any offload
@@ -407,6 +408,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     resolved = replace(knobs, mem_fraction=frac, chunked_prefill=chunk_flag, cuda_graph_max_bs=graph_bs,
                        max_running=max_running, cpu_offload_gib=offload_req)
+    if not knobs.kt_method:
+        # no hybrid mode: every expert of every MoE layer is on the GPU and no CPU thread computes one
+        resolved = replace(resolved, kt_num_gpu_experts=model.moe.num_experts if model.moe else 0, kt_cpuinfer=0)
     p = Plan(
         model=model.name, gpu=gpu.name if gpu else "given-free-memory", knobs=resolved,
         free_at_start_bytes=free, weights_bytes=weights_gpu, weights_by_component=comps,
