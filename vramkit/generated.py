@@ -16,6 +16,7 @@ from vramkit.core.plan.knobs import Knobs
 from vramkit.core.plan.planner import Engine, Target, plan
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import reference
+from vramkit.launch.settings import SETTINGS
 from vramkit.units import GiB
 
 REPO_ROOT = catalog.CONFIG_DIR.parent
@@ -115,6 +116,17 @@ def roofline() -> list[str]:
             "ceiling is far lower."]
 
 
+def settings_table() -> list[str]:
+    """README: the launch settings as vramkit/launch/settings.py declares them."""
+    out = ["| setting | flag | environment | make | default |", "| --- | --- | --- | --- | --- |"]
+    for s in SETTINGS:
+        default = "config/sglang.toml's port" if s.name == "port" else ("-" if s.default in (None, False)
+                                                                          else str(s.default))
+        out.append(f"| {s.help} | `{s.cli_flag}` | `{s.env_name}` | {f'`{s.make_var}`' if s.make_var else '-'} "
+                   f"| {default} |")
+    return out
+
+
 @dataclass(frozen=True)
 class Block:
     path: Path                       # the file that holds it
@@ -131,6 +143,7 @@ class Block:
 HTML = ("<!-- ", " -->")
 BLOCKS: tuple[Block, ...] = (
     Block(catalog.CONFIG_DIR / "presets.toml", "knob table (vramkit/core/plan/knobs.py)", knobs.doc_table),
+    Block(REPO_ROOT / "README.md", "launch settings (vramkit/launch/settings.py)", settings_table, HTML),
     Block(REPO_ROOT / "README.md", "presets table (vramkit/generated.py)", presets_table, HTML),
     Block(REPO_ROOT / "README.md", "roofline (vramkit/generated.py)", roofline, HTML),
     Block(REPO_ROOT / "README.md", "physics table (vramkit/generated.py)", physics_table, HTML),

@@ -55,3 +55,16 @@ def test_a_bad_env_value_names_the_variable_and_exits_64(monkeypatch, env, says)
     with pytest.raises(VramkitError) as e:
         _spec(["--preset", "baseline"])
     assert e.value.code == Exit.BAD_INPUT and says.lstrip("$") in e.value.what
+
+
+def test_make_defaults_are_the_tables():
+    """mk/qwen.mk's `VAR ?= default` for each setting it declares says what the table says (empty: unset)."""
+    qwen = (REPO / "mk" / "qwen.mk").read_text()
+    declared = dict(re.findall(r"^(\w+) \?= ?(.*)$", qwen, re.M))
+    checked = 0
+    for s in SETTINGS:
+        if s.make_var in declared and s.name != "sglang_python":   # SERVER_PYTHON: mk/gpu.mk's venv, see there
+            want = "" if s.default in (None, False) else f"{s.default:g}" if s.type is float else str(s.default)
+            assert declared[s.make_var].strip() == want, s.make_var
+            checked += 1
+    assert checked >= 5
