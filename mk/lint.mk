@@ -1,5 +1,7 @@
-# Lint: ruff, configured in pyproject.toml ([tool.ruff]); `make test` runs it first, so CI does.
+# Lint: ruff and mypy, configured in pyproject.toml ([tool.ruff], [tool.mypy]); `make test` runs it first,
+# so CI does.
 
 .PHONY: lint
-lint: install ## ruff over the whole checkout (rules and the pure core's banned imports: pyproject.toml)
+lint: install ## ruff over the whole checkout, then mypy (strict on vramkit/core, default elsewhere: pyproject.toml)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy

@@ -89,7 +89,7 @@ def gpus() -> dict[str, GpuSpec]:
         except (TypeError, ValueError) as err:
             raise VramkitError(f"config/gpus.toml [gpus.{name}]: a value is not a number ({err})", "fix it",
                                Exit.BAD_FILE) from None
-        if out[name].pcie_gen not in (3, 4, 5, 6) or min(out[name].bandwidth_bytes_s, out[name].sm_count,
+        if out[name].pcie_gen not in (3, 4, 5, 6) or min(out[name].bandwidth_bytes_s, out[name].sm_count or 0,
                                                            out[name].pcie_lanes, out[name].memory_total_bytes) <= 0:
             raise VramkitError(f"config/gpus.toml [gpus.{name}]: pcie_gen is not 3-6 or a size is not > 0", "fix it",
                                Exit.BAD_FILE)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from vramkit import __version__
 from vramkit.errors import Exit, VramkitError
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(err.code)
     args, unknown = parser.parse_known_args(argv)
     if unknown:       # said by the command's own parser, so the line points at its --help
-        command = parser._subparsers._group_actions[0].choices.get(args.command) if args.command else None
+        subparsers: Any = parser._subparsers._group_actions[0] if parser._subparsers else None
+        command = subparsers.choices.get(args.command) if args.command and subparsers else None
         (command or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         parser.print_help()

@@ -12,13 +12,15 @@ from pathlib import Path
 from vramkit import catalog
 from vramkit.bench.summary import find_key
 from vramkit.core.plan import knobs
-from vramkit.core.plan.planner import Engine, Knobs, Target, kv_bytes_per_token, plan
+from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.planner import Engine, Target, plan
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import reference
+from vramkit.launch.settings import SETTINGS
 from vramkit.units import GiB
 
 REPO_ROOT = catalog.CONFIG_DIR.parent
 CEILING_MODEL = "qwen2.5-coder-14b-instruct-gptq-int4"   # the first user's model
-PRESET_CARD = "rtx-5060-ti-16gb"                         # the first user's card
 ROOFLINE_RUN = "benchmarks/results/gpu/optimized-16g.json"
 PINNED_COPY = "benchmarks/results/nvml-vs-smi.json"
 
@@ -30,11 +32,11 @@ def _engine() -> Engine:
 def _ceiling(gpu_name: str, context: int, kv_dtype: str = "auto") -> tuple[float, float]:
     """(decode ceiling tok/s, GiB of weights read per token) of CEILING_MODEL on a catalogued card."""
     m, g = catalog.model(CEILING_MODEL), catalog.gpu(gpu_name)
-    p = plan(m, Target(gpu=g, host_ram_available_bytes=64 * GiB), Knobs(context=context, kv_dtype=kv_dtype),
-             _engine(), with_alternatives=False)
-    # ceiling = 1 / (weights / bw + kv / bw): the weights' share, back out of the plan's own figure
-    weights = g.bandwidth_bytes_s / p.decode_tok_s_ceiling - kv_bytes_per_token(m, kv_dtype) * context
-    return p.decode_tok_s_ceiling, weights / GiB
+    p = plan(m, Target(gpu=g, host_ram_available_bytes=int(reference.HOST_RAM_GIB * GiB)),
+             Knobs(context=context, kv_dtype=kv_dtype), _engine(), with_alternatives=False)
+    if p.decode_tok_s_ceiling is None:
+        raise VramkitError(f"no decode ceiling for {m.name} on {g.name}", "check config/gpus.toml", Exit.BAD_FILE)
+    return p.decode_tok_s_ceiling, p.weights_read_per_token_bytes / GiB
 
 
 def _pinned_copy_gbs() -> float | None:
@@ -67,13 +69,14 @@ def physics_table() -> list[str]:
 
 def presets_table() -> list[str]:
     """README: each preset as the planner resolves it for the first user's card."""
-    g = catalog.gpu(PRESET_CARD)
+    g = catalog.gpu(reference.GPU)
     out = [f"| preset | model | knobs | planner on a {g.label} |", "| --- | --- | --- | --- |"]
     for p in catalog.presets().values():
         m = catalog.model(p.model)
         from vramkit.launch.hybrid import REFERENCE_HOST  # noqa: PLC0415 - launch sits above this module
         # the hybrid MoE mode is planned for the reference desktop CPU the compose files use
-        target = Target(gpu=g, host_ram_available_bytes=64 * GiB, host=REFERENCE_HOST if m.moe else None)
+        target = Target(gpu=g, host_ram_available_bytes=int(reference.HOST_RAM_GIB * GiB),
+                        host=REFERENCE_HOST if m.moe else None)
         r = plan(m, target, Knobs(**p.knobs), _engine(), with_alternatives=False)
         hy = r.hybrid
         k = r.knobs
@@ -148,6 +151,17 @@ def kt_estimate_table() -> list[str]:
     return out
 
 
+def settings_table() -> list[str]:
+    """README: the launch settings as vramkit/launch/settings.py declares them."""
+    out = ["| setting | flag | environment | make | default |", "| --- | --- | --- | --- | --- |"]
+    for s in SETTINGS:
+        default = "config/sglang.toml's port" if s.name == "port" else ("-" if s.default in (None, False)
+                                                                          else str(s.default))
+        out.append(f"| {s.help} | `{s.cli_flag}` | `{s.env_name}` | {f'`{s.make_var}`' if s.make_var else '-'} "
+                   f"| {default} |")
+    return out
+
+
 @dataclass(frozen=True)
 class Block:
     path: Path                       # the file that holds it
@@ -164,6 +178,7 @@ class Block:
 HTML = ("<!-- ", " -->")
 BLOCKS: tuple[Block, ...] = (
     Block(catalog.CONFIG_DIR / "presets.toml", "knob table (vramkit/core/plan/knobs.py)", knobs.doc_table),
+    Block(REPO_ROOT / "README.md", "launch settings (vramkit/launch/settings.py)", settings_table, HTML),
     Block(REPO_ROOT / "README.md", "presets table (vramkit/generated.py)", presets_table, HTML),
     Block(REPO_ROOT / "README.md", "roofline (vramkit/generated.py)", roofline, HTML),
     Block(REPO_ROOT / "README.md", "physics table (vramkit/generated.py)", physics_table, HTML),

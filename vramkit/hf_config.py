@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from vramkit.core.model.spec import MlaSpec, ModelSpec, MoeSpec, Quantization, SlidingWindow
 from vramkit.errors import Exit, VramkitError
@@ -64,7 +65,8 @@ def parse_config(cfg: dict, *, name: str, hf_id: str = "", config_dir: Path = Pa
                       "see docs/models.md")
     if arch not in FAMILIES:
         raise _refuse(f"{where}: architecture {arch!r} is not modelled by the planner")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    nested = cfg.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else {}
     c = {**cfg, **text}            # a nested text_config wins, as SGLang's get_hf_text_config takes it
     filled: list[str] = []
 
@@ -191,7 +193,7 @@ def _family_fields(arch: str, c: dict, layers: int, where: str) -> dict:
                              expert_intermediate=int(c["moe_intermediate_size"]), moe_layers=(True,) * layers,
                              shared_intermediate=shared, shared_gate=shared > 0)
     elif arch in ("MixtralForCausalLM", "OlmoeForCausalLM"):
-        n = int(c.get("num_local_experts") or c.get("num_experts"))
+        n = int(c.get("num_local_experts") or c.get("num_experts") or 0)
         inter = int(c["intermediate_size"])
         out["moe"] = MoeSpec(num_experts=n, top_k=int(c["num_experts_per_tok"]), expert_intermediate=inter,
                              moe_layers=(True,) * layers)

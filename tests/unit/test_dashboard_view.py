@@ -15,7 +15,6 @@ from vramkit.dashboard.view import (
     predicted_vs_actual,
     server_memory,
     trim_history,
-    weight_parts_on_gpu,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,8 +44,8 @@ def test_gpu_segments_add_up_to_the_card_and_the_peak(params):
     assert all(s["bytes"] >= 0 for s in m["gpu"] if s["key"] != "free")
 
 
-def test_graph_residual_is_the_planners_decode_graph_constant():
-    """The bar's 'decode CUDA graphs' is peak minus the rest; with graphs on and no offload it must equal
+def test_the_graph_segment_is_the_planners_decode_graph_constant():
+    """The bar's 'decode CUDA graphs' is the plan's figure; with graphs on and no offload it must equal
     engine.toml's measured decode_graph, and 0 with graphs off."""
     on = planning.plan_view({"preset": "optimized"}, None, None)["memory"]["gpu"]
     off = planning.plan_view({"preset": "optimized", "cuda_graph_max_bs": 0}, None, None)["memory"]["gpu"]
@@ -57,7 +56,7 @@ def test_graph_residual_is_the_planners_decode_graph_constant():
 
 def test_offload_comes_out_of_the_decoder_layers():
     p = planning.plan_view(planning.parse_params({"preset": "optimized", "cpu_offload_gib": "3"}), None, None)
-    parts = weight_parts_on_gpu(p)
+    parts = p["weights_on_gpu_by_component"]
     full = p["weights_by_component"]
     assert p["weights_offloaded_bytes"] > 0
     assert parts["embed_tokens"] == full["embed_tokens"]          # embeddings stay (README: 2.9 GiB)

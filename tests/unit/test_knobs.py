@@ -101,8 +101,9 @@ def test_renderer_emits_exactly_the_declared_flags():
 
 def test_kt_knobs_render_on_a_moe_with_kt_method(capsys):
     import json
+    # --cpu-isa: the plan is for a CPU with AVX-512 (this machine's own may run no method of the pinned kt-kernel)
     assert main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60",
-                 "--host-ram-gib", "64"]) == 0
+                 "--host-ram-gib", "64", "--cpu-isa", "avx512"]) == 0
     argv = json.loads(capsys.readouterr().out)["sglang_args"]
     for s in decl.KNOBS:
         if s.name.startswith("kt_"):
@@ -248,3 +249,24 @@ def test_bad_env_knob_is_one_line_and_exit_64(clean_env, var, value):
 def test_bad_port_flag_is_exit_64_not_argparse(clean_env, capsys):
     assert main(["up", "--preset", "optimized", "--port", "http", "--dry-run"]) == Exit.BAD_INPUT
     assert capsys.readouterr().err.startswith("vramkit: --port 'http'")
+
+
+def test_sglang_flags_are_spelled_only_in_knobs_py():
+    """Issue 17 item 5: a string that is exactly one of SGLang's flags the kit renders appears in code only in
+    core/plan/knobs.py (docstrings, comments and f-string hints are text, not renderings)."""
+    import ast
+
+    import vramkit
+    flags = {s.sglang_flag for s in decl.specs()} | set(decl.SGLANG_FLAGS.values())
+    flags.discard(None)
+    root = Path(vramkit.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel in ("core/plan/knobs.py", "core/plan/request.py", "launch/settings.py",
+                   "adapters/_sglang_check_worker.py") or rel.startswith("commands/"):
+            continue   # request.py, settings.py, commands/: vramkit's own CLI flags (--port is both)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in flags:
+                found.append(f"{rel}:{node.lineno} {node.value}")
+    assert not found, found

@@ -57,7 +57,8 @@ def test_the_spec_carries_the_choice(monkeypatch):
     for name in ("VRAMKIT_DRY_RUN", "DRY_RUN"):
         monkeypatch.delenv(name, raising=False)
     args = argparse.Namespace(extra_args=None, sglang_python=None, name=None, preset="baseline", runtime="native",
-                              port=None, model_path=None, load_format=None, timeout=None, dry_run=False, gpus=None)
+                              port=None, model_path=None, load_format=None, timeout_s=None, dry_run=False,
+                              gpu_ids=None)
     spec = _spec(args)
     assert spec.sglang_python == str(KIT_PY) and spec.sglang_python_from == native_python.ENV_SERVER_PYTHON
 

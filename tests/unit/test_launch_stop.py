@@ -76,3 +76,26 @@ def test_a_refused_pin_says_why_and_a_possible_one_takes():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_unreadable_run_record_is_named_not_skipped_in_silence(recorded, capsys):
+    """Issue 17 item 6: a half-written record is left out with one line saying which file and what to do."""
+    (recorded.parent / "state" / "vramkit-broken.json").write_text('{"name": "vramkit-bro')
+    names = [e["name"] for e in read_running()]
+    err = capsys.readouterr().err
+    assert names == ["vramkit-t"]
+    assert err.count("\n") == 1 and "vramkit-broken.json is unreadable" in err and "remove it" in err
+
+
+def test_an_unknown_in_use_before_the_start_is_not_zero(tmp_path):
+    """Issue 17 item 6: without an NVML reading the budget rests on the plan's assumed reserve, and says so."""
+    from vramkit.core.plan.request import PlanRequest
+    from vramkit.launch import steps
+    from vramkit.launch.resolve import resolve
+    r = resolve(PlanRequest(preset="optimized", gpu="rtx-4090-24gb", host_ram_gib=64.0))
+    measured, basis_m = steps.vram_budget(r, 3 << 30)
+    assumed, basis_a = steps.vram_budget(r, None)
+    held = r.gpu.memory_total_bytes - r.plan.free_at_start_bytes - r.plan.startup_overhead_bytes
+    assert held == r.plan.held_besides_server_bytes
+    assert measured == int((3 << 30) + r.plan.peak_vram_bytes * 1.05) and "NVML" in basis_m
+    assert assumed == int(held + r.plan.peak_vram_bytes * 1.05) and held > 0 and "not read" in basis_a

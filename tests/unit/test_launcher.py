@@ -201,7 +201,8 @@ def test_port_busy(optimized):
     checks = _preflight(optimized, port_free=False)
     c = checks["port"]
     assert (c.ok, c.fatal, c.code) == (False, True, Exit.PORT_BUSY)
-    assert c.detail == "127.0.0.1:30000 is in use -> stop what holds it or PORT=..."
+    assert c.detail == ("127.0.0.1:30000 is in use -> stop what holds it or set --port N (make PORT=N, env "
+                        "VRAMKIT_PORT)")
     assert exit_code(checks) == Exit.PORT_BUSY == 13
 
 

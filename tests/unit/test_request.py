@@ -47,3 +47,18 @@ def test_a_bad_value_is_one_line_and_exit_64(values, says):
     with pytest.raises(VramkitError) as e:
         request_from_text(values)
     assert e.value.code == Exit.BAD_INPUT and says in e.value.what
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-coder-14b-instruct-gptq-int4", "qwen3-coder-30b-a3b-instruct-fp8"])
+def test_a_plans_knobs_hold_values_not_auto(model):
+    """Issue 17 item 3: `vramkit plan --json` showed kt_num_gpu_experts "auto"; the plan's knobs are resolved."""
+    from vramkit.catalog import model as catalogued
+    from vramkit.launch.resolve import resolve
+    r = resolve(request_from_text({"model": model, "gpu": "rtx-4090-24gb", "host_ram_gib": "64",
+                                   "cpu_offload_gib": "auto"}))
+    knobs = dataclasses.asdict(r.plan.knobs)
+    # kv_dtype "auto" is SGLang's own value (the model's dtype), rendered as --kv-cache-dtype auto
+    assert [k for k, v in knobs.items() if v == "auto"] in ([], ["kv_dtype"])
+    assert [k for k, v in knobs.items() if v is None] == ["kt_method"]      # None there is "no hybrid mode"
+    spec = catalogued(model)
+    assert knobs["kt_num_gpu_experts"] == (spec.moe.num_experts if spec.moe else 0) and knobs["kt_cpuinfer"] == 0

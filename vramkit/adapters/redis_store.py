@@ -11,6 +11,7 @@ Round trips: a batch lookup is one MGET; the writes of a batch are one pipeline 
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -73,7 +74,7 @@ class RedisStore:
         except (RedisError, OSError) as err:
             return self._fail(err)
         self._ok()
-        return values
+        return cast(list[bytes | None], values)     # bytes: the client decodes nothing (decode_responses off)
 
     async def set_many(self, items: list[tuple[bytes, bytes]]) -> int | Unavailable:
         """Store the pairs in one round trip (TTL in the same SET); returns how many were sent."""

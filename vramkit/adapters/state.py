@@ -1,17 +1,19 @@
 """What vramkit has started, on disk, so `down`, `status` and `vram-safe` know it.
 
-One JSON file per running service in the state folder ($VRAMKIT_STATE_DIR, default
-~/.local/state/vramkit). The launcher writes it after a successful start and removes it on stop.
-Keys the launcher writes: name, preset, model, runtime ('docker'|'native'), port, pid (native),
-compose_file (docker), log (native), gpu_indices, vram_budget_bytes (the planner's predicted peak
-per GPU, which vram-safe takes as its default threshold), hicache_bytes, cpu_pin (native with a
-cpuset: "ok" or "failed: why"), started_at (ISO time). A failed stop keeps the file.
+One JSON file per running service in the state folder ($VRAMKIT_STATE_DIR, default ~/.local/state/vramkit).
+The launcher writes it after a successful start and removes it on stop. Keys the launcher writes: name,
+preset, model, runtime ('docker'|'native'), port, pid (native), compose_file (docker), log (native),
+gpu_indices, vram_budget_bytes (the planner's predicted peak per GPU, which vram-safe takes as its default
+threshold) and vram_budget_basis (what it rests on), hicache_bytes, cpu_pin (native with a cpuset: "ok" or
+"failed: why"), started_at (ISO time). A failed stop keeps the file.
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 
 def state_dir() -> Path:
@@ -29,18 +31,25 @@ def write_running(name: str, data: dict) -> Path:
     return path
 
 
-def read_running(name: str | None = None) -> list[dict]:
-    """Every recorded running service (or just `name`); unreadable files are skipped."""
+def read_running(name: str | None = None) -> list[dict[str, Any]]:
+    """Every recorded running service (or just `name`). A file that cannot be read is left out with one line
+    on stderr naming it and what to do (a half-written or hand-edited record must not hide a server)."""
     d = state_dir()
     if not d.is_dir():
         return []
     paths = [d / f"{name}.json"] if name else sorted(d.glob("*.json"))
     out = []
     for p in paths:
-        try:
-            out.append(json.loads(p.read_text()))
-        except (OSError, ValueError):
+        if name and not p.exists():
             continue
+        try:
+            data = json.loads(p.read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            out.append(data)
+        except (OSError, ValueError) as e:
+            print(f"vramkit: warning: run record {p} is unreadable ({type(e).__name__}: {e}); left out -> remove "
+                  "it if no server of that name runs (`vramkit status` lists the others)", file=sys.stderr)
     return out
 
 

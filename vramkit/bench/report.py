@@ -187,7 +187,7 @@ def render_markdown(result: dict) -> str:
     if failed:
         out += ["", "## Errors seen", ""]
         for name, errs in failed.items():
-            out += [f"- {name}: " + "; ".join(_cell_error(e, 160) for e in errs)]
+            out += [f"- {name}: " + "; ".join(_cell_error(e, 160) for e in errs or [])]
     truncated = [n for n, su in result.get("suites", {}).items() if su.get("truncated")]
     if truncated:
         out += ["", f"Time budget reached (fewer requests than planned): {', '.join(truncated)}."]

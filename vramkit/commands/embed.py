@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from vramkit.adapters.process import stop_one
 from vramkit.errors import Exit, VramkitError
@@ -105,7 +106,7 @@ def run_up(args) -> int:
     data_dir = Path(cfg.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     url = f"http://{'127.0.0.1' if cfg.host in ('0.0.0.0', '') else cfg.host}:{cfg.port}"
-    info = {"url": url, "log": str(data_dir / LOG_FILE), "pid_file": str(data_dir / PID_FILE)}
+    info: dict[str, Any] = {"url": url, "log": str(data_dir / LOG_FILE), "pid_file": str(data_dir / PID_FILE)}
     pid = _our_pid(data_dir)
     if pid:
         info.update(pid=pid, already_running=True, health=_health(url))

@@ -24,11 +24,12 @@ from vramkit.adapters import host as hostio
 from vramkit.adapters import nvml, state
 from vramkit.bench.workloads import ANY_MODEL_VOCAB
 from vramkit.core import host_plan as hp
+from vramkit.core.checks import FAIL, PASS, WARN, Check
 from vramkit.core.gpu.snapshot import is_na
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, bytes2human
 
-STATUS_STYLE = {hp.PASS: "green", hp.WARN: "yellow", hp.FAIL: "red"}
+STATUS_STYLE = {PASS: "green", WARN: "yellow", FAIL: "red"}
 DEFAULT_URL = f"http://127.0.0.1:{catalog.sglang().port}"  # config/sglang.toml
 
 
@@ -70,14 +71,14 @@ def _pinned_bytes(args: argparse.Namespace, running: list[dict]) -> tuple[int | 
     return (total, "running preset's hicache_bytes") if total else (None, "")
 
 
-def _warmup(url: str, max_requests: int, prompt_tokens: int) -> hp.Check:
+def _warmup(url: str, max_requests: int, prompt_tokens: int) -> Check:
     from vramkit.adapters.sglang_http import SglangClient
 
     with SglangClient(url, timeout_s=300.0) as client:
         code = client.health()
         if code != 200:
             what = "nothing answers" if code is None else f"/health says {code}"
-            return hp.Check("warmup", hp.FAIL,
+            return Check("warmup", FAIL,
                             f"{what} at {url} -> start the server (make start-qwen-optimized) or give --url",
                             {"url": url, "code": int(Exit.SERVICE_DOWN)})
         latencies: list[float] = []
@@ -86,20 +87,20 @@ def _warmup(url: str, max_requests: int, prompt_tokens: int) -> hp.Check:
             ids = [(1000 + 7 * i + j) % (ANY_MODEL_VOCAB - 1) + 1 for j in range(prompt_tokens)]
             res = client.generate(input_ids=ids, max_new_tokens=32, stream=False)
             if not res.ok:
-                return hp.Check("warmup", hp.FAIL, f"request {i + 1} failed: {res.error}",
+                return Check("warmup", FAIL, f"request {i + 1} failed: {res.error}",
                                 {"url": url, "latencies_s": latencies, "code": int(Exit.SERVICE_DOWN)})
             latencies.append(round(res.latency_s, 4))
             if hp.latency_settled(latencies):
-                return hp.Check("warmup", hp.PASS, f"settled after {len(latencies)} requests: first "
+                return Check("warmup", PASS, f"settled after {len(latencies)} requests: first "
                                 f"{latencies[0]:.3f} s, last {latencies[-1]:.3f} s",
                                 {"url": url, "latencies_s": latencies})
-        return hp.Check("warmup", hp.WARN, f"latency did not settle in {max_requests} requests "
+        return Check("warmup", WARN, f"latency did not settle in {max_requests} requests "
                         f"(last {latencies[-3:]})", {"url": url, "latencies_s": latencies})
 
 
-def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
+def collect(args: argparse.Namespace) -> tuple[list[Check], dict]:
     running = state.read_running()
-    checks: list[hp.Check] = []
+    checks: list[Check] = []
     facts: dict = {}
 
     topo = hostio.read_topology()
@@ -111,7 +112,7 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
     }
     hybrid = (f"P-cores {hp.format_cpulist(topo.p_cores)}, E-cores {hp.format_cpulist(topo.e_cores)}"
               if topo.hybrid else "no P/E split exposed")
-    checks.append(hp.Check("cpu_topology", hp.PASS,
+    checks.append(Check("cpu_topology", PASS,
                            f"{topo.logical} logical / {topo.physical} physical CPUs, {len(topo.allowed)} allowed; "
                            f"{hybrid}; {max(1, len(topo.numa_nodes))} NUMA node(s)"))
 
@@ -119,14 +120,14 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
     gpu = next((g for g in snap.gpus if g.index == args.gpu), None)
     gpu_cpus = None
     if snap.unavailable is not None:
-        checks.append(hp.Check("gpu_affinity", hp.WARN, f"skipped: {snap.unavailable.reason}"))
+        checks.append(Check("gpu_affinity", WARN, f"skipped: {snap.unavailable.reason}"))
     elif gpu is None:
-        checks.append(hp.Check("gpu_affinity", hp.WARN, f"skipped: no GPU {args.gpu} (NVML sees {len(snap.gpus)})"))
+        checks.append(Check("gpu_affinity", WARN, f"skipped: no GPU {args.gpu} (NVML sees {len(snap.gpus)})"))
     elif is_na(gpu.cpu_affinity):
-        checks.append(hp.Check("gpu_affinity", hp.WARN, f"GPU {gpu.index}: {gpu.cpu_affinity.reason}"))
+        checks.append(Check("gpu_affinity", WARN, f"GPU {gpu.index}: {gpu.cpu_affinity.reason}"))
     else:
         gpu_cpus = gpu.cpu_affinity
-        checks.append(hp.Check("gpu_affinity", hp.PASS,
+        checks.append(Check("gpu_affinity", PASS,
                                f"GPU {gpu.index} nearest CPUs (NVML): {hp.format_cpulist(gpu_cpus)}"))
     facts["gpu_cpus"] = hp.format_cpulist(gpu_cpus) if gpu_cpus else None
 
@@ -139,7 +140,7 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
         plan = hp.CpusetPlan(chosen, plan.side, plan.status, plan.notes + ("server cpuset from --cpuset",))
     env = plan.env()
     facts["cpusets"] = env
-    checks.append(hp.Check("cpusets", plan.status, f"server {env[hp.ENV_SERVER_CPUSET]}, "
+    checks.append(Check("cpusets", plan.status, f"server {env[hp.ENV_SERVER_CPUSET]}, "
                            f"side {env[hp.ENV_SIDE_CPUSET]}; " + "; ".join(plan.notes), env))
 
     docker, why = hostio.in_docker()
@@ -154,9 +155,9 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
     if args.copy_test_gib > 0:
         res = hostio.pinned_copy_speed(int(args.copy_test_gib * GiB), device=args.gpu)
         if is_na(res):
-            checks.append(hp.Check("pinned_copy", hp.WARN, f"skipped: {res.reason}"))
+            checks.append(Check("pinned_copy", WARN, f"skipped: {res.reason}"))
         else:
-            checks.append(hp.Check("pinned_copy", hp.PASS,
+            checks.append(Check("pinned_copy", PASS,
                                    f"{bytes2human(res['size_bytes'])} pinned in {res['pin_alloc_s']:.2f} s; "
                                    f"host->GPU {res['h2d_pinned_GBps']} GB/s pinned, "
                                    f"{res['h2d_pageable_GBps']} GB/s pageable", res))
@@ -170,11 +171,11 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
         try:
             runs = membw.sweep(counts)
         except (ImportError, RuntimeError, MemoryError) as e:
-            checks.append(hp.Check("host_read_bw", hp.WARN, f"skipped: {e}"))
+            checks.append(Check("host_read_bw", WARN, f"skipped: {e}"))
         else:
             env = env | {ENV_HOST_READ: format_read_gbs(runs)}
             facts["host_read_bw"] = runs
-            checks.append(hp.Check("host_read_bw", hp.PASS, "host memory read "
+            checks.append(Check("host_read_bw", PASS, "host memory read "
                                    + ", ".join(f"{r['bytes_per_s'] / 1e9:.1f} GB/s on {r['threads']} thread(s)"
                                                for r in runs) + " (what CPU experts decode from)", {"runs": runs}))
 
@@ -186,21 +187,21 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
         except OSError as e:
             raise VramkitError(f"cannot write {path}: {e.strerror}", "check the path and its permissions",
                                Exit.BAD_FILE) from None
-        checks.append(hp.Check("env_file", hp.PASS, f"wrote {', '.join(env)} to {path}",
+        checks.append(Check("env_file", PASS, f"wrote {', '.join(env)} to {path}",
                                {"path": str(path)}))
 
     if args.pin is not None:
         try:
             done = hostio.pin_process(args.pin, plan.server)
         except psutil.NoSuchProcess:
-            checks.append(hp.Check("pin", hp.FAIL, f"no process {args.pin} -> give the server's pid "
+            checks.append(Check("pin", FAIL, f"no process {args.pin} -> give the server's pid "
                                    "(vramkit status shows it)", {"code": int(Exit.NOT_RUNNING)}))
         except psutil.AccessDenied:
-            checks.append(hp.Check("pin", hp.FAIL, f"not allowed to change pid {args.pin} -> run as its user or root",
+            checks.append(Check("pin", FAIL, f"not allowed to change pid {args.pin} -> run as its user or root",
                                    {"code": int(Exit.BAD_INPUT)}))
         else:
-            status = hp.PASS if not done["failed"] else hp.WARN
-            checks.append(hp.Check("pin", status, f"pid {args.pin}: {done['threads_set']} threads in "
+            status = PASS if not done["failed"] else WARN
+            checks.append(Check("pin", status, f"pid {args.pin}: {done['threads_set']} threads in "
                                    f"{len(done['processes'])} process(es) set to {hp.format_cpulist(plan.server)}; "
                                    f"affinity now {hp.format_cpulist(done['affinity_now'])}"
                                    + (f"; failed: {', '.join(done['failed'][:3])}" if done["failed"] else ""), done))
@@ -214,9 +215,9 @@ def collect(args: argparse.Namespace) -> tuple[list[hp.Check], dict]:
     return checks, facts
 
 
-def exit_code(checks: list[hp.Check]) -> int:
+def exit_code(checks: list[Check]) -> int:
     for c in checks:
-        if c.status == hp.FAIL:
+        if c.status == FAIL:
             return int(c.data.get("code", Exit.HOST_MEMORY if c.name == "pinned_ram" else Exit.BAD_INPUT))
     return int(Exit.OK)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from typing import Any
 
 from vramkit import catalog
 from vramkit.commands.plan import add_plan_arguments, render_plan, request_from_args
@@ -11,9 +12,8 @@ from vramkit.errors import Exit, VramkitError
 from vramkit.generated import stale_blocks
 from vramkit.launch import steps, up
 from vramkit.launch.compose_files import stale_files
-from vramkit.launch.env import env_flag, env_number, env_value, number
-
-RUNTIMES = ("docker", "native")
+from vramkit.launch.env import env_flag, env_value, number
+from vramkit.launch.settings import SETTINGS, setting
 
 
 def _console():
@@ -21,28 +21,42 @@ def _console():
     return Console(stderr=False)
 
 
-def _spec(args) -> steps.LaunchSpec:
-    """Flags first, then the VRAMKIT_* environment (launch/env.py), then the defaults."""
+def setting_value(args: argparse.Namespace, name: str) -> Any:
+    """One launch setting (launch/settings.py): its flag, else VRAMKIT_<ENV>, else its default; checked."""
+    s = setting(name)
+    raw = getattr(args, s.name, None)
+    if s.type is bool:
+        return bool(raw) or env_flag(s.env)
+    where = s.cli_flag
+    if raw is None:
+        raw, where = env_value(s.env), s.env_name
+    if raw is None:
+        return s.default
+    if s.choices and raw not in s.choices:
+        raise VramkitError(f"{where} {raw!r} is not one of {', '.join(s.choices)}", f"set {s.hint(s.choices[0])}",
+                           Exit.BAD_INPUT)
+    if s.type in (int, float):
+        return number(raw, s.type, where, minimum=1, todo=f"set {s.hint()}")
+    return raw
+
+
+def _spec(args: argparse.Namespace) -> steps.LaunchSpec:
+    """Flags first, then the VRAMKIT_* environment (launch/env.py), then the defaults (launch/settings.py)."""
     from vramkit.adapters.native_python import native_python
-    runtime = args.runtime or env_value("RUNTIME") or "docker"
-    if runtime not in RUNTIMES:
-        raise VramkitError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}",
-                           "set --runtime or VRAMKIT_RUNTIME to docker or native", Exit.BAD_INPUT)
     try:
-        extra = shlex.split(args.extra_args or env_value("SGLANG_EXTRA_ARGS") or "")
+        extra = shlex.split(setting_value(args, "extra_args") or "")
     except ValueError as e:
         raise VramkitError(f"extra SGLang arguments: {e}", "check the quoting of --extra-args / "
                            "VRAMKIT_SGLANG_EXTRA_ARGS", Exit.BAD_INPUT) from None
-    python, python_from = native_python(args.sglang_python, env_value("SERVER_PYTHON"))
+    python, python_from = native_python(getattr(args, "sglang_python", None), env_value(setting("sglang_python").env))
+    port = setting_value(args, "port")
     return steps.LaunchSpec(
-        name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=runtime,
-        port=number(args.port, int, "--port", minimum=1) if args.port is not None else
-        env_number("PORT", int, catalog.sglang().port, minimum=1),
-        model_path=args.model_path or env_value("MODEL_PATH"), load_format=args.load_format or env_value("LOAD_FORMAT"),
+        name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=setting_value(args, "runtime"),
+        port=catalog.sglang().port if port is None else port,
+        model_path=setting_value(args, "model_path"), load_format=setting_value(args, "load_format"),
         extra_args=extra, sglang_python=python, sglang_python_from=python_from,
-        timeout_s=number(args.timeout, float, "--timeout", minimum=1) if args.timeout is not None else
-        env_number("TIMEOUT", float, 1200.0, minimum=1),
-        dry_run=args.dry_run or env_flag("DRY_RUN"), gpu_ids=_gpu_ids(args.gpus or env_value("GPUS")))
+        timeout_s=setting_value(args, "timeout_s"), dry_run=setting_value(args, "dry_run"),
+        gpu_ids=_gpu_ids(setting_value(args, "gpu_ids")))
 
 
 def _gpu_ids(text: str | None) -> list[int] | None:
@@ -128,20 +142,15 @@ def register(sub) -> None:
                                     "(make setup-gpu), 64 bad input.")
     add_plan_arguments(up)
     up.add_argument("--name", help="service name (default vramkit-<preset>)")
-    up.add_argument("--runtime", choices=RUNTIMES, help="docker or native (default $VRAMKIT_RUNTIME, else docker)")
-    up.add_argument("--port", help="host port of SGLang's API (default $VRAMKIT_PORT, else config/sglang.toml's)")
-    up.add_argument("--model-path", help="local folder or HF id instead of the model's hf_id; it is what gets "
-                                         "planned (default $VRAMKIT_MODEL_PATH)")
-    up.add_argument("--load-format", help="'dummy': real shapes, random weights, no download, no tokenizer "
-                                          "(default $VRAMKIT_LOAD_FORMAT)")
-    up.add_argument("--extra-args", help="more SGLang flags (default $VRAMKIT_SGLANG_EXTRA_ARGS)")
-    up.add_argument("--sglang-python", help="the Python that runs SGLang, native runtime (default "
-                                            "$VRAMKIT_SERVER_PYTHON, else .venv-gpu/bin/python from make setup-gpu); "
-                                            "checked to import SGLang before anything starts")
-    up.add_argument("--timeout", help="seconds to wait for /health (default $VRAMKIT_TIMEOUT, else 1200)")
-    up.add_argument("--gpus", help="GPU indices, e.g. 0,1 (default $VRAMKIT_GPUS)")
-    up.add_argument("--dry-run", action="store_true", help="plan and check, start nothing "
-                                                           "(or VRAMKIT_DRY_RUN=1/true/yes)")
+    g = up.add_argument_group("launch settings (declared in vramkit/launch/settings.py)")
+    for s in SETTINGS:
+        make = f", make {s.make_var}=" if s.make_var else ""
+        default = f", else {s.default}" if s.default not in (None, False) else ""
+        where = f"(or ${s.env_name}{make})" if s.type is bool else f"(default ${s.env_name}{make}{default})"
+        if s.type is bool:
+            g.add_argument(s.cli_flag, dest=s.name, action="store_true", help=f"{s.help} {where}")
+        else:
+            g.add_argument(s.cli_flag, dest=s.name, choices=s.choices or None, help=f"{s.help} {where}")
     up.add_argument("--assume-gpu", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--no-fit-check", action="store_true",
                     help="start even when the planner says it does not fit (calibration runs measure exactly that)")

@@ -8,7 +8,7 @@ import os
 import sys
 
 from vramkit import catalog
-from vramkit.core.plan.knobs import Knobs, specs
+from vramkit.core.plan.knobs import Knobs, by_name, specs
 from vramkit.core.plan.request import PlanRequest, flags, request_from_text
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.resolve import (
@@ -98,7 +98,8 @@ def render_plan(r: Resolved):
         ("free at start", bytes2human(p.free_at_start_bytes), "card - others - CUDA context (measured)"),
         ("weights on GPU", bytes2human(p.weights_bytes), ", ".join(
             f"{n} {bytes2human(b, digits=2)}" for n, b in p.weights_by_component.items() if b)),
-        ("weights in host RAM", bytes2human(p.weights_offloaded_bytes), f"--cpu-offload-gb {k.cpu_offload_gib}"),
+        ("weights in host RAM", bytes2human(p.weights_offloaded_bytes),
+         f"{by_name()['cpu_offload_gib'].sglang_flag} {k.cpu_offload_gib}"),
         ("KV bytes / token", f"{p.kv_bytes_per_token:,} B", f"kv dtype {k.kv_dtype}, tp {k.tp}"),
         ("KV pool", f"{p.kv_pool_tokens:,} tok", f"{bytes2human(p.kv_pool_bytes)} at mem_fraction {k.mem_fraction}"),
         ("context (SGLang)", f"{p.context_len:,}", f"YaRN x{p.yarn_factor:g}" if p.yarn_factor else "native"),

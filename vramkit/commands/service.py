@@ -18,12 +18,13 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.errors import Exit, VramkitError
-from vramkit.launch.env import env_value
+from vramkit.launch.settings import setting
 from vramkit.launch.steps import env_cpuset
 
 TEMPLATES = catalog.CONFIG_DIR.parent / "services" / "systemd"
 UNITS = ("vramkit-sglang.service", "vramkit-embed.service")
 EMBED_PORT = 8002
+SERVICE_SETTINGS = ("port", "model_path", "load_format", "extra_args", "sglang_python", "gpu_ids")
 
 
 def register(sub) -> None:
@@ -34,16 +35,11 @@ def register(sub) -> None:
     add_plan_arguments(p)
     p.add_argument("--dir", type=Path, default=Path.home() / ".config" / "systemd" / "user",
                    help="where to write the units (default %(default)s)")
-    p.add_argument("--port", type=int, default=catalog.sglang().port,
-                   help="SGLang port (default config/sglang.toml's, %(default)s)")
     p.add_argument("--embed-port", type=int, default=EMBED_PORT, help="embed service port (default %(default)s)")
-    p.add_argument("--model-path", help="weights folder or HF id for SGLang (default $VRAMKIT_MODEL_PATH, "
-                                        "else the model's HF id)")
-    p.add_argument("--load-format", help="SGLang --load-format, e.g. dummy (default $VRAMKIT_LOAD_FORMAT)")
-    p.add_argument("--extra-args", help="more SGLang flags (default $VRAMKIT_SGLANG_EXTRA_ARGS), as `vramkit up`")
-    p.add_argument("--sglang-python", default=env_value("SERVER_PYTHON") or sys.executable,
-                   help="the Python that has SGLang (default $VRAMKIT_SERVER_PYTHON, else this one)")
-    p.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES for SGLang (default 0..tp-1)")
+    # the launch settings a unit fixes, as `vramkit up` takes them (declared in vramkit/launch/settings.py)
+    for name in SERVICE_SETTINGS:
+        s = setting(name)
+        p.add_argument(s.cli_flag, dest=s.name, help=f"{s.help} (default ${s.env_name})")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=run)
 
@@ -59,6 +55,7 @@ def _abs_python(path: str) -> str:
 
 
 def render_units(args) -> dict[str, str]:
+    from vramkit.commands.launch import setting_value
     from vramkit.commands.plan import request_from_args
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, ENV_SIDE_CPUSET
     from vramkit.core.render.sglang import sglang_args
@@ -74,20 +71,21 @@ def render_units(args) -> dict[str, str]:
         raise VramkitError(f"the plan does not fit {r.gpu.label if r.gpu else 'the card'}: {'; '.join(r.plan.reasons)}",
                            "`vramkit plan` lists what would fit; install with those knobs", Exit.NO_FIT)
     repo = str(catalog.CONFIG_DIR.parent)
-    python = _abs_python(args.sglang_python)
+    python = _abs_python(setting_value(args, "sglang_python") or sys.executable)
+    port = setting_value(args, "port") or catalog.sglang().port
     argv = [python, "-m", "sglang.launch_server",
-            *sglang_args(r.model, r.plan, model_path=args.model_path or env_value("MODEL_PATH") or r.model.hf_id,
-                         port=args.port, load_format=args.load_format or env_value("LOAD_FORMAT"),
-                         extra=shlex.split(args.extra_args or env_value("SGLANG_EXTRA_ARGS") or ""))]
+            *sglang_args(r.model, r.plan, model_path=setting_value(args, "model_path") or r.model.hf_id,
+                         port=port, load_format=setting_value(args, "load_format"),
+                         extra=shlex.split(setting_value(args, "extra_args") or ""))]
     tp = r.plan.knobs.tp
-    gpu_ids = args.gpus or ",".join(str(i) for i in range(tp))
+    gpu_ids = setting_value(args, "gpu_ids") or ",".join(str(i) for i in range(tp))
     plan_line = (f"plan: {r.model.name} on {r.gpu.label if r.gpu else 'the given free memory'}, peak "
                  f"{bytes2human(r.plan.peak_vram_bytes)} per GPU, KV pool {r.plan.kv_pool_tokens:,} tokens "
                  f"(derived: the kit's planner)")
     common = {"repo": repo}
     sglang = su.render(_template("vramkit-sglang.service.in"), common | {
         "plan_line": plan_line, "sglang_version": catalog.versions().sglang_pip, "model": r.model.name,
-        "preset": r.preset or "custom", "port": str(args.port), "gpu_ids": gpu_ids,
+        "preset": r.preset or "custom", "port": str(port), "gpu_ids": gpu_ids,
         "exec_start": su.exec_line(argv), "pinned": bytes2human(r.plan.host_ram_bytes) + " planned",
         "cpu_affinity": su.cpu_affinity_line(env_cpuset(ENV_SERVER_CPUSET), ENV_SERVER_CPUSET)})
     me = _abs_python(sys.executable)

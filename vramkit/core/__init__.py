@@ -6,8 +6,8 @@ The planner's family, in the order a plan is made:
             tensors of its checkpoint (checkpoint.py)
   memory/   what it costs on a GPU: weights, KV pool and activations (costs.py), the weight load replayed
             through PyTorch's caching allocator (weight_load.py, torch_alloc.py)
-  plan/     the launch knobs (knobs.py), the plan and its alternatives (planner.py), the KT hybrid mode
-            (kt_hybrid.py)
+  plan/     the request as asked (request.py), the launch knobs (knobs.py), the plan and its alternatives
+            (planner.py), the KT hybrid mode (kt_hybrid.py)
   render/   a plan as SGLang's argument list and a compose service (sglang.py)
 Pure logic that several features share:
   gpu/      what NVML said at one moment (snapshot.py), the monitor's rules (vram.py) and text (vram_text.py)

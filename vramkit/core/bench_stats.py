@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -31,7 +32,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
 
 
-def summarize(values: Sequence[float]) -> dict:
+def summarize(values: Sequence[float]) -> dict[str, Any]:
     """n, mean, min, p50, p95, p99, max of a sample; None for each statistic of an empty one."""
     if not values:
         return {"n": 0, "mean": None, "min": None, "p50": None, "p95": None, "p99": None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 
@@ -12,11 +13,12 @@ class Check:
     name: str
     status: str                 # pass | warn | fail
     reason: str                 # what was found; for a failure "what -> what to do"
-    data: dict = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
     code: int = 0               # the exit code a failure maps to (vramkit/errors.py Exit)
 
     @classmethod
-    def of(cls, name: str, ok: bool, reason: str, code: int = 0, *, fatal: bool = True, data=None) -> Check:
+    def of(cls, name: str, ok: bool, reason: str, code: int = 0, *, fatal: bool = True,
+           data: dict[str, Any] | None = None) -> Check:
         """pass when ok, else fail (or warn when not `fatal`: printed, the start goes on)."""
         return cls(name, PASS if ok else (FAIL if fatal else WARN), reason, data or {}, int(code))
 
@@ -45,5 +47,5 @@ class Reason(str):
         obj.kind = kind
         return obj
 
-    def __getnewargs__(self) -> tuple[str, str]:     # copy/deepcopy/pickle (dataclasses.asdict copies it)
+    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]  # copy/deepcopy/pickle (asdict copies it)
         return self.kind, str(self)

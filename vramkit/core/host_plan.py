@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from vramkit.core.checks import FAIL, PASS, WARN, Check
+from vramkit.core.plan.knobs import by_name
 from vramkit.units import GiB, MiB, bytes2human
 
 ENV_SERVER_CPUSET = "VRAMKIT_SGLANG_CPUSET"
@@ -51,7 +53,7 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def format_cpulist(cpus) -> str:
+def format_cpulist(cpus: Iterable[int]) -> str:
     """(0, 1, 2, 3, 8) -> '0-3,8' (the form taskset, docker --cpuset-cpus and the kernel use)."""
     cpus = sorted(set(cpus))
     runs: list[str] = []
@@ -80,9 +82,9 @@ class CpuTopology:
     def hybrid(self) -> bool:
         return bool(self.p_cores and self.e_cores)
 
-    def cores(self, cpus) -> list[tuple[int, ...]]:
+    def cores(self, cpus: Iterable[int]) -> list[tuple[int, ...]]:
         """Group CPUs into physical cores (SMT siblings together), in CPU order."""
-        pool, seen, out = set(cpus), set(), []
+        pool, seen, out = set(cpus), set[int](), []
         for c in sorted(pool):
             if c in seen:
                 continue
@@ -179,7 +181,7 @@ def pinned_ram_check(pinned_bytes: int | None, total_bytes: int, available_bytes
                      f"{bytes2human(available_bytes)} available", data)
     if pinned_bytes + RAM_HEADROOM_BYTES > cap:
         return Check("pinned_ram", FAIL, f"{bytes2human(pinned_bytes)} pinned + {bytes2human(RAM_HEADROOM_BYTES)} "
-                     f"headroom > {capname} {bytes2human(cap)} -> lower --hicache-size", data)
+                     f"headroom > {capname} {bytes2human(cap)} -> lower {by_name()['hicache_gb'].cli_flag}", data)
     if pinned_bytes + RAM_HEADROOM_BYTES > available_bytes:
         return Check("pinned_ram", WARN, f"{bytes2human(pinned_bytes)} pinned fits {capname} "
                      f"{bytes2human(cap)} but only {bytes2human(available_bytes)} is available now", data)

@@ -6,7 +6,10 @@ Falsy, prints as N/A, JSON null; arithmetic on it raises, so it cannot pass for 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:   # typing_extensions is mypy's (the kit runs on a plain checkout without it)
+    from typing_extensions import TypeIs
 
 # NVML error codes that the rest of the kit branches on (pynvml's NVML_ERROR_* values).
 NVML_GPU_IS_LOST = 15
@@ -33,5 +36,5 @@ class NotAvailable:
 NA = NotAvailable()
 
 
-def is_na(value: Any) -> bool:
+def is_na(value: Any) -> TypeIs[NotAvailable]:
     return isinstance(value, NotAvailable)

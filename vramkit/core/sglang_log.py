@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 GIB = 1 << 30
 
@@ -55,7 +56,7 @@ _ERROR = re.compile(r"(Error|error:|Exception|out of memory|OOM|Killed|Traceback
 
 @dataclass
 class StartupFigures:
-    values: dict = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
 
     def bytes(self, key: str) -> int | None:
         v = self.values.get(key)

@@ -12,12 +12,9 @@ from typing import Any
 from vramkit import catalog
 from vramkit.core.plan.knobs import VALID_KV_DTYPES, specs
 from vramkit.core.plan.request import TARGET_FIELDS, request_from_text
-from vramkit.dashboard.view import (
-    EngineBytes,
-    knobs_from_server_info,
-    memory_segments,
-)
+from vramkit.dashboard.view import knobs_from_server_info, memory_segments
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import reference
 from vramkit.launch.resolve import plan_json, resolve
 
 # The explorer's fields: what to run (the request's fields, core/plan/request.py, as `vramkit plan` names
@@ -30,12 +27,6 @@ def fields() -> dict[str, str]:
     return {n: TARGET_FIELDS[n][0] for n in EXPLORER_TARGET_FIELDS} | {s.name: s.cli_flag for s in specs()}
 
 
-def engine_bytes() -> EngineBytes:
-    e = catalog.engine()
-    return EngineBytes(startup_overhead=e.cuda_context, pre_kv=e.pre_kv, post_kv_misc=e.post_kv_misc,
-                       attention_backend=e.attention_backend, tp_comm_runtime=e.tp_comm_runtime)
-
-
 def catalog_view() -> dict:
     """What the explorer's pickers offer: models, GPUs, presets with their knobs, KV dtypes."""
     return {
@@ -46,7 +37,9 @@ def catalog_view() -> dict:
                     for n, p in catalog.presets().items()],
         "kv_dtypes": list(VALID_KV_DTYPES),
         "knobs": [{"name": s.name, "flag": s.cli_flag, "unit": s.unit, "help": s.help, "range": s.range_text(),
-                   "choices": list(s.choices), "type": s.type.__name__} for s in specs()],
+                   "choices": list(s.choices), "type": s.type.__name__, "server_arg": s.server_arg}
+                  for s in specs()],
+        "default_gpu": reference.GPU,
         "fields": list(fields()),
     }
 
@@ -80,7 +73,7 @@ def plan_view(params: dict[str, Any], read_gpu: Callable | None, read_host: Call
     d = plan_json(r)
     total = r.gpu.memory_total_bytes if r.gpu else card_total_bytes
     d["gpu_label"] = r.gpu.label if r.gpu else "the given free memory"
-    d["memory"] = memory_segments(d, engine_bytes(), total, r.target.host_ram_available_bytes)
+    d["memory"] = memory_segments(d, total, r.target.host_ram_available_bytes)
     d["command"] = "python -m sglang.launch_server " + shlex.join(d["sglang_args"])
     d["vramkit_command"] = vramkit_command(params)
     d["request"] = params

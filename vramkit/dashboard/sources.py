@@ -235,7 +235,7 @@ def live_view(snap: dict, history: list[dict], records: list[dict] | None = None
     status = snap.get("status")
     headline = {"ok": None, "no_nvml": "no GPU: NVML is not available here",
                 "no_gpu": "no GPU: NVML sees none", "gpu_lost": "a GPU was lost (NVML: GPU is lost)",
-                "gpu_unreadable": "a GPU did not answer NVML"}.get(status)
+                "gpu_unreadable": "a GPU did not answer NVML"}.get(str(status))
     return {"snapshot": snap, "history": history, "thresholds_pct": list(vram.DEFAULT_THRESHOLDS_PCT),
             "status_line": headline, "reason": snap.get("reason"),
             "todo": vram.NO_NVML_TODO if status in ("no_nvml", "no_gpu") else None,

@@ -6,125 +6,88 @@ The page (vramkit/dashboard/static) only draws these; it computes nothing about 
 
 Every segment and every row says where its number comes from (`source`):
 - "planner": derived from SGLang's source by vramkit/core/plan/planner.py;
-- "engine.toml": a constant measured on the GPU host (config/engine.toml);
-- "residual": the planner's peak minus every other part (the decode CUDA graphs' pool, which the
-  planner counts inside the peak but the Plan does not carry as its own figure);
+- "engine.toml": a constant measured on the GPU host (config/engine.toml), as the plan carries it;
 - "SGLang": what the running server reports about itself; "NVML": what the driver says.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
+
+from vramkit.core.plan.knobs import specs
 
 GIB = 1 << 30
 
 
-@dataclass(frozen=True)
-class EngineBytes:
-    """The measured constants the memory bar needs (config/engine.toml, in bytes)."""
-
-    startup_overhead: int          # CUDA context (+ NCCL at tp > 1) before the weights
-    pre_kv: int
-    post_kv_misc: int
-    attention_backend: int
-    tp_comm_runtime: int           # tp > 1 only
-
-
-def _seg(key: str, label: str, n: int, source: str, group: str) -> dict:
+def _seg(key: str, label: str, n: int, source: str, group: str) -> dict[str, Any]:
     return {"key": key, "label": label, "bytes": int(n), "source": source, "group": group}
 
 
-def weight_parts_on_gpu(plan: dict) -> dict[str, int]:
-    """Bytes of each weight component left on the GPU: --cpu-offload-gb moves decoder-layer tensors
-    (attention, mlp) to host RAM, so the offloaded bytes come out of those two in proportion."""
-    parts = {k: int(v) for k, v in plan["weights_by_component"].items() if v}
-    offloaded = int(plan.get("weights_offloaded_bytes") or 0)
-    layers = parts.get("attention", 0) + parts.get("mlp", 0)
-    if offloaded and layers:
-        for k in ("attention", "mlp"):
-            if k in parts:
-                parts[k] -= round(offloaded * parts[k] / layers)
-    return parts
-
-
-def memory_segments(plan: dict, engine: EngineBytes, card_total_bytes: int | None,
-                    host_available_bytes: int | None = None) -> dict:
-    """The plan as stacked segments of one GPU (per tensor-parallel rank) and of host RAM.
+def memory_segments(plan: dict[str, Any], card_total_bytes: int | None,
+                    host_available_bytes: int | None = None) -> dict[str, Any]:
+    """The plan as stacked segments of one GPU (per tensor-parallel rank) and of host RAM, every figure the
+    plan's own (core/plan/planner.py `Plan`): nothing about memory is derived here.
 
     GPU segments add up to the card's total: driver reserve and other processes, the server's CUDA
     context, the weights by part (plus the load's own overhead: rope cache, marlin workspace, the
     caching allocator's rounding), the KV pool, buffers, decode CUDA graphs, the activations of the
     largest prefill step, and what stays free at that peak.
     """
-    tp = int(plan["knobs"].get("tp") or 1)
-    peak = int(plan["peak_vram_bytes"])
-    free_at_start = int(plan["free_at_start_bytes"])
-    startup = engine.startup_overhead
-    total = int(card_total_bytes) if card_total_bytes else free_at_start + startup
-    gpu = [_seg("reserved", "driver reserve + other processes", max(0, total - free_at_start - startup),
-                "engine.toml", "other"),
+    tp = int(plan["knobs"]["tp"])
+    startup = int(plan["startup_overhead_bytes"])
+    total = int(card_total_bytes) if card_total_bytes else int(plan["card_total_bytes"])
+    held = int(plan["held_besides_server_bytes"])
+    if total != int(plan["card_total_bytes"]):   # a plan for a free-memory figure, drawn on the card NVML names
+        held = max(0, total - int(plan["free_at_start_bytes"]) - startup)
+    gpu = [_seg("reserved", "driver reserve + other processes", held, "engine.toml", "other"),
            _seg("context", "CUDA context" + (" + NCCL" if tp > 1 else ""), startup, "engine.toml", "other")]
-    parts = weight_parts_on_gpu(plan)
+    parts = {k: int(v) for k, v in plan["weights_on_gpu_by_component"].items()}
     for name, n in parts.items():
         gpu.append(_seg(f"weights.{name}", f"weights: {name}", n, "planner", "weights"))
-    load_overhead = int(plan["weights_bytes"]) - sum(parts.values())
+    load_overhead = int(plan["weights_load_overhead_bytes"])
     if load_overhead > 0:
         gpu.append(_seg("weights.load", "weights: load overhead (rope cache, allocator)", load_overhead,
                         "planner", "weights"))
-    buffers = engine.pre_kv + int(plan["req_to_token_bytes"]) + engine.post_kv_misc + engine.attention_backend \
-        + int(plan.get("host_map_bytes") or 0)      # the host cache's mapping (plans older than it: none)
-    comm = engine.tp_comm_runtime if tp > 1 else 0
-    act = int(plan["activation_bytes"])
-    kv = int(plan["kv_pool_bytes"])
-    graphs = peak - startup - int(plan["weights_bytes"]) - kv - buffers - act - comm
-    gpu += [_seg("kv", f"KV pool ({plan['kv_pool_tokens']:,} tokens)", kv, "planner", "kv"),
-            _seg("buffers", "buffers (req_to_token, attention backend, host-cache mapping, misc)", buffers,
-                 "engine.toml", "other"),
-            _seg("graphs", "decode CUDA graphs", max(0, graphs), "residual", "graphs")]
-    if comm:
-        gpu.append(_seg("comm", "NCCL while serving", comm, "engine.toml", "other"))
-    gpu.append(_seg("activations", "activations (largest prefill step)", act, "planner", "activations"))
+    gpu += [_seg("kv", f"KV pool ({plan['kv_pool_tokens']:,} tokens)", int(plan["kv_pool_bytes"]), "planner", "kv"),
+            _seg("buffers", "buffers (req_to_token, attention backend, host-cache mapping, misc)",
+                 int(plan["buffers_bytes"]), "planner", "other"),
+            _seg("graphs", "decode CUDA graphs", int(plan["graphs_bytes"]), "planner", "graphs")]
+    if plan["comm_runtime_bytes"]:
+        gpu.append(_seg("comm", "NCCL while serving", int(plan["comm_runtime_bytes"]), "engine.toml", "other"))
+    gpu.append(_seg("activations", "activations (largest prefill step)", int(plan["activation_bytes"]), "planner",
+                    "activations"))
     free = total - sum(s["bytes"] for s in gpu)
     gpu.append(_seg("free", "free at the peak" if free >= 0 else "over the card", free, "planner", "free"))
-    k = plan["knobs"]
-    hicache = int(float(k.get("hicache_gb", k.get("hicache_gib")) or 0) * 1e9)   # GB as SGLang's --hicache-size
     host = []
-    if hicache:
-        host.append(_seg("hicache", "hierarchical KV cache (pinned)", hicache, "planner", "host"))
-    if plan.get("weights_offloaded_bytes"):
-        # what they pin: each tensor rounded up to a power of two (plans older than that field: the weights)
-        pinned_weights = plan.get("weights_pinned_host_bytes") or plan["weights_offloaded_bytes"]
-        host.append(_seg("offload", "offloaded weights (pinned)", int(pinned_weights), "planner", "host"))
+    if plan["hicache_bytes"]:
+        host.append(_seg("hicache", "hierarchical KV cache (pinned)", int(plan["hicache_bytes"]), "planner", "host"))
+    if plan["weights_offloaded_bytes"]:
+        # what they pin: each tensor rounded up to a power of two
+        host.append(_seg("offload", "offloaded weights (pinned)", int(plan["weights_pinned_host_bytes"]), "planner",
+                         "host"))
     pinned = sum(s["bytes"] for s in host)
     if host and host_available_bytes:
         host.append(_seg("host-free", "host RAM left available (psutil, measured)", host_available_bytes - pinned,
                          "psutil", "free"))
-    return {"gpu_total_bytes": total, "peak_bytes": peak, "gpu": gpu, "host": host, "host_pinned_bytes": pinned,
-            "host_total_bytes": max(pinned, host_available_bytes or 0)}
+    return {"gpu_total_bytes": total, "peak_bytes": int(plan["peak_vram_bytes"]), "gpu": gpu, "host": host,
+            "host_pinned_bytes": pinned, "host_total_bytes": max(pinned, host_available_bytes or 0)}
 
 
 # --- the running server: prediction beside what it reports ---------------------------------------
 
-def knobs_from_server_info(info: dict) -> dict:
+def knobs_from_server_info(info: dict[str, Any]) -> dict[str, Any]:
     """The knobs a running SGLang server was started with (its /server_info server args), named as
-    vramkit's planner names them, so the prediction is for what runs, not for what a preset says."""
-    knobs: dict = {}
-    if info.get("context_length"):
-        knobs["context"] = int(info["context_length"])
-    kv = info.get("kv_cache_dtype")
-    if kv:
-        knobs["kv_dtype"] = str(kv)
-    for ours, theirs in (("mem_fraction", "mem_fraction_static"), ("chunked_prefill", "chunked_prefill_size"),
-                         ("max_running", "max_running_requests"), ("tp", "tp_size")):
-        if info.get(theirs) is not None:
-            knobs[ours] = info[theirs]
-    graph_bs = info.get("cuda_graph_max_bs_decode", info.get("cuda_graph_max_bs"))   # 0.5.15 names it _decode
-    if info.get("disable_cuda_graph"):
+    vramkit's planner names them, so the prediction is for what runs, not for what a preset says.
+    SGLang's server-args field of each knob is its flag's (core/plan/knobs.py `KnobSpec.server_arg`)."""
+    knobs: dict[str, Any] = {}
+    for spec in specs():
+        value = info.get(spec.server_arg) if spec.server_arg else None
+        if value is not None and value != "":
+            knobs[spec.name] = spec.type(value) if spec.type in (int, float) and not isinstance(value, bool) \
+                else value
+    if info.get("disable_cuda_graph"):         # graphs off whatever the batch size says
         knobs["cuda_graph_max_bs"] = 0
-    elif graph_bs is not None:
-        knobs["cuda_graph_max_bs"] = int(graph_bs)
-    knobs["hicache_gb"] = int(info.get("hicache_size") or 0) if info.get("enable_hierarchical_cache") else 0
-    if info.get("cpu_offload_gb") is not None:
-        knobs["cpu_offload_gib"] = int(info["cpu_offload_gb"])
+    if not info.get("enable_hierarchical_cache"):
+        knobs["hicache_gb"] = 0
     return knobs
 
 

@@ -17,6 +17,7 @@ import logging
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -91,14 +92,33 @@ class ServiceState:
         if self.own_encoder and self.encoder:
             self.encoder.shutdown()
 
+    # the parts the lifespan builds; a route runs only after it (an unready service answers 503 first)
+    @property
+    def live_service(self) -> EmbedService:
+        if self.service is None or self.limits is None:
+            raise RuntimeError("the embed service is used before its lifespan started it")
+        return self.service
+
+    @property
+    def live_limits(self) -> Limits:
+        if self.limits is None:
+            raise RuntimeError("the embed service is used before its lifespan started it")
+        return self.limits
+
+    @property
+    def live_encoder(self) -> Encoder:
+        if self.encoder is None:
+            raise RuntimeError("the embed service is used before its lifespan started it")
+        return self.encoder
+
     @property
     def ready(self) -> bool:
         return bool(self.encoder and self.encoder.loaded and self.service)
 
-    async def cache_state(self) -> dict:
+    async def cache_state(self) -> dict[str, Any]:
         """The cache's health, for /stats (behind the key): never the URL or its password."""
-        up = bool(self.store) and await self.store.ping()
-        out = {"up": up, "embedded": self.embedded is not None}
+        up = self.store is not None and await self.store.ping()
+        out: dict[str, Any] = {"up": up, "embedded": self.embedded is not None}
         if self.embedded is not None:
             out.update(restarts=self.embedded.restarts, last_exit=self.embedded.last_exit)
         if self.store and not up:
@@ -139,8 +159,8 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
     @api.post("/embed")
     async def embed(request: Request) -> Response:
         t0 = time.perf_counter()
-        req = parse_embed(await read_json(request, max_body), st.limits)
-        res = await st.service.embed(req.texts, req.normalize, req.max_seq_tokens)
+        req = parse_embed(await read_json(request, max_body), st.live_limits)
+        res = await st.live_service.embed(req.texts, req.normalize, req.max_seq_tokens)
         s = res.settings
         out = _json({"model": s.model_id, "revision": s.revision, "dim": s.dim,
                      "normalized": s.normalize, "truncate": s.max_seq_tokens,
@@ -152,8 +172,9 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
     @api.post("/v1/embeddings")
     async def openai_embeddings(request: Request) -> Response:
         t0 = time.perf_counter()
-        req = parse_openai(await read_json(request, max_body), st.limits)
-        res = await st.service.embed(req.texts, True, None)
+        req = parse_openai(await read_json(request, max_body), st.live_limits)
+        res = await st.live_service.embed(req.texts, True, None)
+        vecs: Any      # base64 strings, or the float32 rows
         if req.encoding_format == "base64":
             vecs = [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in res.vectors]
         else:
@@ -185,7 +206,7 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
                                   "(GET /precache/jobs/<id>) and send this again")
 
         async def embed_chunks(texts: list[str]) -> int:
-            return sum((await st.service.embed(texts)).cached)   # per chunk, duplicates too
+            return sum((await st.live_service.embed(texts)).cached)   # per chunk, duplicates too
 
         job = PrecacheJob(root=str(root))
         st.jobs[job.id] = job
@@ -233,10 +254,10 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
                          "bytes": counts.get("used_memory_bytes"),
                          "maxmemory_bytes": counts.get("maxmemory_bytes"),
                          "maxmemory_policy": counts.get("maxmemory_policy")}
-        b = st.service.batcher
-        snap["encoder"] = {"model": st.encoder.model_id, "revision": st.encoder.revision,
-                           "dim": st.encoder.dim, "torch_threads": st.encoder.torch_threads,
-                           "nice": st.encoder.nice, "worker_restarts": st.encoder.worker_restarts,
+        b, enc = st.live_service.batcher, st.live_encoder
+        snap["encoder"] = {"model": enc.model_id, "revision": enc.revision,
+                           "dim": enc.dim, "torch_threads": enc.torch_threads,
+                           "nice": enc.nice, "worker_restarts": enc.worker_restarts,
                            "encode_calls": b.batches, "requests_merged": b.batched_requests}
         snap["jobs_running"] = len(st.tasks)
         return _json(snap)

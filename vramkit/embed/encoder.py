@@ -23,6 +23,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ MINILM_ALIASES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 ENCODE_NICE = 10   # CFS weight 110 vs 1024 at nice 0: the event loop gets ~90 % of a contended core
 
 # --- in the worker process ---------------------------------------------------------------------
-_MODEL = None
+_MODEL: Any = None   # a SentenceTransformer, loaded in the worker only
 _DEFAULT_MAX_SEQ = 0
 
 
@@ -62,12 +63,14 @@ def _worker_load(folder: str, torch_threads: int) -> tuple[int, int]:
     model.eval()
     dim_of = getattr(model, "get_embedding_dimension", None) or \
         model.get_sentence_embedding_dimension   # renamed in sentence-transformers 6
-    _MODEL, _DEFAULT_MAX_SEQ = model, int(model.max_seq_length)
-    return int(dim_of()), _DEFAULT_MAX_SEQ
+    _MODEL, _DEFAULT_MAX_SEQ = model, int(model.max_seq_length or 0)
+    return int(dim_of() or 0), _DEFAULT_MAX_SEQ
 
 
 def _worker_encode(texts: list[str], normalize: bool, max_seq_tokens: int) -> np.ndarray:
     model = _MODEL
+    if model is None:
+        raise RuntimeError("the worker has no model: _worker_load runs first")
     model.max_seq_length = max_seq_tokens
     try:
         out = model.encode(texts, batch_size=32, convert_to_numpy=True,
@@ -157,6 +160,12 @@ class Encoder:
             out.update(MINILM_ALIASES)
         return out
 
+    def _live_pool(self) -> ProcessPoolExecutor:
+        """The worker pool; encoding before `load()` is a bug in the caller, said as such."""
+        if self._pool is None:
+            raise RuntimeError("the encoder is not loaded: call load() first")
+        return self._pool
+
     def settings(self, normalize: bool, max_seq_tokens: int | None) -> EmbedSettings:
         return EmbedSettings(self.model_id, self.revision, self.dim, normalize,
                              max_seq_tokens or self.default_max_seq)
@@ -164,21 +173,21 @@ class Encoder:
     def encode(self, texts: list[str], normalize: bool, max_seq_tokens: int) -> np.ndarray:
         """Blocking encode: (len(texts), dim) float32."""
         try:
-            return self._pool.submit(_worker_encode, texts, normalize, max_seq_tokens).result()
+            return self._live_pool().submit(_worker_encode, texts, normalize, max_seq_tokens).result()
         except BrokenProcessPool:
             self._restart()
-            return self._pool.submit(_worker_encode, texts, normalize, max_seq_tokens).result()
+            return self._live_pool().submit(_worker_encode, texts, normalize, max_seq_tokens).result()
 
     async def encode_async(self, texts: list[str], normalize: bool,
                            max_seq_tokens: int) -> np.ndarray:
         """The same, awaited: the event loop stays free while the worker computes."""
         try:
             return await asyncio.wrap_future(
-                self._pool.submit(_worker_encode, texts, normalize, max_seq_tokens))
+                self._live_pool().submit(_worker_encode, texts, normalize, max_seq_tokens))
         except BrokenProcessPool:   # the worker died: a new one, then this call once more
             await asyncio.to_thread(self._restart)
             return await asyncio.wrap_future(
-                self._pool.submit(_worker_encode, texts, normalize, max_seq_tokens))
+                self._live_pool().submit(_worker_encode, texts, normalize, max_seq_tokens))
 
     def shutdown(self) -> None:
         if self._pool is not None:

@@ -405,6 +405,7 @@ async def run_precache(job: PrecacheJob, embed, batch_chunks: int = 64,
                 job.skip(reason, str(path))
                 job.bytes_total -= min(size, max_file_bytes)
                 continue
+            assert text is not None       # read_file gives the text or a reason to skip
             pieces = chunk_text(text)
             if not pieces:
                 job.skip("empty", str(path))

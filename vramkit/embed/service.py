@@ -47,17 +47,18 @@ class EmbedService:
         uniq, where = dedupe(texts)
         keys = cache_keys(settings, uniq)
         got = await self.store.get_many(keys) if self.store else Unavailable("no redis configured")
+        cached: list[bytes | None] = [] if isinstance(got, Unavailable) else got
         redis_ok = not isinstance(got, Unavailable)
         n = len(uniq)
-        if redis_ok and all(raw is not None and len(raw) == dim * 4 for raw in got):
+        if redis_ok and all(raw is not None and len(raw) == dim * 4 for raw in cached):
             # All hits: one buffer, one frombuffer, no per-vector copies.
-            mat = np.frombuffer(b"".join(got), dtype="<f4").reshape(n, dim)
+            mat = np.frombuffer(b"".join(raw for raw in cached if raw is not None), dtype="<f4").reshape(n, dim)
             hit = [True] * n
         else:
             mat = np.empty((n, dim), dtype=np.float32)
             hit = [False] * n
             if redis_ok:
-                for i, raw in enumerate(got):
+                for i, raw in enumerate(cached):
                     vec = bytes_to_vector(raw, dim)
                     if vec is not None:
                         mat[i] = vec
@@ -66,7 +67,7 @@ class EmbedService:
             new = await self.batcher.encode([uniq[i] for i in miss], normalize,
                                             settings.max_seq_tokens)
             mat[miss] = new
-            if redis_ok:
+            if redis_ok and self.store is not None:
                 wrote = await self.store.set_many(
                     [(keys[i], vector_to_bytes(new[j])) for j, i in enumerate(miss)])
                 redis_ok = not isinstance(wrote, Unavailable)

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.model.spec import GpuSpec
+from vramkit.core.plan.knobs import SGLANG_FLAGS, Knobs
+from vramkit.core.plan.planner import Target, plan
 from vramkit.core.render.sglang import sglang_args
 from vramkit.units import GiB
 
@@ -69,7 +71,7 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
         if not preset.knobs.get("kt_method"):
             continue
         model = catalog.model(preset.model)
-        runs = [(gpu, None, {}) for gpu in catalog.gpus().values()]
+        runs: list[tuple[GpuSpec, float | None, dict[str, str]]] = [(gpu, None, {}) for gpu in catalog.gpus().values()]
         runs += [(host_gpu, 15.31, {"kt_method": m}) for m in ("FP8", "AMXINT4")]
         for gpu, free_gib, over in runs:
             knobs = Knobs(**(preset.knobs | over))
@@ -82,7 +84,7 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
             assert hy is not None
             if free_gib:
                 argv = sglang_args(model, p, model_path=str(model.config_dir), load_format=None, port=port,
-                                   extra=[*catalog.sglang().gpu_host_extra_args, "--skip-tokenizer-init"])
+                                   extra=[*catalog.sglang().gpu_host_extra_args, SGLANG_FLAGS["skip_tokenizer_init"]])
                 case = f"{preset.name}-gpu-host-{knobs.kt_method}"
             else:
                 argv = sglang_args(model, p, model_path=model.hf_id, port=port)

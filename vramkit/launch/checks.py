@@ -5,6 +5,7 @@ from vramkit import catalog
 from vramkit.core.checks import Check
 from vramkit.core.plan.planner import host_ram_need
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch.settings import setting
 from vramkit.launch.steps import LaunchSpec, server_gpu_ids
 from vramkit.units import bytes2human
 
@@ -61,8 +62,9 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
     checks.append(Check.of("fit", not reasons, "the plan fits" if not reasons else "; ".join(reasons) +
                            " -> `vramkit plan` lists what would fit", Exit.NO_FIT))
     busy = not port_free(spec.host, spec.port)
-    checks.append(Check.of("port", not busy, f"{spec.host}:{spec.port} "
-                           + ("is in use -> stop what holds it or PORT=..." if busy else "free"), Exit.PORT_BUSY))
+    busy_text = f"is in use -> stop what holds it or set {setting('port').hint()}"
+    checks.append(Check.of("port", not busy, f"{spec.host}:{spec.port} " + (busy_text if busy else "free"),
+                           Exit.PORT_BUSY))
     return checks
 
 

@@ -4,24 +4,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.planner import Target, plan
 from vramkit.core.render.sglang import compose_yaml, sglang_args
-from vramkit.launch import hybrid
+from vramkit.launch import hybrid, reference
 from vramkit.units import GiB
 
 REPO_ROOT = catalog.CONFIG_DIR.parent
-COMPOSE_GPU = "rtx-5060-ti-16gb"      # committed compose files are rendered for the first user's card
 
 
 def compose_files() -> dict[Path, str]:
     """docker-compose.qwen[-preset].yml for each preset, rendered for the reference 16 GB card."""
     engine = catalog.engine()
-    gpu = catalog.gpu(COMPOSE_GPU)
+    gpu = catalog.gpu(reference.GPU)
     out = {}
     for preset in catalog.presets().values():
         model = catalog.model(preset.model)
         # the hybrid MoE mode: planned for the reference desktop CPU (`make start-qwen-moe` re-plans for this host)
-        target = Target(gpu=gpu, host_ram_available_bytes=64 * GiB, host=hybrid.REFERENCE_HOST if model.moe else None)
+        target = Target(gpu=gpu, host_ram_available_bytes=int(reference.HOST_RAM_GIB * GiB),
+                        host=hybrid.REFERENCE_HOST if model.moe else None)
         knobs = Knobs(**preset.knobs)
         p = plan(model, target, knobs, engine, with_alternatives=False)
         port = catalog.sglang().port

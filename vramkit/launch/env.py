@@ -1,6 +1,6 @@
-"""The environment knobs of `vramkit up`, all named VRAMKIT_<NAME> (mk/qwen.mk passes its make variables
-under these names). The names before issue 11 (RUNTIME, PORT, ...) still work for one release, with a
-warning on stderr; a bad value is one line naming the variable, exit 64.
+"""The environment knobs of `vramkit up`, all named VRAMKIT_<NAME> (declared in launch/settings.py; mk/qwen.mk
+passes its make variables under these names). The names before issue 11 (RUNTIME, PORT, ...) still work for
+one release, with a warning on stderr; a bad value is one line naming the variable, exit 64.
 """
 from __future__ import annotations
 
@@ -9,20 +9,11 @@ import os
 import sys
 
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch.settings import ENV_PREFIX, SETTINGS
 
-PREFIX = "VRAMKIT_"
-# VRAMKIT_<name>: its old name
-UP_ENV = {
-    "RUNTIME": "RUNTIME",                        # docker | native
-    "PORT": "PORT",                              # host port of SGLang's API
-    "MODEL_PATH": "MODEL_PATH",                  # local folder or HF id instead of the model's hf_id
-    "LOAD_FORMAT": "LOAD_FORMAT",                # 'dummy': real shapes, random weights
-    "TIMEOUT": "TIMEOUT",                        # seconds to wait for /health
-    "GPUS": "GPUS",                              # NVML indices, e.g. 0,1
-    "DRY_RUN": "DRY_RUN",                        # 1/true/yes = plan and check, start nothing (env_flag)
-    "SGLANG_EXTRA_ARGS": "SGLANG_EXTRA_ARGS",    # more SGLang flags
-    "SERVER_PYTHON": "SGLANG_PYTHON",            # the Python that runs sglang.launch_server (native runtime)
-}
+PREFIX = ENV_PREFIX
+# VRAMKIT_<name>: its old name (the launch settings' table, launch/settings.py)
+UP_ENV = {s.env: s.old_env for s in SETTINGS if s.old_env}
 
 
 def env_value(name: str, environ=None) -> str | None:

@@ -14,19 +14,19 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core.plan import kt_hybrid as kt
+from vramkit.core.plan.knobs import SGLANG_FLAGS
+from vramkit.launch import reference
 
 ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"     # `vramkit host --bandwidth --write`: "THREADS:GBS,..." (or one GBS)
 KT_SERVICE_DIR = catalog.CONFIG_DIR.parent / "services" / "sglang-kt"
 KT_COMPAT_DIR = KT_SERVICE_DIR / "kt_compat"
 KT_CONTAINER_DIR = "/kt-weights"
-# The desktop the committed compose files and the README's presets table are planned for (`make start-qwen-moe`
-# re-plans for the real host): 8 physical cores with AVX-512-BF16 (a Zen 4 desktop), dual-channel DDR5-5600,
-# whose read is assumed at ~70 % of its 89.6 GB/s peak: an assumption, labelled so wherever it shows.
-ASSUMED_HOST_READ_GBS = 60.0
-REFERENCE_HOST = kt.HostCpu(isa="avx512", isa_source="the reference desktop (Zen 4, 8 cores)",
-                            read_bytes_s=((1, ASSUMED_HOST_READ_GBS * 1e9),),
-                            read_source=f"assumed {ASSUMED_HOST_READ_GBS:g} GB/s (dual-channel DDR5), not measured",
-                            physical_cores=8, cores_source="the reference desktop",
+# The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
+# `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
+REFERENCE_HOST = kt.HostCpu(isa=reference.HOST_CPU_ISA, isa_source=reference.HOST_CPU_LABEL,
+                            read_bytes_s=((1, reference.HOST_READ_GBS * 1e9),),
+                            read_source=f"assumed {reference.HOST_READ_GBS:g} GB/s (dual-channel DDR5), not measured",
+                            physical_cores=reference.HOST_PHYSICAL_CORES, cores_source=reference.HOST_CPU_LABEL,
                             kt_kernel=catalog.versions().kt_kernel_pip)
 
 
@@ -58,6 +58,7 @@ def this_host_isa(flags: set[str] | None = None) -> str | None:
 def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], ...] | None = None,
              physical_cores: int | None = None) -> kt.HostCpu:
     """The CPU side of the target: --cpu-isa or this host's (labelled), the read bandwidth, the server's cores."""
+    isa: str | None
     if cpu_isa is not None:         # checked by core/plan/request.py
         isa, isa_source = cpu_isa, "--cpu-isa"
     else:
@@ -80,7 +81,7 @@ def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], 
 class Hybrid:
     """A planned hybrid section (core's) and what launching it needs here."""
 
-    plan: kt.HybridPlan
+    plan: kt.HybridSection
     weight_path: str | None        # --kt-weight-path (None: the model folder)
     here_isa: str | None           # the build THIS host runs (`vramkit up` starts here, whatever --cpu-isa said)
 
@@ -89,7 +90,7 @@ class Hybrid:
         folder, else the model's own for the methods that read the checkpoint, else a placeholder that
         `vramkit up` refuses before starting (the kt-weights check)."""
         default = model_path if kt.KT_METHODS[self.plan.kt_method].reads else "$VRAMKIT_KT_WEIGHT_PATH"
-        return ["--kt-weight-path", self.weight_path or default]
+        return [SGLANG_FLAGS["kt_weight_path"], self.weight_path or default]
 
     def checks(self, host_ram_available: int) -> list[tuple[str, bool, str]]:
         """(name, ok, detail) for `vramkit up`: this CPU runs the method, the experts fit host RAM, KT's converted
@@ -122,7 +123,7 @@ class Hybrid:
         """What the compose file needs beyond the dense service: the KT image (built from its Dockerfile),
         the CPU-expert folder mounted read-only, --kt-weight-path pointing at it inside the container."""
         host = self.weight_path or "${VRAMKIT_KT_WEIGHT_PATH:-./kt-weights}"
-        return {"args": ["--kt-weight-path", KT_CONTAINER_DIR], "build_context": build_context,
+        return {"args": [SGLANG_FLAGS["kt_weight_path"], KT_CONTAINER_DIR], "build_context": build_context,
                 "image": catalog.versions().sglang_kt_image,
                 "extra_volumes": (f"{host}:{KT_CONTAINER_DIR}:ro  # the CPU experts ({self.plan.kt_method} layout), "
                                   "read into host RAM by kt-kernel at start",)}

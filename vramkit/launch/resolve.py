@@ -7,14 +7,16 @@ from dataclasses import dataclass, replace
 
 from vramkit import catalog
 from vramkit.core.model.spec import GpuSpec, ModelSpec
-from vramkit.core.plan.planner import Knobs, Plan, Target, plan
+from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.planner import Plan, Target, plan
 from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import reference
 from vramkit.launch.hybrid import Hybrid, for_plan, host_cpu, this_host_isa
 from vramkit.units import GiB
 
 DEFAULT_MODEL = "qwen2.5-coder-14b-instruct-gptq-int4"
-DEFAULT_GPU = "rtx-5060-ti-16gb"      # the first user's kind of card; `--gpu auto` reads the real one
+DEFAULT_GPU = reference.GPU           # the first user's kind of card; `--gpu auto` reads the real one
 
 
 @dataclass
@@ -90,12 +92,14 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
     g = chosen[0]
     known = catalog.gpu_by_nvml_name(str(g.name))
     link = link_for(known) if link_for is not None else None
-    if known is None and link is None:
+    if link is None and known is not None:
+        link = (known.bandwidth_bytes_s, known.pcie_gen, known.pcie_lanes)
+    if link is None:
         raise VramkitError(f"GPU {ids[0]} ({g.name}) is not in config/gpus.toml: its memory bandwidth and PCIe link, "
                            "which the decode ceiling needs, are unknown",
                            "give --gpu-bandwidth-gbs N --gpu-pcie GENxLANES from its spec sheet, or add the card "
                            "to config/gpus.toml", Exit.BAD_INPUT)
-    bandwidth, gen, lanes = link if link is not None else (known.bandwidth_bytes_s, known.pcie_gen, known.pcie_lanes)
+    bandwidth, gen, lanes = link
     spec = GpuSpec(name=known.name if known else f"nvml:{g.name}", label=str(g.name),
                    memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=bandwidth,
                    pcie_gen=gen, pcie_lanes=lanes, nvml_names=(str(g.name),),

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core import sglang_log
+from vramkit.core.plan.knobs import SGLANG_FLAGS
 from vramkit.core.render.sglang import compose_yaml, container_model_path, model_path_for, sglang_args
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch.settings import setting
 
 
 @dataclass
@@ -59,7 +61,7 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     folder = str(Path(model_path).resolve()) if Path(model_path).is_dir() else None
     mount = (folder, container_model_path(folder)) if folder else None
     if folder:
-        model_path = folder if spec.runtime == "native" else mount[1]
+        model_path = folder if spec.runtime == "native" else container_model_path(folder)
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args)
@@ -100,7 +102,7 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
                                Exit.START_FAILED)
         if clock() - t0 > spec.timeout_s:
             raise VramkitError(f"SGLang did not become healthy within {spec.timeout_s:.0f} s (last phase: {ph})",
-                               "raise TIMEOUT=..., or read the log", Exit.HEALTH_TIMEOUT)
+                               f"raise {setting('timeout_s').hint()}, or read the log", Exit.HEALTH_TIMEOUT)
         sleep(2.0)
 
 
@@ -110,7 +112,7 @@ def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
     for i in range(spec.warmup_requests):
         ids = [(17 + 31 * j + i) % vocab_size for j in range(64)]
         r = client.generate(input_ids=ids, max_new_tokens=16, stream=False) if spec.load_format == "dummy" \
-            or "--skip-tokenizer-init" in spec.extra_args \
+            or SGLANG_FLAGS["skip_tokenizer_init"] in spec.extra_args \
             else client.generate(text="def fibonacci(n):", max_new_tokens=16, stream=False)
         if not r.ok:
             raise VramkitError(f"warm-up request failed: {r.error}", "see the server log", Exit.START_FAILED)
@@ -118,14 +120,22 @@ def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
     return lat
 
 
-def vram_budget(resolved, in_use_before_start: int) -> int:
-    """What `vram-safe` should allow per GPU once this server runs: what was in use before it started
-    (driver reserve, other processes) plus the planner's peak, plus the 5 % the calibration test allows."""
-    return int(in_use_before_start + resolved.plan.peak_vram_bytes * 1.05)
+def vram_budget(resolved, in_use_before_start: int | None) -> tuple[int, str]:
+    """What `vram-safe` should allow per GPU once this server runs, and what it rests on: what was in use
+    before it started (driver reserve, other processes; measured by NVML) plus the planner's peak, plus the
+    5 % the calibration test allows. Without a reading, the plan's own assumption of what the card holds
+    besides the server (card total - free at start - CUDA context) stands in, and the basis says so."""
+    p = resolved.plan
+    if in_use_before_start is not None:
+        return int(in_use_before_start + p.peak_vram_bytes * 1.05), "in use before the start (NVML) + peak x 1.05"
+    assumed = p.held_besides_server_bytes
+    return (int(assumed + p.peak_vram_bytes * 1.05),
+            f"the plan's assumed {assumed / 2**30:.2f} GiB held besides the server (not read) + peak x 1.05")
 
 
 def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
-           in_use_before_start: int = 0, cpu_pin: str | None = None) -> dict:
+           in_use_before_start: int | None = None, cpu_pin: str | None = None) -> dict:
+    budget, basis = vram_budget(resolved, in_use_before_start)
     from vramkit.adapters.state import write_running
     data = {
         "name": spec.name, "preset": resolved.preset, "model": resolved.model.name, "runtime": spec.runtime,
@@ -133,7 +143,7 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "compose_file": str(compose_path) if compose_path else None,
         "log": str(state_paths(spec.name)["log"]) if spec.runtime == "native" else None,
         "gpu_indices": server_gpu_ids(spec, resolved.plan.knobs.tp),
-        "vram_budget_bytes": vram_budget(resolved, in_use_before_start),
+        "vram_budget_bytes": budget, "vram_budget_basis": basis,
         "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
         "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -16,7 +16,7 @@ from pathlib import Path
 from vramkit.core.checks import Check
 from vramkit.core.host_plan import format_cpulist
 from vramkit.core.plan.request import PlanRequest
-from vramkit.errors import VramkitError
+from vramkit.errors import Exit, VramkitError
 from vramkit.launch import checks as launch_checks
 from vramkit.launch import steps
 from vramkit.launch.resolve import Resolved, host_available, nvml_gpu, resolve
@@ -29,10 +29,12 @@ def gpu_snapshot():
     return None if snap.unavailable is not None or not snap.gpus else snap
 
 
-def in_use(snap, ids: list[int]) -> int:
-    """Bytes in use now on the fullest of the server's GPUs (0 when unknown): the base of its VRAM budget."""
+def in_use(snap, ids: list[int]) -> int | None:
+    """Bytes in use now on the fullest of the server's GPUs, the base of its VRAM budget; None when NVML did
+    not say for any of them (the budget then says what it assumed instead: launch/steps.py `vram_budget`)."""
     used = [snap.gpus[i].in_use_bytes for i in ids if snap is not None and 0 <= i < len(snap.gpus)]
-    return max([u for u in used if isinstance(u, int)], default=0)
+    known = [u for u in used if isinstance(u, int)]
+    return max(known) if known else None
 
 
 @dataclass
@@ -41,7 +43,7 @@ class Prepared:
     resolved: Resolved
     spec: steps.LaunchSpec
     gpu_ids: list[int]
-    in_use_before: int
+    in_use_before: int | None      # None: NVML gave no reading before the start
     native: list[str]
     compose_text: str
     paths: dict[str, Path]
@@ -80,7 +82,7 @@ def refuse_failed(prep: Prepared, *, no_fit_check: bool = False) -> None:
     if failed:
         first = failed[0]
         what, _, todo = first.detail.partition(" -> ")
-        raise VramkitError(f"not starting: {first.name}: {what}", todo or "see the checks above", first.code)
+        raise VramkitError(f"not starting: {first.name}: {what}", todo or "see the checks above", Exit(first.code))
 
 
 def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str], None] | None = None) -> dict:
@@ -137,7 +139,11 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
         raise
     finally:
         client.close()
-    return steps.record(r, spec, pid, compose_path, in_use_before_start=prep.in_use_before, cpu_pin=pin_note)
+    rec = steps.record(r, spec, pid, compose_path, in_use_before_start=prep.in_use_before, cpu_pin=pin_note)
+    if prep.in_use_before is None:
+        say(f"[yellow]note[/yellow]: no NVML reading before the start; vram-safe's budget assumes "
+            f"{rec['vram_budget_basis']}")
+    return rec
 
 
 def pin(pid: int, cpus: tuple[int, ...]) -> str | None:

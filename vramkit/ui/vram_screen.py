@@ -8,6 +8,7 @@ golden tests compare. The terminal-free parts (colour bands, N/A formatting, pip
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -80,7 +81,7 @@ def stats_table(stats: SessionStats) -> Table:
     return t
 
 
-def screen(snap: Snapshot, stats: SessionStats | None = None, alert_lines: list[str] = (),
+def screen(snap: Snapshot, stats: SessionStats | None = None, alert_lines: Sequence[str] = (),
            top_processes: int = 5, clock_text: str = "") -> RenderableType:
     """The whole monitor screen: a header, one panel per GPU, the session table, recent alerts."""
     header = Text("vramkit monitor", style="bold")

@@ -59,7 +59,8 @@ class GpuSample:
         used = self.in_use_bytes
         if is_na(used) or not self.total_bytes:
             return self.error if self.error is not None else NA
-        return 100.0 * used / self.total_bytes
+        total = self.total_bytes
+        return 100.0 * used / total if not is_na(total) else NA
 
     @property
     def lost(self) -> bool:

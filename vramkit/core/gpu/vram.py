@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from vramkit.core.gpu.snapshot import GpuSample, Snapshot, is_na
+from vramkit.core.na import NotAvailable
 from vramkit.errors import Exit
 from vramkit.units import bytes2human, human2bytes
+
+
+def _known(value: int | NotAvailable) -> int:
+    """A byte count the caller knows NVML gave (it read the percent made from it)."""
+    if is_na(value):
+        raise ValueError(f"a byte count read as not available ({value.reason}) beside a known percent")
+    return int(value)
 
 DEFAULT_THRESHOLDS_PCT = (85.0, 90.0, 95.0)   # the issue's alert lines
 DEFAULT_COOLDOWN_S = 30.0
@@ -82,7 +92,7 @@ def parse_threshold(text: str, source: str = "--threshold") -> Threshold:
     return Threshold(limit_bytes=limit, source=source)
 
 
-def budget_thresholds(running: list[dict]) -> dict[int | None, Threshold]:
+def budget_thresholds(running: list[dict[str, Any]]) -> dict[int | None, Threshold]:
     """Per-GPU thresholds from the launcher's run-state files (key vram_budget_bytes).
 
     Services sharing a GPU add up. Key None = every GPU (a service that did not record its GPUs).
@@ -156,8 +166,8 @@ class AlertTracker:
                 if not st.alerted and (st.last_alert_s is None
                                        or now_s - st.last_alert_s >= self.cooldown_s):
                     st.alerted, st.last_alert_s = True, now_s
-                    alerts.append(Alert(now_s, gpu.index, th, pct, int(gpu.in_use_bytes),
-                                        int(gpu.total_bytes)))
+                    alerts.append(Alert(now_s, gpu.index, th, pct, _known(gpu.in_use_bytes),
+                                        _known(gpu.total_bytes)))
             elif pct < th - self.hysteresis_pct:
                 st.above = False
         return alerts
@@ -204,7 +214,7 @@ class SessionStats:
     started_s: float | None = None
     ended_s: float | None = None
 
-    def add(self, snap: Snapshot, alerts: list[Alert] = ()) -> None:
+    def add(self, snap: Snapshot, alerts: Sequence[Alert] = ()) -> None:
         if self.started_s is None:
             self.started_s = snap.time_s
         self.ended_s = snap.time_s
@@ -222,8 +232,8 @@ class SessionStats:
                 st.missing += 1
                 st._last = None
             else:
-                used = int(g.in_use_bytes)
-                st.total_bytes = int(g.total_bytes)
+                used = _known(g.in_use_bytes)
+                st.total_bytes = _known(g.total_bytes)
                 st.samples += 1
                 st.sum_bytes += used
                 st.sum_percent += pct
@@ -238,9 +248,10 @@ class SessionStats:
             if a.gpu_index in self.gpus:
                 self.gpus[a.gpu_index].alerts += 1
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
-            "duration_s": (self.ended_s - self.started_s) if self.started_s is not None else 0.0,
+            "duration_s": (self.ended_s - self.started_s)
+            if self.started_s is not None and self.ended_s is not None else 0.0,
             "gpus": [{
                 "index": s.index, "name": s.name, "total_bytes": s.total_bytes,
                 "samples": s.samples, "missing_samples": s.missing,
@@ -322,7 +333,7 @@ class GuardResult:
     def verdict(self) -> str:
         return {int(c): v for v, c in VERDICT_CODES.items()}[int(self.code)]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "exit_code": int(self.code),
             "verdict": self.verdict,
@@ -373,10 +384,10 @@ def vram_safe(snap: Snapshot, thresholds: dict[int | None, Threshold],
             reason = g.error.reason if g.error is not None else used.reason
             verdicts.append(GpuVerdict(g.index, "unknown", None, nvml_used, None, None, th.describe(), reason))
             continue
-        limit = th.limit_for(int(g.total_bytes))
+        limit = th.limit_for(_known(g.total_bytes))
         warn = warn_line(limit)
         verdict = "critical" if used > limit else "warning" if used > warn else "ok"
-        verdicts.append(GpuVerdict(g.index, verdict, int(used), nvml_used, int(g.total_bytes), limit,
+        verdicts.append(GpuVerdict(g.index, verdict, int(used), nvml_used, _known(g.total_bytes), limit,
                                    th.describe(), warn_bytes=warn))
     worst = max((v.verdict for v in verdicts), key=SEVERITY.index)
     parts = []
@@ -398,14 +409,14 @@ LOG_FIELDS = ("time", "time_s", "gpu", "in_use_bytes", "nvml_used_bytes", "total
               "util_percent", "temperature_c", "power_w", "status")
 
 
-def log_rows(snap: Snapshot) -> list[dict]:
+def log_rows(snap: Snapshot) -> list[dict[str, Any]]:
     """One row per GPU for the --log file; None where the value was not available."""
     stamp = _dt.datetime.fromtimestamp(snap.time_s, _dt.UTC).isoformat(timespec="milliseconds")
     if snap.unavailable is not None or not snap.gpus:
         return [dict.fromkeys(LOG_FIELDS) | {"time": stamp, "time_s": round(snap.time_s, 3),
                                              "status": snap.status}]
 
-    def val(v):
+    def val(v: Any) -> Any:
         return None if is_na(v) else v
 
     return [{

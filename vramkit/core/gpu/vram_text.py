@@ -6,6 +6,7 @@ helpers, and `compact_lines()` is what the monitor prints when its output is a p
 from __future__ import annotations
 
 from vramkit.core.gpu.snapshot import Snapshot, is_na
+from vramkit.core.na import NotAvailable
 from vramkit.units import bytes2human
 
 YELLOW_FROM_PCT = 85.0     # the issue: green below 85 %, yellow from 85, red from 90
@@ -20,12 +21,12 @@ def bar_colour(percent: float) -> str:
     return "green"
 
 
-def fmt(value, unit: str = "", spec: str = "{}") -> str:
+def fmt(value: object, unit: str = "", spec: str = "{}") -> str:
     """`value` formatted with `spec` plus `unit`, or "N/A" when NVML could not tell (never a 0)."""
     return "N/A" if is_na(value) or value is None else spec.format(value) + unit
 
 
-def human_bytes(value) -> str:
+def human_bytes(value: int | float | NotAvailable | None) -> str:
     """Bytes as GiB/MiB text, or "N/A" when NVML could not tell."""
     return "N/A" if is_na(value) or value is None else bytes2human(value)
 

@@ -99,11 +99,11 @@ def activation_bytes(model: ModelSpec, chunk_tokens: int, tp: int, factor: float
     return int(chunk_tokens * per_token * factor)
 
 
-def decode_read_bytes(model: ModelSpec, live_by_role: dict, batch: int, tp: int = 1) -> int:
+def decode_read_bytes(model: ModelSpec, live_by_role: dict[str, int], batch: int, tp: int = 1) -> int:
     """Bytes one decode step reads from GPU memory per rank for `batch` streams: every resident weight but
     the embedding table (a lookup; read in full only when tied to lm_head) and the rope cache, with the
     routed experts counted only for the experts the batch touches: E * (1 - (1 - k/E)^batch) per layer."""
-    read = sum(v for r, v in live_by_role.items() if r not in ("embed", "rope", "experts"))
+    read: float = sum(v for r, v in live_by_role.items() if r not in ("embed", "rope", "experts"))
     if model.tie_word_embeddings:
         read += live_by_role.get("embed", 0)
     experts = live_by_role.get("experts", 0)

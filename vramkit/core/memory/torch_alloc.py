@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from typing import Any
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -49,7 +50,7 @@ class CachingAllocator:
 
     def __init__(self) -> None:
         self._segments: dict[int, int] = {}                 # segment id -> size
-        self._blocks: dict[int, dict[int, list]] = {}       # segment id -> offset -> [size, free]
+        self._blocks: dict[int, dict[int, list[Any]]] = {}       # segment id -> offset -> [size, free]
         self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}   # small? -> (size, seg, off)
         self._small_seg: dict[int, bool] = {}
         self._live: dict[int, tuple[int, int]] = {}         # handle -> (segment, offset)

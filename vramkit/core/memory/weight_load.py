@@ -31,7 +31,7 @@ class LoadResult:
     gpu_tensor_bytes: int        # the tensors themselves (the rest is allocator slack)
     offloaded_bytes: int         # parameters moved to host RAM by --cpu-offload-gb
     pinned_host_bytes: int = 0   # the pinned host RAM they take: each rounded up to a power of two
-    live_by_role: dict = field(default_factory=dict, compare=False)   # GPU tensors after conversion, by role
+    live_by_role: dict[str, int] = field(default_factory=dict, compare=False)   # GPU tensors after conversion, by role
 
 
 @lru_cache(maxsize=256)
@@ -50,7 +50,8 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0) -> LoadResu
         return handle
 
     def release(handle: int | None) -> None:
-        live.pop(handle, None)
+        if handle is not None:
+            live.pop(handle, None)
         a.free(handle)
 
     for p in layout.head:

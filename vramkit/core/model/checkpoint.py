@@ -16,6 +16,7 @@ Formats:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 FORMATS = ("bf16", "fp8")
 FP8_BLOCK = 128
@@ -45,7 +46,7 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def quantization_config(fmt: str) -> dict | None:
+def quantization_config(fmt: str) -> dict[str, Any] | None:
     """What config.json carries for the format (Qwen's FP8 releases: dynamic activations, 128x128 blocks)."""
     if fmt == "fp8":
         return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
@@ -61,7 +62,7 @@ def _linear(name: str, out_f: int, in_f: int, role: str, fmt: str) -> list[Tenso
     return [TensorSpec(f"{name}.weight", (out_f, in_f), "bf16", role)]
 
 
-def layer_tensors(cfg: dict, i: int, fmt: str) -> list[TensorSpec]:
+def layer_tensors(cfg: dict[str, Any], i: int, fmt: str) -> list[TensorSpec]:
     """One decoder layer's tensors, in the names transformers and SGLang's qwen2/qwen3(_moe) loaders use."""
     h = int(cfg["hidden_size"])
     n_q, n_kv = int(cfg["num_attention_heads"]), int(cfg.get("num_key_value_heads", cfg["num_attention_heads"]))
@@ -97,14 +98,14 @@ def layer_tensors(cfg: dict, i: int, fmt: str) -> list[TensorSpec]:
     return out
 
 
-def is_moe_layer(cfg: dict, i: int) -> bool:
+def is_moe_layer(cfg: dict[str, Any], i: int) -> bool:
     if not cfg.get("num_experts"):
         return False
     step = int(cfg.get("decoder_sparse_step") or 1)
     return i not in (cfg.get("mlp_only_layers") or []) and (i + 1) % step == 0
 
 
-def checkpoint_tensors(cfg: dict, fmt: str) -> list[TensorSpec]:
+def checkpoint_tensors(cfg: dict[str, Any], fmt: str) -> list[TensorSpec]:
     """Every tensor of the checkpoint, in file order (embeddings, layers, final norm, lm_head)."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: one of {', '.join(FORMATS)}")

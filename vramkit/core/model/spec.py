@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -88,7 +89,7 @@ class ModelSpec:
     tie_word_embeddings: bool
     dtype: str                      # what SGLang loads the unquantized tensors as (16-bit, never float32)
     attention_bias: bool            # Qwen2: q/k/v biases; gpt-oss: q/k/v and o biases
-    rope_scaling: dict | None
+    rope_scaling: dict[str, Any] | None
     quantization: Quantization | None
     note: str = ""
     family: str = "dense"           # one of vramkit.hf_config.FAMILIES

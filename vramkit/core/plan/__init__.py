@@ -1,1 +1,2 @@
-"""The launch knobs (knobs.py), the plan and its alternatives (planner.py), the KT hybrid mode (kt_hybrid.py)."""
+"""The request as asked (request.py), the launch knobs (knobs.py), the plan and its alternatives (planner.py),
+the KT hybrid mode (kt_hybrid.py)."""

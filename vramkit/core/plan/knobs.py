@@ -47,6 +47,11 @@ class KnobSpec:
         return "--" + self.name.replace("_", "-")
 
     @property
+    def server_arg(self) -> str | None:
+        """SGLang's ServerArgs field the flag sets (its /server_info key): the flag without dashes."""
+        return self.sglang_flag.removeprefix("--").replace("-", "_") if self.sglang_flag else None
+
+    @property
     def preset_key(self) -> str:
         return self.name
 
@@ -92,7 +97,7 @@ class KnobSpec:
         if isinstance(raw, bool) or not isinstance(raw, self.type if self.type is not float else (int, float)):
             raise ValueError(f"is not {kind}" + (f" (or {', '.join(map(repr, self.also))})"
                                                  if self.also else ""))
-        return float(raw) if self.type is float else raw
+        return float(raw) if self.type is float and isinstance(raw, (int, float)) else raw
 
     def sglang_args(self, value: Any, plan: Any) -> list[str]:
         if self.render is not None:
@@ -102,7 +107,7 @@ class KnobSpec:
         return [self.sglang_flag, str(value)]
 
 
-def knob(default: Any, type: type, unit: str, help: str, **kw) -> Any:
+def knob(default: Any, type: type, unit: str, help: str, **kw: Any) -> Any:
     """One knob: a dataclass field whose metadata is its KnobSpec (the name is filled in from the field)."""
     return field(default=default, metadata={"knob": dict(type=type, unit=unit, help=help, default=default, **kw)})
 
@@ -110,16 +115,26 @@ def knob(default: Any, type: type, unit: str, help: str, **kw) -> Any:
 KT_METHOD_CHOICES = tuple(KT_METHODS)      # kt-kernel's methods the kit plans, declared in core/plan/kt_hybrid.py
 
 
-def _kt(flag: str, value, plan) -> list[str]:
+# SGLang's spellings of the flags the kit sets that are not knobs (the renderer, core/render/sglang.py, and the
+# hybrid MoE mode's weight folder use them): with the knobs' own `sglang_flag`s, the only place a flag is spelled
+SGLANG_FLAGS = {
+    "model_path": "--model-path", "host": "--host", "port": "--port",
+    "disable_prefill_graphs": "--disable-prefill-cuda-graph", "model_override": "--json-model-override-args",
+    "load_format": "--load-format", "skip_tokenizer_init": "--skip-tokenizer-init",
+    "kt_weight_path": "--kt-weight-path",
+}
+
+
+def _kt(flag: str, value: Any, plan: Any) -> list[str]:
     """A --kt-* flag once the hybrid mode is on and its value resolved (an unresolved "auto" renders nothing)."""
     return [flag, str(value)] if getattr(plan.knobs, "kt_method", None) and value != "auto" else []
 
 
-def _graphs(bs: int, _p) -> list[str]:
+def _graphs(bs: int, _p: Any) -> list[str]:
     return ["--cuda-graph-max-bs-decode", str(bs)] if bs > 0 else ["--cuda-graph-backend-decode", "disabled"]
 
 
-def _hicache(gb: int, _p) -> list[str]:
+def _hicache(gb: int, _p: Any) -> list[str]:
     # write_through: every new KV page is copied to host at once, so a later prefix hit never waits for it
     return ["--enable-hierarchical-cache", "--hicache-size", str(gb), "--hicache-write-policy", "write_through",
             "--hicache-io-backend", "kernel"] if gb > 0 else []
@@ -200,7 +215,8 @@ KNOBS: tuple[KnobSpec, ...] = specs(Knobs)
 def render_args(knobs: Knobs, plan: Any) -> list[str]:
     """The SGLang arguments of every knob of `knobs` (its class's declarations, in order), from resolved values."""
     out: list[str] = []
-    for s in specs(type(knobs)):
+    cls: type = knobs.__class__     # Knobs, or a subclass that adds knobs
+    for s in specs(cls):
         out += s.sglang_args(getattr(knobs, s.name), plan)
     return out
 
@@ -212,7 +228,7 @@ def doc_table(cls: type = Knobs, width: int = 110) -> list[str]:
     rows = [(s.preset_key, s.unit or "-", s.range_text(), s.sglang_flag or "(the planner's only)") for s in decl]
     w = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
 
-    def line(r) -> str:
+    def line(r: tuple[str, ...]) -> str:
         return ("#   " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r[:3])) + "  " + r[3]).rstrip()
 
     out = [line(head)]

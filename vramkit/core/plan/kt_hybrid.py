@@ -288,7 +288,7 @@ def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_
 
 # --- the plan's hybrid section ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class HybridPlan:
+class HybridSection:
     """What the hybrid mode adds to a Plan (its GPU figures are the Plan's own)."""
 
     kt_method: str                   # what is planned (may differ from the asked one: method_note says why)

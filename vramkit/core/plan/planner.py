@@ -24,7 +24,9 @@ follows SGLang's own code, step by step:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from vramkit.core.checks import Reason
 from vramkit.core.memory.costs import (  # noqa: F401
@@ -46,7 +48,8 @@ from vramkit.core.model.arch import (
 )
 from vramkit.core.model.spec import GpuSpec, ModelSpec
 from vramkit.core.plan import kt_hybrid as kt
-from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.knobs import Knobs, by_name
+from vramkit.core.plan.kt_hybrid import HybridSection
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, MiB, bytes2human
 
@@ -99,10 +102,10 @@ class Target:
         return self.pcie_bytes_s or (self.gpu.pcie_bytes_s if self.gpu is not None else None)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Alternative:
     change: str                 # what to change, in words
-    knobs: dict                 # the knob values that make the change
+    knobs: dict[str, Any]       # the knob values that make the change
     fits: bool
     decode_tok_s_ceiling: float | None
     cost: str                   # what it costs
@@ -113,14 +116,15 @@ class Alternative:
         return self.decode_tok_s_estimate or self.decode_tok_s_ceiling or 0.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     model: str
     gpu: str
-    knobs: Knobs                # every knob resolved (mem_fraction, chunked_prefill, ... never None)
+    knobs: Knobs                # every knob resolved: values, no None or "auto" (kt_method None: no hybrid mode;
+                                # with it, launch/hybrid.py resolves kt_num_gpu_experts / kt_cpuinfer until core does)
     free_at_start_bytes: int
     weights_bytes: int          # on the GPU, per rank, as SGLang's "Load weight end ... mem usage"
-    weights_by_component: dict
+    weights_by_component: dict[str, int]  # the checkpoint's parts, before any offload
     weights_offloaded_bytes: int
     weights_pinned_host_bytes: int  # the host RAM those pin: each tensor rounded up to a power of two
     kv_bytes_per_token: int
@@ -137,24 +141,48 @@ class Plan:
     headroom_bytes: int         # free at the peak of the largest prefill step
     decode_tok_s_ceiling: float | None
     decode_tok_s_ceiling_batch: float | None
+    weights_read_per_token_bytes: int  # GPU-resident weights one decode step reads (MoE: the experts it touches)
     host_ram_bytes: int         # pinned host RAM the server takes (hicache pool + offloaded weights)
     host_map_bytes: int         # GPU memory mapping the hierarchical cache's pinned pool (after the KV pool)
     fits: bool
-    reasons: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
-    alternatives: list = field(default_factory=list)
-    hybrid: kt.HybridPlan | None = None     # the KTransformers hybrid MoE mode (kt_method): its CPU side
+    # the parts of the peak the plan's other fields do not name (the dashboard's memory bar draws them all):
+    # peak = startup_overhead + weights + kv_pool + buffers + graphs + activations + comm_runtime
+    card_total_bytes: int = 0   # the card (per rank); with only a free-memory figure: free + startup overhead
+    held_besides_server_bytes: int = 0  # driver reserve + other processes: card - free at start - startup
+    startup_overhead_bytes: int = 0   # CUDA context (+ NCCL at tp > 1) before the weights (engine.toml)
+    buffers_bytes: int = 0      # pre-KV, req_to_token, post-KV misc, attention backend, host-cache mapping
+    graphs_bytes: int = 0       # decode CUDA graphs' pool (with an offloaded layer's transient copy)
+    comm_runtime_bytes: int = 0  # tp > 1: what the first large all-reduce adds while serving (engine.toml)
+    weights_on_gpu_by_component: dict[str, int] = field(default_factory=dict)  # after --cpu-offload-gb
+    weights_load_overhead_bytes: int = 0  # the load beyond its tensors: rope cache, workspaces, allocator rounding
+    hicache_bytes: int = 0      # the hierarchical cache's pinned host pool (--hicache-size, GB)
+    reasons: tuple[Reason, ...] = ()
+    notes: tuple[str, ...] = ()
+    alternatives: tuple[Alternative, ...] = ()
+    hybrid: HybridSection | None = None   # the KT hybrid MoE mode (kt_method): its CPU side, planned in core
 
     @property
     def decode_tok_s(self) -> float | None:
         """The plan's single-stream decode figure: the hybrid mode's fitted estimate, else the ceiling."""
         return self.hybrid.decode_tok_s if self.hybrid is not None else self.decode_tok_s_ceiling
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         if self.hybrid is not None:
             d["hybrid"] |= {"host_ram_bytes": self.hybrid.host_ram_bytes, "host_rss_bytes": self.hybrid.host_rss_bytes}
         return d
+
+
+def weights_on_gpu(by_component: dict[str, int], offloaded_bytes: int) -> dict[str, int]:
+    """Bytes of each weight component left on the GPU: --cpu-offload-gb moves decoder-layer tensors
+    (attention, mlp) to host RAM, so the offloaded bytes come out of those two in proportion (derived)."""
+    parts = {k: int(v) for k, v in by_component.items() if v}
+    layers = parts.get("attention", 0) + parts.get("mlp", 0)
+    if offloaded_bytes and layers:
+        for k in ("attention", "mlp"):
+            if k in parts:
+                parts[k] -= round(offloaded_bytes * parts[k] / layers)
+    return parts
 
 
 # ----------------------------------------------------------------------------------------------
@@ -385,14 +413,14 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
     # 7. decode ceilings (the hybrid mode: an estimate, fitted, in its own section)
     ceiling, ceiling_batch = None, None
+    read_per_token = decode_read_bytes(model, load.live_by_role, 1, tp)
     hybrid = None
     if n_gpu_experts is not None:
         hybrid = _hybrid_section(model, target, knobs, engine, n_gpu_experts, load, cell, tp, reasons, notes)
     elif gpu is not None:
         link = target.link_bytes_s or gpu.pcie_bytes_s
         # the GPU-resident tensors after conversion; MoE: only the experts a step touches
-        t_weights = decode_read_bytes(model, load.live_by_role, 1, tp) / gpu.bandwidth_bytes_s \
-            + offloaded / link
+        t_weights = read_per_token / gpu.bandwidth_bytes_s + offloaded / link
         t_kv = cell * knobs.context / gpu.bandwidth_bytes_s     # one stream's KV at the full target context
         ceiling = 1.0 / (t_weights + t_kv)
         n = max(1, min(knobs.concurrency, conc or 1))
@@ -408,6 +436,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     if hybrid is not None:
         resolved = replace(resolved, kt_method=hybrid.kt_method, kt_num_gpu_experts=hybrid.num_gpu_experts,
                            kt_cpuinfer=hybrid.cpuinfer_threads)
+    else:
+        # no hybrid mode: every expert of every MoE layer is on the GPU and no CPU thread computes one
+        resolved = replace(resolved, kt_num_gpu_experts=model.moe.num_experts if model.moe else 0, kt_cpuinfer=0)
     p = Plan(
         model=model.name, gpu=gpu.name if gpu else "given-free-memory", knobs=resolved,
         free_at_start_bytes=free, weights_bytes=weights_gpu, weights_by_component=comps,
@@ -416,12 +447,20 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         kv_pool_tokens=kv_tokens, context_len=context_len, yarn_factor=yarn, max_request_tokens=max_request,
         max_concurrent_requests=conc, req_to_token_bytes=req_to_token, activation_bytes=act,
         peak_vram_bytes=peak, startup_free_bytes=startup_free, headroom_bytes=headroom,
-        decode_tok_s_ceiling=ceiling, decode_tok_s_ceiling_batch=ceiling_batch, host_ram_bytes=host_ram,
-        host_map_bytes=host_map,
-        fits=not reasons, reasons=reasons, notes=notes, hybrid=hybrid,
+        decode_tok_s_ceiling=ceiling, decode_tok_s_ceiling_batch=ceiling_batch,
+        weights_read_per_token_bytes=read_per_token, host_ram_bytes=host_ram,
+        host_map_bytes=host_map, fits=not reasons,
+        card_total_bytes=card_total,
+        held_besides_server_bytes=max(0, card_total - free - engine.startup_overhead(tp)),
+        startup_overhead_bytes=engine.startup_overhead(tp),
+        weights_load_overhead_bytes=max(0, weights_gpu - sum(weights_on_gpu(comps, offloaded).values())),
+        buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
+        graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
+        weights_on_gpu_by_component=weights_on_gpu(comps, offloaded), hicache_bytes=hicache_bytes,
+        reasons=tuple(reasons), notes=tuple(notes), hybrid=hybrid,
     )
     if with_alternatives and not p.fits:
-        p.alternatives = alternatives(model, target, knobs, engine, p, candidates)
+        p = replace(p, alternatives=tuple(alternatives(model, target, knobs, engine, p, candidates)))
     return p
 
 
@@ -457,8 +496,8 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, context_len: int, sms:
 HYBRID_CONTEXTS = (512, 8192)     # besides the target context, where the decode estimate is also given
 
 
-def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load: LoadResult, cell: int,
-                    tp: int, reasons: list, notes: list) -> kt.HybridPlan:
+def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load: LoadResult,
+                    cell: int, tp: int, reasons: list[Reason], notes: list[str]) -> HybridSection:
     """The CPU side of a hybrid plan (its GPU figures are the plan's own): the method this CPU runs, the
     threads, host RAM as kt-kernel holds every expert, the decode estimate and layer offload beside it."""
     moe, host, k, gpu = model.moe, target.host, engine.kt, target.gpu
@@ -500,7 +539,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         off = plan(model, target, replace(knobs, kt_method=None, kt_num_gpu_experts="auto", kt_cpuinfer="auto",
                                           cpu_offload_gib="auto"), engine, with_alternatives=False)
         off_tok_s, off_gib = off.decode_tok_s_ceiling, int(off.knobs.cpu_offload_gib)
-    hp = kt.HybridPlan(
+    hp = HybridSection(
         kt_method=planned, asked_method=asked, method_note=why, lossy=kt.KT_METHODS[planned].lossy,
         num_gpu_experts=n, num_experts=moe.num_experts, moe_layers=moe.num_moe_layers, cpuinfer_threads=threads,
         cpu_isa=host.isa, cpu_isa_source=host.isa_source,
@@ -589,19 +628,26 @@ def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Eng
     return best
 
 
-CHANGE_WORDS = {
-    "kv_dtype": lambda v: f"KV cache {v} (--kv-cache-dtype {v})",
-    "mem_fraction": lambda v: f"--mem-fraction-static {v}",
+def _flag(name: str) -> str:
+    """A knob's SGLang flag, as core/plan/knobs.py declares it (the one place it is spelled)."""
+    flag = by_name()[name].sglang_flag
+    assert flag is not None, name
+    return flag
+
+
+CHANGE_WORDS: dict[str, Callable[[Any], str]] = {
+    "kv_dtype": lambda v: f"KV cache {v} ({_flag('kv_dtype')} {v})",
+    "mem_fraction": lambda v: f"{_flag('mem_fraction')} {v}",
     "concurrency": lambda v: f"{v} request(s) of this context at once",
     "context": lambda v: f"context {v:,} tokens",
-    "cpu_offload_gib": lambda v: f"{v} GiB of weights in host RAM (--cpu-offload-gb {v})",
-    "tp": lambda v: f"{v} GPUs with tensor parallelism (--tp-size {v})",
-    "max_running": lambda v: f"--max-running-requests {v}",
-    "kt_method": lambda v: f"experts in host RAM (--kt-method {v}, --kt-num-gpu-experts auto)",
+    "cpu_offload_gib": lambda v: f"{v} GiB of weights in host RAM ({_flag('cpu_offload_gib')} {v})",
+    "tp": lambda v: f"{v} GPUs with tensor parallelism ({_flag('tp')} {v})",
+    "max_running": lambda v: f"{_flag('max_running')} {v}",
+    "kt_method": lambda v: f"experts in host RAM ({_flag('kt_method')} {v}, {_flag('kt_num_gpu_experts')} auto)",
 }
 
 
-def describe_change(knobs: Knobs, change: dict) -> str:
+def describe_change(knobs: Knobs, change: dict[str, Any]) -> str:
     """Every setting an alternative changes, in words and flags (those equal to the current value left out)."""
     parts = [CHANGE_WORDS[k](v) for k, v in change.items() if getattr(knobs, k) != v]
     return " + ".join(parts) if parts else "no change"
@@ -612,13 +658,14 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
     """Changes that make it fit, cheapest first: each is re-planned, never guessed, and names every setting
     it changes (an alternative that also switches the KV dtype says so)."""
     out: list[Alternative] = []
-    seen: set[tuple] = set()
+    seen: set[tuple[tuple[str, Any], ...]] = set()
     asked = knobs
     # weight offload SGLang cannot run (plan()): every alternative drops the offload, and says so
-    fixed = {"cpu_offload_gib": 0} if not sglang_can_offload(model) and str(knobs.cpu_offload_gib) != "0" else {}
+    fixed: dict[str, Any] = ({"cpu_offload_gib": 0} if not sglang_can_offload(model)
+                             and str(knobs.cpu_offload_gib) != "0" else {})
     knobs = replace(knobs, **fixed)
 
-    def trial(cost: str, **kw) -> Plan | None:
+    def trial(cost: str, **kw: Any) -> Plan | None:
         kw = {**fixed, **kw}
         key = tuple(sorted((k, v) for k, v in kw.items() if getattr(asked, k) != v))
         if not key or key in seen:
@@ -659,7 +706,7 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         trial("requests longer than that are refused; decode ceiling {tok_s} tok/s",
               kv_dtype=kv, mem_fraction=best_frac, context=fitted)
     if knobs.cpu_offload_gib in (0, "0") and sglang_can_offload(model) and not knobs.kt_method:
-        extra: dict = {}
+        extra: dict[str, Any] = {}
         off = plan(model, target, replace(knobs, kv_dtype=kv, cpu_offload_gib="auto"), engine, with_alternatives=False)
         if not off.fits and knobs.max_running is None and off.req_to_token_bytes > 256 * MiB:
             # a long native context makes SGLang's default req_to_token table large: cap the requests too
@@ -673,10 +720,11 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
     if reader and not knobs.kt_method and target.host is not None and engine.kt is not None and gpu_known(target):
         # the hybrid MoE mode: the method that reads this checkpoint (or what this CPU runs instead, noted)
         # a long native context makes SGLang's default req_to_token table large: cap the requests too, as above
-        cap: dict = {}
-        hy = plan(model, target, replace(knobs, kt_method=reader), engine, with_alternatives=False)
+        # (the hybrid mode keeps every other weight on the GPU: no --cpu-offload-gb beside it)
+        cap: dict[str, int] = {} if str(knobs.cpu_offload_gib) == "0" else {"cpu_offload_gib": 0}
+        hy = plan(model, target, replace(knobs, kt_method=reader, **cap), engine, with_alternatives=False)
         if not hy.fits and knobs.max_running is None and hy.req_to_token_bytes > 256 * MiB:
-            cap = {"max_running": max(8, knobs.concurrency)}
+            cap["max_running"] = max(8, knobs.concurrency)
         trial("experts beyond the GPU's share computed by the CPU from host RAM: decode ~{tok_s} tok/s (an estimate, "
               "fitted; {p.hybrid.method_note}); host RAM {p.hybrid.host_ram_bytes_text}; pool {p.kv_pool_tokens:,} "
               "tokens", kt_method=reader, **cap)

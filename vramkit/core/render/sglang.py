@@ -11,7 +11,7 @@ import json
 import shlex
 
 from vramkit.core.model.spec import ModelSpec
-from vramkit.core.plan.knobs import render_args
+from vramkit.core.plan.knobs import SGLANG_FLAGS, render_args
 from vramkit.core.plan.planner import Plan
 
 HEALTH_START_PERIOD_S = 900           # first GPTQ start JIT-compiles marlin inside graph capture: 378 s on H100
@@ -51,16 +51,17 @@ def sglang_args(model: ModelSpec, p: Plan, *, model_path: str, port: int, host: 
                 load_format: str | None = None, extra: list[str] | None = None) -> list[str]:
     """SGLang launch_server arguments (without `python -m sglang.launch_server`): the address, then each
     knob as its declaration renders it (core/plan/knobs.py), then the flags the kit always sets."""
-    a = ["--model-path", model_path, "--host", host, "--port", str(port), *render_args(p.knobs, p)]
+    f = SGLANG_FLAGS
+    a = [f["model_path"], model_path, f["host"], host, f["port"], str(port), *render_args(p.knobs, p)]
     # prefill CUDA graphs stay off: ~85 s less start-up and no capture memory; every calibration run
     # (config/engine.toml) was measured so, and the planner's default fraction assumes it
-    a += ["--disable-prefill-cuda-graph"]
+    a += [f["disable_prefill_graphs"]]
     if p.yarn_factor:
-        a += ["--json-model-override-args", yarn_override(model, p.yarn_factor)]
+        a += [f["model_override"], yarn_override(model, p.yarn_factor)]
     if load_format:
-        a += ["--load-format", load_format]
+        a += [f["load_format"], load_format]
         if load_format == "dummy":
-            a += ["--skip-tokenizer-init"]     # no tokenizer offline: requests send input_ids
+            a += [f["skip_tokenizer_init"]]     # no tokenizer offline: requests send input_ids
     return a + list(extra or [])
 
 

@@ -131,7 +131,7 @@ function setupForm(cat, meta) {
   f.preset.replaceChildren(option("", "(none)"), ...cat.presets.map(p => option(p.name, p.name, p.name === "optimized")));
   f.model.replaceChildren(option("", "(preset's)"), ...cat.models.map(m => option(m.name, m.name)));
   const card = meta.mode === "replay" && meta.nvml_card ? `auto: ${meta.nvml_card.nvml_name} (captured)` : "auto: the card NVML sees";
-  f.gpu.replaceChildren(...cat.gpus.map(g => option(g.name, g.label, g.name === "rtx-5060-ti-16gb")), option("auto", card));
+  f.gpu.replaceChildren(...cat.gpus.map(g => option(g.name, g.label, g.name === cat.default_gpu)), option("auto", card));
   // one field per knob declared in vramkit/core/plan/knobs.py (name, unit, range, help come from there)
   fill("knob-fields", cat.knobs.map(k => h("label", { title: `${k.help}; ${k.range}${k.unit ? ", " + k.unit : ""} (${k.flag})` },
     k.name.replace(/_/g, " ") + ((u => u && u.length <= 10 ? ` [${u}]` : "")(k.unit.split(" (")[0])),
@@ -188,7 +188,7 @@ function renderPlan(p) {
       ["free after start-up", gib(p.startup_free_bytes)],
       p.hybrid ? ["decode estimate, 1 stream", `${num(p.hybrid.decode_tok_s, 1)} tok/s at ${num(p.hybrid.decode_context_tokens)} tokens (fitted estimate, not a ceiling); ${p.hybrid.num_gpu_experts} of ${p.hybrid.num_experts} experts/layer on the GPU, ${p.hybrid.kt_method} on ${p.hybrid.cpuinfer_threads} CPU threads, host RAM ${gib(p.hybrid.host_ram_bytes)}`]
         : ["decode ceiling, 1 stream", p.decode_tok_s_ceiling ? num(p.decode_tok_s_ceiling, 1) + " tok/s (bandwidth bound)" : "n/a"],
-      ["resolved knobs", `mem_fraction ${k.mem_fraction}, chunked_prefill ${k.chunked_prefill}, graph bs ${k.cuda_graph_max_bs}, max_running ${k.max_running}, tp ${k.tp}`],
+      ["resolved knobs", Object.entries(k).filter(([, v]) => v !== null).map(([n, v]) => `${n} ${v}`).join(", ")],
     ]),
     p.alternatives.length ? [h("h3", {}, "what would fit instead (re-planned, best first)"),
       table(["change", "fits", "speed cost"], p.alternatives.map(a => [a.change, a.fits ? "yes" : "no", a.cost]))] : null,
@@ -291,7 +291,9 @@ function renderServer(d) {
     ["generation throughput", mem.gen_throughput === undefined ? "n/a" : num(mem.gen_throughput, 1) + " tok/s"],
     ["GPU memory of the server (" + ((d.nvml || {}).how || "NVML") + ")", gib((d.nvml || {}).bytes)],
     ["GPU in use, whole card (NVML)", gib((d.nvml || {}).gpu_in_use_bytes)],
-    ["server args", `mem_fraction_static ${info.mem_fraction_static}, context_length ${info.context_length}, kv_cache_dtype ${info.kv_cache_dtype}, chunked_prefill_size ${info.chunked_prefill_size}, cuda_graph_max_bs ${info.cuda_graph_max_bs_decode ?? info.cuda_graph_max_bs}`],
+    // SGLang's names for the knobs' server args come with the catalog (vramkit/core/plan/knobs.py)
+    ["server args", (catalog ? catalog.knobs : []).filter(k => k.server_arg && info[k.server_arg] != null)
+      .map(k => `${k.server_arg} ${info[k.server_arg]}`).join(", ")],
   ]));
   const sm = Object.entries(d.sglang_metrics || {});
   if (sm.length) kids.push(table(["SGLang /metrics", "value"], sm.map(([k, v]) => [k, num(v, Number.isInteger(v) ? 0 : 3)]), [1]));
