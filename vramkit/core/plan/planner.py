@@ -721,7 +721,7 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         # the hybrid MoE mode: the method that reads this checkpoint (or what this CPU runs instead, noted)
         # a long native context makes SGLang's default req_to_token table large: cap the requests too, as above
         # (the hybrid mode keeps every other weight on the GPU: no --cpu-offload-gb beside it)
-        cap: dict[str, int] = {} if str(knobs.cpu_offload_gib) == "0" else {"cpu_offload_gib": 0}
+        cap: dict[str, Any] = {} if str(knobs.cpu_offload_gib) == "0" else {"cpu_offload_gib": 0}
         hy = plan(model, target, replace(knobs, kt_method=reader, **cap), engine, with_alternatives=False)
         if not hy.fits and knobs.max_running is None and hy.req_to_token_bytes > 256 * MiB:
             cap["max_running"] = max(8, knobs.concurrency)
