@@ -135,10 +135,13 @@ def kt_estimate_table() -> list[str]:
         q = by[m["point"]]
         out.append(f"| {m['point']} | {'fitted' if m['role'] == 'fit' else 'held out'} | {q['method']}, {q['build']} | "
                    f"{q['gpu_experts']}, {q['threads']} | {m['context']:,} tokens | {m['tok_s']:.1f} tok/s | "
-                   f"{m['plan_tok_s']:.1f} | {m['error']:+.1%} |")
+                   f"{m['plan_tok_s']:.1f} | {m['error']:+.1%}"
+                   + (" (flagged: slower than the same run at a longer context, not scored)"
+                      if m["inconsistent"] else "")
+                   + " |")
     out.append("")
     for role, word in (("fit", "runs used to fit"), ("held-out", "runs held out")):
-        errs = [abs(m["error"]) for m in res["measurements"] if m["role"] == role]
+        errs = [abs(m["error"]) for m in res["measurements"] if m["role"] == role and not m["inconsistent"]]
         if errs:
             out.append(f"- {word}: {len(errs)} decode measurements, worst error {max(errs):.1%}, "
                        f"mean {sum(errs) / len(errs):.1%}")
