@@ -27,10 +27,12 @@ _up = VRAMKIT_RUNTIME=$(RUNTIME) VRAMKIT_PORT=$(PORT) VRAMKIT_DRY_RUN='$(DRY_RUN
 # after a real start, the guard: CRITICAL (2) or UNKNOWN (3) fails the target; WARNING (1) is printed and passes
 _safe = && { dry='$(DRY_RUN)'; [[ $${dry,,} =~ ^(1|true|yes)$$ ]] || $(VRAMKIT) vram-safe || [[ $$? == 1 ]]; }
 
-# preset moe: the folder of the CPU experts in KT's AMXINT4 layout (`make kt-convert` writes it)
-KT_WEIGHT_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-AMXINT4
-# `make kt-convert`: the downloaded checkpoint folder whose experts are converted
+# preset moe: kt-kernel reads the CPU experts from KT_WEIGHT_PATH. The preset's FP8 reads the downloaded
+# checkpoint folder itself (MODEL_DIR); the opt-in, lossy AMXINT4 reads the folder `make kt-convert` writes
+# (KT_INT4_PATH): make start-qwen-moe KT_WEIGHT_PATH=$(KT_INT4_PATH) UP_ARGS="--kt-method AMXINT4"
 MODEL_DIR ?=
+KT_INT4_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-AMXINT4
+KT_WEIGHT_PATH ?= $(MODEL_DIR)
 # the Python of the native SGLang install, for `make kt-convert` and `make setup-kt-native` (kt-kernel goes there)
 SERVER_PYTHON ?= python3
 KT_KERNEL_PIN := $(shell sed -n 's/^kt_kernel_pip = "\(.*\)"/\1/p' config/versions.toml)
@@ -49,13 +51,13 @@ start-qwen-128k: ## one 131,072-token request (YaRN x4, fp8 KV; the 7B GPTQ on 1
 	@$(call _up,128k) $(_safe)
 stop-qwen-128k: ## stop the 128k server
 	@$(VRAMKIT) down --name vramkit-128k
-start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers; every expert in RAM: ~23 GiB with AMXINT4)
-	@VRAMKIT_KT_WEIGHT_PATH=$(KT_WEIGHT_PATH) $(call _up,moe) $(_safe)
+start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers, FP8 from MODEL_DIR; every expert in RAM: ~36 GiB)
+	@$(if $(KT_WEIGHT_PATH),VRAMKIT_KT_WEIGHT_PATH=$(KT_WEIGHT_PATH) )$(call _up,moe) $(_safe)
 stop-qwen-moe: ## stop the moe server
 	@$(VRAMKIT) down --name vramkit-moe
-kt-convert: ## the moe preset's CPU experts in KT's AMXINT4 layout, from MODEL_DIR (the downloaded FP8 checkpoint)
+kt-convert: ## opt-in, lossy: the moe preset's CPU experts in KT's AMXINT4 layout (KT_INT4_PATH), from MODEL_DIR
 	@test -n "$(MODEL_DIR)" || { echo "MODEL_DIR=<folder of Qwen3-Coder-30B-A3B-Instruct-FP8> is needed"; exit 2; }
-	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_WEIGHT_PATH) \
+	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_INT4_PATH) \
 		--kt-layout AMXINT4 --from $(MODEL_DIR) --kt-threads $$(nproc)
 setup-kt-native: ## RUNTIME=native for preset moe: kt-kernel (pinned, --no-deps) into SERVER_PYTHON's environment
 	@ldconfig -p | grep -q libhwloc.so.15 || { echo "libhwloc15 and libnuma1 are needed (apt-get install libhwloc15 libnuma1)"; exit 2; }
