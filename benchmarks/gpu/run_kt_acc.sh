@@ -9,7 +9,12 @@
 # Staging (here): S=.stage-moeacc holds kt_kernel-0.5.1 / 0.6.3.post1 / 0.6.1 cp312 wheels (pip download
 # --no-deps --only-binary=:all: --python-version 3.12 ...), qemu-x86_64.xz (Debian's qemu-user-static
 # binary), and this branch's benchmarks/gpu/kt_*.py (the run sends the integration tree).
-# Usage (repo root on the GPU host): bash .stage-moeacc/run_kt_acc.sh   -> $OUT (<= 8 files)
+# Usage (repo root on the GPU host): [QEMU=1] bash .stage-moeacc/run_kt_acc.sh   -> $OUT (<= 8 files)
+# (QEMU=1: step 3 too, with the 0.6.1 wheel staged.) Then here: python3 benchmarks/gpu/kt_report.py OUT_DIR --scan
+# benchmarks/results/gpu/kt-acc/objdump-scan.jsonl --qemu-dev benchmarks/results/gpu/kt-acc/qemu-dev-host.txt
+# 2026-11-24: the first run (QEMU=1) shared the machine with another session's processes (63 GiB of GPU memory
+# held: the logits comparison ran out of memory; CPU timings disturbed); the committed numbers are the second
+# run's, on a fresh machine (benchmarks/results/gpu/kt-acc/host.txt shows its load), with the first run's QEMU step.
 set -u
 S=${S:-.stage-moeacc}
 R=${OUT:-/tmp/ktacc}; mkdir -p "$R"
