@@ -137,7 +137,9 @@ def _check_shapes(cfg: dict, where: str) -> None:
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         raise VramkitError(f"{where}: field 'architectures' must be a list of names, e.g. [\"LlamaForCausalLM\"]",
                            "use the model's published config.json", Exit.BAD_FILE)
-    for scope in (cfg, cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}):
+    nested = cfg.get("text_config")
+    scopes: list[dict[str, Any]] = [cfg, nested] if isinstance(nested, dict) else [cfg]
+    for scope in scopes:
         for key in _COUNT_FIELDS:
             if isinstance(scope.get(key), bool):
                 raise VramkitError(f"{where}: field {key!r} is {str(scope[key]).lower()}; it must be a whole "
