@@ -27,6 +27,19 @@ class LaunchCaseSpec:
     gpu_mem_bytes: int | None = None
 
 
+def case_gpus() -> list[GpuSpec]:
+    """The cards the launch matrix renders for: the first catalogued card of each (SGLang memory tier, compute
+    capability). A rendered launch depends on the card only through its memory (SGLang's defaults change at 20,
+    35, 60 and 160 GiB: chunked prefill, CUDA-graph batch, static fraction) and its compute capability (the MXFP4
+    layout); two cards alike in both render the same flags, so the real parser need not see all 38."""
+    tiers = (20, 35, 60, 160)
+    seen: dict[tuple[int, tuple[int, int] | None], GpuSpec] = {}
+    for gpu in catalog.gpus().values():
+        tier = sum(gpu.memory_total_bytes >= t * GiB for t in tiers)
+        seen.setdefault((tier, gpu.compute_capability), gpu)
+    return list(seen.values())
+
+
 def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
     engine = catalog.engine()
     host_gpu = catalog.gpu("h100-80gb")
@@ -35,7 +48,7 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
         # a preset's knobs on every model, without the hybrid split (_hybrid_cases renders that, with a CPU side)
         dense_knobs = {k: v for k, v in preset.knobs.items() if not k.startswith("kt_")}
         for model in catalog.models().values():
-            for gpu in catalog.gpus().values():
+            for gpu in case_gpus():
                 for tp in (1, 2):
                     knobs = Knobs(**(dense_knobs | {"tp": tp}))
                     p = plan(model, Target(gpu=gpu, host_ram_available_bytes=128 * GiB), knobs, engine,
@@ -71,7 +84,7 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
         if not preset.knobs.get("kt_method"):
             continue
         model = catalog.model(preset.model)
-        runs: list[tuple[GpuSpec, float | None, dict[str, str]]] = [(gpu, None, {}) for gpu in catalog.gpus().values()]
+        runs: list[tuple[GpuSpec, float | None, dict[str, str]]] = [(gpu, None, {}) for gpu in case_gpus()]
         runs += [(host_gpu, 15.31, {"kt_method": m}) for m in ("FP8", "AMXINT4")]
         for gpu, free_gib, over in runs:
             knobs = Knobs(**(preset.knobs | over))
