@@ -28,15 +28,14 @@ class LaunchCaseSpec:
 
 
 def case_gpus() -> list[GpuSpec]:
-    """The cards the launch matrix renders for: the first catalogued card of each (SGLang memory tier, compute
-    capability). A rendered launch depends on the card only through its memory (SGLang's defaults change at 20,
-    35, 60 and 160 GiB: chunked prefill, CUDA-graph batch, static fraction) and its compute capability (the MXFP4
-    layout); two cards alike in both render the same flags, so the real parser need not see all 38."""
-    tiers = (20, 35, 60, 160)
-    seen: dict[tuple[int, tuple[int, int] | None], GpuSpec] = {}
+    """The cards the launch matrix renders for: the first catalogued card of each (compute capability, under or
+    over 20 GiB). A rendered launch depends on the card through its compute capability (the MXFP4 layout) and its
+    memory; the memory changes which flags SGLang's defaults would pick only at 20 GiB (the decode CUDA-graph
+    batch, 8 under it) and above that only their numbers (chunk 2048/4096, graph batch 24/32/256, the fraction),
+    which the kit renders explicitly either way. So the real parser sees every kind of launch without all 38 cards."""
+    seen: dict[tuple[bool, tuple[int, int] | None], GpuSpec] = {}
     for gpu in catalog.gpus().values():
-        tier = sum(gpu.memory_total_bytes >= t * GiB for t in tiers)
-        seen.setdefault((tier, gpu.compute_capability), gpu)
+        seen.setdefault((gpu.memory_total_bytes >= 20 * GiB, gpu.compute_capability), gpu)
     return list(seen.values())
 
 
