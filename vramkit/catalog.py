@@ -7,12 +7,13 @@ from __future__ import annotations
 import difflib
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
 from vramkit.core.model.spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
 from vramkit.core.plan import knobs as knob_decl
+from vramkit.core.plan.knobs import Serving
 from vramkit.core.plan.kt_hybrid import KtConstants
 from vramkit.core.plan.planner import Engine
 from vramkit.errors import Exit, VramkitError
@@ -58,13 +59,89 @@ def _load_toml(name: str) -> dict:
         raise VramkitError(f"{path} is not valid TOML: {e}", "fix the file", Exit.BAD_FILE) from None
 
 
+@dataclass(frozen=True)
+class ServingFamily:
+    """config/models.toml [serving.<family>]: one model family's serving settings (issue 21)."""
+    name: str
+    tool_call_parser: str | None
+    reasoning_parser: str | None
+    chat_template: str | None
+    architectures: tuple[str, ...]      # a folder model naming one of these is of this family
+    source: str                         # where the format and the parser names come from
+
+    def for_model(self, served_model_name: str, how: str) -> Serving:
+        return Serving(served_model_name=served_model_name, family=self.name, tool_call_parser=self.tool_call_parser,
+                       reasoning_parser=self.reasoning_parser, chat_template=self.chat_template,
+                       source=f"family {self.name} ({how}): {self.source}")
+
+
+SERVING_KEYS = ("tool_call_parser", "reasoning_parser", "chat_template", "architectures", "source")
+
+
+@cache
+def serving_families() -> dict[str, ServingFamily]:
+    out = {}
+    for name, e in _tables("models.toml", "serving", also=("models",)).items():
+        where = f"config/models.toml [serving.{_toml_key(name)}]"
+        _refuse_unknown(e, set(SERVING_KEYS), where)
+        text = {k: e.get(k) for k in ("tool_call_parser", "reasoning_parser", "chat_template", "source")}
+        archs = e.get("architectures", [])
+        if any(v is not None and (not isinstance(v, str) or not v) for v in text.values()) or not text["source"] \
+                or not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise VramkitError(f"{where}: a value is not text, source is missing, or architectures is not a list of "
+                               "names", "see the file's header", Exit.BAD_FILE)
+        out[name] = ServingFamily(name=name, architectures=tuple(archs), **text)  # type: ignore[arg-type]
+    claimed: dict[str, str] = {}
+    for fam in out.values():
+        for arch in fam.architectures:
+            if arch in claimed:
+                raise VramkitError(f"config/models.toml: {arch} is claimed by serving families {claimed[arch]} and "
+                                   f"{fam.name}", "list an architecture shared by two formats under neither",
+                                   Exit.BAD_FILE)
+            claimed[arch] = fam.name
+    return out
+
+
 @cache
 def models() -> dict[str, ModelSpec]:
     out = {}
-    for name, entry in _tables("models.toml", "models").items():
-        _refuse_unknown(entry, {"hf_id", "config_dir", "note"}, f"models.toml [{name}]")
-        out[name] = read_model_config(CONFIG_DIR / entry["config_dir"], name, entry["hf_id"], entry.get("note", ""))
+    families = serving_families()
+    for name, entry in _tables("models.toml", "models", also=("serving",)).items():
+        where = f"config/models.toml [models.{_toml_key(name)}]"
+        _refuse_unknown(entry, {"hf_id", "config_dir", "note", "serving", "served_name"}, where)
+        spec = read_model_config(CONFIG_DIR / entry["config_dir"], name, entry["hf_id"], entry.get("note", ""))
+        served = entry.get("served_name")
+        if not isinstance(served, str) or not served or ":" in served:
+            raise VramkitError(f"{where}: served_name is missing or has a colon (SGLang refuses one)",
+                               "give the short name clients type, e.g. qwen2.5-coder-14b", Exit.BAD_FILE)
+        family = entry.get("serving")
+        if family is None:
+            serving = Serving(served_model_name=served, source=f"{where} names no serving family: its model card "
+                                                                 "documents no tool-call format SGLang parses")
+        elif family in families:
+            serving = families[family].for_model(served, f"{where}")
+        else:
+            raise VramkitError(f"{where}: serving = {family!r} is not a [serving.<family>] table",
+                               f"use one of: {', '.join(sorted(families))}", Exit.BAD_FILE)
+        out[name] = replace(spec, serving=serving)
     return out
+
+
+def serving_for_folder(spec: ModelSpec, folder: Path) -> Serving:
+    """A folder model's serving settings: a catalogued model's config folder gets that model's; otherwise the
+    family that claims its architecture, if exactly one does; otherwise none, said so (never a guessed parser).
+    The served name is the folder's name (SGLang refuses a colon in it)."""
+    for m in models().values():
+        if m.serving is not None and Path(m.config_dir).resolve() == folder.resolve():
+            return replace(m.serving, source=f"{folder} is {m.name}'s config folder; " + m.serving.source)
+    served = folder.name.replace(":", "-") or "model"
+    for fam in serving_families().values():
+        if spec.architecture in fam.architectures:
+            return fam.for_model(served, f"recognised from config.json's architectures: {spec.architecture}")
+    return Serving(served_model_name=served, source=(
+        f"no tool-call or reasoning parser: architecture {spec.architecture} is claimed by no single serving family "
+        "in config/models.toml (shared by families with different formats, or unknown), and the kit does not "
+        "guess one; if the model card names SGLang's parser, pass --extra-args '--tool-call-parser NAME'"))
 
 
 def _compute_capability(text: str) -> tuple[int, int]:
@@ -223,11 +300,11 @@ def engine() -> Engine:
     )
 
 
-def _tables(name: str, key: str) -> dict[str, dict]:
-    """The [key.<name>] tables of a config file; any other top-level key, or an entry that is not a table,
-    is refused (one line, exit 65)."""
+def _tables(name: str, key: str, also: tuple[str, ...] = ()) -> dict[str, dict]:
+    """The [key.<name>] tables of a config file; any other top-level key (but those in `also`, read by their own
+    function), or an entry that is not a table, is refused (one line, exit 65)."""
     data = _load_toml(name)
-    _refuse_unknown(data, {key}, f"config/{name}")
+    _refuse_unknown(data, {key, *also}, f"config/{name}")
     tables = data.get(key)
     if not isinstance(tables, dict) or not tables or not all(isinstance(t, dict) for t in tables.values()):
         raise VramkitError(f"config/{name} has no [{key}.<name>] tables", "restore it from git", Exit.BAD_FILE)
@@ -270,7 +347,9 @@ def model(name_or_dir: str) -> ModelSpec:
     p = Path(name_or_dir)
     if p.is_dir() or p.name == "config.json":
         # absolute: the path is SGLang's --model-path and the compose file's bind mount
-        return read_model_config((p if p.is_dir() else p.parent).resolve())
+        folder = (p if p.is_dir() else p.parent).resolve()
+        spec = read_model_config(folder)
+        return replace(spec, serving=serving_for_folder(spec, folder))
     return _pick(models(), name_or_dir, "model")
 
 

@@ -11,7 +11,8 @@ from vramkit import catalog
 from vramkit.core.plan.planner import Knobs
 from vramkit.errors import Exit, VramkitError
 
-CACHED = (catalog.models, catalog.gpus, catalog.presets, catalog.versions, catalog.engine_constants)
+CACHED = (catalog.models, catalog.gpus, catalog.presets, catalog.versions, catalog.engine_constants,
+          catalog.serving_families)
 
 
 def _clear_caches():

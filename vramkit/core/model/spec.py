@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:     # a type only: core/plan/knobs.py declares it (its flags are spelled there)
+    from vramkit.core.plan.knobs import Serving
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -102,6 +105,7 @@ class ModelSpec:
     mla: MlaSpec | None = None
     sliding: SlidingWindow | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)   # what the parser filled in, for the plan
+    serving: Serving | None = field(default=None, compare=False)  # the catalog's serving settings (issue 21)
 
     @property
     def dtype_bytes(self) -> int:
