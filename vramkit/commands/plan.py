@@ -146,6 +146,11 @@ def render_plan(r: Resolved):
         out.append(Text(f"  x {reason}", style="red"))
     for note in p.notes:
         out.append(Text(f"  - {note}", style="yellow"))
+    sv = p.serving
+    if sv is not None:    # what clients type and which parsers SGLang runs, and why those (issue 21)
+        out.append(Text(f"serving: clients call it {sv.served_model_name!r}; tool calls: "
+                        f"{sv.tool_call_parser or 'not parsed'}; reasoning: {sv.reasoning_parser or '-'}"
+                        + (f"; chat template {sv.chat_template}" if sv.chat_template else "") + f" ({sv.source})"))
     if p.alternatives:
         at = Table(title="what would fit instead (re-planned, best first)", show_header=True)
         at.add_column("change")

@@ -48,7 +48,7 @@ from vramkit.core.model.arch import (
 )
 from vramkit.core.model.spec import GpuSpec, ModelSpec
 from vramkit.core.plan import kt_hybrid as kt
-from vramkit.core.plan.knobs import Knobs, by_name
+from vramkit.core.plan.knobs import Knobs, Serving, by_name
 from vramkit.core.plan.kt_hybrid import HybridSection
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, MiB, bytes2human
@@ -161,6 +161,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     alternatives: tuple[Alternative, ...] = ()
     hybrid: HybridSection | None = None   # the KT hybrid MoE mode (kt_method): its CPU side, planned in core
+    serving: Serving | None = None        # the model's serving settings (names, parsers), as the catalog chose
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -472,7 +473,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
         graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
         weights_on_gpu_by_component=weights_on_gpu(comps, offloaded), hicache_bytes=hicache_bytes,
-        reasons=tuple(reasons), notes=tuple(notes), hybrid=hybrid,
+        reasons=tuple(reasons), notes=tuple(notes), hybrid=hybrid, serving=model.serving,
     )
     if with_alternatives and not p.fits:
         p = replace(p, alternatives=tuple(alternatives(model, target, knobs, engine, p, candidates)))
