@@ -70,11 +70,36 @@ class CheckResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class ParseCase:
+    """A model's output to run through the pinned SGLang's own parser (issue 21): kind "tool" (a
+    --tool-call-parser name, with the request's OpenAI `tools`) or "reasoning" (a --reasoning-parser name)."""
+
+    parse_id: str
+    kind: str
+    parser: str
+    text: str
+    tools: Sequence[dict[str, Any]] = ()
+    chunk_chars: int = 7      # the streamed pass feeds the text in pieces this long (the `stream: true` path)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParseResult:
+    parse_id: str
+    ok: bool
+    error: str                         # SGLang's line ("ValueError: Unsupported tool_call_parser: x"), "" when ok
+    normal_text: str
+    calls: list[dict[str, Any]]        # [{"name", "arguments" (JSON text)}], as SGLang's ToolCallItems
+    reasoning_text: str
+    stream: dict[str, Any]             # the same fields, assembled from the streamed pieces
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckBatch:
     results: list[CheckResult]
     sglang_version: str
     import_s: float
     wall_s: float
+    parses: list[ParseResult] = dataclasses.field(default_factory=list)
 
 
 def checker_python() -> Path:
@@ -103,10 +128,12 @@ def _as_case(case: Any) -> dict[str, Any]:
     }
 
 
-def run_batch(cases: Iterable[Any], timeout_s: float = 600.0) -> CheckBatch:
-    """Check every case in one worker process. Cases: LaunchCase, (case_id, argv, model_config_dir[, gpu_mem_bytes])
-    tuples, or any object with those attributes (the renderer's launch cases)."""
+def run_batch(cases: Iterable[Any], timeout_s: float = 600.0, parses: Iterable[ParseCase] = ()) -> CheckBatch:
+    """Check every case, and run every parse, in one worker process (one SGLang import). Cases: LaunchCase,
+    (case_id, argv, model_config_dir[, gpu_mem_bytes]) tuples, or any object with those attributes (the
+    renderer's launch cases)."""
     payload = [_as_case(c) for c in cases]
+    parse_payload = [dataclasses.asdict(p) | {"tools": list(p.tools)} for p in parses]
     py = require_checker()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}  # deterministic: no SGLang knobs
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -114,8 +141,8 @@ def run_batch(cases: Iterable[Any], timeout_s: float = 600.0) -> CheckBatch:
     t0 = time.monotonic()
     try:
         proc = subprocess.run(
-            [str(py), "-I", str(WORKER)], input=json.dumps({"cases": payload}), capture_output=True, text=True,
-            env=env, timeout=timeout_s, cwd=str(REPO_ROOT),
+            [str(py), "-I", str(WORKER)], input=json.dumps({"cases": payload, "parses": parse_payload}),
+            capture_output=True, text=True, env=env, timeout=timeout_s, cwd=str(REPO_ROOT),
         )
     except subprocess.TimeoutExpired:
         raise VramkitError(f"the SGLang check of {len(payload)} launches ran past {timeout_s:.0f} s",
@@ -132,7 +159,9 @@ def run_batch(cases: Iterable[Any], timeout_s: float = 600.0) -> CheckBatch:
                            SETUP_HINT, Exit.CANNOT_TELL) from None
     fields = {f.name for f in dataclasses.fields(CheckResult)}
     results = [CheckResult(**{k: v for k, v in r.items() if k in fields}) for r in answer["results"]]
-    return CheckBatch(results, answer.get("sglang_version", "?"), answer.get("import_s", 0.0), wall_s)
+    parsed = [ParseResult(**{k: r[k] for k in (f.name for f in dataclasses.fields(ParseResult))})
+              for r in answer.get("parses", [])]
+    return CheckBatch(results, answer.get("sglang_version", "?"), answer.get("import_s", 0.0), wall_s, parsed)
 
 
 def check_launches(cases: Iterable[Any], timeout_s: float = 600.0) -> list[CheckResult]:

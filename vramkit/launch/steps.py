@@ -172,7 +172,7 @@ def shell_line(cmd: list[str]) -> str:
 
 
 # ModelSpec fields that are the model's shape (what the planner reads); names and paths are not.
-_NOT_SHAPE = {"name", "hf_id", "config_dir", "note"}
+_NOT_SHAPE = {"name", "hf_id", "config_dir", "note", "serving"}   # serving: names and parsers, not the shape
 
 
 def model_to_plan(model_arg: str | None, model_path: str | None) -> str | None:
