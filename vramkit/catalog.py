@@ -4,6 +4,7 @@ them through here. Unknown keys are refused, so a typo cannot silently become a 
 """
 from __future__ import annotations
 
+import difflib
 import sys
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -148,18 +149,27 @@ def _compute_capability(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+# where a card's memory_total_mib comes from (config/gpus.toml's header says what each means)
+MEMORY_BASES = ("nvidia-smi on the test host", "nvidia-smi, as owners report it", "nominal", "nominal, ECC on")
+
+
 @cache
 def gpus() -> dict[str, GpuSpec]:
     out = {}
     for name, e in _tables("gpus.toml", "gpus").items():
-        _refuse_unknown(e, {"label", "memory_total_mib", "bandwidth_gbs", "pcie_gen", "pcie_lanes", "nvml_names",
-                            "sm_count", "compute_capability"}, f"gpus.toml [{name}]")
+        _refuse_unknown(e, {"label", "memory_total_mib", "memory_basis", "bandwidth_gbs", "pcie_gen", "pcie_lanes",
+                            "nvml_names", "sm_count", "compute_capability", "source", "note"}, f"gpus.toml [{name}]")
+        if e.get("memory_basis") not in MEMORY_BASES or not str(e.get("source", "")).startswith("https://"):
+            raise VramkitError(f"config/gpus.toml [gpus.{name}]: memory_basis is not one of {list(MEMORY_BASES)} or "
+                               "source is not the https:// spec page the figures come from", "fix it (see the "
+                               "file's header)", Exit.BAD_FILE)
         try:
             out[name] = GpuSpec(name=name, label=str(e["label"]), memory_total_bytes=int(e["memory_total_mib"]) << 20,
                                 bandwidth_bytes_s=float(e["bandwidth_gbs"]) * 1e9, pcie_gen=int(e["pcie_gen"]),
                                 pcie_lanes=int(e["pcie_lanes"]), nvml_names=tuple(e.get("nvml_names", ())),
                                 sm_count=int(e["sm_count"]),
-                                compute_capability=_compute_capability(str(e["compute_capability"])))
+                                compute_capability=_compute_capability(str(e["compute_capability"])),
+                                source=str(e["source"]))
         except KeyError as err:
             raise VramkitError(f"config/gpus.toml [gpus.{name}]: {err.args[0]} is missing", "add it (see the file's "
                                "header)", Exit.BAD_FILE) from None
@@ -309,9 +319,25 @@ def _refuse_unknown(entry: dict, allowed: set[str], where: str) -> None:
 
 
 def _pick(table: dict, name: str, kind: str):
+    """`name` in `table`, case-insensitively (`RTX-4090-24GB` is rtx-4090-24gb); else one line naming the nearest
+    names (difflib), exit 64."""
     if name in table:
         return table[name]
-    raise VramkitError(f"unknown {kind} '{name}'", f"use one of: {', '.join(sorted(table))}", Exit.BAD_INPUT)
+    folded = {key.casefold(): key for key in table}
+    if name.casefold() in folded:
+        return table[folded[name.casefold()]]
+    raise VramkitError(f"unknown {kind} '{name}'", suggest(name, list(table), kind), Exit.BAD_INPUT)
+
+
+def suggest(name: str, names: list[str], kind: str) -> str:
+    """What to do about an unknown name: the nearest catalogued names, else where the full list is."""
+    near = difflib.get_close_matches(name.casefold(), [n.casefold() for n in names], n=3, cutoff=0.5)
+    by_fold = {n.casefold(): n for n in names}
+    listed = "`vramkit plan --list`" + (" (or --gpu auto, or --gpu-free-gib with --gpu-bandwidth-gbs and --gpu-pcie)"
+                                        if kind == "GPU" else "")
+    if near:
+        return f"did you mean {' or '.join(by_fold[n] for n in near)}? every {kind}: {listed}"
+    return f"see {listed} for every {kind}"
 
 
 def model(name_or_dir: str) -> ModelSpec:
@@ -335,8 +361,10 @@ def preset(name: str) -> Preset:
     return _pick(presets(), name, "preset")
 
 
-def gpu_by_nvml_name(nvml_name: str) -> GpuSpec | None:
-    for g in gpus().values():
-        if nvml_name in g.nvml_names:
-            return g
-    return None
+def gpu_by_nvml_name(nvml_name: str, total_bytes: int | None = None) -> GpuSpec | None:
+    """The catalogued card NVML calls `nvml_name`; where one name covers two memory sizes (RTX 3080 10/12 GB,
+    4060 Ti 8/16 GB), the one whose memory is nearest NVML's total."""
+    named = [g for g in gpus().values() if nvml_name in g.nvml_names]
+    if len(named) > 1 and total_bytes is not None:
+        return min(named, key=lambda g: abs(g.memory_total_bytes - total_bytes))
+    return named[0] if named else None

@@ -56,7 +56,9 @@ def physics_table() -> list[str]:
            "| each offloaded GiB costs |",
            "| --- | --- | --- | --- | --- | --- |"]
     pinned = _pinned_copy_gbs()
-    for name, g in sorted(catalog.gpus().items(), key=lambda kv: kv[1].bandwidth_bytes_s):
+    # the kit's cards (16-32 GB) and the measuring host; the others (8-12 GB, 48 GB): `vramkit plan --gpu NAME`
+    shown = {n: g for n, g in catalog.gpus().items() if 15 * GiB < g.memory_total_bytes < 33 * GiB or n == "h100-80gb"}
+    for name, g in sorted(shown.items(), key=lambda kv: kv[1].bandwidth_bytes_s):
         short, _ = _ceiling(name, 1024)
         long, _ = _ceiling(name, 32768, "fp8_e5m2")
         pcie = f"gen{g.pcie_gen} x{g.pcie_lanes}: {g.pcie_bytes_s / 1e9:.1f} GB/s"

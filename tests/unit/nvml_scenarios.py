@@ -36,6 +36,7 @@ class FakeGpu:
     power_limit_mw: int | None = 320_000
     procs: list[tuple[int, int | None]] = field(default_factory=list)   # (pid, usedGpuMemory)
     cpus: tuple[int, ...] = (0, 1)
+    cc: tuple[int, int] | None = (8, 9)  # nvmlDeviceGetCudaComputeCapability; None: NotSupported
     lost: bool = False
 
     @property
@@ -130,8 +131,15 @@ class FakeNvml:
                 raise N.NVMLError(N.NVML_ERROR_FUNCTION_NOT_FOUND)
             return self._gpu(h).temp_c
 
+        def compute_capability(h):
+            g = self._gpu(h)
+            if g.cc is None:
+                raise N.NVMLError(N.NVML_ERROR_NOT_SUPPORTED)
+            return g.cc
+
         fakes = {
             "nvmlInit": init,
+            "nvmlDeviceGetCudaComputeCapability": compute_capability,
             "nvmlShutdown": lambda: None,
             "nvmlDeviceGetCount": count,
             "nvmlSystemGetDriverVersion": lambda: self.driver,

@@ -107,7 +107,10 @@ def _template(name: str) -> str:
 
 
 def run(args) -> int:
-    units = render_units(args)
+    try:
+        units = render_units(args)
+    except ValueError as e:          # a control character in a value (systemd_units refuses it)
+        raise VramkitError(str(e), "give values without line breaks", Exit.BAD_INPUT) from None
     out_dir = Path(args.dir).expanduser()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

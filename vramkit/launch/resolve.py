@@ -51,6 +51,12 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
         link = gpu_link(request, gpu)
         if link is not None:
             gpu = replace(gpu, bandwidth_bytes_s=link[0], pcie_gen=link[1], pcie_lanes=link[2])
+    elif gpu_free is not None and (link := gpu_link(request, None)) is not None:
+        # only the free memory and the card's figures: a card of its own, sized as the planner sizes a bare
+        # free-memory figure (free + what the server takes before its weights), so the decode ceiling is there
+        gpu = GpuSpec(name="given-card", label=f"a card with {request.gpu_free_gib:g} GiB free",
+                      memory_total_bytes=gpu_free + engine.startup_overhead(knobs_obj.tp), bandwidth_bytes_s=link[0],
+                      pcie_gen=link[1], pcie_lanes=link[2])
     host_avail = (int(request.host_ram_gib * GiB) if request.host_ram_gib is not None
                   else (read_host() if read_host else None))
     # the CPU side (the hybrid MoE mode, and its alternative for a MoE that does not fit): --cpu-isa or this host's
@@ -90,7 +96,7 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
         if g.error is not None or is_na(g.total_bytes) or is_na(g.free_bytes):
             raise VramkitError(f"GPU {i} did not answer NVML", "check nvidia-smi, or name one with --gpu", Exit.NO_GPU)
     g = chosen[0]
-    known = catalog.gpu_by_nvml_name(str(g.name))
+    known = catalog.gpu_by_nvml_name(str(g.name), int(g.total_bytes))
     link = link_for(known) if link_for is not None else None
     if link is None and known is not None:
         link = (known.bandwidth_bytes_s, known.pcie_gen, known.pcie_lanes)
@@ -103,9 +109,11 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
     spec = GpuSpec(name=known.name if known else f"nvml:{g.name}", label=str(g.name),
                    memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=bandwidth,
                    pcie_gen=gen, pcie_lanes=lanes, nvml_names=(str(g.name),),
-                   # a catalogued card keeps what NVML does not give here (marlin's workspace, MXFP4's layout)
+                   # NVML's compute capability (MXFP4's layout), else the catalogued twin's; the SM count (marlin's
+                   # workspace) NVML does not give: the twin's, else the planner's stated default
                    sm_count=known.sm_count if known else None,
-                   compute_capability=known.compute_capability if known else None)
+                   compute_capability=(g.compute_capability if not is_na(g.compute_capability)
+                                       else known.compute_capability if known else None))
     return spec, min(int(x.free_bytes) for x in chosen)
 
 

@@ -126,7 +126,8 @@ class GpuSpec:
     pcie_lanes: int
     nvml_names: tuple[str, ...] = ()
     sm_count: int | None = None     # streaming multiprocessors (marlin's workspace); None: not catalogued
-    compute_capability: tuple[int, int] | None = None   # None: not catalogued
+    compute_capability: tuple[int, int] | None = None   # None: not catalogued, and NVML did not say
+    source: str = ""                # the spec page the catalogued figures come from ("" for a card read or given)
 
     @property
     def pcie_bytes_s(self) -> float:
