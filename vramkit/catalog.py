@@ -344,13 +344,21 @@ def model(name_or_dir: str) -> ModelSpec:
     """A catalogued name, or a folder holding a config.json."""
     if name_or_dir in models():
         return models()[name_or_dir]
-    p = Path(name_or_dir)
+    p = Path(name_or_dir).expanduser()
     if p.is_dir() or p.name == "config.json":
         # absolute: the path is SGLang's --model-path and the compose file's bind mount
         folder = (p if p.is_dir() else p.parent).resolve()
         spec = read_model_config(folder)
         return replace(spec, serving=serving_for_folder(spec, folder))
+    if looks_like_folder(name_or_dir):
+        raise VramkitError(f"model folder {name_or_dir} does not exist", "give the folder that holds the model's "
+                           "config.json, or a catalogued name (vramkit plan --list)", Exit.BAD_INPUT)
     return _pick(models(), name_or_dir, "model")
+
+
+def looks_like_folder(text: str) -> bool:
+    """A path the user meant as a folder (absolute, ./, ../, ~), not a name or a Hugging Face id (org/name)."""
+    return text in (".", "..") or text.startswith(("/", "./", "../", "~"))
 
 
 def gpu(name: str) -> GpuSpec:
