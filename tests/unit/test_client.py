@@ -37,13 +37,14 @@ def test_aider_for_the_optimized_preset_has_the_plans_longest_prompt_as_its_wind
     assert "export OPENAI_API_BASE=http://127.0.0.1:30000/v1" in text
 
 
-def test_a_pool_smaller_than_the_context_bounds_the_window(capsys):
+def test_a_shorter_context_gives_a_shorter_window_within_the_pool(capsys):
     argv = ("--preset", "optimized", "--context", "8192", "--kv-dtype", "auto", "--mem-fraction", "0.75",
             "--host-ram-gib", "64", "--json")
     plan = _json(capsys, "plan", *argv)
-    assert plan["kv_pool_tokens"] < plan["context_len"]      # the pool, not the context, is the limit here
     small = _json(capsys, "client", "openai", *argv)
-    assert small["context_window_tokens"] == plan["kv_pool_tokens"] - 1 - 5    # min(context - 1, pool - 1) - 5
+    # SGLang's max_req_input_len: min(context - 1, pool - 1) - 5 (tp_worker.get_worker_info)
+    assert small["context_window_tokens"] == min(plan["context_len"], plan["kv_pool_tokens"]) - 1 - 5
+    assert small["context_window_tokens"] < plan["kv_pool_tokens"]
     assert small["output_tokens"] == small["context_window_tokens"] // 4
 
 
