@@ -19,7 +19,9 @@ from vramkit.core.plan.planner import Engine
 from vramkit.errors import Exit, VramkitError
 from vramkit.hf_config import read_model_config
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+# vramkit/config: in a checkout a link to the repository's config/ (so CONFIG_DIR.parent is the checkout, where
+# services/ and benchmarks/ are), in an installed package (pip install .) the copy the wheel carries
+CONFIG_DIR = (Path(__file__).resolve().parent / "config").resolve()
 
 @dataclass(frozen=True)
 class Preset:
