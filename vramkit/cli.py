@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "vramkit.commands.embed",
     "vramkit.commands.dashboard",
     "vramkit.commands.service",
+    "vramkit.commands.client",
 ]
 
 
