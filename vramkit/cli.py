@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "vramkit.commands.embed",
     "vramkit.commands.dashboard",
     "vramkit.commands.service",
+    "vramkit.commands.client",
 ]
 
 

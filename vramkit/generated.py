@@ -167,6 +167,18 @@ def settings_table() -> list[str]:
     return out
 
 
+def serving_table() -> list[str]:
+    """README: what clients call each catalogued model and which SGLang parsers it runs (config/models.toml)."""
+    out = ["| model | clients call it | --tool-call-parser | --reasoning-parser |", "| --- | --- | --- | --- |"]
+    for name, m in catalog.models().items():
+        s = m.serving
+        if s is None:
+            continue
+        out.append(f"| {name} | `{s.served_model_name}` | {f'`{s.tool_call_parser}`' if s.tool_call_parser else '-'} "
+                   f"| {f'`{s.reasoning_parser}`' if s.reasoning_parser else '-'} |")
+    return out
+
+
 def exit_codes_table() -> list[str]:
     """README: every exit code, as vramkit/errors.py declares it (`vramkit --help` prints the same)."""
     out = ["| code | meaning |", "| --- | --- |"]
@@ -195,6 +207,7 @@ BLOCKS: tuple[Block, ...] = (
     Block(REPO_ROOT / "README.md", "launch settings (vramkit/launch/settings.py)", settings_table, HTML),
     Block(REPO_ROOT / "README.md", "exit codes (vramkit/errors.py)", exit_codes_table, HTML),
     Block(REPO_ROOT / "README.md", "presets table (vramkit/generated.py)", presets_table, HTML),
+    Block(REPO_ROOT / "README.md", "serving table (vramkit/generated.py)", serving_table, HTML),
     Block(REPO_ROOT / "README.md", "roofline (vramkit/generated.py)", roofline, HTML),
     Block(REPO_ROOT / "README.md", "physics table (vramkit/generated.py)", physics_table, HTML),
     Block(REPO_ROOT / "README.md", "hybrid MoE estimate (vramkit/generated.py)", kt_estimate_table, HTML),

@@ -135,7 +135,8 @@ def vram_budget(resolved, in_use_before_start: int | None) -> tuple[int, str]:
 
 
 def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
-           in_use_before_start: int | None = None, cpu_pin: str | None = None) -> dict:
+           in_use_before_start: int | None = None, cpu_pin: str | None = None,
+           auto_fit: list[str] | None = None) -> dict:
     budget, basis = vram_budget(resolved, in_use_before_start)
     from vramkit.adapters.state import write_running
     data = {
@@ -147,6 +148,7 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "vram_budget_bytes": budget, "vram_budget_basis": basis,
         "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
         "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
+        "auto_fit": auto_fit,        # None: started as asked; else what auto-fit changed and what it costs
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_running(spec.name, data)
