@@ -3,7 +3,6 @@ carry what the issue asks for, and a bad request writes nothing."""
 from __future__ import annotations
 
 import os
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
