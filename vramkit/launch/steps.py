@@ -13,7 +13,7 @@ from pathlib import Path
 from vramkit import catalog
 from vramkit.core import sglang_log
 from vramkit.core.plan.knobs import SGLANG_FLAGS
-from vramkit.core.render.sglang import compose_yaml, container_model_path, model_path_for, sglang_args
+from vramkit.core.render.sglang import compose_yaml, container_model_path, sglang_args
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.settings import setting
 
@@ -55,7 +55,8 @@ def state_paths(name: str) -> dict[str, Path]:
 def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     """(the native command, the compose file text) for this launch."""
     model = resolved.model
-    model_path = spec.model_path or model_path_for(model)
+    from vramkit.launch.resolve import default_model_path
+    model_path = spec.model_path or default_model_path(model)      # `vramkit pull`'s folder where there is one
     # a folder on this host (a folder model, or --model-path DIR): natively SGLang reads it where it is; in a
     # container it is bind-mounted read-only and --model-path names the mount
     folder = str(Path(model_path).resolve()) if Path(model_path).is_dir() else None
