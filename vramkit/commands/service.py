@@ -59,7 +59,7 @@ def render_units(args) -> dict[str, str]:
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, ENV_SIDE_CPUSET
     from vramkit.core.render.sglang import sglang_args
     from vramkit.launch import systemd_units as su
-    from vramkit.launch.resolve import host_available, nvml_gpu, resolve
+    from vramkit.launch.resolve import default_model_path, host_available, nvml_gpu, resolve
     from vramkit.units import bytes2human
 
     request = request_from_args(args)
@@ -71,7 +71,7 @@ def render_units(args) -> dict[str, str]:
     python = _abs_python(setting_value(args, "sglang_python") or sys.executable)
     port = setting_value(args, "port") or catalog.sglang().port
     argv = [python, "-m", "sglang.launch_server",
-            *sglang_args(r.model, r.plan, model_path=setting_value(args, "model_path") or r.model.hf_id,
+            *sglang_args(r.model, r.plan, model_path=setting_value(args, "model_path") or default_model_path(r.model),
                          port=port, load_format=setting_value(args, "load_format"),
                          extra=shlex.split(setting_value(args, "extra_args") or ""))]
     tp = r.plan.knobs.tp
