@@ -38,6 +38,7 @@ class Exit(enum.IntEnum):
     VRAM_UNKNOWN = 3        # cannot tell: no NVML, no driver, no GPU, a GPU unreadable or lost
     NO_SGLANG = 23          # RUNTIME=native: its Python cannot import SGLang (make setup-gpu)
     NO_GPU_TORCH = 24       # make setup-gpu: the driver is too old for the pinned CUDA, or torch cannot see the GPU
+    ENCODER_DOWN = 25       # embed serve: the encoder worker was not replaced within its bound (supervisor restarts)
 
 
 class VramkitError(Exception):
