@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from vramkit import catalog
@@ -60,12 +59,10 @@ def render_units(args) -> dict[str, str]:
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, ENV_SIDE_CPUSET
     from vramkit.core.render.sglang import sglang_args
     from vramkit.launch import systemd_units as su
-    from vramkit.launch.resolve import host_available, nvml_gpu, resolve
+    from vramkit.launch.resolve import default_model_path, host_available, nvml_gpu, resolve
     from vramkit.units import bytes2human
 
     request = request_from_args(args)
-    if not request.preset and not request.model:
-        request = replace(request, preset="optimized")
     r = resolve(request, read_gpu=nvml_gpu, read_host=host_available)
     if not r.plan.fits:
         raise VramkitError(f"the plan does not fit {r.gpu.label if r.gpu else 'the card'}: {'; '.join(r.plan.reasons)}",
@@ -74,7 +71,7 @@ def render_units(args) -> dict[str, str]:
     python = _abs_python(setting_value(args, "sglang_python") or sys.executable)
     port = setting_value(args, "port") or catalog.sglang().port
     argv = [python, "-m", "sglang.launch_server",
-            *sglang_args(r.model, r.plan, model_path=setting_value(args, "model_path") or r.model.hf_id,
+            *sglang_args(r.model, r.plan, model_path=setting_value(args, "model_path") or default_model_path(r.model),
                          port=port, load_format=setting_value(args, "load_format"),
                          extra=shlex.split(setting_value(args, "extra_args") or ""))]
     tp = r.plan.knobs.tp

@@ -145,7 +145,7 @@ class ServiceState:
 def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None,
                on_give_up: Callable[[str], None] | None = None) -> FastAPI:
     """The app. `encoder` may be a loaded Encoder to share (tests load the model once); `on_give_up`
-    runs when the encoder worker cannot be replaced within its bound (`serve` exits 25 there)."""
+    runs when the encoder worker cannot be replaced within its bound (`serve` exits 27 there)."""
     config = config or EmbedConfig.from_env()
     st = ServiceState(config, encoder, on_give_up)
     gone_log = RateLimitedLog(log)

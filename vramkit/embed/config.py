@@ -52,7 +52,7 @@ class EmbedConfig:
     precache_max_s: float = 3600.0      # a job that runs longer stops as failed: every job ends
     precache_max_jobs: int = 4          # jobs running at once; one more is refused (429)
     # issue 20: faults and abuse
-    encoder_max_down_s: float = 120.0   # unable to encode this long (worker not replaced): exit 25 so
+    encoder_max_down_s: float = 120.0   # unable to encode this long (worker not replaced): exit 27 so
                                         # the supervisor (systemd, compose) starts a fresh service
     encoder_wait_s: float = 30.0        # an uncached request waits this long for a replaced worker, then 503
     max_queued_texts: int = 16_384      # uncached texts waiting in all (8 maximal requests); more -> 429

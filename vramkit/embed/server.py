@@ -3,7 +3,7 @@
 Logging: to stderr (the journal under systemd, `docker logs` under compose: both rotate), or with
 `log_file` (what `embed up` passes) to a rotating file in a folder apart from the data folder, so a
 flood of log lines can never fill the disk that holds the cache's AOF (issue 20 item 2: 186 MB of
-tracebacks did). When the encoder worker cannot be replaced within its bound the process exits 25
+tracebacks did). When the encoder worker cannot be replaced within its bound the process exits 27
 (Exit.ENCODER_DOWN): `Restart=on-failure` (systemd) or `restart: unless-stopped` (compose) starts a
 fresh one (issue 20 item 1).
 """

@@ -73,7 +73,7 @@ def test_worker_killed_then_its_replacement_killed_while_loading_heals(serve, en
 
 
 def test_an_encoder_that_cannot_be_replaced_gives_up_after_its_bound(tmp_path):
-    """Past `max_down_s` without a worker the service gives up (serve exits 25, so systemd restarts it)."""
+    """Past `max_down_s` without a worker the service gives up (serve exits 27, Exit.ENCODER_DOWN, so systemd restarts it)."""
     from vramkit.embed.encoder import Encoder
 
     said: list[str] = []
@@ -85,9 +85,9 @@ def test_an_encoder_that_cannot_be_replaced_gives_up_after_its_bound(tmp_path):
     assert wait_for(lambda: bool(said), timeout_s=5)
     assert enc.gave_up and "could not be replaced" in said[0] and enc.failed_restarts >= 1
     enc.shutdown()
-    exit_25 = subprocess.run([sys.executable, "-c", "from vramkit.embed.server import _give_up; _give_up('x')"],
+    exit_code = subprocess.run([sys.executable, "-c", "from vramkit.embed.server import _give_up; _give_up('x')"],
                              capture_output=True, text=True, timeout=60)
-    assert exit_25.returncode == 25, exit_25.stderr
+    assert exit_code.returncode == 27, exit_code.stderr
 
 
 # --- item 5: abandoned work --------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from typing import Any
 
 from vramkit.core.plan.kt_hybrid import KT_METHODS
 
+# "32k" tokens on the command line is 32 x 1024, as model cards and SGLang's own logs count context windows
+TOKENS_PER_K = 1024
 VALID_KV_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
 
 # A renderer gets the resolved value and the Plan (core/plan/planner.py; typed Any to keep this module below
@@ -60,6 +62,8 @@ class KnobSpec:
         if self.choices:
             return "one of " + ", ".join(self.choices)
         kind = "a whole number" if self.type is int else "a number"
+        if self.unit == "tokens" and self.type is int:
+            kind += " (32k = 32,768)"
         if self.minimum is not None and self.below is not None:
             text = f"{kind} in [{self.minimum:g}, {self.below:g})"
         elif self.minimum is not None:
@@ -89,6 +93,9 @@ class KnobSpec:
     def _coerce(self, raw: Any, from_text: bool) -> Any:
         kind = {int: "a whole number", float: "a number", str: "text"}[self.type]
         if from_text:
+            text = str(raw).strip()
+            if self.unit == "tokens" and text[-1:] in ("k", "K") and text[:-1].isdigit():
+                return int(text[:-1]) * TOKENS_PER_K      # --context 32k: 32,768 tokens
             try:
                 return self.type(raw) if self.type is not float else float(raw)
             except (TypeError, ValueError):
