@@ -99,9 +99,10 @@ def prepare(request: PlanRequest, spec: steps.LaunchSpec, *, assume_gpu: bool = 
                     fit, refused)
 
 
-def refuse_failed(prep: Prepared, *, no_fit_check: bool = False) -> None:
-    """The first fatal failed check as one error (its own exit code); nothing has been started."""
-    failed = prep.failed(no_fit_check=no_fit_check)
+def refuse_failed(prep: Prepared, *, no_fit_check: bool = False, skip: tuple[str, ...] = ()) -> None:
+    """The first fatal failed check (not named in `skip`) as one error (its own exit code); nothing has been
+    started."""
+    failed = [c for c in prep.failed(no_fit_check=no_fit_check) if c.name not in skip]
     if failed:
         first = failed[0]
         what, _, todo = first.detail.partition(" -> ")
