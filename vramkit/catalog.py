@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
+from vramkit import gguf_model
 from vramkit.core.model.spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
 from vramkit.core.plan import knobs as knob_decl
 from vramkit.core.plan.knobs import Serving
@@ -351,6 +352,8 @@ def model(name_or_dir: str, revision: str | None = None) -> ModelSpec:
     if name_or_dir in models():
         return models()[name_or_dir]
     p = Path(name_or_dir).expanduser()
+    if gguf_model.is_gguf(p):             # read with the gguf library; refused with the reason (exit 21)
+        raise gguf_model.refusal(gguf_model.read(p))
     if p.is_dir() or p.name == "config.json":
         # absolute: the path is SGLang's --model-path and the compose file's bind mount
         folder = (p if p.is_dir() else p.parent).resolve()

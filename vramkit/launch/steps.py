@@ -52,6 +52,10 @@ def state_paths(name: str) -> dict[str, Path]:
     return {"log": d / f"{name}.log", "compose": d / f"{name}.compose.yml"}
 
 
+# a model folder holding one of these, or a --tokenizer-path among the extra args, serves text (chat) with dummy weights
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
 def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     """(the native command, the compose file text) for this launch."""
     model = resolved.model
@@ -65,7 +69,9 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
         model_path = folder if spec.runtime == "native" else container_model_path(folder)
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
-                       load_format=spec.load_format, extra=spec.extra_args)
+                       load_format=spec.load_format, extra=spec.extra_args,
+                       folder_has_tokenizer=SGLANG_FLAGS["tokenizer_path"] in spec.extra_args
+                       or (bool(folder) and any((Path(str(folder)) / f).is_file() for f in TOKENIZER_FILES)))
     native_argv, kt = argv, {}
     if resolved.hybrid is not None:
         native_argv = argv + resolved.hybrid.args(model_path)
