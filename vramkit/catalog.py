@@ -365,7 +365,13 @@ def model(name_or_dir: str, revision: str | None = None) -> ModelSpec:
     if name_or_dir.casefold() not in {n.casefold() for n in models()}:
         from vramkit.adapters import hub  # noqa: PLC0415 - huggingface_hub loads only for a Hub id
         if hub.is_repo_id(name_or_dir):
-            folder = hub.config_folder(name_or_dir, revision)
+            try:
+                folder = hub.config_folder(name_or_dir, revision)
+            except VramkitError as err:
+                twin = [n for n, m in models().items() if m.hf_id.casefold() == name_or_dir.casefold()]
+                if err.code == Exit.MODEL_UNREACHABLE and twin:     # the kit carries this model's config.json
+                    err.todo += f"; or plan the catalogued copy of its config: --model {twin[0]}"
+                raise
             spec = read_model_config(folder, name=name_or_dir, hf_id=name_or_dir)
             return replace(spec, serving=serving_for_folder(spec, folder, served=name_or_dir.split("/")[1]))
     return _pick(models(), name_or_dir, "model")

@@ -97,6 +97,7 @@ def test_without_the_cache_and_without_the_hub_it_is_one_line_exit_26(homes, how
         assert "cannot be reached" in _one_line(r)
     assert r.returncode == Exit.MODEL_UNREACHABLE == 26
     assert f"vramkit pull {HF_ID}" in _one_line(r)
+    assert _one_line(r).endswith(f"--model {CATALOGUED}")       # the kit carries this one's config.json
 
 
 def test_a_repo_the_hub_does_not_have_is_bad_input(hub, homes):
