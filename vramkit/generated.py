@@ -14,7 +14,7 @@ from vramkit.bench.summary import find_key
 from vramkit.core.plan import knobs
 from vramkit.core.plan.knobs import Knobs
 from vramkit.core.plan.planner import Engine, Target, plan
-from vramkit.errors import Exit, VramkitError
+from vramkit.errors import Exit, VramkitError, exit_code_lines
 from vramkit.launch import reference
 from vramkit.launch.settings import SETTINGS
 from vramkit.units import GiB
@@ -56,7 +56,9 @@ def physics_table() -> list[str]:
            "| each offloaded GiB costs |",
            "| --- | --- | --- | --- | --- | --- |"]
     pinned = _pinned_copy_gbs()
-    for name, g in sorted(catalog.gpus().items(), key=lambda kv: kv[1].bandwidth_bytes_s):
+    # the kit's cards (16-32 GB) and the measuring host; the others (8-12 GB, 48 GB): `vramkit plan --gpu NAME`
+    shown = {n: g for n, g in catalog.gpus().items() if 15 * GiB < g.memory_total_bytes < 33 * GiB or n == "h100-80gb"}
+    for name, g in sorted(shown.items(), key=lambda kv: kv[1].bandwidth_bytes_s):
         short, _ = _ceiling(name, 1024)
         long, _ = _ceiling(name, 32768, "fp8_e5m2")
         pcie = f"gen{g.pcie_gen} x{g.pcie_lanes}: {g.pcie_bytes_s / 1e9:.1f} GB/s"
@@ -165,6 +167,27 @@ def settings_table() -> list[str]:
     return out
 
 
+def serving_table() -> list[str]:
+    """README: what clients call each catalogued model and which SGLang parsers it runs (config/models.toml)."""
+    out = ["| model | clients call it | --tool-call-parser | --reasoning-parser |", "| --- | --- | --- | --- |"]
+    for name, m in catalog.models().items():
+        s = m.serving
+        if s is None:
+            continue
+        out.append(f"| {name} | `{s.served_model_name}` | {f'`{s.tool_call_parser}`' if s.tool_call_parser else '-'} "
+                   f"| {f'`{s.reasoning_parser}`' if s.reasoning_parser else '-'} |")
+    return out
+
+
+def exit_codes_table() -> list[str]:
+    """README: every exit code, as vramkit/errors.py declares it (`vramkit --help` prints the same)."""
+    out = ["| code | meaning |", "| --- | --- |"]
+    for line in exit_code_lines():
+        code, text = line.split(maxsplit=1)
+        out.append(f"| {code} | {text} |")
+    return out
+
+
 @dataclass(frozen=True)
 class Block:
     path: Path                       # the file that holds it
@@ -182,7 +205,9 @@ HTML = ("<!-- ", " -->")
 BLOCKS: tuple[Block, ...] = (
     Block(catalog.CONFIG_DIR / "presets.toml", "knob table (vramkit/core/plan/knobs.py)", knobs.doc_table),
     Block(REPO_ROOT / "README.md", "launch settings (vramkit/launch/settings.py)", settings_table, HTML),
+    Block(REPO_ROOT / "README.md", "exit codes (vramkit/errors.py)", exit_codes_table, HTML),
     Block(REPO_ROOT / "README.md", "presets table (vramkit/generated.py)", presets_table, HTML),
+    Block(REPO_ROOT / "README.md", "serving table (vramkit/generated.py)", serving_table, HTML),
     Block(REPO_ROOT / "README.md", "roofline (vramkit/generated.py)", roofline, HTML),
     Block(REPO_ROOT / "README.md", "physics table (vramkit/generated.py)", physics_table, HTML),
     Block(REPO_ROOT / "README.md", "hybrid MoE estimate (vramkit/generated.py)", kt_estimate_table, HTML),

@@ -2,6 +2,7 @@
 carry what the issue asks for, and a bad request writes nothing."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def test_units_have_restart_memlock_cpuset_and_journal(tmp_path):
         assert "Restart=on-failure" in text
         assert "StandardOutput=journal" in text and "StandardError=journal" in text
     assert "LimitMEMLOCK=infinity" in sg
+    assert "LimitNOFILE=65536" in sg and "LimitNOFILE=65536" in em     # issue 20 item 2: 1024 was the default
     assert "CPUAffinity=0 1" in sg and "CPUAffinity=1" in em
     exec_start = next(line for line in sg.splitlines() if line.startswith("ExecStart="))
     assert " -m sglang.launch_server " in exec_start
@@ -105,3 +107,28 @@ def test_a_relative_or_missing_python_is_refused(tmp_path):
     out = install(tmp_path, "--preset", "optimized", "--sglang-python", "/nonexistent/python")
     assert out.returncode == 64
     assert "--sglang-python" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("how", ["--gpus", "--model-path", "model folder"])
+def test_a_line_break_cannot_inject_a_directive(how, tmp_path, monkeypatch, capsys):
+    """Issue 20 item 7: a newline in --gpus, --model-path or a model folder's name wrote `ExecStartPre=` into
+    the unit, and systemd-analyze verify still passed. Now: exit 64, one line, nothing written."""
+    from vramkit.cli import main
+
+    for k in [k for k in os.environ if k.startswith("VRAMKIT_")]:
+        monkeypatch.delenv(k)
+    evil = "0\nExecStartPre=/bin/touch " + str(tmp_path / "pwned")
+    args = ["install-service", "--dir", str(tmp_path / "units"), "--preset", "optimized", "--host-ram-gib", "64"]
+    if how == "model folder":
+        folder = tmp_path / "m\nExecStartPre=x"
+        folder.mkdir()
+        shutil.copy(REPO / "config/models/qwen2.5-coder-14b-instruct-gptq-int4/config.json", folder)
+        args += ["--model", str(folder)]
+    else:
+        args += [how, evil]
+    assert main(args) == 64
+    err = capsys.readouterr().err
+    assert err.startswith("vramkit: ") and "control character" in err and "Traceback" not in err
+    assert not (tmp_path / "units").exists()
+    with pytest.raises(ValueError):
+        render("Environment=CUDA_VISIBLE_DEVICES=$gpu_ids\n", {"gpu_ids": evil})

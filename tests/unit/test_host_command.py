@@ -159,3 +159,10 @@ def test_text_output_lists_checks_and_env_lines(capsys):
     assert run_cli(["host", "--copy-test-gib", "0"]) == 0
     out = capsys.readouterr().out
     assert "cpu_topology" in out and "VRAMKIT_SGLANG_CPUSET=" in out and "VRAMKIT_SIDE_CPUSET=" in out
+
+
+@pytest.mark.parametrize("argv", [["--pinned-gib", "-3"], ["--pinned-gib", "nan"], ["--copy-test-gib", "-1"]])
+def test_a_negative_or_nan_size_is_refused(argv, capsys):
+    """Issue 20 item 7: `--pinned-gib -3` passed the pinned-RAM check."""
+    assert run_cli(["host", "--json", *argv]) == 64
+    assert "is not a size" in capsys.readouterr().err

@@ -123,7 +123,7 @@ def test_kt_knobs_render_on_a_moe_with_kt_method(capsys):
     (["--host-ram-gib", "0"], "--host-ram-gib"),
     (["--tp", "0"], "--tp"),
     (["--tp", "two"], "is not a whole number"),
-    (["--context", "8k"], "is not a whole number"),
+    (["--context", "8kb"], "is not a whole number"),
     (["--context", "0"], "--context"),
     (["--mem-fraction", "1.2"], "[0.1, 1)"),
     (["--mem-fraction", "high"], "is not a number"),

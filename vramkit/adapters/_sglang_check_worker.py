@@ -18,6 +18,14 @@ mem_fraction_static) from `get_device_memory_capacity()`, which on device "cpu" 
 checking machine. Given a value, that one hardware probe answers the target GPU's total memory (MiB, as
 nvidia-smi reports it) instead, so those defaults follow the target's tier. Without it they follow host RAM.
 
+A second kind of request rides the same import (issue 21): `"parses": [{"parse_id", "kind": "tool" | "reasoning",
+"parser", "text", "tools"?, "chunk_chars"?}]` runs a model's output text through the pinned SGLang's own parser
+classes, as its OpenAI chat endpoint does (entrypoints/openai/serving_chat.py): `FunctionCallParser(tools,
+tool_call_parser)` for "tool" and `ReasoningParser(model_type=reasoning_parser)` for "reasoning", once whole
+(`parse_non_stream`) and once streamed (`parse_stream_chunk`, the `stream: true` path: each special token whole,
+the text between in `chunk_chars`-character pieces). Answer: `"parses": [{"parse_id", "ok", "error", "normal_text",
+"calls": [{"name", "arguments"}], "reasoning_text", "stream": {same fields, assembled from the pieces}}]`.
+
 Only stdlib and SGLang (with its dependencies) are imported here.
 """
 from __future__ import annotations
@@ -43,7 +51,7 @@ _SERVER_ARG_FIELDS = (
     "grammar_backend", "tp_size", "dp_size", "pp_size", "cpu_offload_gb", "enable_hierarchical_cache",
     "hicache_ratio", "hicache_size", "hicache_write_policy", "hicache_io_backend", "hicache_mem_layout",
     "enable_torch_compile", "torch_compile_max_bs", "skip_tokenizer_init", "json_model_override_args",
-    "host", "port", "served_model_name",
+    "host", "port", "served_model_name", "tool_call_parser", "reasoning_parser", "chat_template",
 )
 
 
@@ -186,6 +194,70 @@ def _check_one(case, ServerArgs, ModelConfig, server_args_module, capture):
     return out
 
 
+def _calls(items) -> list[dict]:
+    """SGLang's ToolCallItems -> [{"name", "arguments"}]; streamed pieces of one call (same tool_index) joined."""
+    out: dict[int, dict] = {}
+    for item in items:
+        call = out.setdefault(item.tool_index, {"name": None, "arguments": ""})
+        if item.name:
+            call["name"] = item.name
+        call["arguments"] += item.parameters or ""
+    return [out[i] for i in sorted(out)]
+
+
+# A special token (<|call|>, </think>, <tool_call>, [TOOL_CALLS]) is one token, so one streamed delta: it never
+# arrives split, and SGLang's streaming detectors rely on that (they buffer only a prefix of one).
+_SPECIAL = re.compile(r"(<\|[a-z_]+\|>|</?[a-z_]+>|\[[A-Z_]+\])")
+
+
+def _pieces(text: str, step: int) -> list[str]:
+    """`text` as a server streams it: each special token whole, the text between in `step`-character pieces."""
+    out = []
+    for part in _SPECIAL.split(text):
+        if _SPECIAL.fullmatch(part):
+            out.append(part)
+        else:
+            out += [part[i:i + step] for i in range(0, len(part), step)]
+    return [p for p in out if p]
+
+
+def _parse_one(req, FunctionCallParser, ReasoningParser, Tool):
+    """One model output through SGLang's own parser for `req["parser"]`, whole and streamed."""
+    out = {"parse_id": req["parse_id"], "ok": False, "error": "", "normal_text": "", "calls": [],
+           "reasoning_text": "", "stream": {}}
+    text, step = req["text"], max(1, int(req.get("chunk_chars") or 7))
+    try:
+        if req["kind"] == "tool":
+            tools = [Tool(**t) for t in req.get("tools") or []]
+            normal, calls = FunctionCallParser(tools, req["parser"]).parse_non_stream(text)
+            out.update(normal_text=normal, calls=_calls(calls))
+            streamer = FunctionCallParser(tools, req["parser"])
+            s_normal, s_calls = "", []
+            for piece in _pieces(text, step):
+                n, c = streamer.parse_stream_chunk(piece)
+                s_normal += n or ""
+                s_calls += c
+            out["stream"] = {"normal_text": s_normal, "calls": _calls(s_calls)}
+        elif req["kind"] == "reasoning":
+            reasoning, normal = ReasoningParser(model_type=req["parser"], stream_reasoning=False).parse_non_stream(text)
+            out.update(reasoning_text=reasoning or "", normal_text=normal or "")
+            streamer = ReasoningParser(model_type=req["parser"], stream_reasoning=True)
+            s_reasoning, s_normal = "", ""
+            for piece in _pieces(text, step):
+                r, n = streamer.parse_stream_chunk(piece)
+                s_reasoning += r or ""
+                s_normal += n or ""
+            out["stream"] = {"reasoning_text": s_reasoning, "normal_text": s_normal}
+        else:
+            raise ValueError(f"unknown parse kind {req['kind']!r}")
+        out["ok"] = True
+    except BaseException as exc:  # an unknown parser name is SGLang's ValueError: a result, not a crash
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out["error"] = _error_line(exc)
+    return out
+
+
 def main() -> int:
     serve = "--serve" in sys.argv[1:]
     request = {} if serve else json.loads(sys.stdin.read() or "{}")
@@ -228,8 +300,16 @@ def main() -> int:
             result = _check_one(case, ServerArgs, ModelConfig, server_args_module, capture)
             result["check_s"] = round(time.monotonic() - t, 3)
             results.append(result)
+
+        parses = []
+        if request.get("parses"):
+            from sglang.srt.entrypoints.openai.protocol import Tool
+            from sglang.srt.function_call.function_call_parser import FunctionCallParser
+            from sglang.srt.parser.reasoning_parser import ReasoningParser
+            parses = [_parse_one(req, FunctionCallParser, ReasoningParser, Tool) for req in request["parses"]]
+
         json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
-                   "results": results}, real_stdout)
+                   "results": results, "parses": parses}, real_stdout)
         real_stdout.write("\n")
         real_stdout.flush()
 

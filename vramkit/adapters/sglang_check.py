@@ -75,11 +75,36 @@ class CheckResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class ParseCase:
+    """A model's output to run through the pinned SGLang's own parser (issue 21): kind "tool" (a
+    --tool-call-parser name, with the request's OpenAI `tools`) or "reasoning" (a --reasoning-parser name)."""
+
+    parse_id: str
+    kind: str
+    parser: str
+    text: str
+    tools: Sequence[dict[str, Any]] = ()
+    chunk_chars: int = 7      # the streamed pass feeds the text in pieces this long (the `stream: true` path)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParseResult:
+    parse_id: str
+    ok: bool
+    error: str                         # SGLang's line ("ValueError: Unsupported tool_call_parser: x"), "" when ok
+    normal_text: str
+    calls: list[dict[str, Any]]        # [{"name", "arguments" (JSON text)}], as SGLang's ToolCallItems
+    reasoning_text: str
+    stream: dict[str, Any]             # the same fields, assembled from the streamed pieces
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckBatch:
     results: list[CheckResult]
     sglang_version: str
     import_s: float
     wall_s: float
+    parses: list[ParseResult] = dataclasses.field(default_factory=list)
 
 
 def checker_python() -> Path:
@@ -116,6 +141,7 @@ class Checker:
         self.python = python
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}  # deterministic: no SGLang knobs
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        self.env = env
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen([str(python), "-I", str(WORKER), "--serve"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(REPO_ROOT))
@@ -158,17 +184,19 @@ class Checker:
                                SETUP_HINT, Exit.CANNOT_TELL) from None
         return answer
 
-    def run(self, payload: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    def run(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """One request (`{"cases": [...], "parses": [...]}`), its answer; `timeout_s` includes the import when
+        this is the worker's first request."""
         with self._lock:
             deadline = time.monotonic() + timeout_s
-            what = f"{len(payload)} launches"
+            what = f"{len(request.get('cases', []))} launches"
             if self.import_s is None:
                 self.import_s = float(self._read_line(deadline, what).get("import_s", 0.0))
             assert self._proc.stdin is not None
             try:
-                self._proc.stdin.write(json.dumps({"cases": payload}).encode() + b"\n")
+                self._proc.stdin.write(json.dumps(request).encode() + b"\n")
                 self._proc.stdin.flush()
-            except (BrokenPipeError, OSError):
+            except OSError:
                 self._proc.wait(10)
                 raise self._crashed() from None
             return self._read_line(deadline, what)
@@ -212,18 +240,21 @@ def close_checkers() -> None:
         checker.close()
 
 
-def run_batch(cases: Iterable[Any], timeout_s: float = 600.0) -> CheckBatch:
-    """Check every case in the process's one checker (`shared_checker`). Cases: LaunchCase, (case_id, argv,
-    model_config_dir[, gpu_mem_bytes]) tuples, or any object with those attributes (the renderer's launch cases).
-    `timeout_s` includes SGLang's import when this batch is the checker's first."""
+def run_batch(cases: Iterable[Any], timeout_s: float = 600.0, parses: Iterable[ParseCase] = ()) -> CheckBatch:
+    """Check every case, and run every parse, in the process's one checker (`shared_checker`: one SGLang import
+    however many batches). Cases: LaunchCase, (case_id, argv, model_config_dir[, gpu_mem_bytes]) tuples, or any
+    object with those attributes (the renderer's launch cases)."""
     payload = [_as_case(c) for c in cases]
+    parse_payload = [dataclasses.asdict(p) | {"tools": list(p.tools)} for p in parses]
     checker = shared_checker()
     t0 = time.monotonic()
-    answer = checker.run(payload, timeout_s)
+    answer = checker.run({"cases": payload, "parses": parse_payload}, timeout_s)
     wall_s = time.monotonic() - t0
     fields = {f.name for f in dataclasses.fields(CheckResult)}
     results = [CheckResult(**{k: v for k, v in r.items() if k in fields}) for r in answer["results"]]
-    return CheckBatch(results, answer.get("sglang_version", "?"), answer.get("import_s", 0.0), wall_s)
+    parsed = [ParseResult(**{k: r[k] for k in (f.name for f in dataclasses.fields(ParseResult))})
+              for r in answer.get("parses", [])]
+    return CheckBatch(results, answer.get("sglang_version", "?"), answer.get("import_s", 0.0), wall_s, parsed)
 
 
 def check_launches(cases: Iterable[Any], timeout_s: float = 600.0) -> list[CheckResult]:

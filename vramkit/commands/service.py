@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from vramkit import catalog
@@ -64,8 +63,6 @@ def render_units(args) -> dict[str, str]:
     from vramkit.units import bytes2human
 
     request = request_from_args(args)
-    if not request.preset and not request.model:
-        request = replace(request, preset="optimized")
     r = resolve(request, read_gpu=nvml_gpu, read_host=host_available)
     if not r.plan.fits:
         raise VramkitError(f"the plan does not fit {r.gpu.label if r.gpu else 'the card'}: {'; '.join(r.plan.reasons)}",
@@ -107,7 +104,10 @@ def _template(name: str) -> str:
 
 
 def run(args) -> int:
-    units = render_units(args)
+    try:
+        units = render_units(args)
+    except ValueError as e:          # a control character in a value (systemd_units refuses it)
+        raise VramkitError(str(e), "give values without line breaks", Exit.BAD_INPUT) from None
     out_dir = Path(args.dir).expanduser()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -63,6 +63,9 @@ def _texts(value, field: str, lim: Limits) -> list[str]:
 
 def _model(body: dict, lim: Limits) -> None:
     model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest(422, f"'model' must be a string (got {type(model).__name__}): send the "
+                              "model's name, or leave it out", "model")
     if model is not None and model not in lim.model_names:
         raise BadRequest(404, f"unknown model {model!r}: this service serves "
                               f"{', '.join(sorted(lim.model_names))}", "model")

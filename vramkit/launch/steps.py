@@ -134,7 +134,8 @@ def vram_budget(resolved, in_use_before_start: int | None) -> tuple[int, str]:
 
 
 def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
-           in_use_before_start: int | None = None, cpu_pin: str | None = None) -> dict:
+           in_use_before_start: int | None = None, cpu_pin: str | None = None,
+           auto_fit: list[str] | None = None) -> dict:
     budget, basis = vram_budget(resolved, in_use_before_start)
     from vramkit.adapters.state import write_running
     data = {
@@ -146,6 +147,7 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "vram_budget_bytes": budget, "vram_budget_basis": basis,
         "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
         "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
+        "auto_fit": auto_fit,        # None: started as asked; else what auto-fit changed and what it costs
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_running(spec.name, data)
@@ -172,7 +174,7 @@ def shell_line(cmd: list[str]) -> str:
 
 
 # ModelSpec fields that are the model's shape (what the planner reads); names and paths are not.
-_NOT_SHAPE = {"name", "hf_id", "config_dir", "note"}
+_NOT_SHAPE = {"name", "hf_id", "config_dir", "note", "serving"}   # serving: names and parsers, not the shape
 
 
 def model_to_plan(model_arg: str | None, model_path: str | None) -> str | None:

@@ -20,6 +20,8 @@ from typing import Any
 
 from vramkit.core.plan.kt_hybrid import KT_METHODS
 
+# "32k" tokens on the command line is 32 x 1024, as model cards and SGLang's own logs count context windows
+TOKENS_PER_K = 1024
 VALID_KV_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
 
 # A renderer gets the resolved value and the Plan (core/plan/planner.py; typed Any to keep this module below
@@ -60,6 +62,8 @@ class KnobSpec:
         if self.choices:
             return "one of " + ", ".join(self.choices)
         kind = "a whole number" if self.type is int else "a number"
+        if self.unit == "tokens" and self.type is int:
+            kind += " (32k = 32,768)"
         if self.minimum is not None and self.below is not None:
             text = f"{kind} in [{self.minimum:g}, {self.below:g})"
         elif self.minimum is not None:
@@ -89,6 +93,9 @@ class KnobSpec:
     def _coerce(self, raw: Any, from_text: bool) -> Any:
         kind = {int: "a whole number", float: "a number", str: "text"}[self.type]
         if from_text:
+            text = str(raw).strip()
+            if self.unit == "tokens" and text[-1:] in ("k", "K") and text[:-1].isdigit():
+                return int(text[:-1]) * TOKENS_PER_K      # --context 32k: 32,768 tokens
             try:
                 return self.type(raw) if self.type is not float else float(raw)
             except (TypeError, ValueError):
@@ -122,7 +129,38 @@ SGLANG_FLAGS = {
     "disable_prefill_graphs": "--disable-prefill-cuda-graph", "model_override": "--json-model-override-args",
     "load_format": "--load-format", "skip_tokenizer_init": "--skip-tokenizer-init",
     "kt_weight_path": "--kt-weight-path",
+    # the serving settings (Serving below)
+    "served_model_name": "--served-model-name", "tool_call_parser": "--tool-call-parser",
+    "reasoning_parser": "--reasoning-parser", "chat_template": "--chat-template",
 }
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What an OpenAI client or coding agent needs from the server (issue 21): the name it types, the parser
+    that turns the model's tool-call text into structured `tool_calls`, the one that moves a thinking model's
+    reasoning to `reasoning_content`, and a chat template where the checkpoint's own is wrong or missing.
+
+    Declared once per model family in config/models.toml ([serving.<family>], the catalog reads it); a folder
+    model gets its family's from its architecture where exactly one family claims it, else none. `source`
+    says which was chosen and why, in words, for the plan to print."""
+
+    served_model_name: str
+    family: str | None = None           # the [serving.<family>] whose settings these are; None: none known
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    chat_template: str | None = None
+    source: str = ""
+
+    def args(self) -> list[str]:
+        """SGLang's flags for these settings (None renders nothing)."""
+        f = SGLANG_FLAGS
+        out = [f["served_model_name"], self.served_model_name]
+        for name in ("tool_call_parser", "reasoning_parser", "chat_template"):
+            value = getattr(self, name)
+            if value is not None:
+                out += [f[name], value]
+        return out
 
 
 def _kt(flag: str, value: Any, plan: Any) -> list[str]:
