@@ -17,6 +17,7 @@ import pytest
 GROUPS = {
     "tests/integration/test_sglang_parser.py": "sglang",             # one SGLang import: the shared checker
     "tests/integration/test_model_families_sglang.py": "sglang",
+    "tests/integration/test_tool_parsers.py": "sglang",
     "tests/integration/embed/": "embed",                              # one model, one valkey-server
     "tests/integration/dashboard/": "dashboard",                      # one chromium
 }

@@ -4,8 +4,9 @@ SGLang lives in its own environment, `.venv-sglang` (made by `make setup-sglang-
 with --no-deps, the few packages its imports need, a torchvision stand-in). vramkit never imports SGLang;
 `check_launches` sends its batch to ONE `.venv-sglang/bin/python` running `_sglang_check_worker.py --serve`,
 started on first use and kept for the life of the process (`Checker`: the ~11 s import is paid once per process,
-once per test run, however many batches follow; closed at exit). The worker parses each argv with `ServerArgs.add_cli_args`, builds
-`ServerArgs(device="cpu")` and `ModelConfig.from_server_args` on the model's local config.json, offline.
+once per test run, however many batches follow; closed at exit). The worker parses each argv with
+`ServerArgs.add_cli_args`, builds `ServerArgs(device="cpu")` and `ModelConfig.from_server_args` on the model's
+local config.json, offline.
 
 Values SGLang resolves on device "cpu" are not all what a GPU run picks (see `CPU_RESOLVED_CAVEATS`):
 compare only the ones a CPU run can know.
