@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
+from vramkit import gguf_model
 from vramkit.core.model.spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
 from vramkit.core.plan import knobs as knob_decl
 from vramkit.core.plan.knobs import Serving
@@ -129,14 +130,16 @@ def models() -> dict[str, ModelSpec]:
     return out
 
 
-def serving_for_folder(spec: ModelSpec, folder: Path) -> Serving:
-    """A folder model's serving settings: a catalogued model's config folder gets that model's; otherwise the
-    family that claims its architecture, if exactly one does; otherwise none, said so (never a guessed parser).
-    The served name is the folder's name (SGLang refuses a colon in it)."""
+def serving_for_folder(spec: ModelSpec, folder: Path, served: str | None = None) -> Serving:
+    """A folder model's serving settings: a catalogued model's config folder (or Hub id) gets that model's;
+    otherwise the family that claims its architecture, if exactly one does; otherwise none, said so (never a
+    guessed parser). The served name is `served`, else the folder's name (SGLang refuses a colon in it)."""
     for m in models().values():
         if m.serving is not None and Path(m.config_dir).resolve() == folder.resolve():
             return replace(m.serving, source=f"{folder} is {m.name}'s config folder; " + m.serving.source)
-    served = folder.name.replace(":", "-") or "model"
+        if m.serving is not None and spec.hf_id and m.hf_id.casefold() == spec.hf_id.casefold():
+            return replace(m.serving, source=f"{spec.hf_id} is {m.name}'s Hub id; " + m.serving.source)
+    served = (served or folder.name).replace(":", "-") or "model"
     for fam in serving_families().values():
         if spec.architecture in fam.architectures:
             return fam.for_model(served, f"recognised from config.json's architectures: {spec.architecture}")
@@ -342,11 +345,15 @@ def suggest(name: str, names: list[str], kind: str) -> str:
     return f"see {listed} for every {kind}"
 
 
-def model(name_or_dir: str) -> ModelSpec:
-    """A catalogued name, or a folder holding a config.json."""
+def model(name_or_dir: str, revision: str | None = None) -> ModelSpec:
+    """A catalogued name, a folder holding a config.json, or a Hugging Face id (owner/name, at `revision`):
+    its config.json from the folder `vramkit pull` recorded, the Hub's cache, or the Hub (vramkit/adapters/hub.py;
+    not in the cache and no Hub: one line, exit 26)."""
     if name_or_dir in models():
         return models()[name_or_dir]
     p = Path(name_or_dir).expanduser()
+    if gguf_model.is_gguf(p):             # read with the gguf library; refused with the reason (exit 21)
+        raise gguf_model.refusal(gguf_model.read(p))
     if p.is_dir() or p.name == "config.json":
         # absolute: the path is SGLang's --model-path and the compose file's bind mount
         folder = (p if p.is_dir() else p.parent).resolve()
@@ -355,6 +362,18 @@ def model(name_or_dir: str) -> ModelSpec:
     if looks_like_folder(name_or_dir):
         raise VramkitError(f"model folder {name_or_dir} does not exist", "give the folder that holds the model's "
                            "config.json, or a catalogued name (vramkit plan --list)", Exit.BAD_INPUT)
+    if name_or_dir.casefold() not in {n.casefold() for n in models()}:
+        from vramkit.adapters import hub  # noqa: PLC0415 - huggingface_hub loads only for a Hub id
+        if hub.is_repo_id(name_or_dir):
+            try:
+                folder = hub.config_folder(name_or_dir, revision)
+            except VramkitError as err:
+                twin = [n for n, m in models().items() if m.hf_id.casefold() == name_or_dir.casefold()]
+                if err.code == Exit.MODEL_UNREACHABLE and twin:     # the kit carries this model's config.json
+                    err.todo += f"; or plan the catalogued copy of its config: --model {twin[0]}"
+                raise
+            spec = read_model_config(folder, name=name_or_dir, hf_id=name_or_dir)
+            return replace(spec, serving=serving_for_folder(spec, folder, served=name_or_dir.split("/")[1]))
     return _pick(models(), name_or_dir, "model")
 
 

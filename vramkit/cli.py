@@ -17,6 +17,7 @@ from vramkit.errors import Exit, VramkitError, exit_code_lines
 # Order is the order `vramkit --help` lists them.
 COMMAND_MODULES = [
     "vramkit.commands.plan",
+    "vramkit.commands.pull",
     "vramkit.commands.launch",
     "vramkit.commands.monitor",
     "vramkit.commands.vram_safe",

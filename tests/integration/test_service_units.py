@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,11 +16,34 @@ REPO = Path(__file__).resolve().parents[2]
 ANALYZE = shutil.which("systemd-analyze")
 
 
-def install(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    import os
-    e = {k: v for k, v in os.environ.items() if not k.startswith("VRAMKIT_")}   # only what the test gives
-    return subprocess.run([sys.executable, "-m", "vramkit", "install-service", "--dir", str(tmp_path / "units"), *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, env=e | (env or {}))
+# the units need an interpreter that imports SGLang (install-service refuses where `vramkit up` would):
+# the pinned SGLang of the flag checker (make setup-sglang-check), a real one; a card named, a GPU assumed
+SGLANG_PY = REPO / ".venv-sglang" / "bin" / "python"
+ON_A_GPU = ("--gpu", "rtx-4080-16gb", "--assume-gpu", "--sglang-python", str(SGLANG_PY))
+needs_sglang = pytest.mark.skipif(not SGLANG_PY.exists(), reason=".venv-sglang missing (make setup-sglang-check)")
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def install(monkeypatch, capsys):
+    """`vramkit install-service --dir TMP/units ARGS` in-process, with only the VRAMKIT_* the test gives."""
+    from vramkit.cli import main
+
+    def run(tmp_path: Path, *args: str, env: dict | None = None) -> Result:
+        for k in [k for k in os.environ if k.startswith("VRAMKIT_")]:
+            monkeypatch.delenv(k)
+        for k, v in (env or {}).items():
+            monkeypatch.setenv(k, v)
+        code = main(["install-service", "--dir", str(tmp_path / "units"), *args])
+        out = capsys.readouterr()
+        return Result(code, out.out, out.err)
+    return run
 
 
 def units(tmp_path: Path) -> dict[str, str]:
@@ -39,8 +62,10 @@ def test_exec_words_read_back_as_systemd_reads_them():
         render("ExecStart=$exec_start $missing", {"exec_start": "/bin/true"})
 
 
-def test_units_have_restart_memlock_cpuset_and_journal(tmp_path):
-    out = install(tmp_path, "--preset", "optimized", env={"VRAMKIT_SGLANG_CPUSET": "0-1", "VRAMKIT_SIDE_CPUSET": "1"})
+@needs_sglang
+def test_units_have_restart_memlock_cpuset_and_journal(tmp_path, install):
+    out = install(tmp_path, "--preset", "optimized", "--hicache-gb", "0", *ON_A_GPU,
+                  env={"VRAMKIT_SGLANG_CPUSET": "0-1", "VRAMKIT_SIDE_CPUSET": "1"})
     assert out.returncode == 0, out.stderr
     u = units(tmp_path)
     assert set(u) == {"vramkit-sglang.service", "vramkit-embed.service"}
@@ -54,14 +79,17 @@ def test_units_have_restart_memlock_cpuset_and_journal(tmp_path):
     exec_start = next(line for line in sg.splitlines() if line.startswith("ExecStart="))
     assert " -m sglang.launch_server " in exec_start
     # the same flags `vramkit plan --preset optimized` renders, which the SGLang parser test checks
-    for flag in ("--kv-cache-dtype fp8_e5m2", "--mem-fraction-static 0.85", "--enable-hierarchical-cache"):
+    for flag in ("--kv-cache-dtype fp8_e5m2", "--mem-fraction-static 0.85"):
         assert flag in exec_start
+    assert '"CUDA_DEVICE_ORDER=PCI_BUS_ID"' in sg          # NVML's numbering, as `vramkit up` sets it
     assert "VRAMKIT_EMBED_API_KEY=" not in em.replace("# VRAMKIT_EMBED_API_KEY=", "")   # no secret in the unit
 
 
-def test_the_same_extra_flags_and_model_path_as_vramkit_up(tmp_path):
+@needs_sglang
+def test_the_same_extra_flags_and_model_path_as_vramkit_up(tmp_path, install):
     folder = REPO / "config" / "models" / "qwen2.5-coder-14b-instruct-gptq-int4"
-    out = install(tmp_path, "--preset", "optimized", "--load-format", "dummy", "--model-path", str(folder),
+    out = install(tmp_path, "--preset", "optimized", "--hicache-gb", "0", *ON_A_GPU, "--load-format", "dummy",
+                  "--model-path", str(folder),
                   env={"VRAMKIT_SGLANG_EXTRA_ARGS": "--attention-backend triton"})
     assert out.returncode == 0, out.stderr
     exec_start = next(ln for ln in units(tmp_path)["vramkit-sglang.service"].splitlines() if ln.startswith("ExecStart="))
@@ -69,17 +97,20 @@ def test_the_same_extra_flags_and_model_path_as_vramkit_up(tmp_path):
     assert "--attention-backend triton" in exec_start
 
 
-def test_without_a_cpuset_the_unit_says_so(tmp_path):
-    out = install(tmp_path, "--preset", "optimized")
+@needs_sglang
+def test_without_a_cpuset_the_unit_says_so(tmp_path, install):
+    out = install(tmp_path, "--preset", "baseline", *ON_A_GPU)
     assert out.returncode == 0, out.stderr
     sg = units(tmp_path)["vramkit-sglang.service"]
     assert "CPUAffinity=" not in sg.replace("# CPUAffinity:", "")
     assert "make optimize-write" in sg
 
 
+@needs_sglang
 @pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed (Debian package systemd)")
-def test_systemd_analyze_verify_accepts_both_units(tmp_path):
-    out = install(tmp_path, "--preset", "optimized", env={"VRAMKIT_SGLANG_CPUSET": "0", "VRAMKIT_SIDE_CPUSET": "0"})
+def test_systemd_analyze_verify_accepts_both_units(tmp_path, install):
+    out = install(tmp_path, "--preset", "baseline", *ON_A_GPU,
+                  env={"VRAMKIT_SGLANG_CPUSET": "0", "VRAMKIT_SIDE_CPUSET": "0"})
     assert out.returncode == 0, out.stderr
     paths = [str(p) for p in sorted((tmp_path / "units").glob("*.service"))]
     v = subprocess.run([ANALYZE, "verify", *paths], capture_output=True, text=True, timeout=120)
@@ -88,7 +119,7 @@ def test_systemd_analyze_verify_accepts_both_units(tmp_path):
 
 
 @pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed (Debian package systemd)")
-def test_systemd_analyze_catches_what_a_bad_render_would_be(tmp_path):
+def test_systemd_analyze_catches_what_a_bad_render_would_be(tmp_path, install):
     """The checker is not a rubber stamp: a unit with a relative ExecStart and a bad CPUAffinity fails."""
     bad = tmp_path / "bad.service"
     bad.write_text("[Service]\nExecStart=python -m sglang.launch_server\nCPUAffinity=zz\n")
@@ -96,14 +127,17 @@ def test_systemd_analyze_catches_what_a_bad_render_would_be(tmp_path):
     assert v.returncode != 0
 
 
-def test_a_plan_that_does_not_fit_writes_nothing(tmp_path):
-    out = install(tmp_path, "--preset", "128k", "--model", "qwen2.5-coder-14b-instruct-gptq-int4")
+@needs_sglang
+def test_a_plan_that_does_not_fit_writes_nothing(tmp_path, install):
+    # the 14B at 128K on 16 GB: its KV cannot fit; `vramkit up --no-auto-fit` refuses it with exit 10, so does this
+    out = install(tmp_path, "--preset", "optimized", "--context", "128k", "--hicache-gb", "0", "--no-auto-fit",
+                  *ON_A_GPU)
     assert out.returncode == 10
     assert out.stderr.startswith("vramkit: ") and "Traceback" not in out.stderr
     assert not (tmp_path / "units").exists()
 
 
-def test_a_relative_or_missing_python_is_refused(tmp_path):
+def test_a_relative_or_missing_python_is_refused(tmp_path, install):
     out = install(tmp_path, "--preset", "optimized", "--sglang-python", "/nonexistent/python")
     assert out.returncode == 64
     assert "--sglang-python" in out.stderr and "Traceback" not in out.stderr

@@ -203,7 +203,7 @@ def test_old_preset_key_is_read_with_a_warning(capsys):
 def _up_spec(*argv: str):
     from vramkit.cli import build_parser
     from vramkit.commands import launch
-    return launch._spec(build_parser().parse_args(["up", "--preset", "optimized", *argv]))
+    return launch.launch_spec(build_parser().parse_args(["up", "--preset", "optimized", *argv]))
 
 
 @pytest.fixture

@@ -4,10 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import time
 from typing import Any
 
 from vramkit import catalog
 from vramkit.commands.plan import add_plan_arguments, render_plan, request_from_args
+from vramkit.core import progress
 from vramkit.core.plan.autofit import STEP_ORDER, gpu_reasons
 from vramkit.errors import Exit, VramkitError, exit_code_lines
 from vramkit.generated import stale_blocks
@@ -41,7 +43,7 @@ def setting_value(args: argparse.Namespace, name: str) -> Any:
     return raw
 
 
-def _spec(args: argparse.Namespace) -> steps.LaunchSpec:
+def launch_spec(args: argparse.Namespace) -> steps.LaunchSpec:
     """Flags first, then the VRAMKIT_* environment (launch/env.py), then the defaults (launch/settings.py)."""
     from vramkit.adapters.native_python import native_python
     try:
@@ -52,7 +54,8 @@ def _spec(args: argparse.Namespace) -> steps.LaunchSpec:
     python, python_from = native_python(getattr(args, "sglang_python", None), env_value(setting("sglang_python").env))
     port = setting_value(args, "port")
     return steps.LaunchSpec(
-        name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=setting_value(args, "runtime"),
+        name=getattr(args, "name", None) or f"vramkit-{args.preset or 'custom'}",
+        runtime=setting_value(args, "runtime"),
         port=catalog.sglang().port if port is None else port,
         model_path=setting_value(args, "model_path"), load_format=setting_value(args, "load_format"),
         extra_args=extra, sglang_python=python, sglang_python_from=python_from,
@@ -75,7 +78,7 @@ def _gpu_ids(text: str | None) -> list[int] | None:
 
 def cmd_up(args) -> int:
     con = _console()
-    spec = _spec(args)
+    spec = launch_spec(args)
     prep = up.prepare(request_from_args(args), spec, assume_gpu=args.assume_gpu,
                       auto_fit=not (args.no_auto_fit or args.no_fit_check))
     if prep.autofit is not None:
@@ -85,9 +88,7 @@ def cmd_up(args) -> int:
     if prep.autofit is not None:
         con.print("[bold yellow]auto-fit[/bold yellow]: starting the stepped-down plan above (--no-auto-fit refuses "
                   "instead)")
-    for c in prep.checks:
-        mark = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.fatal else "[yellow]warn[/yellow]")
-        con.print(f"  {mark:>20} {c.name:9s} {c.detail}")
+    print_checks(prep, con)
     if spec.dry_run:
         con.print("[bold]DRY RUN[/bold]: nothing started. It would run:")
         if spec.runtime == "native":
@@ -100,11 +101,21 @@ def cmd_up(args) -> int:
             con.print(f"[yellow]would stop at: {', '.join(c.name for c in failed)}[/yellow]")
         return 0
     up.refuse_failed(prep, no_fit_check=args.no_fit_check)
+    t0 = time.monotonic()
     with con.status("waiting for SGLang") as status:
-        up.start(prep, say=con.print, on_phase=lambda ph: status.update(f"SGLang: {ph}"))
+        up.start(prep, say=con.print,
+                 on_phase=lambda ph: con.print(f"  SGLang: {ph} (at {progress.duration(time.monotonic() - t0)})"),
+                 on_progress=lambda line: status.update(f"SGLang: {line}"))
     con.print(f"[bold green]serving[/bold green] {prep.resolved.model.name} at http://{spec.host}:{spec.port} "
               f"(OpenAI API: http://{spec.host}:{spec.port}/v1)")
     return 0
+
+
+def print_checks(prep: up.Prepared, con=None) -> None:
+    con = con or _console()
+    for c in prep.checks:
+        mark = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.fatal else "[yellow]warn[/yellow]")
+        con.print(f"  {mark:>20} {c.name:9s} {c.detail}")
 
 
 def print_autofit(con, prep: up.Prepared) -> None:

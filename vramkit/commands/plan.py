@@ -33,8 +33,10 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
     g = p.add_argument_group("what to run")
     g.add_argument(f["preset"], help=f"one of: {', '.join(catalog.presets())} (knobs below override it; default "
                                      f"{reference.PRESET} unless --model is given)")
-    g.add_argument(f["model"], help=f"a catalogued model or a folder with config.json (default: the preset's, "
-                                    f"else {DEFAULT_MODEL})")
+    g.add_argument(f["model"], help=f"a catalogued model, a folder with config.json, or a Hugging Face id "
+                                    f"(owner/name: its config.json from `vramkit pull`'s folder, the Hub's cache, "
+                                    f"else the Hub; neither: exit 26) (default: the preset's, else {DEFAULT_MODEL})")
+    g.add_argument(f["revision"], metavar="REV", help="the Hugging Face id's branch, tag or commit (default main)")
     g.add_argument(f["gpu"], help=f"a catalogued GPU, or 'auto' to read it through NVML (default {DEFAULT_GPU})")
     g.add_argument(f["gpu_free_gib"], metavar="GIB",
                    help="memory free when SGLang starts loading weights, > 0 (its log: 'Load weight begin. avail "
@@ -193,7 +195,9 @@ def _list(args) -> int:
         "quantization methods modelled": dict.fromkeys(QUANT_METHODS, ""),
         "refused (exit 21, with the reason)": {
             "other architectures": "e.g. multimodal (Gemma3ForConditionalGeneration, Mistral3...), Mamba hybrids",
-            "other quantization": "bitsandbytes, GGUF, NVFP4/modelopt, AWQ 8-bit, compressed-tensors int",
+            "other quantization": "bitsandbytes, NVFP4/modelopt, AWQ 8-bit, compressed-tensors int",
+            "GGUF files": "read (gguf library) and refused with the reason: SGLang serves most, the planner does "
+                          "not model ggml types (vramkit/gguf_model.py)",
             "Qwen-MoE dense layers": "decoder_sparse_step != 1 or mlp_only_layers: SGLang builds every layer sparse",
         },
     }

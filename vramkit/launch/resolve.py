@@ -35,7 +35,8 @@ class Resolved:
 def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
     """A request -> a plan. `read_gpu()`/`read_host()` are the adapters (NVML, psutil), passed in."""
     preset = catalog.preset(request.preset) if request.preset else None
-    model = catalog.model(request.model or (preset.model if preset and preset.model else DEFAULT_MODEL))
+    model = catalog.model(request.model or (preset.model if preset and preset.model else DEFAULT_MODEL),
+                          request.revision)
     asked = (preset.knobs if preset else {}) | dict(request.knobs)
     context_note = None
     if "context" not in asked:      # the knob's default: no YaRN the user did not ask for
@@ -156,11 +157,23 @@ def host_available() -> int:
     return host_memory()[1]
 
 
-def plan_args(r: Resolved) -> list[str]:
-    """The SGLang arguments of a plan as `vramkit plan` shows them (the model's hf_id, or a folder model's
-    folder; SGLang's port), with --kt-weight-path in the hybrid MoE mode."""
-    from vramkit.core.render.sglang import model_path_for, sglang_args
-    path = model_path_for(r.model)
+def default_model_path(model: ModelSpec, revision: str | None = None) -> str:
+    """What SGLang loads when --model-path does not say: the folder `vramkit pull` recorded for the model's Hub
+    id (so nothing is downloaded twice), else the Hub id (SGLang downloads it), else a folder model's folder."""
+    from vramkit.core.render.sglang import model_path_for
+    if model.hf_id:
+        from vramkit.adapters import hub
+        folder = hub.pulled_folder(model.hf_id, revision)
+        if folder is not None:
+            return str(folder)
+    return model_path_for(model)
+
+
+def plan_args(r: Resolved, revision: str | None = None) -> list[str]:
+    """The SGLang arguments of a plan as `vramkit plan` shows them (the pulled folder, else the model's hf_id, or
+    a folder model's folder; SGLang's port), with --kt-weight-path in the hybrid MoE mode."""
+    from vramkit.core.render.sglang import sglang_args
+    path = default_model_path(r.model, revision)
     extra = r.hybrid.args(path) if r.hybrid is not None else []
     return sglang_args(r.model, r.plan, model_path=path, port=catalog.sglang().port) + extra
 

@@ -99,9 +99,10 @@ def prepare(request: PlanRequest, spec: steps.LaunchSpec, *, assume_gpu: bool = 
                     fit, refused)
 
 
-def refuse_failed(prep: Prepared, *, no_fit_check: bool = False) -> None:
-    """The first fatal failed check as one error (its own exit code); nothing has been started."""
-    failed = prep.failed(no_fit_check=no_fit_check)
+def refuse_failed(prep: Prepared, *, no_fit_check: bool = False, skip: tuple[str, ...] = ()) -> None:
+    """The first fatal failed check (not named in `skip`) as one error (its own exit code); nothing has been
+    started."""
+    failed = [c for c in prep.failed(no_fit_check=no_fit_check) if c.name not in skip]
     if failed:
         first = failed[0]
         what, _, todo = first.detail.partition(" -> ")
@@ -110,10 +111,13 @@ def refuse_failed(prep: Prepared, *, no_fit_check: bool = False) -> None:
         raise VramkitError(f"not starting: {first.name}: {what}", todo or "see the checks above", Exit(first.code))
 
 
-def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str], None] | None = None) -> dict:
-    """Start, wait for /health, warm up, record; tear down on any failure. Returns the run record."""
+def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str], None] | None = None,
+          on_progress: Callable[[str], None] | None = None) -> dict:
+    """Start, wait for /health, warm up, record; tear down on any failure. Returns the run record.
+    `on_progress` gets a progress line every poll (the ETA from the last start of this server here)."""
     from vramkit.adapters import docker, process
     from vramkit.adapters.sglang_http import SglangClient
+    from vramkit.adapters.state import last_start_seconds, save_start_seconds
     r, spec, paths = prep.resolved, prep.spec, prep.paths
     pid = None
     compose_path = None
@@ -154,7 +158,10 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
 
             def read_log() -> str:
                 return docker.logs(spec.name)
-        took = steps.wait_healthy(client, spec, is_alive=is_alive, read_log=read_log, on_phase=on_phase)
+        key = start_key(prep)
+        took = steps.wait_healthy(client, spec, is_alive=is_alive, read_log=read_log, on_phase=on_phase,
+                                  on_progress=on_progress, last_start_s=last_start_seconds(key))
+        save_start_seconds(key, took)
         say(f"healthy after {took:.0f} s")
         lat = steps.warm_up(client, spec, r.model.vocab_size)
         say("warm-up: " + ", ".join(f"{x * 1000:.0f} ms" for x in lat))
@@ -165,11 +172,17 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
     finally:
         client.close()
     rec = steps.record(r, spec, pid, compose_path, in_use_before_start=prep.in_use_before, cpu_pin=pin_note,
-                       auto_fit=prep.autofit.lines() if prep.autofit else None)
+                       auto_fit=prep.autofit.lines() if prep.autofit else None, start_s=round(took, 1))
     if prep.in_use_before is None:
         say(f"[yellow]note[/yellow]: no NVML reading before the start; vram-safe's budget assumes "
             f"{rec['vram_budget_basis']}")
     return rec
+
+
+def start_key(prep: Prepared) -> str:
+    """What makes two starts comparable for the ETA: the runtime and the command (model, knobs, load format)."""
+    import hashlib
+    return f"{prep.spec.runtime}:" + hashlib.sha256(" ".join(prep.native[1:]).encode()).hexdigest()[:16]
 
 
 def pin(pid: int, cpus: tuple[int, ...]) -> str | None:

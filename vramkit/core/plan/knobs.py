@@ -132,6 +132,7 @@ SGLANG_FLAGS = {
     # the serving settings (Serving below)
     "served_model_name": "--served-model-name", "tool_call_parser": "--tool-call-parser",
     "reasoning_parser": "--reasoning-parser", "chat_template": "--chat-template",
+    "tokenizer_path": "--tokenizer-path",
 }
 
 

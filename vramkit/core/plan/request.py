@@ -29,7 +29,8 @@ class PlanRequest:
     """A plan as asked for: names (not yet looked up), target figures in the units the user gives them,
     and the knobs given (each already checked against its declaration; the preset's fill the rest)."""
     preset: str | None = None
-    model: str | None = None                 # a catalogued name or a folder with config.json
+    model: str | None = None                 # a catalogued name, a folder with config.json, or a Hub id (owner/name)
+    revision: str | None = None              # the Hub id's branch, tag or commit (None: main)
     gpu: str | None = None                   # a catalogued GPU, or "auto" (read through NVML)
     gpu_free_gib: float | None = None        # free when SGLang starts loading weights
     other_used_gib: float | None = None      # held by other processes on the card
@@ -92,6 +93,7 @@ def _text(raw: Any) -> str:
 TARGET_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "preset": ("--preset", _text),
     "model": ("--model", _text),
+    "revision": ("--revision", _text),
     "gpu": ("--gpu", _text),
     "gpu_free_gib": ("--gpu-free-gib", _amount("--gpu-free-gib", "GiB", positive=True)),
     "other_used_gib": ("--other-used-gib", _amount("--other-used-gib", "GiB", positive=False)),
