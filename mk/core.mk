@@ -16,6 +16,8 @@ setup: install setup-sglang-check setup-test-tools ## install everything (.venv,
 
 install: $(VENV)/.installed ## the kit's virtualenv: CPU torch (local wheel, else PyTorch's CPU index), then the kit
 $(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torch.sh
+	@# Python >= 3.11 and ~4 GiB of disk (CPU torch, the kit, its test tools): one line and its exit code if not
+	@scripts/precheck.sh setup python $(PYTHON) 3.11 -- disk $(CURDIR) 4
 	$(PYTHON) -m venv $(VENV)
 	# torch first, the CPU build pinned in config/versions.toml: a local wheel, else PyTorch's CPU index.
 	# Anything that wants torch later finds it satisfied, so no dependency can pull a CUDA build of several GB.
