@@ -34,7 +34,11 @@ dashboard-capture: ## on a GPU host without a browser: every panel's JSON into C
 dashboard-screenshots: ## render docs/dashboard-*.png with headless chromium (REPLAY=dir PANELS="server live" from a capture)
 	scripts/dashboard_screenshots.sh $(if $(REPLAY),--replay $(REPLAY)) $(if $(PANELS),--panels "$(PANELS)")
 
-install-service: ## systemd units for native SGLang (PRESET) and the embed service into SERVICE_DIR, verified
-	$(VRAMKIT) install-service --dir $(SERVICE_DIR) --preset $(PRESET) $(SERVICE_ARGS)
+install-service: ## systemd units for native SGLang (PRESET: what start-qwen-PRESET RUNTIME=native runs; refused where it would be) and the embed service into SERVICE_DIR
+	@# the same settings `make start-qwen-$(PRESET) RUNTIME=native` passes (mk/qwen.mk), so the unit runs what it would
+	VRAMKIT_PORT=$(PORT) VRAMKIT_LOAD_FORMAT=$(LOAD_FORMAT) VRAMKIT_MODEL_PATH=$(MODEL_PATH) \
+		VRAMKIT_SERVER_PYTHON=$(SERVER_PYTHON) $(if $(filter moe,$(PRESET)),VRAMKIT_KT_WEIGHT_PATH=$(KT_WEIGHT_PATH)) \
+		$(VRAMKIT) install-service --dir $(SERVICE_DIR) --preset $(PRESET) $(if $(MODEL),--model $(MODEL)) \
+		$(if $(CARD),--gpu $(CARD)) $(SERVICE_ARGS)
 	@if command -v systemd-analyze >/dev/null; then \
 		systemd-analyze verify $(SERVICE_DIR)/vramkit-sglang.service $(SERVICE_DIR)/vramkit-embed.service && echo "systemd-analyze verify: ok"; fi

@@ -4,20 +4,25 @@ them through here. Unknown keys are refused, so a typo cannot silently become a 
 """
 from __future__ import annotations
 
+import difflib
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
+from vramkit import gguf_model
 from vramkit.core.model.spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
 from vramkit.core.plan import knobs as knob_decl
+from vramkit.core.plan.knobs import Serving
 from vramkit.core.plan.kt_hybrid import KtConstants
 from vramkit.core.plan.planner import Engine
 from vramkit.errors import Exit, VramkitError
 from vramkit.hf_config import read_model_config
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+# vramkit/config: in a checkout a link to the repository's config/ (so CONFIG_DIR.parent is the checkout, where
+# services/ and benchmarks/ are), in an installed package (pip install .) the copy the wheel carries
+CONFIG_DIR = (Path(__file__).resolve().parent / "config").resolve()
 
 @dataclass(frozen=True)
 class Preset:
@@ -57,13 +62,91 @@ def _load_toml(name: str) -> dict:
         raise VramkitError(f"{path} is not valid TOML: {e}", "fix the file", Exit.BAD_FILE) from None
 
 
+@dataclass(frozen=True)
+class ServingFamily:
+    """config/models.toml [serving.<family>]: one model family's serving settings (issue 21)."""
+    name: str
+    tool_call_parser: str | None
+    reasoning_parser: str | None
+    chat_template: str | None
+    architectures: tuple[str, ...]      # a folder model naming one of these is of this family
+    source: str                         # where the format and the parser names come from
+
+    def for_model(self, served_model_name: str, how: str) -> Serving:
+        return Serving(served_model_name=served_model_name, family=self.name, tool_call_parser=self.tool_call_parser,
+                       reasoning_parser=self.reasoning_parser, chat_template=self.chat_template,
+                       source=f"family {self.name} ({how}): {self.source}")
+
+
+SERVING_KEYS = ("tool_call_parser", "reasoning_parser", "chat_template", "architectures", "source")
+
+
+@cache
+def serving_families() -> dict[str, ServingFamily]:
+    out = {}
+    for name, e in _tables("models.toml", "serving", also=("models",)).items():
+        where = f"config/models.toml [serving.{_toml_key(name)}]"
+        _refuse_unknown(e, set(SERVING_KEYS), where)
+        text = {k: e.get(k) for k in ("tool_call_parser", "reasoning_parser", "chat_template", "source")}
+        archs = e.get("architectures", [])
+        if any(v is not None and (not isinstance(v, str) or not v) for v in text.values()) or not text["source"] \
+                or not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise VramkitError(f"{where}: a value is not text, source is missing, or architectures is not a list of "
+                               "names", "see the file's header", Exit.BAD_FILE)
+        out[name] = ServingFamily(name=name, architectures=tuple(archs), **text)  # type: ignore[arg-type]
+    claimed: dict[str, str] = {}
+    for fam in out.values():
+        for arch in fam.architectures:
+            if arch in claimed:
+                raise VramkitError(f"config/models.toml: {arch} is claimed by serving families {claimed[arch]} and "
+                                   f"{fam.name}", "list an architecture shared by two formats under neither",
+                                   Exit.BAD_FILE)
+            claimed[arch] = fam.name
+    return out
+
+
 @cache
 def models() -> dict[str, ModelSpec]:
     out = {}
-    for name, entry in _tables("models.toml", "models").items():
-        _refuse_unknown(entry, {"hf_id", "config_dir", "note"}, f"models.toml [{name}]")
-        out[name] = read_model_config(CONFIG_DIR / entry["config_dir"], name, entry["hf_id"], entry.get("note", ""))
+    families = serving_families()
+    for name, entry in _tables("models.toml", "models", also=("serving",)).items():
+        where = f"config/models.toml [models.{_toml_key(name)}]"
+        _refuse_unknown(entry, {"hf_id", "config_dir", "note", "serving", "served_name"}, where)
+        spec = read_model_config(CONFIG_DIR / entry["config_dir"], name, entry["hf_id"], entry.get("note", ""))
+        served = entry.get("served_name")
+        if not isinstance(served, str) or not served or ":" in served:
+            raise VramkitError(f"{where}: served_name is missing or has a colon (SGLang refuses one)",
+                               "give the short name clients type, e.g. qwen2.5-coder-14b", Exit.BAD_FILE)
+        family = entry.get("serving")
+        if family is None:
+            serving = Serving(served_model_name=served, source=f"{where} names no serving family: its model card "
+                                                                 "documents no tool-call format SGLang parses")
+        elif family in families:
+            serving = families[family].for_model(served, f"{where}")
+        else:
+            raise VramkitError(f"{where}: serving = {family!r} is not a [serving.<family>] table",
+                               f"use one of: {', '.join(sorted(families))}", Exit.BAD_FILE)
+        out[name] = replace(spec, serving=serving)
     return out
+
+
+def serving_for_folder(spec: ModelSpec, folder: Path, served: str | None = None) -> Serving:
+    """A folder model's serving settings: a catalogued model's config folder (or Hub id) gets that model's;
+    otherwise the family that claims its architecture, if exactly one does; otherwise none, said so (never a
+    guessed parser). The served name is `served`, else the folder's name (SGLang refuses a colon in it)."""
+    for m in models().values():
+        if m.serving is not None and Path(m.config_dir).resolve() == folder.resolve():
+            return replace(m.serving, source=f"{folder} is {m.name}'s config folder; " + m.serving.source)
+        if m.serving is not None and spec.hf_id and m.hf_id.casefold() == spec.hf_id.casefold():
+            return replace(m.serving, source=f"{spec.hf_id} is {m.name}'s Hub id; " + m.serving.source)
+    served = (served or folder.name).replace(":", "-") or "model"
+    for fam in serving_families().values():
+        if spec.architecture in fam.architectures:
+            return fam.for_model(served, f"recognised from config.json's architectures: {spec.architecture}")
+    return Serving(served_model_name=served, source=(
+        f"no tool-call or reasoning parser: architecture {spec.architecture} is claimed by no single serving family "
+        "in config/models.toml (shared by families with different formats, or unknown), and the kit does not "
+        "guess one; if the model card names SGLang's parser, pass --extra-args '--tool-call-parser NAME'"))
 
 
 def _compute_capability(text: str) -> tuple[int, int]:
@@ -71,18 +154,27 @@ def _compute_capability(text: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+# where a card's memory_total_mib comes from (config/gpus.toml's header says what each means)
+MEMORY_BASES = ("nvidia-smi on the test host", "nvidia-smi, as owners report it", "nominal", "nominal, ECC on")
+
+
 @cache
 def gpus() -> dict[str, GpuSpec]:
     out = {}
     for name, e in _tables("gpus.toml", "gpus").items():
-        _refuse_unknown(e, {"label", "memory_total_mib", "bandwidth_gbs", "pcie_gen", "pcie_lanes", "nvml_names",
-                            "sm_count", "compute_capability"}, f"gpus.toml [{name}]")
+        _refuse_unknown(e, {"label", "memory_total_mib", "memory_basis", "bandwidth_gbs", "pcie_gen", "pcie_lanes",
+                            "nvml_names", "sm_count", "compute_capability", "source", "note"}, f"gpus.toml [{name}]")
+        if e.get("memory_basis") not in MEMORY_BASES or not str(e.get("source", "")).startswith("https://"):
+            raise VramkitError(f"config/gpus.toml [gpus.{name}]: memory_basis is not one of {list(MEMORY_BASES)} or "
+                               "source is not the https:// spec page the figures come from", "fix it (see the "
+                               "file's header)", Exit.BAD_FILE)
         try:
             out[name] = GpuSpec(name=name, label=str(e["label"]), memory_total_bytes=int(e["memory_total_mib"]) << 20,
                                 bandwidth_bytes_s=float(e["bandwidth_gbs"]) * 1e9, pcie_gen=int(e["pcie_gen"]),
                                 pcie_lanes=int(e["pcie_lanes"]), nvml_names=tuple(e.get("nvml_names", ())),
                                 sm_count=int(e["sm_count"]),
-                                compute_capability=_compute_capability(str(e["compute_capability"])))
+                                compute_capability=_compute_capability(str(e["compute_capability"])),
+                                source=str(e["source"]))
         except KeyError as err:
             raise VramkitError(f"config/gpus.toml [gpus.{name}]: {err.args[0]} is missing", "add it (see the file's "
                                "header)", Exit.BAD_FILE) from None
@@ -213,11 +305,11 @@ def engine() -> Engine:
     )
 
 
-def _tables(name: str, key: str) -> dict[str, dict]:
-    """The [key.<name>] tables of a config file; any other top-level key, or an entry that is not a table,
-    is refused (one line, exit 65)."""
+def _tables(name: str, key: str, also: tuple[str, ...] = ()) -> dict[str, dict]:
+    """The [key.<name>] tables of a config file; any other top-level key (but those in `also`, read by their own
+    function), or an entry that is not a table, is refused (one line, exit 65)."""
     data = _load_toml(name)
-    _refuse_unknown(data, {key}, f"config/{name}")
+    _refuse_unknown(data, {key, *also}, f"config/{name}")
     tables = data.get(key)
     if not isinstance(tables, dict) or not tables or not all(isinstance(t, dict) for t in tables.values()):
         raise VramkitError(f"config/{name} has no [{key}.<name>] tables", "restore it from git", Exit.BAD_FILE)
@@ -232,20 +324,62 @@ def _refuse_unknown(entry: dict, allowed: set[str], where: str) -> None:
 
 
 def _pick(table: dict, name: str, kind: str):
+    """`name` in `table`, case-insensitively (`RTX-4090-24GB` is rtx-4090-24gb); else one line naming the nearest
+    names (difflib), exit 64."""
     if name in table:
         return table[name]
-    raise VramkitError(f"unknown {kind} '{name}'", f"use one of: {', '.join(sorted(table))}", Exit.BAD_INPUT)
+    folded = {key.casefold(): key for key in table}
+    if name.casefold() in folded:
+        return table[folded[name.casefold()]]
+    raise VramkitError(f"unknown {kind} '{name}'", suggest(name, list(table), kind), Exit.BAD_INPUT)
 
 
-def model(name_or_dir: str) -> ModelSpec:
-    """A catalogued name, or a folder holding a config.json."""
+def suggest(name: str, names: list[str], kind: str) -> str:
+    """What to do about an unknown name: the nearest catalogued names, else where the full list is."""
+    near = difflib.get_close_matches(name.casefold(), [n.casefold() for n in names], n=3, cutoff=0.5)
+    by_fold = {n.casefold(): n for n in names}
+    listed = "`vramkit plan --list`" + (" (or --gpu auto, or --gpu-free-gib with --gpu-bandwidth-gbs and --gpu-pcie)"
+                                        if kind == "GPU" else "")
+    if near:
+        return f"did you mean {' or '.join(by_fold[n] for n in near)}? every {kind}: {listed}"
+    return f"see {listed} for every {kind}"
+
+
+def model(name_or_dir: str, revision: str | None = None) -> ModelSpec:
+    """A catalogued name, a folder holding a config.json, or a Hugging Face id (owner/name, at `revision`):
+    its config.json from the folder `vramkit pull` recorded, the Hub's cache, or the Hub (vramkit/adapters/hub.py;
+    not in the cache and no Hub: one line, exit 26)."""
     if name_or_dir in models():
         return models()[name_or_dir]
-    p = Path(name_or_dir)
+    p = Path(name_or_dir).expanduser()
+    if gguf_model.is_gguf(p):             # read with the gguf library; refused with the reason (exit 21)
+        raise gguf_model.refusal(gguf_model.read(p))
     if p.is_dir() or p.name == "config.json":
         # absolute: the path is SGLang's --model-path and the compose file's bind mount
-        return read_model_config((p if p.is_dir() else p.parent).resolve())
+        folder = (p if p.is_dir() else p.parent).resolve()
+        spec = read_model_config(folder)
+        return replace(spec, serving=serving_for_folder(spec, folder))
+    if looks_like_folder(name_or_dir):
+        raise VramkitError(f"model folder {name_or_dir} does not exist", "give the folder that holds the model's "
+                           "config.json, or a catalogued name (vramkit plan --list)", Exit.BAD_INPUT)
+    if name_or_dir.casefold() not in {n.casefold() for n in models()}:
+        from vramkit.adapters import hub  # noqa: PLC0415 - huggingface_hub loads only for a Hub id
+        if hub.is_repo_id(name_or_dir):
+            try:
+                folder = hub.config_folder(name_or_dir, revision)
+            except VramkitError as err:
+                twin = [n for n, m in models().items() if m.hf_id.casefold() == name_or_dir.casefold()]
+                if err.code == Exit.MODEL_UNREACHABLE and twin:     # the kit carries this model's config.json
+                    err.todo += f"; or plan the catalogued copy of its config: --model {twin[0]}"
+                raise
+            spec = read_model_config(folder, name=name_or_dir, hf_id=name_or_dir)
+            return replace(spec, serving=serving_for_folder(spec, folder, served=name_or_dir.split("/")[1]))
     return _pick(models(), name_or_dir, "model")
+
+
+def looks_like_folder(text: str) -> bool:
+    """A path the user meant as a folder (absolute, ./, ../, ~), not a name or a Hugging Face id (org/name)."""
+    return text in (".", "..") or text.startswith(("/", "./", "../", "~"))
 
 
 def gpu(name: str) -> GpuSpec:
@@ -256,8 +390,10 @@ def preset(name: str) -> Preset:
     return _pick(presets(), name, "preset")
 
 
-def gpu_by_nvml_name(nvml_name: str) -> GpuSpec | None:
-    for g in gpus().values():
-        if nvml_name in g.nvml_names:
-            return g
-    return None
+def gpu_by_nvml_name(nvml_name: str, total_bytes: int | None = None) -> GpuSpec | None:
+    """The catalogued card NVML calls `nvml_name`; where one name covers two memory sizes (RTX 3080 10/12 GB,
+    4060 Ti 8/16 GB), the one whose memory is nearest NVML's total."""
+    named = [g for g in gpus().values() if nvml_name in g.nvml_names]
+    if len(named) > 1 and total_bytes is not None:
+        return min(named, key=lambda g: abs(g.memory_total_bytes - total_bytes))
+    return named[0] if named else None

@@ -12,11 +12,12 @@ import sys
 from typing import Any, NoReturn
 
 from vramkit import __version__
-from vramkit.errors import Exit, VramkitError
+from vramkit.errors import Exit, VramkitError, exit_code_lines
 
 # Order is the order `vramkit --help` lists them.
 COMMAND_MODULES = [
     "vramkit.commands.plan",
+    "vramkit.commands.pull",
     "vramkit.commands.launch",
     "vramkit.commands.monitor",
     "vramkit.commands.vram_safe",
@@ -25,6 +26,7 @@ COMMAND_MODULES = [
     "vramkit.commands.embed",
     "vramkit.commands.dashboard",
     "vramkit.commands.service",
+    "vramkit.commands.client",
 ]
 
 
@@ -42,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="vramkit",
         description="Plan, launch, watch and tune SGLang on a GPU too small for the model.",
+        epilog="exit codes (vramkit/errors.py; each failure is one line on stderr):\n  "
+               + "\n  ".join(exit_code_lines()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"vramkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -38,6 +38,52 @@ class Exit(enum.IntEnum):
     VRAM_UNKNOWN = 3        # cannot tell: no NVML, no driver, no GPU, a GPU unreadable or lost
     NO_SGLANG = 23          # RUNTIME=native: its Python cannot import SGLang (make setup-gpu)
     NO_GPU_TORCH = 24       # make setup-gpu: the driver is too old for the pinned CUDA, or torch cannot see the GPU
+    NO_PYTHON = 25          # a make step's preconditions: no interpreter, or one older than the kit's floor
+    MODEL_UNREACHABLE = 26  # --model ORG/NAME / pull: not in the Hugging Face cache and the Hub is not reachable
+                            # (HF_HUB_OFFLINE, no network, a gated or private repository)
+    ENCODER_DOWN = 27       # embed serve: the encoder worker was not replaced within its bound (supervisor restarts)
+
+
+# What each code means, in the words the README's table and `vramkit --help` print (both generated from this;
+# tests/unit/test_input_holes.py holds every code to both). vram-safe's 0-3 aliases are described with it.
+MEANING: dict[str, str] = {
+    "OK": "done; `vramkit plan`: it fits",
+    "OVER_THRESHOLD": "vram-safe: WARNING, over its warn line",
+    "CANNOT_TELL": "vram-safe: CRITICAL, over the budget; monitor: no NVML, driver or GPU",
+    "GPU_LOST": "vram-safe: UNKNOWN, cannot tell; monitor: a GPU went away",
+    "NO_FIT": "the plan does not fit the GPU or the host (auto-fit found nothing that fits, or --no-auto-fit)",
+    "NO_GPU": "no GPU visible (NVML), or a GPU index that is not there",
+    "NO_DOCKER": "Docker, or its NVIDIA runtime, is missing",
+    "PORT_BUSY": "the port is in use",
+    "HOST_MEMORY": "host RAM (or disk) too small for what the step needs",
+    "START_FAILED": "the server exited during start-up",
+    "HEALTH_TIMEOUT": "the server did not answer /health in time",
+    "BAD_FLAG": "SGLang's own parser refused an argument",
+    "NOT_RUNNING": "nothing by that name runs (vramkit host --pin)",
+    "SERVICE_DOWN": "a server the kit talks to (SGLang, Redis, the embed service) is unreachable",
+    "STOP_FAILED": "the server could not be stopped (its record is kept)",
+    "UNSUPPORTED_MODEL": "a model the planner does not model (named in the line)",
+    "HOST_CPU": "the CPU lacks the instructions a step needs (a KT method's, the preset moe)",
+    "NO_SGLANG": "RUNTIME=native's Python cannot import SGLang (make setup-gpu)",
+    "NO_GPU_TORCH": "make setup-gpu: the driver is too old, or torch cannot see the GPU",
+    "NO_PYTHON": "the interpreter a set-up step needs is missing or too old (Python >= 3.11)",
+    "MODEL_UNREACHABLE": "a Hugging Face model id neither in the cache nor reachable (HF_HUB_OFFLINE, no network, "
+                         "gated or private)",
+    "ENCODER_DOWN": "embed serve: its encoder worker could not be replaced within the bound; the supervisor "
+                    "restarts the service",
+    "BAD_INPUT": "bad input: an unknown name, a bad flag or value (typos included)",
+    "BAD_FILE": "an unreadable or invalid file",
+    "INTERRUPTED": "interrupted (Ctrl-C)",
+}
+
+
+def exit_code_lines() -> list[str]:
+    """'CODE  meaning' for every distinct exit code, in order."""
+    seen: dict[int, str] = {}
+    for name, member in Exit.__members__.items():
+        if name == member.name and int(member) not in seen:
+            seen[int(member)] = MEANING[name]
+    return [f"{code:>3}  {text}" for code, text in sorted(seen.items())]
 
 
 class VramkitError(Exception):

@@ -14,7 +14,7 @@ from vramkit.bench.summary import find_key
 from vramkit.core.plan import knobs
 from vramkit.core.plan.knobs import Knobs
 from vramkit.core.plan.planner import Engine, Target, plan
-from vramkit.errors import Exit, VramkitError
+from vramkit.errors import Exit, VramkitError, exit_code_lines
 from vramkit.launch import reference
 from vramkit.launch.settings import SETTINGS
 from vramkit.units import GiB
@@ -56,7 +56,9 @@ def physics_table() -> list[str]:
            "| each offloaded GiB costs |",
            "| --- | --- | --- | --- | --- | --- |"]
     pinned = _pinned_copy_gbs()
-    for name, g in sorted(catalog.gpus().items(), key=lambda kv: kv[1].bandwidth_bytes_s):
+    # the kit's cards (16-32 GB) and the measuring host; the others (8-12 GB, 48 GB): `vramkit plan --gpu NAME`
+    shown = {n: g for n, g in catalog.gpus().items() if 15 * GiB < g.memory_total_bytes < 33 * GiB or n == "h100-80gb"}
+    for name, g in sorted(shown.items(), key=lambda kv: kv[1].bandwidth_bytes_s):
         short, _ = _ceiling(name, 1024)
         long, _ = _ceiling(name, 32768, "fp8_e5m2")
         pcie = f"gen{g.pcie_gen} x{g.pcie_lanes}: {g.pcie_bytes_s / 1e9:.1f} GB/s"
@@ -154,6 +156,47 @@ def kt_estimate_table() -> list[str]:
     return out
 
 
+MOE_VS_LLAMACPP = "benchmarks/results/gpu/moe-vs-llamacpp-{}g.json"
+MOE_ROWS = (("decode, 1 stream, depth 0", "decode_tok_s", " tok/s", ">= 1.0x"),
+            ("decode, 1 stream, depth 8K", "decode_tok_s_8k", " tok/s", ">= 1.0x"),
+            ("TTFT, 30K-token prompt", "ttft_30k_s", " s", "<= 1.0x"),
+            ("aggregate decode, 4 streams", "aggregate_4_streams_tok_s", " tok/s", ">= 2x"))
+
+
+def moe_vs_llamacpp_table() -> list[str]:
+    """README's MoE section opens with the kit against llama.cpp on the same host, shape and emulated card
+    (benchmarks/gpu/moe_vs_llamacpp_report.py writes the data; issue 18)."""
+    out = ["| card | measured | vramkit (best) | llama.cpp (best) | kit / llama.cpp | goal |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    notes = []
+    for gib in (16, 24):
+        path = REPO_ROOT / MOE_VS_LLAMACPP.format(gib)
+        if not path.exists():
+            continue
+        c = json.loads(path.read_text())
+        k, ll = c["engines"].get("vramkit", {}), c["engines"].get("llamacpp", {})
+        for label, key, unit, goal in MOE_ROWS:
+            a, b = k.get(key), ll.get(key)
+            out.append(f"| {gib} GiB | {label} | {a:.1f}{unit} | {b:.1f}{unit} | {a / b:.2f}x | {goal} |"
+                       if a and b else f"| {gib} GiB | {label} | - | - | - | {goal} |")
+        bud = c.get("budget_ms_per_token", {})
+        if "vramkit" in bud and "llamacpp" in bud:
+            modes = sorted(set(ll.get("mode_of_each", {}).values()))
+            notes.append(f"{gib} GiB: {bud['vramkit']['measured_ms_per_token_depth0']} ms against "
+                         f"{bud['llamacpp']['measured_ms_per_token_depth0']} ms (kit: {k['settings']['point']}, "
+                         f"{k['settings']['kt_num_gpu_experts']} FP8 GPU experts per layer planned"
+                         + (", whole layers on the GPU" if any("GPU_LAYERS" in e for e in k["settings"]["env"] or [])
+                            else "") + f"; llama.cpp: the best per row of {' and '.join(modes)})")
+    if len(out) == 2:
+        return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
+    return (["Against llama.cpp on the same GPU host, model shape and emulated card, both measured in one host "
+             "session (random weights: the kit's FP8 GPU experts + AMXINT4 CPU experts, llama.cpp's Q4_K_M; "
+             "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, the levers in `moe-vs-llamacpp-levers.md`):",
+             ""] + out + ["", "Per-token time at batch 1, depth 0 (1000 / decode tok/s): " + "; ".join(notes)
+                          + ". Parity is not reached; the levers file gives both budgets and what would close "
+                          "the rest."])
+
+
 def settings_table() -> list[str]:
     """README: the launch settings as vramkit/launch/settings.py declares them."""
     out = ["| setting | flag | environment | make | default |", "| --- | --- | --- | --- | --- |"]
@@ -162,6 +205,27 @@ def settings_table() -> list[str]:
                                                                           else str(s.default))
         out.append(f"| {s.help} | `{s.cli_flag}` | `{s.env_name}` | {f'`{s.make_var}`' if s.make_var else '-'} "
                    f"| {default} |")
+    return out
+
+
+def serving_table() -> list[str]:
+    """README: what clients call each catalogued model and which SGLang parsers it runs (config/models.toml)."""
+    out = ["| model | clients call it | --tool-call-parser | --reasoning-parser |", "| --- | --- | --- | --- |"]
+    for name, m in catalog.models().items():
+        s = m.serving
+        if s is None:
+            continue
+        out.append(f"| {name} | `{s.served_model_name}` | {f'`{s.tool_call_parser}`' if s.tool_call_parser else '-'} "
+                   f"| {f'`{s.reasoning_parser}`' if s.reasoning_parser else '-'} |")
+    return out
+
+
+def exit_codes_table() -> list[str]:
+    """README: every exit code, as vramkit/errors.py declares it (`vramkit --help` prints the same)."""
+    out = ["| code | meaning |", "| --- | --- |"]
+    for line in exit_code_lines():
+        code, text = line.split(maxsplit=1)
+        out.append(f"| {code} | {text} |")
     return out
 
 
@@ -182,10 +246,13 @@ HTML = ("<!-- ", " -->")
 BLOCKS: tuple[Block, ...] = (
     Block(catalog.CONFIG_DIR / "presets.toml", "knob table (vramkit/core/plan/knobs.py)", knobs.doc_table),
     Block(REPO_ROOT / "README.md", "launch settings (vramkit/launch/settings.py)", settings_table, HTML),
+    Block(REPO_ROOT / "README.md", "exit codes (vramkit/errors.py)", exit_codes_table, HTML),
     Block(REPO_ROOT / "README.md", "presets table (vramkit/generated.py)", presets_table, HTML),
+    Block(REPO_ROOT / "README.md", "serving table (vramkit/generated.py)", serving_table, HTML),
     Block(REPO_ROOT / "README.md", "roofline (vramkit/generated.py)", roofline, HTML),
     Block(REPO_ROOT / "README.md", "physics table (vramkit/generated.py)", physics_table, HTML),
     Block(REPO_ROOT / "README.md", "hybrid MoE estimate (vramkit/generated.py)", kt_estimate_table, HTML),
+    Block(REPO_ROOT / "README.md", "MoE against llama.cpp (vramkit/generated.py)", moe_vs_llamacpp_table, HTML),
 )
 
 

@@ -38,9 +38,16 @@ def _refuse(what: str, todo: str = "") -> VramkitError:
                         Exit.UNSUPPORTED_MODEL)
 
 
+CONFIG_MAX_BYTES = 1 << 20     # the largest published configs we plan are under 20 KB
+
+
 def read_model_config(config_dir: Path, name: str = "", hf_id: str = "", note: str = "") -> ModelSpec:
     path = Path(config_dir) / "config.json"
     try:
+        size = path.stat().st_size
+        if size > CONFIG_MAX_BYTES:      # a model's config is a few KB; 10 MB ones pinned the dashboard's core
+            raise VramkitError(f"{path} is {size:,} bytes; a model's config.json is a few KB (the limit is "
+                               f"{CONFIG_MAX_BYTES:,})", "give the model's published config.json", Exit.BAD_FILE)
         cfg = json.loads(path.read_text())
     except OSError as e:
         raise VramkitError(f"cannot read {path}: {e.strerror}",
@@ -55,6 +62,7 @@ def read_model_config(config_dir: Path, name: str = "", hf_id: str = "", note: s
 
 def parse_config(cfg: dict, *, name: str, hf_id: str = "", config_dir: Path = Path("."), note: str = "",
                  where: str = "config.json") -> ModelSpec:
+    _check_shapes(cfg, where)
     arch = (cfg.get("architectures") or [None])[0]
     if arch is None:
         raise VramkitError(f"{where}: field 'architectures' is missing; SGLang picks the model code by it",
@@ -110,13 +118,69 @@ def parse_config(cfg: dict, *, name: str, hf_id: str = "", config_dir: Path = Pa
             norms_per_layer=4 if arch in ("Gemma2ForCausalLM", "Gemma3ForCausalLM") else 2,
         )
         spec.update(_family_fields(arch, c, layers, where))
-    except (TypeError, ValueError) as e:
-        raise VramkitError(f"{where}: a field has the wrong type ({e})", "use the model's published config.json",
-                           Exit.BAD_FILE) from None
+        _check_sizes(spec, where)
+    except KeyError as e:
+        raise VramkitError(f"{where}: field {e} is missing; SGLang's model code reads it",
+                           "use the model's published config.json", Exit.BAD_FILE) from None
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError) as e:
+        raise VramkitError(f"{where}: a field has the wrong type or value ({e})",
+                           "use the model's published config.json", Exit.BAD_FILE) from None
     if not spec["intermediate_size"] and spec.get("moe") is None:
         raise VramkitError(f"{where}: field 'intermediate_size' is missing", "use the model's published config.json",
                            Exit.BAD_FILE)
     return ModelSpec(**spec, notes=tuple(filled))
+
+
+# a field that must be a JSON object when present (issue 20 item 7: a list or a string here was a traceback)
+_OBJECT_FIELDS = ("quantization_config", "rope_scaling", "rope_parameters", "text_config")
+_COUNT_FIELDS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "head_dim",
+                 "vocab_size", "intermediate_size", "max_position_embeddings", "num_local_experts", "num_experts",
+                 "num_experts_per_tok", "moe_intermediate_size", "n_routed_experts", "sliding_window")
+
+
+def _check_shapes(cfg: dict, where: str) -> None:
+    """The config's structure, before any field is read: a malformed file is one line, never a traceback."""
+    archs = cfg.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise VramkitError(f"{where}: field 'architectures' must be a list of names, e.g. [\"LlamaForCausalLM\"]",
+                           "use the model's published config.json", Exit.BAD_FILE)
+    nested = cfg.get("text_config")
+    scopes: list[dict[str, Any]] = [cfg, nested] if isinstance(nested, dict) else [cfg]
+    for scope in scopes:
+        for key in _COUNT_FIELDS:
+            if isinstance(scope.get(key), bool):
+                raise VramkitError(f"{where}: field {key!r} is {str(scope[key]).lower()}; it must be a whole "
+                                   "number > 0", "use the model's published config.json", Exit.BAD_FILE)
+        for key in _OBJECT_FIELDS:
+            if scope.get(key) is not None and not isinstance(scope[key], dict):
+                raise VramkitError(f"{where}: field {key!r} must be a JSON object, not "
+                                   f"{type(scope[key]).__name__}", "use the model's published config.json",
+                                   Exit.BAD_FILE)
+
+
+def _check_sizes(spec: dict, where: str) -> None:
+    """Every size the planner multiplies by is a whole number > 0 (a negative or zero size planned as FITS,
+    issue 20 item 7); JSON's true/false are not numbers here."""
+    sizes = {k: spec[k] for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                                  "vocab_size", "max_position_embeddings")}
+    if spec.get("moe") is None:
+        sizes["intermediate_size"] = spec["intermediate_size"]
+    moe, mla, sliding = spec.get("moe"), spec.get("mla"), spec.get("sliding")
+    if moe is not None:
+        sizes |= {"experts": moe.num_experts, "experts_per_token": moe.top_k,
+                  "expert intermediate_size": moe.expert_intermediate}
+    if mla is not None:
+        sizes |= {"kv_lora_rank": mla.kv_lora_rank, "qk_nope_head_dim": mla.qk_nope_head_dim,
+                  "qk_rope_head_dim": mla.qk_rope_head_dim, "v_head_dim": mla.v_head_dim}
+    if sliding is not None:
+        sizes["sliding_window"] = sliding.window
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise VramkitError(f"{where}: {name} is {value!r}; it must be a whole number > 0",
+                               "use the model's published config.json", Exit.BAD_FILE)
+    if spec["intermediate_size"] < 0:
+        raise VramkitError(f"{where}: intermediate_size is {spec['intermediate_size']}; it must be >= 0",
+                           "use the model's published config.json", Exit.BAD_FILE)
 
 
 def _attention_bias(arch: str, c: dict) -> bool:

@@ -44,6 +44,8 @@ def main() -> int:
     ap.add_argument("--probe", default="", help="moe_probe.py arguments")
     ap.add_argument("--bench", default="", help="vramkit bench arguments")
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--wait-file", type=Path, help="probe only once this file exists (a build sharing the CPU "
+                    "during the server's start has finished)")
     ap.add_argument("up_args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     up_args = [x for x in a.up_args if x != "--"]
@@ -67,6 +69,11 @@ def main() -> int:
     if up.returncode == 0:
         pid = int(state.get("pid") or 0)
         res["host_rss_after_start_bytes"] = tree_rss(pid)
+        if a.wait_file is not None:
+            t_wait = time.time()
+            while not a.wait_file.exists() and time.time() - t_wait < 1200:
+                time.sleep(2)
+            res["waited_for_quiet_cpu_s"] = round(time.time() - t_wait, 1)
         if a.probe is not None:
             p = subprocess.run([sys.executable, "benchmarks/gpu/moe_probe.py", "--out", str(a.out / f"{a.name}.probe.json"),
                                 "--label", a.name, *shlex.split(a.probe)], capture_output=True, text=True, timeout=900)

@@ -1,9 +1,13 @@
 """Decode speed at 1/2/4 streams and time to first token at 512 / 8K / 30K-token prompts (issue 12).
 
     python3 benchmarks/gpu/moe_probe.py --url http://127.0.0.1:30000 --out probe.json [--streams 1,2,4]
+    python3 benchmarks/gpu/moe_probe.py --api llamacpp --url http://127.0.0.1:8080 ...   # llama-server
 
 Random token ids (the random-weight checkpoints have no tokenizer); every request through the kit's
 SglangClient, streamed, so TTFT and decode rate are the client's view, as `vramkit bench` reports them.
+`--api llamacpp` sends the same requests to llama-server's /completion (token ids as the prompt, streamed,
+greedy, EOS ignored, no prompt cache) and times them the same way; llama-server's own timings are kept
+beside (issue 18: the side-by-side).
 Decode tok/s per stream = 1 / TPOT (tokens after the first over the time after the first); aggregate =
 streams x the mean of the per-stream rates.
 """
@@ -23,6 +27,7 @@ from vramkit.adapters.sglang_http import SglangClient  # noqa: E402
 from vramkit.core.bench_stats import decode_tok_s  # noqa: E402
 
 VOCAB = 151000
+API = "sglang"
 
 
 def ids(n: int, seed: int) -> list[int]:
@@ -30,7 +35,51 @@ def ids(n: int, seed: int) -> list[int]:
     return [rng.randrange(10, VOCAB) for _ in range(n)]
 
 
+def one_llamacpp(url: str, prompt: list[int], new: int, deadline_s: float = 300) -> dict:
+    """One streamed /completion request to llama-server, timed as SglangClient times SGLang's."""
+    import http.client
+    from urllib.parse import urlsplit
+    u = urlsplit(url)
+    body = json.dumps({"prompt": prompt, "n_predict": new, "stream": True, "ignore_eos": True,
+                       "cache_prompt": False, "temperature": 0.0, "top_k": 1, "samplers": ["top_k"]})
+    t0 = time.perf_counter()
+    ttft = None
+    n = 0
+    timings: dict = {}
+    err = ""
+    try:
+        c = http.client.HTTPConnection(u.hostname, u.port, timeout=deadline_s)
+        c.request("POST", "/completion", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            err = f"HTTP {r.status}: {r.read()[:200]!r}"
+        else:
+            for line in r:
+                if not line.startswith(b"data: "):
+                    continue
+                d = json.loads(line[6:])
+                if d.get("content") is not None and not d.get("stop"):
+                    n += 1
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+                if d.get("stop"):
+                    timings = d.get("timings") or {}
+                    break
+        c.close()
+    except OSError as e:
+        err = f"{type(e).__name__}: {e}"
+    lat = time.perf_counter() - t0
+    n = int(timings.get("predicted_n") or n)
+    ok = not err and ttft is not None
+    return {"ok": ok, "prompt_tokens": len(prompt), "completion_tokens": n, "ttft_s": ttft, "latency_s": lat,
+            "error": err, "decode_tok_s": decode_tok_s(lat, ttft, n) if ok else None,
+            "server_timings": {k: timings.get(k) for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
+                                                            "predicted_per_second", "prompt_per_second")}}
+
+
 def one(url: str, prompt: list[int], new: int, deadline_s: float = 300) -> dict:
+    if API == "llamacpp":
+        return one_llamacpp(url, prompt, new, deadline_s)
     with SglangClient(url, timeout_s=600) as c:
         r = c.generate(input_ids=prompt, max_new_tokens=new, stream=True, deadline_s=deadline_s)
     return {"ok": r.ok, "prompt_tokens": len(prompt), "completion_tokens": r.completion_tokens,
@@ -45,10 +94,15 @@ def main() -> int:
     ap.add_argument("--streams", default="1,2,4")
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--ttft", default="512,8192,30000", help="prompt lengths for TTFT ('' to skip)")
+    ap.add_argument("--ttft-new-tokens", type=int, default=16, help="tokens generated after each TTFT prompt "
+                    "(their decode rate is the decode at that depth)")
+    ap.add_argument("--api", choices=("sglang", "llamacpp"), default="sglang")
     ap.add_argument("--label", default="")
     ap.add_argument("--deadline", type=float, default=200, help="skip a TTFT point the last prefill rate says exceeds this")
     a = ap.parse_args()
-    res: dict = {"label": a.label, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "decode": [], "ttft": []}
+    global API
+    API = a.api
+    res: dict = {"label": a.label, "api": a.api, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "decode": [], "ttft": []}
     one(a.url, ids(64, 99), 8)                          # warm
     for n in [int(x) for x in a.streams.split(",") if x]:
         with ThreadPoolExecutor(n) as ex:
@@ -64,7 +118,7 @@ def main() -> int:
             res["ttft"].append({"prompt_tokens": n, "skipped": f"projected {n / rate:.0f} s at {rate:.0f} tok/s prefill"})
             print(f"ttft {n}: skipped ({n / rate:.0f} s projected)", flush=True)
             continue
-        r = one(a.url, ids(n, 2000 + n), 16, deadline_s=a.deadline * 1.5)
+        r = one(a.url, ids(n, 2000 + n), a.ttft_new_tokens, deadline_s=a.deadline * 1.5)
         if r["ok"] and r["ttft_s"]:
             rate = n / r["ttft_s"]
         res["ttft"].append(r)

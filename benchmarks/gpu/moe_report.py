@@ -47,7 +47,7 @@ def rows() -> list[dict]:
             "kv_tokens": point["log_figures_gib"]["kv_tokens"], "plan_kv_tokens": plan["kv_pool_tokens"],
             "rss_gib": point["host_rss_peak_bytes"] / 2**30, "plan_host_gib": plan["hybrid"]["host_ram_bytes"] / 2**30,
             "plan_decode": plan["hybrid"]["decode_tok_s"] if method == plan["hybrid"]["kt_method"] else None,
-            "plan_offload": plan["hybrid"]["offload_decode_tok_s"],
+            "plan_offload": plan["hybrid"].get("layer_offload_decode_tok_s", plan["hybrid"].get("offload_decode_tok_s")),
         })
     return out
 

@@ -207,3 +207,7 @@ def test_rendered_launch_is_accepted_by_sglang(rendered_results, case):
     kv_dtype = _flag_value(case.argv, "--kv-cache-dtype")
     if kv_dtype is not None:
         assert result.resolved["kv_cache_dtype"] == kv_dtype
+    # the serving settings (issue 21) survive SGLang's resolution as rendered (a deprecated parser name would be
+    # renamed, and warned about, above)
+    for flag in ("--served-model-name", "--tool-call-parser", "--reasoning-parser"):
+        assert result.resolved[flag[2:].replace("-", "_")] == _flag_value(case.argv, flag), f"{case.case_id}: {flag}"

@@ -4,6 +4,7 @@ library raises them, so the adapter's error handling is what gets tested.
 
 Situations (each a function returning a FakeNvml):
 - card_16gb_foreign_6gib: an RTX 4080 (16 GB) with someone else's process holding 6 GiB
+- desktop_16gb_1gib_used: a desktop's 16 GB card with 1 GiB held by the compositor and a browser
 - two_gpus: a 16 GB and a 24 GB card, one busy
 - driver_missing / driver_not_loaded: nvmlInit fails
 - old_driver_v1_only: no nvmlDeviceGetMemoryInfo_v2, no _v3/_v2 process queries (pre-R510)
@@ -36,6 +37,7 @@ class FakeGpu:
     power_limit_mw: int | None = 320_000
     procs: list[tuple[int, int | None]] = field(default_factory=list)   # (pid, usedGpuMemory)
     cpus: tuple[int, ...] = (0, 1)
+    cc: tuple[int, int] | None = (8, 9)  # nvmlDeviceGetCudaComputeCapability; None: NotSupported
     lost: bool = False
 
     @property
@@ -130,8 +132,15 @@ class FakeNvml:
                 raise N.NVMLError(N.NVML_ERROR_FUNCTION_NOT_FOUND)
             return self._gpu(h).temp_c
 
+        def compute_capability(h):
+            g = self._gpu(h)
+            if g.cc is None:
+                raise N.NVMLError(N.NVML_ERROR_NOT_SUPPORTED)
+            return g.cc
+
         fakes = {
             "nvmlInit": init,
+            "nvmlDeviceGetCudaComputeCapability": compute_capability,
             "nvmlShutdown": lambda: None,
             "nvmlDeviceGetCount": count,
             "nvmlSystemGetDriverVersion": lambda: self.driver,
@@ -187,6 +196,12 @@ def card_16gb_foreign_6gib() -> FakeNvml:
     gpu = rtx4080(used=6 * GiB + 200 * MiB, procs=[(4242, 6 * GiB), (1337, 200 * MiB)],
                   util=12, temp_c=47, power_mw=41_500, cpus=tuple(range(0, 8)))
     return FakeNvml([gpu], names={4242: "python3", 1337: "Xorg"})
+
+
+def desktop_16gb_1gib_used() -> FakeNvml:
+    """A desktop's 16 GB card before the server starts: the compositor and a browser hold 1 GiB."""
+    gpu = rtx4080(used=1 * GiB, procs=[(1337, 300 * MiB), (2024, 724 * MiB)], util=3, cpus=tuple(range(0, 8)))
+    return FakeNvml([gpu], names={1337: "Xorg", 2024: "firefox"})
 
 
 def two_gpus() -> FakeNvml:

@@ -11,7 +11,8 @@ from vramkit import catalog
 from vramkit.core.plan.planner import Knobs
 from vramkit.errors import Exit, VramkitError
 
-CACHED = (catalog.models, catalog.gpus, catalog.presets, catalog.versions, catalog.engine_constants)
+CACHED = (catalog.models, catalog.gpus, catalog.presets, catalog.versions, catalog.engine_constants,
+          catalog.serving_families)
 
 
 def _clear_caches():
@@ -72,17 +73,18 @@ def test_missing_toml_is_a_bad_file(config_dir):
 
 
 # ----------------------------------------------------------------------------------------------
-# unknown names: BAD_INPUT listing the valid ones
+# unknown names: BAD_INPUT naming the nearest ones (issue 19: not every name)
 # ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("lookup,table", [
-    (catalog.model, catalog.models), (catalog.gpu, catalog.gpus), (catalog.preset, catalog.presets)])
-def test_unknown_name_lists_the_valid_ones(lookup, table):
+@pytest.mark.parametrize("lookup, typo, nearest", [
+    (catalog.model, "qwen2.5-coder-7b-instruct-gptq", "qwen2.5-coder-7b-instruct"),
+    (catalog.gpu, "rtx-5060ti-16gb", "rtx-5060-ti-16gb"), (catalog.preset, "optimised", "optimized")])
+def test_unknown_name_suggests_the_nearest(lookup, typo, nearest):
     with pytest.raises(VramkitError) as e:
-        lookup("no-such-thing")
+        lookup(typo)
     assert e.value.code == Exit.BAD_INPUT
-    assert "no-such-thing" in e.value.what
-    for name in table():
-        assert name in e.value.todo
+    assert typo in e.value.what
+    assert e.value.todo.startswith("did you mean " + nearest)
+    assert "vramkit plan --list" in e.value.todo
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,7 +210,48 @@ def test_the_issue_gpus_are_there():
     assert g["h100-80gb"].memory_total_bytes == 81559 << 20         # read on the test host (nvidia-smi)
     for gpu in g.values():
         assert gpu.bandwidth_bytes_s > gpu.pcie_bytes_s > 0
-        assert 15 << 30 < gpu.memory_total_bytes < 100 << 30
+        assert 7 << 30 < gpu.memory_total_bytes < 100 << 30
+
+
+def test_every_common_card_is_there_with_its_spec_page():
+    # issue 19 item 3: the RTX 30/40/50 series from 8 to 32 GB and the common workstation cards
+    g = catalog.gpus()
+    assert len(g) >= 24
+    assert {"rtx-4060-ti-16gb", "rtx-4070-ti-super-16gb", "rtx-5070-ti-16gb", "rtx-5080-16gb", "rtx-3060-12gb",
+            "rtx-4060-8gb", "rtx-a4000-16gb", "rtx-a6000-48gb", "rtx-4000-ada-20gb", "rtx-6000-ada-48gb",
+            "l4-24gb"} <= set(g)
+    for gpu in g.values():
+        assert gpu.source.startswith("https://"), gpu.name
+        assert gpu.sm_count and gpu.compute_capability in {(8, 6), (8, 9), (9, 0), (12, 0)}, gpu.name
+    assert (g["rtx-4060-ti-16gb"].pcie_gen, g["rtx-4060-ti-16gb"].pcie_lanes) == (4, 8)   # wired x8
+
+
+@pytest.mark.parametrize("key, value", [("source", '"nvidia.com"'), ("memory_basis", '"guessed"')])
+def test_a_card_without_its_source_or_with_an_unknown_basis_is_refused(config_dir, key, value):
+    text = (config_dir / "gpus.toml").read_text()
+    head, rest = text.split('[gpus."rtx-4080-16gb"]', 1)
+    entry, tail = rest.split("\n\n", 1)
+    entry = "\n".join(line if not line.startswith(key + " =") else f"{key} = {value}" for line in entry.split("\n"))
+    (config_dir / "gpus.toml").write_text(head + '[gpus."rtx-4080-16gb"]' + entry + "\n\n" + tail)
+    with pytest.raises(VramkitError) as e:
+        catalog.gpus()
+    assert e.value.code == Exit.BAD_FILE and "rtx-4080-16gb" in e.value.what
+
+
+@pytest.mark.parametrize("typed", ["RTX-4090-24GB", "Rtx-4090-24gb", "rtx-4090-24gb"])
+def test_gpu_names_match_case_insensitively(typed):
+    assert catalog.gpu(typed).name == "rtx-4090-24gb"
+
+
+def test_an_unknown_name_is_answered_with_the_nearest_names_not_the_whole_list():
+    with pytest.raises(VramkitError) as e:
+        catalog.gpu("rtx-4060ti-16gb")
+    assert e.value.code == Exit.BAD_INPUT
+    assert "did you mean rtx-4060-ti-16gb" in e.value.todo
+    assert "h100-80gb" not in e.value.todo and "rtx-a6000-48gb" not in e.value.todo
+    with pytest.raises(VramkitError) as e:
+        catalog.gpu("geforce")                 # nothing near: where the list is, not 38 names
+    assert "vramkit plan --list" in e.value.todo and "rtx" not in e.value.todo
 
 
 def test_gpu_by_nvml_name():

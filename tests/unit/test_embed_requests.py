@@ -20,6 +20,8 @@ LIM = Limits(max_texts=4, max_text_chars=20, model_names={"all-MiniLM-L6-v2"}, m
     ({}, 422, "exactly one"),
     ({"text": ["a"]}, 422, "use 'texts'"),
     ({"texts": ["a"], "model": "gpt-4"}, 404, "unknown model 'gpt-4'"),
+    ({"texts": ["a"], "model": ["all-MiniLM-L6-v2"]}, 422, "'model' must be a string"),  # issue 20 item 7: was 500
+    ({"texts": ["a"], "model": {"x": 1}}, 422, "'model' must be a string"),
     ({"texts": ["a"], "normalize": "yes"}, 422, "true or false"),
     ({"texts": ["a"], "truncate": 0}, 422, "from 1 to 256"),
     ({"texts": ["a"], "truncate": 9999}, 422, "from 1 to 256"),
@@ -47,6 +49,7 @@ def test_embed_accepts_text_or_texts_with_options():
     ({"input": "a", "encoding_format": "int8"}, 422, "'float' or 'base64'"),
     ({"input": "a", "dimensions": 128}, 422, "must be 384"),
     ({"input": "a", "model": "text-embedding-3-small"}, 404, "unknown model"),
+    ({"input": "a", "model": ["m"]}, 422, "'model' must be a string"),   # issue 20 item 7: was 500
 ])
 def test_openai_refusals(body, status, says):
     with pytest.raises(BadRequest) as err:

@@ -123,7 +123,7 @@ def test_kt_knobs_render_on_a_moe_with_kt_method(capsys):
     (["--host-ram-gib", "0"], "--host-ram-gib"),
     (["--tp", "0"], "--tp"),
     (["--tp", "two"], "is not a whole number"),
-    (["--context", "8k"], "is not a whole number"),
+    (["--context", "8kb"], "is not a whole number"),
     (["--context", "0"], "--context"),
     (["--mem-fraction", "1.2"], "[0.1, 1)"),
     (["--mem-fraction", "high"], "is not a number"),
@@ -203,7 +203,7 @@ def test_old_preset_key_is_read_with_a_warning(capsys):
 def _up_spec(*argv: str):
     from vramkit.cli import build_parser
     from vramkit.commands import launch
-    return launch._spec(build_parser().parse_args(["up", "--preset", "optimized", *argv]))
+    return launch.launch_spec(build_parser().parse_args(["up", "--preset", "optimized", *argv]))
 
 
 @pytest.fixture

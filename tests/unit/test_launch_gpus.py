@@ -10,6 +10,7 @@ import argparse
 import nvml_scenarios as sc
 import pytest
 
+from vramkit import catalog
 from vramkit.adapters import nvml
 from vramkit.commands.plan import add_plan_arguments, request_from_args
 from vramkit.errors import Exit, VramkitError
@@ -113,9 +114,9 @@ def test_preflight_refuses_gpus_nvml_does_not_see():
 # a card the catalog lacks: refused, or planned with the figures the user gives (never another card's)
 # ----------------------------------------------------------------------------------------------
 def _uncatalogued() -> sc.FakeNvml:
-    """An RTX A4000 (16 GB, 448 GB/s, PCIe 4.0 x16): config/gpus.toml does not list it."""
-    return sc.FakeNvml([sc.FakeGpu(name="NVIDIA RTX A4000", uuid="GPU-A4000-0000", total=16376 << 20,
-                                   reserved=300 << 20, used=0)])
+    """An RTX A2000 12GB (288 GB/s, PCIe 4.0 x16): config/gpus.toml does not list it."""
+    return sc.FakeNvml([sc.FakeGpu(name="NVIDIA RTX A2000 12GB", uuid="GPU-A2000-0000", total=12282 << 20,
+                                   reserved=300 << 20, used=0, cc=(8, 6))])
 
 
 def _plan_args(*argv):
@@ -130,7 +131,7 @@ def test_an_uncatalogued_card_is_refused_without_its_figures(monkeypatch):
     with pytest.raises(VramkitError) as e:
         resolve(_plan_args(), read_gpu=nvml_gpu)
     assert e.value.code == Exit.BAD_INPUT
-    assert "RTX A4000" in e.value.what and "--gpu-bandwidth-gbs" in e.value.todo and "--gpu-pcie" in e.value.todo
+    assert "RTX A2000" in e.value.what and "--gpu-bandwidth-gbs" in e.value.todo and "--gpu-pcie" in e.value.todo
     with pytest.raises(VramkitError) as e:                    # half the figures is still a guess
         resolve(_plan_args("--gpu-bandwidth-gbs", "448"), read_gpu=nvml_gpu)
     assert "--gpu-pcie" in e.value.todo
@@ -140,6 +141,7 @@ def test_an_uncatalogued_card_is_planned_with_the_given_figures(monkeypatch):
     _uncatalogued().install(monkeypatch)
     r = resolve(_plan_args("--gpu-bandwidth-gbs", "448", "--gpu-pcie", "4x16"), read_gpu=nvml_gpu)
     assert (r.gpu.bandwidth_bytes_s, r.gpu.pcie_gen, r.gpu.pcie_lanes) == (448e9, 4, 16)
+    assert r.gpu.compute_capability == (8, 6)               # from NVML: the catalog has no twin to take it from
     faster = resolve(_plan_args("--gpu-bandwidth-gbs", "896", "--gpu-pcie", "4x16"), read_gpu=nvml_gpu)
     assert faster.plan.decode_tok_s_ceiling > 1.5 * r.plan.decode_tok_s_ceiling
 
@@ -157,3 +159,46 @@ def test_a_catalogued_card_takes_one_given_figure_over_its_own(monkeypatch):
     sc.two_gpus().install(monkeypatch)
     r = resolve(_plan_args("--gpu-bandwidth-gbs", "500"), read_gpu=nvml_gpu)
     assert r.gpu.bandwidth_bytes_s == 500e9 and (r.gpu.pcie_gen, r.gpu.pcie_lanes) == (4, 16)   # the 4080's link
+
+
+# ----------------------------------------------------------------------------------------------
+# compute capability from NVML (issue 19 item 3)
+# ----------------------------------------------------------------------------------------------
+def test_nvml_compute_capability_wins_over_the_catalogued_twin(monkeypatch):
+    fake = sc.two_gpus()
+    fake.gpus[0].cc = (12, 0)          # a card that says otherwise than its twin (the 4080, 8.9): NVML is the card
+    fake.install(monkeypatch)
+    spec, _ = nvml_gpu(1)
+    assert spec.name == "rtx-4080-16gb" and spec.compute_capability == (12, 0)
+
+
+def test_without_nvml_compute_capability_the_twin_answers(monkeypatch):
+    fake = sc.two_gpus()
+    fake.gpus[0].cc = None             # NotSupported: the catalogued twin's figure, not a guess
+    fake.install(monkeypatch)
+    spec, _ = nvml_gpu(1)
+    assert spec.compute_capability == (8, 9)
+
+
+@pytest.mark.parametrize("total_mib, expected", [(10240, "rtx-3080-10gb"), (12288, "rtx-3080-12gb")])
+def test_one_nvml_name_two_memory_sizes_are_told_apart(monkeypatch, total_mib, expected):
+    sc.FakeNvml([sc.FakeGpu(name="NVIDIA GeForce RTX 3080", uuid="GPU-3080", total=total_mib << 20,
+                            reserved=200 << 20, used=0, cc=(8, 6))]).install(monkeypatch)
+    spec, _ = nvml_gpu(1)
+    assert spec.name == expected
+    assert spec.bandwidth_bytes_s == catalog.gpu(expected).bandwidth_bytes_s   # 760 vs 912 GB/s
+
+
+def test_free_memory_with_the_cards_figures_keeps_the_decode_ceiling():
+    # issue 19: --gpu-free-gib dropped --gpu-bandwidth-gbs/--gpu-pcie, so no speed was printed
+    import argparse
+    p = argparse.ArgumentParser()
+    add_plan_arguments(p)
+    args = ["--gpu-free-gib", "14.8", "--host-ram-gib", "64"]
+    slow = resolve(request_from_args(p.parse_args([*args, "--gpu-bandwidth-gbs", "448", "--gpu-pcie", "5x16"])))
+    fast = resolve(request_from_args(p.parse_args([*args, "--gpu-bandwidth-gbs", "896", "--gpu-pcie", "5x16"])))
+    assert slow.plan.free_at_start_bytes == fast.plan.free_at_start_bytes == int(14.8 * (1 << 30))
+    assert fast.plan.decode_tok_s_ceiling == pytest.approx(2 * slow.plan.decode_tok_s_ceiling, rel=0.01)
+    bare = resolve(request_from_args(p.parse_args(args)))      # no figures: no ceiling, not a borrowed one
+    assert bare.plan.decode_tok_s_ceiling is None
+    assert bare.plan.kv_pool_tokens == fast.plan.kv_pool_tokens   # the card's figures change the speed, not the fit

@@ -52,7 +52,7 @@ def test_a_venv_python_symlink_is_kept_not_followed(tmp_path):
 
 
 def test_the_spec_carries_the_choice(monkeypatch):
-    from vramkit.commands.launch import _spec
+    from vramkit.commands.launch import launch_spec as _spec
     monkeypatch.setenv("VRAMKIT_SERVER_PYTHON", str(KIT_PY))
     for name in ("VRAMKIT_DRY_RUN", "DRY_RUN"):
         monkeypatch.delenv(name, raising=False)

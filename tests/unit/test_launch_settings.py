@@ -22,7 +22,7 @@ def _up_parser() -> argparse.ArgumentParser:
 
 
 def _spec(argv: list[str]):
-    return launch._spec(_up_parser().parse_args(["up", *argv]))
+    return launch.launch_spec(_up_parser().parse_args(["up", *argv]))
 
 
 def test_every_setting_is_an_option_of_up_with_its_env_name_in_the_help():

@@ -119,7 +119,8 @@ def test_gpt_oss_experts_follow_the_cards_moe_runner(engine):
 
 def test_qwen2_moe_shared_expert_and_gate_are_16bit_router_side():
     m = catalog.model("qwen1.5-moe-a2.7b-chat-gptq-int4")
-    e = arch.expert_bytes_per_layer(m)
+    layer = arch.weight_layout(m, 1, 1).layers[m.moe.moe_layers.index(True)]
+    e = {role: sum(p.nbytes for p in layer if p.role == role) for role in ("router", "shared")}
     # router [60, 2048] + shared_expert_gate [1, 2048], fp16, never quantized (quant_config=None)
     assert e["router"] == (60 + 1) * 2048 * 2
     # the shared expert (5632) is a GPTQ MLP: 4-bit qweight + scales + zeros + g_idx
@@ -212,17 +213,6 @@ def test_batch1_reads_only_the_active_experts():
     assert 5.4 * GiB < one < 6.0 * GiB
     many = decode_read_bytes(m, r.live_by_role, 64)
     assert one < many < r.gpu_tensor_bytes
-
-
-def test_expert_accounting_adds_up():
-    for name in ("qwen3-coder-30b-a3b-instruct", "qwen1.5-moe-a2.7b-chat-gptq-int4", "deepseek-v2-lite-chat"):
-        m = catalog.model(name)
-        e = arch.expert_bytes_per_layer(m)
-        total = sum(weight_components(m).values())
-        assert arch.non_expert_bytes(m) + m.moe.num_moe_layers * sum(e.values()) == total, name
-        active = arch.active_expert_bytes_per_token(m)
-        assert active == int(m.moe.num_moe_layers * (e["routed"] * m.moe.top_k / m.moe.num_experts
-                                                     + e["shared"] + e["router"])), name
 
 
 def test_offloaded_moe_weights_keep_their_pcie_term(engine):

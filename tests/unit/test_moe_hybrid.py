@@ -44,6 +44,19 @@ def test_bf16_layout_is_the_released_size():
     assert 30.4e9 < total / 2 < 30.6e9       # "30.5B in total" (the model card)
 
 
+@pytest.mark.parametrize("name, fmt", [("qwen3-coder-30b-a3b-instruct", "bf16"),
+                                       ("qwen3-coder-30b-a3b-instruct-fp8", "fp8"),
+                                       ("qwen2.5-14b-instruct", "bf16"), ("qwen3-8b", "bf16")])
+def test_writer_and_planner_agree_on_every_byte(name, fmt):
+    """The random-checkpoint writer (checkpoint names) and the planner's weight layout (SGLang's fused
+    parameters) are two lists of one model: their totals must match to the byte, or one of them is wrong."""
+    from vramkit.core.model import arch
+    cfg = json.loads((ROOT / f"config/models/{name}/config.json").read_text())
+    written = sum(s.nbytes for s in cl.checkpoint_tensors(cfg, fmt))
+    roles = arch.bytes_by_role(arch.weight_layout(catalog.model(name), 1, 1))
+    assert written == sum(v for r, v in roles.items() if r != "rope")
+
+
 def test_shards_keep_order_and_bound_size():
     specs = cl.checkpoint_tensors(CFG | {"num_hidden_layers": 2}, "fp8")
     shards = cl.shard(specs, 1 << 30)

@@ -36,6 +36,15 @@ def test_16gb_card_with_foreign_process(monkeypatch):
     assert [(p.pid, p.used_bytes, p.name) for p in g.processes] == [
         (4242, 6 * GiB, "python3"), (1337, 200 * MiB, "Xorg")]
     assert g.cpu_affinity == tuple(range(8))
+    assert g.compute_capability == (8, 9)                      # nvmlDeviceGetCudaComputeCapability
+
+
+def test_compute_capability_not_supported_is_a_reason_not_a_number(monkeypatch):
+    fake = sc.card_16gb_foreign_6gib()
+    fake.gpus[0].cc = None
+    fake.install(monkeypatch)
+    (g,) = nvml.read_snapshot().gpus
+    assert is_na(g.compute_capability) and "Not Supported" in g.compute_capability.reason
 
 
 def test_two_gpus_each_read(monkeypatch):

@@ -15,7 +15,7 @@ import pytest
 from vramkit import catalog
 from vramkit.core.plan.planner import Knobs, Target, plan
 from vramkit.core.render import sglang as render
-from vramkit.launch.cases import iter_launch_cases
+from vramkit.launch.cases import case_gpus, iter_launch_cases
 from vramkit.units import GiB
 
 yaml = pytest.importorskip("yaml", reason="PyYAML parses the compose files (it comes with the embed extra)")
@@ -25,7 +25,7 @@ PORT = catalog.sglang().port
 ENGINE = catalog.engine()
 PRESETS = sorted(catalog.presets())
 MODELS = sorted(catalog.models())
-GPUS = sorted(catalog.gpus())
+GPUS = sorted(g.name for g in case_gpus())
 
 
 def _plan(model="qwen2.5-coder-14b-instruct-gptq-int4", gpu="rtx-5060-ti-16gb", **knobs):
@@ -125,6 +125,15 @@ def test_no_case_asks_for_more_context_than_sglang_derives(rendered_cases):
         assert int(f["--context-length"]) <= derived, case
 
 
+def test_the_case_cards_cover_every_compute_capability_on_each_side_of_20_gib():
+    # a card is left out of the matrix only where one alike in compute capability and SGLang's 20 GiB line renders
+    key = lambda g: (g.memory_total_bytes >= 20 * GiB, g.compute_capability)  # noqa: E731
+    covered = {key(g) for g in case_gpus()}
+    assert covered == {key(g) for g in catalog.gpus().values()}
+    assert len(case_gpus()) == len(covered) < len(catalog.gpus())
+    assert {"rtx-5060-ti-16gb", "rtx-4080-16gb", "h100-80gb"} <= set(GPUS)     # the first user's card, the host's
+
+
 def test_the_parser_test_sees_every_case():
     # tests/integration/test_sglang_parser.py feeds launch.cases.iter_launch_cases() to SGLang's parser: it
     # must cover every preset x model x GPU at tp 1 and 2, or a rendered launch escapes the real-parser check
@@ -135,7 +144,7 @@ def test_the_parser_test_sees_every_case():
     expected |= {f"{p}-gpu-host-dummy-tp2-qwen2.5-coder-7b-instruct" for p in catalog.presets()}
     # plus the hybrid MoE presets with every --kt-* flag resolved: each card, and as the H100 host ran them
     kt = [p for p in catalog.presets().values() if p.knobs.get("kt_method")]
-    expected |= {f"{p.name}-hybrid-{g}" for p in kt for g in catalog.gpus()}
+    expected |= {f"{p.name}-hybrid-{g}" for p in kt for g in GPUS}
     expected |= {f"{p.name}-gpu-host-{m}" for p in kt for m in ("FP8", "AMXINT4")}
     assert kt and ids == expected
 

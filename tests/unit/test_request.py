@@ -40,7 +40,7 @@ def test_the_request_cannot_change_after_it_is_built():
     ({"gpu_free_gib": "lots"}, "--gpu-free-gib 'lots' is not a number"),
     ({"gpu_pcie": "4"}, "--gpu-pcie '4' is not a PCIe link"),
     ({"host_read_gbs": "20000"}, "--host-read-gbs"),
-    ({"context": "8k"}, "--context '8k' is not a whole number"),
+    ({"context": "8kb"}, "--context '8kb' is not a whole number"),
     ({"colour": "red"}, "unknown plan field 'colour'"),
 ])
 def test_a_bad_value_is_one_line_and_exit_64(values, says):

@@ -171,3 +171,35 @@ def test_warn_line_sits_above_a_preset_running_as_planned():
     for before in (0, 480 * MiB):
         budget = before + int(planned * 1.05)
         assert before + measured <= vram.warn_line(budget) < budget
+
+
+@pytest.mark.parametrize("record", [{"vram_budget_bytes": 5 * GiB, "gpu_indices": 3},
+                                    {"vram_budget_bytes": 5 * GiB, "gpu_indices": [[1]]},
+                                    {"vram_budget_bytes": float("nan")}, {"vram_budget_bytes": "14GiB"},
+                                    {"vram_budget_bytes": True}])
+def test_a_malformed_run_record_is_one_line_and_exit_65(record, monkeypatch, capsys):
+    """Issue 20 item 7: a malformed run-state file made vram-safe exit 1 with a traceback, and the start
+    targets read 1 as WARNING, a pass."""
+    sc.card_16gb_foreign_6gib().install(monkeypatch)
+    state.write_running("vramkit-optimized", {"name": "vramkit-optimized", **record})
+    code, out, err = safe([], capsys)
+    assert code == 65 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("vramkit: run record 'vramkit-optimized'") and "--threshold" in err
+
+
+@pytest.mark.parametrize("says, code, passes", [
+    ("vram-safe: WARNING: GPU 0 near its budget", 1, True),
+    ("vram-safe: OK: GPU 0 fine", 0, True),
+    ("Traceback (most recent call last):", 1, False),       # a crash exits 1 too: not a WARNING
+    ("vram-safe: CRITICAL: GPU 0 over", 2, False),
+])
+def test_start_targets_pass_exit_1_only_when_it_says_warning(says, code, passes, tmp_path):
+    """The real `_safe` recipe of mk/qwen.mk, with a stand-in for vramkit that says `says` and exits `code`."""
+    fake = tmp_path / "fake-vramkit"
+    fake.write_text(f"#!/bin/sh\necho '{says}'\nexit {code}\n")
+    fake.chmod(0o755)
+    r = subprocess.run(["make", "-s", "--no-print-directory", f"VRAMKIT={fake}", "DRY_RUN=",
+                        "--eval", "zz-safe-probe: ; @true $(_safe)", "zz-safe-probe"],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert (r.returncode == 0) is passes, r.stdout + r.stderr
+    assert says in r.stdout

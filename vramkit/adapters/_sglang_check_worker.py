@@ -1,7 +1,9 @@
 """Runs INSIDE .venv-sglang (never imported by vramkit itself): checks launch argument lists with SGLang's own code.
 
 Protocol: JSON on stdin `{"cases": [{"case_id", "argv", "model_config_dir", "gpu_mem_mib"?}, ...]}`,
-JSON on stdout `{"sglang_version", "import_s", "results": [...]}`. Everything SGLang prints or logs goes
+JSON on stdout `{"sglang_version", "import_s", "results": [...]}`. With `--serve` the worker stays up after
+its one import: each line on stdin is such a request and each answer one line on stdout, until stdin closes
+(vramkit/adapters/sglang_check.py `Checker`: one worker for a whole test run). Everything SGLang prints or logs goes
 to stderr: file descriptor 1 is pointed at stderr for the whole run and the answer is written to a saved
 copy of the real stdout at the end, so no library print can corrupt the JSON.
 
@@ -16,11 +18,20 @@ mem_fraction_static) from `get_device_memory_capacity()`, which on device "cpu" 
 checking machine. Given a value, that one hardware probe answers the target GPU's total memory (MiB, as
 nvidia-smi reports it) instead, so those defaults follow the target's tier. Without it they follow host RAM.
 
+A second kind of request rides the same import (issue 21): `"parses": [{"parse_id", "kind": "tool" | "reasoning",
+"parser", "text", "tools"?, "chunk_chars"?}]` runs a model's output text through the pinned SGLang's own parser
+classes, as its OpenAI chat endpoint does (entrypoints/openai/serving_chat.py): `FunctionCallParser(tools,
+tool_call_parser)` for "tool" and `ReasoningParser(model_type=reasoning_parser)` for "reasoning", once whole
+(`parse_non_stream`) and once streamed (`parse_stream_chunk`, the `stream: true` path: each special token whole,
+the text between in `chunk_chars`-character pieces). Answer: `"parses": [{"parse_id", "ok", "error", "normal_text",
+"calls": [{"name", "arguments"}], "reasoning_text", "stream": {same fields, assembled from the pieces}}]`.
+
 Only stdlib and SGLang (with its dependencies) are imported here.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import os
@@ -40,7 +51,7 @@ _SERVER_ARG_FIELDS = (
     "grammar_backend", "tp_size", "dp_size", "pp_size", "cpu_offload_gb", "enable_hierarchical_cache",
     "hicache_ratio", "hicache_size", "hicache_write_policy", "hicache_io_backend", "hicache_mem_layout",
     "enable_torch_compile", "torch_compile_max_bs", "skip_tokenizer_init", "json_model_override_args",
-    "host", "port", "served_model_name",
+    "host", "port", "served_model_name", "tool_call_parser", "reasoning_parser", "chat_template",
 )
 
 
@@ -91,6 +102,19 @@ def _error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
+_PARSERS: dict[type, _Parser] = {}
+
+
+def _parser(ServerArgs) -> _Parser:
+    """`ServerArgs.add_cli_args` on a fresh parser, once per worker: it builds the same parser every time
+    (~0.1 s, its type hints evaluated field by field) and parse_args leaves a parser as it found it."""
+    if ServerArgs not in _PARSERS:
+        parser = _Parser(prog="sglang serve")
+        ServerArgs.add_cli_args(parser)
+        _PARSERS[ServerArgs] = parser
+    return _PARSERS[ServerArgs]
+
+
 def _check_one(case, ServerArgs, ModelConfig, server_args_module, capture):
     case_id = case["case_id"]
     argv = [str(a) for a in case["argv"]]
@@ -100,9 +124,8 @@ def _check_one(case, ServerArgs, ModelConfig, server_args_module, capture):
     env_before = dict(os.environ)
     probe = server_args_module.get_device_memory_capacity
     try:
-        parser = _Parser(prog="sglang serve")
-        ServerArgs.add_cli_args(parser)
-        ns = parser.parse_args(argv)
+        # a deep copy of what was parsed: no default object is shared between cases
+        ns = argparse.Namespace(**copy.deepcopy(vars(_parser(ServerArgs).parse_args(argv))))
         if case.get("model_config_dir") is None:  # parser-only check
             out["ok"] = True
             out["stage"] = "done"
@@ -171,8 +194,73 @@ def _check_one(case, ServerArgs, ModelConfig, server_args_module, capture):
     return out
 
 
+def _calls(items) -> list[dict]:
+    """SGLang's ToolCallItems -> [{"name", "arguments"}]; streamed pieces of one call (same tool_index) joined."""
+    out: dict[int, dict] = {}
+    for item in items:
+        call = out.setdefault(item.tool_index, {"name": None, "arguments": ""})
+        if item.name:
+            call["name"] = item.name
+        call["arguments"] += item.parameters or ""
+    return [out[i] for i in sorted(out)]
+
+
+# A special token (<|call|>, </think>, <tool_call>, [TOOL_CALLS]) is one token, so one streamed delta: it never
+# arrives split, and SGLang's streaming detectors rely on that (they buffer only a prefix of one).
+_SPECIAL = re.compile(r"(<\|[a-z_]+\|>|</?[a-z_]+>|\[[A-Z_]+\])")
+
+
+def _pieces(text: str, step: int) -> list[str]:
+    """`text` as a server streams it: each special token whole, the text between in `step`-character pieces."""
+    out = []
+    for part in _SPECIAL.split(text):
+        if _SPECIAL.fullmatch(part):
+            out.append(part)
+        else:
+            out += [part[i:i + step] for i in range(0, len(part), step)]
+    return [p for p in out if p]
+
+
+def _parse_one(req, FunctionCallParser, ReasoningParser, Tool):
+    """One model output through SGLang's own parser for `req["parser"]`, whole and streamed."""
+    out = {"parse_id": req["parse_id"], "ok": False, "error": "", "normal_text": "", "calls": [],
+           "reasoning_text": "", "stream": {}}
+    text, step = req["text"], max(1, int(req.get("chunk_chars") or 7))
+    try:
+        if req["kind"] == "tool":
+            tools = [Tool(**t) for t in req.get("tools") or []]
+            normal, calls = FunctionCallParser(tools, req["parser"]).parse_non_stream(text)
+            out.update(normal_text=normal, calls=_calls(calls))
+            streamer = FunctionCallParser(tools, req["parser"])
+            s_normal, s_calls = "", []
+            for piece in _pieces(text, step):
+                n, c = streamer.parse_stream_chunk(piece)
+                s_normal += n or ""
+                s_calls += c
+            out["stream"] = {"normal_text": s_normal, "calls": _calls(s_calls)}
+        elif req["kind"] == "reasoning":
+            reasoning, normal = ReasoningParser(model_type=req["parser"], stream_reasoning=False).parse_non_stream(text)
+            out.update(reasoning_text=reasoning or "", normal_text=normal or "")
+            streamer = ReasoningParser(model_type=req["parser"], stream_reasoning=True)
+            s_reasoning, s_normal = "", ""
+            for piece in _pieces(text, step):
+                r, n = streamer.parse_stream_chunk(piece)
+                s_reasoning += r or ""
+                s_normal += n or ""
+            out["stream"] = {"reasoning_text": s_reasoning, "normal_text": s_normal}
+        else:
+            raise ValueError(f"unknown parse kind {req['kind']!r}")
+        out["ok"] = True
+    except BaseException as exc:  # an unknown parser name is SGLang's ValueError: a result, not a crash
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out["error"] = _error_line(exc)
+    return out
+
+
 def main() -> int:
-    request = json.loads(sys.stdin.read() or "{}")
+    serve = "--serve" in sys.argv[1:]
+    request = {} if serve else json.loads(sys.stdin.read() or "{}")
     real_stdout = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # from here on, anything printed lands on stderr
     sys.stdout = sys.stderr
@@ -203,17 +291,36 @@ def main() -> int:
     _quant.QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
 
     import_s = time.monotonic() - t0
-    # prepare_server_args() would reconfigure logging per case; keep ours (stderr + capture).
-    results = []
-    for case in request.get("cases", []):
-        t = time.monotonic()
-        result = _check_one(case, ServerArgs, ModelConfig, server_args_module, capture)
-        result["check_s"] = round(time.monotonic() - t, 3)
-        results.append(result)
 
-    json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
-               "results": results}, real_stdout)
+    def answer(request) -> None:
+        # prepare_server_args() would reconfigure logging per case; keep ours (stderr + capture).
+        results = []
+        for case in request.get("cases", []):
+            t = time.monotonic()
+            result = _check_one(case, ServerArgs, ModelConfig, server_args_module, capture)
+            result["check_s"] = round(time.monotonic() - t, 3)
+            results.append(result)
+
+        parses = []
+        if request.get("parses"):
+            from sglang.srt.entrypoints.openai.protocol import Tool
+            from sglang.srt.function_call.function_call_parser import FunctionCallParser
+            from sglang.srt.parser.reasoning_parser import ReasoningParser
+            parses = [_parse_one(req, FunctionCallParser, ReasoningParser, Tool) for req in request["parses"]]
+
+        json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
+                   "results": results, "parses": parses}, real_stdout)
+        real_stdout.write("\n")
+        real_stdout.flush()
+
+    if not serve:
+        answer(request)
+        return 0
+    real_stdout.write(json.dumps({"ready": True, "import_s": round(import_s, 2)}) + "\n")
     real_stdout.flush()
+    for line in sys.stdin:
+        if line.strip():
+            answer(json.loads(line))
     return 0
 
 

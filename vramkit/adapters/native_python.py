@@ -8,6 +8,7 @@ that one never holds SGLang (CPU torch only, by design), so it could only fail l
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -45,9 +46,17 @@ class Probe:
 
 
 def probe_sglang(python: str, timeout_s: float = 120.0) -> Probe:
-    """Can `python` import SGLang? A separate process: vramkit itself never imports SGLang."""
-    if not Path(python).exists():
+    """Can `python` import SGLang? A separate process: vramkit itself never imports SGLang. Asked once per
+    interpreter file and process (importing SGLang takes seconds; the answer does not change within a run)."""
+    p = Path(python)
+    if not p.exists():
         return Probe(False, None, "no such file")
+    st = p.stat()
+    return _probe(str(p), st.st_mtime_ns, st.st_ino, timeout_s)
+
+
+@functools.lru_cache(maxsize=16)
+def _probe(python: str, _mtime_ns: int, _ino: int, timeout_s: float) -> Probe:
     try:
         r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s,
                            stdin=subprocess.DEVNULL, cwd=REPO_ROOT)

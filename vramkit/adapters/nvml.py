@@ -177,6 +177,15 @@ def _cpu_affinity(handle: Any) -> tuple[int, ...] | NotAvailable:
     return tuple(cpus)
 
 
+def _compute_capability(handle: Any) -> tuple[int, int] | NotAvailable:
+    """(major, minor), as nvidia-smi --query-gpu=compute_cap shows it (R450+ drivers)."""
+    cc = query("nvmlDeviceGetCudaComputeCapability", handle)
+    if is_na(cc):
+        return cc
+    major, minor = cc
+    return int(major), int(minor)
+
+
 def read_gpu(index: int, with_processes: bool = True) -> GpuSample:
     handle = query("nvmlDeviceGetHandleByIndex", index)
     if is_na(handle):
@@ -196,6 +205,7 @@ def read_gpu(index: int, with_processes: bool = True) -> GpuSample:
         power_limit_w=limit_mw if is_na(limit_mw) else limit_mw / 1000.0,
         processes=_processes(handle) if with_processes else NotAvailable("not asked for"),
         cpu_affinity=_cpu_affinity(handle),
+        compute_capability=_compute_capability(handle),
         memory_api=api,
     )
     if is_na(mem):

@@ -1,6 +1,7 @@
 """The one adapter for local processes and ports: start SGLang natively, stop it, check a port."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -86,3 +87,45 @@ def stop_one(pid: int, timeout_s: float = 10.0) -> bool:
     except psutil.NoSuchProcess:
         return False
     return True
+
+
+# --- pid files (issue 20 item 7: `embed down` and `dashboard --stop` signalled whatever process held the pid
+# written there, e.g. `less vramkit/embed/server.py`, because a command line that merely mentioned vramkit
+# counted as ours). A record names the exact process: pid, start time and full command line.
+
+def record_pid(path: Path, pid: int, **extra: object) -> dict:
+    """Write a pid record (JSON, 0600, replaced atomically); returns it. `extra` is kept beside it."""
+    proc = psutil.Process(pid)
+    rec = {"pid": pid, "create_time": proc.create_time(), "cmdline": proc.cmdline(), **extra}
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(rec, fh)
+    tmp.replace(path)
+    return rec
+
+
+def read_pid_record(path: Path) -> dict | None:
+    """The record, or None (missing, unreadable, not ours: an old bare pid counts as not ours)."""
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("pid"), int) or isinstance(rec.get("pid"), bool):
+        return None
+    return rec
+
+
+def recorded_process(path: Path) -> tuple[int | None, dict | None]:
+    """(pid, record) when the recorded process still runs, the same one: same start time, same command line;
+    (None, record-or-None) otherwise. Only then may a signal be sent to it."""
+    rec = read_pid_record(path)
+    if rec is None:
+        return None, None
+    try:
+        proc = psutil.Process(rec["pid"])
+        same = (abs(proc.create_time() - float(rec.get("create_time", -1))) < 0.01
+                and proc.cmdline() == rec.get("cmdline"))
+    except (psutil.Error, TypeError, ValueError):
+        return None, rec
+    return (rec["pid"] if same else None), rec

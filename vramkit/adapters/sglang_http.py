@@ -10,6 +10,10 @@ Endpoints used (sglang/srt/entrypoints/http_server.py):
 - GET /v1/loads?include=core,memory: KV tokens used / available, requests running and waiting, and the
   server's own memory figures (`memory.weight_gb`, `kv_cache_gb`, `graph_gb`, GiB); no flag needed.
 - GET /metrics: Prometheus text, only when the server was started with --enable-metrics (404 otherwise).
+- POST /v1/chat/completions: OpenAI's chat API (messages, tools, max_tokens, stream with
+  stream_options.include_usage); needs the server's tokenizer (not --skip-tokenizer-init). The last streamed
+  chunk carries `usage` (prompt_tokens, completion_tokens; prompt_tokens_details.cached_tokens only with
+  --enable-cache-report). A refusal is HTTP 400 `{"object": "error", "message": ...}` or a streamed `error`.
 - GET/POST /flush_cache: empties the radix (prefix) cache; 200 "Cache flushed..." or 400 when requests are
   still running.
 
@@ -111,6 +115,36 @@ class SglangClient:
         except httpx.HTTPError:
             return None
 
+    # --- OpenAI chat ----------------------------------------------------------------------
+    def chat(self, model: str, messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 16,
+             temperature: float = 0.0, deadline_s: float | None = None) -> GenerateResult:
+        """One streamed /v1/chat/completions request (with usage), timed like `generate`: ttft_s is the first
+        chunk that carries content, reasoning or a tool call."""
+        payload: dict = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
+                         "stream": True, "stream_options": {"include_usage": True}}
+        if tools:
+            payload["tools"] = tools
+        timeout = self._http.timeout if deadline_s is None else httpx.Timeout(deadline_s)
+        t0 = time.perf_counter()
+        res = GenerateResult(ok=False, start_s=t0)
+        try:
+            with self._http.stream("POST", "/v1/chat/completions", json=payload, timeout=timeout) as r:
+                if r.status_code != 200:
+                    r.read()
+                    res.error = _error_text(r.text)
+                else:
+                    for event in iter_sse_events(r.iter_lines()):
+                        if not fold_chat_event(res, event, time.perf_counter() - t0):
+                            break
+                    res.ok = not res.error and res.ttft_s is not None
+        except httpx.TimeoutException as e:
+            res.timed_out = True
+            res.error = f"{type(e).__name__}: no answer within {deadline_s or self._http.timeout.read} s"
+        except httpx.HTTPError as e:
+            res.error = f"{type(e).__name__}: {e}"
+        res.latency_s = time.perf_counter() - t0
+        return res
+
     # --- generation ------------------------------------------------------------------------
     @staticmethod
     def _payload(input_ids: list[int] | None, text: str | None, max_new_tokens: int,
@@ -172,6 +206,29 @@ class SglangClient:
             res.error = f"{type(e).__name__}: {e}"
         res.latency_s = time.perf_counter() - t0
         return res
+
+
+def fold_chat_event(res: GenerateResult, event: dict, now_s: float) -> bool:
+    """Fold one streamed /v1/chat/completions chunk into `res`: the first chunk carrying content, reasoning or a
+    tool call is the first token; the usage chunk gives the counts. False on a streamed error."""
+    if "error" in event:
+        err = event["error"]
+        res.error = str(err.get("message", err)) if isinstance(err, dict) else str(err)
+        return False
+    for choice in event.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
+            if res.ttft_s is None:
+                res.ttft_s = now_s
+            res.token_times_s.append(now_s)
+        if choice.get("finish_reason"):
+            res.finish_reason = {"type": choice["finish_reason"]}
+    usage = event.get("usage")
+    if usage:
+        res.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        res.completion_tokens = int(usage.get("completion_tokens") or 0)
+        res.cached_tokens = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return True
 
 
 def fold_stream_event(res: GenerateResult, event: dict, now_s: float) -> bool:

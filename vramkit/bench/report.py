@@ -21,6 +21,7 @@ SERVER_KEYS = (
     "page_size", "tp_size", "cpu_offload_gb", "enable_hierarchical_cache", "hicache_size",
     "hicache_ratio", "hicache_write_policy", "disable_cuda_graph", "cuda_graph_max_bs_decode",
     "attention_backend", "json_model_override_args", "disable_radix_cache",
+    "skip_tokenizer_init", "tool_call_parser", "reasoning_parser",
 )
 
 
@@ -173,6 +174,26 @@ def render_markdown(result: dict) -> str:
         out += ["", f"Throughput: {fmt_num(mt['requests_per_s'], 2)} requests/s, "
                     f"{fmt_num(mt['prompt_tok_s'], 0)} prompt tok/s over {fmt_s(mt['wall_s'])}; "
                     f"{mt['ok']} completed, {mt['failed']} failed{host}."]
+    if "agent" in s:
+        ag = s["agent"]
+        if ag.get("skipped"):
+            out += ["", f"## Agent turn: skipped ({ag['skipped']})"]
+        else:
+            p = (result.get("suites", {}).get("agent") or {}).get("params", {})
+            out += ["", f"## Agent turn ({ag['turns']} turns, a {fmt_num(ag['prefix_words'])}-word prefix, "
+                        f"{p.get('tools', '?')} tools, prompts of {', '.join(fmt_num(t) for t in ag['prompt_tokens'])} "
+                        "tokens)", ""]
+            out += _table(["request", "TTFT"], [
+                ["turn 0, empty cache", fmt_s(ag["ttft_cold_s"])],
+                ["later turns (prefix cached), p50", fmt_s(ag["ttft_warm_s"]["p50"])],
+                ["last turn after a cache flush", fmt_s(ag["last_turn_ttft_cold_s"])],
+                ["last turn again (cached)", fmt_s(ag["last_turn_ttft_warm_s"])]])
+            speed = ag.get("prefix_cache_speedup")
+            out += ["", (f"The prefix cache made the same turn's first token **{speed:.1f}x** faster. "
+                         if speed else "") + ("A request twice the input limit was refused: "
+                                              f"{_cell_error(ag['over_limit_error'] or '', 200)}"
+                                              if ag.get("over_limit_refused") else
+                                              "The over-limit request was NOT refused.")]
     roof = s.get("roofline") or {}
     if roof.get("single_stream_decode_tok_s") is not None:
         out += ["", "## Roofline", ""]

@@ -16,8 +16,11 @@ from typing import Protocol
 
 from vramkit.adapters.sglang_http import GenerateResult
 from vramkit.bench.workloads import (
+    AGENT_TOOLS,
     ANY_MODEL_VOCAB,
+    AgentTurnPlan,
     MultiturnPlan,
+    agent_prefix_words,
     context_points,
     derive_seed,
     fit_history_to_limit,
@@ -28,7 +31,7 @@ from vramkit.bench.workloads import (
 )
 from vramkit.core.bench_stats import decode_tok_s, tpot_s
 
-SUITES = ("latency", "concurrency", "capacity", "context", "multiturn")
+SUITES = ("latency", "concurrency", "capacity", "context", "multiturn", "agent")
 
 
 @dataclass(frozen=True)
@@ -65,17 +68,22 @@ class BenchConfig:
     multiturn_user_tokens: int = 512
     multiturn_answer_tokens: int = 64
     kv_pool_tokens: int | None = None  # None: /server_info max_total_num_tokens
+    # 6. the agent turn (chat with tools; needs the server's tokenizer)
+    agent_prefix_words: int = 8000     # at most a third of the input limit (workloads.agent_prefix_words)
+    agent_message_words: int = 40
+    agent_turns: int = 4
+    agent_output_tokens: int = 32
     # time budgets: after this many seconds a suite starts no new request
     budget_s: dict = field(default_factory=lambda: {
         "latency": 45.0, "concurrency": 90.0, "capacity": 60.0, "context": 180.0,
-        "multiturn": 150.0})
+        "multiturn": 150.0, "agent": 120.0})
 
     def quick(self) -> BenchConfig:
         """Fewer repeats and shorter outputs: a smoke run in well under a minute on an H100."""
         return replace(self, latency_repeats=3, latency_output_tokens=64,
                        concurrency_output_tokens=64, concurrency_rounds=1,
                        capacity_output_tokens=16, context_output_tokens=16,
-                       multiturn_turns=2, multiturn_answer_tokens=16)
+                       multiturn_turns=2, multiturn_answer_tokens=16, agent_output_tokens=16)
 
 
 class Progress(Protocol):
@@ -95,6 +103,8 @@ class Client(Protocol):
     def generate(self, input_ids: list[int] | None = ..., max_new_tokens: int = ...,
                  stream: bool = ..., deadline_s: float | None = ...) -> GenerateResult: ...
     def flush_cache(self) -> tuple[bool, str]: ...
+    def chat(self, model: str, messages: list[dict], tools: list[dict] | None = ..., max_tokens: int = ...,
+             temperature: float = ..., deadline_s: float | None = ...) -> GenerateResult: ...
 
 
 def _r6(x: float | None) -> float | None:
@@ -297,3 +307,57 @@ class BenchRunner:
                            "history_tokens_total": plan.total_history_tokens(),
                            "cache_flushed": flushed, "flush_message": flush_msg},
                 "samples": samples, "truncated": truncated}
+
+    # --- the agent turn (issue 21) -------------------------------------------------------------
+    def agent_plan(self) -> AgentTurnPlan:
+        c = self.cfg
+        return AgentTurnPlan(prefix_words=agent_prefix_words(self.max_req_input_len, c.agent_prefix_words),
+                             message_words=c.agent_message_words, turns=c.agent_turns, seed=c.seed)
+
+    def suite_agent(self) -> dict:
+        """A coding agent's loop through OpenAI's chat API with tools: an empty cache, then turns that re-send
+        the whole session plus a short new part (warm: the prefix cache holds all but that part); then the
+        last turn once more after a cache flush (cold) and once more again (warm), so the same prompt is timed
+        both ways; last, one request twice the server's input limit, to record SGLang's refusal."""
+        c = self.cfg
+        plan = self.agent_plan()
+        params = {**asdict(plan), "tools": len(AGENT_TOOLS), "output_tokens": c.agent_output_tokens,
+                  "max_req_input_len": self.max_req_input_len}
+        if self.server.get("skip_tokenizer_init"):
+            return {"params": params, "samples": [], "truncated": False,
+                    "skipped": "the server runs with --skip-tokenizer-init: chat requests need its tokenizer"}
+        model = str(self.server.get("served_model_name") or "default")
+        tools = [dict(t) for t in AGENT_TOOLS]
+        last = plan.turns - 1
+        steps = [(t, "cold" if t == 0 else "warm", False) for t in range(plan.turns)]
+        steps += [(last, "cold-repeat", True), (last, "warm-repeat", False)]
+        self.progress.suite("agent", len(steps) + 1)
+        flushed, flush_msg = self.client.flush_cache()
+        started, samples, truncated = self.clock(), [], False
+        for turn, phase, flush in steps:
+            if self._over_budget("agent", started):
+                truncated = True
+                break
+            if flush:
+                flushed = self.client.flush_cache()[0] and flushed
+            samples.append(self._chat(model, plan.messages(turn), tools, c.agent_output_tokens,
+                                      turn=turn, phase=phase, words=plan.words(turn)))
+            self.progress.step(f"{phase} t{turn}")
+        # twice the input limit in words: over it at any tokenizer (each word is at least one token)
+        over = AgentTurnPlan(prefix_words=2 * self.max_req_input_len, message_words=c.agent_message_words,
+                             turns=1, seed=c.seed)
+        samples.append(self._chat(model, over.messages(0), tools, c.agent_output_tokens, turn=0,
+                                  phase="over-limit", words=over.words(0)))
+        self.progress.step("over the limit")
+        return {"params": {**params, "cache_flushed": flushed, "flush_message": flush_msg},
+                "samples": samples, "truncated": truncated}
+
+    def _chat(self, model: str, messages: list[dict], tools: list[dict], max_tokens: int, **tags) -> dict:
+        t_send = self.clock()
+        try:
+            res = self.client.chat(model, messages, tools=tools, max_tokens=max_tokens,
+                                   deadline_s=self.cfg.long_request_timeout_s)
+        except Exception as e:  # noqa: BLE001 - a malformed answer is a failed sample, not a crash
+            res = GenerateResult(ok=False, start_s=t_send, error=f"{type(e).__name__}: {e}",
+                                 latency_s=self.clock() - t_send)
+        return sample_from(res, self.t0, res.prompt_tokens, max_tokens, **tags)

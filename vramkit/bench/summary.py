@@ -139,12 +139,44 @@ def summarize_multiturn(suite: dict) -> dict:
     }
 
 
+def summarize_agent(suite: dict) -> dict:
+    """The agent turn: cold vs warm time to first token, and the same prompt timed both ways."""
+    if suite.get("skipped"):
+        return {"skipped": suite["skipped"]}
+    samples = suite["samples"]
+    by_phase: dict[str, list[dict]] = {}
+    for s in samples:
+        by_phase.setdefault(s["phase"], []).append(s)
+
+    def ttft(phase: str) -> float | None:
+        ok = _ok(by_phase.get(phase, []))
+        return ok[0]["ttft_s"] if ok else None
+
+    warm = _ok(by_phase.get("warm", []))
+    cold_repeat, warm_repeat = ttft("cold-repeat"), ttft("warm-repeat")
+    over = by_phase.get("over-limit", [])
+    return {
+        "turns": suite["params"]["turns"], "prefix_words": suite["params"]["prefix_words"],
+        "prompt_tokens": [s["prompt_tokens"] for s in samples if s.get("phase") != "over-limit"],
+        "ttft_cold_s": ttft("cold"),
+        "ttft_warm_s": summarize(_vals(warm, "ttft_s")),
+        "last_turn_ttft_cold_s": cold_repeat, "last_turn_ttft_warm_s": warm_repeat,
+        # how much faster the first token comes when the session's prefix is cached (same prompt, measured)
+        "prefix_cache_speedup": (cold_repeat / warm_repeat if cold_repeat and warm_repeat else None),
+        "over_limit_refused": bool(over) and not over[0]["ok"],
+        "over_limit_error": over[0]["error"] if over else None,
+        "failed": sum(1 for s in samples if not s["ok"] and s.get("phase") != "over-limit"),
+        "errors": sorted({s["error"] for s in samples if s.get("error") and s.get("phase") != "over-limit"}),
+    }
+
+
 SUMMARIZERS = {
     "latency": summarize_latency,
     "concurrency": summarize_concurrency,
     "capacity": summarize_capacity,
     "context": summarize_context,
     "multiturn": summarize_multiturn,
+    "agent": summarize_agent,
 }
 
 

@@ -3,11 +3,13 @@
 Pure and deterministic: the same seed gives the same ids on every Python version (only
 `random.Random(int).random()` is used, whose sequence Python guarantees stays the same), so two runs,
 e.g. with and without the host cache, send identical traffic. Servers run with dummy weights and
-`--skip-tokenizer-init`, so prompts are token ids, drawn below the model's vocabulary size.
+`--skip-tokenizer-init`, so prompts are token ids, drawn below the model's vocabulary size. The agent turn
+(AgentTurnPlan) is the exception: it is chat messages with tools, for a server with a tokenizer.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import random
 from dataclasses import dataclass
@@ -134,3 +136,74 @@ def fit_history_to_limit(plan: MultiturnPlan, max_input_tokens: int) -> Multitur
     hi = max(plan.history_max_tokens - over, 1)
     lo = min(plan.history_min_tokens, hi)
     return MultiturnPlan(**{**plan.__dict__, "history_min_tokens": lo, "history_max_tokens": hi})
+
+
+# --- the agent turn (issue 21): what a coding agent sends each turn ---------------------------------------------
+# Words a code model's tokenizer keeps whole (one token each in BPE vocabularies, with their leading space), so a
+# text of N of them is about N tokens; the GPU host's stand-in word-level tokenizer has each as one token exactly.
+AGENT_LEXICON = tuple(dict.fromkeys("""
+def return self import from class if else elif for while in not and or is None True False try except finally
+with as raise yield lambda pass break continue global async await print len range list dict set
+tuple str int float bool open read write file path line name value key items append extend update get pop sort
+index count split join strip replace format start end size data result error test assert config model server
+client request response token cache prefix plan memory buffer queue thread lock event time sleep log debug info
+warning module package function method argument parameter default option flag build run check parse render load
+save copy move delete create remove insert select update where order group limit offset user session state
+""".split()))
+AGENT_TOOLS: tuple[dict, ...] = tuple(
+    {"type": "function", "function": {"name": name, "description": text, "parameters": {
+        "type": "object", "properties": {p: {"type": t} for p, t in params}, "required": [p for p, _ in params]}}}
+    for name, text, params in (
+        ("read_file", "Read a file of the repository", (("path", "string"),)),
+        ("edit_file", "Replace text in a file", (("path", "string"), ("old", "string"), ("new", "string"))),
+        ("run_command", "Run a shell command in the repository", (("command", "string"), ("timeout_s", "integer"))),
+    ))
+
+
+def seeded_words(n: int, seed: int) -> str:
+    """n words of AGENT_LEXICON, the same text for the same (n, seed)."""
+    rng = random.Random(seed)
+    return " ".join(AGENT_LEXICON[int(rng.random() * len(AGENT_LEXICON))] for _ in range(n))
+
+
+@dataclass(frozen=True)
+class AgentTurnPlan:
+    """One agent session: a long fixed prefix (the agent's instructions and the repository map, `prefix_words`)
+    with tools attached, then turns that each re-send everything so far plus a short new part: the assistant's
+    tool call, the tool's result and a new instruction (`message_words` each). The assistant's calls are seeded
+    stand-ins, not the server's answers, so two servers get identical traffic (as MultiturnPlan does).
+
+    Turn 0 meets an empty cache (cold: the whole prefix is computed); each later turn shares all but its new part
+    with the turn before (warm: the prefix cache's case)."""
+
+    prefix_words: int = 8000
+    message_words: int = 40
+    turns: int = 4
+    seed: int = 0
+
+    def _text(self, kind: str, turn: int, n: int) -> str:
+        return seeded_words(n, derive_seed("agent", self.seed, kind, turn))
+
+    def messages(self, turn: int) -> list[dict]:
+        """The chat messages of turn `turn` (0-based)."""
+        out: list[dict] = [{"role": "system", "content": "You are a coding agent. " + self._text("prefix", 0,
+                                                                                                 self.prefix_words)},
+                           {"role": "user", "content": self._text("user", 0, self.message_words)}]
+        for k in range(turn):
+            call_id = f"call_{k}"
+            out += [{"role": "assistant", "content": "", "tool_calls": [{
+                        "id": call_id, "type": "function", "function": {
+                            "name": "read_file", "arguments": json.dumps({"path": f"src/module_{k}.py"})}}]},
+                    {"role": "tool", "tool_call_id": call_id, "content": self._text("tool", k, self.message_words)},
+                    {"role": "user", "content": self._text("user", k + 1, self.message_words)}]
+        return out
+
+    def words(self, turn: int) -> int:
+        """Words of content in turn `turn`'s messages (the tokens are about this many, plus the template's)."""
+        return self.prefix_words + self.message_words * (1 + 3 * turn)
+
+
+def agent_prefix_words(max_req_input_len: int, wanted: int = 8000, tokens_per_word: float = 1.5) -> int:
+    """A prefix that leaves the session's last turns room under the server's input limit: at most a third of
+    the limit at `tokens_per_word` (BPE tokenizers split a few lexicon words in two)."""
+    return max(64, min(wanted, int(max_req_input_len / 3 / tokens_per_word)))

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from vramkit.adapters.process import stop_one
+from vramkit.adapters.process import record_pid, recorded_process, stop_one
 from vramkit.errors import Exit, VramkitError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -27,6 +27,7 @@ DEFAULT_PORT = 8003
 PID_FILE = "dashboard.pid"
 LOG_FILE = "dashboard.log"
 ENV_API_KEY = "VRAMKIT_DASHBOARD_API_KEY"
+ENV_ALLOWED_HOSTS = "VRAMKIT_DASHBOARD_ALLOWED_HOSTS"   # Host names answered besides loopback (DNS rebinding)
 
 
 def register(sub) -> None:
@@ -107,11 +108,13 @@ def serve(args) -> int:
     _deps()
     import uvicorn
 
+    from vramkit.adapters.http_server import allowed_host_names, uvicorn_config
     from vramkit.dashboard.app import create_app
 
     if not 0 < args.port < 65536:
         raise VramkitError(f"--port {args.port} is not a port", "e.g. --port 8003", Exit.BAD_INPUT)
-    app = create_app(_source(args), _api_key(args))
+    app = create_app(_source(args), _api_key(args),
+                     host_names=allowed_host_names(args.host, os.environ.get(ENV_ALLOWED_HOSTS, "")))
     if args.host not in ("127.0.0.1", "localhost", "::1") and not _api_key(args):
         print(f"vramkit: warning: serving on {args.host} without an API key: anyone who reaches it sees the "
               f"card and the server -> set {ENV_API_KEY}", file=sys.stderr)
@@ -120,18 +123,16 @@ def serve(args) -> int:
     print(f"vramkit dashboard at {_url(args)}/ (Prometheus: {_url(args)}/metrics)"
           + ("  [API key required]" if _api_key(args) else "")
           + (f"  [replay of {args.replay}]" if args.replay else ""), flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    uvicorn.Server(uvicorn_config(app, args.host, args.port, log_level="warning",
+                                  logger_name="vramkit.dashboard")).run()
     return 0
 
 
 def _our_pid(pid_file: Path) -> int | None:
-    import psutil
-    try:
-        pid = int(pid_file.read_text().strip())
-        cmd = " ".join(psutil.Process(pid).cmdline())
-    except (OSError, ValueError, psutil.Error):
-        return None
-    return pid if "vramkit" in cmd and "dashboard" in cmd else None
+    """The background dashboard's pid if that very process still runs (same pid, start time and command
+    line): a pid file naming a reused pid or another program (`less vramkit/...`) is never ours."""
+    pid, _ = recorded_process(pid_file)
+    return pid
 
 
 def background(args) -> int:
@@ -161,7 +162,7 @@ def background(args) -> int:
         os.chmod(log_file, 0o600)
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                 start_new_session=True, cwd=os.getcwd())
-    pid_file.write_text(str(proc.pid))
+    record_pid(pid_file, proc.pid)
     deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline:
         if proc.poll() is not None:

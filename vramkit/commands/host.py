@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import psutil
@@ -225,6 +226,11 @@ def exit_code(checks: list[Check]) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.warmup_max < 2 or args.warmup_tokens < 1:
         raise VramkitError("--warmup-max must be >= 2 and --warmup-tokens >= 1", "", Exit.BAD_INPUT)
+    # a size below 0 (or nan/inf) is refused, not checked as a pool of -3 GiB that "fits" (issue 20 item 7)
+    for flag, value in (("--pinned-gib", args.pinned_gib), ("--copy-test-gib", args.copy_test_gib)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise VramkitError(f"{flag} {value:g} is not a size: it must be a finite number of GiB >= 0",
+                               f"e.g. {flag} 8", Exit.BAD_INPUT)
     checks, facts = collect(args)
     code = exit_code(checks)
     if args.json:

@@ -4,11 +4,14 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import time
 from typing import Any
 
 from vramkit import catalog
 from vramkit.commands.plan import add_plan_arguments, render_plan, request_from_args
-from vramkit.errors import Exit, VramkitError
+from vramkit.core import progress
+from vramkit.core.plan.autofit import STEP_ORDER, gpu_reasons
+from vramkit.errors import Exit, VramkitError, exit_code_lines
 from vramkit.generated import stale_blocks
 from vramkit.launch import steps, up
 from vramkit.launch.compose_files import stale_files
@@ -36,11 +39,11 @@ def setting_value(args: argparse.Namespace, name: str) -> Any:
         raise VramkitError(f"{where} {raw!r} is not one of {', '.join(s.choices)}", f"set {s.hint(s.choices[0])}",
                            Exit.BAD_INPUT)
     if s.type in (int, float):
-        return number(raw, s.type, where, minimum=1, todo=f"set {s.hint()}")
+        return number(raw, s.type, where, minimum=1, maximum=s.maximum, todo=f"set {s.hint()}")
     return raw
 
 
-def _spec(args: argparse.Namespace) -> steps.LaunchSpec:
+def launch_spec(args: argparse.Namespace) -> steps.LaunchSpec:
     """Flags first, then the VRAMKIT_* environment (launch/env.py), then the defaults (launch/settings.py)."""
     from vramkit.adapters.native_python import native_python
     try:
@@ -51,7 +54,8 @@ def _spec(args: argparse.Namespace) -> steps.LaunchSpec:
     python, python_from = native_python(getattr(args, "sglang_python", None), env_value(setting("sglang_python").env))
     port = setting_value(args, "port")
     return steps.LaunchSpec(
-        name=args.name or f"vramkit-{args.preset or 'custom'}", runtime=setting_value(args, "runtime"),
+        name=getattr(args, "name", None) or f"vramkit-{args.preset or 'custom'}",
+        runtime=setting_value(args, "runtime"),
         port=catalog.sglang().port if port is None else port,
         model_path=setting_value(args, "model_path"), load_format=setting_value(args, "load_format"),
         extra_args=extra, sglang_python=python, sglang_python_from=python_from,
@@ -74,13 +78,17 @@ def _gpu_ids(text: str | None) -> list[int] | None:
 
 def cmd_up(args) -> int:
     con = _console()
-    spec = _spec(args)
-    prep = up.prepare(request_from_args(args), spec, assume_gpu=args.assume_gpu)
+    spec = launch_spec(args)
+    prep = up.prepare(request_from_args(args), spec, assume_gpu=args.assume_gpu,
+                      auto_fit=not (args.no_auto_fit or args.no_fit_check))
+    if prep.autofit is not None:
+        print_autofit(con, prep)
     for item in render_plan(prep.resolved):
         con.print(item)
-    for c in prep.checks:
-        mark = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.fatal else "[yellow]warn[/yellow]")
-        con.print(f"  {mark:>20} {c.name:9s} {c.detail}")
+    if prep.autofit is not None:
+        con.print("[bold yellow]auto-fit[/bold yellow]: starting the stepped-down plan above (--no-auto-fit refuses "
+                  "instead)")
+    print_checks(prep, con)
     if spec.dry_run:
         con.print("[bold]DRY RUN[/bold]: nothing started. It would run:")
         if spec.runtime == "native":
@@ -93,11 +101,37 @@ def cmd_up(args) -> int:
             con.print(f"[yellow]would stop at: {', '.join(c.name for c in failed)}[/yellow]")
         return 0
     up.refuse_failed(prep, no_fit_check=args.no_fit_check)
+    t0 = time.monotonic()
     with con.status("waiting for SGLang") as status:
-        up.start(prep, say=con.print, on_phase=lambda ph: status.update(f"SGLang: {ph}"))
+        up.start(prep, say=con.print,
+                 on_phase=lambda ph: con.print(f"  SGLang: {ph} (at {progress.duration(time.monotonic() - t0)})"),
+                 on_progress=status.update)
     con.print(f"[bold green]serving[/bold green] {prep.resolved.model.name} at http://{spec.host}:{spec.port} "
               f"(OpenAI API: http://{spec.host}:{spec.port}/v1)")
     return 0
+
+
+def print_checks(prep: up.Prepared, con=None) -> None:
+    con = con or _console()
+    for c in prep.checks:
+        mark = "[green]ok[/green]" if c.ok else ("[red]FAIL[/red]" if c.fatal else "[yellow]warn[/yellow]")
+        con.print(f"  {mark:>20} {c.name:9s} {c.detail}")
+
+
+def print_autofit(con, prep: up.Prepared) -> None:
+    """What auto-fit changed and why: the asked plan's reasons at the memory free now, then each step's cost."""
+    from rich.markup import escape
+    fit, r = prep.autofit, prep.resolved
+    assert fit is not None
+    held = r.plan.held_besides_server_bytes / 2**30
+    con.print(f"[bold yellow]auto-fit[/bold yellow]: {r.preset or 'the asked plan'} does not fit the "
+              f"{fit.asked.free_at_start_bytes / 2**30:.2f} GiB free at start ({r.free_source}; "
+              f"{held:.2f} GiB of the card held besides the server):")
+    for reason in gpu_reasons(fit.asked):
+        con.print(f"  x {escape(str(reason))}")
+    con.print("stepped down (order: " + ", ".join(STEP_ORDER) + "):")
+    for line in fit.lines():
+        con.print(f"  - {escape(line)}")
 
 
 def cmd_down(args) -> int:
@@ -119,7 +153,7 @@ def cmd_status(args) -> int:
         for e in out:
             print(f"{e['name']}: {e['runtime']} {e['model']} preset={e['preset']} port={e['port']} "
                   f"health={e['health']} pid={e.get('pid')}")
-    return 0 if out else int(Exit.NOT_RUNNING)
+    return 0        # nothing running is an answer, not a failure (one line above)
 
 
 def cmd_compose(args) -> int:
@@ -136,10 +170,10 @@ def cmd_compose(args) -> int:
 
 def register(sub) -> None:
     up = sub.add_parser("up", help="plan, check, start SGLang, wait for health, warm up",
-                        description="Start SGLang for a preset. Exit codes: 10 no fit, 11 no GPU, 12 no Docker, "
-                                    "13 port busy, 14 host memory, 15 start failed, 16 health timeout, "
-                                    "21 unsupported model, 23 RUNTIME=native's Python cannot import SGLang "
-                                    "(make setup-gpu), 64 bad input.")
+                        description="Start SGLang for a preset, planned for the memory free at start; when it "
+                                    "no longer fits, step down (auto-fit) and say what changed.",
+                        epilog="exit codes:\n  " + "\n  ".join(exit_code_lines()),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_plan_arguments(up)
     up.add_argument("--name", help="service name (default vramkit-<preset>)")
     g = up.add_argument_group("launch settings (declared in vramkit/launch/settings.py)")
@@ -153,7 +187,11 @@ def register(sub) -> None:
             g.add_argument(s.cli_flag, dest=s.name, choices=s.choices or None, help=f"{s.help} {where}")
     up.add_argument("--assume-gpu", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--no-fit-check", action="store_true",
-                    help="start even when the planner says it does not fit (calibration runs measure exactly that)")
+                    help="start even when the planner says it does not fit (calibration runs measure exactly that; "
+                         "no auto-fit)")
+    up.add_argument("--no-auto-fit", action="store_true",
+                    help="refuse (exit 10) when the plan does not fit the memory free at start, instead of stepping "
+                         "down KV dtype, context, GPU experts, memory fraction (core/plan/autofit.py) to what fits")
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="stop a server vramkit started")

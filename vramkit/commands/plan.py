@@ -11,6 +11,7 @@ from vramkit import catalog
 from vramkit.core.plan.knobs import Knobs, by_name, specs
 from vramkit.core.plan.request import PlanRequest, flags, request_from_text
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import reference
 from vramkit.launch.resolve import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -30,9 +31,12 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
     declarations (one line and exit 64, not argparse's 2)."""
     f = flags()
     g = p.add_argument_group("what to run")
-    g.add_argument(f["preset"], help=f"one of: {', '.join(catalog.presets())} (knobs below override it)")
-    g.add_argument(f["model"], help=f"a catalogued model or a folder with config.json (default: the preset's, "
-                                    f"else {DEFAULT_MODEL})")
+    g.add_argument(f["preset"], help=f"one of: {', '.join(catalog.presets())} (knobs below override it; default "
+                                     f"{reference.PRESET} unless --model is given)")
+    g.add_argument(f["model"], help=f"a catalogued model, a folder with config.json, or a Hugging Face id "
+                                    f"(owner/name: its config.json from `vramkit pull`'s folder, the Hub's cache, "
+                                    f"else the Hub; neither: exit 26) (default: the preset's, else {DEFAULT_MODEL})")
+    g.add_argument(f["revision"], metavar="REV", help="the Hugging Face id's branch, tag or commit (default main)")
     g.add_argument(f["gpu"], help=f"a catalogued GPU, or 'auto' to read it through NVML (default {DEFAULT_GPU})")
     g.add_argument(f["gpu_free_gib"], metavar="GIB",
                    help="memory free when SGLang starts loading weights, > 0 (its log: 'Load weight begin. avail "
@@ -43,7 +47,11 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
                    help="the card's memory bandwidth in GB/s (10^9 B/s); needed for a card config/gpus.toml lacks")
     g.add_argument(f["gpu_pcie"], metavar="GENxLANES", help="the card's host link, e.g. 4x16; needed for a card "
                                                             "config/gpus.toml lacks")
-    g.add_argument(f["host_ram_gib"], metavar="GIB", help="available host RAM, > 0 (default: read with psutil)")
+    g.add_argument(f["host_ram_gib"], metavar="GIB", help="the target host's available RAM, > 0 (default: this "
+                                                          "machine's, read with psutil and labelled so)")
+    g.add_argument(f["host_cores"], metavar="N", help="the target host's physical cores for the server, >= 1 (the "
+                                                      "hybrid MoE mode's CPU threads; default: this machine's server "
+                                                      "cpuset, labelled so)")
     m = p.add_argument_group("MoE experts in host RAM (the kt_* knobs; preset moe)")
     m.add_argument(f["kt_weight_path"], default=os.environ.get("VRAMKIT_KT_WEIGHT_PATH") or None, metavar="DIR",
                    help="folder of the CPU experts (default $VRAMKIT_KT_WEIGHT_PATH, else the model folder; "
@@ -79,6 +87,8 @@ def request_from_args(args: argparse.Namespace, knobs_cls: type = Knobs) -> Plan
                                    Exit.BAD_INPUT)
             print(f"vramkit: warning: {old_flag} is now {spec.cli_flag} (same value, {spec.unit})", file=sys.stderr)
             values[spec.name] = getattr(args, old)
+    if values.get("preset") is None and values.get("model") is None:
+        values["preset"] = reference.PRESET          # bare `vramkit plan` plans what `make plan` plans
     return request_from_text(values, knobs_cls)
 
 
@@ -95,14 +105,16 @@ def render_plan(r: Resolved):
     t.add_column("value", justify="right")
     t.add_column("how", style="dim")
     rows = [
-        ("free at start", bytes2human(p.free_at_start_bytes), "card - others - CUDA context (measured)"),
+        ("free at start", bytes2human(p.free_at_start_bytes), r.free_source),
         ("weights on GPU", bytes2human(p.weights_bytes), ", ".join(
             f"{n} {bytes2human(b, digits=2)}" for n, b in p.weights_by_component.items() if b)),
         ("weights in host RAM", bytes2human(p.weights_offloaded_bytes),
          f"{by_name()['cpu_offload_gib'].sglang_flag} {k.cpu_offload_gib}"),
         ("KV bytes / token", f"{p.kv_bytes_per_token:,} B", f"kv dtype {k.kv_dtype}, tp {k.tp}"),
         ("KV pool", f"{p.kv_pool_tokens:,} tok", f"{bytes2human(p.kv_pool_bytes)} at mem_fraction {k.mem_fraction}"),
-        ("context (SGLang)", f"{p.context_len:,}", f"YaRN x{p.yarn_factor:g}" if p.yarn_factor else "native"),
+        ("context (SGLang)", f"{p.context_len:,}", f"YaRN x{p.yarn_factor:g} (asked)" if p.yarn_factor else
+         "the model's native window" if p.context_len == r.model.max_position_embeddings else
+         f"asked (native window {r.model.max_position_embeddings:,})"),
         ("longest prompt", f"< {p.max_request_tokens:,}", "min(context-1, pool-1) - 5"),
         (f"requests of {k.context:,} at once", str(p.max_concurrent_requests), "pool // context"),
         ("peak GPU memory", bytes2human(p.peak_vram_bytes), "as nvidia-smi shows the server"),
@@ -110,6 +122,8 @@ def render_plan(r: Resolved):
          f"activations of a {k.chunked_prefill}-token step: {bytes2human(p.activation_bytes)}"),
         ("decode ceiling (1 stream)", f"{p.decode_tok_s_ceiling:.1f} tok/s" if p.decode_tok_s_ceiling else "n/a",
          "bandwidth / bytes read per token (+ PCIe for offloaded weights)"),
+        ("host RAM available", bytes2human(r.target.host_ram_available_bytes)
+         if r.target.host_ram_available_bytes is not None else "n/a", r.host_ram_source),
         ("host RAM pinned", bytes2human(p.host_ram_bytes), "hierarchical cache + offloaded weights (each tensor "
          "pinned at the next power of two)" if p.weights_offloaded_bytes else "hierarchical cache"),
     ]
@@ -118,12 +132,13 @@ def render_plan(r: Resolved):
         rows[10] = ("decode estimate (1 stream)", f"{h.decode_tok_s:.1f} tok/s",
                     f"at {h.decode_context_tokens:,} tokens of context; derived terms, fitted constants "
                     f"(config/engine.toml kt_*); not a ceiling")
-        rows[11] = ("host RAM", bytes2human(h.host_ram_bytes),
+        rows[12] = ("host RAM", bytes2human(h.host_ram_bytes),
                     f"all {h.num_experts} experts x {h.moe_layers} layers as {h.kt_method} "
                     f"({bytes2human(h.host_experts_bytes)}) + SGLang's own "
                     f"({bytes2human(h.host_sglang_bytes)}, measured)")
         rows.insert(2, ("experts on GPU / CPU", f"{h.num_gpu_experts} / {h.num_experts - h.num_gpu_experts}",
-                        f"per MoE layer; CPU: {h.kt_method} on {h.cpuinfer_threads} threads, "
+                        f"per MoE layer; CPU: {h.kt_method} on {h.cpuinfer_threads} threads "
+                        f"({h.cpu_cores} cores, {h.cpu_cores_source}), "
                         f"{h.cpu_isa or 'no AVX2'} ({h.cpu_isa_source})"))
     for row in rows:
         t.add_row(*row)
@@ -133,13 +148,19 @@ def render_plan(r: Resolved):
         out.append(Text(f"  x {reason}", style="red"))
     for note in p.notes:
         out.append(Text(f"  - {note}", style="yellow"))
+    sv = p.serving
+    if sv is not None:    # what clients type and which parsers SGLang runs, and why those (issue 21)
+        out.append(Text(f"serving: clients call it {sv.served_model_name!r}; tool calls: "
+                        f"{sv.tool_call_parser or 'not parsed'}; reasoning: {sv.reasoning_parser or '-'}"
+                        + (f"; chat template {sv.chat_template}" if sv.chat_template else "") + f" ({sv.source})"))
     if p.alternatives:
         at = Table(title="what would fit instead (re-planned, best first)", show_header=True)
         at.add_column("change")
         at.add_column("fits")
         at.add_column("cost", style="dim")
         for a in p.alternatives:
-            at.add_row(a.change, "yes" if a.fits else "no", a.cost)
+            why = f"; does not fit: {a.why_not}" if a.why_not else ""
+            at.add_row(a.change, "yes" if a.fits else "no", a.cost + why)
         out.append(at)
     return out
 
@@ -174,7 +195,9 @@ def _list(args) -> int:
         "quantization methods modelled": dict.fromkeys(QUANT_METHODS, ""),
         "refused (exit 21, with the reason)": {
             "other architectures": "e.g. multimodal (Gemma3ForConditionalGeneration, Mistral3...), Mamba hybrids",
-            "other quantization": "bitsandbytes, GGUF, NVFP4/modelopt, AWQ 8-bit, compressed-tensors int",
+            "other quantization": "bitsandbytes, NVFP4/modelopt, AWQ 8-bit, compressed-tensors int",
+            "GGUF files": "read (gguf library) and refused with the reason: SGLang serves most, the planner does "
+                          "not model ggml types (vramkit/gguf_model.py)",
             "Qwen-MoE dense layers": "decoder_sparse_step != 1 or mlp_only_layers: SGLang builds every layer sparse",
         },
     }

@@ -2,16 +2,17 @@
 
 Writes vramkit-sglang.service and vramkit-embed.service into --dir (default ~/.config/systemd/user):
 restart on failure, LimitMEMLOCK for the pinned host pool, CPUAffinity from the cpusets `make
-optimize-write` put in .env, logs to the journal. The SGLang command is the plan's, resolved now for the
-card named (--gpu, default the preset's card; `--gpu auto` reads it), exactly as `vramkit up` renders it.
-Then: systemctl --user daemon-reload && systemctl --user enable --now vramkit-sglang
+optimize-write` put in .env, logs to the journal. The SGLang unit runs exactly the command `vramkit up
+--runtime native` would run with the same arguments (the same plan, auto-fit, checks and command: launch/up.py
+`prepare`), and the install refuses where `vramkit up` would, with its exit code (a busy port excepted: the
+unit starts later, and the server it replaces may hold the port now). --dry-run prints the units and the
+checks and writes nothing. Then: systemctl --user daemon-reload && systemctl --user enable --now vramkit-sglang
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,9 @@ from vramkit.launch.steps import env_cpuset
 TEMPLATES = catalog.CONFIG_DIR.parent / "services" / "systemd"
 UNITS = ("vramkit-sglang.service", "vramkit-embed.service")
 EMBED_PORT = 8002
-SERVICE_SETTINGS = ("port", "model_path", "load_format", "extra_args", "sglang_python", "gpu_ids")
+SERVICE_SETTINGS = ("port", "model_path", "load_format", "extra_args", "sglang_python", "gpu_ids", "dry_run")
+# the checks `vramkit up` runs that do not bind a unit installed now (see the docstring)
+NOT_AT_INSTALL = ("port",)
 
 
 def register(sub) -> None:
@@ -39,7 +42,12 @@ def register(sub) -> None:
     # the launch settings a unit fixes, as `vramkit up` takes them (declared in vramkit/launch/settings.py)
     for name in SERVICE_SETTINGS:
         s = setting(name)
-        p.add_argument(s.cli_flag, dest=s.name, help=f"{s.help} (default ${s.env_name})")
+        if s.type is bool:
+            p.add_argument(s.cli_flag, dest=s.name, action="store_true", help=f"{s.help} (or ${s.env_name})")
+        else:
+            p.add_argument(s.cli_flag, dest=s.name, help=f"{s.help} (default ${s.env_name})")
+    p.add_argument("--no-auto-fit", action="store_true", help="as `vramkit up --no-auto-fit`")
+    p.add_argument("--assume-gpu", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=run)
 
@@ -54,39 +62,51 @@ def _abs_python(path: str) -> str:
     return str(p)             # not resolved: a venv's python symlink must stay the venv's
 
 
-def render_units(args) -> dict[str, str]:
-    from vramkit.commands.launch import setting_value
+def prepare(args):
+    """What `vramkit up --runtime native` would prepare for these arguments (launch/up.py): plan, checks, command."""
+    from vramkit.commands.launch import launch_spec
     from vramkit.commands.plan import request_from_args
+    from vramkit.launch import up
+    from vramkit.launch.systemd_units import _no_control
+    for name, value in vars(args).items():     # a line break in any value would start a directive of its own
+        if isinstance(value, str):
+            try:
+                _no_control(f"--{name.replace('_', '-')}", value)
+            except ValueError as e:
+                raise VramkitError(str(e), "give values without line breaks", Exit.BAD_INPUT) from None
+    spec = replace(launch_spec(args), runtime="native")
+    return up.prepare(request_from_args(args), spec, assume_gpu=args.assume_gpu, auto_fit=not args.no_auto_fit)
+
+
+def exec_argv(prep) -> list[str]:
+    """The unit's ExecStart: `vramkit up`'s native command, its Python made absolute (systemd needs it)."""
+    return [_abs_python(prep.native[0]), *prep.native[1:]]
+
+
+def render_units(args, prep=None) -> dict[str, str]:
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, ENV_SIDE_CPUSET
-    from vramkit.core.render.sglang import sglang_args
     from vramkit.launch import systemd_units as su
-    from vramkit.launch.resolve import host_available, nvml_gpu, resolve
+    from vramkit.launch.hybrid import KT_COMPAT_DIR
     from vramkit.units import bytes2human
 
-    request = request_from_args(args)
-    if not request.preset and not request.model:
-        request = replace(request, preset="optimized")
-    r = resolve(request, read_gpu=nvml_gpu, read_host=host_available)
-    if not r.plan.fits:
-        raise VramkitError(f"the plan does not fit {r.gpu.label if r.gpu else 'the card'}: {'; '.join(r.plan.reasons)}",
-                           "`vramkit plan` lists what would fit; install with those knobs", Exit.NO_FIT)
+    prep = prep or prepare(args)
+    r = prep.resolved
     repo = str(catalog.CONFIG_DIR.parent)
-    python = _abs_python(setting_value(args, "sglang_python") or sys.executable)
-    port = setting_value(args, "port") or catalog.sglang().port
-    argv = [python, "-m", "sglang.launch_server",
-            *sglang_args(r.model, r.plan, model_path=setting_value(args, "model_path") or r.model.hf_id,
-                         port=port, load_format=setting_value(args, "load_format"),
-                         extra=shlex.split(setting_value(args, "extra_args") or ""))]
-    tp = r.plan.knobs.tp
-    gpu_ids = setting_value(args, "gpu_ids") or ",".join(str(i) for i in range(tp))
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, prep.gpu_ids)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if r.hybrid is not None:      # as `vramkit up` sets it, without this shell's own PYTHONPATH
+        env |= r.hybrid.native_env() | {"PYTHONPATH": str(KT_COMPAT_DIR)}
+    # one Environment= line of quoted assignments (systemd.exec(5)); % starts a specifier
+    environment = " ".join('"' + f"{k}={v}".replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"') + '"'
+                           for k, v in env.items())
     plan_line = (f"plan: {r.model.name} on {r.gpu.label if r.gpu else 'the given free memory'}, peak "
                  f"{bytes2human(r.plan.peak_vram_bytes)} per GPU, KV pool {r.plan.kv_pool_tokens:,} tokens "
                  f"(derived: the kit's planner)")
     common = {"repo": repo}
     sglang = su.render(_template("vramkit-sglang.service.in"), common | {
         "plan_line": plan_line, "sglang_version": catalog.versions().sglang_pip, "model": r.model.name,
-        "preset": r.preset or "custom", "port": str(port), "gpu_ids": gpu_ids,
-        "exec_start": su.exec_line(argv), "pinned": bytes2human(r.plan.host_ram_bytes) + " planned",
+        "preset": r.preset or "custom", "port": str(prep.spec.port),
+        "environment": environment,
+        "exec_start": su.exec_line(exec_argv(prep)), "pinned": bytes2human(r.plan.host_ram_bytes) + " planned",
         "cpu_affinity": su.cpu_affinity_line(env_cpuset(ENV_SERVER_CPUSET), ENV_SERVER_CPUSET)})
     me = _abs_python(sys.executable)
     embed_argv = [me, "-m", "vramkit", "embed", "serve", "--host", "127.0.0.1", "--port", str(args.embed_port),
@@ -107,7 +127,20 @@ def _template(name: str) -> str:
 
 
 def run(args) -> int:
-    units = render_units(args)
+    from vramkit.commands.launch import print_checks
+    from vramkit.launch import up
+
+    prep = prepare(args)
+    try:
+        units = render_units(args, prep)
+    except ValueError as e:          # a control character in a value (systemd_units refuses it)
+        raise VramkitError(str(e), "give values without line breaks", Exit.BAD_INPUT) from None
+    if prep.spec.dry_run:
+        print_checks(prep)
+        for name, text in units.items():
+            print(f"# {name} (DRY RUN: not written)\n{text}")
+        return 0
+    up.refuse_failed(prep, skip=NOT_AT_INSTALL)
     out_dir = Path(args.dir).expanduser()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ Exit codes follow the monitoring-plugin convention (Nagios, Icinga, Zabbix and f
   2 CRITICAL  over the threshold on at least one GPU
   3 UNKNOWN   cannot tell: no NVML, no driver, no GPU, a GPU unreadable or lost (and none over)
   64          bad arguments (a typo, --threshold -5%)
+  65          a malformed run-state record (its budget or GPU list); says which
 Call `vramkit vram-safe` from scripts, not `make vram-safe`: make turns every failure into exit 2.
 One line on stdout says which, and what it read: "in use" is NVML's total - free, which counts
 driver-reserved memory (nvidia-smi's memory.used does not).
@@ -39,7 +40,11 @@ def resolve_thresholds(text: str | None) -> dict[int | None, vram.Threshold]:
             return {None: vram.parse_threshold(text)}
         except ValueError as e:
             raise VramkitError(f"--threshold: {e}", "write e.g. 12GiB or 75%", Exit.BAD_INPUT) from None
-    budgets = vram.budget_thresholds(state.read_running())
+    try:
+        budgets = vram.budget_thresholds(state.read_running())
+    except ValueError as e:
+        raise VramkitError(str(e), f"fix or remove it in {state.state_dir()} (`vramkit status` lists what runs), "
+                                   "or pass --threshold", Exit.BAD_FILE) from None
     if budgets:
         return budgets
     return {None: vram.Threshold(fraction=vram.DEFAULT_GUARD_FRACTION,

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 class BadRequest(Exception):
     """A 4xx answer: `status`, a message saying what to change, and the offending field."""
 
-    def __init__(self, status: int, message: str, param: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 retry_after_s: int | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
+        self.retry_after_s = retry_after_s     # said in a Retry-After header (429, 503)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": "invalid_request_error",
@@ -63,6 +65,9 @@ def _texts(value, field: str, lim: Limits) -> list[str]:
 
 def _model(body: dict, lim: Limits) -> None:
     model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest(422, f"'model' must be a string (got {type(model).__name__}): send the "
+                              "model's name, or leave it out", "model")
     if model is not None and model not in lim.model_names:
         raise BadRequest(404, f"unknown model {model!r}: this service serves "
                               f"{', '.join(sorted(lim.model_names))}", "model")

@@ -37,14 +37,15 @@ def env_number(name: str, kind: type, default, *, minimum: float = 0, environ=No
                                               todo=f"fix or unset {PREFIX}{name}")
 
 
-def number(raw, kind: type, what: str, *, minimum: float = 0, todo: str = ""):
-    """`raw` as a finite int/float >= minimum, else one line naming `what`, exit 64."""
+def number(raw, kind: type, what: str, *, minimum: float = 0, maximum: float = math.inf, todo: str = ""):
+    """`raw` as a finite int/float in [minimum, maximum], else one line naming `what`, exit 64."""
     try:
         value = kind(raw)
     except (TypeError, ValueError):
         value = None
-    if value is None or not math.isfinite(value) or value < minimum:
-        raise VramkitError(f"{what} {raw!r} is not a {'whole ' if kind is int else ''}number >= {minimum:g}",
+    if value is None or not math.isfinite(value) or value < minimum or value > maximum:
+        bound = f">= {minimum:g}" if maximum == math.inf else f"in {minimum:g}-{maximum:g}"
+        raise VramkitError(f"{what} {raw!r} is not a {'whole ' if kind is int else ''}number {bound}",
                            todo, Exit.BAD_INPUT)
     return value
 

@@ -69,9 +69,10 @@ def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], 
         from vramkit.launch.steps import env_cpuset
         topo = read_topology()
         cpus = env_cpuset() or topo.allowed
-        physical_cores, cores_source = max(1, len(topo.cores(cpus))), "this host's server cpuset"
+        physical_cores, cores_source = max(1, len(topo.cores(cpus))), ("this machine's server cpuset (plan "
+                                                                        "another host with --host-cores)")
     else:
-        cores_source = "given"
+        cores_source = "--host-cores"
     return kt.HostCpu(isa=isa, isa_source=isa_source, read_bytes_s=read, read_source=read_source,
                       physical_cores=physical_cores, cores_source=cores_source,
                       kt_kernel=catalog.versions().kt_kernel_pip)     # the release the kit installs

@@ -9,6 +9,9 @@ from __future__ import annotations
 from vramkit.core.plan.request import PlanRequest
 
 GPU = "rtx-5060-ti-16gb"      # the first user's card (config/gpus.toml)
+# the preset a request without --preset and --model plans: bare `vramkit plan` is `make plan` (mk/core.mk's
+# PRESET default, held to this by tests/unit/test_input_holes.py), `vramkit up` and `install-service` the same
+PRESET = "optimized"
 HOST_RAM_GIB = 64.0           # a 64 GiB desktop: room for the presets' pinned host-RAM pools
 HOST_PHYSICAL_CORES = 8       # an 8-core desktop CPU (the hybrid MoE mode's CPU expert threads)
 # Host memory read bandwidth in GB/s: dual-channel DDR5-5600 reads ~70 % of its 89.6 GB/s peak (assumed, not

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from vramkit import catalog
 from vramkit.core.model.spec import GpuSpec, ModelSpec
 from vramkit.core.plan.knobs import Knobs
-from vramkit.core.plan.planner import Plan, Target, plan
+from vramkit.core.plan.planner import Plan, Target, plan, unasked_context
 from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import reference
@@ -28,13 +28,21 @@ class Resolved:
     preset: str | None
     plan: Plan
     hybrid: Hybrid | None = None            # the launch side of plan.hybrid (kt_method)
+    free_source: str = ""                   # where the free memory at start came from, in words
+    host_ram_source: str = ""               # where the host RAM figure came from (given, or this machine's)
 
 
 def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
     """A request -> a plan. `read_gpu()`/`read_host()` are the adapters (NVML, psutil), passed in."""
     preset = catalog.preset(request.preset) if request.preset else None
-    model = catalog.model(request.model or (preset.model if preset and preset.model else DEFAULT_MODEL))
-    knobs_obj = Knobs(**((preset.knobs if preset else {}) | dict(request.knobs)))
+    model = catalog.model(request.model or (preset.model if preset and preset.model else DEFAULT_MODEL),
+                          request.revision)
+    asked = (preset.knobs if preset else {}) | dict(request.knobs)
+    context_note = None
+    if "context" not in asked:      # the knob's default: no YaRN the user did not ask for
+        context, context_note = unasked_context(model, Knobs().context)
+        asked = asked | {"context": context}
+    knobs_obj = Knobs(**asked)
     engine = catalog.engine()
     gpu_free = int(request.gpu_free_gib * GiB) if request.gpu_free_gib is not None else None
     gpu_name = request.gpu or (None if gpu_free is not None else DEFAULT_GPU)
@@ -51,16 +59,34 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
         link = gpu_link(request, gpu)
         if link is not None:
             gpu = replace(gpu, bandwidth_bytes_s=link[0], pcie_gen=link[1], pcie_lanes=link[2])
+    elif gpu_free is not None and (link := gpu_link(request, None)) is not None:
+        # only the free memory and the card's figures: a card of its own, sized as the planner sizes a bare
+        # free-memory figure (free + what the server takes before its weights), so the decode ceiling is there
+        gpu = GpuSpec(name="given-card", label=f"a card with {request.gpu_free_gib:g} GiB free",
+                      memory_total_bytes=gpu_free + engine.startup_overhead(knobs_obj.tp), bandwidth_bytes_s=link[0],
+                      pcie_gen=link[1], pcie_lanes=link[2])
     host_avail = (int(request.host_ram_gib * GiB) if request.host_ram_gib is not None
                   else (read_host() if read_host else None))
+    host_ram_source = ("given (--host-ram-gib)" if request.host_ram_gib is not None else
+                       "this machine's available RAM (psutil; plan another host with --host-ram-gib)"
+                       if host_avail is not None else "not known")
     # the CPU side (the hybrid MoE mode, and its alternative for a MoE that does not fit): --cpu-isa or this host's
-    host = host_cpu(cpu_isa=request.cpu_isa, host_read=request.host_read_gbs) if model.moe is not None else None
+    host = host_cpu(cpu_isa=request.cpu_isa, host_read=request.host_read_gbs,
+                    physical_cores=request.host_cores) if model.moe is not None else None
     target = Target(gpu=gpu, gpu_free_bytes=gpu_free, other_used_bytes=other_used, host_ram_available_bytes=host_avail,
                     host=host)
     p = plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values()))
+    if context_note:
+        p = replace(p, notes=(context_note, *p.notes))
     here = this_host_isa() if p.hybrid is not None else None
+    if request.gpu_free_gib is not None:
+        free_source = "given (--gpu-free-gib), not measured"
+    elif gpu_name == "auto":
+        free_source = "NVML's free now - CUDA context (measured)"
+    else:
+        free_source = "card - others - driver reserve - CUDA context (those two measured, config/engine.toml)"
     return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None, p,
-                    for_plan(p, request.kt_weight_path, here))
+                    for_plan(p, request.kt_weight_path, here), free_source, host_ram_source)
 
 
 def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
@@ -90,7 +116,7 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
         if g.error is not None or is_na(g.total_bytes) or is_na(g.free_bytes):
             raise VramkitError(f"GPU {i} did not answer NVML", "check nvidia-smi, or name one with --gpu", Exit.NO_GPU)
     g = chosen[0]
-    known = catalog.gpu_by_nvml_name(str(g.name))
+    known = catalog.gpu_by_nvml_name(str(g.name), int(g.total_bytes))
     link = link_for(known) if link_for is not None else None
     if link is None and known is not None:
         link = (known.bandwidth_bytes_s, known.pcie_gen, known.pcie_lanes)
@@ -103,9 +129,11 @@ def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,
     spec = GpuSpec(name=known.name if known else f"nvml:{g.name}", label=str(g.name),
                    memory_total_bytes=min(int(x.total_bytes) for x in chosen), bandwidth_bytes_s=bandwidth,
                    pcie_gen=gen, pcie_lanes=lanes, nvml_names=(str(g.name),),
-                   # a catalogued card keeps what NVML does not give here (marlin's workspace, MXFP4's layout)
+                   # NVML's compute capability (MXFP4's layout), else the catalogued twin's; the SM count (marlin's
+                   # workspace) NVML does not give: the twin's, else the planner's stated default
                    sm_count=known.sm_count if known else None,
-                   compute_capability=known.compute_capability if known else None)
+                   compute_capability=(g.compute_capability if not is_na(g.compute_capability)
+                                       else known.compute_capability if known else None))
     return spec, min(int(x.free_bytes) for x in chosen)
 
 
@@ -129,11 +157,23 @@ def host_available() -> int:
     return host_memory()[1]
 
 
-def plan_args(r: Resolved) -> list[str]:
-    """The SGLang arguments of a plan as `vramkit plan` shows them (the model's hf_id, or a folder model's
-    folder; SGLang's port), with --kt-weight-path in the hybrid MoE mode."""
-    from vramkit.core.render.sglang import model_path_for, sglang_args
-    path = model_path_for(r.model)
+def default_model_path(model: ModelSpec, revision: str | None = None) -> str:
+    """What SGLang loads when --model-path does not say: the folder `vramkit pull` recorded for the model's Hub
+    id (so nothing is downloaded twice), else the Hub id (SGLang downloads it), else a folder model's folder."""
+    from vramkit.core.render.sglang import model_path_for
+    if model.hf_id:
+        from vramkit.adapters import hub
+        folder = hub.pulled_folder(model.hf_id, revision)
+        if folder is not None:
+            return str(folder)
+    return model_path_for(model)
+
+
+def plan_args(r: Resolved, revision: str | None = None) -> list[str]:
+    """The SGLang arguments of a plan as `vramkit plan` shows them (the pulled folder, else the model's hf_id, or
+    a folder model's folder; SGLang's port), with --kt-weight-path in the hybrid MoE mode."""
+    from vramkit.core.render.sglang import sglang_args
+    path = default_model_path(r.model, revision)
     extra = r.hybrid.args(path) if r.hybrid is not None else []
     return sglang_args(r.model, r.plan, model_path=path, port=catalog.sglang().port) + extra
 

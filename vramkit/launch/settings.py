@@ -7,6 +7,7 @@ Precedence: the CLI flag, then VRAMKIT_<ENV>, then the default (the port's is co
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ class LaunchSetting:
     help: str
     old_env: str | None = None    # the name before issue 11, still read with a warning
     choices: tuple[str, ...] = ()
+    maximum: float = math.inf     # a number's upper bound (a port: 65535)
 
     @property
     def env_name(self) -> str:
@@ -40,11 +42,12 @@ SETTINGS: tuple[LaunchSetting, ...] = (
     LaunchSetting("runtime", str, "docker", "--runtime", "RUNTIME", "RUNTIME",
                   "docker, or native (python -m sglang.launch_server in the background)", "RUNTIME", RUNTIMES),
     LaunchSetting("port", int, None, "--port", "PORT", "PORT",
-                  "host port of SGLang's API (default: config/sglang.toml's)", "PORT"),
+                  "host port of SGLang's API, 1-65535 (default: config/sglang.toml's)", "PORT", maximum=65535),
     LaunchSetting("model_path", str, None, "--model-path", "MODEL_PATH", "MODEL_PATH",
                   "local folder or HF id instead of the model's hf_id; it is what gets planned", "MODEL_PATH"),
     LaunchSetting("load_format", str, None, "--load-format", "LOAD_FORMAT", "LOAD_FORMAT",
-                  "'dummy': real shapes, random weights, no download, no tokenizer", "LOAD_FORMAT"),
+                  "'dummy': real shapes, random weights, no download, no tokenizer (unless the folder holds one)",
+                  "LOAD_FORMAT"),
     LaunchSetting("timeout_s", float, 1200.0, "--timeout", "TIMEOUT", "TIMEOUT",
                   "seconds to wait for /health (a first GPTQ start compiles kernels for ~6 min)", "TIMEOUT"),
     LaunchSetting("gpu_ids", str, None, "--gpus", "GPUS", None, "GPU indices (NVML's), e.g. 0,1", "GPUS"),

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core import sglang_log
+from vramkit.core import progress, sglang_log
 from vramkit.core.plan.knobs import SGLANG_FLAGS
-from vramkit.core.render.sglang import compose_yaml, container_model_path, model_path_for, sglang_args
+from vramkit.core.render.sglang import compose_yaml, container_model_path, sglang_args
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.settings import setting
 
@@ -52,10 +52,15 @@ def state_paths(name: str) -> dict[str, Path]:
     return {"log": d / f"{name}.log", "compose": d / f"{name}.compose.yml"}
 
 
+# a model folder holding one of these, or a --tokenizer-path among the extra args, serves text (chat) with dummy weights
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
 def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     """(the native command, the compose file text) for this launch."""
     model = resolved.model
-    model_path = spec.model_path or model_path_for(model)
+    from vramkit.launch.resolve import default_model_path
+    model_path = spec.model_path or default_model_path(model)      # `vramkit pull`'s folder where there is one
     # a folder on this host (a folder model, or --model-path DIR): natively SGLang reads it where it is; in a
     # container it is bind-mounted read-only and --model-path names the mount
     folder = str(Path(model_path).resolve()) if Path(model_path).is_dir() else None
@@ -64,7 +69,9 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
         model_path = folder if spec.runtime == "native" else container_model_path(folder)
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
-                       load_format=spec.load_format, extra=spec.extra_args)
+                       load_format=spec.load_format, extra=spec.extra_args,
+                       folder_has_tokenizer=SGLANG_FLAGS["tokenizer_path"] in spec.extra_args
+                       or (bool(folder) and any((Path(str(folder)) / f).is_file() for f in TOKENIZER_FILES)))
     native_argv, kt = argv, {}
     if resolved.hybrid is not None:
         native_argv = argv + resolved.hybrid.args(model_path)
@@ -83,8 +90,10 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
 
 
 def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None, sleep=time.sleep,
-                 clock=time.monotonic) -> float:
-    """Poll /health until 200; raise START_FAILED if the server exits, HEALTH_TIMEOUT after timeout_s."""
+                 clock=time.monotonic, on_progress=None, last_start_s: float | None = None) -> float:
+    """Poll /health until 200; raise START_FAILED if the server exits, HEALTH_TIMEOUT after timeout_s.
+    `on_phase(label)` once per new phase; `on_progress(line)` every poll: the phase, its place in the order,
+    the shards loaded, the time elapsed and the ETA from `last_start_s` (core/progress.py)."""
     t0 = clock()
     last_phase = None
     while True:
@@ -92,10 +101,13 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
         if status == 200:
             return clock() - t0
         text = read_log()
-        ph = sglang_log.phase(text)
+        index, ph = sglang_log.phase_at(text)
         if on_phase and ph != last_phase:
             on_phase(ph)
             last_phase = ph
+        if on_progress:
+            loading = sglang_log.shards(text) if ph == "loading weights" else None
+            on_progress(progress.start_line(ph, index, len(sglang_log.PHASES), clock() - t0, last_start_s, loading))
         if not is_alive():
             where = state_paths(spec.name)["log"] if spec.runtime == "native" else "docker logs " + spec.name
             raise VramkitError(f"SGLang exited during start-up ({ph}): {sglang_log.last_error(text)}", f"see {where}",
@@ -134,7 +146,8 @@ def vram_budget(resolved, in_use_before_start: int | None) -> tuple[int, str]:
 
 
 def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
-           in_use_before_start: int | None = None, cpu_pin: str | None = None) -> dict:
+           in_use_before_start: int | None = None, cpu_pin: str | None = None,
+           auto_fit: list[str] | None = None, start_s: float | None = None) -> dict:
     budget, basis = vram_budget(resolved, in_use_before_start)
     from vramkit.adapters.state import write_running
     data = {
@@ -146,6 +159,8 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "vram_budget_bytes": budget, "vram_budget_basis": basis,
         "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
         "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
+        "auto_fit": auto_fit,        # None: started as asked; else what auto-fit changed and what it costs
+        "start_s": start_s,          # seconds from the start to /health (the next start's ETA)
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_running(spec.name, data)
@@ -172,7 +187,7 @@ def shell_line(cmd: list[str]) -> str:
 
 
 # ModelSpec fields that are the model's shape (what the planner reads); names and paths are not.
-_NOT_SHAPE = {"name", "hf_id", "config_dir", "note"}
+_NOT_SHAPE = {"name", "hf_id", "config_dir", "note", "serving"}   # serving: names and parsers, not the shape
 
 
 def model_to_plan(model_arg: str | None, model_path: str | None) -> str | None:

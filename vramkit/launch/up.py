@@ -13,8 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from vramkit import catalog
 from vramkit.core.checks import Check
 from vramkit.core.host_plan import format_cpulist
+from vramkit.core.plan import autofit
+from vramkit.core.plan.autofit import AutoFit
 from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import checks as launch_checks
@@ -48,24 +51,43 @@ class Prepared:
     compose_text: str
     paths: dict[str, Path]
     checks: list[Check]
+    autofit: AutoFit | None = None      # the steps down from the asked knobs, when the asked ones did not fit
+    autofit_refused: str | None = None  # why auto-fit did not step (nothing fits, or --no-auto-fit)
 
     def failed(self, *, no_fit_check: bool = False) -> list[Check]:
         return [c for c in self.checks if not c.ok and c.fatal and not (no_fit_check and c.name == "fit")]
 
 
-def prepare(request: PlanRequest, spec: steps.LaunchSpec, *, assume_gpu: bool = False) -> Prepared:
+def prepare(request: PlanRequest, spec: steps.LaunchSpec, *, assume_gpu: bool = False,
+            auto_fit: bool = True) -> Prepared:
     """Read the GPUs once, resolve the plan for them, build the command and run every pre-start check.
     Starts nothing. With a GPU present and neither --gpu nor --gpu-free-gib given, the plan is for the GPUs
-    the server will use (--gpu auto)."""
+    the server will use (--gpu auto), at the memory free now. When that plan does not fit the GPU and
+    `auto_fit`, the knobs step down in core/plan/autofit.py's declared order to the largest that fits, and
+    that is what is built and checked (Prepared.autofit says what changed)."""
     snap = gpu_snapshot()
     gpu_count = len(snap.gpus) if snap is not None else 0
     gpu_present = gpu_count > 0 or assume_gpu
     gpu = "auto" if request.gpu is None and gpu_present and request.gpu_free_gib is None else request.gpu
     # plan what --model-path loads
     request = replace(request, gpu=gpu, model=steps.model_to_plan(request.model, spec.model_path))
-    r = resolve(request, read_gpu=lambda tp, link_for=None: nvml_gpu(tp, steps.server_gpu_ids(spec, tp), snap,
-                                                                 link_for=link_for),
-                read_host=host_available)
+
+    def resolve_for(req: PlanRequest) -> Resolved:
+        return resolve(req, read_gpu=lambda tp, link_for=None: nvml_gpu(tp, steps.server_gpu_ids(spec, tp), snap,
+                                                                        link_for=link_for),
+                       read_host=host_available)
+
+    r = resolve_for(request)
+    fit, refused = None, None
+    if not autofit.gpu_fits(r.plan):
+        if not auto_fit:
+            refused = "--no-auto-fit: the asked knobs or nothing"
+        else:
+            fit = autofit.step_down(r.model, r.target, r.knobs, catalog.engine())
+            if fit is None:
+                refused = "nothing in the order " + ", ".join(autofit.STEP_ORDER) + " fits"
+            else:       # the stepped-down knobs as if asked: the same resolution, the same checks
+                r = resolve_for(replace(request, knobs=dict(request.knobs) | fit.knobs))
     ids = steps.server_gpu_ids(spec, r.plan.knobs.tp)
     native, compose_text = steps.build(r, spec)
     from vramkit.adapters import docker, host, native_python, process
@@ -73,22 +95,29 @@ def prepare(request: PlanRequest, spec: steps.LaunchSpec, *, assume_gpu: bool = 
                                      host_ram=lambda: host.host_memory()[1], memlock=host.memlock_limit,
                                      port_free=process.port_free, gpu_count=gpu_count or None,
                                      sglang_import=native_python.probe_sglang)
-    return Prepared(r, spec, ids, in_use(snap, ids), native, compose_text, steps.state_paths(spec.name), checks)
+    return Prepared(r, spec, ids, in_use(snap, ids), native, compose_text, steps.state_paths(spec.name), checks,
+                    fit, refused)
 
 
-def refuse_failed(prep: Prepared, *, no_fit_check: bool = False) -> None:
-    """The first fatal failed check as one error (its own exit code); nothing has been started."""
-    failed = prep.failed(no_fit_check=no_fit_check)
+def refuse_failed(prep: Prepared, *, no_fit_check: bool = False, skip: tuple[str, ...] = ()) -> None:
+    """The first fatal failed check (not named in `skip`) as one error (its own exit code); nothing has been
+    started."""
+    failed = [c for c in prep.failed(no_fit_check=no_fit_check) if c.name not in skip]
     if failed:
         first = failed[0]
         what, _, todo = first.detail.partition(" -> ")
+        if first.name == "fit" and prep.autofit_refused:
+            what += f" (auto-fit: {prep.autofit_refused})"
         raise VramkitError(f"not starting: {first.name}: {what}", todo or "see the checks above", Exit(first.code))
 
 
-def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str], None] | None = None) -> dict:
-    """Start, wait for /health, warm up, record; tear down on any failure. Returns the run record."""
+def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str], None] | None = None,
+          on_progress: Callable[[str], None] | None = None) -> dict:
+    """Start, wait for /health, warm up, record; tear down on any failure. Returns the run record.
+    `on_progress` gets a progress line every poll (the ETA from the last start of this server here)."""
     from vramkit.adapters import docker, process
     from vramkit.adapters.sglang_http import SglangClient
+    from vramkit.adapters.state import last_start_seconds, save_start_seconds
     r, spec, paths = prep.resolved, prep.spec, prep.paths
     pid = None
     compose_path = None
@@ -122,14 +151,19 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
             compose_path = paths["compose"]
             compose_path.parent.mkdir(parents=True, exist_ok=True)
             compose_path.write_text(prep.compose_text)
-            docker.up(compose_path)
+            say("docker compose up: a first start pulls (or builds) the image; Docker's progress follows")
+            docker.up(compose_path, on_line=lambda line: (on_progress or say)(f"docker: {line}"))
 
             def is_alive() -> bool:
                 return docker.container_status(spec.name) in ("running", "created", "restarting")
 
             def read_log() -> str:
                 return docker.logs(spec.name)
-        took = steps.wait_healthy(client, spec, is_alive=is_alive, read_log=read_log, on_phase=on_phase)
+        key = start_key(prep)
+        took = steps.wait_healthy(client, spec, is_alive=is_alive, read_log=read_log, on_phase=on_phase,
+                                  on_progress=(lambda line: on_progress(f"SGLang: {line}")) if on_progress else None,
+                                  last_start_s=last_start_seconds(key))
+        save_start_seconds(key, took)
         say(f"healthy after {took:.0f} s")
         lat = steps.warm_up(client, spec, r.model.vocab_size)
         say("warm-up: " + ", ".join(f"{x * 1000:.0f} ms" for x in lat))
@@ -139,11 +173,18 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
         raise
     finally:
         client.close()
-    rec = steps.record(r, spec, pid, compose_path, in_use_before_start=prep.in_use_before, cpu_pin=pin_note)
+    rec = steps.record(r, spec, pid, compose_path, in_use_before_start=prep.in_use_before, cpu_pin=pin_note,
+                       auto_fit=prep.autofit.lines() if prep.autofit else None, start_s=round(took, 1))
     if prep.in_use_before is None:
         say(f"[yellow]note[/yellow]: no NVML reading before the start; vram-safe's budget assumes "
             f"{rec['vram_budget_basis']}")
     return rec
+
+
+def start_key(prep: Prepared) -> str:
+    """What makes two starts comparable for the ETA: the runtime and the command (model, knobs, load format)."""
+    import hashlib
+    return f"{prep.spec.runtime}:" + hashlib.sha256(" ".join(prep.native[1:]).encode()).hexdigest()[:16]
 
 
 def pin(pid: int, cpus: tuple[int, ...]) -> str | None:

@@ -10,14 +10,41 @@ means: the first N experts on the GPU, the rest on the CPU. Nothing else changes
 
 It is loaded lazily: ``install()`` (run by the sitecustomize beside it, or a .pth line in the image)
 only registers an import hook, so Python processes that never import kt_kernel pay nothing.
+
+Opt-in, ``VRAMKIT_KT_GPU_LAYERS`` (issue 18, the placement lever): whole layers' experts on the GPU instead
+of N per layer, as llama.cpp's --n-cpu-moe places them. ``auto`` turns SGLang's --kt-num-gpu-experts N into
+L = N x layers / experts whole layers (the last L: the same GPU memory for experts, within one layer's
+rounding); ``a-b,c`` names them. A GPU layer is built without KT (SGLang's own fused MoE over all its
+experts): no CPU round trip at all. Every other layer has 0 GPU experts: its GPU MoE kernel is skipped and
+its output is the CPU's alone. The last CPU layer defers nothing (its next layer has no KT wrapper to take
+the deferred share).
 """
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 
 TARGET = "kt_kernel"
+SGLANG_KT = "sglang.srt.layers.moe.kt_ep_wrapper"
+LAYERS_ENV = "VRAMKIT_KT_GPU_LAYERS"
+
+
+def gpu_layers(spec: str, num_layers: int, num_experts: int, per_layer: int | None) -> frozenset[int]:
+    """The layers whose experts all sit on the GPU: ``auto`` = the last per_layer x layers // experts,
+    else a list of layers and ranges ('32-47,0')."""
+    spec = spec.strip()
+    if spec == "auto":
+        n = (per_layer or 0) * num_layers // num_experts
+        return frozenset(range(num_layers - n, num_layers))
+    out: set[int] = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    if any(not 0 <= i < num_layers for i in out):
+        raise ValueError(f"{LAYERS_ENV}={spec!r} names a layer outside 0..{num_layers - 1}")
+    return frozenset(out)
 
 
 def first_n_mask(num_experts: int, num_gpu_experts: int | None):
@@ -55,32 +82,135 @@ def patch(module) -> None:
     module.KTMoEWrapper = KTMoEWrapper
 
 
+def _hf_config(server_args) -> dict:
+    # SGLang 0.5.15.post1's ServerArgs has no get_hf_config: its own create_kt_config_from_server_args
+    # catches the AttributeError and leaves KTConfig.num_layers None
+    import json
+    with open(os.path.join(server_args.model_path, "config.json")) as f:
+        hf = json.load(f)
+    return hf.get("text_config", hf)
+
+
+def patch_sglang_kt(module, spec: str) -> None:
+    """SGLang's kt_ep_wrapper module, patched before fused_moe_triton/layer.py imports
+    create_kt_config_from_server_args from it (idempotent):
+    - always: KTConfig.num_layers filled in, so the last layer defers nothing as SGLang means it to (its
+      lookup fails on 0.5.15.post1 and the last layer's deferred experts were dropped);
+    - with ``spec`` (VRAMKIT_KT_GPU_LAYERS): per-layer placement."""
+    if getattr(module, "_vramkit_patched", False):
+        return
+    import dataclasses
+
+    orig_config = module.create_kt_config_from_server_args
+    method = module.KTEPWrapperMethod
+    chosen: dict = {}
+
+    def placement(server_args):
+        if "layers" not in chosen:
+            hf = _hf_config(server_args)
+            n_layers = int(hf["num_hidden_layers"])
+            chosen["layers"] = n_layers
+            if spec:
+                gpu = gpu_layers(spec, n_layers, int(hf["num_experts"]), server_args.kt_num_gpu_experts)
+                cpu = [i for i in range(n_layers) if i not in gpu]
+                chosen.update(gpu=gpu, last_cpu=max(cpu) if cpu else -1)
+                print(f"vramkit_kt_compat: {LAYERS_ENV}={spec}: experts of layers {sorted(gpu)} all on the GPU "
+                      f"({len(gpu)} layers, no CPU round trip), the other {len(cpu)} layers' experts all on the "
+                      "CPU", file=sys.stderr, flush=True)
+        return chosen
+
+    def create_kt_config_from_server_args(server_args, layer_idx):
+        cfg = orig_config(server_args, layer_idx)
+        if cfg is None:
+            return None
+        p = placement(server_args)
+        kw: dict = {}
+        if cfg.num_layers is None:
+            kw["num_layers"] = p["layers"]
+        if spec:
+            if layer_idx in p["gpu"]:
+                return None                   # SGLang's own fused MoE: every expert on the GPU
+            kw["num_gpu_experts"] = 0
+            if layer_idx == p["last_cpu"]:
+                kw["max_deferred_experts_per_token"] = 0
+        return dataclasses.replace(cfg, **kw) if kw else cfg
+
+    module.create_kt_config_from_server_args = create_kt_config_from_server_args
+    module._vramkit_patched = True
+    if not spec:
+        return
+
+    orig_pwal = method.process_weights_after_loading
+    orig_runner = method.create_moe_runner
+    orig_apply = method.apply
+
+    def process_weights_after_loading(self, layer):
+        if self.num_gpu_experts != 0:
+            return orig_pwal(self, layer)
+        if self.tp_rank == 0 and self.wrapper is not None:   # the KT half of the original, no GPU experts
+            import torch
+            from sglang.srt.eplb.expert_location_dispatch import get_global_expert_location_metadata
+            torch.cuda.synchronize()
+            self.wrapper.load_weights(get_global_expert_location_metadata()
+                                      .physical_to_logical_map_cpu[self.kt_config.layer_idx].contiguous())
+
+    def create_moe_runner(self, layer, moe_runner_config):
+        if self.num_gpu_experts != 0:
+            return orig_runner(self, layer, moe_runner_config)
+        self.moe_runner_config = moe_runner_config
+
+    def apply(self, layer, dispatch_output):
+        if self.num_gpu_experts != 0:
+            return orig_apply(self, layer, dispatch_output)
+        from sglang.srt.layers.moe.token_dispatcher import StandardCombineInput
+        x = dispatch_output.hidden_states
+        self.submit(layer, dispatch_output)
+        return StandardCombineInput(hidden_states=self.sync(x).clone())
+
+    method.process_weights_after_loading = process_weights_after_loading
+    method.create_moe_runner = create_moe_runner
+    method.apply = apply
+
+
+def _patch_for(fullname: str):
+    if fullname == TARGET:
+        return patch
+    if fullname == SGLANG_KT:
+        spec = os.environ.get(LAYERS_ENV, "").strip()
+        return lambda m: patch_sglang_kt(m, spec)
+    return None
+
+
 class _Loader(importlib.abc.Loader):
-    def __init__(self, inner):
+    def __init__(self, inner, after):
         self.inner = inner
+        self.after = after
 
     def create_module(self, spec):
         return self.inner.create_module(spec)
 
     def exec_module(self, module):
         self.inner.exec_module(module)
-        patch(module)
+        self.after(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname != TARGET:
+        after = _patch_for(fullname)
+        if after is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader)
+            spec.loader = _Loader(spec.loader, after)
         return spec
 
 
 def install() -> None:
-    """Patch kt_kernel when (or if already) imported; safe to call more than once."""
-    if TARGET in sys.modules:
-        patch(sys.modules[TARGET])
-        return
+    """Patch kt_kernel (and, with VRAMKIT_KT_GPU_LAYERS, SGLang's KT wrapper) when (or if already)
+    imported; safe to call more than once."""
+    for name in (TARGET, SGLANG_KT):
+        after = _patch_for(name)
+        if after is not None and name in sys.modules:
+            after(sys.modules[name])
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())

@@ -2,6 +2,7 @@
 background process that answers, /metrics without a GPU, and nothing left behind after the stop."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -33,7 +34,7 @@ def test_up_serves_metrics_and_down_leaves_nothing(state_dir):
     info = __import__("json").loads(up.stdout)
     pid = info["pid"]
     try:
-        assert (state_dir / "dashboard.pid").read_text().strip() == str(pid)
+        assert json.loads((state_dir / "dashboard.pid").read_text())["pid"] == pid
         assert oct((state_dir / "dashboard.log").stat().st_mode & 0o777) == "0o600"
         r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
@@ -71,7 +72,7 @@ def test_api_key_guards_every_route_background(state_dir):
     try:
         base = f"http://127.0.0.1:{port}"
         # the key is not on the background process's command line (ps shows that to every user)
-        pid = int((state_dir / "dashboard.pid").read_text())
+        pid = json.loads((state_dir / "dashboard.pid").read_text())["pid"]
         assert key not in " ".join(psutil.Process(pid).cmdline())
         for path in ("/", "/health", "/metrics", "/api/plan?preset=optimized", "/api/live", "/api/bench",
                      "/static/app.js"):

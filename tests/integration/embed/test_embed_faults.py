@@ -6,6 +6,7 @@ the model meanwhile), it is reaped and restarted within seconds, the cache is wa
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -84,7 +85,7 @@ def test_embed_down_stops_exactly_what_up_started_also_after_a_restart(tmp_path)
         up = subprocess.run([*cli, "up", "--port", str(port), "--data-dir", str(data), "--json"],
                             capture_output=True, text=True, env=env, cwd=root, timeout=240)
         assert up.returncode == 0, up.stderr
-        pid = int((data / "embed.pid").read_text())
+        pid = json.loads((data / "embed.pid").read_text())["pid"]
         try:
             url = f"http://127.0.0.1:{port}"
             assert httpx.post(url + "/embed", json={"text": "cli"}, timeout=60).json()["cached"] == [False]

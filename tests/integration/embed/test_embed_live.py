@@ -1,6 +1,7 @@
 """The app under uvicorn: Redis killed and restarted mid-test, concurrent requests, `embed up/down`."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def test_embed_up_serves_from_cache_and_down_leaves_nothing_running(tmp_path):
     up = subprocess.run([*cli, "up", "--port", str(port), "--data-dir", str(data), "--json"],
                         capture_output=True, text=True, env=env, cwd=root, timeout=240)
     assert up.returncode == 0, up.stderr
-    pid = int((data / "embed.pid").read_text())
+    pid = json.loads((data / "embed.pid").read_text())["pid"]
     redis_pid = None
     try:
         redis_pid = recorded(data / "redis")["pid"]   # pid, start time and config (issue 10)

@@ -5,6 +5,7 @@ starts it). Each test reproduces a finding of the issue and fails on the code it
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -125,7 +126,7 @@ def test_external_redis_credentials_are_never_printed(own_valkey, tmp_path):
     try:
         assert up.returncode == 0, up.stderr
         assert password not in up.stdout + up.stderr
-        pid = int((data / "embed.pid").read_text())
+        pid = json.loads((data / "embed.pid").read_text())["pid"]
         assert password not in " ".join(psutil.Process(pid).cmdline())
         url = f"http://127.0.0.1:{port}"
         assert httpx.post(url + "/embed", json={"text": "ext"}, timeout=60).json()["cache"] == "ok"
@@ -137,7 +138,10 @@ def test_external_redis_credentials_are_never_printed(own_valkey, tmp_path):
         down = subprocess.run([*cli, "down", "--data-dir", str(data)], capture_output=True,
                               text=True, env=env, cwd=root, timeout=60)
     assert password not in down.stdout + down.stderr
-    assert password not in (data / "embed.log").read_text()
+    logs = Path(json.loads(up.stdout)["log"]).parent      # apart from the data folder (issue 20 item 2)
+    assert not logs.is_relative_to(data) and sorted(p.name for p in logs.iterdir())
+    for log in logs.iterdir():
+        assert password not in log.read_text()
 
     wrong = own_valkey.url.replace(password, "not-the-password-" + password[:8])
     store = RedisStore(wrong)

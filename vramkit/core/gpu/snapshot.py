@@ -45,6 +45,7 @@ class GpuSample:
     power_limit_w: float | NotAvailable = NA
     processes: tuple[ProcessSample, ...] | NotAvailable = NA
     cpu_affinity: tuple[int, ...] | NotAvailable = NA   # the CPUs NVML calls nearest this GPU
+    compute_capability: tuple[int, int] | NotAvailable = NA   # nvmlDeviceGetCudaComputeCapability (major, minor)
     error: NotAvailable | None = None         # set when the whole GPU could not be read (lost)
 
     @property

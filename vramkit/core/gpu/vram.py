@@ -8,6 +8,7 @@ memory included; see vramkit/core/gpu/snapshot.py).
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -101,9 +102,17 @@ def budget_thresholds(running: list[dict[str, Any]]) -> dict[int | None, Thresho
     names: dict[int | None, list[str]] = {}
     for entry in running:
         budget = entry.get("vram_budget_bytes")
-        if not isinstance(budget, (int, float)) or budget <= 0:
+        if budget is None:
             continue
+        who = str(entry.get("name") or entry.get("preset") or "?")[:60]
+        # a hand-edited or torn record is said, never a traceback whose exit 1 reads as WARNING (issue 20)
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) \
+                or budget <= 0:
+            raise ValueError(f"run record {who!r}: vram_budget_bytes is {budget!r}, not a number of bytes > 0")
         indices = entry.get("gpu_indices") or [None]
+        if not isinstance(indices, list) or not all(
+                i is None or (isinstance(i, int) and not isinstance(i, bool) and i >= 0) for i in indices):
+            raise ValueError(f"run record {who!r}: gpu_indices is {indices!r}, not a list of GPU indices")
         for idx in indices:
             per_gpu[idx] = per_gpu.get(idx, 0) + int(budget)
             names.setdefault(idx, []).append(str(entry.get("preset") or entry.get("name") or "?"))

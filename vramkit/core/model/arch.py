@@ -281,10 +281,28 @@ def rope_cache_bytes(model: ModelSpec, context_len: int) -> int:
     return context_len * rot * FP32
 
 
+# weight_layout is pure and its inputs are frozen: one build per (model, tp, context, card, backend, N). A plan
+# asks for the same layout many times (weights, alternatives, the hybrid split's search), a test run ~10^4 times.
+_LAYOUTS: dict[tuple[object, ...], WeightLayout] = {}
+_LAYOUTS_MAX = 2048
+
+
 def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = CALIBRATION_HOST_SMS,
                   mxfp4_backend: str = "triton_kernels", gpu_experts: int | None = None) -> WeightLayout:
     """Every parameter per rank, in module order. `gpu_experts`: the KTransformers hybrid mode's N (routed
-    experts per MoE layer on the GPU; None = all of them)."""
+    experts per MoE layer on the GPU; None = all of them). Memoized: ModelSpec holds a dict (rope_scaling), so
+    the key is its repr, which spells every field."""
+    key = (repr(model), tp, context_len, sm_count, mxfp4_backend, gpu_experts)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = _build_layout(model, tp, context_len, sm_count, mxfp4_backend, gpu_experts)
+    return layout
+
+
+def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mxfp4_backend: str,
+                  gpu_experts: int | None) -> WeightLayout:
     b = _Builder(model, tp, sm_count, mxfp4_backend, gpu_experts)
     h = model.hidden_size
     emb = vocab_rank(model, b.tp) * h * model.dtype_bytes
@@ -318,39 +336,11 @@ def bytes_by_role(layout: WeightLayout) -> dict[str, int]:
 
 
 # ----------------------------------------------------------------------------------------------
-# expert accounting (shared with the hybrid CPU/GPU MoE mode)
+# expert routing
 # ----------------------------------------------------------------------------------------------
-def expert_bytes_per_layer(model: ModelSpec, tp: int = 1) -> dict[str, int]:
-    """One MoE layer's bytes per rank: all routed experts, the shared expert(s), the router (incl. gates)."""
-    if model.moe is None:
-        return {"routed": 0, "shared": 0, "router": 0}
-    first = model.moe.moe_layers.index(True)
-    layer = weight_layout(model, tp, 1).layers[first]
-    return {"routed": sum(p.nbytes for p in layer if p.role == "experts"),
-            "shared": sum(p.nbytes for p in layer if p.role == "shared"),
-            "router": sum(p.nbytes for p in layer if p.role == "router")}
-
-
-def non_expert_bytes(model: ModelSpec, tp: int = 1) -> int:
-    """Everything but the MoE layers' routed experts, shared experts and routers (embeddings included)."""
-    roles = bytes_by_role(weight_layout(model, tp, 1))
-    return sum(v for r, v in roles.items() if r not in ("experts", "shared", "router", "rope"))
-
-
 def expected_distinct_experts(num_experts: int, top_k: int, batch: int) -> float:
     """Experts one MoE layer touches for `batch` tokens routed independently and uniformly:
     E * (1 - (1 - k/E)^n). Real routers are skewed, so this is an upper estimate of the bytes read."""
     if batch <= 0:
         return 0.0
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** batch)
-
-
-def active_expert_bytes_per_token(model: ModelSpec, tp: int = 1, batch: int = 1) -> int:
-    """Expert-side bytes a decode step reads per rank across all MoE layers: the routed experts the batch
-    touches (expected distinct), every shared expert and router."""
-    if model.moe is None:
-        return 0
-    e = expert_bytes_per_layer(model, tp)
-    per_expert = e["routed"] / model.moe.num_experts
-    touched = expected_distinct_experts(model.moe.num_experts, model.moe.top_k, batch)
-    return int(model.moe.num_moe_layers * (touched * per_expert + e["shared"] + e["router"]))

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:     # a type only: core/plan/knobs.py declares it (its flags are spelled there)
+    from vramkit.core.plan.knobs import Serving
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -102,6 +105,7 @@ class ModelSpec:
     mla: MlaSpec | None = None
     sliding: SlidingWindow | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)   # what the parser filled in, for the plan
+    serving: Serving | None = field(default=None, compare=False)  # the catalog's serving settings (issue 21)
 
     @property
     def dtype_bytes(self) -> int:
@@ -122,7 +126,8 @@ class GpuSpec:
     pcie_lanes: int
     nvml_names: tuple[str, ...] = ()
     sm_count: int | None = None     # streaming multiprocessors (marlin's workspace); None: not catalogued
-    compute_capability: tuple[int, int] | None = None   # None: not catalogued
+    compute_capability: tuple[int, int] | None = None   # None: not catalogued, and NVML did not say
+    source: str = ""                # the spec page the catalogued figures come from ("" for a card read or given)
 
     @property
     def pcie_bytes_s(self) -> float:

@@ -20,6 +20,8 @@ from typing import Any
 
 from vramkit.core.plan.kt_hybrid import KT_METHODS
 
+# "32k" tokens on the command line is 32 x 1024, as model cards and SGLang's own logs count context windows
+TOKENS_PER_K = 1024
 VALID_KV_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
 
 # A renderer gets the resolved value and the Plan (core/plan/planner.py; typed Any to keep this module below
@@ -60,6 +62,8 @@ class KnobSpec:
         if self.choices:
             return "one of " + ", ".join(self.choices)
         kind = "a whole number" if self.type is int else "a number"
+        if self.unit == "tokens" and self.type is int:
+            kind += " (32k = 32,768)"
         if self.minimum is not None and self.below is not None:
             text = f"{kind} in [{self.minimum:g}, {self.below:g})"
         elif self.minimum is not None:
@@ -79,6 +83,8 @@ class KnobSpec:
             return value
         if self.choices and value not in self.choices:
             raise ValueError(f"is not {self.range_text()}")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > WHOLE_MAX:
+            raise ValueError(f"is not {self.range_text()} up to 2^40")   # 10^400 was a traceback, 10^60 3.5 s
         if isinstance(value, (int, float)):
             if not math.isfinite(value):
                 raise ValueError("is not a finite number")
@@ -89,6 +95,9 @@ class KnobSpec:
     def _coerce(self, raw: Any, from_text: bool) -> Any:
         kind = {int: "a whole number", float: "a number", str: "text"}[self.type]
         if from_text:
+            text = str(raw).strip()
+            if self.unit == "tokens" and text[-1:] in ("k", "K") and text[:-1].isdigit():
+                return int(text[:-1]) * TOKENS_PER_K      # --context 32k: 32,768 tokens
             try:
                 return self.type(raw) if self.type is not float else float(raw)
             except (TypeError, ValueError):
@@ -107,6 +116,10 @@ class KnobSpec:
         return [self.sglang_flag, str(value)]
 
 
+WHOLE_MAX = 1 << 40   # no knob means more (2^40 tokens, GB or requests); beyond it the planner's float math
+                     # overflows or crawls (issue 20 item 4: absurd contexts pinned the dashboard's core)
+
+
 def knob(default: Any, type: type, unit: str, help: str, **kw: Any) -> Any:
     """One knob: a dataclass field whose metadata is its KnobSpec (the name is filled in from the field)."""
     return field(default=default, metadata={"knob": dict(type=type, unit=unit, help=help, default=default, **kw)})
@@ -122,7 +135,39 @@ SGLANG_FLAGS = {
     "disable_prefill_graphs": "--disable-prefill-cuda-graph", "model_override": "--json-model-override-args",
     "load_format": "--load-format", "skip_tokenizer_init": "--skip-tokenizer-init",
     "kt_weight_path": "--kt-weight-path",
+    # the serving settings (Serving below)
+    "served_model_name": "--served-model-name", "tool_call_parser": "--tool-call-parser",
+    "reasoning_parser": "--reasoning-parser", "chat_template": "--chat-template",
+    "tokenizer_path": "--tokenizer-path",
 }
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What an OpenAI client or coding agent needs from the server (issue 21): the name it types, the parser
+    that turns the model's tool-call text into structured `tool_calls`, the one that moves a thinking model's
+    reasoning to `reasoning_content`, and a chat template where the checkpoint's own is wrong or missing.
+
+    Declared once per model family in config/models.toml ([serving.<family>], the catalog reads it); a folder
+    model gets its family's from its architecture where exactly one family claims it, else none. `source`
+    says which was chosen and why, in words, for the plan to print."""
+
+    served_model_name: str
+    family: str | None = None           # the [serving.<family>] whose settings these are; None: none known
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    chat_template: str | None = None
+    source: str = ""
+
+    def args(self) -> list[str]:
+        """SGLang's flags for these settings (None renders nothing)."""
+        f = SGLANG_FLAGS
+        out = [f["served_model_name"], self.served_model_name]
+        for name in ("tool_call_parser", "reasoning_parser", "chat_template"):
+            value = getattr(self, name)
+            if value is not None:
+                out += [f[name], value]
+        return out
 
 
 def _kt(flag: str, value: Any, plan: Any) -> list[str]:

@@ -357,6 +357,8 @@ class HybridSection:
     decode_tok_s_by_context: tuple[tuple[int, float], ...]   # (context, tok/s) at shorter contexts
     layer_offload_decode_tok_s: float | None   # the same model with --cpu-offload-gb instead (a ceiling), None: n/a
     layer_offload_gib: int | None
+    cpu_cores: int = 0               # the physical cores the threads were derived from
+    cpu_cores_source: str = ""       # where that count came from (--host-cores, or this machine's, labelled)
 
     @property
     def host_ram_bytes(self) -> int:

@@ -48,7 +48,7 @@ from vramkit.core.model.arch import (
 )
 from vramkit.core.model.spec import GpuSpec, ModelSpec
 from vramkit.core.plan import kt_hybrid as kt
-from vramkit.core.plan.knobs import Knobs, by_name
+from vramkit.core.plan.knobs import Knobs, Serving, by_name
 from vramkit.core.plan.kt_hybrid import HybridSection
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import GiB, MiB, bytes2human
@@ -110,6 +110,7 @@ class Alternative:
     decode_tok_s_ceiling: float | None
     cost: str                   # what it costs
     decode_tok_s_estimate: float | None = None   # a fitted estimate where there is no ceiling (hybrid MoE)
+    why_not: str = ""           # when it does not fit either: the re-planned plan's reasons, in numbers
 
     @property
     def decode_rank(self) -> float:
@@ -130,7 +131,7 @@ class Plan:
     kv_bytes_per_token: int
     kv_pool_bytes: int
     kv_pool_tokens: int
-    context_len: int            # what SGLang's ModelConfig derives (with YaRN when asked)
+    context_len: int            # what SGLang serves (--context-length): the target, or the YaRN-scaled window
     yarn_factor: float | None
     max_request_tokens: int     # SGLang's max_req_input_len: prompts must be shorter
     max_concurrent_requests: int  # of the target context, all in the KV pool at once
@@ -160,6 +161,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     alternatives: tuple[Alternative, ...] = ()
     hybrid: HybridSection | None = None   # the KT hybrid MoE mode (kt_method): its CPU side, planned in core
+    serving: Serving | None = None        # the model's serving settings (names, parsers), as the catalog chose
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -246,6 +248,17 @@ def context_and_yarn(model: ModelSpec, context: int) -> tuple[int, float | None]
     return int(native * factor), factor
 
 
+def unasked_context(model: ModelSpec, default: int) -> tuple[int, str | None]:
+    """The context when neither --context nor the preset names one: the knob's default, but never beyond the
+    model's native window (YaRN only when a context asks for it), with the note that says so."""
+    native = model.max_position_embeddings
+    if default <= native:
+        return default, None
+    _, factor = context_and_yarn(model, default)
+    return native, (f"context {native:,} tokens, the model's native window: none was asked for, and the default "
+                    f"{default:,} would need YaRN rope scaling x{factor:g} (ask for it with --context {default})")
+
+
 def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with_alternatives: bool = True,
          candidates: tuple[ModelSpec, ...] = ()) -> Plan:
     """The plan; when it does not fit, `alternatives` re-plans each change (and each of `candidates`,
@@ -275,7 +288,10 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # the kit always renders --disable-prefill-cuda-graph (core/render/sglang.py): SGLang's default reserve without them
     frac = knobs.mem_fraction if knobs.mem_fraction is not None else sglang_default_mem_fraction(
         card_total, chunk_flag, graph_bs, tp, prefill_cuda_graph=False)
-    context_len, yarn = context_and_yarn(model, knobs.context)
+    # rope_len: the positions SGLang's rope cache covers (the model's window, YaRN-scaled when asked);
+    # context_len: what it serves, the kit's --context-length (the target itself below the native window)
+    rope_len, yarn = context_and_yarn(model, knobs.context)
+    context_len = rope_len if yarn else min(knobs.context, rope_len)
 
     # 2. weights
     is_mxfp4 = model.quantization is not None and model.quantization.method == "mxfp4"
@@ -297,9 +313,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         if str(offload_req) != "0":
             raise VramkitError(f"--kt-method {knobs.kt_method} with --cpu-offload-gb {offload_req}: the hybrid MoE "
                                "mode keeps the other weights on the GPU", "drop one of them", Exit.BAD_INPUT)
-        n_gpu_experts = _gpu_experts(model, knobs, tp, context_len, sms, mxfp4, free, frac, engine, kv)
+        n_gpu_experts = _gpu_experts(model, knobs, tp, rope_len, sms, mxfp4, free, frac, engine, kv)
     comps = weight_components(model, tp, mxfp4, gpu_experts=n_gpu_experts)
-    layout = weight_layout(model, tp, context_len, sms, mxfp4, gpu_experts=n_gpu_experts)
+    layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=n_gpu_experts)
     layer_sizes = [sum(p.nbytes for p in layer) for layer in layout.layers]
     layer_bytes = sum(layer_sizes)
     if offload_req == "auto":
@@ -457,7 +473,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
         graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
         weights_on_gpu_by_component=weights_on_gpu(comps, offloaded), hicache_bytes=hicache_bytes,
-        reasons=tuple(reasons), notes=tuple(notes), hybrid=hybrid,
+        reasons=tuple(reasons), notes=tuple(notes), hybrid=hybrid, serving=model.serving,
     )
     if with_alternatives and not p.fits:
         p = replace(p, alternatives=tuple(alternatives(model, target, knobs, engine, p, candidates)))
@@ -465,7 +481,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
 
 
-def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, context_len: int, sms: int, mxfp4: str, free: int,
+def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: int, mxfp4: str, free: int,
                  frac: float, engine: Engine, kv: KvLayout) -> int:
     """The hybrid mode's N: the asked count, or ("auto") the largest whose KV pool still holds concurrency x
     context tokens, each candidate's weights replayed like any plan's (binary search: fewer GPU experts, more KV)."""
@@ -480,7 +496,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, context_len: int, sms:
     need = knobs.context * max(1, knobs.concurrency)
 
     def kv_tokens(n: int) -> int:
-        load = replay_load(weight_layout(model, tp, context_len, sms, mxfp4, gpu_experts=n))
+        load = replay_load(weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=n))
         weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
 
@@ -551,7 +567,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         cpu_bytes_per_token=d.cpu_bytes_per_token, decode_gpu_s=d.gpu_s, decode_context_s=d.context_s,
         decode_gpu_experts_s=d.gpu_experts_s, decode_cpu_experts_s=d.cpu_experts_s, decode_sync_s=d.sync_s,
         decode_tok_s=d.tok_s, decode_context_tokens=knobs.context, decode_tok_s_by_context=by_context,
-        layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib)
+        layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
+        cpu_cores_source=host.cores_source)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
     elif method != asked:
@@ -565,6 +582,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     short = "; ".join(f"~{t:.0f} at {c:,}" for c, t in by_context)
     notes.append(
         f"hybrid MoE: {n} of {moe.num_experts} experts/layer on the GPU, the rest on {threads} CPU threads "
+        + (f"(of {host.physical_cores} physical cores, {host.cores_source}) " if host.cores_source else "") +
         f"({planned}{', lossy' if hp.lossy else ''}); host RAM {bytes2human(hp.host_ram_bytes)} (all experts as "
         f"kt-kernel holds them + SGLang's own"
         + (f"; the checkpoint's {bytes2human(checkpoint)} of pages come on top, reclaimable" if checkpoint else "")
@@ -678,7 +696,8 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         tok_s = "n/a" if p.decode_tok_s is None else f"{p.decode_tok_s:.1f}"
         out.append(Alternative(change=describe_change(asked, kw), knobs=dict(key), fits=p.fits,
                                decode_tok_s_ceiling=p.decode_tok_s_ceiling, cost=cost.format(p=p, tok_s=tok_s),
-                               decode_tok_s_estimate=p.hybrid.decode_tok_s if p.hybrid is not None else None))
+                               decode_tok_s_estimate=p.hybrid.decode_tok_s if p.hybrid is not None else None,
+                               why_not="; ".join(p.reasons)))
         return p
 
     if fixed:
@@ -747,7 +766,8 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
                                    cost=f"a different model's quality; pool {p.kv_pool_tokens:,} tokens; decode "
                                         f"ceiling {tok_s} tok/s"))
     # fitting ones first, fastest first; non-fitting kept for the record at the end
-    out.sort(key=lambda a: (not a.fits, -a.decode_rank))
+    # fitting ones first, one-card ones before those that need more GPUs, fastest first
+    out.sort(key=lambda a: (not a.fits, int(a.knobs.get("tp", 1)) > 1, -a.decode_rank))
     return out
 
 

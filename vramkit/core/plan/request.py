@@ -29,11 +29,13 @@ class PlanRequest:
     """A plan as asked for: names (not yet looked up), target figures in the units the user gives them,
     and the knobs given (each already checked against its declaration; the preset's fill the rest)."""
     preset: str | None = None
-    model: str | None = None                 # a catalogued name or a folder with config.json
+    model: str | None = None                 # a catalogued name, a folder with config.json, or a Hub id (owner/name)
+    revision: str | None = None              # the Hub id's branch, tag or commit (None: main)
     gpu: str | None = None                   # a catalogued GPU, or "auto" (read through NVML)
     gpu_free_gib: float | None = None        # free when SGLang starts loading weights
     other_used_gib: float | None = None      # held by other processes on the card
     host_ram_gib: float | None = None        # available host RAM (None: read it)
+    host_cores: int | None = None            # physical cores of the target host's server cpuset (None: this host's)
     gpu_bandwidth_gbs: float | None = None   # the card's memory bandwidth, GB/s (a card the catalog lacks)
     gpu_pcie: tuple[int, int] | None = None  # (gen, lanes) of the card's host link
     host_read_gbs: tuple[tuple[int, float], ...] | None = None   # host read GB/s per thread count (hybrid MoE mode)
@@ -62,6 +64,17 @@ def _amount(flag: str, unit: str, *, positive: bool, upper: float = math.inf) ->
     return parse
 
 
+def _whole(flag: str, unit: str, *, upper: int) -> Callable[[Any], int]:
+    """A whole number of `unit`, 1 to `upper`."""
+    def parse(raw: Any) -> int:
+        text = str(raw).strip()
+        if isinstance(raw, bool) or not text.isdigit() or not 1 <= int(text) <= upper:
+            raise VramkitError(f"{flag} {raw!r} is not a whole number in 1-{upper}", f"give {flag} N, in {unit}",
+                               Exit.BAD_INPUT)
+        return int(text)
+    return parse
+
+
 def _pcie(raw: Any) -> tuple[int, int]:
     gen_s, _, lanes_s = str(raw).lower().partition("x")
     if not (gen_s.isdigit() and lanes_s.isdigit() and int(gen_s) in PCIE_GENS and int(lanes_s) in PCIE_WIDTHS):
@@ -80,10 +93,12 @@ def _text(raw: Any) -> str:
 TARGET_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "preset": ("--preset", _text),
     "model": ("--model", _text),
+    "revision": ("--revision", _text),
     "gpu": ("--gpu", _text),
     "gpu_free_gib": ("--gpu-free-gib", _amount("--gpu-free-gib", "GiB", positive=True)),
     "other_used_gib": ("--other-used-gib", _amount("--other-used-gib", "GiB", positive=False)),
     "host_ram_gib": ("--host-ram-gib", _amount("--host-ram-gib", "GiB", positive=True)),
+    "host_cores": ("--host-cores", _whole("--host-cores", "physical cores", upper=4096)),
     "gpu_bandwidth_gbs": ("--gpu-bandwidth-gbs", _amount("--gpu-bandwidth-gbs", "GB/s", positive=True)),
     "gpu_pcie": ("--gpu-pcie", _pcie),
     "host_read_gbs": ("--host-read-gbs", lambda raw: raw if isinstance(raw, tuple)

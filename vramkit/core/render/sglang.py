@@ -48,11 +48,16 @@ def yarn_override(model: ModelSpec, factor: float) -> str:
 
 
 def sglang_args(model: ModelSpec, p: Plan, *, model_path: str, port: int, host: str = "127.0.0.1",
-                load_format: str | None = None, extra: list[str] | None = None) -> list[str]:
+                load_format: str | None = None, extra: list[str] | None = None,
+                folder_has_tokenizer: bool = False) -> list[str]:
     """SGLang launch_server arguments (without `python -m sglang.launch_server`): the address, then each
-    knob as its declaration renders it (core/plan/knobs.py), then the flags the kit always sets."""
+    knob as its declaration renders it (core/plan/knobs.py), the model's serving settings (knobs.Serving), then
+    the flags the kit always sets. Dummy weights skip the tokenizer unless the model folder holds one
+    (`folder_has_tokenizer`: then /v1/chat/completions works, text is noise)."""
     f = SGLANG_FLAGS
     a = [f["model_path"], model_path, f["host"], host, f["port"], str(port), *render_args(p.knobs, p)]
+    if p.serving is not None:     # what clients and agents need: the short name, the tool-call/reasoning parsers
+        a += p.serving.args()
     # prefill CUDA graphs stay off: ~85 s less start-up and no capture memory; every calibration run
     # (config/engine.toml) was measured so, and the planner's default fraction assumes it
     a += [f["disable_prefill_graphs"]]
@@ -60,7 +65,7 @@ def sglang_args(model: ModelSpec, p: Plan, *, model_path: str, port: int, host: 
         a += [f["model_override"], yarn_override(model, p.yarn_factor)]
     if load_format:
         a += [f["load_format"], load_format]
-        if load_format == "dummy":
+        if load_format == "dummy" and not folder_has_tokenizer:
             a += [f["skip_tokenizer_init"]]     # no tokenizer offline: requests send input_ids
     return a + list(extra or [])
 

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Issue 18 items 1, 2 and 6 on the GPU host, one driver, every step back to back: the kit's hybrid MoE
+# (`vramkit up --runtime native --preset moe`, AMXINT4 CPU experts through kt-kernel 0.5.1 + the adapter)
+# beside llama.cpp (built here from source, CUDA, sm_90 only) on the same random-weight Qwen3-Coder-30B-A3B
+# shape, the card emulated at 16 and 24 GiB by the same ballast; then the kit's levers at 16 GiB.
+# Detached; poll with `bash benchmarks/gpu/run_moe_vs_llamacpp.sh wait SECONDS` (packs $RES into $OUT).
+#
+# Staging (here, before the device call), in .stage-moe/ (git-ignored, carried with .gpu):
+#   llama-src.tar.xz    llama.cpp's source as the llama-cpp-python 0.3.36 sdist vendors it (`pip download
+#                       --no-deps --no-binary :all: llama-cpp-python==0.3.36`), trimmed to what the CUDA build
+#                       of llama-bench and llama-server reads (no models/, docs/, tests/, other backends): 4.4 MB
+#   kt/*.whl            kt-kernel 0.5.1 cp312 (config/versions.toml's pin); whl/gguf-*.whl (gguf 0.19.0)
+#   ballast.py          ../shared/gpu/ballast.py
+#   overlay/            this branch's changed files, copied over the sent tree first (the device call sends
+#                       /work/main's tree, not the branch)
+# Usage (repo root, GPU host):
+#   setsid nohup bash benchmarks/gpu/run_moe_vs_llamacpp.sh all > /tmp/mvl/driver.log 2>&1 &
+#   bash benchmarks/gpu/run_moe_vs_llamacpp.sh wait 540
+# Steps of `all` (each skipped when LEVELS/STEPS leaves it out; results land in $RES as they come):
+#   setup     SGLang archive, kt-kernel, gguf; llama.cpp build (in the background, through the kit's first
+#             start); KT's AMXINT4 layout and the Q4_K_M GGUF, both random, both the exact shape
+#   kit-16    the kit at 16 GiB as the preset plans it (43 GPU experts per layer, 14 KT threads), full probe
+#   llama-16  llama-server --fit, llama-server --n-cpu-moe swept down to the lowest that starts, full probe at
+#             the best; llama-bench pp512 / tg128 at depth 0, 8K, 30K with that --n-cpu-moe
+#   kit-24, llama-24   the same at 24 GiB
+#   levers    at 16 GiB: whole layers on the GPU (VRAMKIT_KT_GPU_LAYERS=auto, the adapter), deferred experts 2,
+#             both, KT threads 16, chunked prefill 8192 (TTFT only), deferred experts 1
+# Run 2026-11-24 (benchmarks/results/gpu/moe-vs-llamacpp*): every step up to deferred experts 2 ran clean
+# (1,530 s); the steps after it overlapped another helper's device command on the same machine (the report
+# flags them from SGLang's free memory at load) and 'both' was not in the list yet.
+# Only the levers, on a fresh machine: STEPS="levers" (setup always runs; it skips what /tmp already has).
+set -u
+SESSION=${1:?usage: run_moe_vs_llamacpp.sh all|wait SECONDS}
+W=/tmp/mvl; RES=$W/res; mkdir -p "$RES/logs"
+step() { echo "=== $(date +%T) $*" | tee -a "$RES/progress.txt"; }
+pack() {  # trimmed evidence beside each point, then every small result (no raw server logs) into one archive
+  python3 benchmarks/gpu/moe_vs_llamacpp_report.py evidence "$RES" > /dev/null 2>&1
+  (cd "$RES" && tar -czf "$W/res.tgz" --exclude='*.server.log' --exclude='*.llama.log' .)
+}
+
+if [ "$SESSION" = wait ]; then
+  t_end=$(( $(date +%s) + ${2:-540} ))
+  while [ "$(date +%s)" -lt "$t_end" ] && ! grep -q "^=== .* DONE" "$RES/progress.txt" 2>/dev/null; do sleep 10; done
+  pack; cat "$RES/progress.txt" 2>/dev/null | tail -60; tail -3 $W/driver.log 2>/dev/null
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
+  [ -n "${OUT:-}" ] && cp "$W/res.tgz" "$OUT/"
+  exit 0
+fi
+
+t_start=$(date +%s); elapsed() { echo $(( $(date +%s) - t_start )); }
+S=.stage-moe
+[ -d $S/overlay ] && cp -r $S/overlay/. .
+STEPS=${STEPS:-setup kit-16 llama-16 kit-24 llama-24 levers}
+has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
+CK=/tmp/ck; FP8=$CK/fp8cfg; KT=$CK/kt-int4; GGUF=$CK/qwen3-coder-30b-a3b-q4_k_m-random.gguf
+MODEL_CFG=config/models/qwen3-coder-30b-a3b-instruct
+LL=$W/llama.cpp; BIN=$LL/build/bin; BUILT=$W/llama-built
+PHYS=$(lscpu -p=core,socket | grep -v '^#' | sort -u | wc -l); THREADS=$((PHYS - 2))
+
+step "setup ($PHYS physical cores, KT threads $THREADS)"
+{ lscpu; free -g; df -h /tmp /dev/shm; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; } \
+  > "$RES/host.txt" 2>&1
+# llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
+# first probe waits for $BUILT)
+command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
+(
+  mkdir -p $W && tar -xJf $S/llama-src.tar.xz -C $W && cd $LL && \
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF > $W/cmake.log 2>&1 && \
+  ninja -C build llama-bench llama-server > $W/ninja.log 2>&1 && touch $BUILT
+  echo "build rc=$? after $(( $(date +%s) - t_start )) s" > $W/build-rc.txt
+) &
+build_pid=$!
+. benchmarks/gpu/host_env.sh     # SGLang archive into /tmp/site, PYTHONPATH, the archive's extra flags
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $S/kt/kt_kernel-0.5.1-*.whl \
+  $S/whl/gguf-*.whl > "$RES/logs/site.txt" 2>&1
+export PYTHONPATH=$PYTHONPATH:$PWD/services/sglang-kt/kt_compat
+python3 -c "import kt_kernel; print('kt_kernel', kt_kernel.__version__, kt_kernel.__cpu_variant__)" \
+  >> "$RES/logs/site.txt" 2>&1
+step "site: $(tail -1 "$RES/logs/site.txt") ($(elapsed) s)"
+mkdir -p $FP8 && python3 -c "
+import json; from vramkit.core.model import checkpoint as cl
+c = json.load(open('$MODEL_CFG/config.json')); c['quantization_config'] = cl.quantization_config('fp8')
+c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), indent=2)"
+[ -d $KT/_layer_47 ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $KT --kt-layout AMXINT4 \
+  --kt-threads "$THREADS" > "$RES/kt-int4.json" 2> "$RES/logs/kt-int4.err"
+step "KT AMXINT4 layout: $(tail -1 "$RES/kt-int4.json") ($(elapsed) s)"
+[ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"
+cp benchmarks/results/gpu/anchor/membw.json "$RES/membw-anchor.json"
+export VRAMKIT_HOST_READ_GBS=$(python3 -c "import json; print(','.join(f\"{r['threads']}:{r['bytes_per_s'] / 1e9:.1f}\" \
+  for r in json.load(open('$RES/membw-anchor.json'))))")
+pack
+
+ballast_pid=
+ballast() {
+  [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; }
+  python3 $S/ballast.py "$1" > "$RES/logs/ballast-$1.txt" 2>&1 & ballast_pid=$!
+  for i in $(seq 60); do grep -q holding "$RES/logs/ballast-$1.txt" && break; sleep 1; done
+}
+export VRAMKIT_STATE_DIR=/tmp/vk-state
+KIT="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt-weight-path $KT"
+FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64"
+SHORT="--new-tokens 128 --streams 1 --ttft 8192 --ttft-new-tokens 64"
+kit() {  # name budget probe-args [--env K=V ...] -- up args
+  local n=$1 b=$2 pr=$3; shift 3
+  step "kit $n (${b} GiB)"
+  VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at $b GiB" timeout 1200 python3 benchmarks/gpu/moe_point.py \
+    --name "$n" --out "$RES" --wait-file $W/build-rc.txt --probe="$pr --label $n" "$@" 2>&1 | tail -8 \
+    | tee -a "$RES/progress.txt"
+  pack
+}
+
+# ---- llama.cpp --------------------------------------------------------------------------------------------
+LSRV="-m $GGUF -c 32768 -np 4 -kvu -fa on -ctk q8_0 -ctv q8_0 -t $THREADS --host 127.0.0.1 --port 8080"
+lserver() {  # name args...: start llama-server, 0 when healthy (log in $RES/NAME.llama.log)
+  local n=$1; shift
+  $BIN/llama-server $LSRV "$@" > "$RES/$n.llama.log" 2>&1 & lpid=$!
+  local t0=$(date +%s)
+  until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/health', timeout=2)" 2>/dev/null; do
+    kill -0 $lpid 2>/dev/null || { wait $lpid 2>/dev/null; return 1; }
+    [ $(( $(date +%s) - t0 )) -gt 240 ] && { kill $lpid; wait $lpid 2>/dev/null; return 1; }
+    sleep 1
+  done
+  echo "$(( $(date +%s) - t0 ))" > "$RES/$n.start_s"
+  return 0
+}
+lstop() { kill $lpid 2>/dev/null; wait $lpid 2>/dev/null; sleep 2; }
+lprobe() {  # name probe-args
+  local n=$1; shift
+  timeout 600 python3 benchmarks/gpu/moe_probe.py --api llamacpp --url http://127.0.0.1:8080 \
+    --out "$RES/$n.probe.json" --label "$n" "$@" 2>&1 | tee -a "$RES/progress.txt"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$RES/$n.smi.txt"
+}
+llama() {  # budget first-n-cpu-moe
+  local b=$1 n=$2 best= tries=0 up=
+  [ -f $BUILT ] || { step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null); $(tail -5 $W/ninja.log $W/cmake.log 2>/dev/null | tr '\n' ' ' | tail -c 600)"; return; }
+  ballast "$b"
+  step "llama-$b fit"
+  if lserver "llama-$b-fit" --fit on; then lprobe "llama-$b-fit" $FULL; lstop; else step "llama-$b-fit did not start"; fi
+  pack
+  # --n-cpu-moe: the lowest that starts (KV for the whole 32K and the compute buffers are allocated at start)
+  while [ $tries -lt 6 ] && [ "$n" -ge 0 ] && [ "$n" -le 48 ]; do
+    tries=$((tries + 1))
+    if lserver "llama-$b-ncmoe$n" --fit off -ngl 99 --n-cpu-moe "$n"; then
+      step "llama-$b --n-cpu-moe $n starts"; best=$n; up=1; lstop
+      [ "$n" -eq 0 ] && break; n=$((n - 1))
+    else
+      step "llama-$b --n-cpu-moe $n does not start: $(grep -iE 'out of memory|failed to|error' "$RES/llama-$b-ncmoe$n.llama.log" | head -2 | tr '\n' ' ' | tail -c 300)"
+      [ -n "$up" ] && break; n=$((n + 1))
+    fi
+  done
+  [ -z "$best" ] && return
+  echo "$best" > "$RES/llama-$b-best-ncmoe.txt"
+  step "llama-$b best --n-cpu-moe $best: server probe"
+  lserver "llama-$b-best" --fit off -ngl 99 --n-cpu-moe "$best" && { lprobe "llama-$b-best" $FULL; lstop; }
+  pack
+  step "llama-$b llama-bench --n-cpu-moe $best"
+  local LB="-m $GGUF -ngl 99 -ncmoe $best -fa 1 -ctk q8_0 -ctv q8_0 -o json"
+  timeout 300 $BIN/llama-bench $LB -p 512 -n 128 -d 0,8192 -r 3 -t "$THREADS,$PHYS" > "$RES/llama-$b-bench-d0-8k.json" \
+    2> "$RES/logs/llama-$b-bench-d0-8k.err"
+  timeout 300 $BIN/llama-bench $LB -p 512 -n 64 -d 30000 -r 1 -t "$THREADS" > "$RES/llama-$b-bench-d30k.json" \
+    2> "$RES/logs/llama-$b-bench-d30k.err"
+  python3 -c "
+import json
+for f in ('d0-8k', 'd30k'):
+    try: rows = json.load(open('$RES/llama-$b-bench-' + f + '.json'))
+    except Exception as e: print(f, 'no result', e); continue
+    for r in rows: print(f\"pp{r['n_prompt']}/tg{r['n_gen']} depth {r['n_depth']} t{r['n_threads']}: {r['avg_ts']:.1f} tok/s\")" \
+    | tee -a "$RES/progress.txt"
+  pack
+}
+
+for b in 16 24; do
+  if has kit-$b; then
+    ballast $b
+    if [ $b = 16 ]; then kit k16 16 "$FULL" -- $KIT; else kit k24 24 "$FULL" -- $KIT; fi
+  fi
+  wait $build_pid 2>/dev/null; step "llama.cpp build: $(cat $W/build-rc.txt 2>/dev/null)"
+  if has llama-$b; then if [ $b = 16 ]; then llama 16 11; else llama 24 2; fi; fi
+done
+
+if has levers; then
+  ballast 16
+  kit k16-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT
+  kit k16-defer2 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+  kit k16-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT \
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+  kit k16-t16 16 "$SHORT" -- $KIT --kt-cpuinfer "$PHYS"
+  kit k16-chunk8k 16 "--streams 1 --new-tokens 32 --ttft 30000 --ttft-new-tokens 16" -- $KIT --chunked-prefill 8192
+  kit k16-defer1 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 1"
+fi
+ballast_pid_kill=$ballast_pid; [ -n "$ballast_pid_kill" ] && kill $ballast_pid_kill 2>/dev/null
+pack
+step "DONE ($(elapsed) s)"

@@ -1,0 +1,128 @@
+"""Issue 18's side-by-side tooling: the random Q4_K_M GGUF writer, the adapter's per-layer placement rule and
+the report's reading of a probe (benchmarks/gpu/run_moe_vs_llamacpp.sh runs them on the GPU host)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CFG = REPO / "config" / "models" / "qwen3-coder-30b-a3b-instruct"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gguf_writer = _load("make_random_gguf", REPO / "tools" / "make_random_gguf.py")
+compat = _load("vramkit_kt_compat", REPO / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py")
+report = _load("moe_vs_llamacpp_report", REPO / "benchmarks" / "gpu" / "moe_vs_llamacpp_report.py")
+
+
+def test_q4_k_m_layout_of_the_30b_coder_is_llama_quantizes():
+    cfg = json.loads((CFG / "config.json").read_text())
+    ts = gguf_writer.tensors(cfg)
+    kinds = {n: k for n, _, k in ts}
+    # llama-quant.cpp's use_more_bits over 48 layers: the first 6, the last 6 and every third between
+    more = [i for i in range(48) if kinds[f"blk.{i}.ffn_down_exps.weight"] == "Q6_K"]
+    assert more == [0, 1, 2, 3, 4, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35, 38, 41, 42, 43, 44, 45, 46, 47]
+    assert [i for i in range(48) if kinds[f"blk.{i}.attn_v.weight"] == "Q6_K"] == more
+    assert kinds["output.weight"] == "Q6_K" and kinds["token_embd.weight"] == "Q4_K"
+    assert kinds["blk.7.ffn_gate_inp.weight"] == "F32"
+    total = sum(gguf_writer.nbytes(s, k) for _, s, k in ts)
+    assert total / 2**30 == pytest.approx(17.28, abs=0.01)     # a real Qwen3-30B-A3B Q4_K_M: 17.3 GiB
+
+
+def test_a_small_gguf_reads_back_with_llama_cpps_names_shapes_and_types(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    cfg = {"model_type": "qwen3_moe", "hidden_size": 256, "num_hidden_layers": 2, "vocab_size": 300,
+           "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128, "num_experts": 4,
+           "num_experts_per_tok": 2, "moe_intermediate_size": 256, "intermediate_size": 512,
+           "max_position_embeddings": 4096, "rope_theta": 1e6, "rms_norm_eps": 1e-6}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    info = gguf_writer.write(tmp_path / "m", tmp_path / "m.gguf")
+    r = gguf.GGUFReader(str(tmp_path / "m.gguf"))
+    got = {t.name: (t.tensor_type.name, [int(x) for x in t.shape], int(t.n_bytes)) for t in r.tensors}
+    assert got["blk.1.ffn_gate_exps.weight"] == ("Q4_K", [256, 256, 4], 4 * 256 * 144)
+    assert got["blk.1.ffn_down_exps.weight"][0] == "Q6_K"            # layer 1 of 2 is in the last eighth
+    assert got["blk.0.ffn_down_exps.weight"][:2] == ("Q4_K", [256, 256, 4])
+    assert got["output.weight"] == ("Q6_K", [256, 300], 300 * 210)
+    assert info["tensor_bytes"] == sum(v[2] for v in got.values())
+    f = r.fields
+    assert bytes(f["general.architecture"].parts[-1]).decode() == "qwen3moe"
+    assert int(f["qwen3moe.expert_count"].parts[-1][0]) == 4
+    assert int(f["general.file_type"].parts[-1][0]) == 15                # LLAMA_FTYPE_MOSTLY_Q4_K_M
+    assert len(f["tokenizer.ggml.tokens"].data) == 300
+    # the block scales are the sane ones written, not random bytes (random f16 codes include NaN / Inf)
+    import numpy as np
+    q4 = next(t for t in r.tensors if t.name == "blk.0.ffn_up_exps.weight")
+    d = np.frombuffer(np.asarray(q4.data).reshape(-1, 144)[:, :2].tobytes(), np.float16)
+    assert np.all(d == np.float16(1.5e-4))
+
+
+def test_whole_layer_placement_takes_the_experts_n_per_layer_would():
+    assert compat.gpu_layers("auto", 48, 128, 43) == frozenset(range(32, 48))     # 43 x 48 / 128 = 16.1
+    assert compat.gpu_layers("auto", 48, 128, 74) == frozenset(range(21, 48))     # 24 GiB: 27 layers
+    assert compat.gpu_layers("auto", 48, 128, 0) == frozenset()
+    assert compat.gpu_layers("0-2, 40", 48, 128, None) == frozenset({0, 1, 2, 40})
+    with pytest.raises(ValueError):
+        compat.gpu_layers("47-48", 48, 128, None)
+
+
+def test_probe_figures_read_the_anchor_run():
+    probe = json.loads((REPO / "benchmarks" / "results" / "gpu" / "anchor" / "k16-t14.probe.json").read_text())
+    f = report.probe_figures(probe)
+    assert f["decode_tok_s"] == pytest.approx(28.79, abs=0.01)
+    assert f["decode_tok_s_8k"] == pytest.approx(34.62, abs=0.01)
+    assert f["ttft_30k_s"] == pytest.approx(24.08, abs=0.01)
+    assert f["aggregate_4_streams_tok_s"] == pytest.approx(51.42, abs=0.01)
+    assert report.probe_figures(None)["decode_tok_s"] is None
+
+
+def test_evidence_keeps_the_split_threads_and_memory_not_the_request_noise(tmp_path):
+    (tmp_path / "k16.server.log").write_text(
+        "[2026-11-24] Load weight end. type=Qwen3MoeForCausalLM, avail mem=3.89 GB, mem usage=11.42 GB.\n"
+        "[2026-11-24] Decode batch, #running-req: 1, #token: 600, token usage: 0.02\n"
+        "vramkit_kt_compat: VRAMKIT_KT_GPU_LAYERS=auto: experts of layers [32, 33] all on the GPU\n"
+        "[2026-11-24] KV Cache is allocated. #tokens: 34415, K size: 0.79 GB, V size: 0.79 GB\n"
+        "unrelated line\n")
+    (tmp_path / "llama-16-fit.llama.log").write_text(
+        "llama_params_fit_impl:   - CUDA0: 48 layers (14 overflowing), 14936 MiB used, 1024 MiB free\n"
+        "slot update_slots: id 0 | task 3 | prompt done\nload_tensors:        CUDA0 model buffer size = 12000 MiB\n")
+    files = report.evidence(tmp_path)
+    assert sorted(p.name for p in files) == ["k16.evidence.txt", "llama-16-fit.evidence.txt"]
+    k = (tmp_path / "k16.evidence.txt").read_text()
+    assert "avail mem=3.89" in k and "#tokens: 34415" in k and "layers [32, 33]" in k
+    assert "Decode batch" not in k and "unrelated" not in k
+    ll = (tmp_path / "llama-16-fit.evidence.txt").read_text()
+    assert "14 overflowing" in ll and "model buffer size" in ll and "update_slots" not in ll
+
+
+def test_the_committed_comparison_is_what_its_points_give(tmp_path):
+    """moe-vs-llamacpp-{16,24}g.json/.md and the levers file regenerate from the points committed beside them."""
+    import shutil
+    res = REPO / "benchmarks" / "results" / "gpu"
+    pts = tmp_path / "points"
+    shutil.copytree(res / "moe-vs-llamacpp", pts)
+    out = tmp_path / "out"
+    out.mkdir()
+    report.report(pts, out)
+    for name in ("moe-vs-llamacpp-16g.json", "moe-vs-llamacpp-24g.json", "moe-vs-llamacpp-16g.md",
+                 "moe-vs-llamacpp-24g.md", "moe-vs-llamacpp-levers.md"):
+        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    c = json.loads((res / "moe-vs-llamacpp-16g.json").read_text())
+    assert c["budget_gib"] == 16
+    for eng in ("vramkit", "llamacpp"):
+        for key in ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s"):
+            assert c["engines"][eng][key] > 0, (eng, key)
+    # the points another helper's device command overlapped are flagged, not compared
+    levers = (res / "moe-vs-llamacpp-levers.md").read_text()
+    assert levers.count("not measured: another process held the card") == 3

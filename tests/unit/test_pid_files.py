@@ -1,0 +1,67 @@
+"""Issue 20 item 7: `embed down` and `dashboard --stop` killed unrelated processes whose pids sat in their pid
+files (`less vramkit/embed/server.py` matched "vramkit", "embed", "serve"). A pid record now names the exact
+process (pid, start time, command line) and nothing else is signalled. And `embed up` with a new API key while
+the service runs says so instead of ignoring the key."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from vramkit.adapters.process import record_pid, recorded_process
+from vramkit.cli import main
+from vramkit.commands.embed import _key_digest
+
+
+@pytest.fixture
+def bystander():
+    """A process whose command line mentions vramkit, embed, serve and dashboard, as `less` on a source file
+    would: it must survive every stop below."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "vramkit/embed/server.py",
+                             "vramkit", "embed", "serve", "dashboard"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("record", ["bare", "wrong start time", "wrong command line"])
+def test_stop_never_signals_a_process_the_record_does_not_name(record, bystander, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VRAMKIT_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    rec = {"pid": bystander.pid, "create_time": psutil.Process(bystander.pid).create_time(),
+           "cmdline": psutil.Process(bystander.pid).cmdline()}
+    if record == "bare":
+        text = str(bystander.pid)                   # what main wrote before
+    elif record == "wrong start time":
+        text = json.dumps(rec | {"create_time": rec["create_time"] - 100})
+    else:
+        text = json.dumps(rec | {"cmdline": ["python", "-m", "vramkit.commands.embed", "serve"]})
+    for pid_file in (tmp_path / "embed.pid", tmp_path / "state" / "dashboard.pid"):
+        pid_file.write_text(text)
+    assert main(["embed", "down", "--data-dir", str(tmp_path)]) == 0
+    assert main(["dashboard", "--stop"]) == 0
+    out = capsys.readouterr().out
+    assert "was not running" in out and bystander.poll() is None, "an unrelated process was signalled"
+
+
+def test_the_recorded_process_is_found_and_stopped(bystander, tmp_path, monkeypatch, capsys):
+    record_pid(tmp_path / "embed.pid", bystander.pid)
+    assert recorded_process(tmp_path / "embed.pid")[0] == bystander.pid
+    assert main(["embed", "down", "--data-dir", str(tmp_path)]) == 0
+    assert f"stopped (pid {bystander.pid})" in capsys.readouterr().out
+    assert bystander.wait(10) is not None
+
+
+def test_up_with_another_key_while_running_says_so(bystander, tmp_path, monkeypatch, capsys):
+    created = psutil.Process(bystander.pid).create_time()
+    record_pid(tmp_path / "embed.pid", bystander.pid, key=_key_digest("old-key", created))
+    monkeypatch.setenv("VRAMKIT_EMBED_API_KEY", "new-key")
+    assert main(["embed", "up", "--data-dir", str(tmp_path), "--port", "1"]) == 15
+    err = capsys.readouterr().err
+    assert "another API key" in err and "embed-down" in err and bystander.poll() is None
+    monkeypatch.setenv("VRAMKIT_EMBED_API_KEY", "old-key")
+    assert main(["embed", "up", "--data-dir", str(tmp_path), "--port", "1"]) == 0
+    assert "already running" in capsys.readouterr().out
