@@ -16,6 +16,8 @@ setup: install setup-sglang-check setup-test-tools ## install everything (.venv,
 
 install: $(VENV)/.installed ## the kit's virtualenv: CPU torch (local wheel, else PyTorch's CPU index), then the kit
 $(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torch.sh
+	@# Python >= 3.11 and ~4 GiB of disk (CPU torch, the kit, its test tools): one line and its exit code if not
+	@scripts/precheck.sh setup python $(PYTHON) 3.11 -- disk $(CURDIR) 4
 	$(PYTHON) -m venv $(VENV)
 	# torch first, the CPU build pinned in config/versions.toml: a local wheel, else PyTorch's CPU index.
 	# Anything that wants torch later finds it satisfied, so no dependency can pull a CUDA build of several GB.
@@ -42,11 +44,18 @@ compose: ## re-render docker-compose.qwen*.yml from config/ (commit the result)
 compose-check: ## fail if a committed compose file is stale
 	@$(VRAMKIT) compose --check
 
-test: install setup-sglang-check setup-test-tools lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+# `make test` runs the tests on TEST_WORKERS pytest-xdist processes (0: one process, no xdist); tests/conftest.py
+# keeps each expensive shared set-up (SGLang checker, embedding model, browser) in one of them. PYTEST_ARGS is
+# passed on, e.g. PYTEST_ARGS="--durations=30" or PYTEST_ARGS="-k embed".
+TEST_WORKERS ?= 2
+PYTEST_ARGS ?=
+PYTEST_N = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
-test-unit: install ## unit tests only (no servers, seconds)
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+test: install setup-sglang-check setup-test-tools lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests
+
+test-unit: install ## unit tests only (no servers; the inner loop: seconds)
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/unit
 
 clean: ## remove virtualenvs and caches (not results)
 	rm -rf $(VENV) .venv-sglang $(GPU_VENV) .pytest_cache

@@ -13,6 +13,8 @@ GPU_TEST_PY ?= $(if $(wildcard $(GPU_VENV)/bin/python),$(GPU_VENV)/bin/python,$(
 
 .PHONY: setup-gpu test-gpu
 setup-gpu: ## on a GPU host: GPU_VENV (.venv-gpu) with the pinned SGLang + its CUDA torch, for RUNTIME=native
+	@# ~15 GiB of disk: the pinned SGLang and its CUDA torch (the script below checks the interpreter, GPU, driver)
+	@scripts/precheck.sh setup-gpu disk $(CURDIR) 15
 	@GPU_PYTHON=$(GPU_PYTHON) scripts/setup_gpu.sh $(GPU_VENV)
 
 test-gpu: ## real-GPU tests; fail if an NVIDIA GPU is here and torch cannot use it, skip (with why) if none

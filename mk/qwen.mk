@@ -56,11 +56,16 @@ start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (K
 stop-qwen-moe: ## stop the moe server
 	@$(VRAMKIT) down --name vramkit-moe
 kt-convert: ## the moe preset's CPU experts in KT's AMXINT4 layout, from MODEL_DIR (the downloaded FP8 checkpoint)
-	@test -n "$(MODEL_DIR)" || { echo "MODEL_DIR=<folder of Qwen3-Coder-30B-A3B-Instruct-FP8> is needed"; exit 2; }
+	@# its preconditions, each one line and its exit code (scripts/precheck.sh): the checkpoint, a Python with torch,
+	@# safetensors and kt-kernel (make setup-gpu, make setup-kt-native), a CPU kt-kernel quantizes on, ~14 GiB of
+	@# disk for the AMXINT4 experts, RAM for one layer at a time
+	@scripts/precheck.sh kt-convert dir "$(MODEL_DIR)" config.json -- imports $(SERVER_PYTHON) torch safetensors kt_kernel \
+		-- isa "amx_int8|avx512_bf16" -- disk $(dir $(KT_WEIGHT_PATH)) 16 -- ram 8
 	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_WEIGHT_PATH) \
 		--kt-layout AMXINT4 --from $(MODEL_DIR) --kt-threads $$(nproc)
 setup-kt-native: ## RUNTIME=native for preset moe: kt-kernel (pinned, --no-deps) into SERVER_PYTHON's environment
-	@ldconfig -p | grep -q libhwloc.so.15 || { echo "libhwloc15 and libnuma1 are needed (apt-get install libhwloc15 libnuma1)"; exit 2; }
+	@scripts/precheck.sh setup-kt-native lib libhwloc.so.15 "libhwloc15 libnuma1" -- python $(SERVER_PYTHON) 3.10 \
+		-- isa "avx2" -- disk $(CURDIR) 1
 	$(SERVER_PYTHON) -m pip install --no-deps kt-kernel==$(KT_KERNEL_PIN)
 	@# the adapter is put on the server's PYTHONPATH by `vramkit up` (services/sglang-kt/kt_compat)
 	$(SERVER_PYTHON) -c "import sys; sys.path.insert(0, 'services/sglang-kt/kt_compat'); import vramkit_kt_compat as c; \

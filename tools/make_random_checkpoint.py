@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vramkit.core import progress  # noqa: E402
 from vramkit.core.model import checkpoint as cl  # noqa: E402
 
 POOL_ELEMS = 1 << 26          # 64 Mi values per pool: large enough that neighbouring tensors differ
@@ -145,7 +146,10 @@ def write_kt_layout(config_dir: Path, out_dir: Path, method: str, threads: int, 
     out_dir.mkdir(parents=True, exist_ok=True)
     pools = Pools(seed)
     t0 = time.time()
-    for i in (i for i in range(n_layers) if cl.is_moe_layer(cfg, i)):
+    moe_layers = [i for i in range(n_layers) if cl.is_moe_layer(cfg, i)]
+    print(f"converting {len(moe_layers)} MoE layers x {e} experts to {method} into {out_dir} "
+          f"({'from ' + str(source) if source else 'random experts'}, {threads} threads)", file=sys.stderr, flush=True)
+    for done, i in enumerate(moe_layers, 1):
         w = KTMoEWrapper(layer_idx=i, num_experts=e, num_experts_per_tok=int(cfg["num_experts_per_tok"]),
                          hidden_size=h, moe_intermediate_size=inter, gpu_experts_mask=None,
                          cpuinfer_threads=threads, threadpool_count=1, weight_path=str(out_dir),
@@ -155,6 +159,9 @@ def write_kt_layout(config_dir: Path, out_dir: Path, method: str, threads: int, 
              for shape in ((e, inter, h), (e, inter, h), (e, h, inter))]
         w.load_weights_from_tensors(*mats, torch.arange(e, dtype=torch.long))
         del w, mats
+        written = sum(f.stat().st_size for f in out_dir.rglob("*.kt"))
+        print("  " + progress.steps_line("layer", done, len(moe_layers), time.time() - t0, written),
+              file=sys.stderr, flush=True)
     size = sum(f.stat().st_size for f in out_dir.rglob("*.kt"))
     return {"out": str(out_dir), "kt_method": method, "layers": n_layers, "bytes": size,
             "source": str(source) if source else "random",

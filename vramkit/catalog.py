@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
+from vramkit import gguf_model
 from vramkit.core.model.spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
 from vramkit.core.plan import knobs as knob_decl
 from vramkit.core.plan.knobs import Serving
@@ -351,6 +352,8 @@ def model(name_or_dir: str, revision: str | None = None) -> ModelSpec:
     if name_or_dir in models():
         return models()[name_or_dir]
     p = Path(name_or_dir).expanduser()
+    if gguf_model.is_gguf(p):             # read with the gguf library; refused with the reason (exit 21)
+        raise gguf_model.refusal(gguf_model.read(p))
     if p.is_dir() or p.name == "config.json":
         # absolute: the path is SGLang's --model-path and the compose file's bind mount
         folder = (p if p.is_dir() else p.parent).resolve()
@@ -362,7 +365,13 @@ def model(name_or_dir: str, revision: str | None = None) -> ModelSpec:
     if name_or_dir.casefold() not in {n.casefold() for n in models()}:
         from vramkit.adapters import hub  # noqa: PLC0415 - huggingface_hub loads only for a Hub id
         if hub.is_repo_id(name_or_dir):
-            folder = hub.config_folder(name_or_dir, revision)
+            try:
+                folder = hub.config_folder(name_or_dir, revision)
+            except VramkitError as err:
+                twin = [n for n, m in models().items() if m.hf_id.casefold() == name_or_dir.casefold()]
+                if err.code == Exit.MODEL_UNREACHABLE and twin:     # the kit carries this model's config.json
+                    err.todo += f"; or plan the catalogued copy of its config: --model {twin[0]}"
+                raise
             spec = read_model_config(folder, name=name_or_dir, hf_id=name_or_dir)
             return replace(spec, serving=serving_for_folder(spec, folder, served=name_or_dir.split("/")[1]))
     return _pick(models(), name_or_dir, "model")

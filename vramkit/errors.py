@@ -41,6 +41,7 @@ class Exit(enum.IntEnum):
     NO_PYTHON = 25          # a make step's preconditions: no interpreter, or one older than the kit's floor
     MODEL_UNREACHABLE = 26  # --model ORG/NAME / pull: not in the Hugging Face cache and the Hub is not reachable
                             # (HF_HUB_OFFLINE, no network, a gated or private repository)
+    ENCODER_DOWN = 27       # embed serve: the encoder worker was not replaced within its bound (supervisor restarts)
 
 
 # What each code means, in the words the README's table and `vramkit --help` print (both generated from this;
@@ -68,6 +69,8 @@ MEANING: dict[str, str] = {
     "NO_PYTHON": "the interpreter a set-up step needs is missing or too old (Python >= 3.11)",
     "MODEL_UNREACHABLE": "a Hugging Face model id neither in the cache nor reachable (HF_HUB_OFFLINE, no network, "
                          "gated or private)",
+    "ENCODER_DOWN": "embed serve: its encoder worker could not be replaced within the bound; the supervisor "
+                    "restarts the service",
     "BAD_INPUT": "bad input: an unknown name, a bad flag or value (typos included)",
     "BAD_FILE": "an unreadable or invalid file",
     "INTERRUPTED": "interrupted (Ctrl-C)",

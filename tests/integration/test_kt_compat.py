@@ -115,10 +115,12 @@ def test_fp8_experts_from_the_checkpoint_skip_the_gpu_ones(fp8_layer):
         assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.02
 
 
-def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, tmp_path):
+def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "tools"))
     from make_random_checkpoint import checkpoint_experts, write_kt_layout
     info = write_kt_layout(CFG, tmp_path, "AMXINT8", 2, layers=1, source=fp8_layer)
+    err = capsys.readouterr().err               # the conversion's progress (issue 19 item 8): per layer, size, ETA
+    assert "layer 1 of 1 (100 %)" in err and " written at " in err and "ETA 0 s" in err
     assert info["bytes"] == E * (3 * H * I + 4 * (2 * I + H))           # core/plan/kt_hybrid.cpu_expert_bytes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["_layer_0"]
     w = sglang_style(tmp_path, "AMXINT8", 16)

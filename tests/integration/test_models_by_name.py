@@ -97,6 +97,7 @@ def test_without_the_cache_and_without_the_hub_it_is_one_line_exit_26(homes, how
         assert "cannot be reached" in _one_line(r)
     assert r.returncode == Exit.MODEL_UNREACHABLE == 26
     assert f"vramkit pull {HF_ID}" in _one_line(r)
+    assert _one_line(r).endswith(f"--model {CATALOGUED}")       # the kit carries this one's config.json
 
 
 def test_a_repo_the_hub_does_not_have_is_bad_input(hub, homes):
@@ -143,3 +144,23 @@ def test_a_broken_pull_resumes_where_it_stopped(hub, homes):
     assert int(resumed[0].removeprefix("bytes=").split("-")[0]) > 0        # not from byte 0
     folder = homes["VRAMKIT_MODELS_DIR"] / HF_ID.replace("/", "--")
     assert (folder / "model.safetensors").read_bytes() == WEIGHTS
+
+
+@pytest.mark.sglang
+def test_the_gguf_architectures_are_the_pinned_transformers_ones():
+    # vramkit/gguf_model.py declares which GGUF architectures SGLang 0.5.15.post1 can load (their config comes
+    # from transformers' GGUF conversion): held to the transformers pinned beside SGLang in .venv-sglang
+    from vramkit import gguf_model
+    from vramkit.adapters import sglang_check
+    python = sglang_check.checker_python()
+    if not python.exists():
+        pytest.fail(f"the SGLang checking environment is missing ({python}): run make setup-sglang-check",
+                    pytrace=False)
+    code = ("import json, transformers; from transformers.integrations.ggml import GGUF_CONFIG_MAPPING as m; "
+            "print(json.dumps([transformers.__version__, sorted(m)]))")
+    version, keys = json.loads(subprocess.run([str(python), "-c", code], capture_output=True, text=True,
+                                              check=True).stdout)
+    assert version == "5.12.1"
+    renamed = {"qwen2moe", "qwen3moe", "gpt-oss", "minimax-m2"}      # llama.cpp spellings transformers renames
+    decoders = set(keys) - {"general", "tokenizer", "tokenizer_config", "t5", "umt5"}
+    assert gguf_model.SGLANG_GGUF_ARCHITECTURES == decoders | renamed

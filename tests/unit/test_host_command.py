@@ -13,6 +13,7 @@ import pytest
 from nvml_scenarios import run_cli
 
 from vramkit.adapters import nvml, state
+from vramkit.core.host_plan import latency_settled
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +100,8 @@ def test_pin_missing_pid_is_not_running(capsys):
 class SlowThenSteadySglang(BaseHTTPRequestHandler):
     """SGLang's /health and non-streaming /generate: the first requests slow (cold), then steady."""
 
-    delays = [0.30, 0.12, 0.05, 0.05, 0.05, 0.05]
+    # steady at 0.1 s: the 10 % settle window (10 ms) stays wider than a busy machine's scheduling jitter
+    delays = [0.40, 0.20, 0.10, 0.10, 0.10, 0.10]
     seen: list[dict] = []
 
     def log_message(self, *a):
@@ -139,7 +141,11 @@ def test_warmup_until_latency_settles(capsys, sglang_stub):
     c = checks_of(data)["warmup"]
     assert code == 0 and c["status"] == "pass", c
     lat = c["data"]["latencies_s"]
-    assert len(lat) == 5 and lat[0] > 0.25 and max(lat[-3:]) < 0.1
+    # cold first, then it stops at the first request where the last three agree (5 on a quiet machine; a
+    # busy one's jitter can take a request or two more, which is the command doing its job)
+    assert lat[0] > 0.35 and lat[1] > 0.15
+    assert len(lat) >= 5 and latency_settled(lat) and not latency_settled(lat[:-1])
+    assert all(0.1 <= x < 0.2 for x in lat[-3:])
     prompts = [tuple(b["input_ids"]) for b in SlowThenSteadySglang.seen]
     assert len(set(prompts)) == len(prompts)            # distinct: no radix-cache hits
 

@@ -1,7 +1,9 @@
 """Runs INSIDE .venv-sglang (never imported by vramkit itself): checks launch argument lists with SGLang's own code.
 
 Protocol: JSON on stdin `{"cases": [{"case_id", "argv", "model_config_dir", "gpu_mem_mib"?}, ...]}`,
-JSON on stdout `{"sglang_version", "import_s", "results": [...]}`. Everything SGLang prints or logs goes
+JSON on stdout `{"sglang_version", "import_s", "results": [...]}`. With `--serve` the worker stays up after
+its one import: each line on stdin is such a request and each answer one line on stdout, until stdin closes
+(vramkit/adapters/sglang_check.py `Checker`: one worker for a whole test run). Everything SGLang prints or logs goes
 to stderr: file descriptor 1 is pointed at stderr for the whole run and the answer is written to a saved
 copy of the real stdout at the end, so no library print can corrupt the JSON.
 
@@ -29,6 +31,7 @@ Only stdlib and SGLang (with its dependencies) are imported here.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import os
@@ -99,6 +102,19 @@ def _error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"
 
 
+_PARSERS: dict[type, _Parser] = {}
+
+
+def _parser(ServerArgs) -> _Parser:
+    """`ServerArgs.add_cli_args` on a fresh parser, once per worker: it builds the same parser every time
+    (~0.1 s, its type hints evaluated field by field) and parse_args leaves a parser as it found it."""
+    if ServerArgs not in _PARSERS:
+        parser = _Parser(prog="sglang serve")
+        ServerArgs.add_cli_args(parser)
+        _PARSERS[ServerArgs] = parser
+    return _PARSERS[ServerArgs]
+
+
 def _check_one(case, ServerArgs, ModelConfig, server_args_module, capture):
     case_id = case["case_id"]
     argv = [str(a) for a in case["argv"]]
@@ -108,9 +124,8 @@ def _check_one(case, ServerArgs, ModelConfig, server_args_module, capture):
     env_before = dict(os.environ)
     probe = server_args_module.get_device_memory_capacity
     try:
-        parser = _Parser(prog="sglang serve")
-        ServerArgs.add_cli_args(parser)
-        ns = parser.parse_args(argv)
+        # a deep copy of what was parsed: no default object is shared between cases
+        ns = argparse.Namespace(**copy.deepcopy(vars(_parser(ServerArgs).parse_args(argv))))
         if case.get("model_config_dir") is None:  # parser-only check
             out["ok"] = True
             out["stage"] = "done"
@@ -244,7 +259,8 @@ def _parse_one(req, FunctionCallParser, ReasoningParser, Tool):
 
 
 def main() -> int:
-    request = json.loads(sys.stdin.read() or "{}")
+    serve = "--serve" in sys.argv[1:]
+    request = {} if serve else json.loads(sys.stdin.read() or "{}")
     real_stdout = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # from here on, anything printed lands on stderr
     sys.stdout = sys.stderr
@@ -275,24 +291,36 @@ def main() -> int:
     _quant.QUANTIZATION_METHODS.setdefault("mxfp4", Mxfp4Config)
 
     import_s = time.monotonic() - t0
-    # prepare_server_args() would reconfigure logging per case; keep ours (stderr + capture).
-    results = []
-    for case in request.get("cases", []):
-        t = time.monotonic()
-        result = _check_one(case, ServerArgs, ModelConfig, server_args_module, capture)
-        result["check_s"] = round(time.monotonic() - t, 3)
-        results.append(result)
 
-    parses = []
-    if request.get("parses"):
-        from sglang.srt.entrypoints.openai.protocol import Tool
-        from sglang.srt.function_call.function_call_parser import FunctionCallParser
-        from sglang.srt.parser.reasoning_parser import ReasoningParser
-        parses = [_parse_one(req, FunctionCallParser, ReasoningParser, Tool) for req in request["parses"]]
+    def answer(request) -> None:
+        # prepare_server_args() would reconfigure logging per case; keep ours (stderr + capture).
+        results = []
+        for case in request.get("cases", []):
+            t = time.monotonic()
+            result = _check_one(case, ServerArgs, ModelConfig, server_args_module, capture)
+            result["check_s"] = round(time.monotonic() - t, 3)
+            results.append(result)
 
-    json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
-               "results": results, "parses": parses}, real_stdout)
+        parses = []
+        if request.get("parses"):
+            from sglang.srt.entrypoints.openai.protocol import Tool
+            from sglang.srt.function_call.function_call_parser import FunctionCallParser
+            from sglang.srt.parser.reasoning_parser import ReasoningParser
+            parses = [_parse_one(req, FunctionCallParser, ReasoningParser, Tool) for req in request["parses"]]
+
+        json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
+                   "results": results, "parses": parses}, real_stdout)
+        real_stdout.write("\n")
+        real_stdout.flush()
+
+    if not serve:
+        answer(request)
+        return 0
+    real_stdout.write(json.dumps({"ready": True, "import_s": round(import_s, 2)}) + "\n")
     real_stdout.flush()
+    for line in sys.stdin:
+        if line.strip():
+            answer(json.loads(line))
     return 0
 
 

@@ -2,21 +2,27 @@
 
 SGLang lives in its own environment, `.venv-sglang` (made by `make setup-sglang-check`: CPU torch, SGLang
 with --no-deps, the few packages its imports need, a torchvision stand-in). vramkit never imports SGLang;
-`check_launches` starts ONE `.venv-sglang/bin/python` for a whole batch (the ~11 s import is paid once) running
-`_sglang_check_worker.py`, which parses each argv with `ServerArgs.add_cli_args`, builds
-`ServerArgs(device="cpu")` and `ModelConfig.from_server_args` on the model's local config.json, offline.
+`check_launches` sends its batch to ONE `.venv-sglang/bin/python` running `_sglang_check_worker.py --serve`,
+started on first use and kept for the life of the process (`Checker`: the ~11 s import is paid once per process,
+once per test run, however many batches follow; closed at exit). The worker parses each argv with
+`ServerArgs.add_cli_args`, builds `ServerArgs(device="cpu")` and `ModelConfig.from_server_args` on the model's
+local config.json, offline.
 
 Values SGLang resolves on device "cpu" are not all what a GPU run picks (see `CPU_RESOLVED_CAVEATS`):
 compare only the ones a CPU run can know.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
 import re
+import selectors
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -128,35 +134,123 @@ def _as_case(case: Any) -> dict[str, Any]:
     }
 
 
+class Checker:
+    """One `_sglang_check_worker.py --serve` process: SGLang imported once, then any number of batches, one JSON
+    line each way. Everything the worker logs goes to a temporary file (its last line names a crash)."""
+
+    def __init__(self, python: Path) -> None:
+        self.python = python
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}  # deterministic: no SGLang knobs
+        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        self.env = env
+        self._log = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen([str(python), "-I", str(WORKER), "--serve"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(REPO_ROOT))
+        self._buffer = b""
+        self._lock = threading.Lock()
+        self.import_s: float | None = None
+
+    def _crashed(self) -> VramkitError:
+        self._log.seek(0)
+        lines = [ln for ln in self._log.read().decode(errors="replace").splitlines() if ln.strip()]
+        code = self._proc.poll()
+        self.close()
+        return VramkitError(f"the SGLang checker crashed (exit {code}): {(lines[-1:] or ['no output'])[0][:300]}",
+                            SETUP_HINT + " (it rebuilds .venv-sglang when it is incomplete)", Exit.CANNOT_TELL)
+
+    def _read_line(self, deadline: float, what: str) -> dict[str, Any]:
+        assert self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.close()
+                    raise VramkitError(f"the SGLang check of {what} ran past its time",
+                                       "run it again; if it repeats, " + SETUP_HINT, Exit.CANNOT_TELL)
+                if not sel.select(min(left, 1.0)):
+                    continue
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    self._proc.wait(10)
+                    raise self._crashed()
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            answer: dict[str, Any] = json.loads(line)
+        except json.JSONDecodeError:
+            self.close()
+            raise VramkitError("the SGLang checker answered something that is not JSON",
+                               SETUP_HINT, Exit.CANNOT_TELL) from None
+        return answer
+
+    def run(self, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """One request (`{"cases": [...], "parses": [...]}`), its answer; `timeout_s` includes the import when
+        this is the worker's first request."""
+        with self._lock:
+            deadline = time.monotonic() + timeout_s
+            what = f"{len(request.get('cases', []))} launches"
+            if self.import_s is None:
+                self.import_s = float(self._read_line(deadline, what).get("import_s", 0.0))
+            assert self._proc.stdin is not None
+            try:
+                self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+                self._proc.stdin.flush()
+            except OSError:
+                self._proc.wait(10)
+                raise self._crashed() from None
+            return self._read_line(deadline, what)
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                assert self._proc.stdin is not None
+                self._proc.stdin.close()
+                self._proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait(10)
+        self._log.close()
+        with _CHECKERS_LOCK:
+            if _CHECKERS.get(str(self.python)) is self:
+                del _CHECKERS[str(self.python)]
+
+
+_CHECKERS: dict[str, Checker] = {}
+_CHECKERS_LOCK = threading.Lock()
+
+
+def shared_checker() -> Checker:
+    """The process's checker for the current checking interpreter, started on first use, closed at exit."""
+    py = require_checker()
+    with _CHECKERS_LOCK:
+        checker = _CHECKERS.get(str(py))
+        if checker is None or not checker.alive:
+            checker = _CHECKERS[str(py)] = Checker(py)
+    return checker
+
+
+@atexit.register
+def close_checkers() -> None:
+    for checker in list(_CHECKERS.values()):
+        checker.close()
+
+
 def run_batch(cases: Iterable[Any], timeout_s: float = 600.0, parses: Iterable[ParseCase] = ()) -> CheckBatch:
-    """Check every case, and run every parse, in one worker process (one SGLang import). Cases: LaunchCase,
-    (case_id, argv, model_config_dir[, gpu_mem_bytes]) tuples, or any object with those attributes (the
-    renderer's launch cases)."""
+    """Check every case, and run every parse, in the process's one checker (`shared_checker`: one SGLang import
+    however many batches). Cases: LaunchCase, (case_id, argv, model_config_dir[, gpu_mem_bytes]) tuples, or any
+    object with those attributes (the renderer's launch cases)."""
     payload = [_as_case(c) for c in cases]
     parse_payload = [dataclasses.asdict(p) | {"tools": list(p.tools)} for p in parses]
-    py = require_checker()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}  # deterministic: no SGLang knobs
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-
+    checker = shared_checker()
     t0 = time.monotonic()
-    try:
-        proc = subprocess.run(
-            [str(py), "-I", str(WORKER)], input=json.dumps({"cases": payload, "parses": parse_payload}),
-            capture_output=True, text=True, env=env, timeout=timeout_s, cwd=str(REPO_ROOT),
-        )
-    except subprocess.TimeoutExpired:
-        raise VramkitError(f"the SGLang check of {len(payload)} launches ran past {timeout_s:.0f} s",
-                           "run it again; if it repeats, " + SETUP_HINT, Exit.CANNOT_TELL) from None
+    answer = checker.run({"cases": payload, "parses": parse_payload}, timeout_s)
     wall_s = time.monotonic() - t0
-    if proc.returncode != 0:
-        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-        raise VramkitError(f"the SGLang checker crashed (exit {proc.returncode}): {tail[0][:300]}",
-                           SETUP_HINT + " (it rebuilds .venv-sglang when it is incomplete)", Exit.CANNOT_TELL)
-    try:
-        answer = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise VramkitError("the SGLang checker answered something that is not JSON",
-                           SETUP_HINT, Exit.CANNOT_TELL) from None
     fields = {f.name for f in dataclasses.fields(CheckResult)}
     results = [CheckResult(**{k: v for k, v in r.items() if k in fields}) for r in answer["results"]]
     parsed = [ParseResult(**{k: r[k] for k in (f.name for f in dataclasses.fields(ParseResult))})

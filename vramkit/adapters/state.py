@@ -55,3 +55,29 @@ def read_running(name: str | None = None) -> list[dict[str, Any]]:
 
 def clear_running(name: str) -> None:
     (state_dir() / f"{name}.json").unlink(missing_ok=True)
+
+
+START_TIMES = "start-times.json"
+
+
+def last_start_seconds(key: str) -> float | None:
+    """Seconds the last start with this key took to answer /health on this machine (None: none recorded)."""
+    try:
+        value = json.loads((state_dir() / START_TIMES).read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def save_start_seconds(key: str, seconds: float) -> None:
+    path = state_dir() / START_TIMES
+    try:
+        data = json.loads(path.read_text())
+        data = data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        data = {}
+    data[key] = round(seconds, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)

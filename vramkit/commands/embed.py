@@ -21,7 +21,8 @@ from vramkit.adapters.process import record_pid, recorded_process, stop_one
 from vramkit.errors import Exit, VramkitError
 
 PID_FILE = "embed.pid"
-LOG_FILE = "embed.log"
+LOG_FILE = "embed.log"           # rotating (vramkit.embed.server), in the log folder
+START_LOG_FILE = "embed.start.log"   # the child's stdout/stderr: what it says before logging is set up
 
 
 def register(subparsers) -> None:
@@ -44,6 +45,8 @@ def register(subparsers) -> None:
 
     q = sub.add_parser("serve", help="run the service in the foreground")
     server_flags(q)
+    q.add_argument("--log-file", type=Path, help="a rotating log file (default stderr; `up` passes one in "
+                                                  "a folder apart from the data)")
     q.set_defaults(func=run_serve)
     q = sub.add_parser("up", help="start in the background; return once /health answers")
     server_flags(q)
@@ -76,7 +79,7 @@ def _config(args):
 def run_serve(args) -> int:
     from vramkit.embed.server import serve
 
-    serve(_config(args))
+    serve(_config(args), log_file=args.log_file)
     return 0
 
 
@@ -108,8 +111,11 @@ def run_up(args) -> int:
     cfg = _config(args)
     data_dir = Path(cfg.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log_dir = cfg.log_folder().resolve()       # apart from the data: a log flood cannot fill the AOF's disk
+    log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log_file = log_dir / LOG_FILE
     url = f"http://{'127.0.0.1' if cfg.host in ('0.0.0.0', '') else cfg.host}:{cfg.port}"
-    info: dict[str, Any] = {"url": url, "log": str(data_dir / LOG_FILE), "pid_file": str(data_dir / PID_FILE)}
+    info: dict[str, Any] = {"url": url, "log": str(log_file), "pid_file": str(data_dir / PID_FILE)}
     pid, rec = _our_pid(data_dir)
     if pid and rec is not None:
         if rec.get("key") != _key_digest(cfg.api_key, rec["create_time"]):
@@ -125,7 +131,8 @@ def run_up(args) -> int:
                            "stop it or pick another --port", Exit.PORT_BUSY)
     import psutil
 
-    cmd = [sys.executable, "-m", "vramkit.commands.embed", "serve", "--data-dir", str(data_dir)]
+    cmd = [sys.executable, "-m", "vramkit.commands.embed", "serve", "--data-dir", str(data_dir),
+           "--log-file", str(log_file)]
     for flag, value in (("--host", cfg.host), ("--port", cfg.port), ("--model", cfg.model),
                         ("--allowed-roots", cfg.allowed_roots), ("--ttl-s", cfg.ttl_s)):
         if value not in ("", None):
@@ -138,32 +145,33 @@ def run_up(args) -> int:
         env["VRAMKIT_EMBED_REDIS_URL"] = cfg.redis_url
     else:
         env.pop("VRAMKIT_EMBED_REDIS_URL", None)
-    with open(data_dir / LOG_FILE, "ab") as log:
+    # the child's own output before its logging is set up (an import error) goes beside its log
+    with open(log_dir / START_LOG_FILE, "wb") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                 start_new_session=True)   # survives this command and its terminal
-    if cfg.host in ("0.0.0.0", "::", "") and not cfg.api_key:
-        print(f"vramkit: warning: the embed service listens on {cfg.host or 'every address'} without an API "
-              "key: anyone who reaches the port can drive it -> set VRAMKIT_EMBED_API_KEY", file=sys.stderr)
+    warning = cfg.exposure_warning()
+    if warning:
+        print(f"vramkit: warning: {warning}", file=sys.stderr)
     created = psutil.Process(proc.pid).create_time()
     record_pid(data_dir / PID_FILE, proc.pid, key=_key_digest(cfg.api_key, created))
     deadline = time.monotonic() + args.timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             (data_dir / PID_FILE).unlink(missing_ok=True)
-            raise VramkitError(f"embed service exited during start-up (code {proc.returncode}): "
-                               f"{_tail(data_dir / LOG_FILE)}",
-                               f"read {data_dir / LOG_FILE}", Exit.START_FAILED)
+            said = _tail(log_file) or _tail(log_dir / START_LOG_FILE)
+            raise VramkitError(f"embed service exited during start-up (code {proc.returncode}): {said}",
+                               f"read {log_file} and {log_dir / START_LOG_FILE}", Exit.START_FAILED)
         health = _health(url)
         if health is not None:
             info.update(pid=proc.pid, already_running=False, health=health,
                         redis="external" if cfg.redis_url else "embedded")
             _say(args, info, f"embed service up at {url} (pid {proc.pid}, "
-                             f"{info['redis']} Redis, log {data_dir / LOG_FILE})")
+                             f"{info['redis']} Redis, log {log_file})")
             return 0
         time.sleep(0.25)
     stop_one(proc.pid, 10.0)
     raise VramkitError(f"embed service did not answer {url}/health within {args.timeout_s:.0f} s",
-                       f"read {data_dir / LOG_FILE}", Exit.HEALTH_TIMEOUT)
+                       f"read {log_file}", Exit.HEALTH_TIMEOUT)
 
 
 def _tail(path: Path, lines: int = 3) -> str:
@@ -202,9 +210,7 @@ def run_precache(args) -> int:
     try:
         with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=30.0) as http:
             r = http.post("/precache/repo", json={"path": path, "wait": False})
-            if r.status_code >= 400:
-                raise VramkitError(f"precache refused ({r.status_code}): {_message(r)}",
-                                   "fix the request as the message says", Exit.BAD_INPUT)
+            _refused(r, args.url)
             job = r.json()
             progress = Progress(TextColumn("[bold]precache[/] {task.description}"), BarColumn(),
                                 DownloadColumn(), TimeElapsedColumn(),
@@ -215,7 +221,9 @@ def run_precache(args) -> int:
                 task = progress.add_task(Path(path).name, total=max(job["bytes_total"], 1))
                 while job["state"] in ("walking", "embedding"):
                     time.sleep(0.25)
-                    job = http.get(f"/precache/jobs/{job['id']}").json()
+                    r = http.get(f"/precache/jobs/{job['id']}")
+                    _refused(r, args.url)
+                    job = r.json()
                     progress.update(task, completed=job["bytes_done"],
                                     total=max(job["bytes_total"], 1),
                                     description=f"{Path(path).name}: {job['files_done']}/"
@@ -231,11 +239,33 @@ def run_precache(args) -> int:
         print(f"{job['state']}: {job['files_seen']} files seen, {job['files_embedded']} embedded, "
               f"{job['chunks']} chunks, {job['cache_hits']} cache hits, {job['seconds']:.1f} s; "
               f"skipped: {skipped}")
+    if job["state"] == "cancelled":
+        raise VramkitError("precache was cancelled (DELETE /precache/jobs/<id>)",
+                           "run it again to finish it: what was embedded stays cached", Exit.INTERRUPTED)
     if job["state"] != "done":
         raise VramkitError(f"precache failed: {job.get('error')}",
                            "precache a sub-folder, or the operator raises the job's budget "
                            "(VRAMKIT_EMBED_PRECACHE_MAX_S / _MAX_FILES)", Exit.START_FAILED)
     return 0
+
+
+def _refused(r, url: str) -> None:
+    """An error answer as one line whose advice matches its cause (issue 20 item 3: a 500 said 'fix the
+    request')."""
+    code = r.status_code
+    if code < 400:
+        return
+    what = f"precache refused ({code}): {_message(r)}"
+    if code == 401:
+        raise VramkitError(what, "give the service's key: --api-key or VRAMKIT_EMBED_API_KEY", Exit.BAD_INPUT)
+    if code == 429:
+        raise VramkitError(what, "wait for the running jobs (GET /precache/jobs) and run it again",
+                           Exit.SERVICE_DOWN)
+    if code >= 500:
+        raise VramkitError(f"the embed service at {url} failed ({code}): {_message(r)}",
+                           "not your request: read the service's log (`make embed-up` names it) and "
+                           "report it", Exit.SERVICE_DOWN)
+    raise VramkitError(what, "fix the request as the message says", Exit.BAD_INPUT)
 
 
 def _message(r) -> str:

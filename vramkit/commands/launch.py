@@ -4,10 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import time
 from typing import Any
 
 from vramkit import catalog
 from vramkit.commands.plan import add_plan_arguments, render_plan, request_from_args
+from vramkit.core import progress
 from vramkit.core.plan.autofit import STEP_ORDER, gpu_reasons
 from vramkit.errors import Exit, VramkitError, exit_code_lines
 from vramkit.generated import stale_blocks
@@ -99,8 +101,11 @@ def cmd_up(args) -> int:
             con.print(f"[yellow]would stop at: {', '.join(c.name for c in failed)}[/yellow]")
         return 0
     up.refuse_failed(prep, no_fit_check=args.no_fit_check)
+    t0 = time.monotonic()
     with con.status("waiting for SGLang") as status:
-        up.start(prep, say=con.print, on_phase=lambda ph: status.update(f"SGLang: {ph}"))
+        up.start(prep, say=con.print,
+                 on_phase=lambda ph: con.print(f"  SGLang: {ph} (at {progress.duration(time.monotonic() - t0)})"),
+                 on_progress=status.update)
     con.print(f"[bold green]serving[/bold green] {prep.resolved.model.name} at http://{spec.host}:{spec.port} "
               f"(OpenAI API: http://{spec.host}:{spec.port}/v1)")
     return 0

@@ -81,11 +81,27 @@ def parse(text: str) -> StartupFigures:
 
 def phase(text: str) -> str:
     """The latest start-up phase the log has reached."""
-    current = "starting the server process"
-    for marker, label in PHASES:
+    return phase_at(text)[1]
+
+
+def phase_at(text: str) -> tuple[int, str]:
+    """(1-based index of the latest phase reached, its label); 0 before the first marker (of len(PHASES))."""
+    current = (0, "starting the server process")
+    for i, (marker, label) in enumerate(PHASES, 1):
         if marker in text:
-            current = label
+            current = (i, label)
     return current
+
+
+# the weight loader's tqdm bar (sglang/srt/model_loader/weight_utils.py): "Loading safetensors checkpoint shards:
+# 40% Completed | 2/5 [00:03<00:04, ...]"
+_SHARDS = re.compile(r"Loading (?:safetensors|pt) checkpoint shards:\s+\d+% Completed \| (\d+)/(\d+)")
+
+
+def shards(text: str) -> tuple[int, int] | None:
+    """(shards loaded, shards) from the latest loader bar in the log, while the weights load; else None."""
+    found = _SHARDS.findall(text[-20000:])
+    return (int(found[-1][0]), int(found[-1][1])) if found else None
 
 
 # Import noise SGLang prints at every start (optional kernels it does without): never the cause.

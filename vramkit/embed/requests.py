@@ -7,11 +7,13 @@ from dataclasses import dataclass
 class BadRequest(Exception):
     """A 4xx answer: `status`, a message saying what to change, and the offending field."""
 
-    def __init__(self, status: int, message: str, param: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 retry_after_s: int | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
+        self.retry_after_s = retry_after_s     # said in a Retry-After header (429, 503)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": "invalid_request_error",

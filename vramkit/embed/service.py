@@ -41,7 +41,8 @@ class EmbedService:
         self.stats = stats
 
     async def embed(self, texts: list[str], normalize: bool = True,
-                    max_seq_tokens: int | None = None) -> EmbedResult:
+                    max_seq_tokens: int | None = None, client: str = "") -> EmbedResult:
+        """`client`: who asks (an address), for the queue's per-client bound."""
         settings = self.encoder.settings(normalize, max_seq_tokens)
         dim = settings.dim
         uniq, where = dedupe(texts)
@@ -65,7 +66,7 @@ class EmbedService:
                         hit[i] = True
             miss = [i for i in range(n) if not hit[i]]
             new = await self.batcher.encode([uniq[i] for i in miss], normalize,
-                                            settings.max_seq_tokens)
+                                            settings.max_seq_tokens, client)
             mat[miss] = new
             if redis_ok and self.store is not None:
                 wrote = await self.store.set_many(

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core import sglang_log
+from vramkit.core import progress, sglang_log
 from vramkit.core.plan.knobs import SGLANG_FLAGS
 from vramkit.core.render.sglang import compose_yaml, container_model_path, sglang_args
 from vramkit.errors import Exit, VramkitError
@@ -90,8 +90,10 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
 
 
 def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None, sleep=time.sleep,
-                 clock=time.monotonic) -> float:
-    """Poll /health until 200; raise START_FAILED if the server exits, HEALTH_TIMEOUT after timeout_s."""
+                 clock=time.monotonic, on_progress=None, last_start_s: float | None = None) -> float:
+    """Poll /health until 200; raise START_FAILED if the server exits, HEALTH_TIMEOUT after timeout_s.
+    `on_phase(label)` once per new phase; `on_progress(line)` every poll: the phase, its place in the order,
+    the shards loaded, the time elapsed and the ETA from `last_start_s` (core/progress.py)."""
     t0 = clock()
     last_phase = None
     while True:
@@ -99,10 +101,13 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
         if status == 200:
             return clock() - t0
         text = read_log()
-        ph = sglang_log.phase(text)
+        index, ph = sglang_log.phase_at(text)
         if on_phase and ph != last_phase:
             on_phase(ph)
             last_phase = ph
+        if on_progress:
+            loading = sglang_log.shards(text) if ph == "loading weights" else None
+            on_progress(progress.start_line(ph, index, len(sglang_log.PHASES), clock() - t0, last_start_s, loading))
         if not is_alive():
             where = state_paths(spec.name)["log"] if spec.runtime == "native" else "docker logs " + spec.name
             raise VramkitError(f"SGLang exited during start-up ({ph}): {sglang_log.last_error(text)}", f"see {where}",
@@ -142,7 +147,7 @@ def vram_budget(resolved, in_use_before_start: int | None) -> tuple[int, str]:
 
 def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | None,
            in_use_before_start: int | None = None, cpu_pin: str | None = None,
-           auto_fit: list[str] | None = None) -> dict:
+           auto_fit: list[str] | None = None, start_s: float | None = None) -> dict:
     budget, basis = vram_budget(resolved, in_use_before_start)
     from vramkit.adapters.state import write_running
     data = {
@@ -155,6 +160,7 @@ def record(resolved, spec: LaunchSpec, pid: int | None, compose_path: Path | Non
         "hicache_bytes": int(resolved.plan.knobs.hicache_gb * 1e9),
         "cpu_pin": cpu_pin,          # None: no VRAMKIT_SGLANG_CPUSET (or docker: compose's cpuset); "ok"; "failed: why"
         "auto_fit": auto_fit,        # None: started as asked; else what auto-fit changed and what it costs
+        "start_s": start_s,          # seconds from the start to /health (the next start's ETA)
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_running(spec.name, data)

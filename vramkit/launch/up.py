@@ -111,10 +111,13 @@ def refuse_failed(prep: Prepared, *, no_fit_check: bool = False, skip: tuple[str
         raise VramkitError(f"not starting: {first.name}: {what}", todo or "see the checks above", Exit(first.code))
 
 
-def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str], None] | None = None) -> dict:
-    """Start, wait for /health, warm up, record; tear down on any failure. Returns the run record."""
+def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str], None] | None = None,
+          on_progress: Callable[[str], None] | None = None) -> dict:
+    """Start, wait for /health, warm up, record; tear down on any failure. Returns the run record.
+    `on_progress` gets a progress line every poll (the ETA from the last start of this server here)."""
     from vramkit.adapters import docker, process
     from vramkit.adapters.sglang_http import SglangClient
+    from vramkit.adapters.state import last_start_seconds, save_start_seconds
     r, spec, paths = prep.resolved, prep.spec, prep.paths
     pid = None
     compose_path = None
@@ -148,14 +151,19 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
             compose_path = paths["compose"]
             compose_path.parent.mkdir(parents=True, exist_ok=True)
             compose_path.write_text(prep.compose_text)
-            docker.up(compose_path)
+            say("docker compose up: a first start pulls (or builds) the image; Docker's progress follows")
+            docker.up(compose_path, on_line=lambda line: (on_progress or say)(f"docker: {line}"))
 
             def is_alive() -> bool:
                 return docker.container_status(spec.name) in ("running", "created", "restarting")
 
             def read_log() -> str:
                 return docker.logs(spec.name)
-        took = steps.wait_healthy(client, spec, is_alive=is_alive, read_log=read_log, on_phase=on_phase)
+        key = start_key(prep)
+        took = steps.wait_healthy(client, spec, is_alive=is_alive, read_log=read_log, on_phase=on_phase,
+                                  on_progress=(lambda line: on_progress(f"SGLang: {line}")) if on_progress else None,
+                                  last_start_s=last_start_seconds(key))
+        save_start_seconds(key, took)
         say(f"healthy after {took:.0f} s")
         lat = steps.warm_up(client, spec, r.model.vocab_size)
         say("warm-up: " + ", ".join(f"{x * 1000:.0f} ms" for x in lat))
@@ -166,11 +174,17 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
     finally:
         client.close()
     rec = steps.record(r, spec, pid, compose_path, in_use_before_start=prep.in_use_before, cpu_pin=pin_note,
-                       auto_fit=prep.autofit.lines() if prep.autofit else None)
+                       auto_fit=prep.autofit.lines() if prep.autofit else None, start_s=round(took, 1))
     if prep.in_use_before is None:
         say(f"[yellow]note[/yellow]: no NVML reading before the start; vram-safe's budget assumes "
             f"{rec['vram_budget_basis']}")
     return rec
+
+
+def start_key(prep: Prepared) -> str:
+    """What makes two starts comparable for the ETA: the runtime and the command (model, knobs, load format)."""
+    import hashlib
+    return f"{prep.spec.runtime}:" + hashlib.sha256(" ".join(prep.native[1:]).encode()).hexdigest()[:16]
 
 
 def pin(pid: int, cpus: tuple[int, ...]) -> str | None:

@@ -17,6 +17,8 @@ import pytest
 pytest.importorskip("fastapi", reason="dashboard extra not installed: pip install -e '.[dashboard]'")
 pytest.importorskip("uvicorn", reason="dashboard extra not installed: pip install -e '.[dashboard]'")
 
+from . import browser  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[3]
 # the NVML situations faked at the hardware boundary live beside the unit tests
 if str(REPO / "tests" / "unit") not in sys.path:
@@ -110,23 +112,23 @@ class InProcess:
         self.thread.join(10)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_browser():
+    """The run's one chromium (browser.py), started by the first page read, closed after the last test."""
+    yield
+    browser.close_shared()
+
+
 def chromium_dom(url: str, tmp_path: Path, budget_ms: int = 8000) -> str:
-    """The page's DOM after its JavaScript ran, from the real headless chromium."""
+    """The page's DOM after its JavaScript ran, from the real headless chromium (one for the whole run; each
+    page in a fresh browser context)."""
     if CHROMIUM is None:
         pytest.skip("chromium not installed (make setup-test-tools installs it)")
-    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
-                          f"--virtual-time-budget={budget_ms}", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
+    return browser.shared(CHROMIUM).dom(url, budget_ms)
 
 
 def chromium_screenshot(url: str, path: Path, tmp_path: Path, size: str = "1000,900") -> Path:
     if CHROMIUM is None:
         pytest.skip("chromium not installed (make setup-test-tools installs it)")
-    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                          f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=8000",
-                          f"--window-size={size}", f"--screenshot={path}", url],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return path
+    width, height = (int(x) for x in size.split(","))
+    return browser.shared(CHROMIUM).screenshot(url, path, (width, height))

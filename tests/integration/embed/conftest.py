@@ -73,13 +73,17 @@ def client(encoder, flushed, repos):
 class LiveServer:
     """The app under a real uvicorn on a free loopback port, in a thread of this process."""
 
-    def __init__(self, app):
+    def __init__(self, app, limits=None):
         import uvicorn
+
+        from vramkit.adapters.http_server import uvicorn_config
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning", access_log=False))
+        # the service's own uvicorn settings (connection limits of issue 20), as `embed serve` runs it
+        self.config = uvicorn_config(app, "127.0.0.1", self.port, limits, log_level="warning",
+                                     logger_name="vramkit.embed")
+        self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> LiveServer:
@@ -129,9 +133,10 @@ def serve(encoder, repos, tmp_path):
     def start(**settings) -> LiveServer:
         settings.setdefault("redis_url", "")
         settings.setdefault("data_dir", str(tmp_path / "data"))
+        give_up = settings.pop("on_give_up", None)
         cfg = EmbedConfig(allowed_roots=str(repos), **settings)
-        app = create_app(cfg, encoder=encoder)
-        srv = LiveServer(app).__enter__()
+        app = create_app(cfg, encoder=encoder, on_give_up=give_up)
+        srv = LiveServer(app, cfg.connection_limits()).__enter__()
         srv.state = app.state.svc
         started.append(srv)
         return srv

@@ -138,7 +138,10 @@ def test_external_redis_credentials_are_never_printed(own_valkey, tmp_path):
         down = subprocess.run([*cli, "down", "--data-dir", str(data)], capture_output=True,
                               text=True, env=env, cwd=root, timeout=60)
     assert password not in down.stdout + down.stderr
-    assert password not in (data / "embed.log").read_text()
+    logs = Path(json.loads(up.stdout)["log"]).parent      # apart from the data folder (issue 20 item 2)
+    assert not logs.is_relative_to(data) and sorted(p.name for p in logs.iterdir())
+    for log in logs.iterdir():
+        assert password not in log.read_text()
 
     wrong = own_valkey.url.replace(password, "not-the-password-" + password[:8])
     store = RedisStore(wrong)

@@ -281,10 +281,28 @@ def rope_cache_bytes(model: ModelSpec, context_len: int) -> int:
     return context_len * rot * FP32
 
 
+# weight_layout is pure and its inputs are frozen: one build per (model, tp, context, card, backend, N). A plan
+# asks for the same layout many times (weights, alternatives, the hybrid split's search), a test run ~10^4 times.
+_LAYOUTS: dict[tuple[object, ...], WeightLayout] = {}
+_LAYOUTS_MAX = 2048
+
+
 def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = CALIBRATION_HOST_SMS,
                   mxfp4_backend: str = "triton_kernels", gpu_experts: int | None = None) -> WeightLayout:
     """Every parameter per rank, in module order. `gpu_experts`: the KTransformers hybrid mode's N (routed
-    experts per MoE layer on the GPU; None = all of them)."""
+    experts per MoE layer on the GPU; None = all of them). Memoized: ModelSpec holds a dict (rope_scaling), so
+    the key is its repr, which spells every field."""
+    key = (repr(model), tp, context_len, sm_count, mxfp4_backend, gpu_experts)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[key] = _build_layout(model, tp, context_len, sm_count, mxfp4_backend, gpu_experts)
+    return layout
+
+
+def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mxfp4_backend: str,
+                  gpu_experts: int | None) -> WeightLayout:
     b = _Builder(model, tp, sm_count, mxfp4_backend, gpu_experts)
     h = model.hidden_size
     emb = vocab_rank(model, b.tp) * h * model.dtype_bytes
