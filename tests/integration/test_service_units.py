@@ -107,7 +107,8 @@ def test_the_same_extra_flags_and_model_path_as_vramkit_up(tmp_path, install):
 
 @needs_sglang
 def test_without_a_cpuset_the_unit_says_so(tmp_path, install):
-    out = install(tmp_path, "--preset", "baseline", *ON_A_GPU)
+    # empty, not unset: a .env from `make optimize-write` must not decide this test (issue 19 item 5)
+    out = install(tmp_path, "--preset", "baseline", *ON_A_GPU, env={"VRAMKIT_SGLANG_CPUSET": "", "VRAMKIT_SIDE_CPUSET": ""})
     assert out.returncode == 0, out.stderr
     sg = units(tmp_path)["vramkit-sglang.service"]
     assert "CPUAffinity=" not in sg.replace("# CPUAffinity:", "")

@@ -105,7 +105,7 @@ def cmd_up(args) -> int:
     with con.status("waiting for SGLang") as status:
         up.start(prep, say=con.print,
                  on_phase=lambda ph: con.print(f"  SGLang: {ph} (at {progress.duration(time.monotonic() - t0)})"),
-                 on_progress=lambda line: status.update(f"SGLang: {line}"))
+                 on_progress=status.update)
     con.print(f"[bold green]serving[/bold green] {prep.resolved.model.name} at http://{spec.host}:{spec.port} "
               f"(OpenAI API: http://{spec.host}:{spec.port}/v1)")
     return 0
