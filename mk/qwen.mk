@@ -29,10 +29,12 @@ _up = VRAMKIT_RUNTIME=$(RUNTIME) VRAMKIT_PORT=$(PORT) VRAMKIT_DRY_RUN='$(DRY_RUN
 _safe = && { dry='$(DRY_RUN)'; [[ $${dry,,} =~ ^(1|true|yes)$$ ]] || { out=$$($(VRAMKIT) vram-safe); rc=$$?; \
 	echo "$$out"; [[ $$rc == 0 || ( $$rc == 1 && $$out == "vram-safe: WARNING"* ) ]]; }; }
 
-# preset moe: the folder of the CPU experts in KT's AMXINT4 layout (`make kt-convert` writes it)
-KT_WEIGHT_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-AMXINT4
-# `make kt-convert`: the downloaded checkpoint folder whose experts are converted
+# preset moe: kt-kernel reads the CPU experts from KT_WEIGHT_PATH. The preset's FP8 reads the downloaded
+# checkpoint folder itself (MODEL_DIR); the opt-in, lossy AMXINT4 reads the folder `make kt-convert` writes
+# (KT_INT4_PATH): make start-qwen-moe KT_WEIGHT_PATH=$(KT_INT4_PATH) UP_ARGS="--kt-method AMXINT4"
 MODEL_DIR ?=
+KT_INT4_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-AMXINT4
+KT_WEIGHT_PATH ?= $(MODEL_DIR)
 # the Python of the native SGLang install, for `make kt-convert` and `make setup-kt-native` (kt-kernel goes there)
 SERVER_PYTHON ?= python3
 KT_KERNEL_PIN := $(shell sed -n 's/^kt_kernel_pip = "\(.*\)"/\1/p' config/versions.toml)
@@ -51,17 +53,17 @@ start-qwen-128k: ## one 131,072-token request (YaRN x4, fp8 KV; the 7B GPTQ on 1
 	@$(call _up,128k) $(_safe)
 stop-qwen-128k: ## stop the 128k server
 	@$(VRAMKIT) down --name vramkit-128k
-start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers; every expert in RAM: ~23 GiB with AMXINT4)
-	@VRAMKIT_KT_WEIGHT_PATH=$(KT_WEIGHT_PATH) $(call _up,moe) $(_safe)
+start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers, FP8 from MODEL_DIR; every expert in RAM: ~36 GiB)
+	@$(if $(KT_WEIGHT_PATH),VRAMKIT_KT_WEIGHT_PATH=$(KT_WEIGHT_PATH) )$(call _up,moe) $(_safe)
 stop-qwen-moe: ## stop the moe server
 	@$(VRAMKIT) down --name vramkit-moe
-kt-convert: ## the moe preset's CPU experts in KT's AMXINT4 layout, from MODEL_DIR (the downloaded FP8 checkpoint)
+kt-convert: ## opt-in, lossy: the moe preset's CPU experts in KT's AMXINT4 layout (KT_INT4_PATH), from MODEL_DIR
 	@# its preconditions, each one line and its exit code (scripts/precheck.sh): the checkpoint, a Python with torch,
 	@# safetensors and kt-kernel (make setup-gpu, make setup-kt-native), a CPU kt-kernel quantizes on, ~14 GiB of
 	@# disk for the AMXINT4 experts, RAM for one layer at a time
 	@scripts/precheck.sh kt-convert dir "$(MODEL_DIR)" config.json -- imports $(SERVER_PYTHON) torch safetensors kt_kernel \
-		-- isa "amx_int8|avx512_bf16" -- disk $(dir $(KT_WEIGHT_PATH)) 16 -- ram 8
-	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_WEIGHT_PATH) \
+		-- isa "amx_int8|avx512_bf16" -- disk $(dir $(KT_INT4_PATH)) 16 -- ram 8
+	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_INT4_PATH) \
 		--kt-layout AMXINT4 --from $(MODEL_DIR) --kt-threads $$(nproc)
 setup-kt-native: ## RUNTIME=native for preset moe: kt-kernel (pinned, --no-deps) into SERVER_PYTHON's environment
 	@scripts/precheck.sh setup-kt-native lib libhwloc.so.15 "libhwloc15 libnuma1" -- python $(SERVER_PYTHON) 3.10 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The preconditions of a make step, checked before it starts (issue 19 item 5): each failure is one line on
+# The preconditions of a step of the Makefile, checked before it starts (issue 19 item 5): each failure is one line on
 # stderr, "<step>: <what> -> <what to do>", and the exit code vramkit/errors.py declares for it (the README's
-# table and `vramkit --help` list them; make prints it as "Error N"). Needs only bash and coreutils: it runs
+# table and `vramkit --help` list them; `make` prints it as "Error N"). Needs only bash and coreutils: it runs
 # before any virtualenv exists.
 #
 #   scripts/precheck.sh STEP CHECK ARGS... [-- CHECK ARGS...]...
@@ -23,9 +23,9 @@ check() {
   case $what in
     python)
       local py=$1 want=$2 have
-      command -v "$py" > /dev/null || refuse $NO_PYTHON "no $py" "install Python >= $want, or point the make variable at one"
+      command -v "$py" > /dev/null || refuse $NO_PYTHON "no $py" "install Python >= $want, or point the Makefile variable at one"
       have=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2> /dev/null) \
-        || refuse $NO_PYTHON "$py does not run" "point the make variable at a working Python >= $want"
+        || refuse $NO_PYTHON "$py does not run" "point the Makefile variable at a working Python >= $want"
       [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -1)" = "$want" ] \
         || refuse $NO_PYTHON "$py is Python $have, older than $want" "install Python >= $want (e.g. python3.11), then PYTHON=python3.11" ;;
     imports)

@@ -156,6 +156,47 @@ def kt_estimate_table() -> list[str]:
     return out
 
 
+MOE_VS_LLAMACPP = "benchmarks/results/gpu/moe-vs-llamacpp-{}g.json"
+MOE_ROWS = (("decode, 1 stream, depth 0", "decode_tok_s", " tok/s", ">= 1.0x"),
+            ("decode, 1 stream, depth 8K", "decode_tok_s_8k", " tok/s", ">= 1.0x"),
+            ("TTFT, 30K-token prompt", "ttft_30k_s", " s", "<= 1.0x"),
+            ("aggregate decode, 4 streams", "aggregate_4_streams_tok_s", " tok/s", ">= 2x"))
+
+
+def moe_vs_llamacpp_table() -> list[str]:
+    """README's MoE section opens with the kit against llama.cpp on the same host, shape and emulated card
+    (benchmarks/gpu/moe_vs_llamacpp_report.py writes the data; issue 18)."""
+    out = ["| card | measured | vramkit (best) | llama.cpp (best) | kit / llama.cpp | goal |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    notes = []
+    for gib in (16, 24):
+        path = REPO_ROOT / MOE_VS_LLAMACPP.format(gib)
+        if not path.exists():
+            continue
+        c = json.loads(path.read_text())
+        k, ll = c["engines"].get("vramkit", {}), c["engines"].get("llamacpp", {})
+        for label, key, unit, goal in MOE_ROWS:
+            a, b = k.get(key), ll.get(key)
+            out.append(f"| {gib} GiB | {label} | {a:.1f}{unit} | {b:.1f}{unit} | {a / b:.2f}x | {goal} |"
+                       if a and b else f"| {gib} GiB | {label} | - | - | - | {goal} |")
+        bud = c.get("budget_ms_per_token", {})
+        if "vramkit" in bud and "llamacpp" in bud:
+            modes = sorted(set(ll.get("mode_of_each", {}).values()))
+            notes.append(f"{gib} GiB: {bud['vramkit']['measured_ms_per_token_depth0']} ms against "
+                         f"{bud['llamacpp']['measured_ms_per_token_depth0']} ms (kit: {k['settings']['point']}, "
+                         f"{k['settings']['kt_num_gpu_experts']} FP8 GPU experts per layer planned"
+                         + (", whole layers on the GPU" if any("GPU_LAYERS" in e for e in k["settings"]["env"] or [])
+                            else "") + f"; llama.cpp: the best per row of {' and '.join(modes)})")
+    if len(out) == 2:
+        return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
+    return (["Against llama.cpp on the same GPU host, model shape and emulated card, both measured in one host "
+             "session (random weights: the kit's FP8 GPU experts + AMXINT4 CPU experts, llama.cpp's Q4_K_M; "
+             "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, the levers in `moe-vs-llamacpp-levers.md`):",
+             ""] + out + ["", "Per-token time at batch 1, depth 0 (1000 / decode tok/s): " + "; ".join(notes)
+                          + ". Parity is not reached; the levers file gives both budgets and what would close "
+                          "the rest."])
+
+
 def settings_table() -> list[str]:
     """README: the launch settings as vramkit/launch/settings.py declares them."""
     out = ["| setting | flag | environment | make | default |", "| --- | --- | --- | --- | --- |"]
@@ -211,6 +252,7 @@ BLOCKS: tuple[Block, ...] = (
     Block(REPO_ROOT / "README.md", "roofline (vramkit/generated.py)", roofline, HTML),
     Block(REPO_ROOT / "README.md", "physics table (vramkit/generated.py)", physics_table, HTML),
     Block(REPO_ROOT / "README.md", "hybrid MoE estimate (vramkit/generated.py)", kt_estimate_table, HTML),
+    Block(REPO_ROOT / "README.md", "MoE against llama.cpp (vramkit/generated.py)", moe_vs_llamacpp_table, HTML),
 )
 
 

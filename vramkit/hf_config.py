@@ -38,9 +38,16 @@ def _refuse(what: str, todo: str = "") -> VramkitError:
                         Exit.UNSUPPORTED_MODEL)
 
 
+CONFIG_MAX_BYTES = 1 << 20     # the largest published configs we plan are under 20 KB
+
+
 def read_model_config(config_dir: Path, name: str = "", hf_id: str = "", note: str = "") -> ModelSpec:
     path = Path(config_dir) / "config.json"
     try:
+        size = path.stat().st_size
+        if size > CONFIG_MAX_BYTES:      # a model's config is a few KB; 10 MB ones pinned the dashboard's core
+            raise VramkitError(f"{path} is {size:,} bytes; a model's config.json is a few KB (the limit is "
+                               f"{CONFIG_MAX_BYTES:,})", "give the model's published config.json", Exit.BAD_FILE)
         cfg = json.loads(path.read_text())
     except OSError as e:
         raise VramkitError(f"cannot read {path}: {e.strerror}",

@@ -30,17 +30,51 @@ LLAMA_LINES = re.compile(
     r"|CUDA0|model size|model params|file type|type +(f32|q4_K|q6_K)|threads|system_info|AMX|n_slots|slot +init"
     r"|total VRAM|free|error|failed")
 MAX_LINES = 160
+NOISE = ("Decode batch", "Prefill batch", "slot update_slots", "slot launch_slot", "print_timing",
+         "Ignore import error", "Loading from", "Creating AMX_MOE_TP", "slot release", "slot get_availabl")
+SERVER_ARGS_KEYS = ("context_length", "mem_fraction_static", "kv_cache_dtype", "chunked_prefill_size",
+                    "max_running_requests", "cuda_graph_max_bs_decode", "load_format", "kt_method", "kt_cpuinfer",
+                    "kt_threadpool_count", "kt_num_gpu_experts", "kt_max_deferred_experts_per_token", "kt_weight_path")
+
+
+def short_server_args(line: str) -> str:
+    """SGLang's one-line ServerArgs dump, cut to the settings that matter here."""
+    if "server_args=ServerArgs(" not in line:
+        return line
+    kept = [m.group(0) for k in SERVER_ARGS_KEYS for m in [re.search(rf"\b{k}=[^,)]*", line)] if m]
+    return line.split("server_args=")[0] + "server_args (kept): " + ", ".join(kept)
 NAMES = {"k16": 16, "k24": 24}
 
 
 def trim(text: str, pattern: re.Pattern) -> str:
-    keep = [ln.rstrip()[:400] for ln in text.splitlines() if pattern.search(ln)]
+    keep = [ln.rstrip() for ln in text.splitlines() if pattern.search(ln)]
     # drop request-by-request noise (SGLang's per-batch lines, llama-server's per-request slot lines)
-    keep = [ln for ln in keep if "Decode batch" not in ln and "Prefill batch" not in ln
-            and "slot update_slots" not in ln and "slot launch_slot" not in ln and "print_timing" not in ln]
+    keep = [short_server_args(ln) for ln in keep if not any(x in ln for x in NOISE)]
+    keep = [ln[:600] for ln in keep]
     if len(keep) > MAX_LINES:
         keep = keep[:MAX_LINES // 2] + [f"... {len(keep) - MAX_LINES} lines left out ..."] + keep[-MAX_LINES // 2:]
     return "\n".join(keep) + "\n"
+
+
+def retrim(path: Path) -> None:
+    """Apply the current filter to an evidence file trimmed on the host with an older one."""
+    head, _, body = path.read_text(errors="replace").partition("\n")
+    pat = SGLANG_LINES if ".server.log" in head else LLAMA_LINES
+    path.write_text(head + "\n" + trim(body, pat))
+
+
+def add_plan_lines(evidence_file: Path, up_txt: Path) -> None:
+    """The plan's expert split and memory rows from `vramkit up`'s output (the SGLang log does not print
+    --kt-num-gpu-experts), once."""
+    if not up_txt.exists():
+        return
+    text = evidence_file.read_text()
+    if "# from vramkit up" in text:
+        return
+    rows = [ln.strip() for ln in up_txt.read_text(errors="replace").splitlines()
+            if re.search(r"experts on GPU / CPU|free at start|KV pool|host RAM|weights on GPU", ln)]
+    if rows:
+        evidence_file.write_text(text + f"# from vramkit up's plan table ({up_txt.name}):\n" + "\n".join(rows) + "\n")
 
 
 def evidence(res: Path) -> list[Path]:
@@ -103,16 +137,28 @@ def kit_point(res: Path, name: str) -> dict | None:
     probe = load(res / f"{name}.probe.json")
     up = (res / f"{name}.up.txt").read_text(errors="replace") if (res / f"{name}.up.txt").exists() else ""
     cmd = next((ln.strip() for ln in up.splitlines() if "sglang.launch_server" in ln), "")
+    m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / (\d+)", up)
     return {"name": name, "figures": probe_figures(probe if isinstance(probe, dict) else None),
             "vramkit_up_args": point.get("vramkit_up_args"), "env": point.get("env"),
+            "planned_gpu_experts_per_layer": int(m.group(1)) if m else None,
             "sglang_command": cmd, "start_s": point.get("start_s"), "peak_vram_bytes": point.get("peak_vram_bytes"),
             "host_rss_after_start_bytes": point.get("host_rss_after_start_bytes"),
             "log_figures_gib": point.get("log_figures_gib"), "probe_date": (probe or {}).get("date")}
 
 
-def gpu_experts_from_cmd(cmd: str) -> int | None:
-    m = re.search(r"--kt-num-gpu-experts (\d+)", cmd)
-    return int(m.group(1)) if m else None
+def disturbed(res: Path, name: str, budget: int) -> str | None:
+    """Why a point is not comparable, or None: SGLang saw less free memory at load than the ballast leaves
+    (another process was on the card and, with it, on the CPU), or it did not start."""
+    point = load(res / f"{name}.json")
+    if not isinstance(point, dict):
+        return None
+    free = (point.get("log_figures_gib") or {}).get("load_begin_avail")
+    if free is not None and free < budget - 1.0:
+        return (f"another process held the card during it: {free} GiB free at load against ~{budget - 0.7:.1f} "
+                "with the ballast alone (a device command of another helper ran on the same machine)")
+    if point.get("up_rc") != 0:
+        return f"did not start (vramkit up exit {point.get('up_rc')}): {str(point.get('error'))[:200]}"
+    return None
 
 
 def llama_point(res: Path, name: str) -> dict | None:
@@ -131,7 +177,8 @@ def best(points: list[dict]) -> dict | None:
 
 
 def versions(res: Path) -> dict:
-    site = (res / "logs" / "site.txt").read_text(errors="replace") if (res / "logs" / "site.txt").exists() else ""
+    f = next((p for p in (res / "logs" / "site.txt", res / "site.txt") if p.exists()), None)
+    site = f.read_text(errors="replace") if f else ""
     kt = next((ln.split(None, 1)[1] for ln in site.splitlines() if ln.startswith("kt_kernel ")), "0.5.1")
     return {"sglang": "0.5.15.post1", "kt_kernel": kt,
             "llama_cpp": "as vendored by the llama-cpp-python 0.3.36 sdist (commit 0c1e570), built with "
@@ -149,20 +196,52 @@ LLAMA_SETTINGS = ("-c 32768 -np 4 -kvu -fa on -ctk q8_0 -ctv q8_0 -t {t} (llama-
                   "32K KV cache; requests: token ids, greedy, EOS ignored, no prompt cache)")
 
 
+METRICS = ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")
+LOWER_IS_BETTER = ("ttft_30k_s",)
+
+
+def llama_best(modes: dict[str, dict]) -> tuple[dict, dict]:
+    """llama.cpp's best per metric over its modes (--fit, --n-cpu-moe swept), and which mode gave each."""
+    best: dict = {}
+    which: dict = {}
+    for key in METRICS + ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k"):
+        vals = [(f[key], m) for m, f in modes.items() if f and f.get(key)]
+        if vals:
+            v, m = (min if key in LOWER_IS_BETTER or key.startswith("ttft") else max)(vals)
+            best[key], which[key] = v, m
+        else:
+            best[key] = None
+    return best, which
+
+
+def sweep_note(res: Path, budget: int, ncmoe: str | None) -> str:
+    if ncmoe is None:
+        return ""
+    n = int(ncmoe)
+    if n == 0:
+        return "--fit off -ngl 99: every layer's experts on the GPU"
+    lower = res / f"llama-{budget}-ncmoe{n - 1}.evidence.txt"
+    oom = lower.exists() and "out of memory" in lower.read_text(errors="replace")
+    return (f"--fit off -ngl 99: the experts of the first {n} layers on the CPU"
+            + (f"; {n - 1} did not start (out of memory)" if oom else ""))
+
+
 def compare(res: Path, budget: int) -> dict | None:
-    kit_names = [n for n in ([f"k{budget}"] + ([f"k{budget}-layers"] if budget == 16 else []))]
-    kits = [kit_point(res, n) for n in kit_names]
-    kit_best = best([k for k in kits if k])
+    kit_names = [f"k{budget}"] + ([f"k{budget}-layers", f"k{budget}-layers-defer2"] if budget == 16 else [])
+    kits = [p for p in (kit_point(res, n) for n in kit_names) if p and not disturbed(res, p["name"], budget)]
+    full = [p for p in kits if all(p["figures"][k] for k in METRICS)]
+    kit_best = best(full)
     fit = llama_point(res, f"llama-{budget}-fit")
     sweep = llama_point(res, f"llama-{budget}-best")
     ncmoe = (res / f"llama-{budget}-best-ncmoe.txt").read_text().strip() \
         if (res / f"llama-{budget}-best-ncmoe.txt").exists() else None
-    lbest = best([p for p in (fit, sweep) if p])
-    if not kit_best and not lbest:
+    modes = {"--fit on": fit["figures"] if fit else None,
+             f"--n-cpu-moe {ncmoe}": sweep["figures"] if sweep else None}
+    if not kit_best and not (fit or sweep):
         return None
     threads = 14
     date = (kit_best or {}).get("probe_date") or ""
-    out = {
+    out: dict = {
         "budget_gib": budget,
         "device": device(res) + f"; card memory emulated at {budget} GiB free by the same ballast "
                                 "(shared/gpu/ballast.py) for both engines",
@@ -170,36 +249,41 @@ def compare(res: Path, budget: int) -> dict | None:
                  "block-FP8 config (dummy load, experts on the GPU in FP8) and KT's AMXINT4 layout; llama.cpp's "
                  "a Q4_K_M-typed GGUF (tools/make_random_gguf.py, 17.3 GiB)",
         "date": date, "versions": versions(res),
-        "how": "benchmarks/gpu/run_moe_vs_llamacpp.sh, one host session; decode_tok_s: 1 stream, 512-token prompt, "
-               "128 tokens, client-side 1/TPOT; decode_tok_s_8k: the 64 tokens after an 8,192-token prompt; "
-               "ttft_30k_s: a 30,000-token prompt; aggregate_4_streams_tok_s: 4 concurrent 512-token prompts, "
-               "sum of per-stream decode rates",
+        "how": "benchmarks/gpu/run_moe_vs_llamacpp.sh, one host session, engines one after the other; "
+               "decode_tok_s: 1 stream, 512-token prompt, 128 tokens, client-side 1/TPOT; decode_tok_s_8k: the "
+               "64 tokens after an 8,192-token prompt; ttft_30k_s: a 30,000-token prompt; "
+               "aggregate_4_streams_tok_s: 4 concurrent 512-token prompts, sum of per-stream decode rates. "
+               "vramkit: the best configuration measured with every figure (the preset as planned, or whole "
+               "layers on the GPU); llama.cpp: its best per figure over --fit and --n-cpu-moe (swept down to the "
+               "lowest that starts)",
         "engines": {},
         "llamacpp_bench": bench_rows(res, budget),
     }
     if kit_best:
         k = kit_best
-        out["engines"]["vramkit"] = {**{key: k["figures"][key] for key in (
-            "decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")},
+        out["engines"]["vramkit"] = {**{key: k["figures"][key] for key in METRICS},
             "more": {key: k["figures"][key] for key in ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k")},
             "settings": {"point": k["name"], "vramkit_up": "vramkit up --runtime native " + " ".join(k["vramkit_up_args"] or []),
-                         "env": k["env"], "sglang_command": k["sglang_command"],
-                         "kt_num_gpu_experts": gpu_experts_from_cmd(k["sglang_command"])},
+                         "env": k["env"], "kt_num_gpu_experts": k["planned_gpu_experts_per_layer"],
+                         "kt_cpuinfer": threads, "kt_method": "AMXINT4", "gpu_expert_dtype": "FP8 (block 128)"},
             "start_s": k["start_s"], "peak_vram_bytes": k["peak_vram_bytes"],
             "host_rss_after_start_bytes": k["host_rss_after_start_bytes"], "log_figures_gib": k["log_figures_gib"],
-            "other_points": [{"point": p["name"], **p["figures"]} for p in kits if p and p is not k]}
-    if lbest:
-        which = "--fit on" if lbest is fit else f"--fit off -ngl 99 --n-cpu-moe {ncmoe}"
-        out["engines"]["llamacpp"] = {**{key: lbest["figures"][key] for key in (
-            "decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")},
-            "more": {key: lbest["figures"][key] for key in ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k")},
-            "settings": {"server": "llama-server " + LLAMA_SETTINGS.format(t=threads) + " " + which,
+            "other_points": [{"point": p["name"], **p["figures"]} for p in kits if p is not k]}
+    if fit or sweep:
+        lb, which = llama_best(modes)
+        out["engines"]["llamacpp"] = {**{key: lb[key] for key in METRICS},
+            "more": {key: lb[key] for key in ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k")},
+            "mode_of_each": which,
+            "settings": {"server": "llama-server -m <gguf> " + LLAMA_SETTINGS.format(t=threads),
+                         "modes": {"--fit on": "llama.cpp picks the offload (default margin 1024 MiB)",
+                                   f"--n-cpu-moe {ncmoe}": sweep_note(res, budget, ncmoe)},
                          "n_cpu_moe_swept_best": int(ncmoe) if ncmoe else None},
-            "start_s": lbest["start_s"], "vram_used_mib_with_ballast": lbest["vram_used_mib_with_ballast"],
-            "both_modes": {"fit": fit["figures"] if fit else None,
-                           f"n_cpu_moe_{ncmoe}": sweep["figures"] if sweep else None}}
+            "by_mode": {m: f for m, f in modes.items() if f},
+            "start_s": {m: p["start_s"] for m, p in (("--fit on", fit), (f"--n-cpu-moe {ncmoe}", sweep)) if p},
+            "vram_used_mib_with_ballast": {m: p["vram_used_mib_with_ballast"]
+                                           for m, p in (("--fit on", fit), (f"--n-cpu-moe {ncmoe}", sweep)) if p}}
     out["ratios"] = ratios(out)
-    out["budget_ms_per_token"] = budgets(out)
+    out["budget_ms_per_token"] = budgets(out, res, budget)
     return out
 
 
@@ -219,89 +303,97 @@ def ratios(c: dict) -> dict:
             "goal": "decode >= 1.0 at depth 0 and 8K, TTFT ratio >= 1.0, aggregate >= 2.0"}
 
 
-def budgets(c: dict) -> dict:
-    """Per-token time at batch 1 (measured: 1000 / decode tok/s), and for the kit the part the fitted sync
-    constant accounts for (derived: MoE layers with CPU experts x config/engine.toml's kt_sync_us)."""
-    out = {}
+def budgets(c: dict, res: Path, budget: int) -> dict:
+    """Per-token time at batch 1: measured (1000 / decode tok/s; llama-bench's tg128 beside llama-server's), and
+    for the kit the share the fitted per-layer sync accounts for (derived: MoE layers with CPU experts x
+    config/engine.toml's kt_layer_sync_us)."""
+    out: dict = {}
     for eng, e in c["engines"].items():
         if e.get("decode_tok_s"):
             out[eng] = {"measured_ms_per_token_depth0": round(1000 / e["decode_tok_s"], 2)}
             if e.get("decode_tok_s_8k"):
                 out[eng]["measured_ms_per_token_8k"] = round(1000 / e["decode_tok_s_8k"], 2)
+    tg = [r for r in c["llamacpp_bench"] if r["test"].startswith("tg") and r["depth"] == 0 and r["threads"] == 14]
+    if tg and "llamacpp" in out:
+        out["llamacpp"]["llama_bench_tg128_ms_per_token_depth0"] = round(1000 / tg[0]["tok_s"], 2)
     k = c["engines"].get("vramkit")
     if k and "vramkit" in out:
-        try:
-            import tomllib
-            eng = tomllib.loads((ROOT / "config" / "engine.toml").read_text())
-            sync_us = float(next(v for key, v in _flat(eng) if key.endswith("kt_sync_us")))
-        except (OSError, StopIteration, ValueError):
-            sync_us = None
+        import tomllib
+        sync_us = tomllib.loads((ROOT / "config" / "engine.toml").read_text()).get("kt_layer_sync_us")
         layers = 48
         if k["settings"]["env"] and any("VRAMKIT_KT_GPU_LAYERS" in x for x in k["settings"]["env"]):
-            n = k["settings"].get("kt_num_gpu_experts") or 0
-            layers = 48 - n * 48 // 128
+            layers = 48 - (k["settings"].get("kt_num_gpu_experts") or 0) * 48 // 128
         if sync_us:
-            out["vramkit"]["derived_sync_ms"] = round(layers * sync_us / 1000, 2)
-            out["vramkit"]["derived_sync_note"] = (f"{layers} MoE layers with CPU experts x {sync_us:.0f} us "
-                                                   "(config/engine.toml kt_sync_us, fitted by fit_kt.py): derived")
+            out["vramkit"]["derived_sync_ms"] = round(layers * float(sync_us) / 1000, 2)
+            out["vramkit"]["derived_sync_note"] = (f"derived: {layers} MoE layers with CPU experts x {sync_us} us "
+                                                   "(config/engine.toml kt_layer_sync_us, fitted by fit_kt.py)")
     return out
-
-
-def _flat(d: dict, prefix: str = ""):
-    for key, v in d.items():
-        if isinstance(v, dict):
-            yield from _flat(v, prefix + key + ".")
-        else:
-            yield prefix + key, v
 
 
 def fmt(x, unit="") -> str:
     return "-" if x is None else (f"{x:,.1f}{unit}" if isinstance(x, float) else f"{x}{unit}")
 
 
+ROWS = (("decode, 1 stream, depth 0 (tok/s)", "decode_tok_s", ">= 1.0x"),
+        ("decode, 1 stream, depth 8K (tok/s)", "decode_tok_s_8k", ">= 1.0x"),
+        ("TTFT, 30K-token prompt (s)", "ttft_30k_s", "<= 1.0x"),
+        ("aggregate decode, 4 streams (tok/s)", "aggregate_4_streams_tok_s", ">= 2x"))
+
+
+def table(c: dict) -> list[str]:
+    """The comparison table (the README's MoE section opens with it, vramkit/generated.py)."""
+    k, ll = c["engines"].get("vramkit", {}), c["engines"].get("llamacpp", {})
+    out = ["| | vramkit (kit's best) | llama.cpp (best) | kit / llama.cpp | goal |", "| --- | --- | --- | --- | --- |"]
+    for label, key, goal in ROWS:
+        a, bb = k.get(key), ll.get(key)
+        ratio = f"{a / bb:.2f}x" if a and bb else "-"
+        mode = (ll.get("mode_of_each") or {}).get(key)
+        out.append(f"| {label} | {fmt(a)} | {fmt(bb)}{f' ({mode})' if mode else ''} | {ratio} | {goal} |")
+    return out
+
+
 def markdown(c: dict) -> str:
     b = c["budget_gib"]
     k, ll = c["engines"].get("vramkit", {}), c["engines"].get("llamacpp", {})
-    rows = [("decode, 1 stream, depth 0 (tok/s)", "decode_tok_s", ">= 1.0x"),
-            ("decode, 1 stream, depth 8K (tok/s)", "decode_tok_s_8k", ">= 1.0x"),
-            ("TTFT, 30K-token prompt (s)", "ttft_30k_s", "<= llama.cpp"),
-            ("aggregate decode, 4 streams (tok/s)", "aggregate_4_streams_tok_s", ">= 2x")]
     lines = [f"# The kit against llama.cpp at {b} GiB (issue 18)", "",
-             f"Measured {c['date']} on {c['device']}.", "", c["model"] + ".", "",
-             "| | vramkit (kit's best) | llama.cpp (best) | kit / llama.cpp | goal |", "| --- | --- | --- | --- | --- |"]
-    for label, key, goal in rows:
-        a, bb = k.get(key), ll.get(key)
-        ratio = "-" if not a or not bb else (f"{bb / a:.2f}x faster" if key.startswith("ttft") and bb < a
-                                             else f"{a / bb:.2f}x" if not key.startswith("ttft") else f"{bb / a:.2f}")
-        lines.append(f"| {label} | {fmt(a)} | {fmt(bb)} | {ratio} | {goal} |")
+             f"Measured {c['date']} on {c['device']}.", "", c["model"] + ".", "", c["how"] + ".", ""]
+    lines += table(c)
     lines += ["", "Settings:", ""]
     if k:
-        lines.append(f"- vramkit ({k['settings']['point']}): `{k['settings']['vramkit_up']}`"
-                     + (f" with {', '.join(k['settings']['env'])}" if k['settings']['env'] else "")
-                     + f"; {k['settings']['kt_num_gpu_experts']} GPU experts per layer (FP8), KT AMXINT4 on the CPU")
+        s = k["settings"]
+        lines.append(f"- vramkit ({s['point']}): `{s['vramkit_up']}`"
+                     + (f" with {', '.join(s['env'])}" if s["env"] else "")
+                     + f"; planned {s['kt_num_gpu_experts']} GPU experts per layer ({s['gpu_expert_dtype']}), "
+                       f"KT {s['kt_method']} on the CPU, {s['kt_cpuinfer']} threads")
+        for p in k.get("other_points", []):
+            lines.append(f"  - also measured, {p['point']}: decode {fmt(p['decode_tok_s'])} / {fmt(p['decode_tok_s_8k'])} "
+                         f"tok/s (0 / 8K), TTFT 30K {fmt(p['ttft_30k_s'])} s, 4 streams "
+                         f"{fmt(p['aggregate_4_streams_tok_s'])} tok/s")
     if ll:
-        lines.append(f"- llama.cpp: `{ll['settings']['server']}`; --n-cpu-moe swept to {ll['settings']['n_cpu_moe_swept_best']}")
-        bm = ll.get("both_modes", {})
-        for mode, f in bm.items():
-            if f:
-                lines.append(f"  - {mode}: decode {fmt(f['decode_tok_s'])} / {fmt(f['decode_tok_s_8k'])} tok/s (0 / 8K), "
-                             f"TTFT 30K {fmt(f['ttft_30k_s'])} s, 4 streams {fmt(f['aggregate_4_streams_tok_s'])} tok/s")
+        lines.append(f"- llama.cpp: `{ll['settings']['server']}`, in two modes (the table takes its best per row):")
+        for mode, f in ll.get("by_mode", {}).items():
+            lines.append(f"  - `{mode}` ({ll['settings']['modes'].get(mode, '')}): decode {fmt(f['decode_tok_s'])} / "
+                         f"{fmt(f['decode_tok_s_8k'])} tok/s (0 / 8K), TTFT 30K {fmt(f['ttft_30k_s'])} s, 4 streams "
+                         f"{fmt(f['aggregate_4_streams_tok_s'])} tok/s")
     if c["llamacpp_bench"]:
-        lines += ["", "llama-bench (same --n-cpu-moe, -fa 1, q8_0 KV):", "", "| test | depth | threads | tok/s |",
-                  "| --- | --- | --- | --- |"]
+        lines += ["", f"llama-bench with --n-cpu-moe {ll.get('settings', {}).get('n_cpu_moe_swept_best')} (-fa 1, "
+                  "q8_0 KV; each depth filled first):", "", "| test | depth | threads | tok/s |", "| --- | --- | --- | --- |"]
         lines += [f"| {r['test']} | {r['depth']:,} | {r['threads']} | {r['tok_s']:.1f} ± {r['stddev']:.1f} |"
                   for r in c["llamacpp_bench"]]
     bud = c.get("budget_ms_per_token", {})
     if bud:
         lines += ["", "Per-token time at batch 1 (measured = 1000 / decode tok/s; the sync share is derived):", ""]
         for eng, v in bud.items():
-            extra = f"; of which ~{v['derived_sync_ms']} ms GPU<->CPU round trips ({v['derived_sync_note']})" \
+            extra = f"; of it ~{v['derived_sync_ms']} ms GPU<->CPU round trips ({v['derived_sync_note']})" \
                 if "derived_sync_ms" in v else ""
+            lb = f"; llama-bench tg128: {v['llama_bench_tg128_ms_per_token_depth0']} ms" \
+                if "llama_bench_tg128_ms_per_token_depth0" in v else ""
             lines.append(f"- {eng}: {v['measured_ms_per_token_depth0']} ms at depth 0"
                          + (f", {v['measured_ms_per_token_8k']} ms at 8K" if "measured_ms_per_token_8k" in v else "")
-                         + extra)
-    lines += ["", "Evidence: the `*.evidence.txt` files beside this one (trimmed server logs: expert split, "
-              "threads, memory).", ""]
+                         + lb + extra)
+    lines += ["", "Evidence: `moe-vs-llamacpp/*.evidence.txt` (trimmed server logs: expert split, KT threads, memory; "
+              "llama-server logs little at its default verbosity: its OOM line at --n-cpu-moe one lower, and "
+              "`*.smi.txt`, the card's use with the ballast, stand for it), the points' JSON beside them.", ""]
     return "\n".join(lines)
 
 
@@ -324,16 +416,22 @@ def plot(c: dict, path: Path) -> None:
     plt.close(fig)
 
 
+LEVERS = (("k16-layers", "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto: the last 16 of 48 layers "
+                         "all on the GPU, no CPU round trip there; the other 32 all on the CPU) instead of 43 "
+                         "experts in every layer"),
+          ("k16-defer2", "--kt-max-deferred-experts-per-token 2 (the 2 lowest-weighted of a token's CPU experts "
+                         "finish during the next layer; changes the numerics: issue 18 item 3 checks it)"),
+          ("k16-layers-defer2", "both of the above"),
+          ("k16-defer1", "--kt-max-deferred-experts-per-token 1"),
+          ("k16-t16", "KT threads 16 instead of 14"),
+          ("k16-chunk8k", "--chunked-prefill-size 8192 instead of 4096 (TTFT)"))
+
+
 def levers(res: Path) -> str:
     base = kit_point(res, "k16")
-    rows = [("k16-layers", "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto: 16 of 48 layers, "
-                           "no CPU round trip there) instead of 43 experts in every layer"),
-            ("k16-defer2", "--kt-max-deferred-experts-per-token 2"),
-            ("k16-defer1", "--kt-max-deferred-experts-per-token 1"),
-            ("k16-t16", "KT threads 16 instead of 14"),
-            ("k16-chunk8k", "--chunked-prefill-size 8192 instead of 4096 (TTFT)")]
     out = ["# The kit's levers at 16 GiB, each against the preset as planned (issue 18 item 2)", "",
-           "Same run as moe-vs-llamacpp-16g.json; one change per row.", "",
+           "Same host session as moe-vs-llamacpp-16g.json (benchmarks/gpu/run_moe_vs_llamacpp.sh); one change per "
+           "row; decode at depth 0 is 128 tokens after a 512-token prompt, at 8K the 64 after an 8,192-token one.", "",
            "| lever | decode d0 tok/s | decode 8K tok/s | TTFT 30K s | 4 streams tok/s | vs preset (d0 / 8K / TTFT) |",
            "| --- | --- | --- | --- | --- | --- |"]
 
@@ -348,23 +446,86 @@ def levers(res: Path) -> str:
                 f"{rel('ttft_30k_s', inv=True)} |")
     ref = base["figures"] if base else None
     if base:
-        out.append(row("preset as planned (43 GPU experts per layer, 14 threads)", ref, None))
-    for name, label in rows:
+        out.append(row("preset as planned (43 GPU experts per layer in FP8, AMXINT4 on 14 threads)", ref, None))
+    for name, label in LEVERS:
         p = kit_point(res, name)
-        if p:
+        why = disturbed(res, name, 16)
+        if why:
+            out.append(f"| {label} | not measured: {why} | | | | |")
+        elif p:
             out.append(row(label, p["figures"], ref))
-        elif (res / f"{name}.json").exists():
-            err = (load(res / f"{name}.json") or {}).get("error", "")
-            out.append(f"| {label} | did not start: {str(err)[:160]} | | | | |")
         else:
-            out.append(f"| {label} | not run (the session's device time ran out first) | | | | |")
-    return "\n".join(out) + "\n"
+            out.append(f"| {label} | not run: the device time allotted to this work was spent | | | | |")
+    return "\n".join(out + closing(res)) + "\n"
+
+
+GiB = 2**30
+AMXINT4_EXPERT = 3 * 2048 * 768 // 2 + 4 * (2 * 768 + 2048)      # KT's int4 layout, one f32 scale per row
+GPTQ4_EXPERT = 3 * 2048 * 768 // 2 + 3 * 2048 * 768 // 128 * 2 + 3 * 2048 * 768 // 128 // 2   # g128 f16 scales, int4 zeros
+FP8_EXPERT = 3 * 2048 * 768 + 4 * (2 * 6 * 16 + 16 * 6)           # block-128 f32 scales
+
+
+def closing(res: Path) -> list[str]:
+    """The per-token budgets of both engines and what would close the rest: every figure either measured in
+    this run (named) or derived from them and the fitted constants (labelled)."""
+    import tomllib
+    eng = tomllib.loads((ROOT / "config" / "engine.toml").read_text())
+    sync_us, eff = float(eng["kt_layer_sync_us"]), float(eng["kt_cpu_read_efficiency"])
+    bw = {int(r["threads"]): r["bytes_per_s"] for r in (load(res / "membw-anchor.json") or [])}
+    base, lay, dfr = (kit_point(res, n) for n in ("k16", "k16-layers", "k16-defer2"))
+    ll = llama_point(res, "llama-16-best")
+    ncm = (res / "llama-16-best-ncmoe.txt").read_text().strip() if (res / "llama-16-best-ncmoe.txt").exists() else None
+    if not (base and lay and ll and bw.get(14) and ncm):
+        return []
+    ms = {k: 1000 / p["figures"]["decode_tok_s"] for k, p in (("preset", base), ("layers", lay), ("llama", ll))}
+    read = bw[14] * eff
+    cpu_layers = 48 - 43 * 48 // 128
+    t_sync = cpu_layers * sync_us / 1000
+    t_cpu = cpu_layers * 8 * AMXINT4_EXPERT / read * 1000
+    t_rest = ms["layers"] - t_sync - t_cpu
+    fp8_layers = 43 * 48 // 128
+    int4_layers = min(48, int(fp8_layers * FP8_EXPERT / GPTQ4_EXPERT))
+    cpu4 = 48 - int4_layers
+    t4 = t_rest + cpu4 * sync_us / 1000 + cpu4 * 8 * AMXINT4_EXPERT / read * 1000
+    out = ["", "## Per-token budgets and what would close the rest", "",
+           f"Measured (1000 / decode tok/s at depth 0): the preset {ms['preset']:.1f} ms, whole layers on the GPU "
+           f"{ms['layers']:.1f} ms, llama.cpp at --n-cpu-moe {ncm} {ms['llama']:.1f} ms (llama-bench's tg128 "
+           "beside it in moe-vs-llamacpp-16g.md)"
+           + (f", deferred experts 2 {1000 / dfr['figures']['decode_tok_s']:.1f} ms" if dfr else "") + ".", "",
+           f"Derived split of the whole-layers point ({cpu_layers} layers with CPU experts, fitted constants of "
+           f"config/engine.toml): GPU<->CPU round trips {cpu_layers} x {sync_us:.0f} us = {t_sync:.1f} ms; CPU "
+           f"experts {cpu_layers} x 8 x {AMXINT4_EXPERT / 2**20:.2f} MiB read at {read / 1e9:.0f} GB/s (14-thread "
+           f"read x {eff}) = {t_cpu:.1f} ms; the rest (attention, router, GPU experts, launches) {t_rest:.1f} ms. "
+           f"llama.cpp keeps {48 - int(ncm)} of 48 layers' experts on the GPU in the same memory (Q4_K_M, "
+           "2.7 MiB per expert against FP8's 4.5), and its CPU layers cost no such round trip.", "",
+           "What would close it (derived, not measured):", "",
+           f"- int4 GPU experts (a GPTQ-Int4 checkpoint: SGLang's marlin MoE on the GPU, kt-kernel's GPTQ_INT4 on the "
+           f"CPU reading the same files): {FP8_EXPERT / GPTQ4_EXPERT:.2f}x the experts per GiB, so ~{int4_layers} "
+           f"layers on the GPU instead of {fp8_layers}; the same split gives ~{t4:.1f} ms ({1000 / t4:.0f} tok/s). "
+           "Not tried here: kt-kernel 0.5.1 (the pinned release) has no GPTQ_INT4 CPU kernels in any build "
+           "(0.5.3 adds them; core/plan/kt_hybrid.py KT_BUILDS), and a fresh host compiles marlin MoE for ~6.5 min "
+           "at the first start, more than the device time this work had left.",
+           (f"- deferred experts on top (they change the numerics: issue 18 item 3): measured alone they took "
+            f"{ms['preset'] - 1000 / dfr['figures']['decode_tok_s']:.1f} ms off the preset's token, more than its "
+            f"derived CPU-read share ({48 * 8 * 85 / 128 * AMXINT4_EXPERT / read * 1000:.1f} ms): the GPU stops "
+            "waiting for those experts, so part of the round trip is hidden too. With whole layers or int4 experts "
+            "not measured; it is the next run to make (the driver's levers list has it)." if dfr else
+            "- deferred experts: not measured."),
+           f"- the round trip itself: {sync_us:.0f} us per layer (fitted) is kt-kernel's submit / wait on the CUDA "
+           "stream; it is the term left once the CPU share shrinks, and it sits in kt-kernel, not in the kit.",
+           "- TTFT: llama.cpp's prefill runs the CPU layers' experts on the GPU (weights streamed over PCIe per "
+           "512-token batch); SGLang 0.5.15.post1's KT path computes them on the CPU (1.3-1.5K tok/s here) and has no "
+           "flag to move prefill to the GPU (its kt_* flags are six: weight path, method, cpuinfer, threadpool "
+           "count, GPU experts, deferred experts). Fewer CPU layers (int4 GPU experts) shorten it in proportion.",
+           "- at 24 GiB llama.cpp holds every expert on the GPU (--n-cpu-moe 0, 17.3 GiB); with int4 GPU experts "
+           "the kit would too (no KT at all): the FP8 checkpoint (29 GiB) cannot.", ""]
+    return out
 
 
 def report(res: Path, out_dir: Path) -> list[Path]:
-    if res.suffix == ".tgz":
-        tmp = out_dir / ".moe-vs-llamacpp-tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
+    if res.suffix == ".tgz":                     # the archive the device call brought back
+        import tempfile
+        tmp = Path(tempfile.mkdtemp(prefix="moe-vs-llamacpp-"))
         with tarfile.open(res) as t:
             t.extractall(tmp, filter="data")
         res = tmp
@@ -387,9 +548,14 @@ def report(res: Path, out_dir: Path) -> list[Path]:
     (out_dir / "moe-vs-llamacpp-levers.md").write_text(levers(res))
     written.append(out_dir / "moe-vs-llamacpp-levers.md")
     # the points' own files beside the comparison: probes, point JSONs, llama-bench, evidence
+    if (res / "logs" / "site.txt").exists():
+        shutil.copy(res / "logs" / "site.txt", evd / "site.txt")
     for p in sorted(res.glob("*")):
-        if p.is_file() and (p.suffix in (".json", ".txt") and not p.name.endswith(".up.txt")) or p.name.endswith(".up.txt"):
+        if p.is_file() and p.suffix in (".json", ".txt", ".start_s"):
             shutil.copy(p, evd / p.name)
+            if p.name.endswith(".evidence.txt"):
+                retrim(evd / p.name)
+                add_plan_lines(evd / p.name, res / p.name.replace(".evidence.txt", ".up.txt"))
     return written
 
 

@@ -24,7 +24,11 @@
 #             the best; llama-bench pp512 / tg128 at depth 0, 8K, 30K with that --n-cpu-moe
 #   kit-24, llama-24   the same at 24 GiB
 #   levers    at 16 GiB: whole layers on the GPU (VRAMKIT_KT_GPU_LAYERS=auto, the adapter), deferred experts 2,
-#             KT threads 16, chunked prefill 8192 (TTFT only)
+#             both, KT threads 16, chunked prefill 8192 (TTFT only), deferred experts 1
+# Run 2026-11-24 (benchmarks/results/gpu/moe-vs-llamacpp*): every step up to deferred experts 2 ran clean
+# (1,530 s); the steps after it overlapped another helper's device command on the same machine (the report
+# flags them from SGLang's free memory at load) and 'both' was not in the list yet.
+# Only the levers, on a fresh machine: STEPS="levers" (setup always runs; it skips what /tmp already has).
 set -u
 SESSION=${1:?usage: run_moe_vs_llamacpp.sh all|wait SECONDS}
 W=/tmp/mvl; RES=$W/res; mkdir -p "$RES/logs"
@@ -81,7 +85,7 @@ c = json.load(open('$MODEL_CFG/config.json')); c['quantization_config'] = cl.qua
 c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), indent=2)"
 [ -d $KT/_layer_47 ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $KT --kt-layout AMXINT4 \
   --kt-threads "$THREADS" > "$RES/kt-int4.json" 2> "$RES/logs/kt-int4.err"
-step "KT AMXINT4 layout: $(cat "$RES/kt-int4.json") ($(elapsed) s)"
+step "KT AMXINT4 layout: $(tail -1 "$RES/kt-int4.json") ($(elapsed) s)"
 [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
 step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"
 cp benchmarks/results/gpu/anchor/membw.json "$RES/membw-anchor.json"
@@ -181,6 +185,8 @@ if has levers; then
   ballast 16
   kit k16-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT
   kit k16-defer2 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+  kit k16-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT \
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
   kit k16-t16 16 "$SHORT" -- $KIT --kt-cpuinfer "$PHYS"
   kit k16-chunk8k 16 "--streams 1 --new-tokens 32 --ttft 30000 --ttft-new-tokens 16" -- $KIT --chunked-prefill 8192
   kit k16-defer1 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 1"

@@ -3,6 +3,7 @@ carry what the issue asks for, and a bad request writes nothing."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -78,6 +79,13 @@ def test_units_have_restart_memlock_cpuset_and_journal(tmp_path, install):
     assert "CPUAffinity=0 1" in sg and "CPUAffinity=1" in em
     exec_start = next(line for line in sg.splitlines() if line.startswith("ExecStart="))
     assert " -m sglang.launch_server " in exec_start
+    # issue 20 item 6: the unit's own interpreter imports SGLang (it ran the kit's .venv python, which has none,
+    # while `vramkit up` would have refused with exit 23)
+    python = shlex.split(exec_start.removeprefix("ExecStart="))[0]
+    probe = subprocess.run([python, "-c", "import importlib.util, sglang; "
+                            "assert importlib.util.find_spec('sglang.launch_server')"],
+                           capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, f"{python} cannot import SGLang: {probe.stderr[-500:]}"
     # the same flags `vramkit plan --preset optimized` renders, which the SGLang parser test checks
     for flag in ("--kv-cache-dtype fp8_e5m2", "--mem-fraction-static 0.85"):
         assert flag in exec_start
@@ -99,7 +107,8 @@ def test_the_same_extra_flags_and_model_path_as_vramkit_up(tmp_path, install):
 
 @needs_sglang
 def test_without_a_cpuset_the_unit_says_so(tmp_path, install):
-    out = install(tmp_path, "--preset", "baseline", *ON_A_GPU)
+    # empty, not unset: a .env from `make optimize-write` must not decide this test (issue 19 item 5)
+    out = install(tmp_path, "--preset", "baseline", *ON_A_GPU, env={"VRAMKIT_SGLANG_CPUSET": "", "VRAMKIT_SIDE_CPUSET": ""})
     assert out.returncode == 0, out.stderr
     sg = units(tmp_path)["vramkit-sglang.service"]
     assert "CPUAffinity=" not in sg.replace("# CPUAffinity:", "")

@@ -100,3 +100,13 @@ def test_when_nothing_fits_the_refusal_says_auto_fit_tried(monkeypatch, tmp_path
     with pytest.raises(Exception) as e:
         up.refuse_failed(prep)
     assert "auto-fit: nothing in the order kv_dtype, context" in str(e.value.line()) and e.value.code == 10
+
+
+def test_a_fraction_that_leaves_no_room_for_activations_steps_down_to_the_measured_ceiling():
+    """The context cannot help when the activations lack room: the fraction steps down, to at most 0.90 (the
+    highest measured to start on the emulated 16 GB card)."""
+    k = Knobs(**(OPTIMIZED.knobs | {"mem_fraction": 0.95, "hicache_gb": 0}))
+    fit = step_down(M14, Target(gpu=catalog.gpu("rtx-4080-16gb")), k, ENGINE)
+    assert fit is not None and [s.knob for s in fit.steps] == ["mem_fraction"]
+    assert fit.plan.knobs.mem_fraction == 0.9 and fit.plan.knobs.context == 32768
+    assert "left free after start-up for activations" in fit.steps[0].cost

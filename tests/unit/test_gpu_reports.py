@@ -26,8 +26,10 @@ def test_regenerates_the_committed_reports(tmp_path, capsys):
     for name in ("compare-hicache.md", "compare-presets.md", "moe-16g-compare.md"):
         assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), f"{name} is stale: rerun the script"
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))
-    # moe-16g-summary.png comes from benchmarks/gpu/moe_report.py (the test below)
-    assert pngs == sorted(p.name for p in RESULTS.glob("*.png") if p.name != "moe-16g-summary.png")
+    # moe-16g-summary.png comes from benchmarks/gpu/moe_report.py (the test below), moe-vs-llamacpp-*.png from
+    # moe_vs_llamacpp_report.py (tests/unit/test_moe_vs_llamacpp.py)
+    assert pngs == sorted(p.name for p in RESULTS.glob("*.png")
+                          if p.name != "moe-16g-summary.png" and not p.name.startswith("moe-vs-llamacpp"))
     assert pngs == ["baseline-16g-concurrency.png", "baseline-16g-context.png", "compare-hicache.png",
                     "compare-presets.png", "moe-16g-compare.png", "optimized-16g-concurrency.png",
                     "optimized-16g-context.png", "optimized-16g-multiturn.png"]

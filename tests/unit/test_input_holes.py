@@ -159,3 +159,10 @@ def test_host_figures_are_labelled_given_or_this_machine(capsys):
 
 def test_host_cores_is_checked(capsys):
     one_line_error(capsys, ["plan", "--preset", "moe", "--host-cores", "0", *GPU], Exit.BAD_INPUT)
+
+
+def test_bare_up_is_the_default_preset_by_name_too(capsys):
+    assert main(["up", "--dry-run", *GPU, "--assume-gpu", "--host-ram-gib", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "[preset optimized]" in out.replace("\n", " ") or "preset optimized" in out
+    assert "vramkit-optimized.compose.yml" in out              # was vramkit-custom: `vramkit down` found nothing

@@ -104,3 +104,25 @@ def test_evidence_keeps_the_split_threads_and_memory_not_the_request_noise(tmp_p
     assert "Decode batch" not in k and "unrelated" not in k
     ll = (tmp_path / "llama-16-fit.evidence.txt").read_text()
     assert "14 overflowing" in ll and "model buffer size" in ll and "update_slots" not in ll
+
+
+def test_the_committed_comparison_is_what_its_points_give(tmp_path):
+    """moe-vs-llamacpp-{16,24}g.json/.md and the levers file regenerate from the points committed beside them."""
+    import shutil
+    res = REPO / "benchmarks" / "results" / "gpu"
+    pts = tmp_path / "points"
+    shutil.copytree(res / "moe-vs-llamacpp", pts)
+    out = tmp_path / "out"
+    out.mkdir()
+    report.report(pts, out)
+    for name in ("moe-vs-llamacpp-16g.json", "moe-vs-llamacpp-24g.json", "moe-vs-llamacpp-16g.md",
+                 "moe-vs-llamacpp-24g.md", "moe-vs-llamacpp-levers.md"):
+        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    c = json.loads((res / "moe-vs-llamacpp-16g.json").read_text())
+    assert c["budget_gib"] == 16
+    for eng in ("vramkit", "llamacpp"):
+        for key in ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s"):
+            assert c["engines"][eng][key] > 0, (eng, key)
+    # the points another helper's device command overlapped are flagged, not compared
+    levers = (res / "moe-vs-llamacpp-levers.md").read_text()
+    assert levers.count("not measured: another process held the card") == 3

@@ -64,3 +64,14 @@ def test_the_start_time_is_kept_for_the_next_eta(spec):
     assert state.last_start_seconds("native:abc") == 72.0
     (state.state_dir() / state.START_TIMES).write_text("not json")
     assert state.last_start_seconds("native:abc") is None        # unreadable: no ETA, not a crash
+
+
+def test_compose_progress_lines_are_passed_on_as_they_come():
+    """`docker compose up` writes its pull and build progress to stderr: each line reaches the caller, and the
+    last one is kept for the error (a real process stands in for compose; no Docker on the test machine)."""
+    from vramkit.adapters import docker
+    seen: list[str] = []
+    script = "echo 'Pulling sglang 1.2GB/9.8GB' >&2; echo 'Pulled' >&2; echo 'Error: no space left' >&2; exit 3"
+    tail, code = docker._stream(["bash", "-c", script], seen.append, timeout=30)
+    assert seen == ["Pulling sglang 1.2GB/9.8GB", "Pulled", "Error: no space left"] and code == 3
+    assert tail[-1] == "Error: no space left"

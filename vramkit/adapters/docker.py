@@ -4,6 +4,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from vramkit.errors import Exit, VramkitError
@@ -41,11 +44,38 @@ def compose(compose_file: Path, *args: str, timeout: float = 600) -> subprocess.
     return _run(["docker", "compose", "-f", str(compose_file), *args], timeout=timeout)
 
 
-def up(compose_file: Path) -> None:
-    r = compose(compose_file, "up", "-d", timeout=1800)
-    if r.returncode != 0:
-        raise VramkitError("docker compose up failed: " + (r.stderr.strip().splitlines() or ["?"])[-1][:200],
+def up(compose_file: Path, on_line: Callable[[str], None] | None = None, timeout: float = 1800) -> None:
+    """`docker compose up -d`. With `on_line`, compose's own progress lines are passed on as they come (a first
+    start pulls a multi-GB image, or builds the moe preset's: each layer's bytes so far and the build's steps),
+    so the step is not silent; its last line is the error when it fails."""
+    cmd = ["docker", "compose", "-f", str(compose_file), "up", "-d"]
+    if on_line is None:
+        r = _run(cmd, timeout=timeout)
+        lines = r.stderr.strip().splitlines()
+        code = r.returncode
+    else:
+        lines, code = _stream(cmd, on_line, timeout)
+    if code != 0:
+        raise VramkitError("docker compose up failed: " + (lines or ["?"])[-1][:200],
                            "see `docker compose -f " + str(compose_file) + " logs`", Exit.START_FAILED)
+
+
+def _stream(cmd: list[str], on_line: Callable[[str], None], timeout: float) -> tuple[list[str], int]:
+    """Run `cmd`, handing each line of its stderr (compose writes its progress there) to `on_line`; (the last
+    lines, the exit code). Past `timeout` it is killed and the code is 124."""
+    tail: deque[str] = deque(maxlen=20)
+    deadline = time.monotonic() + timeout
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace") as p:
+        assert p.stderr is not None
+        for raw in p.stderr:
+            line = raw.rstrip()
+            if line:
+                tail.append(line)
+                on_line(line)
+            if time.monotonic() > deadline:
+                p.kill()
+                return [*tail, f"no end after {timeout:.0f} s"], 124
+        return list(tail), p.wait()
 
 
 def down(compose_file: Path) -> None:

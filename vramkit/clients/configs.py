@@ -93,7 +93,7 @@ def continue_dev(t: ClientTarget) -> str:
         lines.append("    capabilities: [tool_use]")
     lines += [
         "    defaultCompletionOptions:",
-        f"      contextLength: {t.context_window_tokens}   # the longest prompt the plan allows",
+        f"      contextLength: {t.context_window_tokens}   # the longest prompt (SGLang's max_req_input_len)",
         f"      maxTokens: {t.output_tokens}   # reserved out of contextLength for the answer",
     ]
     return "\n".join(lines)

@@ -27,6 +27,7 @@ DEFAULT_PORT = 8003
 PID_FILE = "dashboard.pid"
 LOG_FILE = "dashboard.log"
 ENV_API_KEY = "VRAMKIT_DASHBOARD_API_KEY"
+ENV_ALLOWED_HOSTS = "VRAMKIT_DASHBOARD_ALLOWED_HOSTS"   # Host names answered besides loopback (DNS rebinding)
 
 
 def register(sub) -> None:
@@ -107,11 +108,13 @@ def serve(args) -> int:
     _deps()
     import uvicorn
 
+    from vramkit.adapters.http_server import allowed_host_names, uvicorn_config
     from vramkit.dashboard.app import create_app
 
     if not 0 < args.port < 65536:
         raise VramkitError(f"--port {args.port} is not a port", "e.g. --port 8003", Exit.BAD_INPUT)
-    app = create_app(_source(args), _api_key(args))
+    app = create_app(_source(args), _api_key(args),
+                     host_names=allowed_host_names(args.host, os.environ.get(ENV_ALLOWED_HOSTS, "")))
     if args.host not in ("127.0.0.1", "localhost", "::1") and not _api_key(args):
         print(f"vramkit: warning: serving on {args.host} without an API key: anyone who reaches it sees the "
               f"card and the server -> set {ENV_API_KEY}", file=sys.stderr)
@@ -120,7 +123,8 @@ def serve(args) -> int:
     print(f"vramkit dashboard at {_url(args)}/ (Prometheus: {_url(args)}/metrics)"
           + ("  [API key required]" if _api_key(args) else "")
           + (f"  [replay of {args.replay}]" if args.replay else ""), flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    uvicorn.Server(uvicorn_config(app, args.host, args.port, log_level="warning",
+                                  logger_name="vramkit.dashboard")).run()
     return 0
 
 

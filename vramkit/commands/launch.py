@@ -13,7 +13,7 @@ from vramkit.core import progress
 from vramkit.core.plan.autofit import STEP_ORDER, gpu_reasons
 from vramkit.errors import Exit, VramkitError, exit_code_lines
 from vramkit.generated import stale_blocks
-from vramkit.launch import steps, up
+from vramkit.launch import reference, steps, up
 from vramkit.launch.compose_files import stale_files
 from vramkit.launch.env import env_flag, env_value, number
 from vramkit.launch.settings import SETTINGS, setting
@@ -54,13 +54,20 @@ def launch_spec(args: argparse.Namespace) -> steps.LaunchSpec:
     python, python_from = native_python(getattr(args, "sglang_python", None), env_value(setting("sglang_python").env))
     port = setting_value(args, "port")
     return steps.LaunchSpec(
-        name=getattr(args, "name", None) or f"vramkit-{args.preset or 'custom'}",
+        name=getattr(args, "name", None) or default_name(args),
         runtime=setting_value(args, "runtime"),
         port=catalog.sglang().port if port is None else port,
         model_path=setting_value(args, "model_path"), load_format=setting_value(args, "load_format"),
         extra_args=extra, sglang_python=python, sglang_python_from=python_from,
         timeout_s=setting_value(args, "timeout_s"), dry_run=setting_value(args, "dry_run"),
         gpu_ids=_gpu_ids(setting_value(args, "gpu_ids")))
+
+
+def default_name(args: argparse.Namespace) -> str:
+    """vramkit-<preset>: the preset asked for, or the one a request without --preset and --model plans
+    (launch/reference.py, as commands/plan.py's request_from_args); vramkit-custom for a model alone."""
+    preset = args.preset or (reference.PRESET if not getattr(args, "model", None) else None)
+    return f"vramkit-{preset or 'custom'}"
 
 
 def _gpu_ids(text: str | None) -> list[int] | None:
@@ -105,7 +112,7 @@ def cmd_up(args) -> int:
     with con.status("waiting for SGLang") as status:
         up.start(prep, say=con.print,
                  on_phase=lambda ph: con.print(f"  SGLang: {ph} (at {progress.duration(time.monotonic() - t0)})"),
-                 on_progress=lambda line: status.update(f"SGLang: {line}"))
+                 on_progress=status.update)
     con.print(f"[bold green]serving[/bold green] {prep.resolved.model.name} at http://{spec.host}:{spec.port} "
               f"(OpenAI API: http://{spec.host}:{spec.port}/v1)")
     return 0
@@ -135,7 +142,7 @@ def print_autofit(con, prep: up.Prepared) -> None:
 
 
 def cmd_down(args) -> int:
-    name = args.name or f"vramkit-{args.preset or 'custom'}"
+    name = args.name or default_name(args)
     if not up.down(name):
         print(f"vramkit: {name} is not running (nothing recorded); nothing to stop")
         return 0

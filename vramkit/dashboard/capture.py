@@ -4,9 +4,11 @@ device, driver, versions and date it came from; the page shows that in a banner.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
+import stat
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +26,37 @@ CAPTURE_FILES = ("meta.json", "live.json", "server.json", "bench.json", "plan.js
 CAPTURE_SCHEMA = "vramkit.dashboard-capture/1"
 
 
+CAPTURE_FILE_MAX_BYTES = 16 << 20     # a capture's files are KB to a few MB
+
+
+def _read_capture_file(folder: Path, name: str, raw: bool = False) -> Any:
+    """One of CAPTURE_FILES, opened inside `folder` only and never through a link (issue 20 item 4: a
+    committed capture whose metrics.txt linked to /etc/shadow served it at /metrics)."""
+    if name not in CAPTURE_FILES:
+        raise VramkitError(f"{name!r} is not a capture file", "capture again", Exit.BAD_FILE)
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise VramkitError(f"capture file {folder / name} is not a regular file", "capture again",
+                                   Exit.BAD_FILE)
+            data = fh.read(CAPTURE_FILE_MAX_BYTES + 1)
+    except OSError as e:
+        why = "a symlink, which a replay never follows" if e.errno == errno.ELOOP else e.strerror
+        raise VramkitError(f"capture file {folder / name} cannot be read ({why})", "capture again",
+                           Exit.BAD_FILE) from None
+    if len(data) > CAPTURE_FILE_MAX_BYTES:
+        raise VramkitError(f"capture file {folder / name} is over {CAPTURE_FILE_MAX_BYTES >> 20} MiB",
+                           "capture again", Exit.BAD_FILE)
+    text = data.decode("utf-8", "replace")
+    return text if raw or name.endswith(".txt") else json.loads(text)
+
+
 class ReplaySource(LiveSource):
     """The panels from a capture directory. The plan explorer still plans here (the planner and the
     catalog are local); 'the card NVML sees' is the captured card."""
@@ -34,8 +67,8 @@ class ReplaySource(LiveSource):
         super().__init__()
         self.dir = Path(directory)
         try:
-            self._meta = json.loads((self.dir / "meta.json").read_text())
-        except (OSError, ValueError) as e:
+            self._meta = json.loads(_read_capture_file(self.dir, "meta.json", raw=True))
+        except (VramkitError, ValueError) as e:
             raise VramkitError(f"{self.dir} is not a dashboard capture ({e})",
                                "give the folder `vramkit dashboard --capture DIR` wrote", Exit.BAD_FILE) from None
         if self._meta.get("schema") != CAPTURE_SCHEMA:
@@ -43,12 +76,7 @@ class ReplaySource(LiveSource):
                                "capture again with this vramkit", Exit.BAD_FILE)
 
     def _read(self, name: str) -> Any:
-        try:
-            text = (self.dir / name).read_text()
-        except OSError as e:
-            raise VramkitError(f"capture file {self.dir / name} is missing ({e.strerror})",
-                               "capture again", Exit.BAD_FILE) from None
-        return text if name.endswith(".txt") else json.loads(text)
+        return _read_capture_file(self.dir, name)
 
     def meta(self) -> dict:
         return self._meta | {"mode": self.mode, "replay_dir": str(self.dir)}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from vramkit import catalog
@@ -44,17 +45,42 @@ def catalog_view() -> dict:
     }
 
 
+MAX_VALUE_CHARS = 512     # a query value: a folder path at most (issue 20 item 4 bounds every input)
+
+
 def parse_params(raw: dict[str, str]) -> dict[str, Any]:
     """Query parameters -> the explorer's request; empty ones are left to the preset / SGLang's defaults.
-    An unknown field is refused here; a bad value by `resolve`, as on the command line."""
+    An unknown field or an overlong value is refused here; a bad value by `resolve`, as on the command line.
+    A model folder must hold a readable config.json; why not is never said (missing, not a folder, not
+    readable read the same), so the page cannot probe the file system through error text."""
     known = fields()
     out: dict[str, Any] = {}
     for key, text in raw.items():
         if key not in known:
-            raise VramkitError(f"unknown plan field {key!r}", f"use one of: {', '.join(known)}", Exit.BAD_INPUT)
+            raise VramkitError(f"unknown plan field {key[:40]!r}", f"use one of: {', '.join(known)}",
+                               Exit.BAD_INPUT)
+        if isinstance(text, str) and len(text) > MAX_VALUE_CHARS:
+            raise VramkitError(f"plan field {key} is {len(text)} characters long",
+                               f"give at most {MAX_VALUE_CHARS}", Exit.BAD_INPUT)
         if text not in ("", None):
             out[key] = text
+    model = out.get("model")
+    if isinstance(model, str) and catalog.looks_like_folder(model) and not _config_readable(model):
+        raise VramkitError(f"model folder {model}: no readable config.json there",
+                           "give a folder that holds the model's config.json, or a catalogued name",
+                           Exit.BAD_INPUT)
     return out
+
+
+def _config_readable(folder: str) -> bool:
+    try:
+        path = Path(folder).expanduser()
+        path = path if path.name == "config.json" else path / "config.json"
+        with open(path, "rb") as fh:
+            fh.read(1)
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def vramkit_command(params: dict[str, Any]) -> str:

@@ -107,7 +107,9 @@ class Hybrid:
             other = [x for x in kt.METHOD_PREFERENCE if kt.runs_on(x, self.here_isa, kk)]
             need = " or ".join(kt.builds(m, kk)) or "a newer kt-kernel"
             cpu = (False, f"--kt-method {m} needs kt-kernel {kk}'s {need} build; this CPU runs {self.here_isa}"
-                          + (f" -> --kt-method {other[0]} runs here" if other else ""))
+                          + (f" -> --kt-method {other[0]} runs here" if other else
+                             f": {kt.source_build_text(m, self.here_isa)}"
+                             if self.here_isa == "avx2" and m in kt.AVX2_SOURCE_METHODS else ""))
         out = [("cpu-isa", *cpu),
                ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer, {m}) + "
@@ -126,8 +128,10 @@ class Hybrid:
         host = self.weight_path or "${VRAMKIT_KT_WEIGHT_PATH:-./kt-weights}"
         return {"args": [SGLANG_FLAGS["kt_weight_path"], KT_CONTAINER_DIR], "build_context": build_context,
                 "image": catalog.versions().sglang_kt_image,
-                "extra_volumes": (f"{host}:{KT_CONTAINER_DIR}:ro  # the CPU experts ({self.plan.kt_method} layout), "
-                                  "read into host RAM by kt-kernel at start",)}
+                "extra_volumes": (f"{host}:{KT_CONTAINER_DIR}:ro  # the CPU experts ("
+                                  + ("the downloaded checkpoint folder" if kt.KT_METHODS[self.plan.kt_method].reads
+                                     else f"{self.plan.kt_method} layout")
+                                  + "), read into host RAM by kt-kernel at start",)}
 
     def native_env(self) -> dict[str, str]:
         """The kt-kernel adapter on the server's path (its sitecustomize installs the import hook); the build the

@@ -151,7 +151,8 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
             compose_path = paths["compose"]
             compose_path.parent.mkdir(parents=True, exist_ok=True)
             compose_path.write_text(prep.compose_text)
-            docker.up(compose_path)
+            say("docker compose up: a first start pulls (or builds) the image; Docker's progress follows")
+            docker.up(compose_path, on_line=lambda line: (on_progress or say)(f"docker: {line}"))
 
             def is_alive() -> bool:
                 return docker.container_status(spec.name) in ("running", "created", "restarting")
@@ -160,7 +161,8 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
                 return docker.logs(spec.name)
         key = start_key(prep)
         took = steps.wait_healthy(client, spec, is_alive=is_alive, read_log=read_log, on_phase=on_phase,
-                                  on_progress=on_progress, last_start_s=last_start_seconds(key))
+                                  on_progress=(lambda line: on_progress(f"SGLang: {line}")) if on_progress else None,
+                                  last_start_s=last_start_seconds(key))
         save_start_seconds(key, took)
         say(f"healthy after {took:.0f} s")
         lat = steps.warm_up(client, spec, r.model.vocab_size)

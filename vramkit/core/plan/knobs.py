@@ -83,6 +83,8 @@ class KnobSpec:
             return value
         if self.choices and value not in self.choices:
             raise ValueError(f"is not {self.range_text()}")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > WHOLE_MAX:
+            raise ValueError(f"is not {self.range_text()} up to 2^40")   # 10^400 was a traceback, 10^60 3.5 s
         if isinstance(value, (int, float)):
             if not math.isfinite(value):
                 raise ValueError("is not a finite number")
@@ -112,6 +114,10 @@ class KnobSpec:
         if self.sglang_flag is None or value is None:
             return []
         return [self.sglang_flag, str(value)]
+
+
+WHOLE_MAX = 1 << 40   # no knob means more (2^40 tokens, GB or requests); beyond it the planner's float math
+                     # overflows or crawls (issue 20 item 4: absurd contexts pinned the dashboard's core)
 
 
 def knob(default: Any, type: type, unit: str, help: str, **kw: Any) -> Any:

@@ -59,19 +59,44 @@ KT_METHODS = {m.name: m for m in (
     KtMethod("AMXINT4", None, True, "KT's INT4 layout, one f32 scale per row (converted)"),
     KtMethod("AMXINT8", None, True, "KT's INT8 layout, one f32 scale per row (converted)"),
 )}
-# The builds of each kt-kernel release that have a method's kernels. 0.5.1: measured on the H100 host (AMX and
-# AVX-512-BF16 builds ran FP8 and AMXINT4, benchmarks/results/gpu/moe/; its AVX2 build has llamafile only,
-# tests/integration/test_kt_compat.py). 0.5.3: its release adds AVX2 kernels for BF16, FP8 and GPTQ_INT4
-# (issue 18; not yet run here). A release not listed is read as the newest listed one below it.
+# Where each method's error was measured (kt-kernel's own kernels against a bf16 all-GPU reference, a
+# random-weight proxy of Qwen3-Coder-30B-A3B): what a plan with a lossy method points at.
+ACCURACY_TABLE = "benchmarks/results/gpu/kt-accuracy.md"
+# The builds of each kt-kernel release whose WHEEL runs a method's kernels on that CPU (benchmarks/results/gpu/
+# kt-isa.md: objdump of every published build, and each cp312 wheel's avx2 build run on an AVX2-only CPU).
+# 0.5.1: measured on the H100 host (its AMX and AVX-512-BF16 builds ran FP8 and AMXINT4). No published wheel
+# runs on an AVX2-only CPU: the avx2 build of every release from 0.5.1 to 0.6.3.post1 carries AVX-512 code (zmm,
+# k-mask, AVX512-BF16 instructions) and dies with SIGILL when it creates its thread pool; 0.5.3, whose avx2
+# build first has FP8/BF16/GPTQ_INT4 kernels, is published for CPython 3.11 only (SGLang's runtime here is
+# 3.12). A release not listed is read as the newest listed one below it.
 KT_BUILDS: dict[str, dict[str, tuple[str, ...]]] = {
     "0.5.1": {"FP8": ("avx512", "amx"), "BF16": ("avx512", "amx"), "GPTQ_INT4": (),
               "AMXINT4": ("avx512", "amx"), "AMXINT8": ("avx512", "amx")},
-    "0.5.3": {"FP8": ("avx2", "avx512", "amx"), "BF16": ("avx2", "avx512", "amx"), "GPTQ_INT4": ("avx2",),
-              "AMXINT4": ("avx512", "amx"), "AMXINT8": ("avx512", "amx")},
 }
+# kt-kernel's source has AVX2 kernels for these methods from this release on: built from source ON the AVX2 CPU
+# (CPUINFER_CPU_INSTRUCT=AVX2) they run there; the wheels' avx2 builds do not (above).
+AVX2_SOURCE_METHODS = ("FP8", "BF16", "GPTQ_INT4")
+AVX2_SOURCE_SINCE = "0.5.3"
 # When the asked method cannot run on the CPU: the first of these that reads the checkpoint and runs there
 # (most accurate first: the checkpoint's own values before a conversion).
 METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "AMXINT8", "AMXINT4")
+
+
+def lossy_note(method: str) -> str:
+    """What a plan says about a method that changes the checkpoint's values ("" for one that reads them as is)."""
+    m = KT_METHODS[method]
+    if not m.lossy:
+        return ""
+    return (f"{method} is lossy: {m.layout}, not the checkpoint's values (a MoE layer's output error measured "
+            f"in {ACCURACY_TABLE}); opt-in, the moe preset reads the checkpoint as is")
+
+
+def source_build_method(model: ModelSpec, isa: str) -> str | None:
+    """The method a kt-kernel built from source on this CPU would run for this checkpoint (None: none)."""
+    if isa != "avx2":
+        return None
+    fmt = checkpoint_format(model)
+    return next((m for m in METHOD_PREFERENCE if m in AVX2_SOURCE_METHODS and KT_METHODS[m].reads == fmt), None)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -151,10 +176,22 @@ def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tu
         if KT_METHODS[m].reads in (fmt, None) and runs_on(m, isa, kt_kernel):
             return m, (f"{asked} has no kernels in {kk}'s {isa} build (it needs {need}): planned with {m} "
                        f"instead, which runs on the {KT_VARIANT[build_for(m, isa, kt_kernel)]} build")
-    newer = [v for v in sorted(KT_BUILDS, key=_release) if _release(v) > _release(kt_kernel)
-             and any(KT_METHODS[m].reads in (fmt, None) and isa in KT_BUILDS[v][m] for m in KT_METHODS)]
-    return None, (f"no {kk} method for a {fmt} checkpoint runs on {isa}"
-                  + (f" (kt-kernel {newer[0]} has one)" if newer else ""))
+    return None, no_wheel_text(model, isa, kt_kernel)
+
+
+def no_wheel_text(model: ModelSpec, isa: str, kt_kernel: str) -> str:
+    """Why no published kt-kernel wheel serves this checkpoint on this CPU, and what would."""
+    src = source_build_method(model, isa)
+    if src is None:
+        return f"no kt-kernel {kt_kernel} method for a {checkpoint_format(model)} checkpoint runs on {isa}"
+    return source_build_text(src, isa)
+
+
+def source_build_text(method: str, isa: str) -> str:
+    return (f"no published kt-kernel wheel runs on an {isa}-only CPU (their avx2 builds carry AVX-512 "
+            f"instructions: SIGILL, benchmarks/results/gpu/kt-isa.md) -> {method} would: kt-kernel >= "
+            f"{AVX2_SOURCE_SINCE} built from source on that CPU (CPUINFER_CPU_INSTRUCT=AVX2); or layer offload "
+            f"(plan without --kt-method)")
 
 
 # --- bytes ----------------------------------------------------------------------------------------------------

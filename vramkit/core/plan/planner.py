@@ -528,7 +528,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         method, why = None, "this CPU has not even AVX2: no kt-kernel build runs on it"
     else:
         method, why = kt.resolve_method(model, asked, host.isa, host.kt_kernel)
-    planned = method or asked
+    # none runs from a wheel: plan the one a build from source would run (its figures), the reason says so
+    planned = method or (kt.source_build_method(model, host.isa) if host.isa else None) or asked
     threads = kt.cpuinfer_threads(host.physical_cores, k.reserved_cores) if knobs.kt_cpuinfer == "auto" \
         else int(knobs.kt_cpuinfer)
     each = kt.cpu_expert_bytes(model, planned)
@@ -572,6 +573,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
     elif method != asked:
         notes.append(why)
+    if hp.lossy:
+        notes.append(kt.lossy_note(planned))
     if target.host_ram_available_bytes is not None and hp.host_ram_bytes > target.host_ram_available_bytes:
         reasons.append(Reason("host_ram", f"host RAM: kt-kernel holds all {moe.num_experts} experts of each MoE layer "
                               f"({bytes2human(experts_host)} as {planned}) + {bytes2human(k.sglang_host_bytes)} for "

@@ -1,0 +1,450 @@
+"""Numeric check of kt-kernel's CPU MoE methods against a bf16 reference (issue 18 item 3).
+
+    python3 benchmarks/gpu/kt_accuracy.py --layers 8 --positions 1024 --threads 14 --out RES.json
+
+A RANDOM-WEIGHT PROXY of Qwen3-Coder-30B-A3B: the model's exact layer shape (hidden 2048, 32/4 heads of 128,
+qk-norm, RoPE 1e7, 128 experts of 768, top-8 renormalised) cut to --layers decoder layers, weights N(0, 0.02)
+in bf16 (lm_head N(0, 0.1) so the reference's next-token distribution is not flat; its mean top-1 probability
+and entropy are reported beside the result). Real checkpoints have outlier channels that random ones lack:
+a method's error here is a floor, not a forecast.
+
+Reference: every expert in bf16 on the GPU (torch, bf16 matmuls with fp32 accumulation), the whole model on
+the GPU. Each method: the same model with every routed expert computed by kt-kernel on the CPU (all experts
+on the CPU, the worst case: the moe preset keeps N of 128 per layer on the GPU in the checkpoint's own
+format), through kt-kernel's own MoE classes (MOEConfig, *_MOE, CPUInfer.submit(forward_task)), built from
+the same weights the way each method's loader hands them over:
+  BF16       the bf16 weights themselves (the noise floor of the CPU kernels)
+  FP8        block-FP8 (128x128, e4m3, weight_scale_inv) quantized from the bf16 weights, like the official
+             -FP8 checkpoint
+  AMXINT8/4  KT's converted layout, quantized by kt-kernel itself (save mode) from the bf16 weights, then
+             loaded from disk as the server does; "<-FP8": converted from the FP8 checkpoint (what the moe
+             preset's one-time conversion does)
+  GPTQ_INT4  symmetric int4, group 128, in GPTQ's layout (qweight [K/8, N], scales [K/128, N]), rounded to
+             nearest (RTN: no Hessian, so worse than a real GPTQ checkpoint)
+and "FP8 (GPU)": the FP8 checkpoint's values computed in bf16 by torch on the GPU (the format's own error,
+no CPU kernel). Only kt-kernel's safetensors reader is left out: the tensors it would return are handed over
+in memory.
+
+Measured: teacher-forced over --positions tokens (one random sequence, every position scored): top-1
+agreement with the reference, KL(reference || method) mean / p99 / max; each MoE layer's output error on
+the reference's own layer inputs and routing (relative L2 over all positions, through the prefill path, and
+for --decode-positions single-token calls through the decode path).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json"
+FP8_BLOCK = 128
+GPTQ_GROUP = 128
+
+
+# --- the random model ---------------------------------------------------------------------------------------
+class Model:
+    def __init__(self, cfg: dict, layers: int, device: str, seed: int, lm_head_std: float):
+        g = torch.Generator(device=device).manual_seed(seed)
+        h, nh, nkv, hd = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+        e, inter, v = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["vocab_size"]
+        self.h, self.nh, self.nkv, self.hd, self.e, self.inter, self.k = h, nh, nkv, hd, e, inter, cfg["num_experts_per_tok"]
+        self.eps, self.theta, self.device = cfg["rms_norm_eps"], float(cfg["rope_theta"]), device
+
+        def w(*shape: int, std: float = 0.02) -> torch.Tensor:
+            return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32) * std).to(torch.bfloat16)
+
+        self.embed = w(v, h, std=1.0)
+        self.layers = []
+        for _ in range(layers):
+            self.layers.append({
+                "q": w(nh * hd, h), "k": w(nkv * hd, h), "v": w(nkv * hd, h), "o": w(h, nh * hd),
+                "router": w(e, h), "gate": w(e, inter, h), "up": w(e, inter, h), "down": w(e, h, inter)})
+        self.lm_head = w(v, h, std=lm_head_std)
+
+    def rms(self, x: torch.Tensor) -> torch.Tensor:   # RMSNorm with unit weight (as the random checkpoints write)
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(torch.bfloat16)
+
+    def rope(self, x: torch.Tensor) -> torch.Tensor:  # [T, heads, hd], neox style (Qwen3)
+        t, half = x.shape[0], self.hd // 2
+        inv = 1.0 / (self.theta ** (torch.arange(0, half, device=x.device, dtype=torch.float32) / half))
+        ang = torch.arange(t, device=x.device, dtype=torch.float32)[:, None] * inv[None]
+        cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+        xf = x.float()
+        a, b = xf[..., :half], xf[..., half:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1).to(torch.bfloat16)
+
+    def attention(self, lw: dict, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.rope(self.rms((x @ lw["q"].T).view(t, self.nh, self.hd)))
+        k = self.rope(self.rms((x @ lw["k"].T).view(t, self.nkv, self.hd)))
+        v = (x @ lw["v"].T).view(t, self.nkv, self.hd)
+        o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                           is_causal=True, enable_gqa=True)
+        return o[0].transpose(0, 1).reshape(t, self.nh * self.hd) @ lw["o"].T
+
+    def route(self, lw: dict, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p = torch.softmax((x @ lw["router"].T).float(), -1)
+        wts, ids = torch.topk(p, self.k, -1)
+        return ids, wts / wts.sum(-1, keepdim=True)
+
+    @staticmethod
+    def moe_torch(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, x: torch.Tensor, ids: torch.Tensor,
+                  wts: torch.Tensor) -> torch.Tensor:
+        y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+        for e in torch.unique(ids).tolist():
+            tok, slot = (ids == e).nonzero(as_tuple=True)
+            xs = x[tok]
+            hmid = F.silu(xs @ gate[e].T) * (xs @ up[e].T)
+            y.index_add_(0, tok, (hmid @ down[e].T).float() * wts[tok, slot][:, None])
+        return y.to(torch.bfloat16)
+
+    def forward_deferred(self, tokens: torch.Tensor, deferred: int, gpu_experts: int) -> torch.Tensor:
+        """SGLang's --kt-max-deferred-experts-per-token D (kt-kernel's BaseMoEWrapper.submit_forward): of each
+        token's top-k, the D lowest-weighted that are CPU experts (id >= gpu_experts) are computed late and
+        added with the NEXT layer's MoE output (after that layer's attention and routing); the last layer defers
+        none (kt_ep_wrapper). The experts themselves in bf16 by torch, as the reference."""
+        hs, pending, last = self.embed[tokens], None, len(self.layers) - 1
+        for i, lw in enumerate(self.layers):
+            hs = hs + self.attention(lw, self.rms(hs))
+            x = self.rms(hs)
+            ids, wts = self.route(lw, x)
+            late = torch.zeros_like(ids, dtype=torch.bool)
+            if deferred and i < last:
+                late.scatter_(1, wts.argsort(-1)[:, :deferred], True)
+                late &= ids >= gpu_experts
+            y = Model.moe_torch(lw["gate"], lw["up"], lw["down"], x, ids, wts.masked_fill(late, 0))
+            hs = hs + y if pending is None else hs + y + pending
+            pending = Model.moe_torch(lw["gate"], lw["up"], lw["down"], x, ids, wts.masked_fill(~late, 0)) \
+                if bool(late.any()) else None
+        return (self.rms(hs) @ self.lm_head.T).float()
+
+    def forward(self, tokens: torch.Tensor, moe, record: list | None = None) -> torch.Tensor:
+        """Logits [T, V] (fp32). moe(layer_index, x, ids, wts) -> y. record gets (x, ids, wts, y) per layer."""
+        hs = self.embed[tokens]
+        for i, lw in enumerate(self.layers):
+            hs = hs + self.attention(lw, self.rms(hs))
+            x = self.rms(hs)
+            ids, wts = self.route(lw, x)
+            y = moe(i, x, ids, wts)
+            if record is not None:
+                record.append((x, ids, wts, y))
+            hs = hs + y.to(hs.device)
+        return (self.rms(hs) @ self.lm_head.T).float()
+
+
+# --- checkpoint formats derived from the bf16 weights ---------------------------------------------------------
+def fp8_block(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[..., N, K] bf16 -> (e4m3 [..., N, K], weight_scale_inv f32 [..., N/128, K/128]), as the -FP8 checkpoints."""
+    *lead, n, k = w.shape
+    b = w.float().reshape(*lead, n // FP8_BLOCK, FP8_BLOCK, k // FP8_BLOCK, FP8_BLOCK)
+    scale = b.abs().amax(dim=(-3, -1)).clamp_min(1e-12) / 448.0
+    q = (b / scale[..., :, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return q.reshape(*lead, n, k), scale
+
+
+def fp8_dequant(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    *lead, n, k = q.shape
+    b = q.float().reshape(*lead, n // FP8_BLOCK, FP8_BLOCK, k // FP8_BLOCK, FP8_BLOCK)
+    return (b * scale[..., :, None, :, None]).reshape(*lead, n, k).to(torch.bfloat16)
+
+
+def gptq_rtn(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One expert's [N, K] bf16 -> (qweight int32 [K/8, N], scales f32 [K/128, N]), symmetric (zero 8)."""
+    wt = w.float().T.contiguous()                                  # [K, N]
+    k, n = wt.shape
+    g = wt.view(k // GPTQ_GROUP, GPTQ_GROUP, n)
+    scale = (g.abs().amax(1) / 7.5).clamp_min(1e-12)              # [K/128, N]; GPTQ sym: 2*max/15
+    q = (torch.round(g / scale[:, None, :]) + 8).clamp(0, 15).to(torch.int32).view(k, n)
+    q = q.view(k // 8, 8, n)
+    packed = torch.zeros(k // 8, n, dtype=torch.int32, device=w.device)
+    for j in range(8):
+        packed |= q[:, j, :] << (4 * j)
+    return packed, scale
+
+
+# --- kt-kernel, called directly ----------------------------------------------------------------------------------
+def load_kt_ext(site: str | None = None):
+    """kt-kernel's compiled extension, picked by the package's own _cpu_detect (KT_KERNEL_CPU_VARIANT, then
+    /proc/cpuinfo, with its fallback chain), without importing the package (whose loaders need gguf).
+    Returns (ext, variant, version)."""
+    import importlib.metadata
+    import importlib.util
+    spec = importlib.util.find_spec("kt_kernel")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("kt_kernel is not installed on this path")
+    pkg = list(spec.submodule_search_locations)[0]
+    det_spec = importlib.util.spec_from_file_location("_kt_cpu_detect", os.path.join(pkg, "_cpu_detect.py"))
+    det = importlib.util.module_from_spec(det_spec)
+    det_spec.loader.exec_module(det)
+    variant = det.detect_cpu_features()
+    ext = det.load_extension(variant)
+    try:
+        version = importlib.metadata.version("kt-kernel")
+    except importlib.metadata.PackageNotFoundError:
+        version = "?"
+    return ext, variant, version, getattr(ext, "__file__", "?")
+
+
+class Kt:
+    def __init__(self, threads: int):
+        self.ext, self.variant, self.version, self.so = load_kt_ext()
+        wp = self.ext.WorkerPoolConfig()
+        wp.subpool_count, wp.subpool_numa_map, wp.subpool_thread_count = 1, [0], [threads]
+        self.cpu = self.ext.CPUInfer(wp)
+        self.classes = sorted(n for n in dir(self.ext.moe) if n.endswith("_MOE"))
+
+    def cls(self, method: str):
+        m = self.ext.moe
+        order = {"BF16": ("AMXBF16_MOE", "AVX2BF16_MOE"), "FP8": ("AMXFP8_MOE", "AVX2FP8_MOE"),
+                 "AMXINT8": ("AMXInt8_MOE",), "AMXINT4": ("AMXInt4_MOE",),
+                 "GPTQ_INT4": (("AVXVNNI256GPTQInt4_MOE", "AVX2GPTQInt4_MOE")
+                               if os.environ.get("KT_GPTQ_INT4_BACKEND", "") != "avx2" else ("AVX2GPTQInt4_MOE",))}
+        for name in order[method]:
+            if hasattr(m, name):
+                return name, getattr(m, name)
+        return None, None
+
+
+class KtLayer:
+    """One MoE layer on the CPU through kt-kernel's own class for `method`."""
+
+    def __init__(self, kt: Kt, method: str, layer: int, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
+                 max_len: int, workdir: str, source: str = "bf16", top_k: int = 8, qdev: str = "cpu",
+                 gpu_experts: int = 0):
+        e, inter, h = gate.shape
+        self.kt, self.h, self.keep = kt, h, []
+        self.cls_name, cls = kt.cls(method)
+        if cls is None:
+            raise RuntimeError(f"{method}: no kernel class in kt-kernel {kt.version} ({kt.variant} build)")
+        self.mask = torch.zeros(e, dtype=torch.bool)          # True = on the GPU: the kernel skips it
+        self.mask[:gpu_experts] = True                        # SGLang's layout: experts 0..N-1 on the GPU
+        self.p2l = torch.arange(e, dtype=torch.long)
+        ext = kt.ext
+
+        def config():
+            c = ext.moe.MOEConfig(e, top_k, h, inter, self.mask.data_ptr())
+            c.layer_idx, c.pool, c.max_len = layer, kt.cpu.backend_, max_len
+            return c
+
+        if method in ("AMXINT4", "AMXINT8"):
+            path = os.path.join(workdir, f"{method}-{source}")
+            self.converted_here = not os.path.isdir(os.path.join(path, f"_layer_{layer}"))
+            if self.converted_here:     # else: a layout written earlier (maybe by another thread count) is read
+                c = config()
+                g, u, d = (t.contiguous() for t in (gate, up, down))
+                c.gate_proj, c.up_proj, c.down_proj = g.data_ptr(), u.data_ptr(), d.data_ptr()
+                c.save, c.load, c.path = True, False, path
+                saver = cls(c)
+                kt.cpu.submit(saver.load_weights_task(self.p2l.data_ptr()))
+                kt.cpu.sync()
+                del saver, g, u, d
+            c = config()                                        # the server's path: KT's layout read from disk
+            c.load, c.path = True, path
+            self.moe = cls(c)
+        else:
+            if method == "BF16":
+                ws = [[t[x].contiguous() for x in range(e)] for t in (gate, up, down)]
+                ss = [[None] * e] * 3
+            elif method == "FP8":
+                per = [tuple(x.cpu() for x in fp8_block(t.to(qdev))) for t in (gate, up, down)]
+                ws = [[q[x].contiguous() for x in range(e)] for q, _ in per]
+                ss = [[s[x].contiguous() for x in range(e)] for _, s in per]
+            elif method == "GPTQ_INT4":
+                ws, ss = [], []
+                for t in (gate, up, down):
+                    td = t.to(qdev)
+                    pk = [tuple(y.cpu() for y in gptq_rtn(td[x])) for x in range(e)]
+                    ws.append([p for p, _ in pk])
+                    ss.append([s for _, s in pk])
+            else:
+                raise ValueError(method)
+            self.keep += [ws, ss]
+            c = config()
+            c.gate_projs, c.up_projs, c.down_projs = ([[t.data_ptr() for t in lst]] for lst in ws)
+            c.gate_scales, c.up_scales, c.down_scales = ([[0 if t is None else t.data_ptr() for t in lst]] for lst in ss)
+            if method == "FP8":
+                c.quant_config.bits, c.quant_config.group_size, c.quant_config.zero_point = 8, FP8_BLOCK, False
+            if method == "GPTQ_INT4":
+                c.quant_config.bits, c.quant_config.group_size, c.quant_config.zero_point = 4, GPTQ_GROUP, False
+            self.moe = cls(c)
+        kt.cpu.submit(self.moe.load_weights_task(self.p2l.data_ptr()))
+        kt.cpu.sync()
+
+    def __call__(self, x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        xin = x.to("cpu", torch.bfloat16).contiguous()
+        ids_c = ids.to("cpu", torch.long).contiguous()
+        w_c = wts.to("cpu", torch.float32).contiguous()
+        out = torch.zeros(b, self.h, dtype=torch.bfloat16)
+        bsz = torch.tensor([b], dtype=torch.int32)
+        self.kt.cpu.submit(self.moe.forward_task(bsz.data_ptr(), ids_c.shape[1], ids_c.data_ptr(), w_c.data_ptr(),
+                                                 xin.data_ptr(), out.data_ptr(), False))
+        self.kt.cpu.sync()
+        return out.to(x.device)
+
+
+# --- metrics --------------------------------------------------------------------------------------------------
+def torch_layer(w: dict):
+    """A MoE layer computed by torch on the reference's device from these expert weights."""
+    def run(x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
+        return Model.moe_torch(w["gate"], w["up"], w["down"], x, ids, wts)
+    return run
+
+
+def by_layer(layers: list):
+    """Model.forward's moe(layer_index, x, ids, wts) over a list of per-layer callables."""
+    def moe(i: int, x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
+        return layers[i](x, ids, wts)
+    return moe
+
+
+def rel_l2(a: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((a.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+
+
+def compare(ref_logits: torch.Tensor, logits: torch.Tensor, chunk: int = 128) -> dict:
+    """Top-1 agreement and KL(reference || method) per position, a chunk of positions at a time (a [T, V] fp32
+    log-softmax of the 152K vocabulary is 0.6 GB per 1,024 positions)."""
+    kls, agree = [], 0
+    for i in range(0, ref_logits.shape[0], chunk):
+        r, m = ref_logits[i:i + chunk], logits[i:i + chunk]
+        lp_ref, lp = F.log_softmax(r, -1), F.log_softmax(m, -1)
+        kls.append((lp_ref.exp() * (lp_ref - lp)).sum(-1))
+        agree += int((r.argmax(-1) == m.argmax(-1)).sum())
+        del lp_ref, lp
+    kl = torch.cat(kls)
+    return {"top1_agreement": agree / ref_logits.shape[0],
+            "kl_mean": float(kl.mean()), "kl_p99": float(torch.quantile(kl.float(), 0.99)), "kl_max": float(kl.max()),
+            "logits_rel_l2": rel_l2(logits, ref_logits)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", type=Path, default=CONFIG)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--positions", type=int, default=1024)
+    ap.add_argument("--decode-positions", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--methods", default="BF16,FP8,AMXINT8,AMXINT4,AMXINT4<-FP8,AMXINT8<-FP8,GPTQ_INT4")
+    ap.add_argument("--deferred", default="", help="e.g. 1,2: --kt-max-deferred-experts-per-token values to check")
+    ap.add_argument("--gpu-experts", type=int, default=43, help="with --deferred: experts 0..N-1 on the GPU")
+    ap.add_argument("--no-fp8-gpu", action="store_true", help="skip the FP8 (GPU) row")
+    ap.add_argument("--lm-head-std", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    cfg = json.loads(a.config.read_text())
+    torch.manual_seed(a.seed)
+    model = Model(cfg, a.layers, a.device, a.seed, a.lm_head_std)
+    tokens = torch.randint(0, cfg["vocab_size"], (a.positions,), generator=torch.Generator().manual_seed(a.seed + 1))
+    tokens = tokens.to(a.device)
+    kt = Kt(a.threads) if a.methods.strip() else None
+    res: dict = {
+        "what": "kt-kernel CPU MoE methods vs a bf16 all-GPU reference; RANDOM-WEIGHT PROXY of Qwen3-Coder-30B-A3B "
+                f"(its layer shape, cut to {a.layers} layers): real checkpoints have outliers that random ones lack",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "device": torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu",
+        "reference_device": a.device, "cpu": _cpu_model(), "threads": a.threads,
+        "kt_kernel": kt.version if kt else None, "kt_variant": kt.variant if kt else None,
+        "kt_so": os.path.basename(kt.so) if kt else None, "kt_classes": kt.classes if kt else [],
+        "torch": torch.__version__, "python": platform.python_version(),
+        "layers": a.layers, "positions": a.positions, "decode_positions": a.decode_positions,
+        "weights": f"N(0, 0.02) bf16; embed N(0, 1); lm_head N(0, {a.lm_head_std})", "seed": a.seed,
+        "experts_on_cpu": "all 128 per layer (worst case)", "methods": {}}
+
+    record: list = []
+    with torch.no_grad():
+        ref = model.forward(tokens, lambda i, x, ids, w: Model.moe_torch(
+            model.layers[i]["gate"], model.layers[i]["up"], model.layers[i]["down"], x, ids, w), record)
+        top1, ent = [], []
+        for i in range(0, ref.shape[0], 128):
+            lp = F.log_softmax(ref[i:i + 128], -1)
+            top1.append(lp.max(-1).values.exp())
+            ent.append(-(lp.exp() * lp).sum(-1))
+            del lp
+        res["reference"] = {"mean_top1_prob": float(torch.cat(top1).mean()),
+                            "mean_entropy_nats": float(torch.cat(ent).mean()),
+                            "seconds": round(time.time() - t0, 1)}
+        print(f"reference: {res['reference']}", flush=True)
+        cpu_w = [{n: model.layers[i][n].cpu() for n in ("gate", "up", "down")} for i in range(a.layers)]
+        fp8_w = None
+        with tempfile.TemporaryDirectory(prefix="ktacc-") as work:
+            for spec in ([] if a.no_fp8_gpu else ["FP8 (GPU)"]) + [m.strip() for m in a.methods.split(",") if m.strip()]:
+                t1 = time.time()
+                row: dict = {}
+                try:
+                    if spec == "FP8 (GPU)":
+                        deq = [{n: fp8_dequant(*fp8_block(model.layers[i][n])) for n in ("gate", "up", "down")}
+                               for i in range(a.layers)]
+                        row["path"] = "torch bf16 on the GPU, FP8 checkpoint values (no CPU kernel)"
+                        layers_fn = [torch_layer(d) for d in deq]
+                    else:
+                        method, _, source = spec.partition("<-")
+                        src = cpu_w
+                        if source == "FP8":
+                            fp8_w = fp8_w or [{n: fp8_dequant(*fp8_block(model.layers[i][n])).cpu()
+                                               for n in ("gate", "up", "down")} for i in range(a.layers)]
+                            src = fp8_w
+                        layers_fn = [KtLayer(kt, method, i, src[i]["gate"], src[i]["up"], src[i]["down"],
+                                             a.positions, work, source or "bf16", model.k, a.device)
+                                     for i in range(a.layers)]
+                        row["kernel_class"] = layers_fn[0].cls_name
+                        row["load_s"] = round(time.time() - t1, 1)
+                    errs, dec = [], []
+                    for i, (x, ids, w, y) in enumerate(record):
+                        errs.append(rel_l2(layers_fn[i](x, ids, w), y))
+                        d = torch.cat([layers_fn[i](x[j:j + 1], ids[j:j + 1], w[j:j + 1])
+                                       for j in range(min(a.decode_positions, x.shape[0]))])
+                        dec.append(rel_l2(d, y[:d.shape[0]]))
+                    row["moe_layer_rel_l2_prefill"] = [round(v, 6) for v in errs]
+                    row["moe_layer_rel_l2_decode"] = [round(v, 6) for v in dec]
+                    t2 = time.time()
+                    logits = model.forward(tokens, by_layer(layers_fn))
+                    row["forward_s"] = round(time.time() - t2, 1)
+                    row.update(compare(ref, logits))
+                    del logits, layers_fn
+                except Exception as ex:   # one method failing must not lose the others' rows
+                    row["error"] = f"{type(ex).__name__}: {ex}"[:400]
+                row["seconds"] = round(time.time() - t1, 1)
+                res["methods"][spec] = row
+                print(f"{spec}: {json.dumps(row)}", flush=True)
+                a.out.write_text(json.dumps(res, indent=1))
+        for d in (int(x) for x in a.deferred.split(",") if x.strip()):
+            t1 = time.time()
+            logits = model.forward_deferred(tokens, d, a.gpu_experts)
+            row = {"path": f"--kt-max-deferred-experts-per-token {d}: the {d} lowest-weighted CPU experts of each "
+                           f"token (experts >= {a.gpu_experts} on the CPU) added one layer late; experts in bf16 "
+                           "by torch, as the reference", **compare(ref, logits), "seconds": round(time.time() - t1, 1)}
+            res["methods"][f"deferred {d} (bf16)"] = row
+            print(f"deferred {d}: {json.dumps(row)}", flush=True)
+            a.out.write_text(json.dumps(res, indent=1))
+            del logits
+    res["seconds"] = round(time.time() - t0, 1)
+    a.out.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
