@@ -108,6 +108,26 @@ class Model:
             y.index_add_(0, tok, (hmid @ down[e].T).float() * wts[tok, slot][:, None])
         return y.to(torch.bfloat16)
 
+    def forward_deferred(self, tokens: torch.Tensor, deferred: int, gpu_experts: int) -> torch.Tensor:
+        """SGLang's --kt-max-deferred-experts-per-token D (kt-kernel's BaseMoEWrapper.submit_forward): of each
+        token's top-k, the D lowest-weighted that are CPU experts (id >= gpu_experts) are computed late and
+        added with the NEXT layer's MoE output (after that layer's attention and routing); the last layer defers
+        none (kt_ep_wrapper). The experts themselves in bf16 by torch, as the reference."""
+        hs, pending, last = self.embed[tokens], None, len(self.layers) - 1
+        for i, lw in enumerate(self.layers):
+            hs = hs + self.attention(lw, self.rms(hs))
+            x = self.rms(hs)
+            ids, wts = self.route(lw, x)
+            late = torch.zeros_like(ids, dtype=torch.bool)
+            if deferred and i < last:
+                late.scatter_(1, wts.argsort(-1)[:, :deferred], True)
+                late &= ids >= gpu_experts
+            y = Model.moe_torch(lw["gate"], lw["up"], lw["down"], x, ids, wts.masked_fill(late, 0))
+            hs = hs + y if pending is None else hs + y + pending
+            pending = Model.moe_torch(lw["gate"], lw["up"], lw["down"], x, ids, wts.masked_fill(~late, 0)) \
+                if bool(late.any()) else None
+        return (self.rms(hs) @ self.lm_head.T).float()
+
     def forward(self, tokens: torch.Tensor, moe, record: list | None = None) -> torch.Tensor:
         """Logits [T, V] (fp32). moe(layer_index, x, ids, wts) -> y. record gets (x, ids, wts, y) per layer."""
         hs = self.embed[tokens]
@@ -316,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-positions", type=int, default=16)
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--methods", default="BF16,FP8,AMXINT8,AMXINT4,AMXINT4<-FP8,AMXINT8<-FP8,GPTQ_INT4")
+    ap.add_argument("--deferred", default="", help="e.g. 1,2: --kt-max-deferred-experts-per-token values to check")
+    ap.add_argument("--gpu-experts", type=int, default=43, help="with --deferred: experts 0..N-1 on the GPU")
+    ap.add_argument("--no-fp8-gpu", action="store_true", help="skip the FP8 (GPU) row")
     ap.add_argument("--lm-head-std", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -327,14 +350,15 @@ def main(argv: list[str] | None = None) -> int:
     model = Model(cfg, a.layers, a.device, a.seed, a.lm_head_std)
     tokens = torch.randint(0, cfg["vocab_size"], (a.positions,), generator=torch.Generator().manual_seed(a.seed + 1))
     tokens = tokens.to(a.device)
-    kt = Kt(a.threads)
+    kt = Kt(a.threads) if a.methods.strip() else None
     res: dict = {
         "what": "kt-kernel CPU MoE methods vs a bf16 all-GPU reference; RANDOM-WEIGHT PROXY of Qwen3-Coder-30B-A3B "
                 f"(its layer shape, cut to {a.layers} layers): real checkpoints have outliers that random ones lack",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "device": torch.cuda.get_device_name(0) if a.device == "cuda" else platform.processor() or "cpu",
         "reference_device": a.device, "cpu": _cpu_model(), "threads": a.threads,
-        "kt_kernel": kt.version, "kt_variant": kt.variant, "kt_so": os.path.basename(kt.so), "kt_classes": kt.classes,
+        "kt_kernel": kt.version if kt else None, "kt_variant": kt.variant if kt else None,
+        "kt_so": os.path.basename(kt.so) if kt else None, "kt_classes": kt.classes if kt else [],
         "torch": torch.__version__, "python": platform.python_version(),
         "layers": a.layers, "positions": a.positions, "decode_positions": a.decode_positions,
         "weights": f"N(0, 0.02) bf16; embed N(0, 1); lm_head N(0, {a.lm_head_std})", "seed": a.seed,
@@ -357,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu_w = [{n: model.layers[i][n].cpu() for n in ("gate", "up", "down")} for i in range(a.layers)]
         fp8_w = None
         with tempfile.TemporaryDirectory(prefix="ktacc-") as work:
-            for spec in ["FP8 (GPU)"] + [m.strip() for m in a.methods.split(",") if m.strip()]:
+            for spec in ([] if a.no_fp8_gpu else ["FP8 (GPU)"]) + [m.strip() for m in a.methods.split(",") if m.strip()]:
                 t1 = time.time()
                 row: dict = {}
                 try:
@@ -397,6 +421,16 @@ def main(argv: list[str] | None = None) -> int:
                 res["methods"][spec] = row
                 print(f"{spec}: {json.dumps(row)}", flush=True)
                 a.out.write_text(json.dumps(res, indent=1))
+        for d in (int(x) for x in a.deferred.split(",") if x.strip()):
+            t1 = time.time()
+            logits = model.forward_deferred(tokens, d, a.gpu_experts)
+            row = {"path": f"--kt-max-deferred-experts-per-token {d}: the {d} lowest-weighted CPU experts of each "
+                           f"token (experts >= {a.gpu_experts} on the CPU) added one layer late; experts in bf16 "
+                           "by torch, as the reference", **compare(ref, logits), "seconds": round(time.time() - t1, 1)}
+            res["methods"][f"deferred {d} (bf16)"] = row
+            print(f"deferred {d}: {json.dumps(row)}", flush=True)
+            a.out.write_text(json.dumps(res, indent=1))
+            del logits
     res["seconds"] = round(time.time() - t0, 1)
     a.out.write_text(json.dumps(res, indent=1))
     return 0

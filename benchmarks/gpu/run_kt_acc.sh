@@ -12,6 +12,8 @@
 # Usage (repo root on the GPU host): [QEMU=1] bash .stage-moeacc/run_kt_acc.sh   -> $OUT (<= 8 files)
 # (QEMU=1: step 3 too, with the 0.6.1 wheel staged.) Then here: python3 benchmarks/gpu/kt_report.py OUT_DIR --scan
 # benchmarks/results/gpu/kt-acc/objdump-scan.jsonl --qemu-dev benchmarks/results/gpu/kt-acc/qemu-dev-host.txt
+# --deferred benchmarks/results/gpu/kt-acc/deferred-dev-host.json (kt_accuracy.py --methods "" --no-fp8-gpu
+# --deferred 1,2 --layers 4 --positions 1024, run on the dev host's CPU: the algorithm needs no kt-kernel)
 # 2026-11-24: the first run (QEMU=1) shared the machine with another session's processes (63 GiB of GPU memory
 # held: the logits comparison ran out of memory; CPU timings disturbed); the committed numbers are the second
 # run's, on a fresh machine (benchmarks/results/gpu/kt-acc/host.txt shows its load), with the first run's QEMU step.

@@ -54,6 +54,14 @@ def fp8_layer(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def fp8_experts(fp8_layer):
+    """The checkpoint's layer-0 experts, dequantized to bf16 once for both tests' references (seconds each time)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_random_checkpoint import checkpoint_experts
+    return checkpoint_experts(fp8_layer, 0, E)
+
+
 def sglang_style(path: Path, method: str, n_gpu: int):
     """Exactly SGLang 0.5.15.post1's call (kt_ep_wrapper.KTEPWrapperMethod.create_weights)."""
     return kt_kernel.KTMoEWrapper(layer_idx=0, num_experts=E, num_experts_per_tok=K, hidden_size=H,
@@ -98,9 +106,7 @@ def test_adapter_turns_num_gpu_experts_into_the_first_n_mask():
     assert kt_kernel.KTMoEWrapper.set_capture_batch_sizes is not None   # SGLang's graph runner calls it
 
 
-def test_fp8_experts_from_the_checkpoint_skip_the_gpu_ones(fp8_layer):
-    sys.path.insert(0, str(ROOT / "tools"))
-    from make_random_checkpoint import checkpoint_experts
+def test_fp8_experts_from_the_checkpoint_skip_the_gpu_ones(fp8_layer, fp8_experts):
     n_gpu = 32
     w = sglang_style(fp8_layer, "FP8", n_gpu)
     assert w.gpu_experts_mask[:n_gpu].all() and not w.gpu_experts_mask[n_gpu:].any()
@@ -109,15 +115,15 @@ def test_fp8_experts_from_the_checkpoint_skip_the_gpu_ones(fp8_layer):
     x = torch.randn(3, H).to(torch.bfloat16)
     weights = torch.rand(3, K)
     out = run_cpu_experts(w, x, IDS, weights)
-    ref = reference(checkpoint_experts(fp8_layer, 0, E), x, IDS, weights, n_gpu)
+    ref = reference(fp8_experts, x, IDS, weights, n_gpu)
     assert out[1].abs().max() == 0                       # every expert of token 1 is a GPU expert
     for b in (0, 2):
         assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.02
 
 
-def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, tmp_path, capsys):
+def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, fp8_experts, tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "tools"))
-    from make_random_checkpoint import checkpoint_experts, write_kt_layout
+    from make_random_checkpoint import write_kt_layout
     info = write_kt_layout(CFG, tmp_path, "AMXINT8", 2, layers=1, source=fp8_layer)
     err = capsys.readouterr().err               # the conversion's progress (issue 19 item 8): per layer, size, ETA
     assert "layer 1 of 1 (100 %)" in err and " written at " in err and "ETA 0 s" in err
@@ -128,7 +134,7 @@ def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, tmp_path, capsy
     x = torch.randn(3, H).to(torch.bfloat16)
     weights = torch.rand(3, K)
     out = run_cpu_experts(w, x, IDS, weights)
-    ref = reference(checkpoint_experts(fp8_layer, 0, E), x, IDS, weights, 16)
+    ref = reference(fp8_experts, x, IDS, weights, 16)
     assert out[1].abs().max() == 0                       # token 1 routes only to GPU experts (< 16)
     for b in (0, 2):
         assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.06   # INT8 with a scale per row: ~3 % seen
