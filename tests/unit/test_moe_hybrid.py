@@ -479,3 +479,16 @@ def test_a_lesser_build_is_slower_by_its_measured_cpu_time():
     est = json.loads((ROOT / "benchmarks/results/gpu/kt-estimate.json").read_text())
     row = next(m for m in est["measurements"] if m["point"] == "fp8-avx512-16g")
     assert abs(row["error"]) < 0.03
+
+
+@pytest.mark.parametrize("method, chunk, refused", [("AMXINT4", 1000, True), ("AMXINT8", 3000, True),
+                                                     ("AMXINT4", 4096, False), ("FP8", 1000, False)])
+def test_a_chunk_kt_kernels_amx_classes_abort_on_is_refused(method, chunk, refused):
+    """kt-kernel's AMXINT4/8 classes abort the server at load when the chunked prefill (their max_len) is not a
+    multiple of 32 (found calling them directly: benchmarks/gpu/kt_accuracy.py); the plan refuses it and names
+    the size that works, instead of a server that dies with SIGABRT."""
+    p = _h100_plan(method, chunked_prefill=chunk)
+    bad = [r for r in p.reasons if "multiple of 32" in r]
+    assert bool(bad) == refused
+    if refused:
+        assert not p.fits and bad[0].kind == "sglang" and f"--chunked-prefill {chunk // 32 * 32}" in bad[0]

@@ -78,6 +78,24 @@ KT_BUILDS: dict[str, dict[str, tuple[str, ...]]] = {
 # (CPUINFER_CPU_INSTRUCT=AVX2) they run there; the wheels' avx2 builds do not (above).
 AVX2_SOURCE_METHODS = ("FP8", "BF16", "GPTQ_INT4")
 AVX2_SOURCE_SINCE = "0.5.3"
+# kt-kernel's AMXINT4/AMXINT8 classes size their activation buffer by SGLang's chunked prefill (max_len) and throw
+# a C++ error that aborts the whole server at load unless it is a multiple of 32 ("BufferAImpl: max_m and k must
+# be multiple of M_STEP and K_STEP"; kt-kernel 0.5.3 with max_len 1000:
+# benchmarks/results/gpu/kt-acc/amx-chunk-abort.txt; the same check is in 0.5.1's amx and avx512_bf16 builds).
+# FP8 loaded and ran with 1000.
+AMX_CHUNK_MULTIPLE = 32
+AMX_CHUNK_METHODS = ("AMXINT4", "AMXINT8")
+
+
+def chunk_problem(method: str, chunk: int | None) -> str | None:
+    """Why this chunked prefill size would abort kt-kernel's method at load (None: it would not)."""
+    if method not in AMX_CHUNK_METHODS or not chunk or chunk <= 0 or chunk % AMX_CHUNK_MULTIPLE == 0:
+        return None
+    down = chunk // AMX_CHUNK_MULTIPLE * AMX_CHUNK_MULTIPLE or AMX_CHUNK_MULTIPLE
+    return (f"--chunked-prefill {chunk}: kt-kernel's {method} kernels abort the server at load unless the chunk "
+            f"is a multiple of {AMX_CHUNK_MULTIPLE} -> --chunked-prefill {down}")
+
+
 # When the asked method cannot run on the CPU: the first of these that reads the checkpoint and runs there
 # (most accurate first: the checkpoint's own values before a conversion).
 METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "AMXINT8", "AMXINT4")

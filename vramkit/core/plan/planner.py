@@ -576,7 +576,9 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         cpu_cores_source=host.cores_source)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
-    elif method != asked:
+    if (bad_chunk := kt.chunk_problem(planned, knobs.chunked_prefill)) is not None:
+        reasons.append(Reason("sglang", bad_chunk))
+    if method is not None and method != asked:
         notes.append(why)
     if hp.lossy:
         notes.append(kt.lossy_note(planned))
