@@ -8,10 +8,12 @@ GPU host the same calls pin, benchmarks/results/gpu/moe/).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,18 +21,32 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPAT = ROOT / "services" / "sglang-kt" / "kt_compat"
 CFG = ROOT / "config" / "models" / "qwen3-coder-30b-a3b-instruct"
 
-torch = pytest.importorskip("torch")
-sys.path.insert(0, str(COMPAT))
-try:
-    import vramkit_kt_compat
-    vramkit_kt_compat.install()
-    kt_kernel = importlib.import_module("kt_kernel")
-except (ImportError, OSError) as e:       # no wheel for this Python, or libhwloc missing
-    pytest.skip(f"kt-kernel 0.5.1 not importable here ({e}): pip install --no-deps kt-kernel==0.5.1 gguf",
-                allow_module_level=True)
-if kt_kernel.__cpu_variant__ not in ("amx", "avx512_bf16"):
-    pytest.skip(f"this CPU gets kt-kernel's {kt_kernel.__cpu_variant__} build: no FP8/INT kernels",
-                allow_module_level=True)
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("torch is not installed here", allow_module_level=True)
+# torch and kt-kernel are imported when the file's first test runs (`_kt_kernel`), not at collection, which every
+# pytest-xdist worker does (torch alone takes seconds): these names are set there
+torch: Any = None
+kt_kernel: Any = None
+vramkit_kt_compat: Any = None
+IDS: Any = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kt_kernel():
+    global torch, kt_kernel, vramkit_kt_compat, IDS
+    torch = importlib.import_module("torch")
+    sys.path.insert(0, str(COMPAT))
+    try:
+        vramkit_kt_compat = importlib.import_module("vramkit_kt_compat")
+        vramkit_kt_compat.install()
+        kt_kernel = importlib.import_module("kt_kernel")
+    except (ImportError, OSError) as e:       # no wheel for this Python, or libhwloc missing
+        pytest.skip(f"kt-kernel 0.5.1 not importable here ({e}): pip install --no-deps kt-kernel==0.5.1 gguf")
+    if kt_kernel.__cpu_variant__ not in ("amx", "avx512_bf16"):
+        pytest.skip(f"this CPU gets kt-kernel's {kt_kernel.__cpu_variant__} build: no FP8/INT kernels")
+    IDS = torch.tensor([[0, 5, 40, 41, 100, 127, 31, 32], [1, 2, 3, 4, 6, 7, 8, 9],
+                        [120, 121, 122, 123, 124, 125, 126, 33]])
+
 
 E, K, H, I = 128, 8, 2048, 768  # noqa: E741 - the paper names: experts, top-k, hidden, intermediate
 
@@ -93,7 +109,6 @@ def reference(experts, x, ids, weights, n_gpu):
     return ref
 
 
-IDS = torch.tensor([[0, 5, 40, 41, 100, 127, 31, 32], [1, 2, 3, 4, 6, 7, 8, 9], [120, 121, 122, 123, 124, 125, 126, 33]])
 
 
 def test_adapter_turns_num_gpu_experts_into_the_first_n_mask():
