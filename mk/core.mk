@@ -54,8 +54,8 @@ PYTEST_N = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 test: install setup-sglang-check setup-test-tools lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests
 
-test-unit: install ## unit tests only (no servers; the inner loop: seconds)
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/unit
+test-unit: install ## unit tests only (no servers; the inner loop: seconds), on TEST_WORKERS processes too
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests/unit
 
 clean: ## remove virtualenvs and caches (not results)
 	rm -rf $(VENV) .venv-sglang $(GPU_VENV) .pytest_cache

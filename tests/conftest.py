@@ -11,6 +11,8 @@ Without xdist (`make test TEST_WORKERS=0`, or plain pytest) none of this applies
 """
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 # A test file under one of these prefixes belongs to the named group: one worker runs the whole group.
@@ -50,6 +52,26 @@ def pytest_collection_modifyitems(config, items):
     """Heavy units first, each unit's tests together, otherwise pytest's order (a stable sort)."""
     if getattr(config.option, "numprocesses", None):
         items.sort(key=lambda item: _rank(unit_of(item.nodeid)))
+
+
+def _controller(config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    """The controller names the run itself (xdist's --testrunuid, else a random one xdist would make): the
+    workers share files named by it (launch_cases_once.py), and the controller removes them at the end."""
+    if _controller(config) and config.getoption("testrunuid", None) is None:
+        config.option.testrunuid = uuid.uuid4().hex
+
+
+def pytest_sessionfinish(session):
+    """The controller of a pytest-xdist run removes the run's shared launch-case file (launch_cases_once.py)."""
+    run_id = session.config.getoption("testrunuid", None) if _controller(session.config) else None
+    if run_id:
+        from launch_cases_once import run_file
+        for path in (run_file(run_id), run_file(run_id).with_suffix(".lock")):
+            path.unlink(missing_ok=True)
 
 
 try:

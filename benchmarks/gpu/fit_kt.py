@@ -134,7 +134,8 @@ def terms(pl: Plan, context: int) -> dict:
     """The estimate's derived parts for a plan at a context (constants left out)."""
     h = pl.hybrid
     assert h is not None
-    return {"gpu_s": h.decode_gpu_s, "gpu_experts_s": h.decode_gpu_experts_s, "cpu_bytes": h.cpu_bytes_per_token,
+    return {"gpu_s": h.decode_gpu_s, "gpu_experts_s": h.decode_gpu_experts_s,
+            "cpu_bytes": h.cpu_bytes_per_token * h.decode_cpu_time_factor,   # a lesser build: measured slowdown
             "read": h.host_read_bytes_s, "layers": h.moe_layers, "kv_bytes": context * pl.kv_bytes_per_token}
 
 

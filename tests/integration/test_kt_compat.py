@@ -8,10 +8,12 @@ GPU host the same calls pin, benchmarks/results/gpu/moe/).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,18 +21,32 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPAT = ROOT / "services" / "sglang-kt" / "kt_compat"
 CFG = ROOT / "config" / "models" / "qwen3-coder-30b-a3b-instruct"
 
-torch = pytest.importorskip("torch")
-sys.path.insert(0, str(COMPAT))
-try:
-    import vramkit_kt_compat
-    vramkit_kt_compat.install()
-    kt_kernel = importlib.import_module("kt_kernel")
-except (ImportError, OSError) as e:       # no wheel for this Python, or libhwloc missing
-    pytest.skip(f"kt-kernel 0.5.1 not importable here ({e}): pip install --no-deps kt-kernel==0.5.1 gguf",
-                allow_module_level=True)
-if kt_kernel.__cpu_variant__ not in ("amx", "avx512_bf16"):
-    pytest.skip(f"this CPU gets kt-kernel's {kt_kernel.__cpu_variant__} build: no FP8/INT kernels",
-                allow_module_level=True)
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("torch is not installed here", allow_module_level=True)
+# torch and kt-kernel are imported when the file's first test runs (`_kt_kernel`), not at collection, which every
+# pytest-xdist worker does (torch alone takes seconds): these names are set there
+torch: Any = None
+kt_kernel: Any = None
+vramkit_kt_compat: Any = None
+IDS: Any = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kt_kernel():
+    global torch, kt_kernel, vramkit_kt_compat, IDS
+    torch = importlib.import_module("torch")
+    sys.path.insert(0, str(COMPAT))
+    try:
+        vramkit_kt_compat = importlib.import_module("vramkit_kt_compat")
+        vramkit_kt_compat.install()
+        kt_kernel = importlib.import_module("kt_kernel")
+    except (ImportError, OSError) as e:       # no wheel for this Python, or libhwloc missing
+        pytest.skip(f"kt-kernel 0.5.1 not importable here ({e}): pip install --no-deps kt-kernel==0.5.1 gguf")
+    if kt_kernel.__cpu_variant__ not in ("amx", "avx512_bf16"):
+        pytest.skip(f"this CPU gets kt-kernel's {kt_kernel.__cpu_variant__} build: no FP8/INT kernels")
+    IDS = torch.tensor([[0, 5, 40, 41, 100, 127, 31, 32], [1, 2, 3, 4, 6, 7, 8, 9],
+                        [120, 121, 122, 123, 124, 125, 126, 33]])
+
 
 E, K, H, I = 128, 8, 2048, 768  # noqa: E741 - the paper names: experts, top-k, hidden, intermediate
 
@@ -52,6 +68,14 @@ def fp8_layer(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, str(ROOT / "tools" / "make_random_checkpoint.py"), str(CFG), str(out),
                     "--format", "fp8", "--layers", "1", "--jobs", "1"], check=True, capture_output=True)
     return out
+
+
+@pytest.fixture(scope="module")
+def fp8_experts(fp8_layer):
+    """The checkpoint's layer-0 experts, dequantized to bf16 once for both tests' references (seconds each time)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_random_checkpoint import checkpoint_experts
+    return checkpoint_experts(fp8_layer, 0, E)
 
 
 def sglang_style(path: Path, method: str, n_gpu: int):
@@ -85,7 +109,6 @@ def reference(experts, x, ids, weights, n_gpu):
     return ref
 
 
-IDS = torch.tensor([[0, 5, 40, 41, 100, 127, 31, 32], [1, 2, 3, 4, 6, 7, 8, 9], [120, 121, 122, 123, 124, 125, 126, 33]])
 
 
 def test_adapter_turns_num_gpu_experts_into_the_first_n_mask():
@@ -98,9 +121,7 @@ def test_adapter_turns_num_gpu_experts_into_the_first_n_mask():
     assert kt_kernel.KTMoEWrapper.set_capture_batch_sizes is not None   # SGLang's graph runner calls it
 
 
-def test_fp8_experts_from_the_checkpoint_skip_the_gpu_ones(fp8_layer):
-    sys.path.insert(0, str(ROOT / "tools"))
-    from make_random_checkpoint import checkpoint_experts
+def test_fp8_experts_from_the_checkpoint_skip_the_gpu_ones(fp8_layer, fp8_experts):
     n_gpu = 32
     w = sglang_style(fp8_layer, "FP8", n_gpu)
     assert w.gpu_experts_mask[:n_gpu].all() and not w.gpu_experts_mask[n_gpu:].any()
@@ -109,15 +130,15 @@ def test_fp8_experts_from_the_checkpoint_skip_the_gpu_ones(fp8_layer):
     x = torch.randn(3, H).to(torch.bfloat16)
     weights = torch.rand(3, K)
     out = run_cpu_experts(w, x, IDS, weights)
-    ref = reference(checkpoint_experts(fp8_layer, 0, E), x, IDS, weights, n_gpu)
+    ref = reference(fp8_experts, x, IDS, weights, n_gpu)
     assert out[1].abs().max() == 0                       # every expert of token 1 is a GPU expert
     for b in (0, 2):
         assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.02
 
 
-def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, tmp_path, capsys):
+def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, fp8_experts, tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "tools"))
-    from make_random_checkpoint import checkpoint_experts, write_kt_layout
+    from make_random_checkpoint import write_kt_layout
     info = write_kt_layout(CFG, tmp_path, "AMXINT8", 2, layers=1, source=fp8_layer)
     err = capsys.readouterr().err               # the conversion's progress (issue 19 item 8): per layer, size, ETA
     assert "layer 1 of 1 (100 %)" in err and " written at " in err and "ETA 0 s" in err
@@ -128,7 +149,7 @@ def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, tmp_path, capsy
     x = torch.randn(3, H).to(torch.bfloat16)
     weights = torch.rand(3, K)
     out = run_cpu_experts(w, x, IDS, weights)
-    ref = reference(checkpoint_experts(fp8_layer, 0, E), x, IDS, weights, 16)
+    ref = reference(fp8_experts, x, IDS, weights, 16)
     assert out[1].abs().max() == 0                       # token 1 routes only to GPU experts (< 16)
     for b in (0, 2):
         assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.06   # INT8 with a scale per row: ~3 % seen

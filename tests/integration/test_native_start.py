@@ -17,6 +17,7 @@ import pytest
 
 from vramkit import catalog
 from vramkit.errors import Exit
+from vramkit.launch import reference
 
 REPO = Path(__file__).resolve().parents[2]
 PY = REPO / ".venv" / "bin" / "python"
@@ -42,6 +43,8 @@ def env(tmp_path):
     e = {k: v for k, v in os.environ.items() if k not in KNOBS and k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     e["VRAMKIT_STATE_DIR"] = str(tmp_path / "state")
     e["PORT"] = e["VRAMKIT_PORT"] = str(_free_port())   # make's PORT, and the CLI's own name (no warning)
+    # planned for the reference desktop's RAM: how much a busy test machine has free must not decide the plan
+    e["UP_ARGS"] = f"--host-ram-gib {reference.HOST_RAM_GIB:g}"
     return e
 
 
@@ -50,7 +53,7 @@ def run(cmd, env, **extra) -> subprocess.CompletedProcess:
 
 
 def up(env, *argv, **extra) -> subprocess.CompletedProcess:
-    return run([str(PY), "-m", "vramkit", "up", *argv], env, **extra)
+    return run([str(PY), "-m", "vramkit", "up", *argv, *env["UP_ARGS"].split()], env, **extra)
 
 
 def nothing_left(env) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from vramkit.launch import reference
 from vramkit.launch.systemd_units import exec_line, exec_word, render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +42,8 @@ def install(monkeypatch, capsys):
             monkeypatch.delenv(k)
         for k, v in (env or {}).items():
             monkeypatch.setenv(k, v)
+        if "--host-ram-gib" not in args:   # the reference desktop's RAM: a busy machine's free RAM must not decide
+            args = (*args, "--host-ram-gib", f"{reference.HOST_RAM_GIB:g}")
         code = main(["install-service", "--dir", str(tmp_path / "units"), *args])
         out = capsys.readouterr()
         return Result(code, out.out, out.err)

@@ -159,12 +159,12 @@ def test_missing_checker_says_what_to_run(monkeypatch, tmp_path):
 
 def _fitting_cases():
     try:
-        from vramkit.launch.cases import iter_launch_cases
+        from launch_cases_once import all_launch_cases  # tests/: iter_launch_cases(), built once per run
     except ModuleNotFoundError as exc:
         if exc.name != "vramkit.core.render.sglang":
             raise
         return None
-    return [case for case in iter_launch_cases() if case.fits]
+    return [case for case in all_launch_cases() if case.fits]
 
 
 _FITTING = _fitting_cases()

@@ -17,6 +17,7 @@ import pytest
 
 from vramkit.adapters import docker, nvml
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch import reference
 
 REPO = Path(__file__).resolve().parents[2]
 PY = REPO / ".venv" / "bin" / "python"
@@ -60,6 +61,8 @@ def env(tmp_path):
     e = {k: v for k, v in os.environ.items() if k not in MAKE_KNOBS}
     e["VRAMKIT_STATE_DIR"] = str(tmp_path / "state")
     e["PORT"] = str(_free_port())
+    # planned for the reference desktop's RAM: how much a busy test machine has free must not decide the plan
+    e["UP_ARGS"] = f"--host-ram-gib {reference.HOST_RAM_GIB:g}"
     return e
 
 
@@ -105,7 +108,8 @@ def test_make_start_without_docker_exits_12(env):
 @needs_no_docker
 def test_the_recipe_itself_exits_12(env):
     """What the make target runs (`make -n`), run directly: vramkit's own exit code reaches the caller."""
-    r = _run([str(PY), "-m", "vramkit", "up", "--preset", "optimized", "--name", "vramkit-optimized"], env,
+    r = _run([str(PY), "-m", "vramkit", "up", "--preset", "optimized", "--name", "vramkit-optimized",
+              *env["UP_ARGS"].split()], env,
              RUNTIME="docker")
     assert r.returncode == Exit.NO_DOCKER == 12
     assert r.stderr.strip().splitlines()[-1].startswith("vramkit: not starting: docker: ")
@@ -119,7 +123,8 @@ def test_make_start_native_without_gpu_exits_11(env):
     assert "no NVIDIA GPU visible" in line and "`vramkit plan` works anywhere" in line
     assert r.returncode != 0
     assert r.stderr.rstrip().endswith(f"Error {int(Exit.NO_GPU)}")
-    r2 = _run([str(PY), "-m", "vramkit", "up", "--preset", "optimized", "--name", "vramkit-optimized"], env,
+    r2 = _run([str(PY), "-m", "vramkit", "up", "--preset", "optimized", "--name", "vramkit-optimized",
+              *env["UP_ARGS"].split()], env,
               RUNTIME="native")
     assert r2.returncode == Exit.NO_GPU == 11
     _nothing_left(env)

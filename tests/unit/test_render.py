@@ -11,11 +11,12 @@ import re
 from itertools import product
 
 import pytest
+from launch_cases_once import all_launch_cases  # tests/: iter_launch_cases(), built once per run
 
 from vramkit import catalog
 from vramkit.core.plan.planner import Knobs, Target, plan
 from vramkit.core.render import sglang as render
-from vramkit.launch.cases import case_gpus, iter_launch_cases
+from vramkit.launch.cases import case_gpus
 from vramkit.units import GiB
 
 yaml = pytest.importorskip("yaml", reason="PyYAML parses the compose files (it comes with the embed extra)")
@@ -137,7 +138,7 @@ def test_the_case_cards_cover_every_compute_capability_on_each_side_of_20_gib():
 def test_the_parser_test_sees_every_case():
     # tests/integration/test_sglang_parser.py feeds launch.cases.iter_launch_cases() to SGLang's parser: it
     # must cover every preset x model x GPU at tp 1 and 2, or a rendered launch escapes the real-parser check
-    ids = {c.case_id for c in iter_launch_cases()}
+    ids = {c.case_id for c in all_launch_cases()}
     expected = {f"{p}-{m}-{g}-tp{t}" for p, m, g, t in ALL_CASES}
     # plus each preset as the GPU hosts launched it (dummy weights and their extra flags; tp 2: the dense 7B)
     expected |= {f"{p}-gpu-host-dummy" for p in catalog.presets()}

@@ -9,7 +9,8 @@ connection that has not sent a request, and caps nothing. Here:
   its last response); else it is closed. uvicorn's own `timeout_keep_alive` closes idle keep-alive ones.
 - `max_connections`: past it, the oldest connection that has not sent a byte of a request is closed to make
   room (then the oldest idle keep-alive one): idle connections cannot crowd out a client that sends
-  requests, and the process stays far below its open-files limit (the units raise it to 65536).
+  requests. The process raises its open-files soft limit toward 65536 (the units set LimitNOFILE=65536)
+  and lowers the cap to fit what it got, so accept() never runs out of descriptors.
 - `max_requests_per_client`: requests in flight per client address; more get 429 (ASGI middleware).
 - uvicorn's `limit_concurrency` backs these up: past it, new requests get 503.
 
@@ -20,15 +21,18 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+import resource
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 HEADER_TIMEOUT_S = 10.0        # a slow client on a loaded laptop sends its headers in well under a second
 KEEP_ALIVE_S = 5.0             # uvicorn's default, said here once
 MAX_CONNECTIONS = 4096         # far below the units' LimitNOFILE=65536; 1 fd each
 MAX_REQUESTS_PER_CLIENT = 64   # in flight per client address
+OPEN_FILES_WANTED = 65536      # the units' LimitNOFILE; raised toward it at start where the hard limit allows
+FD_RESERVE = 256               # descriptors kept for everything but client connections
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 
 
@@ -212,13 +216,43 @@ def protocol_class(limits: ConnectionLimits, log: RateLimitedLog) -> type:
     return Guarded
 
 
+def fit_to_open_files(limits: ConnectionLimits, soft_limit: int) -> ConnectionLimits:
+    """The connection cap lowered to fit the process's open-files limit, FD_RESERVE kept for everything else
+    (Redis connections, the worker's pipes, logs): outside systemd a shell's 1,024 would otherwise run out
+    before a cap of 4,096 is reached, and every accept() fails (issue 20 item 2)."""
+    room = max(16, soft_limit - FD_RESERVE)
+    if soft_limit <= 0 or limits.max_connections <= room:
+        return limits
+    return replace(limits, max_connections=room)
+
+
+def raise_open_files_limit(want: int = OPEN_FILES_WANTED) -> int:
+    """Raise this process's soft open-files limit toward `want` (as far as the hard limit allows; no
+    privilege needed); the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft if soft != resource.RLIM_INFINITY else 1 << 30
+
+
 def uvicorn_config(app: Any, host: str, port: int, limits: ConnectionLimits | None = None,
                    log_level: str = "info", logger_name: str = "vramkit.http", **kw: Any):
-    """The uvicorn.Config both servers run under (uvloop when installed)."""
+    """The uvicorn.Config both servers run under (uvloop when installed). The open-files limit is raised
+    toward the units' 65536 and the connection cap fitted under it."""
     import uvicorn  # noqa: PLC0415
 
-    limits = limits or ConnectionLimits()
     log = RateLimitedLog(logging.getLogger(logger_name))
+    asked = limits or ConnectionLimits()
+    limits = fit_to_open_files(asked, raise_open_files_limit())
+    if limits.max_connections < asked.max_connections:
+        log.logger.warning("at most %d open connections (not %d): the open-files limit is low; raise it "
+                           "(ulimit -n, or LimitNOFILE= as the units do)", limits.max_connections,
+                           asked.max_connections)
     wrapped = PerClientLimit(app, limits.max_requests_per_client, log)
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     kw.setdefault("access_log", False)

@@ -241,7 +241,13 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
                                   "(GET /precache/jobs/<id>) and send this again")
 
         async def embed_chunks(texts: list[str]) -> int:
-            return sum((await st.live_service.embed(texts)).cached)   # per chunk, duplicates too
+            while True:        # the queue's bound is a reason to wait for a job, not to fail it
+                try:
+                    return sum((await st.live_service.embed(texts)).cached)   # per chunk, duplicates too
+                except BadRequest as err:
+                    if err.status != 429:
+                        raise
+                    await asyncio.sleep(0.5)
 
         job = PrecacheJob(root=str(root))
         st.jobs[job.id] = job

@@ -48,6 +48,7 @@ RESTART_FIRST_S = 0.5   # first retry after a failed restart; doubles per failur
 RESTART_MAX_S = 8.0
 MAX_DOWN_S = 120.0      # unable to encode for this long: give up, the supervisor restarts the service
 WAIT_S = 30.0           # an uncached request waits this long for a worker being replaced, then 503
+LOAD_TIMEOUT_MIN_S = 60.0   # a model load may take this long at least (~6-20 s measured on 2 busy cores)
 log = logging.getLogger("vramkit.embed")
 
 
@@ -163,7 +164,7 @@ class Encoder:
         """A worker with the model is there to encode now (what /health reports)."""
         return self.loaded and self.down_since is None
 
-    def _start(self) -> ProcessPoolExecutor:
+    def _start(self, timeout_s: float | None = None) -> ProcessPoolExecutor:
         """A new worker with the model loaded (blocking: seconds); sets dim, max_seq and worker_pid."""
         if not (self.folder / "modules.json").is_file():     # said at once, not after a worker's imports
             raise FileNotFoundError(f"the model folder {self.folder} has no modules.json (removed?)")
@@ -171,9 +172,12 @@ class Encoder:
         pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_worker_init, initargs=(self.nice,))
         try:
+            # a replacement's load is bounded: one that hangs counts against max_down_s like one that fails
             self.dim, self.default_max_seq, self.worker_pid = pool.submit(
-                _worker_load, str(self.folder), self.torch_threads).result()
+                _worker_load, str(self.folder), self.torch_threads).result(timeout=timeout_s)
         except BaseException:
+            for proc in list(getattr(pool, "_processes", {}).values()):   # a hung worker is killed
+                proc.kill()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         return pool
@@ -242,7 +246,8 @@ class Encoder:
                 self._give_up(down_s)
                 return
             try:
-                pool = self._start()          # not under the lock: the event loop takes it briefly
+                # not under the lock: the event loop takes it briefly
+                pool = self._start(max(LOAD_TIMEOUT_MIN_S, self.max_down_s - down_s))
                 with self._lock:
                     if self._closed.is_set():
                         pool.shutdown(wait=False, cancel_futures=True)

