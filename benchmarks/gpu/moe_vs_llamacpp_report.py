@@ -2,12 +2,15 @@
 
     python3 benchmarks/gpu/moe_vs_llamacpp_report.py evidence RES_DIR      # on the GPU host (run_moe_vs_llamacpp.sh)
     python3 benchmarks/gpu/moe_vs_llamacpp_report.py report RES_DIR [--out benchmarks/results/gpu]
+    python3 benchmarks/gpu/moe_vs_llamacpp_report.py int8 RES_DIR [--out benchmarks/results/gpu]
 
 `evidence` trims every server log in RES_DIR to the lines that show the expert split, the KT threads and the
 memory figures (SGLang's and llama.cpp's), as NAME.evidence.txt beside the point's JSON. `report` reads the
 points run_moe_vs_llamacpp.sh wrote (moe_point.py / moe_probe.py JSON, llama-bench JSON) and writes, per
 budget, moe-vs-llamacpp-{16,24}g.json / .md / .png, the evidence files beside them, and
-moe-vs-llamacpp-levers.md (what each kit lever gave at 16 GiB). Every number is a measurement from that run;
+moe-vs-llamacpp-levers.md (what each kit lever gave at 16 GiB). `int8` takes another host session's points
+(STEPS="setup amxint8 amxint8-levers": the CPU experts in AMXINT8) into moe-vs-llamacpp-int8/ and rewrites the
+levers file, whose last section sets them beside FP8 and AMXINT4. Every number is a measurement from that run;
 the per-token budgets are labelled derived (1000 / decode tok/s, split by the fitted sync constant).
 """
 from __future__ import annotations
@@ -427,7 +430,86 @@ LEVERS = (("k16-layers", "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYER
           ("k16-chunk8k", "--chunked-prefill-size 8192 instead of 4096 (TTFT)"))
 
 
-def levers(res: Path) -> str:
+INT8_DIR = "moe-vs-llamacpp-int8"      # the AMXINT8 session's points (`int8` below), beside moe-vs-llamacpp/
+INT8_POINTS = (("k16-int8", "AMXINT8 (KT's INT8 layout, converted from the checkpoint: lossy), the preset otherwise "
+                            "as planned"),
+               ("k16-int8-layers-defer2", "AMXINT8 + whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto) + "
+                                          "--kt-max-deferred-experts-per-token 2"))
+FP8_REF = "moe/moe-16g-fp8-amx"        # the FP8 point (the preset's method before), run_moe.sh, 2026-11-23
+DECODE_GOAL = 25.0
+
+
+def preset_method() -> str:
+    import tomllib
+    return str(tomllib.loads((ROOT / "config" / "presets.toml").read_text())["presets"]["moe"]["kt_method"])
+
+
+def method_rows(base: Path, out_dir: Path) -> list[str]:
+    """The CPU-expert method at 16 GiB: FP8 (its committed point), AMXINT4 (this file's preset row) and the AMXINT8
+    session's points, each with the figures the preset's default is chosen on."""
+    d = out_dir / INT8_DIR if (out_dir / INT8_DIR).is_dir() else ROOT / "benchmarks" / "results" / "gpu" / INT8_DIR
+    if not d.is_dir():
+        return []
+    res_gpu = ROOT / "benchmarks" / "results" / "gpu"
+    fp8 = {"name": FP8_REF, "figures": probe_figures(load(res_gpu / f"{FP8_REF}.probe.json")),   # type: ignore[arg-type]
+           "planned_gpu_experts_per_layer": (load(res_gpu / "moe" / "plan-moe-fp8.json") or {}).get("hybrid", {})
+           .get("num_gpu_experts"), **{k: (load(res_gpu / f"{FP8_REF}.json") or {}).get(k) for k in  # type: ignore[union-attr]
+                                      ("peak_vram_bytes", "host_rss_after_start_bytes", "host_rss_peak_bytes")}}
+    fp8_date = str((load(res_gpu / f"{FP8_REF}.probe.json") or {}).get("date", ""))[:10]  # type: ignore[union-attr]
+    a4 = kit_point(base, "k16")
+    if a4:
+        a4["host_rss_peak_bytes"] = (load(base / "k16.json") or {}).get("host_rss_peak_bytes")  # type: ignore[union-attr]
+    rows = [("FP8 (the checkpoint itself, not lossy)", fp8, f"{fp8_date} (run_moe.sh; moe/)"),
+            ("AMXINT4 (converted, lossy)", a4, f"{str((a4 or {}).get('probe_date', ''))[:10]}, the session above")]
+    date = ""
+    for name, label in INT8_POINTS:
+        why = disturbed(d, name, 16)
+        p = kit_point(d, name)
+        if p:
+            p["host_rss_peak_bytes"] = (load(d / f"{name}.json") or {}).get("host_rss_peak_bytes")  # type: ignore[union-attr]
+            date = date or str(p.get("probe_date") or "")[:10]
+        rows.append((label, None if why else p,
+                     why or ("this one (moe-vs-llamacpp-int8/)" if p else
+                             "not run: the device time allotted to this work was spent")))
+    out = ["", "## The CPU method at 16 GiB: AMXINT8 beside FP8 and AMXINT4 (the moe preset's default)", "",
+           f"AMXINT8 points: another host session ({date or 'not run'}; `STEPS=\"setup amxint8 amxint8-levers\" "
+           "run_moe_vs_llamacpp.sh`, data in moe-vs-llamacpp-int8/): KT's AMXINT8 layout written there from random "
+           "experts (tools/make_random_checkpoint.py --kt-layout AMXINT8), the GPU experts FP8 as the preset has them "
+           "(dummy weights of the FP8 config), started by `vramkit up --runtime native --preset moe --kt-method "
+           "AMXINT8`, 14 KT threads. Decode d0: 128 tokens after a 512-token prompt; 8K: the 64 after an 8,192-token "
+           "one; GPU peak: NVML above the ballast; host RSS: the server's process tree. Accuracy (kt-accuracy.md, "
+           "random-weight proxy, MoE layer output error / top-1 / KL mean): FP8 4.67 % / 96.6 % / 0.0037, AMXINT8 "
+           "converted from FP8 5.38 % / 96.8 % / 0.0041, AMXINT4 from FP8 27.8 % / 85.4 % / 0.032.", "",
+           "| CPU experts | GPU experts / layer | decode d0 tok/s | decode 8K tok/s | TTFT 8K s | TTFT 30K s | "
+           "4 streams tok/s | GPU peak GiB | host RSS after start / peak GiB | session |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def gib(x):
+        return f"{x / GiB:.2f}" if x else "-"
+    for label, p, note in rows:
+        if not p:
+            out.append(f"| {label} | {note} | | | | | | | | |")
+            continue
+        f = p["figures"]
+        out.append(f"| {label} | {p.get('planned_gpu_experts_per_layer') or '-'} | {fmt(f['decode_tok_s'])} | "
+                   f"{fmt(f['decode_tok_s_8k'])} | {fmt(f['ttft_8k_s'])} | {fmt(f['ttft_30k_s'])} | "
+                   f"{fmt(f['aggregate_4_streams_tok_s'])} | {gib(p.get('peak_vram_bytes'))} | "
+                   f"{gib(p.get('host_rss_after_start_bytes'))} / {gib(p.get('host_rss_peak_bytes'))} | {note} |")
+    i8 = rows[2][1]
+    if i8:
+        f, ff = i8["figures"], fp8["figures"]
+        meets = (f["decode_tok_s"] or 0) >= DECODE_GOAL
+        faster = bool(f["ttft_8k_s"] and ff["ttft_8k_s"] and f["ttft_8k_s"] < ff["ttft_8k_s"] / 2)
+        out += ["", f"AMXINT8 {'meets' if meets else 'misses'} the decode goal (>= {DECODE_GOAL:.0f} tok/s at 16 GB: "
+                f"{fmt(f['decode_tok_s'])}) and prefills an 8K prompt in {fmt(f['ttft_8k_s'])} s against FP8's "
+                f"{fmt(ff['ttft_8k_s'])} s ({ff['ttft_8k_s'] / f['ttft_8k_s']:.0f}x). "
+                + ("Both met: with accuracy within the proxy's noise of FP8, it qualifies as the preset's default. "
+                   if meets and faster else "Not both met: it does not qualify as the preset's default. ")
+                + f"The moe preset's default CPU method: {preset_method()} (config/presets.toml)."]
+    return out
+
+
+def levers(res: Path, out_dir: Path | None = None) -> str:
     base = kit_point(res, "k16")
     out = ["# The kit's levers at 16 GiB, each against the preset as planned (issue 18 item 2)", "",
            "Same host session as moe-vs-llamacpp-16g.json (benchmarks/gpu/run_moe_vs_llamacpp.sh); one change per "
@@ -456,7 +538,7 @@ def levers(res: Path) -> str:
             out.append(row(label, p["figures"], ref))
         else:
             out.append(f"| {label} | not run: the device time allotted to this work was spent | | | | |")
-    return "\n".join(out + closing(res)) + "\n"
+    return "\n".join(out + closing(res) + method_rows(res, out_dir or ROOT / "benchmarks" / "results" / "gpu")) + "\n"
 
 
 GiB = 2**30
@@ -545,7 +627,7 @@ def report(res: Path, out_dir: Path) -> list[Path]:
         except ImportError:
             pass
         written += [stem.with_suffix(".json"), stem.with_suffix(".md")]
-    (out_dir / "moe-vs-llamacpp-levers.md").write_text(levers(res))
+    (out_dir / "moe-vs-llamacpp-levers.md").write_text(levers(res, out_dir))
     written.append(out_dir / "moe-vs-llamacpp-levers.md")
     # the points' own files beside the comparison: probes, point JSONs, llama-bench, evidence
     if (res / "logs" / "site.txt").exists():
@@ -559,9 +641,37 @@ def report(res: Path, out_dir: Path) -> list[Path]:
     return written
 
 
+def untar(res: Path) -> Path:
+    if res.suffix != ".tgz":
+        return res
+    import tempfile
+    tmp = Path(tempfile.mkdtemp(prefix="moe-vs-llamacpp-"))
+    with tarfile.open(res) as t:
+        t.extractall(tmp, filter="data")
+    return tmp
+
+
+def int8(res: Path, out_dir: Path) -> list[Path]:
+    """The AMXINT8 session's files into OUT/moe-vs-llamacpp-int8/ (evidence trimmed, plan lines added), then the
+    levers file rewritten from the committed points beside it (moe-vs-llamacpp/)."""
+    res = untar(res)
+    d = out_dir / INT8_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    if (res / "logs" / "site.txt").exists():
+        shutil.copy(res / "logs" / "site.txt", d / "site.txt")
+    for p in sorted(res.glob("*")):
+        if p.is_file() and p.suffix in (".json", ".txt"):
+            shutil.copy(p, d / p.name)
+            if p.name.endswith(".evidence.txt"):
+                retrim(d / p.name)
+                add_plan_lines(d / p.name, res / p.name.replace(".evidence.txt", ".up.txt"))
+    (out_dir / "moe-vs-llamacpp-levers.md").write_text(levers(out_dir / "moe-vs-llamacpp", out_dir))
+    return [d, out_dir / "moe-vs-llamacpp-levers.md"]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("evidence", "report"):
-        print("usage: moe_vs_llamacpp_report.py evidence|report RES_DIR [--out DIR]", file=sys.stderr)
+    if len(argv) < 2 or argv[0] not in ("evidence", "report", "int8"):
+        print("usage: moe_vs_llamacpp_report.py evidence|report|int8 RES_DIR [--out DIR]", file=sys.stderr)
         return 64
     res = Path(argv[1])
     if argv[0] == "evidence":
@@ -569,7 +679,7 @@ def main(argv: list[str]) -> int:
             print(p)
         return 0
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else ROOT / "benchmarks" / "results" / "gpu"
-    for p in report(res, out):
+    for p in (int8 if argv[0] == "int8" else report)(res, out):
         print(p)
     return 0
 

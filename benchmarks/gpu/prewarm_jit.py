@@ -6,6 +6,9 @@ server then finds them in TVM_FFI_CACHE_DIR. The GPU is hidden from this process
 so it holds no GPU memory and cannot disturb the points measured meanwhile; the architecture is given instead.
 
     CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch 9.0 --dtype float16
+
+It needs no GPU at all: on a machine with nvcc 13.0 (CUDA_HOME set, for -lcudart) and the archive's SGLang and
+apache-tvm-ffi, it builds the cache that a GPU host then loads without compiling (run_gptq_agents.sh).
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ def main() -> int:
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     ap.add_argument("--moe-only", action="store_true", help="the MoE kernels and the repack only (MXFP4 marlin: "
                     "gpt-oss's attention is not quantized)")
+    ap.add_argument("--dense-only", action="store_true", help="the dense GPTQ kernels and the repack only (a dense "
+                    "GPTQ model such as the optimized preset's 14B: no MoE kernels)")
     a = ap.parse_args()
     from sglang.jit_kernel.gptq_marlin import _jit_gptq_marlin_module
     from sglang.jit_kernel.gptq_marlin_repack import _jit_gptq_marlin_repack_module
@@ -32,7 +37,7 @@ def main() -> int:
     with override_jit_cuda_arch(major, minor):
         for name, build in (("gptq_marlin_repack", _jit_gptq_marlin_repack_module),
                             ("gptq_marlin", None if a.moe_only else lambda: _jit_gptq_marlin_module(dtype)),
-                            ("moe_wna16_marlin", lambda: _jit_moe_wna16_marlin_module(dtype))):
+                            ("moe_wna16_marlin", None if a.dense_only else lambda: _jit_moe_wna16_marlin_module(dtype))):
             if build is None:
                 continue
             t0 = time.time()

@@ -15,7 +15,7 @@
 #                       /work/main's tree, not the branch)
 # Usage (repo root, GPU host):
 #   setsid nohup bash benchmarks/gpu/run_moe_vs_llamacpp.sh all > /tmp/mvl/driver.log 2>&1 &
-#   bash benchmarks/gpu/run_moe_vs_llamacpp.sh wait 540
+#   bash benchmarks/gpu/run_moe_vs_llamacpp.sh wait 540 [STEP-NAME: return early once that step begins]
 # Steps of `all` (each skipped when LEVELS/STEPS leaves it out; results land in $RES as they come):
 #   setup     SGLang archive, kt-kernel, gguf; llama.cpp build (in the background, through the kit's first
 #             start); KT's AMXINT4 layout and the Q4_K_M GGUF, both random, both the exact shape
@@ -23,12 +23,17 @@
 #   llama-16  llama-server --fit, llama-server --n-cpu-moe swept down to the lowest that starts, full probe at
 #             the best; llama-bench pp512 / tg128 at depth 0, 8K, 30K with that --n-cpu-moe
 #   kit-24, llama-24   the same at 24 GiB
+#   amxint8   at 16 GiB: the preset with --kt-method AMXINT8 (KT's INT8 layout, random, written here), full probe
+#   amxint8-levers  the same + whole layers on the GPU + --kt-max-deferred-experts-per-token 2, full probe
 #   levers    at 16 GiB: whole layers on the GPU (VRAMKIT_KT_GPU_LAYERS=auto, the adapter), deferred experts 2,
 #             both, KT threads 16, chunked prefill 8192 (TTFT only), deferred experts 1
 # Run 2026-11-24 (benchmarks/results/gpu/moe-vs-llamacpp*): every step up to deferred experts 2 ran clean
 # (1,530 s); the steps after it overlapped another helper's device command on the same machine (the report
 # flags them from SGLang's free memory at load) and 'both' was not in the list yet.
 # Only the levers, on a fresh machine: STEPS="levers" (setup always runs; it skips what /tmp already has).
+# The AMXINT8 candidate (the moe preset's default decision, FP8 vs AMXINT8): STEPS="setup amxint8 amxint8-levers"
+# STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
+# config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
 SESSION=${1:?usage: run_moe_vs_llamacpp.sh all|wait SECONDS}
 W=/tmp/mvl; RES=$W/res; mkdir -p "$RES/logs"
@@ -40,7 +45,8 @@ pack() {  # trimmed evidence beside each point, then every small result (no raw 
 
 if [ "$SESSION" = wait ]; then
   t_end=$(( $(date +%s) + ${2:-540} ))
-  while [ "$(date +%s)" -lt "$t_end" ] && ! grep -q "^=== .* DONE" "$RES/progress.txt" 2>/dev/null; do sleep 10; done
+  stop=${3:-DONE}   # also return once a progress line names this (e.g. the next step's name: decide whether to go on)
+  while [ "$(date +%s)" -lt "$t_end" ] && ! grep -qE "^=== .* (DONE|$stop)" "$RES/progress.txt" 2>/dev/null; do sleep 5; done
   pack; cat "$RES/progress.txt" 2>/dev/null | tail -60; tail -3 $W/driver.log 2>/dev/null
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
   [ -n "${OUT:-}" ] && cp "$W/res.tgz" "$OUT/"
@@ -48,11 +54,11 @@ if [ "$SESSION" = wait ]; then
 fi
 
 t_start=$(date +%s); elapsed() { echo $(( $(date +%s) - t_start )); }
-S=.stage-moe
+S=${STAGE:-.stage-moe}
 [ -d $S/overlay ] && cp -r $S/overlay/. .
 STEPS=${STEPS:-setup kit-16 llama-16 kit-24 llama-24 levers}
 has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
-CK=/tmp/ck; FP8=$CK/fp8cfg; KT=$CK/kt-int4; GGUF=$CK/qwen3-coder-30b-a3b-q4_k_m-random.gguf
+CK=/tmp/ck; FP8=$CK/fp8cfg; KT=$CK/kt-int4; KT8=$CK/kt-int8; GGUF=$CK/qwen3-coder-30b-a3b-q4_k_m-random.gguf
 MODEL_CFG=config/models/qwen3-coder-30b-a3b-instruct
 LL=$W/llama.cpp; BIN=$LL/build/bin; BUILT=$W/llama-built
 PHYS=$(lscpu -p=core,socket | grep -v '^#' | sort -u | wc -l); THREADS=$((PHYS - 2))
@@ -63,7 +69,11 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-(
+need_llama=; { has llama-16 || has llama-24; } && need_llama=1
+need_int4=; { has kit-16 || has kit-24 || has levers; } && need_int4=1
+need_int8=; { has amxint8 || has amxint8-levers; } && need_int8=1
+[ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
+[ -n "$need_llama" ] && (
   mkdir -p $W && tar -xJf $S/llama-src.tar.xz -C $W && cd $LL && \
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
@@ -74,7 +84,7 @@ command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 build_pid=$!
 . benchmarks/gpu/host_env.sh     # SGLang archive into /tmp/site, PYTHONPATH, the archive's extra flags
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $S/kt/kt_kernel-0.5.1-*.whl \
-  $S/whl/gguf-*.whl > "$RES/logs/site.txt" 2>&1
+  $(ls $S/whl/gguf-*.whl 2>/dev/null) > "$RES/logs/site.txt" 2>&1
 export PYTHONPATH=$PYTHONPATH:$PWD/services/sglang-kt/kt_compat
 python3 -c "import kt_kernel; print('kt_kernel', kt_kernel.__version__, kt_kernel.__cpu_variant__)" \
   >> "$RES/logs/site.txt" 2>&1
@@ -83,11 +93,14 @@ mkdir -p $FP8 && python3 -c "
 import json; from vramkit.core.model import checkpoint as cl
 c = json.load(open('$MODEL_CFG/config.json')); c['quantization_config'] = cl.quantization_config('fp8')
 c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), indent=2)"
-[ -d $KT/_layer_47 ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $KT --kt-layout AMXINT4 \
+[ -n "$need_int4" ] && { [ -d $KT/_layer_47 ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $KT --kt-layout AMXINT4 \
   --kt-threads "$THREADS" > "$RES/kt-int4.json" 2> "$RES/logs/kt-int4.err"
-step "KT AMXINT4 layout: $(tail -1 "$RES/kt-int4.json") ($(elapsed) s)"
-[ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
-step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"
+  step "KT AMXINT4 layout: $(tail -1 "$RES/kt-int4.json") ($(elapsed) s)"; }
+[ -n "$need_int8" ] && { [ -d $KT8/_layer_47 ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $KT8 \
+  --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
+  step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
+[ -n "$need_llama" ] && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+  step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 cp benchmarks/results/gpu/anchor/membw.json "$RES/membw-anchor.json"
 export VRAMKIT_HOST_READ_GBS=$(python3 -c "import json; print(','.join(f\"{r['threads']}:{r['bytes_per_s'] / 1e9:.1f}\" \
   for r in json.load(open('$RES/membw-anchor.json'))))")
@@ -101,6 +114,7 @@ ballast() {
 }
 export VRAMKIT_STATE_DIR=/tmp/vk-state
 KIT="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt-weight-path $KT"
+KIT8="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
 FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64"
 SHORT="--new-tokens 128 --streams 1 --ttft 8192 --ttft-new-tokens 64"
 kit() {  # name budget probe-args [--env K=V ...] -- up args
@@ -177,10 +191,16 @@ for b in 16 24; do
     ballast $b
     if [ $b = 16 ]; then kit k16 16 "$FULL" -- $KIT; else kit k24 24 "$FULL" -- $KIT; fi
   fi
-  wait $build_pid 2>/dev/null; step "llama.cpp build: $(cat $W/build-rc.txt 2>/dev/null)"
+  [ -n "$need_llama" ] && { wait $build_pid 2>/dev/null; step "llama.cpp build: $(cat $W/build-rc.txt 2>/dev/null)"; }
   if has llama-$b; then if [ $b = 16 ]; then llama 16 11; else llama 24 2; fi; fi
 done
 
+if has amxint8 || has amxint8-levers; then
+  ballast 16
+  has amxint8 && kit k16-int8 16 "$FULL" -- $KIT8
+  has amxint8-levers && kit k16-int8-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT8 \
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+fi
 if has levers; then
   ballast 16
   kit k16-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT

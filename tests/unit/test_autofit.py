@@ -77,6 +77,11 @@ def test_up_on_a_desktop_with_1_gib_used_starts_a_stepped_down_optimized_preset(
     assert "auto-fit" in out and "does not fit the" in out
     assert re.search(rf"--context 32,768 -> {ctx:,}: requests of more than {ctx:,} tokens", out)
     assert "longest prompt < 32,768 asked" in out and "NVML" in out
+    # SGLang refuses a prompt of max_req_input_len tokens and serves one token less (measured on the GPU host with
+    # this preset stepped down: benchmarks/results/gpu/agents-gptq.json): "< N" and "N or more" name that N
+    assert f"asked -> < {prep.autofit.plan.max_request_tokens:,};" in out
+    asked = prep.autofit.asked
+    assert any(f"refuses prompts of {asked.max_request_tokens:,} tokens or more" in r for r in asked.reasons)
     assert f"--context-length {ctx}" in out
 
 

@@ -99,7 +99,8 @@ def test_bad_knob_is_one_line_on_the_page(dashboard_cli, tmp_path):
     url = dashboard_cli()
     dom = Dom(chromium_dom(url + "/?panel=plan&context=0", tmp_path))
     assert dom.state("plan") == "error"
-    assert "--context '0' is not a whole number >= 1 -> give --context" in dom.text("plan-out")
+    out = dom.text("plan-out")
+    assert "--context '0' is not a whole number >= 1" in out and "-> give --context" in out and "\n" not in out.strip()
 
 
 def test_live_panel_draws_a_card_with_its_lines_and_processes(monkeypatch, tmp_path, state_dir):

@@ -67,7 +67,7 @@ class AutoFit:
         speed = ""
         if a.decode_tok_s is not None and p.decode_tok_s is not None:
             speed = f"; single-stream decode {a.decode_tok_s:.1f} -> {p.decode_tok_s:.1f} tok/s"
-        out.append(f"in all: longest prompt < {a.knobs.context:,} asked -> < {p.max_request_tokens + 1:,}; KV pool "
+        out.append(f"in all: longest prompt < {a.knobs.context:,} asked -> < {p.max_request_tokens:,}; KV pool "
                    f"{a.kv_pool_tokens:,} -> {p.kv_pool_tokens:,} tokens; peak {bytes2human(a.peak_vram_bytes)} -> "
                    f"{bytes2human(p.peak_vram_bytes)} of {bytes2human(p.free_at_start_bytes)} free at start{speed}")
         return out

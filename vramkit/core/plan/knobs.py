@@ -62,15 +62,14 @@ class KnobSpec:
         if self.choices:
             return "one of " + ", ".join(self.choices)
         kind = "a whole number" if self.type is int else "a number"
-        if self.unit == "tokens" and self.type is int:
-            kind += " (32k = 32,768)"
         if self.minimum is not None and self.below is not None:
             text = f"{kind} in [{self.minimum:g}, {self.below:g})"
         elif self.minimum is not None:
             text = f"{kind} >= {self.minimum:g}"
         else:
             text = kind
-        return text + "".join(f", or {a}" for a in self.also)
+        example = " (32k = 32,768)" if self.unit == "tokens" and self.type is int else ""
+        return text + "".join(f", or {a}" for a in self.also) + example
 
     def parse(self, raw: Any, *, from_text: bool) -> Any:
         """A checked value from a CLI string (`from_text`) or a TOML value; else ValueError whose text

@@ -372,7 +372,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
             "kv", f"one {knobs.context:,}-token request needs {bytes2human(knobs.context * cell)} of KV cache "
             f"({'fp8' if cell_is_fp8(knobs.kv_dtype) else 'fp16/bf16'}, {cell:,} B/token); the pool holds "
             f"{kv_tokens:,} tokens ({bytes2human(kv_pool_bytes)}), so SGLang refuses prompts of "
-            f"{max_request + 1:,} tokens or more"))
+            f"{max_request:,} tokens or more"))
     elif kv_tokens > 0 and conc < knobs.concurrency:
         reasons.append(Reason("concurrency", f"{knobs.concurrency} requests of {knobs.context:,} tokens need "
                        f"{knobs.concurrency * knobs.context:,} KV tokens; the pool holds {kv_tokens:,} "
