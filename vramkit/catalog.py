@@ -354,8 +354,9 @@ def model(name_or_dir: str, revision: str | None = None) -> ModelSpec:
     if name_or_dir in models():
         return models()[name_or_dir]
     p = Path(name_or_dir).expanduser()
-    if gguf_model.is_gguf(p):             # read with the gguf library; refused with the reason (exit 21)
-        raise gguf_model.refusal(gguf_model.read(p))
+    if gguf_model.is_gguf(p):             # read with the gguf library; planned, or refused with the reason (exit 21)
+        spec = gguf_model.model_spec(gguf_model.read(p))
+        return replace(spec, serving=serving_for_folder(spec, p.resolve(), served=p.stem))
     if p.is_dir() or p.name == "config.json":
         # absolute: the path is SGLang's --model-path and the compose file's bind mount
         folder = (p if p.is_dir() else p.parent).resolve()

@@ -1,22 +1,25 @@
-"""A GGUF file given as --model: read with the `gguf` library, and refused with the reason (exit 21).
+"""A GGUF file given as --model: read with the `gguf` library; planned where the kit has measured SGLang serving
+it, refused with the reason (exit 21) where it has not.
 
-What the pinned SGLang does with one (derived from SGLang 0.5.15.post1's source, not run on a GPU here):
+What the pinned SGLang does with one (SGLang 0.5.15.post1's source; run on the GPU host for dense Qwen2):
 - server_args.py: a path ending .gguf (or starting b"GGUF") sets --load-format gguf and quantization gguf;
 - utils/hf_transformers/config.py: the model's config is asked of transformers (5.12.1, pinned with it) with
   gguf_file=..., which converts the file's metadata only for the architectures in its GGUF_CONFIG_MAPPING
-  (transformers/integrations/ggml.py; `SGLANG_GGUF_ARCHITECTURES` below); any other is an error at start;
-- model_loader/loader.py GGUFModelLoader + layers/quantization/gguf.py: each weight stays in its ggml type
-  (Q4_K, Q6_K, Q8_0, ...) on the GPU and is dequantized per matmul by sgl-kernel's ggml kernels (CUDA only).
-vramkit's planner models safetensors checkpoints (vramkit/hf_config.py): a GGUF's GPU-resident size per ggml
-type, the dequantization workspaces and the output head's layout are not modelled, so a GGUF is refused with
-what was read from it and the way to a plan (the same model's safetensors build by its Hub id).
+  (transformers/integrations/ggml.py; `SGLANG_GGUF_ARCHITECTURES` below); any other is an error at start.
+  The file gives no dtype, so SGLang serves it in float16 (ModelConfig: float32 -> float16);
+- model_loader/loader.py GGUFModelLoader + layers/quantization/gguf.py: each matrix stays in its ggml type
+  (Q4_K, Q6_K, Q8_0, ...) on the GPU and is multiplied by sgl-kernel's ggml kernels (CUDA only);
+  core/model/arch.py lays the tensors out (`Quantization(method="gguf")`).
+Planned: the architectures and ggml types in `PLANNED` (measured on the GPU host: benchmarks/gpu/run_gguf.sh,
+benchmarks/results/gpu/gguf-qwen2.json). Every other GGUF SGLang loads is refused with what was read and why.
 """
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from vramkit.core.model.spec import ModelSpec, Quantization
 from vramkit.errors import Exit, VramkitError
 from vramkit.units import bytes2human
 
@@ -30,6 +33,20 @@ SGLANG_GGUF_ARCHITECTURES = frozenset({
 })
 
 
+# what the kit plans: the architecture (llama.cpp's name) -> SGLang's, and the ggml types of the matrices
+# (1-D tensors: F32, loaded into 16-bit parameters); measured: benchmarks/results/gpu/gguf-qwen2.json
+PLANNED = {"qwen2": "Qwen2ForCausalLM"}
+PLANNED_MATRIX_TYPES = frozenset({"Q8_0", "Q4_K", "Q6_K"})
+
+
+@dataclass(frozen=True)
+class GgufTensor:
+    name: str
+    type: str
+    shape: tuple[int, ...]                      # llama.cpp's ne order: the row (input) dimension first
+    nbytes: int
+
+
 @dataclass(frozen=True)
 class GgufInfo:
     path: Path
@@ -39,6 +56,8 @@ class GgufInfo:
     tensors: int
     tensor_bytes: int
     types: tuple[tuple[str, int], ...]          # (ggml type, tensors of it), most first
+    metadata: tuple[tuple[str, object], ...] = ()   # the architecture's scalar fields ("block_count", ...)
+    table: tuple[GgufTensor, ...] = ()
 
 
 def is_gguf(path: Path) -> bool:
@@ -74,24 +93,87 @@ def read(path: Path) -> GgufInfo:
     arch = _field_text(reader, "general.architecture") or "(none given)"
     layers = _field_text(reader, f"{arch}.block_count")
     types = Counter(t.tensor_type.name for t in reader.tensors)
+    meta: list[tuple[str, object]] = []
+    for key, field in reader.fields.items():
+        if key.startswith(arch + ".") and len(field.types) == 1:      # a scalar (not an array) of this architecture
+            value = field.contents()
+            if isinstance(value, (int, float)):
+                meta.append((key[len(arch) + 1:], value))
+    table = tuple(GgufTensor(t.name, t.tensor_type.name, tuple(int(d) for d in t.shape), int(t.n_bytes))
+                  for t in reader.tensors)
     return GgufInfo(path=path, architecture=arch, name=_field_text(reader, "general.name") or path.stem,
                     layers=int(layers) if layers and layers.isdigit() else None, tensors=len(reader.tensors),
-                    tensor_bytes=sum(int(t.n_bytes) for t in reader.tensors), types=tuple(types.most_common()))
+                    tensor_bytes=sum(int(t.n_bytes) for t in reader.tensors), types=tuple(types.most_common()),
+                    metadata=tuple(meta), table=table)
 
 
-def refusal(info: GgufInfo) -> VramkitError:
-    """Exit 21 with the reason: SGLang cannot load this architecture from GGUF, or it can and the planner does
-    not model GGUF weights."""
-    what = (f"{info.path}: GGUF of {info.name} ({info.architecture}, {info.layers or '?'} layers, {info.tensors} "
+def _what(info: GgufInfo) -> str:
+    return (f"{info.path}: GGUF of {info.name} ({info.architecture}, {info.layers or '?'} layers, {info.tensors} "
             f"tensors, {bytes2human(info.tensor_bytes, 'GiB' if info.tensor_bytes >= 1 << 30 else 'MiB')}: "
             + ", ".join(f"{n} {t}" for t, n in info.types[:4]) + (", ..." if len(info.types) > 4 else "") + ")")
+
+
+def model_spec(info: GgufInfo) -> ModelSpec:
+    """The ModelSpec SGLang builds from this file (transformers' GGUF config mapping, float16, tied when the file
+    has no output.weight), its matrices priced in their ggml types; or the refusal, with the reason."""
+    if info.architecture not in PLANNED:
+        raise refusal(info)
+    bad = sorted({t.type for t in info.table if len(t.shape) > 1 and t.type not in PLANNED_MATRIX_TYPES}
+                 | {t.type for t in info.table if len(t.shape) == 1 and t.type != "F32"})
+    if bad:
+        raise refusal(info, f"its {', '.join(bad)} tensors are of ggml types the kit has not measured SGLang "
+                            f"loading (planned: {', '.join(sorted(PLANNED_MATRIX_TYPES))} matrices, F32 vectors)")
+    from vramkit.hf_config import parse_config  # noqa: PLC0415 - hf_config imports catalog's neighbours
+
+    meta = dict(info.metadata)
+    names = {t.name for t in info.table}
+    where = f"{info.path} (GGUF metadata)"
+    vocab = meta.get("vocab_size") or next((t.shape[1] for t in info.table if t.name == "token_embd.weight"), None)
+    # transformers/integrations/ggml.py GGUF_CONFIG_MAPPING["qwen2"]: the HF field each GGUF key becomes
+    cfg = {"architectures": [PLANNED[info.architecture]], "model_type": info.architecture,
+           "hidden_size": meta.get("embedding_length"), "intermediate_size": meta.get("feed_forward_length"),
+           "num_hidden_layers": meta.get("block_count"), "num_attention_heads": meta.get("attention.head_count"),
+           "num_key_value_heads": meta.get("attention.head_count_kv"), "vocab_size": vocab,
+           "max_position_embeddings": meta.get("context_length"), "rope_theta": meta.get("rope.freq_base"),
+           "tie_word_embeddings": "output.weight" not in names}
+    spec = parse_config({k: v for k, v in cfg.items() if v is not None}, name=info.path.stem, where=where)
+    if spec.head_dim % 2 or "token_embd.weight" not in names:
+        raise refusal(info, "it lacks token_embd.weight or has an odd head size")
+    ggml = []
+    for t in info.table:
+        if len(t.shape) > 1 and t.name.endswith(".weight"):
+            rows = 1
+            for d in t.shape[1:]:
+                rows *= d
+            ggml.append((t.name[:-len(".weight")], t.type, t.nbytes // rows))
+    expected = {"token_embd"} | ({"output"} if not spec.tie_word_embeddings else set()) | {
+        f"blk.{i}.{n}" for i in range(spec.num_layers)
+        for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
+    missing = sorted(expected - {n for n, _, _ in ggml})
+    if missing:
+        raise refusal(info, f"it lacks {len(missing)} of the matrices a {PLANNED[info.architecture]} of "
+                            f"{spec.num_layers} layers has (first: {missing[0]}.weight)")
+    note = (f"GGUF {info.path.name}: " + ", ".join(f"{n} {t}" for t, n in info.types[:4])
+            + "; served in float16 (SGLang: a GGUF gives no dtype)")
+    notes = tuple(n for n in spec.notes if not n.startswith("dtype "))
+    return replace(spec, hf_id="", config_dir=info.path.resolve(), dtype="float16", checkpoint_dtype="",
+                   quantization=Quantization(method="gguf", bits=0, group_size=0, ggml=tuple(ggml)),
+                   note=note, notes=(*notes, note))
+
+
+def refusal(info: GgufInfo, why: str = "") -> VramkitError:
+    """Exit 21 with the reason: SGLang cannot load this architecture from GGUF, or it can and the kit has not
+    measured it doing so (an architecture outside PLANNED, or `why`)."""
+    what = _what(info)
     if info.architecture not in SGLANG_GGUF_ARCHITECTURES:
         return VramkitError(f"{what}: SGLang 0.5.15.post1 cannot load it: it asks transformers 5.12.1 for a GGUF's "
                             f"config, which converts no '{info.architecture}' GGUF",
                             "use the model's safetensors build (its Hugging Face id or folder)",
                             Exit.UNSUPPORTED_MODEL)
+    planned = ", ".join(f"{a} ({PLANNED[a]})" for a in sorted(PLANNED))
+    reason = why or (f"the kit plans GGUFs only where it has measured SGLang serving them ({planned}; "
+                     f"{', '.join(sorted(PLANNED_MATRIX_TYPES))} matrices), not '{info.architecture}'")
     return VramkitError(f"{what}: SGLang 0.5.15.post1 serves it (--load-format gguf: each weight stays in its ggml "
-                        "type, dequantized per matmul), but the planner models safetensors checkpoints, not the "
-                        "GPU-resident size of ggml types, so it cannot say what fits",
+                        f"type, multiplied by ggml kernels), but {reason}, so the planner cannot say what fits",
                         "plan the same model's safetensors build by its Hugging Face id (e.g. a GPTQ or AWQ int4 "
                         "repository: vramkit plan --model owner/name)", Exit.UNSUPPORTED_MODEL)

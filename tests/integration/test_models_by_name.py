@@ -146,21 +146,69 @@ def test_a_broken_pull_resumes_where_it_stopped(hub, homes):
     assert (folder / "model.safetensors").read_bytes() == WEIGHTS
 
 
-@pytest.mark.sglang
-def test_the_gguf_architectures_are_the_pinned_transformers_ones():
-    # vramkit/gguf_model.py declares which GGUF architectures SGLang 0.5.15.post1 can load (their config comes
-    # from transformers' GGUF conversion): held to the transformers pinned beside SGLang in .venv-sglang
-    from vramkit import gguf_model
+_TINY_QWEN2 = {"model_type": "qwen2", "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 3,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 500, "max_position_embeddings": 8192,
+               "rope_theta": 5e5, "rms_norm_eps": 1e-6}
+_PINNED = ("import json, sys, transformers\n"
+           "from transformers import AutoConfig\n"
+           "from transformers.integrations.ggml import GGUF_CONFIG_MAPPING as m\n"
+           "out = []\n"
+           "for f in sys.argv[1:]:\n"
+           "    c = AutoConfig.from_pretrained(f.rsplit('/', 1)[0], gguf_file=f.rsplit('/', 1)[1])\n"
+           "    out.append([c.model_type, c.hidden_size, c.intermediate_size, c.num_hidden_layers,\n"
+           "                c.num_attention_heads, c.num_key_value_heads, c.vocab_size, c.max_position_embeddings,\n"
+           "                float(c.rope_parameters['rope_theta']), bool(c.tie_word_embeddings)])\n"
+           "print(json.dumps([transformers.__version__, sorted(m), out]))")
+
+
+@pytest.fixture(scope="module")
+def pinned_transformers(tmp_path_factory):
+    """One run of the transformers pinned beside SGLang (.venv-sglang): its version, its GGUF architectures, and
+    the config it gives SGLang for two tiny Qwen2 GGUFs (tied, untied) written by tools/make_random_gguf.py."""
+    import importlib.util
+
     from vramkit.adapters import sglang_check
     python = sglang_check.checker_python()
     if not python.exists():
         pytest.fail(f"the SGLang checking environment is missing ({python}): run make setup-sglang-check",
                     pytrace=False)
-    code = ("import json, transformers; from transformers.integrations.ggml import GGUF_CONFIG_MAPPING as m; "
-            "print(json.dumps([transformers.__version__, sorted(m)]))")
-    version, keys = json.loads(subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                                              check=True).stdout)
+    spec = importlib.util.spec_from_file_location("make_random_gguf", Path(__file__).resolve().parents[2]
+                                                  / "tools" / "make_random_gguf.py")
+    writer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(writer)
+    tmp = tmp_path_factory.mktemp("gguf")
+    files = []
+    for tie in (True, False):
+        folder = tmp / f"cfg-{tie}"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(_TINY_QWEN2 | {"tie_word_embeddings": tie}))
+        files.append(tmp / f"tiny-{tie}.gguf")
+        writer.write(folder, files[-1], layout="Q4_K_M")
+    version, keys, configs = json.loads(subprocess.run([str(python), "-c", _PINNED, *map(str, files)],
+                                                       capture_output=True, text=True, check=True).stdout)
+    return version, keys, list(zip(files, configs, strict=True))
+
+
+@pytest.mark.sglang
+def test_the_gguf_architectures_are_the_pinned_transformers_ones(pinned_transformers):
+    # vramkit/gguf_model.py declares which GGUF architectures SGLang 0.5.15.post1 can load (their config comes
+    # from transformers' GGUF conversion): held to the transformers pinned beside SGLang in .venv-sglang
+    from vramkit import gguf_model
+    version, keys, _ = pinned_transformers
     assert version == "5.12.1"
     renamed = {"qwen2moe", "qwen3moe", "gpt-oss", "minimax-m2"}      # llama.cpp spellings transformers renames
     decoders = set(keys) - {"general", "tokenizer", "tokenizer_config", "t5", "umt5"}
     assert gguf_model.SGLANG_GGUF_ARCHITECTURES == decoders | renamed
+
+
+@pytest.mark.sglang
+def test_a_planned_gguf_reads_as_the_pinned_transformers_gives_sglang_its_config(pinned_transformers):
+    # SGLang 0.5.15.post1 asks transformers 5.12.1 for a GGUF's config (AutoConfig with gguf_file=...): the kit's
+    # reading of the same file (vramkit/gguf_model.py) must give the shape SGLang builds, tied or not
+    ties = []
+    for f, theirs in pinned_transformers[2]:
+        m = catalog.model(str(f))
+        assert theirs == ["qwen2", m.hidden_size, m.intermediate_size, m.num_layers, m.num_heads, m.num_kv_heads,
+                          m.vocab_size, m.max_position_embeddings, m.rope_theta, m.tie_word_embeddings], f.name
+        ties.append(m.tie_word_embeddings)
+    assert ties == [True, False]

@@ -1,8 +1,16 @@
-"""A GGUF given as --model (issue 19 item 1): read with the gguf library, refused with the reason, exit 21.
+"""A GGUF given as --model (issue 19 item 1): read with the gguf library; a dense Qwen2 in Q8_0/Q4_K/Q6_K is planned
+(the layout SGLang 0.5.15.post1's GGUF loader builds, measured on the GPU host: benchmarks/results/gpu/
+gguf-qwen2.json), anything else refused with the reason, exit 21.
 
-The files are real GGUFs written by the gguf library's own writer (tiny tensors); the command is the real CLI.
+The files are real GGUFs written by the gguf library's own writer (tiny tensors; tools/make_random_gguf.py for the
+planned ones); the command is the real CLI.
 """
 from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
 
 import pytest
 from nvml_scenarios import run_cli
@@ -33,15 +41,87 @@ def _plan(model, capsys) -> tuple[int, str]:
     return code, err
 
 
-def test_a_gguf_of_an_architecture_sglang_loads_is_refused_with_what_was_read(tmp_path, capsys):
-    path = tmp_path / "tiny-coder-Q8_0.gguf"
+def test_a_gguf_of_unmeasured_ggml_types_is_refused_with_what_was_read(tmp_path, capsys):
+    path = tmp_path / "tiny-coder-F16.gguf"
     _write(path, "qwen2", token_embd__weight=np.zeros((32, 64), np.float16),
            blk__0__attn_q__weight=np.zeros((64, 64), np.float32), blk__1__attn_q__weight=np.zeros((64, 64), np.float32))
     code, err = _plan(path, capsys)
     assert code == Exit.UNSUPPORTED_MODEL == 21
     assert "GGUF of tiny-coder (qwen2, 2 layers, 3 tensors" in err and "2 F32, 1 F16" in err
     assert "SGLang 0.5.15.post1 serves it (--load-format gguf" in err
+    assert "its F16, F32 tensors are of ggml types the kit has not measured" in err
     assert "--model owner/name" in err                            # the way to a plan
+
+
+def test_a_gguf_sglang_loads_but_the_kit_has_not_measured_says_which_it_plans(tmp_path, capsys):
+    path = tmp_path / "tiny-llama.gguf"
+    _write(path, "llama", token_embd__weight=np.zeros((8, 8), np.float32))
+    code, err = _plan(path, capsys)
+    assert code == Exit.UNSUPPORTED_MODEL and "SGLang 0.5.15.post1 serves it" in err
+    assert "only where it has measured SGLang serving them (qwen2 (Qwen2ForCausalLM)" in err and "not 'llama'" in err
+
+
+# ---- planned: a dense Qwen2, written by the kit's random-GGUF writer in llama-quantize's layouts ----------------
+_spec = importlib.util.spec_from_file_location("make_random_gguf",
+                                               Path(__file__).resolve().parents[2] / "tools" / "make_random_gguf.py")
+writer = importlib.util.module_from_spec(_spec)
+sys.modules["make_random_gguf"] = writer
+_spec.loader.exec_module(writer)
+
+TINY = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+        "max_position_embeddings": 4096, "rope_theta": 1e6, "rms_norm_eps": 1e-6}
+
+
+def _tiny(tmp_path, layout: str, tie: bool) -> Path:
+    folder = tmp_path / "cfg"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY | {"tie_word_embeddings": tie}))
+    out = tmp_path / f"tiny-{layout}.gguf"
+    writer.write(folder, out, layout=layout)
+    return out
+
+
+def _plan_json(path, capsys, *extra: str) -> dict:
+    code = run_cli(["plan", "--json", "--model", str(path), "--gpu-free-gib", "15", "--mem-fraction", "0.8",
+                    "--context", "4096", "--max-running", "8", *extra])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+def test_a_q4_k_m_qwen2_gguf_is_planned_in_its_ggml_bytes_with_the_fused_rows_padded(tmp_path, capsys):
+    path = _tiny(tmp_path, "Q4_K_M", tie=False)
+    plan = _plan_json(path, capsys)
+    q4, q6 = 256 // 256 * 144, 256 // 256 * 210                   # bytes per 256-wide row
+    # llama-quantize's use_more_bits over 2 layers: layer 1's attn_v and ffn_down are Q6_K
+    # GGUFLinearMethod: qkv fused after loading into (q + k + v rows) x the widest shard's row; o_proj as the file
+    # has it; a uint8 type per shard; q/k/v biases in float16 (SGLang serves a GGUF in float16)
+    qkv = [(256 + 128 + 128) * q4, (256 + 128 + 128) * q6]          # layer 1: q and k padded to Q6_K's row
+    attention = sum(qkv) + 2 * (256 * q4) + 2 * (3 + 1) + 2 * (512 * 2)
+    mlp = 2 * (1024 * q4) + 256 * (512 // 256 * 144) + 256 * (512 // 256 * 210) + 2 * (2 + 1)
+    assert plan["weights_by_component"] == {"embed_tokens": 1000 * q4 + 1, "lm_head": 1000 * q6 + 1,
+                                            "attention": attention, "mlp": mlp, "norms": (2 * 2 + 1) * 256 * 2}
+    assert plan["weights_bytes"] >= sum(plan["weights_by_component"].values())
+    assert plan["kv_bytes_per_token"] == 2 * 2 * 2 * 64 * 2          # layers x K,V x kv heads x head_dim x fp16
+    assert plan["fits"] and plan["sglang_args"][:2] == ["--model-path", str(path.resolve())]
+    assert any("GGUF tiny-Q4_K_M.gguf" in n and "float16" in n for n in plan["notes"])
+
+
+def test_a_tied_q8_0_qwen2_gguf_has_no_head_of_its_own(tmp_path, capsys):
+    path = _tiny(tmp_path, "Q8_0", tie=True)
+    plan = _plan_json(path, capsys)
+    row = 256 // 32 * 34
+    assert plan["weights_by_component"]["embed_tokens"] == 1000 * row + 1      # the file's rows: no pad to 64
+    assert plan["weights_by_component"]["lm_head"] == 0
+
+
+def test_a_gguf_across_gpus_or_offloaded_is_not_planned(tmp_path, capsys):
+    path = _tiny(tmp_path, "Q8_0", tie=True)
+    code = run_cli(["plan", "--json", "--model", str(path), "--gpu-free-gib", "15", "--tp", "2"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code != 0 and not plan["fits"]
+    assert any("not tensor parallel" in r for r in plan["reasons"]), plan["reasons"]
 
 
 def test_a_gguf_sglang_cannot_load_says_so(tmp_path, capsys):

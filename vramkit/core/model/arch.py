@@ -2,7 +2,13 @@
 
 Pure: a ModelSpec in, plain tuples out. Derived from SGLang's model and layer code (read in the pinned
 0.5.15.post1 wheel, .venv-sglang): models/{llama,qwen2,qwen3,gemma2,gemma3_causal,qwen2_moe,qwen3_moe,
-mixtral,olmoe,deepseek_v2,gpt_oss}.py and layers/quantization/{unquant,fp8,mxfp4,gptq/*,awq/*}.py.
+mixtral,olmoe,deepseek_v2,gpt_oss}.py and layers/quantization/{unquant,fp8,mxfp4,gptq/*,awq/*,gguf}.py.
+
+A GGUF file (model_loader/loader.py GGUFModelLoader, layers/quantization/gguf.py): every linear and the
+embedding keep the file's bytes (a uint8 `qweight` of rows x the type's bytes per row, and a uint8 `qweight_type`
+per shard); a fused linear (qkv_proj, gate_up_proj) gets its shards at load in host memory and, after loading,
+one zero-padded GPU tensor of all their rows x the widest shard's row (a Q4_K_M layer whose attn_v is Q6_K pads
+q and k to Q6_K's width). The vocabulary is the file's rows (no padding to 64); a tied head is the embedding.
 
 A layer is a tuple of `Param(role, name, nbytes, group)`; `ops` are what each quantization method does
 after loading (marlin repacks allocate the new tensor before the old is freed; GPTQ's g_idx and qzeros
@@ -126,6 +132,8 @@ class _Builder:
                 self.ops += [Op(g, "alloc", "workspace", self.sms * 4),
                              Op(g, "replace", "qweight", qweight), Op(g, "replace", "scales", scales),
                              Op(g, "replace", "qzeros", qzeros)]
+        elif q.method == "gguf":
+            out = self._gguf_linear(role, path, n, g)
         elif q.method == "fp8":          # Fp8LinearMethod.create_weights: fp8 weight + float32 scales
             if q.weight_block:
                 bn, bk = q.weight_block
@@ -138,6 +146,23 @@ class _Builder:
         if bias:
             out.append(Param(role, "bias", n * (bias_dtype_bytes or m.dtype_bytes), g))
         return out
+
+    def _gguf_linear(self, role: str, path: str, n: int, g: int) -> list[Param]:
+        """GGUFLinearMethod: the shards' rows (per rank) x each shard's bytes per row, from the file."""
+        m = self.m
+        layer, kind = re.match(r"model\.layers\.(\d+)\.\w+\.(\w+)$", path).groups()  # type: ignore[union-attr]
+        kv = max(1, m.num_kv_heads // self.tp) * m.head_dim
+        shards = {"qkv_proj": (("attn_q", n - 2 * kv), ("attn_k", kv), ("attn_v", kv)),
+                  "gate_up_proj": (("ffn_gate", n // 2), ("ffn_up", n // 2)),
+                  "o_proj": (("attn_output", n),), "down_proj": (("ffn_down", n),)}[kind]
+        rows = [(r, gguf_row_bytes(self.q, f"blk.{layer}.{name}", self.tp, kind in ("o_proj", "down_proj")))
+                for name, r in shards]
+        types = Param(role, "qweight_type", len(rows), g)
+        if len(rows) == 1:               # materialized at load with the file's shape
+            return [types, Param(role, "qweight", rows[0][0] * rows[0][1], g)]
+        # fused: _create_padded_weight_param after loading, in module order
+        self.ops.append(Op(g, "alloc", "qweight", sum(r for r, _ in rows) * max(b for _, b in rows)))
+        return [types]
 
     def experts(self, path: str, num: int, h: int, i_rank: int) -> list[Param]:
         """FusedMoE's fused tensors for one layer: w13 [E, 2*I, H] and w2 [E, H, I] in the method's layout."""
@@ -275,6 +300,21 @@ def _mlp(b: _Builder, i: int) -> list[Param]:
     return out
 
 
+def gguf_row_bytes(q: Quantization | None, tensor: str, tp: int = 1, row_parallel: bool = False) -> int:
+    """Bytes per row of a GGUF matrix (its input dimension in the file's ggml type); a row-parallel linear's
+    rank holds 1/tp of each row."""
+    rows = {name: b for name, _, b in (q.ggml if q is not None else ())}
+    if tensor not in rows:
+        raise ValueError(f"the GGUF has no {tensor}.weight")
+    return rows[tensor] // tp if row_parallel else rows[tensor]
+
+
+def _gguf_head(model: ModelSpec, tensor: str, role: str) -> tuple[Param, ...]:
+    """GGUFEmbeddingMethod: the file's rows (the vocabulary, unpadded) x bytes per row, and its type byte."""
+    return (Param(role, "qweight_type", 1), Param(role, "qweight", model.vocab_size * gguf_row_bytes(
+        model.quantization, tensor)))
+
+
 def rope_cache_bytes(model: ModelSpec, context_len: int) -> int:
     """The rotary cos/sin cache: positions x rotary dim, float32 on CUDA (rotary_embedding/base.py)."""
     rot = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
@@ -315,6 +355,10 @@ def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mx
         layer += [b.norm(h) for _ in range(model.norms_per_layer)]
         layers.append(tuple(layer))
     tail = [b.norm(h)] + ([] if model.tie_word_embeddings else [Param("lm_head", "weight", emb)])
+    head: tuple[Param, ...] = (Param("embed", "weight", emb),)
+    if model.quantization is not None and model.quantization.method == "gguf":
+        head = _gguf_head(model, "token_embd", "embed")
+        tail = [b.norm(h)] + ([] if model.tie_word_embeddings else list(_gguf_head(model, "output", "lm_head")))
     # get_rope caches one RotaryEmbedding per (dims, base, ...): Gemma 3's sliding layers use another base than
     # its global ones, so the first layer of the other kind builds a second cos/sin cache of the same size
     second = (0, 0)
@@ -322,7 +366,7 @@ def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mx
     if sw is not None and sw.local_rope_theta is not None and sw.local_rope_theta != model.rope_theta \
             and len(set(sw.swa_layers)) == 2:
         second = (sw.swa_layers.index(not sw.swa_layers[0]), rope_cache_bytes(model, context_len))
-    return WeightLayout(head=(Param("embed", "weight", emb),), layers=tuple(layers), tail=tuple(tail),
+    return WeightLayout(head=head, layers=tuple(layers), tail=tuple(tail),
                         ops=tuple(b.ops), rope_first_layer=rope_cache_bytes(model, context_len),
                         rope_after=rope_after, rope_second=second)
 
@@ -330,8 +374,13 @@ def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mx
 def bytes_by_role(layout: WeightLayout) -> dict[str, int]:
     """What the checkpoint's tensors take per rank, by role (before the post-load conversions)."""
     out: dict[str, int] = {}
+    roles: dict[int, str] = {}
     for p in (*layout.head, *(q for layer in layout.layers for q in layer), *layout.tail):
         out[p.role] = out.get(p.role, 0) + p.nbytes
+        roles.setdefault(p.group, p.role)
+    for op in layout.ops:                # a GGUF fused linear's weight exists only once loaded (its padded tensor)
+        if op.kind == "alloc" and op.name == "qweight":
+            out[roles[op.group]] = out.get(roles[op.group], 0) + op.nbytes
     return out
 
 

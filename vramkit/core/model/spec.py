@@ -21,7 +21,9 @@ class Quantization:
     """A checkpoint's quantization_config, as far as the planner prices it.
 
     method: "gptq" | "awq" (int4/int8, marlin kernels), "fp8" (block or per-tensor; compressed-tensors
-    fp8 maps here too), "mxfp4" (gpt-oss experts). `ignored` lists module-name patterns left in 16-bit.
+    fp8 maps here too), "mxfp4" (gpt-oss experts), "gguf" (a GGUF file: each matrix in its own ggml type).
+    `ignored` lists module-name patterns left in 16-bit. `ggml` (gguf only): each matrix's llama.cpp tensor
+    name (no ".weight"), ggml type and bytes per row, as the file has them (vramkit/gguf_model.py).
     """
 
     method: str
@@ -31,6 +33,7 @@ class Quantization:
     sym: bool = True
     weight_block: tuple[int, int] | None = None      # fp8 block quantization [n, k]; None = per-tensor
     ignored: tuple[str, ...] = ()
+    ggml: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)

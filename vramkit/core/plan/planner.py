@@ -410,6 +410,13 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
             f"absorbed w_kc/w_vc copies stay in host RAM and the first forward fails ('Expected all tensors to be "
             f"on the same device', measured 2026-11-24); use fp8 KV, a shorter context or more GPUs"))
 
+    if model.quantization is not None and model.quantization.method == "gguf" and (tp > 1 or offloaded):
+        # measured on one GPU with every weight on it (benchmarks/results/gpu/gguf-qwen2.json); a fused GGUF
+        # linear is built after loading, outside the offloader, and its rows split per rank in ggml blocks
+        reasons.append(Reason("sglang", "the kit has measured SGLang serving a GGUF on one GPU with every weight on "
+                              "it, not " + ("tensor parallel" if tp > 1 else "--cpu-offload-gb") + ": it does not "
+                              "plan that; use one GPU and no weight offload, or the model's safetensors build"))
+
     # host RAM
     host_ram, host_reserve = host_ram_need(hicache_bytes, load.pinned_host_bytes, engine)
     avail = target.host_ram_available_bytes
