@@ -1,6 +1,6 @@
-"""A GGUF given as --model (issue 19 item 1): read with the gguf library; a dense Qwen2 in Q8_0/Q4_K/Q6_K is planned
+"""A GGUF given as --model (issue 19 item 1): read with the gguf library; a dense Qwen2 in Q4_K/Q6_K is planned
 (the layout SGLang 0.5.15.post1's GGUF loader builds, measured on the GPU host: benchmarks/results/gpu/
-gguf-qwen2.json), anything else refused with the reason, exit 21.
+gguf-qwen2.json; Q8_0 refused until measured), anything else refused with the reason, exit 21.
 
 The files are real GGUFs written by the gguf library's own writer (tiny tensors; tools/make_random_gguf.py for the
 planned ones); the command is the real CLI.
@@ -108,16 +108,22 @@ def test_a_q4_k_m_qwen2_gguf_is_planned_in_its_ggml_bytes_with_the_fused_rows_pa
     assert any("GGUF tiny-Q4_K_M.gguf" in n and "float16" in n for n in plan["notes"])
 
 
-def test_a_tied_q8_0_qwen2_gguf_has_no_head_of_its_own(tmp_path, capsys):
-    path = _tiny(tmp_path, "Q8_0", tie=True)
+def test_a_tied_qwen2_gguf_has_no_head_of_its_own(tmp_path, capsys):
+    path = _tiny(tmp_path, "Q4_K_M", tie=True)
     plan = _plan_json(path, capsys)
-    row = 256 // 32 * 34
-    assert plan["weights_by_component"]["embed_tokens"] == 1000 * row + 1      # the file's rows: no pad to 64
+    assert plan["weights_by_component"]["embed_tokens"] == 1000 * 144 + 1      # the file's rows: no pad to 64
     assert plan["weights_by_component"]["lm_head"] == 0
 
 
+def test_a_q8_0_gguf_is_refused_until_measured(tmp_path, capsys):
+    code, err = _plan(_tiny(tmp_path, "Q8_0", tie=True), capsys)
+    assert code == Exit.UNSUPPORTED_MODEL
+    assert "its Q8_0 tensors are of ggml types the kit has not measured SGLang loading" in err
+    assert "(planned: Q4_K, Q6_K matrices, F32 vectors)" in err
+
+
 def test_a_gguf_across_gpus_or_offloaded_is_not_planned(tmp_path, capsys):
-    path = _tiny(tmp_path, "Q8_0", tie=True)
+    path = _tiny(tmp_path, "Q4_K_M", tie=True)
     code = run_cli(["plan", "--json", "--model", str(path), "--gpu-free-gib", "15", "--tp", "2"])
     plan = json.loads(capsys.readouterr().out)
     assert code != 0 and not plan["fits"]

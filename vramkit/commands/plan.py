@@ -196,8 +196,9 @@ def _list(args) -> int:
         "refused (exit 21, with the reason)": {
             "other architectures": "e.g. multimodal (Gemma3ForConditionalGeneration, Mistral3...), Mamba hybrids",
             "other quantization": "bitsandbytes, NVFP4/modelopt, AWQ 8-bit, compressed-tensors int",
-            "GGUF files": "read (gguf library) and refused with the reason: SGLang serves most, the planner does "
-                          "not model ggml types (vramkit/gguf_model.py)",
+            "GGUF files": "read (gguf library); planned for a dense Qwen2 in Q4_K_M (Q4_K/Q6_K matrices, measured), "
+                          "every other one refused with the reason: SGLang serves most, the kit has not measured them "
+                          "(vramkit/gguf_model.py)",
             "Qwen-MoE dense layers": "decoder_sparse_step != 1 or mlp_only_layers: SGLang builds every layer sparse",
         },
     }
