@@ -106,8 +106,9 @@ def lossy_note(method: str) -> str:
     m = KT_METHODS[method]
     if not m.lossy:
         return ""
+    exact = ", ".join(x.name for x in KT_METHODS.values() if not x.lossy)
     return (f"{method} is lossy: {m.layout}, not the checkpoint's values (a MoE layer's output error measured "
-            f"in {ACCURACY_TABLE}); opt-in, the moe preset reads the checkpoint as is")
+            f"in {ACCURACY_TABLE}); the methods that read a checkpoint as is: {exact}")
 
 
 def source_build_method(model: ModelSpec, isa: str) -> str | None:
