@@ -96,6 +96,11 @@ def stop_one(pid: int, timeout_s: float = 10.0) -> bool:
 def record_pid(path: Path, pid: int, **extra: object) -> dict:
     """Write a pid record (JSON, 0600, replaced atomically); returns it. `extra` is kept beside it."""
     proc = psutil.Process(pid)
+    # A child just started by Popen may not have exec'd yet: until then its command line is ours (seen on a busy
+    # machine: the record held `embed up`'s, and the next `up` took its own service for a stranger's)
+    ours, deadline = psutil.Process().cmdline(), time.monotonic() + 10
+    while proc.cmdline() == ours and time.monotonic() < deadline:
+        time.sleep(0.01)
     rec = {"pid": pid, "create_time": proc.create_time(), "cmdline": proc.cmdline(), **extra}
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)

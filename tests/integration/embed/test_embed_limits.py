@@ -6,6 +6,7 @@ fast), precache answers early, shows progress inside big files, and always ends.
 """
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -21,6 +22,8 @@ def _raw(port: int, head: bytes, body_parts=(), read_timeout_s: float = 10.0) ->
     with socket.create_connection(("127.0.0.1", port), timeout=read_timeout_s) as s:
         s.sendall(head)
         for part in body_parts:
+            if select.select([s], [], [], 0)[0]:
+                break         # the server answered: it stopped reading (more bytes would only earn a reset)
             try:
                 s.sendall(part)
             except OSError:   # the server answered and closed: it stopped reading
