@@ -243,6 +243,17 @@ def test_a_lossy_method_says_so_and_points_at_the_numbers(method):
         assert "lossy" in note and kt.ACCURACY_TABLE in note and (ROOT / kt.ACCURACY_TABLE).is_file()
 
 
+@pytest.mark.parametrize("method", [m for m, x in kt.KT_METHODS.items() if x.measured_from_fp8])
+def test_the_measured_loss_a_plan_quotes_is_the_accuracy_tables(method):
+    """The sizes lossy_note quotes are kt-accuracy.json's rows (converted from FP8, and FP8 as is)."""
+    acc = json.loads((ROOT / "benchmarks/results/gpu/kt-accuracy.json").read_text())["methods"]
+    for row, (err, top1) in ((acc[f"{method}<-FP8"], kt.KT_METHODS[method].measured_from_fp8), (acc["FP8"], kt.FP8_MEASURED)):
+        mean = sum(row["moe_layer_rel_l2_prefill"]) / len(row["moe_layer_rel_l2_prefill"])
+        assert err == pytest.approx(mean, abs=5e-4) and top1 == pytest.approx(row["top1_agreement"], abs=5e-4)
+    note = kt.lossy_note(method)
+    assert f"{kt.KT_METHODS[method].measured_from_fp8[0]:.1%}" in note and "4.7%" in note
+
+
 # The moe preset's server points at 16 GB, one per CPU method (H100 host, `vramkit up --preset moe`; the FP8
 # one before AMXINT8 was measured, the AMXINT8 one in another session: moe-vs-llamacpp-levers.md, last section)
 PRESET_POINTS = {"FP8": "moe/moe-16g-fp8-amx.probe.json", "AMXINT4": "moe-vs-llamacpp/k16.probe.json",
