@@ -58,8 +58,14 @@ $(VENV)/.kt-test: $(VENV)/.installed config/versions.toml
 		echo "warning: libhwloc15 missing: tests/integration/test_kt_compat.py will skip"
 	touch $@
 
-test: install setup-sglang-check setup-test-tools setup-kt-test lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests
+# `make lint` runs beside the tests (a fresh clone's mypy takes ~7 s, mostly while the test workers wait on
+# servers and subprocesses); its output follows the tests', and either failing fails `make test`.
+test: install setup-sglang-check setup-test-tools setup-kt-test ## lint and every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
+	@lint_log=$$(mktemp); $(MAKE) --no-print-directory lint >$$lint_log 2>&1 & lint_pid=$$!; \
+	echo "$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests   (make lint beside it)"; \
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests; tests_rc=$$?; \
+	wait $$lint_pid; lint_rc=$$?; cat $$lint_log; rm -f $$lint_log; \
+	if [ $$lint_rc -ne 0 ]; then echo "make test: make lint failed (above)" >&2; exit 2; fi; exit $$tests_rc
 
 test-unit: install ## unit tests only (no servers; the inner loop: seconds), on TEST_WORKERS processes too
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests/unit
