@@ -23,12 +23,7 @@ $(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torc
 	# Anything that wants torch later finds it satisfied, so no dependency can pull a CUDA build of several GB.
 	scripts/install_cpu_torch.sh $(VENV) --with-deps
 	$(VENV)/bin/pip install -q -e '.[embed,bench,dashboard,test]'
-	# kt-kernel (the hybrid MoE mode's CPU experts) for tests/integration/test_kt_compat.py: --no-deps, its
-	# declared deps (triton, its CLI's helpers) are not needed to run its kernels; libhwloc for its extension
-	$(VENV)/bin/pip install -q --no-deps kt-kernel==$(KT_KERNEL) gguf==0.19.0
-	@ldconfig -p | grep -q libhwloc.so.15 || apt-get install -y -q libhwloc15 || \
-		{ apt-get update -qq && apt-get install -y -q libhwloc15; } || \
-		echo "warning: libhwloc15 missing: tests/integration/test_kt_compat.py will skip"
+	$(VENV)/bin/pip install -q --no-deps gguf==0.19.0
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@
 
@@ -51,8 +46,26 @@ TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 PYTEST_N = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 
-test: install setup-sglang-check setup-test-tools lint ## lint, then every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests
+# kt-kernel (the hybrid MoE mode's CPU experts) only for tests/integration/test_kt_compat.py, so only `make test`
+# installs it (the kit's own .venv does not need it; `make setup-kt-native` puts it into the GPU venv): --no-deps,
+# its declared deps (triton, its CLI's helpers) are not needed to run its kernels; libhwloc for its extension
+.PHONY: setup-kt-test
+setup-kt-test: $(VENV)/.kt-test ## kt-kernel into .venv for tests/integration/test_kt_compat.py (make test runs it)
+$(VENV)/.kt-test: $(VENV)/.installed config/versions.toml
+	$(VENV)/bin/pip install -q --no-deps kt-kernel==$(KT_KERNEL)
+	@ldconfig -p | grep -q libhwloc.so.15 || apt-get install -y -q libhwloc15 || \
+		{ apt-get update -qq && apt-get install -y -q libhwloc15; } || \
+		echo "warning: libhwloc15 missing: tests/integration/test_kt_compat.py will skip"
+	touch $@
+
+# `make lint` runs beside the tests (a fresh clone's mypy takes ~7 s, mostly while the test workers wait on
+# servers and subprocesses); its output follows the tests', and either failing fails `make test`.
+test: install setup-sglang-check setup-test-tools setup-kt-test ## lint and every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
+	@lint_log=$$(mktemp); $(MAKE) --no-print-directory lint >$$lint_log 2>&1 & lint_pid=$$!; \
+	echo "$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests   (make lint beside it)"; \
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests; tests_rc=$$?; \
+	wait $$lint_pid; lint_rc=$$?; cat $$lint_log; rm -f $$lint_log; \
+	if [ $$lint_rc -ne 0 ]; then echo "make test: make lint failed (above)" >&2; exit 2; fi; exit $$tests_rc
 
 test-unit: install ## unit tests only (no servers; the inner loop: seconds), on TEST_WORKERS processes too
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests/unit

@@ -29,12 +29,15 @@ _up = VRAMKIT_RUNTIME=$(RUNTIME) VRAMKIT_PORT=$(PORT) VRAMKIT_DRY_RUN='$(DRY_RUN
 _safe = && { dry='$(DRY_RUN)'; [[ $${dry,,} =~ ^(1|true|yes)$$ ]] || { out=$$($(VRAMKIT) vram-safe); rc=$$?; \
 	echo "$$out"; [[ $$rc == 0 || ( $$rc == 1 && $$out == "vram-safe: WARNING"* ) ]]; }; }
 
-# preset moe: kt-kernel reads the CPU experts from KT_WEIGHT_PATH. The preset's FP8 reads the downloaded
-# checkpoint folder itself (MODEL_DIR); the opt-in, lossy AMXINT4 reads the folder `make kt-convert` writes
-# (KT_INT4_PATH): make start-qwen-moe KT_WEIGHT_PATH=$(KT_INT4_PATH) UP_ARGS="--kt-method AMXINT4"
+# preset moe: kt-kernel reads the CPU experts from KT_WEIGHT_PATH. The preset's AMXINT8 reads the folder
+# `make kt-convert` writes once from the downloaded FP8 checkpoint (KT_CONVERT_PATH; converted, lossy: the plan
+# says so). FP8 reads the checkpoint folder itself, no conversion (TTFT ~130 s for an 8K prompt, measured):
+#   make start-qwen-moe KT_WEIGHT_PATH=$(MODEL_DIR) UP_ARGS="--kt-method FP8"
+# the opt-in AMXINT4 (~27 % MoE-layer error): make kt-convert start-qwen-moe KT_METHOD=AMXINT4 UP_ARGS="--kt-method AMXINT4"
 MODEL_DIR ?=
-KT_INT4_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-AMXINT4
-KT_WEIGHT_PATH ?= $(MODEL_DIR)
+KT_METHOD ?= AMXINT8
+KT_CONVERT_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-$(KT_METHOD)
+KT_WEIGHT_PATH ?= $(KT_CONVERT_PATH)
 # the Python of the native SGLang install, for `make kt-convert` and `make setup-kt-native` (kt-kernel goes there)
 SERVER_PYTHON ?= python3
 KT_KERNEL_PIN := $(shell sed -n 's/^kt_kernel_pip = "\(.*\)"/\1/p' config/versions.toml)
@@ -53,18 +56,18 @@ start-qwen-128k: ## one 131,072-token request (YaRN x4, fp8 KV; the 7B GPTQ on 1
 	@$(call _up,128k) $(_safe)
 stop-qwen-128k: ## stop the 128k server
 	@$(VRAMKIT) down --name vramkit-128k
-start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers, FP8 from MODEL_DIR; every expert in RAM: ~36 GiB)
+start-qwen-moe: ## Qwen3-Coder-30B-A3B on 16 GB: experts split GPU / host RAM (KTransformers, AMXINT8 from KT_CONVERT_PATH: make kt-convert first; every expert in RAM: ~37 GiB)
 	@$(if $(KT_WEIGHT_PATH),VRAMKIT_KT_WEIGHT_PATH=$(KT_WEIGHT_PATH) )$(call _up,moe) $(_safe)
 stop-qwen-moe: ## stop the moe server
 	@$(VRAMKIT) down --name vramkit-moe
-kt-convert: ## opt-in, lossy: the moe preset's CPU experts in KT's AMXINT4 layout (KT_INT4_PATH), from MODEL_DIR
+kt-convert: ## the moe preset's CPU experts in KT's layout (KT_METHOD, default AMXINT8; lossy) into KT_CONVERT_PATH, from MODEL_DIR
 	@# its preconditions, each one line and its exit code (scripts/precheck.sh): the checkpoint, a Python with torch,
-	@# safetensors and kt-kernel (make setup-gpu, make setup-kt-native), a CPU kt-kernel quantizes on, ~14 GiB of
-	@# disk for the AMXINT4 experts, RAM for one layer at a time
+	@# safetensors and kt-kernel (make setup-gpu, make setup-kt-native), a CPU kt-kernel quantizes on, disk for the
+	@# experts (AMXINT8 27 GiB, AMXINT4 14 GiB), RAM for one layer at a time
 	@scripts/precheck.sh kt-convert dir "$(MODEL_DIR)" config.json -- imports $(SERVER_PYTHON) torch safetensors kt_kernel \
-		-- isa "amx_int8|avx512_bf16" -- disk $(dir $(KT_INT4_PATH)) 16 -- ram 8
-	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_INT4_PATH) \
-		--kt-layout AMXINT4 --from $(MODEL_DIR) --kt-threads $$(nproc)
+		-- isa "amx_int8|avx512_bf16" -- disk $(dir $(KT_CONVERT_PATH)) $(if $(filter AMXINT4,$(KT_METHOD)),16,30) -- ram 8
+	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_CONVERT_PATH) \
+		--kt-layout $(KT_METHOD) --from $(MODEL_DIR) --kt-threads $$(nproc)
 setup-kt-native: ## RUNTIME=native for preset moe: kt-kernel (pinned, --no-deps) into SERVER_PYTHON's environment
 	@scripts/precheck.sh setup-kt-native lib libhwloc.so.15 "libhwloc15 libnuma1" -- python $(SERVER_PYTHON) 3.10 \
 		-- isa "avx2" -- disk $(CURDIR) 1

@@ -72,6 +72,11 @@ POINTS = (
           {"kt_method": "AMXINT4"}, rss_peak_sampled=True),
     Point("int4-amx-24g-b", "held-out", "anchor/k24-t14.json", "anchor/k24-t14.probe.json", "anchor/membw.json",
           {"kt_method": "AMXINT4"}, rss_peak_sampled=True),
+    # 2026-11-24, a third host session (run_moe_vs_llamacpp.sh STEPS="setup amxint8 ..."): AMXINT8 CPU experts, the
+    # first server run of that method; that session did not sweep the host bandwidth: the anchor session's sweep
+    Point("int8-amx-16g-c", "held-out", "moe-vs-llamacpp-int8/k16-int8.json", "moe-vs-llamacpp-int8/k16-int8.probe.json",
+          "moe-vs-llamacpp-int8/membw-anchor.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True,
+          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
 )
 
 

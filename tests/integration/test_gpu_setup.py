@@ -8,11 +8,12 @@ skipped everything and exited 0 on a GPU host, and `make setup` died without a l
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,12 @@ H100 = "0, NVIDIA H100 80GB HBM3, 580.65.06"
 
 
 def _no_real_gpu() -> bool:
-    sys.path.insert(0, str(REPO / "tests" / "gpu"))
-    try:
-        from conftest import nvidia_gpu_evidence
-    finally:
-        sys.path.pop(0)
-    return nvidia_gpu_evidence() is None
+    # tests/gpu/conftest.py by its path: `import conftest` may find tests/conftest.py (the suite's, loaded first)
+    spec = importlib.util.spec_from_file_location("gpu_conftest", REPO / "tests" / "gpu" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    gpu_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_conftest)
+    return gpu_conftest.nvidia_gpu_evidence() is None
 
 
 needs_no_gpu = pytest.mark.skipif(not _no_real_gpu(), reason="this machine has an NVIDIA GPU; these tests fake one")
@@ -149,9 +150,18 @@ def test_test_gpu_skips_with_the_reason_where_there_is_no_gpu(tmp_path):
 
 # ---- make setup's CPU torch ----------------------------------------------------------------------------------
 
-def fresh_venv(tmp_path: Path) -> Path:
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def pristine_venv(tmp_path_factory) -> Path:
+    venv = tmp_path_factory.mktemp("pristine") / "venv"
     subprocess.run(["python3.11", "-m", "venv", str(venv)], check=True, timeout=120)
+    return venv
+
+
+@pytest.fixture
+def fresh_venv(tmp_path, pristine_venv) -> Path:
+    """A new virtualenv with only pip: a copy of one made once per module (`python -m venv` installs pip, ~3 s)."""
+    venv = tmp_path / "venv"
+    shutil.copytree(pristine_venv, venv, symlinks=True)
     return venv
 
 
@@ -174,8 +184,8 @@ def local_cpu_index(tmp_path: Path) -> str:
 
 
 @pytest.mark.slow
-def test_cpu_torch_without_a_local_wheel_comes_from_the_cpu_index(tmp_path):
-    venv = fresh_venv(tmp_path)
+def test_cpu_torch_without_a_local_wheel_comes_from_the_cpu_index(tmp_path, fresh_venv):
+    venv = fresh_venv
     r = run([str(INSTALL_TORCH), str(venv)], fresh_machine_env(local_cpu_index(tmp_path)), timeout=600)
     assert r.returncode == 0, r.stderr
     assert "no local CPU wheel of torch" in r.stderr and "torch 2.13.0+cpu from file://" in r.stderr
@@ -189,8 +199,8 @@ def test_cpu_torch_without_a_local_wheel_comes_from_the_cpu_index(tmp_path):
     assert probe.stdout.split() == ["2.13.0+cpu", "None"], probe.stderr
 
 
-def test_cpu_torch_nowhere_fails_in_one_line(tmp_path):
-    venv = fresh_venv(tmp_path)
+def test_cpu_torch_nowhere_fails_in_one_line(tmp_path, fresh_venv):
+    venv = fresh_venv
     (tmp_path / "empty").mkdir()
     r = run([str(INSTALL_TORCH), str(venv)], fresh_machine_env((tmp_path / "empty").as_uri()))
     assert r.returncode == 1

@@ -41,7 +41,7 @@ def _kt_kernel():
         vramkit_kt_compat.install()
         kt_kernel = importlib.import_module("kt_kernel")
     except (ImportError, OSError) as e:       # no wheel for this Python, or libhwloc missing
-        pytest.skip(f"kt-kernel 0.5.1 not importable here ({e}): pip install --no-deps kt-kernel==0.5.1 gguf")
+        pytest.skip(f"kt-kernel 0.5.1 not importable here ({e}): make setup-kt-test")
     if kt_kernel.__cpu_variant__ not in ("amx", "avx512_bf16"):
         pytest.skip(f"this CPU gets kt-kernel's {kt_kernel.__cpu_variant__} build: no FP8/INT kernels")
     IDS = torch.tensor([[0, 5, 40, 41, 100, 127, 31, 32], [1, 2, 3, 4, 6, 7, 8, 9],

@@ -243,29 +243,53 @@ def test_a_lossy_method_says_so_and_points_at_the_numbers(method):
         assert "lossy" in note and kt.ACCURACY_TABLE in note and (ROOT / kt.ACCURACY_TABLE).is_file()
 
 
-def test_the_moe_preset_default_is_the_most_accurate_method_that_meets_the_speed_goal():
-    """Issue 18 item 3: among the methods that serve the preset's checkpoint, measured at >= 25 tok/s at 16 GB
-    (benchmarks/results/gpu/kt-estimate.json, decode after ~512 tokens), the one with the smallest MoE-layer
-    error on kt-kernel's own kernels (benchmarks/results/gpu/kt-accuracy.json); the lossy ones stay opt-in."""
+@pytest.mark.parametrize("method", [m for m, x in kt.KT_METHODS.items() if x.measured_from_fp8])
+def test_the_measured_loss_a_plan_quotes_is_the_accuracy_tables(method):
+    """The sizes lossy_note quotes are kt-accuracy.json's rows (converted from FP8, and FP8 as is)."""
     acc = json.loads((ROOT / "benchmarks/results/gpu/kt-accuracy.json").read_text())["methods"]
-    est = json.loads((ROOT / "benchmarks/results/gpu/kt-estimate.json").read_text())
+    for row, (err, top1) in ((acc[f"{method}<-FP8"], kt.KT_METHODS[method].measured_from_fp8), (acc["FP8"], kt.FP8_MEASURED)):
+        mean = sum(row["moe_layer_rel_l2_prefill"]) / len(row["moe_layer_rel_l2_prefill"])
+        assert err == pytest.approx(mean, abs=5e-4) and top1 == pytest.approx(row["top1_agreement"], abs=5e-4)
+    note = kt.lossy_note(method)
+    assert f"{kt.KT_METHODS[method].measured_from_fp8[0]:.1%}" in note and "4.7%" in note
+
+
+# The moe preset's server points at 16 GB, one per CPU method (H100 host, `vramkit up --preset moe`; the FP8
+# one before AMXINT8 was measured, the AMXINT8 one in another session: moe-vs-llamacpp-levers.md, last section)
+PRESET_POINTS = {"FP8": "moe/moe-16g-fp8-amx.probe.json", "AMXINT4": "moe-vs-llamacpp/k16.probe.json",
+                 "AMXINT8": "moe-vs-llamacpp-int8/k16-int8.probe.json"}
+
+
+def test_the_moe_preset_default_meets_the_speed_goal_and_is_the_most_accurate_bar_noise_with_a_usable_prefill():
+    """Issue 18 item 3, with the prefill the FP8 point showed (TTFT 129.8 s for an 8K prompt): of the methods
+    that serve the preset's checkpoint and decode >= 25 tok/s at 16 GB after ~512 tokens (committed server
+    points), the most accurate on kt-kernel's own kernels (benchmarks/results/gpu/kt-accuracy.json: the
+    converted form, `X<-FP8`, for a layout method; MoE-layer output error) -- unless one within the proxy's noise of it (top-1 within
+    1 point, KL within 0.001 nats) answers an 8K prompt in under half its time. A lossy default says so."""
+    acc = json.loads((ROOT / "benchmarks/results/gpu/kt-accuracy.json").read_text())["methods"]
     fmt = kt.checkpoint_format(catalog.model(catalog.presets()["moe"].model))
-    method_of = {p["name"]: p["method"] for p in est["points"]}
-    speed: dict[str, float] = {}
-    for r in est["measurements"]:
-        if r["context"] < 1024 and "16g" in r["point"] and not r["inconsistent"]:
-            m = method_of[r["point"]]
-            speed[m] = max(speed.get(m, 0.0), r["tok_s"])
-    error = {}
-    for name, row in acc.items():     # "AMXINT4<-FP8": converted from the FP8 checkpoint, what the preset would do
+    res = ROOT / "benchmarks/results/gpu"
+    speed, ttft8k = {}, {}
+    for m, f in PRESET_POINTS.items():
+        probe = json.loads((res / f).read_text())
+        speed[m] = next(d["per_stream_tok_s"] for d in probe["decode"] if d["streams"] == 1)
+        ttft8k[m] = next(r["ttft_s"] for r in probe["ttft"] if r["prompt_tokens"] == 8192 and r["ok"])
+    row = {}
+    for name, r in acc.items():       # "AMXINT8<-FP8": converted from the FP8 checkpoint, what the preset does
         method, _, src = name.partition("<-")
         reads = kt.KT_METHODS[method].reads if method in kt.KT_METHODS else None
-        if "error" not in row and (reads == fmt or (reads is None and src.lower() == fmt)):
-            error[method] = sum(row["moe_layer_rel_l2_prefill"]) / len(row["moe_layer_rel_l2_prefill"])
-    fast = [m for m in error if speed.get(m, 0) >= 25]
-    assert fast and min(fast, key=error.__getitem__) == catalog.presets()["moe"].knobs["kt_method"]
-    assert not kt.KT_METHODS[catalog.presets()["moe"].knobs["kt_method"]].lossy
-    assert error["AMXINT4"] > error["FP8"]
+        if "error" not in r and (reads == fmt and not src or (reads is None and src.lower() == fmt)):
+            row[method] = r
+    fast = [m for m in row if speed.get(m, 0) >= 25]
+    error = {m: sum(r["moe_layer_rel_l2_prefill"]) / len(r["moe_layer_rel_l2_prefill"]) for m, r in row.items()}
+    best = min(fast, key=error.__getitem__)          # the MoE layer's output error: FP8 4.7 %, AMXINT8<-FP8 5.4 %
+    near = [m for m in fast if abs(row[m]["top1_agreement"] - row[best]["top1_agreement"]) <= 0.01
+            and abs(row[m]["kl_mean"] - row[best]["kl_mean"]) <= 0.001 and ttft8k[m] < ttft8k[best] / 2]
+    chosen = min(near, key=ttft8k.__getitem__) if near else best
+    default = catalog.presets()["moe"].knobs["kt_method"]
+    assert set(fast) == {"FP8", "AMXINT8", "AMXINT4"} and best == "FP8" and chosen == default == "AMXINT8"
+    assert "AMXINT4" not in near and row["AMXINT4"]["top1_agreement"] < row["FP8"]["top1_agreement"] - 0.1
+    assert kt.KT_METHODS[default].lossy and "lossy" in kt.lossy_note(default)
 
 
 def test_thread_term_fewer_threads_decode_slower():
@@ -292,7 +316,8 @@ def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
     assert "FITS" in out and "experts/layer on the GPU" in out
     assert "an estimate (derived terms, fitted constants" in out and "with layer offload" in out
     assert "bandwidth ceiling" not in out
-    assert "--kt-method FP8" in out and "--kt-num-gpu-experts 41" in out and "lossy" not in out
+    assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 41" in out
+    assert "AMXINT8 is lossy" in out and "kt-accuracy.md" in out     # the converted default says so
 
 
 def test_plan_json_has_the_hybrid_figures(capsys):
@@ -300,7 +325,7 @@ def test_plan_json_has_the_hybrid_figures(capsys):
                  "--host-ram-gib", "64", "--cpu-isa", "amx"]) == 0
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
-    assert d["fits"] and h["num_gpu_experts"] == 41 and h["kt_method"] == "FP8" and not h["lossy"]
+    assert d["fits"] and h["num_gpu_experts"] == 41 and h["kt_method"] == "AMXINT8" and h["lossy"]
     assert d["knobs"]["kt_num_gpu_experts"] == 41 and d["knobs"]["kt_cpuinfer"] != "auto"
     assert h["decode_tok_s"] > 10 * h["layer_offload_decode_tok_s"]
     assert d["decode_tok_s_ceiling"] is None       # a fitted estimate is not a bandwidth ceiling
@@ -311,14 +336,14 @@ def test_plan_json_has_the_hybrid_figures(capsys):
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
 def test_plan_preset_moe_for_a_desktop_cpu(capsys, isa):
     """With the kt-kernel release the kit pins (config/versions.toml): the preset's method on that CPU's build
-    (avx512: FP8 on the avx512_bf16 build, measured forced on the H100 host); avx2: the method a source build
-    would run is planned, and the refusal says no published wheel runs there and names it."""
+    (avx512: AMXINT8 on the avx512_bf16 build, which has its kernels); avx2: the method a source build would run
+    (FP8, read from the checkpoint) is planned, and the refusal says no published wheel runs there and names it."""
     pinned = catalog.versions().kt_kernel_pip
     rc = main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", isa,
                "--host-read-gbs", "60", "--host-ram-gib", "64"])
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
-    assert h["cpu_isa"] == isa and h["kt_kernel"] == pinned and h["kt_method"] == "FP8"
+    assert h["cpu_isa"] == isa and h["kt_kernel"] == pinned and h["kt_method"] == ("AMXINT8" if isa == "avx512" else "FP8")
     if isa == "avx512":
         assert rc == 0 and h["kt_variant"] == "avx512_bf16"
     else:

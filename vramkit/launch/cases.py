@@ -71,8 +71,8 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
 
 def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
     """The hybrid MoE launches with every --kt-* flag resolved, as `vramkit up` renders them: each preset
-    with kt_method on each catalogued card, and FP8 / AMXINT4 as the H100-host runs made them
-    (benchmarks/gpu/run_moe.sh: a local checkpoint folder, KT's INT4 layout beside it)."""
+    with kt_method on each catalogued card, and FP8 / AMXINT4 / AMXINT8 as the H100-host runs made them
+    (benchmarks/gpu/run_moe.sh, run_moe_vs_llamacpp.sh: a local checkpoint folder, KT's layouts beside it)."""
     from vramkit.core.plan.kt_hybrid import HostCpu  # noqa: PLC0415
     from vramkit.launch import hybrid  # noqa: PLC0415 - launch.hybrid imports launch.resolve, above this module
     h100_host = HostCpu(isa="amx", isa_source="the H100 host", read_bytes_s=((16, 93.0e9),),
@@ -84,14 +84,14 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
             continue
         model = catalog.model(preset.model)
         runs: list[tuple[GpuSpec, float | None, dict[str, str]]] = [(gpu, None, {}) for gpu in case_gpus()]
-        runs += [(host_gpu, 15.31, {"kt_method": m}) for m in ("FP8", "AMXINT4")]
+        runs += [(host_gpu, 15.31, {"kt_method": m}) for m in ("FP8", "AMXINT4", "AMXINT8")]
         for gpu, free_gib, over in runs:
             knobs = Knobs(**(preset.knobs | over))
             host = h100_host if free_gib else hybrid.REFERENCE_HOST
             target = Target(gpu=gpu, gpu_free_bytes=int(free_gib * GiB) if free_gib else None,
                             host_ram_available_bytes=128 * GiB, host=host)
             p = plan(model, target, knobs, engine, with_alternatives=False)
-            weights = "/tmp/ck/kt-int4" if over.get("kt_method") == "AMXINT4" else None
+            weights = {"AMXINT4": "/tmp/ck/kt-int4", "AMXINT8": "/tmp/ck/kt-int8"}.get(over.get("kt_method", ""))
             hy = hybrid.for_plan(p, weights)
             assert hy is not None
             if free_gib:
