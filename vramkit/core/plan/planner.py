@@ -414,7 +414,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         # measured on one GPU with every weight on it (benchmarks/results/gpu/gguf-qwen2.json); a fused GGUF
         # linear is built after loading, outside the offloader, and its rows split per rank in ggml blocks
         reasons.append(Reason("sglang", "the kit has measured SGLang serving a GGUF on one GPU with every weight on "
-                              "it, not " + ("tensor parallel" if tp > 1 else "--cpu-offload-gb") + ": it does not "
+                              "it, not " + ("tensor parallel" if tp > 1 else _flag("cpu_offload_gib")) + ": it does not "
                               "plan that; use one GPU and no weight offload, or the model's safetensors build"))
 
     # host RAM
