@@ -413,9 +413,10 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     if model.quantization is not None and model.quantization.method == "gguf" and (tp > 1 or offloaded):
         # measured on one GPU with every weight on it (benchmarks/results/gpu/gguf-qwen2.json); a fused GGUF
         # linear is built after loading, outside the offloader, and its rows split per rank in ggml blocks
+        what = "tensor parallel" if tp > 1 else _flag("cpu_offload_gib")
         reasons.append(Reason("sglang", "the kit has measured SGLang serving a GGUF on one GPU with every weight on "
-                              "it, not " + ("tensor parallel" if tp > 1 else _flag("cpu_offload_gib")) + ": it does not "
-                              "plan that; use one GPU and no weight offload, or the model's safetensors build"))
+                              f"it, not {what}: it does not plan that; use one GPU and no weight offload, or the "
+                              "model's safetensors build"))
 
     # host RAM
     host_ram, host_reserve = host_ram_need(hicache_bytes, load.pinned_host_bytes, engine)
