@@ -32,14 +32,22 @@ def start_background(cmd: list[str], log_path: Path, env: dict | None = None) ->
     return proc.pid
 
 
-def alive(pid: int) -> bool:
+def alive(pid: int, *, reap: bool = True) -> bool:
+    """Is `pid` running? A zombie counts as gone. reap=True collects a zombie child of ours (waitpid);
+    reap=False only reads its state from /proc, for a child another owner waits for (a pool's worker)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    try:  # a zombie child of ours counts as gone
+    if not reap:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+        except (OSError, IndexError):
+            return True
+    try:
         pid_done, _ = os.waitpid(pid, os.WNOHANG)
         return pid_done == 0
     except ChildProcessError:

