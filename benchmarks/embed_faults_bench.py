@@ -24,6 +24,7 @@ Writes benchmarks/results/embed-faults.{json,md}. Run: make bench-embed-faults (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -311,16 +313,31 @@ def phase_abandoned(port: int, cfg: EmbedConfig) -> dict:
             "load_average_1m": {"before": load_before, "after": loadavg()}}
 
 
+@contextlib.contextmanager
+def service(port: int, tmp: Path, **env: str) -> Iterator[subprocess.Popen]:
+    """The embed service on `port` with its data in `tmp`; stopped, its log tail printed if the block failed,
+    and `tmp` removed on the way out."""
+    proc = start_service(port, "", tmp, tmp, **env)
+    failed = True
+    try:
+        yield proc
+        failed = False
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        if failed:
+            print("service log (tail):", (tmp / "embed.log").read_text()[-3000:], file=sys.stderr)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run_issue20(phases: set[int]) -> dict:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))   # the service inherits it (the units: 65536)
     tmp = Path(tempfile.mkdtemp(prefix="embed-faults-20-"))
     port = free_port()
     cfg = EmbedConfig()
-    proc = start_service(port, "", tmp, tmp, VRAMKIT_EMBED_API_KEY=KEY)
     out: dict = {}
-    failed = True
-    try:
+    with service(port, tmp, VRAMKIT_EMBED_API_KEY=KEY) as proc:
         if 3 in phases:
             print("phase 3: encoder worker killed, then its replacement while loading ...", flush=True)
             out["double_kill"] = phase_double_kill(port, proc.pid) | {"date": _now()}
@@ -333,13 +350,6 @@ def run_issue20(phases: set[int]) -> dict:
             print(f"phase 5: {ABANDONED} abandoned maximal requests, then one text ...", flush=True)
             out["abandoned"] = phase_abandoned(port, cfg) | {"date": _now()}
             print(json.dumps(out["abandoned"]), flush=True)
-        failed = False
-    finally:
-        proc.terminate()
-        proc.wait(60)
-        if failed:
-            print("service log (tail):", (tmp / "embed.log").read_text()[-3000:], file=sys.stderr)
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -526,11 +536,9 @@ def run_issue10(phases: set[int]) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="embed-faults-"))
     port = free_port()
     cfg = EmbedConfig()
-    proc = start_service(port, "", tmp, tmp)
     out: dict = {"machine_note": "2 shared CPU cores: other engineers' jobs ran at the same time; "
                                  "the load averages say how busy the machine was"}
-    failed = True
-    try:
+    with service(port, tmp):
         print("phase 1: cached hits during a maximal uncached request ...", flush=True)
         out.update(phase_max_request(port, cfg))
         print(json.dumps({k: out[k] for k in ("max_request", "hits_idle", "hits_during_max_request",
@@ -538,13 +546,6 @@ def run_issue10(phases: set[int]) -> dict:
         print("phase 2: embedded Redis SIGKILLed under load ...", flush=True)
         out["heal"] = phase_heal(port, tmp)
         print(json.dumps(out["heal"]), flush=True)
-        failed = False
-    finally:
-        proc.terminate()
-        proc.wait(60)
-        if failed:
-            print("service log (tail):", (tmp / "embed.log").read_text()[-3000:], file=sys.stderr)
-        shutil.rmtree(tmp, ignore_errors=True)
 
     import fastapi
     import sentence_transformers
