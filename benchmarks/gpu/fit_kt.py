@@ -55,6 +55,7 @@ class Point:
 
 
 M = "moe/"
+T = "kt-threads/"
 POINTS = (
     # 2026-11-23, kt-kernel 0.5.1, 16 GB emulated, 14 threads (benchmarks/gpu/run_moe.sh kit)
     Point("int4-amx-16g", "fit", M + "moe-16g-int4-amx.json", M + "moe-16g-int4-amx.probe.json",
@@ -77,6 +78,19 @@ POINTS = (
     Point("int8-amx-16g-c", "held-out", "moe-vs-llamacpp-int8/k16-int8.json", "moe-vs-llamacpp-int8/k16-int8.probe.json",
           "moe-vs-llamacpp-int8/membw-anchor.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True,
           note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+    # 2026-11-26, three more host sessions (run_moe_vs_llamacpp.sh STEPS="setup threads" / "setup threads24"), each
+    # with its own bandwidth sweep at 1-16 threads: the thread term (6 against 14 KT threads) and the card term
+    # (16 and 24 GiB) on AMXINT8, the preset's method, and AMXINT4; none of them was used to fit a constant
+    Point("int8-amx-16g-t6", "held-out", T + "s1/k16-int8-t6.json", T + "s1/k16-int8-t6.probe.json", T + "s1/membw.json",
+          {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
+    Point("int8-amx-16g-t14", "held-out", T + "s2/k16-int8-t14.json", T + "s2/k16-int8-t14.probe.json",
+          T + "s2/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
+    Point("int4-amx-16g-t6", "held-out", T + "s2/k16-int4-t6.json", T + "s2/k16-int4-t6.probe.json", T + "s2/membw.json",
+          {"kt_method": "AMXINT4"}, rss_peak_sampled=True),
+    Point("int8-amx-24g-t6", "held-out", T + "s3/k24-int8-t6.json", T + "s3/k24-int8-t6.probe.json", T + "s3/membw.json",
+          {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
+    Point("int8-amx-24g-t14", "held-out", T + "s3/k24-int8-t14.json", T + "s3/k24-int8-t14.probe.json",
+          T + "s3/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
 )
 
 
@@ -189,7 +203,10 @@ def compute() -> dict:
             rec |= {"weights_gib": lf["weights"], "plan_weights_gib": pl.weights_bytes / GiB,
                     "kv_tokens": lf["kv_tokens"], "plan_kv_tokens": pl.kv_pool_tokens,
                     "rss_after_start_bytes": run.get("host_rss_after_start_bytes"),
-                    "rss_peak_bytes": run.get("host_rss_peak_bytes") if p.rss_peak_sampled else None}
+                    # the run's peak is the larger of its two samples: RSS right after start (conversion and load
+                    # buffers still held) and the highest RSS sampled during the probe
+                    "rss_peak_bytes": max(run["host_rss_peak_bytes"], run.get("host_rss_after_start_bytes") or 0)
+                    if p.rss_peak_sampled else None}
         points.append(rec)
     # a decode more than 10 % slower than the same server's decode at a LONGER context cannot be the context's doing
     # (more context only adds work): the server's state changed; it is kept, shown and flagged, not fitted or scored
@@ -245,7 +262,7 @@ def markdown(res: dict) -> str:
         if errs:
             lines.append(f"\n{role}: {len(errs)} measurements, worst |error| {max(errs):.1%}, mean {sum(errs) / len(errs):.1%}")
     lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan "
-              "| sampled peak RSS / plan |", "| --- | --- | --- | --- | --- | --- |"]
+              "| peak RSS (after start or sampled in the probe) / plan |", "| --- | --- | --- | --- | --- | --- |"]
     for q in res["points"]:
         if "weights_gib" in q:
             rss = (f"{q['rss_after_start_bytes'] / GiB:.1f} / {q['plan_rss_bytes'] / GiB:.1f} GiB ({q['rss_error']:+.1%})"

@@ -32,6 +32,8 @@
 # flags them from SGLang's free memory at load) and 'both' was not in the list yet.
 # Only the levers, on a fresh machine: STEPS="levers" (setup always runs; it skips what /tmp already has).
 # The AMXINT8 candidate (the moe preset's default decision, FP8 vs AMXINT8): STEPS="setup amxint8 amxint8-levers"
+# The estimate's held-out thread/card points: STAGE=.stage-thr STEPS="setup threads" (AMXINT8 and AMXINT4 at 6 and
+# 14 KT threads, 16 and 24 GiB, a fresh host-bandwidth sweep at those thread counts; staging: kt/ and ballast.py).
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -70,8 +72,8 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 need_llama=; { has llama-16 || has llama-24; } && need_llama=1
-need_int4=; { has kit-16 || has kit-24 || has levers; } && need_int4=1
-need_int8=; { has amxint8 || has amxint8-levers; } && need_int8=1
+need_int4=; { has kit-16 || has kit-24 || has levers || has threads; } && need_int4=1
+need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24; } && need_int8=1
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
   mkdir -p $W && tar -xJf $S/llama-src.tar.xz -C $W && cd $LL && \
@@ -102,8 +104,15 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
 [ -n "$need_llama" ] && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 cp benchmarks/results/gpu/anchor/membw.json "$RES/membw-anchor.json"
+MEMBW=$RES/membw-anchor.json
+if has threads || has threads24; then  # this session's own sweep, at every thread count the points below run (6 and 14 among them)
+  python3 -c "import json; from vramkit.adapters import membw
+print(json.dumps(membw.sweep([1, 2, 4, 6, 8, 12, $THREADS, $PHYS], 4 << 30)))" > "$RES/membw.json" 2> "$RES/logs/membw.err" \
+    && MEMBW=$RES/membw.json
+  step "membw: $(cat "$RES/membw.json" | head -c 400)"
+fi
 export VRAMKIT_HOST_READ_GBS=$(python3 -c "import json; print(','.join(f\"{r['threads']}:{r['bytes_per_s'] / 1e9:.1f}\" \
-  for r in json.load(open('$RES/membw-anchor.json'))))")
+  for r in json.load(open('$MEMBW'))))")
 pack
 
 ballast_pid=
@@ -200,6 +209,19 @@ if has amxint8 || has amxint8-levers; then
   has amxint8 && kit k16-int8 16 "$FULL" -- $KIT8
   has amxint8-levers && kit k16-int8-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT8 \
     --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+fi
+if has threads; then  # the estimate's thread and card terms on held-out runs (issue 18 item 5): 6 and 14 KT threads
+  ballast 16
+  # (2026-11-26: the first machine went back after k16-int8-t6; the second ran the rest and that point again)
+  kit k16-int8-t14 16 "$FULL" -- $KIT8
+  kit k16-int4-t6 16 "$FULL" -- $KIT --kt-cpuinfer 6
+  ballast 16
+  kit k16-int8-t6 16 "$FULL" -- $KIT8 --kt-cpuinfer 6
+fi
+if has threads || has threads24; then  # (2026-11-26: the second machine went back at its 30 minutes; a third ran these)
+  ballast 24
+  kit k24-int8-t6 24 "$FULL" -- $KIT8 --kt-cpuinfer 6
+  kit k24-int8-t14 24 "$FULL" -- $KIT8
 fi
 if has levers; then
   ballast 16

@@ -40,10 +40,15 @@ def test_fit_and_held_out_sets_are_disjoint_and_both_there():
 
 # Held-out runs the decode estimate misses by more than the bar, each with why. They stay in the table
 # (kt-estimate.md, quoted by the README with their error); the test below fails the day one is met.
+_INT8 = ("the estimate prices CPU experts by the bytes read at the host's read rate for the thread count; AMXINT8 "
+         "reads FP8's bytes at 0.81x FP8's CPU time in kt-kernel's own kernels (kt-accuracy.md) and barely follows "
+         "the thread count (6 against 14 threads: -7 % to -12 % measured where the read rate says -17 % to -30 %): "
+         "the estimate is pessimistic for it, and the plan prints the measured spread (KtMethod.estimate_spread)")
 KNOWN_MISSES = {
-    "int8-amx-16g-c": "the first AMXINT8 server run (-22.6 % after 512 tokens): the estimate prices CPU experts by "
-                      "the bytes read, and AMXINT8 reads FP8's bytes at 0.81x FP8's CPU time per token in kt-kernel's "
-                      "own kernels (kt-accuracy.md); no constant is fitted on it",
+    "int8-amx-16g-c": "the first AMXINT8 server run (-22.6 % after 512 tokens): " + _INT8,
+    "int8-amx-16g-t6": _INT8,
+    "int8-amx-24g-t6": _INT8,
+    "int8-amx-24g-t14": _INT8,
 }
 
 
@@ -63,6 +68,22 @@ def test_a_known_miss_is_held_out_and_still_misses(point):
     assert max(abs(m["error"]) for m in rows) >= 0.20, f"{point} now meets the bar: drop it from KNOWN_MISSES"
 
 
+def test_the_plan_prints_the_measured_spread_for_a_method_the_estimate_misses():
+    """KtMethod.estimate_spread (printed beside the estimate) is the held-out runs' measured/estimate range, rounded
+    outward to 0.01, for a method with a known miss; a method with none has no spread."""
+    from vramkit.core.plan import kt_hybrid as kt
+    methods = {q["name"]: q["method"] for q in result()["points"]}
+    missed = {methods[p] for p in KNOWN_MISSES}
+    for name, m in kt.KT_METHODS.items():
+        ratios = [1 / (1 + r["error"]) for r in result()["measurements"] if r["role"] == "held-out"
+                  and not r["inconsistent"] and methods[r["point"]] == name]
+        if name not in missed:
+            assert m.estimate_spread is None, name
+            continue
+        lo, hi = m.estimate_spread
+        assert lo == pytest.approx(min(ratios), abs=0.01) and hi == pytest.approx(max(ratios), abs=0.01), (name, ratios)
+
+
 def test_memory_within_the_bars_on_every_run():
     for q in result()["points"]:
         if "weights_gib" not in q:
@@ -71,6 +92,8 @@ def test_memory_within_the_bars_on_every_run():
         assert abs(q["plan_kv_tokens"] / q["kv_tokens"] - 1) < 0.02, q["name"]
         if q.get("rss_after_start_bytes"):
             assert abs(q["rss_error"]) < 0.10, q["name"]
+        if q.get("rss_peak_bytes"):
+            assert abs(q["rss_peak_error"]) < 0.10, q["name"]
 
 
 def test_flagged_measurements_are_few_and_each_slower_than_its_own_longer_context():
