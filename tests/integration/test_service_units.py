@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from vramkit import catalog
+from vramkit.adapters import native_python
 from vramkit.launch import reference
 from vramkit.launch.systemd_units import exec_line, exec_word, render
 
@@ -85,10 +87,8 @@ def test_units_have_restart_memlock_cpuset_and_journal(tmp_path, install):
     # issue 20 item 6: the unit's own interpreter imports SGLang (it ran the kit's .venv python, which has none,
     # while `vramkit up` would have refused with exit 23)
     python = shlex.split(exec_start.removeprefix("ExecStart="))[0]
-    probe = subprocess.run([python, "-c", "import importlib.util, sglang; "
-                            "assert importlib.util.find_spec('sglang.launch_server')"],
-                           capture_output=True, text=True, timeout=300)
-    assert probe.returncode == 0, f"{python} cannot import SGLang: {probe.stderr[-500:]}"
+    probe = native_python.probe_sglang(python)        # the same question `vramkit up` asks before a start
+    assert probe.ok and probe.version == catalog.versions().sglang_pip, f"{python}: {probe.detail}"
     # the same flags `vramkit plan --preset optimized` renders, which the SGLang parser test checks
     for flag in ("--kv-cache-dtype fp8_e5m2", "--mem-fraction-static 0.85"):
         assert flag in exec_start

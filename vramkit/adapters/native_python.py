@@ -19,11 +19,17 @@ ENV_SERVER_PYTHON = "VRAMKIT_SERVER_PYTHON"     # read by the CLI (vramkit/launc
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = REPO_ROOT / ".venv-gpu" / "bin" / "python"
 FIX = "make setup-gpu on this GPU host (it builds .venv-gpu), or point VRAMKIT_SERVER_PYTHON at a Python with SGLang"
-# Printing sglang.__version__ imports only SGLang's package root; find_spec checks the server module is
-# there without importing torch and the whole server (tens of seconds on a cold GPU host).
-_PROBE = ("import importlib.util, sys, sglang\n"
-          "sys.exit('sglang.launch_server is missing') if importlib.util.find_spec('sglang.launch_server') is None "
-          "else print(sglang.__version__)")
+# Nothing of SGLang is executed: importing even its package root pulls in torch and transformers (4 s warm,
+# 15-20 s cold on a 2-core machine, tens of seconds on a cold GPU host). find_spec of a top-level name only looks
+# the package up; the server module and torch must be there, and the installed release comes from its metadata.
+# A package that is missing raises ModuleNotFoundError as an import would (its last line is the reason shown).
+_PROBE = ("import importlib.util as u, importlib.metadata as md, os, sys\n"
+          "for name in ('sglang', 'torch'):\n"
+          "    if u.find_spec(name) is None: raise ModuleNotFoundError(f'No module named {name!r}')\n"
+          "where = u.find_spec('sglang').submodule_search_locations or []\n"
+          "if not any(os.path.isfile(os.path.join(d, 'launch_server.py')) for d in where):\n"
+          "    sys.exit('sglang.launch_server is missing')\n"
+          "print(md.version('sglang'))")
 
 
 def native_python(flag: str | None = None, env: str | None = None) -> tuple[str, str]:
@@ -46,8 +52,8 @@ class Probe:
 
 
 def probe_sglang(python: str, timeout_s: float = 120.0) -> Probe:
-    """Can `python` import SGLang? A separate process: vramkit itself never imports SGLang. Asked once per
-    interpreter file and process (importing SGLang takes seconds; the answer does not change within a run)."""
+    """Is SGLang (its server module, and torch) installed for `python`, and which release? A separate process:
+    vramkit itself never imports SGLang. Asked once per interpreter file and process."""
     p = Path(python)
     if not p.exists():
         return Probe(False, None, "no such file")
