@@ -48,7 +48,12 @@ def _kt_kernel():
                         [120, 121, 122, 123, 124, 125, 126, 33]])
 
 
-E, K, H, I = 128, 8, 2048, 768  # noqa: E741 - the paper names: experts, top-k, hidden, intermediate
+# The model's config with its experts narrowed: all 128 experts and top-8 as in the model, hidden 1024 and
+# intermediate 256 (2048 and 768 in the model; each a multiple of the 128x128 FP8 blocks and of kt-kernel's AMX
+# tiles, so every code path is the model's), a 256-token vocabulary (the writer skips embedding and lm_head no
+# test reads). A sixth of the real experts' bytes: the suite's slowest file ran 45 s at the full width.
+E, K, H, I = 128, 8, 1024, 256  # noqa: E741 - the paper names: experts, top-k, hidden, intermediate
+NARROW = {"vocab_size": 256, "hidden_size": H, "moe_intermediate_size": I}
 
 
 @pytest.fixture(autouse=True)
@@ -63,12 +68,15 @@ def no_pinning(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def fp8_layer(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ck")
-    # the model's config with a 256-token vocabulary: the experts are the real shape, and the writer skips 1.2 GB of
-    # embedding and lm_head that no test reads (the suite's slowest set-up: 11-25 s of disk writes)
+def narrow_cfg(tmp_path_factory) -> Path:
     cfg = tmp_path_factory.mktemp("cfg")
-    (cfg / "config.json").write_text(json.dumps(json.loads((CFG / "config.json").read_text()) | {"vocab_size": 256}))
+    (cfg / "config.json").write_text(json.dumps(json.loads((CFG / "config.json").read_text()) | NARROW))
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def fp8_layer(tmp_path_factory, narrow_cfg) -> Path:
+    out, cfg = tmp_path_factory.mktemp("ck"), narrow_cfg
     subprocess.run([sys.executable, str(ROOT / "tools" / "make_random_checkpoint.py"), str(cfg), str(out),
                     "--format", "fp8", "--layers", "1", "--jobs", "1"], check=True, capture_output=True)
     return out
@@ -140,10 +148,10 @@ def test_fp8_experts_from_the_checkpoint_skip_the_gpu_ones(fp8_layer, fp8_expert
         assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.02
 
 
-def test_amxint8_layout_converted_from_the_checkpoint(fp8_layer, fp8_experts, tmp_path, capsys):
+def test_amxint8_layout_converted_from_the_checkpoint(narrow_cfg, fp8_layer, fp8_experts, tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "tools"))
     from make_random_checkpoint import write_kt_layout
-    info = write_kt_layout(CFG, tmp_path, "AMXINT8", 2, layers=1, source=fp8_layer)
+    info = write_kt_layout(narrow_cfg, tmp_path, "AMXINT8", 2, layers=1, source=fp8_layer)
     err = capsys.readouterr().err               # the conversion's progress (issue 19 item 8): per layer, size, ETA
     assert "layer 1 of 1 (100 %)" in err and " written at " in err and "ETA 0 s" in err
     assert info["bytes"] == E * (3 * H * I + 4 * (2 * I + H))           # core/plan/kt_hybrid.cpu_expert_bytes
