@@ -58,10 +58,11 @@ $(VENV)/.kt-test: $(VENV)/.installed config/versions.toml
 		echo "warning: libhwloc15 missing: tests/integration/test_kt_compat.py will skip"
 	touch $@
 
-# `make lint` runs beside the tests (a fresh clone's mypy takes ~7 s, mostly while the test workers wait on
-# servers and subprocesses); its output follows the tests', and either failing fails `make test`.
+# `make lint` runs beside the tests, niced (a fresh clone's mypy takes 7-11 s of CPU: it runs while the test
+# workers wait on servers and subprocesses, not in their place); its output follows the tests', and either
+# failing fails `make test`.
 test: install setup-sglang-check setup-test-tools setup-kt-test ## lint and every test that runs without a GPU: unit, integration (real Redis, model, SGLang parser, Compose)
-	@lint_log=$$(mktemp); $(MAKE) --no-print-directory lint >$$lint_log 2>&1 & lint_pid=$$!; \
+	@lint_log=$$(mktemp); nice -n 10 $(MAKE) --no-print-directory lint >$$lint_log 2>&1 & lint_pid=$$!; \
 	echo "$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests   (make lint beside it)"; \
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_N) $(PYTEST_ARGS) tests; tests_rc=$$?; \
 	wait $$lint_pid; lint_rc=$$?; cat $$lint_log; rm -f $$lint_log; \

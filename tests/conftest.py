@@ -26,17 +26,16 @@ SGLANG_FILES = ("tests/integration/test_sglang_parser.py", "tests/integration/te
 # The units that take longest, longest first (measured; the rest follow in collection order).
 HEAVY_FIRST = (
     "embed-model",
-    "tests/integration/test_gpu_setup.py",
     "dashboard",
-    "tests/integration/test_kt_compat.py",
-    "tests/integration/embed/test_embed_live.py",
-    "tests/integration/embed/test_embed_security.py",
+    "tests/integration/test_gpu_setup.py",
     "tests/integration/embed/test_embed_faults.py",
-    "tests/integration/embed/test_embed_abuse.py",
+    "tests/integration/embed/test_embed_security.py",
     "sglang",
+    "tests/integration/test_models_by_name.py",
+    "tests/integration/embed/test_embed_abuse.py",
+    "tests/integration/test_kt_compat.py",
     "tests/integration/test_native_start.py",
     "tests/integration/test_service_units.py",
-    "tests/integration/test_models_by_name.py",
     "tests/integration/test_start_without_gpu.py",
 )
 
