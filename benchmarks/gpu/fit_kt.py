@@ -91,6 +91,10 @@ POINTS = (
           {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
     Point("int8-amx-24g-t14", "held-out", T + "s3/k24-int8-t14.json", T + "s3/k24-int8-t14.probe.json",
           T + "s3/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
+    # a fourth (STEPS="setup avx512"): AMXINT8 on the AVX-512 build forced, its layout written by that build
+    Point("int8-avx512-16g", "held-out", T + "s4/k16-int8-avx512.json", T + "s4/k16-int8-avx512.probe.json",
+          "anchor/membw.json", {"kt_method": "AMXINT8"}, build="avx512", rss_peak_sampled=True,
+          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
 )
 
 

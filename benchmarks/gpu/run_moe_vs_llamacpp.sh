@@ -34,6 +34,7 @@
 # The AMXINT8 candidate (the moe preset's default decision, FP8 vs AMXINT8): STEPS="setup amxint8 amxint8-levers"
 # The estimate's held-out thread/card points: STAGE=.stage-thr STEPS="setup threads" (AMXINT8 and AMXINT4 at 6 and
 # 14 KT threads, 16 and 24 GiB, a fresh host-bandwidth sweep at those thread counts; staging: kt/ and ballast.py).
+# AMXINT8 on the AVX-512 build (issue 18 item 4): STAGE=.stage-thr STEPS="setup avx512".
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -222,6 +223,15 @@ if has threads || has threads24; then  # (2026-11-26: the second machine went ba
   ballast 24
   kit k24-int8-t6 24 "$FULL" -- $KIT8 --kt-cpuinfer 6
   kit k24-int8-t14 24 "$FULL" -- $KIT8
+fi
+if has avx512; then  # issue 18 item 4: the preset's AMXINT8 on kt-kernel's AVX-512 (no AMX) build, forced: the method
+  # `vramkit plan --cpu-isa avx512` plans; its layout written by that build too (same cores and memory, other kernels)
+  KT8V=$CK/kt-int8-avx512
+  [ -d $KT8V/_layer_47 ] || KT_KERNEL_CPU_VARIANT=avx512_bf16 python3 tools/make_random_checkpoint.py $MODEL_CFG $KT8V \
+    --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8-avx512.json" 2> "$RES/logs/kt-int8-avx512.err"
+  step "KT AMXINT8 layout (avx512_bf16 build): $(tail -c 300 "$RES/kt-int8-avx512.json") ($(elapsed) s)"
+  ballast 16
+  kit k16-int8-avx512 16 "$SHORT" --env KT_KERNEL_CPU_VARIANT=avx512_bf16 -- $KIT8 --kt-weight-path $KT8V
 fi
 if has levers; then
   ballast 16
