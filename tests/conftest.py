@@ -45,7 +45,7 @@ def group_of(item: pytest.Item) -> str | None:
     path = item.nodeid.split("::", 1)[0]
     if {"encoder", "valkey"} & set(getattr(item, "fixturenames", ())):
         return "embed-model"            # one model, one valkey-server
-    if path in SGLANG_FILES:
+    if path in SGLANG_FILES or "pinned_transformers" in getattr(item, "fixturenames", ()):
         return "sglang"                 # one SGLang import: the shared checker
     if path.startswith("tests/integration/dashboard/"):
         return "dashboard"              # one chromium

@@ -149,22 +149,15 @@ def test_a_broken_pull_resumes_where_it_stopped(hub, homes):
 _TINY_QWEN2 = {"model_type": "qwen2", "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 3,
                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 500, "max_position_embeddings": 8192,
                "rope_theta": 5e5, "rms_norm_eps": 1e-6}
-_PINNED = ("import json, sys, transformers\n"
-           "from transformers import AutoConfig\n"
-           "from transformers.integrations.ggml import GGUF_CONFIG_MAPPING as m\n"
-           "out = []\n"
-           "for f in sys.argv[1:]:\n"
-           "    c = AutoConfig.from_pretrained(f.rsplit('/', 1)[0], gguf_file=f.rsplit('/', 1)[1])\n"
-           "    out.append([c.model_type, c.hidden_size, c.intermediate_size, c.num_hidden_layers,\n"
-           "                c.num_attention_heads, c.num_key_value_heads, c.vocab_size, c.max_position_embeddings,\n"
-           "                float(c.rope_parameters['rope_theta']), bool(c.tie_word_embeddings)])\n"
-           "print(json.dumps([transformers.__version__, sorted(m), out]))")
+
 
 
 @pytest.fixture(scope="module")
 def pinned_transformers(tmp_path_factory):
-    """One run of the transformers pinned beside SGLang (.venv-sglang): its version, its GGUF architectures, and
-    the config it gives SGLang for two tiny Qwen2 GGUFs (tied, untied) written by tools/make_random_gguf.py."""
+    """The transformers pinned beside SGLang (.venv-sglang), asked in the shared SGLang checker (transformers is
+    imported there already; tests/conftest.py puts these tests in its worker): its version, its GGUF
+    architectures, and the config it gives SGLang for two tiny Qwen2 GGUFs (tied, untied) written by
+    tools/make_random_gguf.py."""
     import importlib.util
 
     from vramkit.adapters import sglang_check
@@ -184,9 +177,11 @@ def pinned_transformers(tmp_path_factory):
         (folder / "config.json").write_text(json.dumps(_TINY_QWEN2 | {"tie_word_embeddings": tie}))
         files.append(tmp / f"tiny-{tie}.gguf")
         writer.write(folder, files[-1], layout="Q4_K_M")
-    version, keys, configs = json.loads(subprocess.run([str(python), "-c", _PINNED, *map(str, files)],
-                                                       capture_output=True, text=True, check=True).stdout)
-    return version, keys, list(zip(files, configs, strict=True))
+    gguf = sglang_check.gguf_configs(files)
+    fields = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "vocab_size", "max_position_embeddings", "rope_theta", "tie_word_embeddings")
+    configs = [[c[k] for k in fields] if "error" not in c else c["error"] for c in gguf["configs"]]
+    return gguf["transformers_version"], gguf["architectures"], list(zip(files, configs, strict=True))
 
 
 @pytest.mark.sglang

@@ -26,6 +26,11 @@ tool_call_parser)` for "tool" and `ReasoningParser(model_type=reasoning_parser)`
 the text between in `chunk_chars`-character pieces). Answer: `"parses": [{"parse_id", "ok", "error", "normal_text",
 "calls": [{"name", "arguments"}], "reasoning_text", "stream": {same fields, assembled from the pieces}}]`.
 
+A third (issue 19): `"gguf_files": ["/path/model.gguf", ...]` asks the transformers pinned beside SGLang for each
+GGUF's config, as SGLang 0.5.15.post1 does for a GGUF checkpoint (`AutoConfig.from_pretrained(folder,
+gguf_file=name)`). Answer: `"gguf": {"transformers_version", "architectures": [GGUF_CONFIG_MAPPING's keys],
+"configs": [{"model_type", "hidden_size", ..., "tie_word_embeddings"} or {"error"}]}`.
+
 Only stdlib and SGLang (with its dependencies) are imported here.
 """
 from __future__ import annotations
@@ -258,6 +263,29 @@ def _parse_one(req, FunctionCallParser, ReasoningParser, Tool):
     return out
 
 
+_GGUF_FIELDS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "vocab_size", "max_position_embeddings", "tie_word_embeddings")
+
+
+def _gguf(files: list[str]) -> dict:
+    import transformers
+    from transformers import AutoConfig
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    configs = []
+    for f in files:
+        folder, name = os.path.split(f)
+        try:
+            c = AutoConfig.from_pretrained(folder, gguf_file=name)
+        except Exception as e:  # noqa: BLE001 - the reason goes back to the caller
+            configs.append({"error": _error_line(e)})
+            continue
+        configs.append({k: getattr(c, k, None) for k in _GGUF_FIELDS}
+                       | {"rope_theta": float((getattr(c, "rope_parameters", None) or {}).get("rope_theta", 0.0))})
+    return {"transformers_version": transformers.__version__, "architectures": sorted(GGUF_CONFIG_MAPPING),
+            "configs": configs}
+
+
 def main() -> int:
     serve = "--serve" in sys.argv[1:]
     request = {} if serve else json.loads(sys.stdin.read() or "{}")
@@ -308,8 +336,9 @@ def main() -> int:
             from sglang.srt.parser.reasoning_parser import ReasoningParser
             parses = [_parse_one(req, FunctionCallParser, ReasoningParser, Tool) for req in request["parses"]]
 
+        gguf = _gguf(request["gguf_files"]) if request.get("gguf_files") else None
         json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
-                   "results": results, "parses": parses}, real_stdout)
+                   "results": results, "parses": parses} | ({"gguf": gguf} if gguf else {}), real_stdout)
         real_stdout.write("\n")
         real_stdout.flush()
 

@@ -258,6 +258,13 @@ def run_batch(cases: Iterable[Any], timeout_s: float = 600.0, parses: Iterable[P
     return CheckBatch(results, answer.get("sglang_version", "?"), answer.get("import_s", 0.0), wall_s, parsed)
 
 
+def gguf_configs(files: Iterable[Path], timeout_s: float = 300.0) -> dict[str, Any]:
+    """The config the transformers pinned beside SGLang gives SGLang for each GGUF file (in the shared checker:
+    transformers is already imported there). `{"transformers_version", "architectures", "configs"}`."""
+    answer = shared_checker().run({"gguf_files": [str(f) for f in files]}, timeout_s)
+    return answer["gguf"]
+
+
 def check_launches(cases: Iterable[Any], timeout_s: float = 600.0) -> list[CheckResult]:
     """One result per case, in order. Refusals are results (ok=False, SGLang's line in .error), not exceptions."""
     return run_batch(cases, timeout_s).results
