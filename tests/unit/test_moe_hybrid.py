@@ -66,30 +66,6 @@ def test_shards_keep_order_and_bound_size():
     assert cl.shard_name(0, 3) == "model-00001-of-00003.safetensors"
 
 
-def test_writer_writes_what_the_layout_says(tmp_path):
-    torch = pytest.importorskip("torch")
-    import sys
-
-    from safetensors import safe_open
-    sys.path.insert(0, str(ROOT / "tools"))
-    from make_random_checkpoint import write
-    small = tmp_path / "cfg"
-    small.mkdir()
-    (small / "config.json").write_text(json.dumps(CFG | {"num_experts": 4, "vocab_size": 256}))
-    info = write(small, tmp_path / "ck", "fp8", layers=1, jobs=1)
-    cfg = json.loads((tmp_path / "ck/config.json").read_text())
-    assert cfg["quantization_config"]["weight_block_size"] == [128, 128] and cfg["num_hidden_layers"] == 1
-    index = json.loads((tmp_path / "ck/model.safetensors.index.json").read_text())["weight_map"]
-    expect = {s.name: s for s in cl.checkpoint_tensors(cfg, "fp8")}
-    assert set(index) == set(expect) and info["tensors"] == len(expect)
-    dt = {"bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn, "f32": torch.float32}
-    with safe_open(str(tmp_path / "ck" / index["lm_head.weight"]), "pt") as f:
-        for name in f.keys():
-            x = f.get_tensor(name)
-            assert tuple(x.shape) == expect[name].shape and x.dtype == dt[expect[name].dtype], name
-            assert torch.isfinite(x.float()).all(), name
-
-
 def test_layout_refuses_what_it_does_not_know():
     with pytest.raises(ValueError, match="format"):
         cl.checkpoint_tensors(CFG, "int3")
