@@ -57,7 +57,7 @@ SETTINGS: tuple[LaunchSetting, ...] = (
                   "SGLANG_EXTRA_ARGS"),
     LaunchSetting("sglang_python", str, None, "--sglang-python", "SERVER_PYTHON", "SERVER_PYTHON",
                   "the Python that runs SGLang, native runtime (default .venv-gpu/bin/python from make "
-                  "setup-gpu); checked to import SGLang before anything starts", "SGLANG_PYTHON"),
+                  "setup-gpu); checked to hold SGLang and torch before anything starts", "SGLANG_PYTHON"),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}
