@@ -216,7 +216,6 @@ if has threads; then  # the estimate's thread and card terms on held-out runs (i
   # (2026-11-26: the first machine went back after k16-int8-t6; the second ran the rest and that point again)
   kit k16-int8-t14 16 "$FULL" -- $KIT8
   kit k16-int4-t6 16 "$FULL" -- $KIT --kt-cpuinfer 6
-  ballast 16
   kit k16-int8-t6 16 "$FULL" -- $KIT8 --kt-cpuinfer 6
 fi
 if has threads || has threads24; then  # (2026-11-26: the second machine went back at its 30 minutes; a third ran these)

@@ -29,7 +29,8 @@ the text between in `chunk_chars`-character pieces). Answer: `"parses": [{"parse
 A third (issue 19): `"gguf_files": ["/path/model.gguf", ...]` asks the transformers pinned beside SGLang for each
 GGUF's config, as SGLang 0.5.15.post1 does for a GGUF checkpoint (`AutoConfig.from_pretrained(folder,
 gguf_file=name)`). Answer: `"gguf": {"transformers_version", "architectures": [GGUF_CONFIG_MAPPING's keys],
-"configs": [{"model_type", "hidden_size", ..., "tie_word_embeddings"} or {"error"}]}`.
+"configs": [{"model_type", "hidden_size", ..., "rope_theta", "tie_word_embeddings"} (None where transformers
+has no value) or {"error"}]}`.
 
 Only stdlib and SGLang (with its dependencies) are imported here.
 """
@@ -280,8 +281,9 @@ def _gguf(files: list[str]) -> dict:
         except Exception as e:  # noqa: BLE001 - the reason goes back to the caller
             configs.append({"error": _error_line(e)})
             continue
+        theta = (getattr(c, "rope_parameters", None) or {}).get("rope_theta")   # None: transformers gave none
         configs.append({k: getattr(c, k, None) for k in _GGUF_FIELDS}
-                       | {"rope_theta": float((getattr(c, "rope_parameters", None) or {}).get("rope_theta", 0.0))})
+                       | {"rope_theta": float(theta) if theta is not None else None})
     return {"transformers_version": transformers.__version__, "architectures": sorted(GGUF_CONFIG_MAPPING),
             "configs": configs}
 

@@ -190,7 +190,9 @@ class Checker:
         this is the worker's first request."""
         with self._lock:
             deadline = time.monotonic() + timeout_s
-            what = f"{len(request.get('cases', []))} launches"
+            what = ", ".join(f"{len(request[k])} {name}" for k, name in
+                             (("cases", "launches"), ("parses", "parses"), ("gguf_files", "GGUF configs"))
+                             if request.get(k)) or "nothing"
             if self.import_s is None:
                 self.import_s = float(self._read_line(deadline, what).get("import_s", 0.0))
             assert self._proc.stdin is not None
