@@ -44,7 +44,7 @@ _INT8 = ("the estimate prices CPU experts by the bytes read at the host's read r
          "reads FP8's bytes at 0.81x FP8's CPU time in kt-kernel's own kernels (kt-accuracy.md) and barely follows "
          "the thread count (6 against 14 threads: -25 % to +21 % measured, four of six within 12 %, where the read "
          "rate says -14 % to -29 %): "
-         "the estimate is pessimistic for it, and the plan prints the measured spread (KtMethod.estimate_spread)")
+         "the estimate is mostly pessimistic for it, and the plan prints the measured spread (KtMethod.estimate_spread)")
 KNOWN_MISSES = {
     "int8-amx-16g-c": "the first AMXINT8 server run (-22.6 % after 512 tokens): " + _INT8,
     "int8-amx-16g-t6": _INT8,

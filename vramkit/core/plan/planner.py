@@ -604,7 +604,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         + f"); decode ~{d.tok_s:.0f} tok/s at {knobs.context:,} tokens of context" + (f" ({short})" if short else "")
         + f": an estimate (derived terms, fitted constants; host read {d.host_read_bytes_s / 1e9:.0f} GB/s at "
           f"{threads} threads, {host.read_source})"
-        + (f"; for {planned} it is pessimistic: held-out runs decoded {spread[0]:.2f}-{spread[1]:.2f}x it "
+        + (f"; for {planned} it misses: held-out runs decoded {spread[0]:.2f}-{spread[1]:.2f}x it, mostly faster "
            f"(benchmarks/results/gpu/kt-estimate.md)" if (spread := kt.KT_METHODS[planned].estimate_spread) else "")
         + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
            if off_tok_s else ""))
