@@ -22,7 +22,10 @@ py="$venv/bin/python"
 
 say() { printf 'install-cpu-torch: %s\n' "$*" >&2; }
 die() { say "$1 -> $2"; exit 1; }
-pip_q() { "$py" -m pip --disable-pip-version-check -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
+# pip's stderr through a filter in the same pipeline (not a process substitution, which the shell does not
+# wait for): whatever pip says is printed before the script's own last line; pip's exit status is kept
+pip_q() { { "$py" -m pip --disable-pip-version-check -q "$@" 2>&1 1>&3 3>&- |
+          { grep -v "is ignored: it is neither" || true; } >&2; } 3>&1; }
 deps() {
     (( with_deps )) || return 0
     pip_q install "torch==$version" || die "torch's dependencies did not install into $venv" "read pip's message above"

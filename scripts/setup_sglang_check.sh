@@ -19,7 +19,10 @@ start=$SECONDS
 say() { printf 'setup-sglang-check: %s\n' "$*" >&2; }
 die() { say "$1 -> $2"; exit 1; }
 # pip, without this machine's "Location file:///... is ignored" noise; keeps pip's exit status
-pip_q() { "$venv/bin/python" -m pip --disable-pip-version-check "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
+# pip's stderr through a filter in the same pipeline (not a process substitution, which the shell does not
+# wait for): whatever pip says is printed before the script's own last line; pip's exit status is kept
+pip_q() { { "$venv/bin/python" -m pip --disable-pip-version-check "$@" 2>&1 1>&3 3>&- |
+          { grep -v "is ignored: it is neither" || true; } >&2; } 3>&1; }
 
 command -v "$base_python" >/dev/null || die "no $base_python" "install Python 3.11 (the local CPU torch wheel is cp311) or set SGLANG_CHECK_PYTHON"
 read -r sglang_pip torch_version < <("$base_python" - <<'EOF'
