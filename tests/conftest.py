@@ -37,6 +37,17 @@ HEAVY_FIRST = (
     "tests/integration/test_native_start.py",
     "tests/integration/test_service_units.py",
     "tests/integration/test_start_without_gpu.py",
+    # the unit tier's longest files (`make test-unit`: collection order put test_render.py last, and one
+    # worker ran it alone at the end)
+    "tests/unit/test_render.py",
+    "tests/unit/test_vram_safe.py",
+    "tests/unit/test_moe_hybrid.py",
+    "tests/unit/test_gpu_reports.py",
+    "tests/unit/test_planner.py",
+    "tests/unit/test_host_command.py",
+    "tests/unit/test_knobs.py",
+    "tests/unit/test_input_holes.py",
+    "tests/unit/test_monitor_command.py",
 )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from vramkit.core.model.spec import ModelSpec, Quantization
 
@@ -59,6 +60,34 @@ class WeightLayout:
     rope_first_layer: int                   # bytes of the rotary cache, built inside the first layer
     rope_after: int = 0                     # ... right after this many of its parameters (the projections)
     rope_second: tuple[int, int] = (0, 0)   # (layer, bytes): a second rotary cache (Gemma 3's other rope base)
+
+    # A layout holds ~10^3 Params and is a cache key (weight_load.replay_load): its hash is computed once, and
+    # what every plan reads of it (bytes by role, each layer's bytes) once per layout (the instance's __dict__:
+    # frozen fields stay frozen).
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.head, self.layers, self.tail, self.ops, self.rope_first_layer,
+                                               self.rope_after, self.rope_second))
+        return h
+
+    @cached_property
+    def layer_bytes(self) -> tuple[int, ...]:
+        """Each decoder layer's parameters, bytes per rank."""
+        return tuple(sum(p.nbytes for p in layer) for layer in self.layers)
+
+    @cached_property
+    def role_bytes(self) -> tuple[tuple[str, int], ...]:
+        """What the checkpoint's tensors take per rank, by role (before the post-load conversions)."""
+        out: dict[str, int] = {}
+        roles: dict[int, str] = {}
+        for p in (*self.head, *(q for layer in self.layers for q in layer), *self.tail):
+            out[p.role] = out.get(p.role, 0) + p.nbytes
+            roles.setdefault(p.group, p.role)
+        for op in self.ops:              # a GGUF fused linear's weight exists only once loaded (its padded tensor)
+            if op.kind == "alloc" and op.name == "qweight":
+                out[roles[op.group]] = out.get(roles[op.group], 0) + op.nbytes
+        return tuple(out.items())
 
 
 def vocab_rank(model: ModelSpec, tp: int) -> int:
@@ -373,15 +402,7 @@ def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mx
 
 def bytes_by_role(layout: WeightLayout) -> dict[str, int]:
     """What the checkpoint's tensors take per rank, by role (before the post-load conversions)."""
-    out: dict[str, int] = {}
-    roles: dict[int, str] = {}
-    for p in (*layout.head, *(q for layer in layout.layers for q in layer), *layout.tail):
-        out[p.role] = out.get(p.role, 0) + p.nbytes
-        roles.setdefault(p.group, p.role)
-    for op in layout.ops:                # a GGUF fused linear's weight exists only once loaded (its padded tensor)
-        if op.kind == "alloc" and op.name == "qweight":
-            out[roles[op.group]] = out.get(roles[op.group], 0) + op.nbytes
-    return out
+    return dict(layout.role_bytes)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -316,7 +316,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         n_gpu_experts = _gpu_experts(model, knobs, tp, rope_len, sms, mxfp4, free, frac, engine, kv)
     comps = weight_components(model, tp, mxfp4, gpu_experts=n_gpu_experts)
     layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=n_gpu_experts)
-    layer_sizes = [sum(p.nbytes for p in layer) for layer in layout.layers]
+    layer_sizes = layout.layer_bytes
     layer_bytes = sum(layer_sizes)
     if offload_req == "auto":
         # what the load reserves with nothing offloaded: tensors, rope cache and the allocator's slack
@@ -658,12 +658,11 @@ def _auto_offload_gib(free: int, frac: float, fixed_weights: int, cell: int, kno
 def max_mem_fraction(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine) -> float | None:
     """The largest mem_fraction_static (step 0.01, at most 0.90: the highest measured to start and serve on
     the emulated 16 GB card, benchmarks/calibration/fp8-f090-16g.json) that keeps the runtime margin."""
-    best = None
-    for f100 in range(50, 91):
+    for f100 in range(90, 49, -1):      # from the top: the first that keeps the margin is the largest
         p = plan(model, target, replace(knobs, mem_fraction=f100 / 100), engine, with_alternatives=False)
         if p.kv_pool_tokens > 0 and p.headroom_bytes >= engine.runtime_margin:
-            best = f100 / 100
-    return best
+            return f100 / 100
+    return None
 
 
 def _flag(name: str) -> str:
