@@ -45,31 +45,37 @@ def tensors(cfg: dict, layout: str = "Q4_K_M") -> list[tuple[str, tuple[int, ...
         return _qwen2_tensors(cfg, layout)
     if cfg.get("model_type") != "qwen3_moe":
         raise ValueError(f"model_type {cfg.get('model_type')!r}: only qwen3_moe and qwen2 are written")
-    if layout != "Q4_K_M":
-        raise ValueError("the qwen3_moe shape is written as Q4_K_M only")
     h, n, v = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["vocab_size"])
     hd = int(cfg.get("head_dim") or h // int(cfg["num_attention_heads"]))
     q, kv = hd * int(cfg["num_attention_heads"]), hd * int(cfg["num_key_value_heads"])
     e, ff = int(cfg["num_experts"]), int(cfg["moe_intermediate_size"])
-    if ff % QK_K or h % QK_K or q % QK_K:
-        raise ValueError("k-quants need rows that are multiples of 256")
-    out = [("token_embd.weight", (h, v), "Q4_K"), ("output_norm.weight", (h,), "F32"),
-           ("output.weight", (h, v), "Q6_K")]
+    if layout == "Q8_0":      # every matrix Q8_0 (llama-quantize ... Q8_0); norms and the router F32
+        if ff % QK8_0 or h % QK8_0 or q % QK8_0:
+            raise ValueError("Q8_0 needs rows that are multiples of 32")
+        base, more_t, out_t = "Q8_0", "Q8_0", "Q8_0"
+    elif layout == "Q4_K_M":
+        if ff % QK_K or h % QK_K or q % QK_K:
+            raise ValueError("k-quants need rows that are multiples of 256 (use --type Q8_0)")
+        base, more_t, out_t = "Q4_K", "Q6_K", "Q6_K"
+    else:
+        raise ValueError(f"layout {layout}: Q4_K_M or Q8_0")
+    out = [("token_embd.weight", (h, v), base), ("output_norm.weight", (h,), "F32"),
+           ("output.weight", (h, v), out_t)]
     for i in range(n):
         more = use_more_bits(i, n)
         b = f"blk.{i}."
         out += [(b + "attn_norm.weight", (h,), "F32"),
-                (b + "attn_q.weight", (h, q), "Q4_K"),
-                (b + "attn_k.weight", (h, kv), "Q4_K"),
-                (b + "attn_v.weight", (h, kv), "Q6_K" if more else "Q4_K"),
-                (b + "attn_output.weight", (q, h), "Q4_K"),
+                (b + "attn_q.weight", (h, q), base),
+                (b + "attn_k.weight", (h, kv), base),
+                (b + "attn_v.weight", (h, kv), more_t if more else base),
+                (b + "attn_output.weight", (q, h), base),
                 (b + "attn_q_norm.weight", (hd,), "F32"),
                 (b + "attn_k_norm.weight", (hd,), "F32"),
                 (b + "ffn_norm.weight", (h,), "F32"),
                 (b + "ffn_gate_inp.weight", (h, e), "F32"),
-                (b + "ffn_gate_exps.weight", (h, ff, e), "Q4_K"),
-                (b + "ffn_up_exps.weight", (h, ff, e), "Q4_K"),
-                (b + "ffn_down_exps.weight", (ff, h, e), "Q6_K" if more else "Q4_K")]
+                (b + "ffn_gate_exps.weight", (h, ff, e), base),
+                (b + "ffn_up_exps.weight", (h, ff, e), base),
+                (b + "ffn_down_exps.weight", (ff, h, e), more_t if more else base)]
     return out
 
 

@@ -56,6 +56,7 @@ class Point:
 
 M = "moe/"
 T = "kt-threads/"
+L = "kt-llamafile/"
 POINTS = (
     # 2026-11-23, kt-kernel 0.5.1, 16 GB emulated, 14 threads (benchmarks/gpu/run_moe.sh kit)
     Point("int4-amx-16g", "fit", M + "moe-16g-int4-amx.json", M + "moe-16g-int4-amx.probe.json",
@@ -94,6 +95,21 @@ POINTS = (
     # a fourth (STEPS="setup avx512"): AMXINT8 on the AVX-512 build forced, its layout written by that build
     Point("int8-avx512-16g", "held-out", T + "s4/k16-int8-avx512.json", T + "s4/k16-int8-avx512.probe.json",
           "anchor/membw.json", {"kt_method": "AMXINT8"}, build="avx512", rss_peak_sampled=True,
+          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+    # 2026-11-26 (this file's second session that day, run_moe_vs_llamacpp.sh STEPS="setup llamafile llamafile24"
+    # and "setup llamafile30k"): LLAMAFILE_Q8_0, kt-kernel's llamafile backend reading a Q8_0 GGUF, on the avx2 build
+    # forced (the method `--cpu-isa avx2` plans) and on the amx build; no sweep: the anchor session's
+    Point("q8-avx2-16g", "held-out", L + "s1/k16-q8-avx2.json", L + "s1/k16-q8-avx2.probe.json", "anchor/membw.json",
+          {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
+          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+    Point("q8-amx-16g", "held-out", L + "s1/k16-q8-amx.json", L + "s1/k16-q8-amx.probe.json", "anchor/membw.json",
+          {"kt_method": "LLAMAFILE_Q8_0"}, rss_peak_sampled=True,
+          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+    Point("q8-avx2-24g", "held-out", L + "s1/k24-q8-avx2.json", L + "s1/k24-q8-avx2.probe.json", "anchor/membw.json",
+          {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
+          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+    Point("q8-avx2-16g-b", "held-out", L + "s2/k16-q8-avx2-full.json", L + "s2/k16-q8-avx2-full.probe.json",
+          "anchor/membw.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
           note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
 )
 

@@ -19,6 +19,8 @@ the same weights the way each method's loader hands them over:
   AMXINT8/4  KT's converted layout, quantized by kt-kernel itself (save mode) from the bf16 weights, then
              loaded from disk as the server does; "<-FP8": converted from the FP8 checkpoint (what the moe
              preset's one-time conversion does)
+  LLAMAFILE_Q8_0  llama.cpp's Q8_0 blocks (32 int8 + one f16 scale; the gguf package's quantizer) through
+             kt-kernel's llamafile backend (class MOE), as a Q8_0 GGUF of the model hands them over
   GPTQ_INT4  symmetric int4, group 128, in GPTQ's layout (qweight [K/8, N], scales [K/128, N]), rounded to
              nearest (RTN: no Hessian, so worse than a real GPTQ checkpoint)
 and "FP8 (GPU)": the FP8 checkpoint's values computed in bf16 by torch on the GPU (the format's own error,
@@ -208,7 +210,8 @@ class Kt:
         order = {"BF16": ("AMXBF16_MOE", "AVX2BF16_MOE"), "FP8": ("AMXFP8_MOE", "AVX2FP8_MOE"),
                  "AMXINT8": ("AMXInt8_MOE",), "AMXINT4": ("AMXInt4_MOE",),
                  "GPTQ_INT4": (("AVXVNNI256GPTQInt4_MOE", "AVX2GPTQInt4_MOE")
-                               if os.environ.get("KT_GPTQ_INT4_BACKEND", "") != "avx2" else ("AVX2GPTQInt4_MOE",))}
+                               if os.environ.get("KT_GPTQ_INT4_BACKEND", "") != "avx2" else ("AVX2GPTQInt4_MOE",)),
+                 "LLAMAFILE_Q8_0": ("MOE",)}
         for name in order[method]:
             if hasattr(m, name):
                 return name, getattr(m, name)
@@ -236,7 +239,23 @@ class KtLayer:
             c.layer_idx, c.pool, c.max_len = layer, kt.cpu.backend_, max_len
             return c
 
-        if method in ("AMXINT4", "AMXINT8"):
+        if method == "LLAMAFILE_Q8_0":
+            # kt_kernel/utils/llamafile.py's load_weights, the GGUF's tensors handed over in memory: llama.cpp's
+            # Q8_0 blocks (gguf's own quantizer) of ffn_{gate,up}_exps [E][inter][h] and ffn_down_exps [E][h][inter]
+            import numpy as np
+            from gguf.constants import GGMLQuantizationType
+            from gguf.quants import quantize
+            qs = [torch.from_numpy(np.ascontiguousarray(quantize(t.float().numpy(), GGMLQuantizationType.Q8_0)))
+                  for t in (gate, up, down)]
+            self.keep += qs
+            gt = ext.kvcache.ggml_type
+            c = config()
+            c.m_block, c.group_min_len, c.group_max_len = 32, 10, max(1, max_len)
+            c.gate_proj, c.up_proj, c.down_proj = (q.data_ptr() for q in qs)
+            c.gate_type = c.up_type = c.down_type = gt.Q8_0
+            c.hidden_type = gt.BF16
+            self.moe = cls(c)
+        elif method in ("AMXINT4", "AMXINT8"):
             path = os.path.join(workdir, f"{method}-{source}")
             self.converted_here = not os.path.isdir(os.path.join(path, f"_layer_{layer}"))
             if self.converted_here:     # else: a layout written earlier (maybe by another thread count) is read

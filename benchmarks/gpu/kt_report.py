@@ -229,10 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         for r in runs:
             res = "SIGILL" if r["sigill"] else f"exit {r['rc']}"
             lines.append(f"| {r['wheel']} | {r['so']} | {r['where']} | {res} | {', '.join(r['steps_passed']) or '-'} |")
-        lines += ["", "So no published wheel serves an AVX2-only desktop: `vramkit plan --cpu-isa avx2` plans FP8 "
-                  "on kt-kernel's AVX2 kernels (in its source from 0.5.3) as the method a build from source would "
+        lines += ["", "So no published wheel serves an AVX2-only desktop: `vramkit plan --cpu-isa avx2` plans "
+                  "LLAMAFILE_Q8_0 (kt-kernel's llamafile backend reading a Q8_0 GGUF, in every build since 0.5.1; "
+                  "measured with the avx2 build forced: `kt-llamafile/`) as the method a build from source would "
                   "run, and says so; `vramkit up` refuses there (exit 22) naming it "
-                  "(`vramkit/core/plan/kt_hybrid.py` KT_BUILDS, AVX2_SOURCE_METHODS).", ""]
+                  "(`vramkit/core/plan/kt_hybrid.py` KT_BUILDS, AVX2_SOURCE).", ""]
         (OUT / "kt-isa.md").write_text("\n".join(lines))
     return 0
 

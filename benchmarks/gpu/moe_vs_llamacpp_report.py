@@ -34,7 +34,8 @@ LLAMA_LINES = re.compile(
     r"|total VRAM|free|error|failed")
 MAX_LINES = 160
 NOISE = ("Decode batch", "Prefill batch", "slot update_slots", "slot launch_slot", "print_timing",
-         "Ignore import error", "Loading from", "Creating AMX_MOE_TP", "slot release", "slot get_availabl")
+         "Ignore import error", "Loading from", "Creating AMX_MOE_TP", "slot release", "slot get_availabl",
+         "  threadpool_count: ")       # kt-kernel's LLAMAFILE wrapper prints its TP split for each of the 48 layers
 SERVER_ARGS_KEYS = ("context_length", "mem_fraction_static", "kv_cache_dtype", "chunked_prefill_size",
                     "max_running_requests", "cuda_graph_max_bs_decode", "load_format", "kt_method", "kt_cpuinfer",
                     "kt_threadpool_count", "kt_num_gpu_experts", "kt_max_deferred_experts_per_token", "kt_weight_path")

@@ -35,6 +35,8 @@
 # The estimate's held-out thread/card points: STAGE=.stage-thr STEPS="setup threads" (AMXINT8 and AMXINT4 at 6 and
 # 14 KT threads, 16 and 24 GiB, a fresh host-bandwidth sweep at those thread counts; staging: kt/ and ballast.py).
 # AMXINT8 on the AVX-512 build (issue 18 item 4): STAGE=.stage-thr STEPS="setup avx512".
+# LLAMAFILE_Q8_0 on the avx2 build forced and on the amx build (issue 18 item 4): STAGE=.stage-thr
+# STEPS="setup llamafile llamafile24" (staging: kt/, whl/gguf-0.19.0, ballast.py).
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -231,6 +233,29 @@ if has avx512; then  # issue 18 item 4: the preset's AMXINT8 on kt-kernel's AVX-
   step "KT AMXINT8 layout (avx512_bf16 build): $(tail -c 300 "$RES/kt-int8-avx512.json") ($(elapsed) s)"
   ballast 16
   kit k16-int8-avx512 16 "$SHORT" --env KT_KERNEL_CPU_VARIANT=avx512_bf16 -- $KIT8 --kt-weight-path $KT8V
+fi
+if has llamafile || has llamafile24 || has llamafile30k; then  # issue 18 item 4: LLAMAFILE_Q8_0, kt-kernel's llamafile backend reading a
+  # Q8_0 GGUF of the experts (random, the exact shape, tools/make_random_gguf.py --type Q8_0): the method
+  # `vramkit plan --cpu-isa avx2` plans, on kt-kernel 0.5.1's avx2 build forced (same cores and memory, other
+  # build), then on the amx build this CPU picks (the same llamafile kernels, compiled for it)
+  Q8=$CK/qwen3-coder-30b-a3b-q8_0-random.gguf
+  [ -f $Q8 ] || python3 tools/make_random_gguf.py $MODEL_CFG $Q8 --type Q8_0 > "$RES/gguf-q8_0.json" 2> "$RES/logs/gguf-q8_0.err"
+  step "GGUF Q8_0: $(cat "$RES/gguf-q8_0.json" 2>/dev/null) $(tail -2 "$RES/logs/gguf-q8_0.err" 2>/dev/null) ($(elapsed) s)"
+  KITQ8="--preset moe --model-path $FP8 --load-format dummy --kt-method LLAMAFILE_Q8_0 --kt-weight-path $Q8"
+  MID="--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens 64"
+  if has llamafile; then
+    ballast 16
+    kit k16-q8-avx2 16 "$MID" --env KT_KERNEL_CPU_VARIANT=avx2 -- $KITQ8
+    kit k16-q8-amx 16 "$MID" -- $KITQ8
+  fi
+  if has llamafile30k; then   # the same avx2 point with the 30K prompt too (the estimate's context term)
+    ballast 16
+    kit k16-q8-avx2-full 16 "$FULL" --env KT_KERNEL_CPU_VARIANT=avx2 -- $KITQ8
+  fi
+  if has llamafile24; then
+    ballast 24
+    kit k24-q8-avx2 24 "$MID" --env KT_KERNEL_CPU_VARIANT=avx2 -- $KITQ8
+  fi
 fi
 if has levers; then
   ballast 16

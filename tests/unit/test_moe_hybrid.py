@@ -13,6 +13,7 @@ from vramkit.cli import main
 from vramkit.core.model import checkpoint as cl
 from vramkit.core.plan import kt_hybrid as kt
 from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.errors import Exit, VramkitError
 
 ROOT = catalog.CONFIG_DIR.parent
 CFG = json.loads((ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json").read_text())
@@ -188,16 +189,38 @@ def test_the_cpu_and_the_kt_kernel_release_choose_the_method(isa, asked, release
 @pytest.mark.parametrize("asked", ["AMXINT4", "FP8"])
 def test_avx2_plans_the_method_a_source_build_would_run_and_says_no_wheel_runs(asked):
     """Issue 18 item 4: every published avx2 build carries AVX-512 code (benchmarks/results/gpu/kt-isa.md):
-    the plan is made with the method kt-kernel's AVX2 kernels would run (FP8 for the FP8 checkpoint), and its
-    reason says why no wheel runs and what would."""
+    the plan is made with the method a source build's AVX2 kernels would run at the decode goal (LLAMAFILE_Q8_0,
+    a Q8_0 GGUF through llamafile's kernels, which every build has since 0.5.1), and its reason says why no wheel
+    runs and what would."""
     host = kt.HostCpu(isa="avx2", isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
                       kt_kernel="0.5.1")
     p = _h100_plan(asked, host=host)
     assert not p.fits and [r.kind for r in p.reasons] == ["cpu"]
-    assert p.hybrid.kt_method == "FP8" and p.hybrid.kt_variant is None and not p.hybrid.lossy
-    assert "SIGILL" in p.reasons[0] and "FP8 would" in p.reasons[0] and "from source" in p.reasons[0]
+    assert p.hybrid.kt_method == "LLAMAFILE_Q8_0" and p.hybrid.kt_variant is None and p.hybrid.lossy
+    assert "SIGILL" in p.reasons[0] and "LLAMAFILE_Q8_0 would" in p.reasons[0] and "kt-kernel >= 0.5.1 built from " \
+        "source" in p.reasons[0]
+    assert p.hybrid.decode_cpu_time_factor == 1.0      # llamafile's kernels: no build factor
     assert p.hybrid.decode_tok_s > 0 and p.hybrid.host_experts_bytes == 128 * 48 * kt.cpu_expert_bytes(
-        catalog.model(FP8_MODEL), "FP8")
+        catalog.model(FP8_MODEL), "LLAMAFILE_Q8_0") == p.hybrid.host_checkpoint_bytes   # copies + the mapped GGUF
+
+
+def test_the_avx2_method_has_a_committed_run_with_that_build_forced_at_the_decode_goal():
+    """Issue 18's bar: the method `--cpu-isa avx2` plans, run through `vramkit up` on the H100 host with kt-kernel's
+    avx2 build forced (KT_KERNEL_CPU_VARIANT=avx2) at 16 GiB, decoded >= 25 tok/s after a 512-token prompt."""
+    host = kt.HostCpu(isa="avx2", isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=16,
+                      kt_kernel=catalog.versions().kt_kernel_pip)
+    method = _h100_plan("AMXINT8", host=host).hybrid.kt_method
+    runs = sorted((ROOT / "benchmarks/results/gpu/kt-llamafile").glob("s*/k16-*avx2*.json"))
+    runs = [r for r in runs if not r.name.endswith(".probe.json")]
+    assert runs
+    for run in runs:
+        point = json.loads(run.read_text())
+        args = point["vramkit_up_args"]
+        assert args[args.index("--kt-method") + 1] == method and "KT_KERNEL_CPU_VARIANT=avx2" in point["env"]
+        assert point["up_rc"] == 0 and point["log_figures_gib"]["load_begin_avail"] < 16.0
+        probe = json.loads(run.with_name(run.name.replace(".json", ".probe.json")).read_text())
+        one = next(d for d in probe["decode"] if d["streams"] == 1)
+        assert one["requests"][0]["prompt_tokens"] == 512 and one["per_stream_tok_s"] >= 25.0, run
 
 
 def test_the_isa_evidence_backs_the_build_table():
@@ -313,18 +336,19 @@ def test_plan_json_has_the_hybrid_figures(capsys):
 def test_plan_preset_moe_for_a_desktop_cpu(capsys, isa):
     """With the kt-kernel release the kit pins (config/versions.toml): the preset's method on that CPU's build
     (avx512: AMXINT8 on the avx512_bf16 build, which has its kernels); avx2: the method a source build would run
-    (FP8, read from the checkpoint) is planned, and the refusal says no published wheel runs there and names it."""
+    (LLAMAFILE_Q8_0, a Q8_0 GGUF) is planned, and the refusal says no published wheel runs there and names it."""
     pinned = catalog.versions().kt_kernel_pip
     rc = main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", isa,
                "--host-read-gbs", "60", "--host-ram-gib", "64"])
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
-    assert h["cpu_isa"] == isa and h["kt_kernel"] == pinned and h["kt_method"] == ("AMXINT8" if isa == "avx512" else "FP8")
+    assert h["cpu_isa"] == isa and h["kt_kernel"] == pinned
+    assert h["kt_method"] == ("AMXINT8" if isa == "avx512" else "LLAMAFILE_Q8_0")
     if isa == "avx512":
         assert rc == 0 and h["kt_variant"] == "avx512_bf16"
     else:
         assert rc == 10 and h["kt_variant"] is None
-        assert "FP8 would" in " ".join(d["reasons"]) and "SIGILL" in " ".join(d["reasons"])
+        assert "LLAMAFILE_Q8_0 would" in " ".join(d["reasons"]) and "SIGILL" in " ".join(d["reasons"])
 
 
 def test_deepseek_v2_lite_plans_with_bf16_cpu_experts(capsys):
@@ -374,6 +398,31 @@ def test_up_refuses_amxint4_without_the_converted_experts(capsys, tmp_path, monk
     out = " ".join(capsys.readouterr().out.split())
     assert "kt-weights" in out and "convert with tools/make_random_checkpoint.py" in out
     assert rc != 0 or "would stop at" in out
+
+
+def test_up_refuses_llamafile_without_a_gguf_and_takes_a_file_or_a_folder_of_them(capsys, tmp_path, monkeypatch):
+    """LLAMAFILE_Q8_0 reads a GGUF (kt-kernel's GGUFLoader: a .gguf file or a folder of them): `up` names what to give
+    when none is there, and renders SGLang's own method name."""
+    from vramkit.launch.hybrid import gguf_given
+    monkeypatch.delenv("VRAMKIT_KT_WEIGHT_PATH", raising=False)
+    rc = main(["up", "--preset", "moe", "--kt-method", "LLAMAFILE_Q8_0", "--runtime", "native", "--dry-run", "--gpu",
+               "rtx-5060-ti-16gb", "--cpu-isa", "amx", "--kt-weight-path", str(tmp_path / "missing.gguf")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "kt-weights" in out and "reads a Q8_0 GGUF" in out and "--kt-method LLAMAFILE " in out
+    assert rc != 0 or "would stop at" in out
+    (tmp_path / "d").mkdir()
+    assert not gguf_given(str(tmp_path / "d")) and not gguf_given(None)
+    (tmp_path / "d" / "m-00001-of-00002.gguf").write_bytes(b"GGUF")
+    (tmp_path / "m.safetensors").write_bytes(b"")
+    assert gguf_given(str(tmp_path / "d")) and gguf_given(str(tmp_path / "d" / "m-00001-of-00002.gguf"))
+    assert not gguf_given(str(tmp_path / "m.safetensors"))
+
+
+def test_llamafile_refuses_an_expert_width_its_blocks_do_not_divide():
+    """kt-kernel's LLAMAFILE wrapper splits each expert in 256-wide blocks (deepseek-v2-lite: 1408)."""
+    with pytest.raises(VramkitError) as e:
+        kt.check_model(catalog.model("deepseek-v2-lite-chat"), "LLAMAFILE_Q8_0")
+    assert e.value.code == Exit.UNSUPPORTED_MODEL and "1408" in e.value.what and "BF16" in e.value.todo
 
 
 def test_a_moe_that_does_not_fit_is_offered_the_hybrid_mode_first(capsys):
@@ -435,14 +484,14 @@ def test_plan_reads_the_sweep_at_its_thread_count(capsys):
 
 def test_up_on_an_avx2_only_host_refuses_with_exit_22_naming_the_method_that_would_run():
     """Issue 18 item 4: `vramkit up` refuses only where no method runs (no published wheel on an AVX2-only CPU)
-    and names the one that would (FP8 on kt-kernel's AVX2 kernels, built from source); on AVX-512 it runs."""
+    and names the one that would (LLAMAFILE_Q8_0 on a kt-kernel built from source); on AVX-512 it runs."""
     from vramkit.launch.hybrid import for_plan
     host = kt.HostCpu(isa="avx2", isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
                       kt_kernel=catalog.versions().kt_kernel_pip)
     p = _h100_plan("FP8", host=host)
     checks = {name: (ok, detail) for name, ok, detail in for_plan(p, None, here_isa="avx2").checks(100 * GiB)}
     ok, detail = checks["cpu-isa"]
-    assert not ok and "FP8 would" in detail and "from source" in detail and "SIGILL" in detail
+    assert not ok and "LLAMAFILE_Q8_0 would" in detail and "from source" in detail and "SIGILL" in detail
     ok512, detail512 = {n: (o, d) for n, o, d in for_plan(_h100_plan("FP8"), None, here_isa="avx512")
                         .checks(100 * GiB)}["cpu-isa"]
     assert ok512 and "avx512_bf16" in detail512

@@ -66,6 +66,11 @@ def test_a_small_gguf_reads_back_with_llama_cpps_names_shapes_and_types(tmp_path
     q4 = next(t for t in r.tensors if t.name == "blk.0.ffn_up_exps.weight")
     d = np.frombuffer(np.asarray(q4.data).reshape(-1, 144)[:, :2].tobytes(), np.float16)
     assert np.all(d == np.float16(1.5e-4))
+    # Q8_0 (LLAMAFILE_Q8_0's GGUF): every matrix Q8_0, 34 bytes per 32 weights; norms and the router stay F32
+    gguf_writer.write(tmp_path / "m", tmp_path / "q8.gguf", layout="Q8_0")
+    got8 = {t.name: (t.tensor_type.name, int(t.n_bytes)) for t in gguf.GGUFReader(str(tmp_path / "q8.gguf")).tensors}
+    assert got8["blk.1.ffn_down_exps.weight"] == ("Q8_0", 4 * 256 * 256 // 32 * 34)
+    assert got8["blk.0.ffn_gate_inp.weight"][0] == "F32" and got8["output.weight"][0] == "Q8_0"
 
 
 def test_whole_layer_placement_takes_the_experts_n_per_layer_would():

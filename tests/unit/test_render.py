@@ -146,7 +146,7 @@ def test_the_parser_test_sees_every_case():
     # plus the hybrid MoE presets with every --kt-* flag resolved: each card, and as the H100 host ran them
     kt = [p for p in catalog.presets().values() if p.knobs.get("kt_method")]
     expected |= {f"{p.name}-hybrid-{g}" for p in kt for g in GPUS}
-    expected |= {f"{p.name}-gpu-host-{m}" for p in kt for m in ("FP8", "AMXINT4", "AMXINT8")}
+    expected |= {f"{p.name}-gpu-host-{m}" for p in kt for m in ("FP8", "AMXINT4", "AMXINT8", "LLAMAFILE_Q8_0")}
     assert kt and ids == expected
 
 

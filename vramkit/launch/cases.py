@@ -84,14 +84,15 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
             continue
         model = catalog.model(preset.model)
         runs: list[tuple[GpuSpec, float | None, dict[str, str]]] = [(gpu, None, {}) for gpu in case_gpus()]
-        runs += [(host_gpu, 15.31, {"kt_method": m}) for m in ("FP8", "AMXINT4", "AMXINT8")]
+        runs += [(host_gpu, 15.31, {"kt_method": m}) for m in ("FP8", "AMXINT4", "AMXINT8", "LLAMAFILE_Q8_0")]
         for gpu, free_gib, over in runs:
             knobs = Knobs(**(preset.knobs | over))
             host = h100_host if free_gib else hybrid.REFERENCE_HOST
             target = Target(gpu=gpu, gpu_free_bytes=int(free_gib * GiB) if free_gib else None,
                             host_ram_available_bytes=128 * GiB, host=host)
             p = plan(model, target, knobs, engine, with_alternatives=False)
-            weights = {"AMXINT4": "/tmp/ck/kt-int4", "AMXINT8": "/tmp/ck/kt-int8"}.get(over.get("kt_method", ""))
+            weights = {"AMXINT4": "/tmp/ck/kt-int4", "AMXINT8": "/tmp/ck/kt-int8",
+                       "LLAMAFILE_Q8_0": "/tmp/ck/q8_0.gguf"}.get(over.get("kt_method", ""))
             hy = hybrid.for_plan(p, weights)
             assert hy is not None
             if free_gib:

@@ -78,6 +78,12 @@ def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], 
                       kt_kernel=catalog.versions().kt_kernel_pip)     # the release the kit installs
 
 
+def gguf_given(path: str | None) -> bool:
+    """What kt-kernel's GGUFLoader opens: a .gguf file, or a folder holding .gguf files."""
+    p = Path(str(path)) if path else None
+    return p is not None and (p.is_file() and p.suffix == ".gguf" or p.is_dir() and any(p.glob("*.gguf")))
+
+
 @dataclass(frozen=True)
 class Hybrid:
     """A planned hybrid section (core's) and what launching it needs here."""
@@ -114,7 +120,14 @@ class Hybrid:
                ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer, {m}) + "
                 f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available")]
-        if kt.KT_METHODS[m].reads is None:
+        gguf = kt.KT_METHODS[m].gguf_type
+        if gguf:
+            ok = gguf_given(self.weight_path)
+            out.append(("kt-weights", ok, f"{m} experts in {self.weight_path}" if ok else
+                        f"--kt-method {m} reads a {gguf} GGUF of the model: none at {self.weight_path} -> "
+                        f"--kt-weight-path FILE.gguf (or a folder of them): a published {gguf} GGUF, or llama.cpp's "
+                        f"convert_hf_to_gguf.py --outtype q8_0"))
+        elif kt.KT_METHODS[m].reads is None:
             ok = bool(self.weight_path) and Path(str(self.weight_path)).is_dir()
             out.append(("kt-weights", ok, f"{m} experts in {self.weight_path}" if ok else
                         f"--kt-method {m} reads KT's converted layout: none at {self.weight_path} -> "

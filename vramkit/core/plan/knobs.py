@@ -222,9 +222,9 @@ class Knobs:
     kt_method: str | None = knob(
         None, str, "", "MoE experts beyond the GPU's share run on the CPU (SGLang's KTransformers path, "
         "kt-kernel), in this format: FP8 / BF16 / GPTQ_INT4 read from the checkpoint, AMXINT4 / AMXINT8 from KT's "
-        "converted layout (--kt-weight-path); one the CPU (--cpu-isa) cannot run is replaced, with a note",
-        choices=KT_METHOD_CHOICES, sglang_flag="--kt-method",
-        render=lambda v, _p: ["--kt-method", v] if v else [])
+        "converted layout, LLAMAFILE_Q8_0 from a Q8_0 GGUF (--kt-weight-path); one the CPU (--cpu-isa) cannot run "
+        "is replaced, with a note", choices=KT_METHOD_CHOICES, sglang_flag="--kt-method",
+        render=lambda v, _p: ["--kt-method", KT_METHODS[v].sglang_method] if v else [])
     kt_num_gpu_experts: int | str = knob(
         "auto", int, "experts per MoE layer", "experts 0..N-1 of every MoE layer stay on the GPU; auto = as many "
         "as leave the KV pool the context", minimum=0, also=("auto",), sglang_flag="--kt-num-gpu-experts",

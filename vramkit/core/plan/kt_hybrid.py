@@ -59,6 +59,21 @@ class KtMethod:
     # measured/estimate ratio over them (benchmarks/results/gpu/kt-estimate.json; tests/unit/test_kt_estimate.py
     # checks it against that file), which the plan prints beside the estimate; None: within 20 % on every run
     estimate_spread: tuple[float, float] | None = None
+    spread_note: str = ""       # where in that range the runs fall, in words
+    sglang_name: str = ""       # SGLang's --kt-method value where the kit's name says more ("": the name)
+    gguf_type: str | None = None    # LLAMAFILE: the GGUF type of the expert tensors it reads (--kt-weight-path)
+    # what a plan says of a lossy method measured elsewhere than ACCURACY_TABLE's "X<-FP8" rows ("": nothing)
+    accuracy: str = ""
+
+    @property
+    def sglang_method(self) -> str:
+        return self.sglang_name or self.name
+
+    @property
+    def kt_kernels(self) -> bool:
+        """kt-kernel's own kernel classes (AMX/AVX-512/AVX2 builds differ in speed: KtConstants.build_cpu_time);
+        False for LLAMAFILE, whose llamafile/ggml kernels are the same code in every build."""
+        return self.gguf_type is None
 
 
 FP8_MEASURED = (0.0467, 0.966)      # FP8 read as is: MoE-layer output error, top-1 agreement (ACCURACY_TABLE)
@@ -68,7 +83,13 @@ KT_METHODS = {m.name: m for m in (
     KtMethod("GPTQ_INT4", "gptq_int4", False, "the GPTQ-Int4 checkpoint itself (qweight, scales, qzeros)"),
     KtMethod("AMXINT4", None, True, "KT's INT4 layout, one f32 scale per row (converted)", (0.2777, 0.854)),
     KtMethod("AMXINT8", None, True, "KT's INT8 layout, one f32 scale per row (converted)", (0.0538, 0.968),
-             estimate_spread=(0.87, 1.67)),
+             estimate_spread=(0.87, 1.67), spread_note="mostly faster"),
+    # kt-kernel's LLAMAFILE backend (kt_kernel/utils/llamafile.py): the experts from a GGUF file (llama.cpp's
+    # blk.N.ffn_{gate,up,down}_exps tensors), computed by llamafile's ggml kernels, which every build has, the
+    # avx2 one included (kt-isa.md: "llamafile only" in 0.5.1's). Q8_0: one f16 scale per 32 weights.
+    KtMethod("LLAMAFILE_Q8_0", None, True, "a Q8_0 GGUF of the model (llama.cpp's layout, one f16 scale per 32 "
+             "weights; converted)", sglang_name="LLAMAFILE", gguf_type="Q8_0", estimate_spread=(0.68, 1.04),
+             spread_note="within 5 % after a short prompt, slower right after an 8K prompt at 16 GiB"),
 )}
 # Where each method's error was measured (kt-kernel's own kernels against a bf16 all-GPU reference, a
 # random-weight proxy of Qwen3-Coder-30B-A3B): what a plan with a lossy method points at.
@@ -82,12 +103,14 @@ ACCURACY_TABLE = "benchmarks/results/gpu/kt-accuracy.md"
 # 3.12). A release not listed is read as the newest listed one below it.
 KT_BUILDS: dict[str, dict[str, tuple[str, ...]]] = {
     "0.5.1": {"FP8": ("avx512", "amx"), "BF16": ("avx512", "amx"), "GPTQ_INT4": (),
-              "AMXINT4": ("avx512", "amx"), "AMXINT8": ("avx512", "amx")},
+              "AMXINT4": ("avx512", "amx"), "AMXINT8": ("avx512", "amx"), "LLAMAFILE_Q8_0": ("avx512", "amx")},
 }
-# kt-kernel's source has AVX2 kernels for these methods from this release on: built from source ON the AVX2 CPU
-# (CPUINFER_CPU_INSTRUCT=AVX2) they run there; the wheels' avx2 builds do not (above).
-AVX2_SOURCE_METHODS = ("FP8", "BF16", "GPTQ_INT4")
-AVX2_SOURCE_SINCE = "0.5.3"
+# kt-kernel's source has AVX2 kernels for these methods from the release given: built from source ON the AVX2 CPU
+# (CPUINFER_CPU_INSTRUCT=AVX2) they run there; the wheels' avx2 builds do not (above). In the order a plan for an
+# AVX2 CPU picks them: LLAMAFILE_Q8_0 first, the one measured to meet the decode goal with that build's kernels
+# (benchmarks/results/gpu/kt-llamafile/); FP8's AVX2 kernels take 3.25x AMX's CPU time (~9.5 tok/s, derived).
+AVX2_SOURCE: dict[str, str] = {"LLAMAFILE_Q8_0": "0.5.1", "FP8": "0.5.3", "BF16": "0.5.3", "GPTQ_INT4": "0.5.3"}
+AVX2_SOURCE_METHODS = tuple(AVX2_SOURCE)
 # kt-kernel's AMXINT4/AMXINT8 classes size their activation buffer by SGLang's chunked prefill (max_len) and throw
 # a C++ error that aborts the whole server at load unless it is a multiple of 32 ("BufferAImpl: max_m and k must
 # be multiple of M_STEP and K_STEP"; kt-kernel 0.5.3 with max_len 1000:
@@ -108,7 +131,7 @@ def chunk_problem(method: str, chunk: int | None) -> str | None:
 
 # When the asked method cannot run on the CPU: the first of these that reads the checkpoint and runs there
 # (most accurate first: the checkpoint's own values before a conversion).
-METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "AMXINT8", "AMXINT4")
+METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "LLAMAFILE_Q8_0", "AMXINT8", "AMXINT4")
 
 
 def lossy_note(method: str) -> str:
@@ -120,7 +143,7 @@ def lossy_note(method: str) -> str:
     size = (f": converted from the FP8 checkpoint, {m.measured_from_fp8[0]:.1%} MoE-layer output error and "
             f"{m.measured_from_fp8[1]:.1%} top-1 agreement against FP8 read as is at {FP8_MEASURED[0]:.1%} / "
             f"{FP8_MEASURED[1]:.1%} (random-weight proxy, {ACCURACY_TABLE})" if m.measured_from_fp8 else
-            f" (a MoE layer's output error measured in {ACCURACY_TABLE})")
+            f" ({m.accuracy})" if m.accuracy else f" (a MoE layer's output error measured in {ACCURACY_TABLE})")
     return (f"{method} is lossy: {m.layout}, not the checkpoint's values{size}; the methods that read a "
             f"checkpoint as is: {exact}")
 
@@ -130,7 +153,7 @@ def source_build_method(model: ModelSpec, isa: str) -> str | None:
     if isa != "avx2":
         return None
     fmt = checkpoint_format(model)
-    return next((m for m in METHOD_PREFERENCE if m in AVX2_SOURCE_METHODS and KT_METHODS[m].reads == fmt), None)
+    return next((m for m in AVX2_SOURCE if KT_METHODS[m].reads in (fmt, None)), None)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -176,6 +199,15 @@ def checkpoint_format(model: ModelSpec) -> str:
     return q.method
 
 
+# kt_kernel/utils/llamafile.py (0.5.1): "intermediate_size must be divisible by QK_K (256)", whatever the GGUF type
+GGUF_QK_K = 256
+
+
+def _reader_hint(model: ModelSpec) -> str:
+    have = checkpoint_format(model)
+    return next((m.name for m in KT_METHODS.values() if m.reads == have), "AMXINT8")
+
+
 def check_model(model: ModelSpec, method: str) -> None:
     """Refuse, in one line with what to do, a model or method the hybrid mode cannot serve."""
     if method not in KT_METHODS:
@@ -189,6 +221,11 @@ def check_model(model: ModelSpec, method: str) -> None:
         raise VramkitError(f"--kt-method {method}: {model.name}'s experts are MXFP4 with biases and a clamped "
                            "SwiGLU; kt-kernel reads no MXFP4 checkpoint and its CPU experts have neither",
                            "serve it on the GPU (plan without --kt-method)", Exit.UNSUPPORTED_MODEL)
+    if KT_METHODS[method].gguf_type and model.moe.expert_intermediate % GGUF_QK_K:
+        raise VramkitError(f"--kt-method {method}: kt-kernel's LLAMAFILE backend splits each expert in blocks of "
+                           f"{GGUF_QK_K}; {model.name}'s expert width {model.moe.expert_intermediate} is not a "
+                           "multiple",
+                           f"use --kt-method {_reader_hint(model)}", Exit.UNSUPPORTED_MODEL)
     need, have = KT_METHODS[method].reads, checkpoint_format(model)
     if need is not None and need != have:
         readers = [m.name for m in KT_METHODS.values() if m.reads == have]
@@ -224,8 +261,8 @@ def no_wheel_text(model: ModelSpec, isa: str, kt_kernel: str) -> str:
 def source_build_text(method: str, isa: str) -> str:
     return (f"no published kt-kernel wheel runs on an {isa}-only CPU (their avx2 builds carry AVX-512 "
             f"instructions: SIGILL, benchmarks/results/gpu/kt-isa.md) -> {method} would: kt-kernel >= "
-            f"{AVX2_SOURCE_SINCE} built from source on that CPU (CPUINFER_CPU_INSTRUCT=AVX2); or layer offload "
-            f"(plan without --kt-method)")
+            f"{AVX2_SOURCE.get(method, '0.5.3')} built from source on that CPU (CPUINFER_CPU_INSTRUCT=AVX2); or layer "
+            f"offload (plan without --kt-method)")
 
 
 # --- bytes ----------------------------------------------------------------------------------------------------
@@ -240,6 +277,8 @@ def cpu_expert_bytes(model: ModelSpec, method: str) -> int:
         return params // 2 + 4 * rows
     if method == "AMXINT8":
         return params + 4 * rows
+    if method == "LLAMAFILE_Q8_0":        # ggml's block_q8_0: 32 int8 + one f16 scale, along each row
+        return params // 32 * 34
     if method == "BF16":
         return params * 2
     if method == "FP8":
@@ -385,7 +424,7 @@ class HybridSection:
     kt_kernel: str                   # the kt-kernel release planned for
     host_experts_bytes: int          # every expert of every MoE layer, as kt-kernel holds it
     host_sglang_bytes: int           # SGLang's own processes (measured, config/engine.toml)
-    host_checkpoint_bytes: int       # the checkpoint's pages mapped while FP8/BF16/GPTQ_INT4 read it (page cache)
+    host_checkpoint_bytes: int       # mapped pages of the checkpoint (FP8/BF16/GPTQ_INT4) or GGUF (page cache)
     host_pinned_bytes: int           # kt-kernel's pinned transfer buffers
     host_read_bytes_s: float         # at cpuinfer_threads
     host_read_source: str
