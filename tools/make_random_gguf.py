@@ -39,6 +39,20 @@ def use_more_bits(i_layer: int, n_layers: int) -> bool:
     return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
 
 
+def matrix_types(layout: str, *rows: int) -> tuple[str, str, str]:
+    """(most matrices, attn_v/ffn_down on the use_more_bits layers, output.weight) as llama-quantize types them:
+    Q8_0 everywhere, or Q4_K_M's Q4_K with Q6_K; each row length must fill whole blocks."""
+    if layout == "Q8_0":
+        if any(r % QK8_0 for r in rows):
+            raise ValueError("Q8_0 needs rows that are multiples of 32")
+        return "Q8_0", "Q8_0", "Q8_0"
+    if layout == "Q4_K_M":
+        if any(r % QK_K for r in rows):
+            raise ValueError("k-quants need rows that are multiples of 256 (use --type Q8_0)")
+        return "Q4_K", "Q6_K", "Q6_K"
+    raise ValueError(f"layout {layout}: Q4_K_M or Q8_0")
+
+
 def tensors(cfg: dict, layout: str = "Q4_K_M") -> list[tuple[str, tuple[int, ...], str]]:
     """(name, shape in llama.cpp's ne order, type) of every tensor, in file order; type in F32/Q4_K/Q6_K/Q8_0."""
     if cfg.get("model_type") == "qwen2":
@@ -49,16 +63,7 @@ def tensors(cfg: dict, layout: str = "Q4_K_M") -> list[tuple[str, tuple[int, ...
     hd = int(cfg.get("head_dim") or h // int(cfg["num_attention_heads"]))
     q, kv = hd * int(cfg["num_attention_heads"]), hd * int(cfg["num_key_value_heads"])
     e, ff = int(cfg["num_experts"]), int(cfg["moe_intermediate_size"])
-    if layout == "Q8_0":      # every matrix Q8_0 (llama-quantize ... Q8_0); norms and the router F32
-        if ff % QK8_0 or h % QK8_0 or q % QK8_0:
-            raise ValueError("Q8_0 needs rows that are multiples of 32")
-        base, more_t, out_t = "Q8_0", "Q8_0", "Q8_0"
-    elif layout == "Q4_K_M":
-        if ff % QK_K or h % QK_K or q % QK_K:
-            raise ValueError("k-quants need rows that are multiples of 256 (use --type Q8_0)")
-        base, more_t, out_t = "Q4_K", "Q6_K", "Q6_K"
-    else:
-        raise ValueError(f"layout {layout}: Q4_K_M or Q8_0")
+    base, more_t, out_t = matrix_types(layout, h, ff, q)     # norms and the router stay F32
     out = [("token_embd.weight", (h, v), base), ("output_norm.weight", (h,), "F32"),
            ("output.weight", (h, v), out_t)]
     for i in range(n):
@@ -84,16 +89,7 @@ def _qwen2_tensors(cfg: dict, layout: str) -> list[tuple[str, tuple[int, ...], s
     hd = h // int(cfg["num_attention_heads"])
     q, kv = hd * int(cfg["num_attention_heads"]), hd * int(cfg["num_key_value_heads"])
     ff = int(cfg["intermediate_size"])
-    if layout == "Q8_0":
-        if h % QK8_0 or ff % QK8_0:
-            raise ValueError("Q8_0 needs rows that are multiples of 32")
-        base, more_t, out_t = "Q8_0", "Q8_0", "Q8_0"
-    elif layout == "Q4_K_M":
-        if h % QK_K or ff % QK_K or q % QK_K:
-            raise ValueError("k-quants need rows that are multiples of 256 (use --type Q8_0)")
-        base, more_t, out_t = "Q4_K", "Q6_K", "Q6_K"
-    else:
-        raise ValueError(f"layout {layout}: Q4_K_M or Q8_0")
+    base, more_t, out_t = matrix_types(layout, h, ff, q)
     out = [("token_embd.weight", (h, v), base), ("output_norm.weight", (h,), "F32")]
     if not cfg.get("tie_word_embeddings"):
         out.append(("output.weight", (h, v), out_t))

@@ -362,7 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--md", action="store_true", help="only write OUT's table beside it (OUT with .md), run nothing")
     a = ap.parse_args(argv)
+    if a.md:
+        a.out.with_suffix(".md").write_text(markdown(json.loads(a.out.read_text())))
+        return 0
     t0 = time.time()
     cfg = json.loads(a.config.read_text())
     torch.manual_seed(a.seed)
@@ -453,6 +457,36 @@ def main(argv: list[str] | None = None) -> int:
     res["seconds"] = round(time.time() - t0, 1)
     a.out.write_text(json.dumps(res, indent=1))
     return 0
+
+
+def markdown(res: dict) -> str:
+    """The result as a table (kt-accuracy.md's columns), with the conditions it was measured under."""
+    lines = [f"# kt-kernel CPU MoE methods against a bf16 reference, on {res['reference_device']} "
+             f"({res['date']})", "",
+             f"**A random-weight proxy** of Qwen3-Coder-30B-A3B (its layer shape cut to {res['layers']} layers; real "
+             f"checkpoints have outlier channels that random ones lack), {res['positions']} teacher-forced positions, weights {res['weights']}. Reference: every expert in "
+             f"bf16 by torch on `{res['reference_device']}` ({res['cpu']}); methods: kt-kernel {res['kt_kernel']}'s "
+             f"`{res['kt_so']}` ({res['kt_variant']} build), {res['threads']} threads, all 128 experts per layer on "
+             f"the CPU. Reference next-token distribution: mean top-1 probability "
+             f"{res['reference']['mean_top1_prob']:.2f}, entropy {res['reference']['mean_entropy_nats']:.2f} nats. "
+             f"torch {res['torch']}, Python {res['python']}. Written by `benchmarks/gpu/kt_accuracy.py --md`.", "",
+             "| method | kernel class | MoE layer output error (rel. L2), per layer: prefill | decode path | top-1 "
+             "agreement | KL mean / p99 / max (nats) |", "| --- | --- | --- | --- | --- | --- |"]
+    if res.get("invocations"):
+        lines[3:3] = ["", "Rows from " + str(len(res["invocations"])) + " processes with the same seed (the same model, "
+                      "tokens and reference): " + "; ".join(", ".join(i["methods"]) + (f" ({i['note']})" if i.get("note")
+                                                                                           else "")
+                                                            for i in res["invocations"]) + "."]
+    for name, r in res["methods"].items():
+        name = name.replace("(GPU)", f"(torch, {res['reference_device']})")     # the checkpoint's values, no kt kernel
+        if "error" in r:
+            lines.append(f"| {name} | - | failed: {r['error']} | | | |")
+            continue
+        pre = ", ".join(f"{100 * v:.2f} %" for v in r["moe_layer_rel_l2_prefill"])
+        dec = ", ".join(f"{100 * v:.2f} %" for v in r["moe_layer_rel_l2_decode"])
+        lines.append(f"| {name} | {r.get('kernel_class', 'torch')} | {pre} | {dec} | {100 * r['top1_agreement']:.1f} % "
+                     f"| {r['kl_mean']:.5f} / {r['kl_p99']:.5f} / {r['kl_max']:.5f} |")
+    return "\n".join(lines) + "\n"
 
 
 def _cpu_model() -> str:

@@ -239,7 +239,24 @@ def test_a_lossy_method_says_so_and_points_at_the_numbers(method):
     note = kt.lossy_note(method)
     assert bool(note) == kt.KT_METHODS[method].lossy
     if note:
-        assert "lossy" in note and kt.ACCURACY_TABLE in note and (ROOT / kt.ACCURACY_TABLE).is_file()
+        table = kt.KT_METHODS[method].accuracy_table or kt.ACCURACY_TABLE
+        assert "lossy" in note and table in note and (ROOT / table).is_file()
+
+
+def test_llamafile_q8_0s_accuracy_note_is_its_measurement():
+    """The plan's words on LLAMAFILE_Q8_0 are the numbers of its committed accuracy run (the same proxy as
+    kt-accuracy.md, on the dev host's CPU): MoE-layer output error from the bf16 weights and converted from FP8,
+    beside FP8 read as is and AMXINT8 converted from FP8 in the same run."""
+    m = kt.KT_METHODS["LLAMAFILE_Q8_0"]
+    res = json.loads((ROOT / m.accuracy_table).with_suffix(".json").read_text())["methods"]
+
+    def err(row: str) -> float:
+        v = res[row]["moe_layer_rel_l2_prefill"]
+        return sum(v) / len(v)
+    note = kt.lossy_note("LLAMAFILE_Q8_0")
+    for row in ("LLAMAFILE_Q8_0", "LLAMAFILE_Q8_0<-FP8", "FP8", "AMXINT8<-FP8"):
+        assert f"{err(row):.2%}" in note, (row, err(row), note)
+    assert err("LLAMAFILE_Q8_0<-FP8") < err("AMXINT8<-FP8")       # closer to the checkpoint than the preset's
 
 
 @pytest.mark.parametrize("method", [m for m, x in kt.KT_METHODS.items() if x.measured_from_fp8])

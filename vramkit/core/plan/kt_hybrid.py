@@ -62,8 +62,9 @@ class KtMethod:
     spread_note: str = ""       # where in that range the runs fall, in words
     sglang_name: str = ""       # SGLang's --kt-method value where the kit's name says more ("": the name)
     gguf_type: str | None = None    # LLAMAFILE: the GGUF type of the expert tensors it reads (--kt-weight-path)
-    # what a plan says of a lossy method measured elsewhere than ACCURACY_TABLE's "X<-FP8" rows ("": nothing)
+    # a lossy method measured elsewhere than ACCURACY_TABLE's "X<-FP8" rows: what the plan says, and where
     accuracy: str = ""
+    accuracy_table: str = ""
 
     @property
     def sglang_method(self) -> str:
@@ -89,7 +90,11 @@ KT_METHODS = {m.name: m for m in (
     # avx2 one included (kt-isa.md: "llamafile only" in 0.5.1's). Q8_0: one f16 scale per 32 weights.
     KtMethod("LLAMAFILE_Q8_0", None, True, "a Q8_0 GGUF of the model (llama.cpp's layout, one f16 scale per 32 "
              "weights; converted)", sglang_name="LLAMAFILE", gguf_type="Q8_0", estimate_spread=(0.68, 1.04),
-             spread_note="within 5 % after a short prompt, slower right after an 8K prompt at 16 GiB"),
+             spread_note="within 5 % after a short prompt, slower right after an 8K prompt at 16 GiB",
+             accuracy="converted from the FP8 checkpoint: 4.91% MoE-layer output error against FP8 read as is at "
+                      "4.66% and AMXINT8 converted from FP8 at 5.38% in the same run; 1.57% from bf16 weights "
+                      "(random-weight proxy, reference and kernels on a CPU)",
+             accuracy_table="benchmarks/results/gpu/kt-llamafile/accuracy-cpu.md"),
 )}
 # Where each method's error was measured (kt-kernel's own kernels against a bf16 all-GPU reference, a
 # random-weight proxy of Qwen3-Coder-30B-A3B): what a plan with a lossy method points at.
@@ -143,7 +148,8 @@ def lossy_note(method: str) -> str:
     size = (f": converted from the FP8 checkpoint, {m.measured_from_fp8[0]:.1%} MoE-layer output error and "
             f"{m.measured_from_fp8[1]:.1%} top-1 agreement against FP8 read as is at {FP8_MEASURED[0]:.1%} / "
             f"{FP8_MEASURED[1]:.1%} (random-weight proxy, {ACCURACY_TABLE})" if m.measured_from_fp8 else
-            f" ({m.accuracy})" if m.accuracy else f" (a MoE layer's output error measured in {ACCURACY_TABLE})")
+            f" ({m.accuracy}; {m.accuracy_table})" if m.accuracy else
+            f" (a MoE layer's output error measured in {ACCURACY_TABLE})")
     return (f"{method} is lossy: {m.layout}, not the checkpoint's values{size}; the methods that read a "
             f"checkpoint as is: {exact}")
 
