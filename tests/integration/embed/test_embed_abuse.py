@@ -129,7 +129,9 @@ def test_a_client_that_disconnects_cancels_its_queued_texts(serve):
     assert wait_for(lambda: batcher.queued() > 0, timeout_s=10)
     for s in socks:
         s.close()
-    assert wait_for(lambda: batcher.queued() == 0, timeout_s=5)
+    # the queue empties as each disconnect is noticed (the counters below prove it was by cancelling, not by
+    # encoding); 5 s was too tight once on a loaded 2-core run (a fresh clone's second `make test`)
+    assert wait_for(lambda: batcher.queued() == 0, timeout_s=20)
     calls = batcher.batches
     time.sleep(1.0)
     assert batcher.batches - calls <= 1, "the encoder kept working for callers that went away"
