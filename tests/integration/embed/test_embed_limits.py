@@ -116,7 +116,7 @@ def test_precache_answers_early_shows_progress_inside_a_big_file_and_ends(serve,
     repo = repos / "big"
     repo.mkdir()
     (repo / "huge.py").write_text("".join(f"def f{i}(x):\n    return x * {i} + {i * 7}\n"
-                                          for i in range(1500)))        # ~45 kB, ~45 chunks
+                                          for i in range(500)))         # ~15 kB, ~15 chunks: 4 batches of 4
     (repo / "over_cap.txt").write_text("x = 1\n" * 20_000)              # 120 kB > the cap below
     srv = serve(precache_sync_s=0.5, precache_batch=4, precache_max_file_bytes=100_000)
     with httpx.Client(base_url=srv.url, timeout=60) as http:
