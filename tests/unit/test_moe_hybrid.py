@@ -435,6 +435,17 @@ def test_up_refuses_llamafile_without_a_gguf_and_takes_a_file_or_a_folder_of_the
     assert not gguf_given(str(tmp_path / "m.safetensors"))
 
 
+def test_compose_mounts_a_gguf_file_under_its_own_name():
+    """kt-kernel's GGUFLoader opens a file only when its name ends in .gguf: a file is mounted under its name."""
+    from vramkit.launch.hybrid import KT_CONTAINER_DIR, for_plan
+    p = _h100_plan("LLAMAFILE_Q8_0")
+    parts = for_plan(p, "/models/q8/Qwen3-Coder-30B-A3B-Q8_0.gguf").compose_parts(".")
+    inside = f"{KT_CONTAINER_DIR}/Qwen3-Coder-30B-A3B-Q8_0.gguf"
+    assert parts["args"] == ["--kt-weight-path", inside]
+    assert parts["extra_volumes"][0].startswith(f"/models/q8/Qwen3-Coder-30B-A3B-Q8_0.gguf:{inside}:ro")
+    assert for_plan(p, "/models/q8").compose_parts(".")["args"] == ["--kt-weight-path", KT_CONTAINER_DIR]
+
+
 def test_llamafile_refuses_an_expert_width_its_blocks_do_not_divide():
     """kt-kernel's LLAMAFILE wrapper splits each expert in 256-wide blocks (deepseek-v2-lite: 1408)."""
     with pytest.raises(VramkitError) as e:

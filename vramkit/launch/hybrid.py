@@ -139,9 +139,12 @@ class Hybrid:
         """What the compose file needs beyond the dense service: the KT image (built from its Dockerfile),
         the CPU-expert folder mounted read-only, --kt-weight-path pointing at it inside the container."""
         host = self.weight_path or "${VRAMKIT_KT_WEIGHT_PATH:-./kt-weights}"
-        return {"args": [SGLANG_FLAGS["kt_weight_path"], KT_CONTAINER_DIR], "build_context": build_context,
+        inside = KT_CONTAINER_DIR
+        if kt.KT_METHODS[self.plan.kt_method].gguf_type and str(self.weight_path or "").endswith(".gguf"):
+            inside += "/" + Path(str(self.weight_path)).name    # kt-kernel opens a file only by its .gguf name
+        return {"args": [SGLANG_FLAGS["kt_weight_path"], inside], "build_context": build_context,
                 "image": catalog.versions().sglang_kt_image,
-                "extra_volumes": (f"{host}:{KT_CONTAINER_DIR}:ro  # the CPU experts ("
+                "extra_volumes": (f"{host}:{inside}:ro  # the CPU experts ("
                                   + ("the downloaded checkpoint folder" if kt.KT_METHODS[self.plan.kt_method].reads
                                      else f"{self.plan.kt_method} layout")
                                   + "), read into host RAM by kt-kernel at start",)}
