@@ -54,6 +54,7 @@ class Point:
     note: str = ""
 
 
+ANCHOR_SWEEP = "host bandwidth: the anchor session's sweep (same host type), not re-measured"
 M = "moe/"
 T = "kt-threads/"
 L = "kt-llamafile/"
@@ -78,7 +79,7 @@ POINTS = (
     # first server run of that method; that session did not sweep the host bandwidth: the anchor session's sweep
     Point("int8-amx-16g-c", "held-out", "moe-vs-llamacpp-int8/k16-int8.json", "moe-vs-llamacpp-int8/k16-int8.probe.json",
           "moe-vs-llamacpp-int8/membw-anchor.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True,
-          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+          note=ANCHOR_SWEEP),
     # 2026-11-26, three more host sessions (run_moe_vs_llamacpp.sh STEPS="setup threads" / "setup threads24"), each
     # with its own bandwidth sweep at 1-16 threads: the thread term (6 against 14 KT threads) and the card term
     # (16 and 24 GiB) on AMXINT8, the preset's method, and AMXINT4; none of them was used to fit a constant
@@ -95,22 +96,22 @@ POINTS = (
     # a fourth (STEPS="setup avx512"): AMXINT8 on the AVX-512 build forced, its layout written by that build
     Point("int8-avx512-16g", "held-out", T + "s4/k16-int8-avx512.json", T + "s4/k16-int8-avx512.probe.json",
           "anchor/membw.json", {"kt_method": "AMXINT8"}, build="avx512", rss_peak_sampled=True,
-          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+          note=ANCHOR_SWEEP),
     # 2026-11-26 (this file's second session that day, run_moe_vs_llamacpp.sh STEPS="setup llamafile llamafile24"
     # and "setup llamafile30k"): LLAMAFILE_Q8_0, kt-kernel's llamafile backend reading a Q8_0 GGUF, on the avx2 build
     # forced (the method `--cpu-isa avx2` plans) and on the amx build; no sweep: the anchor session's
     Point("q8-avx2-16g", "held-out", L + "s1/k16-q8-avx2.json", L + "s1/k16-q8-avx2.probe.json", "anchor/membw.json",
           {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
-          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+          note=ANCHOR_SWEEP),
     Point("q8-amx-16g", "held-out", L + "s1/k16-q8-amx.json", L + "s1/k16-q8-amx.probe.json", "anchor/membw.json",
           {"kt_method": "LLAMAFILE_Q8_0"}, rss_peak_sampled=True,
-          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+          note=ANCHOR_SWEEP),
     Point("q8-avx2-24g", "held-out", L + "s1/k24-q8-avx2.json", L + "s1/k24-q8-avx2.probe.json", "anchor/membw.json",
           {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
-          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+          note=ANCHOR_SWEEP),
     Point("q8-avx2-16g-b", "held-out", L + "s2/k16-q8-avx2-full.json", L + "s2/k16-q8-avx2-full.probe.json",
           "anchor/membw.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
-          note="host bandwidth: the anchor session's sweep (same host type), not re-measured"),
+          note=ANCHOR_SWEEP),
 )
 
 

@@ -115,7 +115,7 @@ class Hybrid:
             cpu = (False, f"--kt-method {m} needs kt-kernel {kk}'s {need} build; this CPU runs {self.here_isa}"
                           + (f" -> --kt-method {other[0]} runs here" if other else
                              f": {kt.source_build_text(m, self.here_isa)}"
-                             if self.here_isa == "avx2" and m in kt.AVX2_SOURCE_METHODS else ""))
+                             if self.here_isa == "avx2" and m in kt.AVX2_SOURCE else ""))
         out = [("cpu-isa", *cpu),
                ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer, {m}) + "

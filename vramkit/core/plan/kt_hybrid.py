@@ -115,7 +115,6 @@ KT_BUILDS: dict[str, dict[str, tuple[str, ...]]] = {
 # AVX2 CPU picks them: LLAMAFILE_Q8_0 first, the one measured to meet the decode goal with that build's kernels
 # (benchmarks/results/gpu/kt-llamafile/); FP8's AVX2 kernels take 3.25x AMX's CPU time (~9.5 tok/s, derived).
 AVX2_SOURCE: dict[str, str] = {"LLAMAFILE_Q8_0": "0.5.1", "FP8": "0.5.3", "BF16": "0.5.3", "GPTQ_INT4": "0.5.3"}
-AVX2_SOURCE_METHODS = tuple(AVX2_SOURCE)
 # kt-kernel's AMXINT4/AMXINT8 classes size their activation buffer by SGLang's chunked prefill (max_len) and throw
 # a C++ error that aborts the whole server at load unless it is a multiple of 32 ("BufferAImpl: max_m and k must
 # be multiple of M_STEP and K_STEP"; kt-kernel 0.5.3 with max_len 1000:
@@ -210,8 +209,11 @@ GGUF_QK_K = 256
 
 
 def _reader_hint(model: ModelSpec) -> str:
+    """What to run instead: the method that reads this checkpoint as it is, else a converted layout."""
     have = checkpoint_format(model)
-    return next((m.name for m in KT_METHODS.values() if m.reads == have), "AMXINT8")
+    reader = next((m.name for m in KT_METHODS.values() if m.reads == have), None)
+    return (f"--kt-method {reader} reads it" if reader else
+            "a converted layout (--kt-method AMXINT4/AMXINT8 with --kt-weight-path)")
 
 
 def check_model(model: ModelSpec, method: str) -> None:
@@ -231,14 +233,11 @@ def check_model(model: ModelSpec, method: str) -> None:
         raise VramkitError(f"--kt-method {method}: kt-kernel's LLAMAFILE backend splits each expert in blocks of "
                            f"{GGUF_QK_K}; {model.name}'s expert width {model.moe.expert_intermediate} is not a "
                            "multiple",
-                           f"use --kt-method {_reader_hint(model)}", Exit.UNSUPPORTED_MODEL)
+                           _reader_hint(model), Exit.UNSUPPORTED_MODEL)
     need, have = KT_METHODS[method].reads, checkpoint_format(model)
     if need is not None and need != have:
-        readers = [m.name for m in KT_METHODS.values() if m.reads == have]
-        hint = (f"--kt-method {readers[0]} reads it" if readers else
-                "a converted layout (--kt-method AMXINT4/AMXINT8 with --kt-weight-path)")
         raise VramkitError(f"--kt-method {method} reads a {need} checkpoint; {model.name} is {have}",
-                           f"{hint}, or pick the {need} model", Exit.BAD_INPUT)
+                           f"{_reader_hint(model)}, or pick the {need} model", Exit.BAD_INPUT)
 
 
 def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tuple[str | None, str]:
@@ -267,7 +266,7 @@ def no_wheel_text(model: ModelSpec, isa: str, kt_kernel: str) -> str:
 def source_build_text(method: str, isa: str) -> str:
     return (f"no published kt-kernel wheel runs on an {isa}-only CPU (their avx2 builds carry AVX-512 "
             f"instructions: SIGILL, benchmarks/results/gpu/kt-isa.md) -> {method} would: kt-kernel >= "
-            f"{AVX2_SOURCE.get(method, '0.5.3')} built from source on that CPU (CPUINFER_CPU_INSTRUCT=AVX2); or layer "
+            f"{AVX2_SOURCE[method]} built from source on that CPU (CPUINFER_CPU_INSTRUCT=AVX2); or layer "
             f"offload (plan without --kt-method)")
 
 

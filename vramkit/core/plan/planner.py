@@ -544,22 +544,20 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     experts_host = moe.num_experts * moe.num_moe_layers * each      # every expert: kt-kernel keeps all of them
     chunk = knobs.chunked_prefill if knobs.chunked_prefill and knobs.chunked_prefill > 0 else 8192
     pinned = 2 * 2 * chunk * model.hidden_size * 2 * 2      # KExpertsCPUBuffer: in + out, 2 slots, bf16
-    reads_checkpoint = kt.KT_METHODS[planned].reads is not None
-    checkpoint = sum(bytes_by_role(weight_layout(model, 1, 1)).values()) if reads_checkpoint else 0
-    if kt.KT_METHODS[planned].gguf_type:
-        # kt-kernel's GGUFLoader maps the file (numpy memmap) and keeps it: the expert tensors' pages, read once
-        # while the experts are copied, stay mapped (RSS, reclaimable) beside the copies (the H100-host runs:
-        # benchmarks/results/gpu/kt-llamafile/)
-        checkpoint = experts_host
+    meth = kt.KT_METHODS[planned]
+    # the mapped pages (RSS, reclaimable): the checkpoint for the methods that read it; for a GGUF, kt-kernel's
+    # GGUFLoader keeps its numpy memmap, so the expert tensors' pages, read once while the experts are copied,
+    # stay mapped beside the copies (the H100-host runs: benchmarks/results/gpu/kt-llamafile/)
+    checkpoint = experts_host if meth.gguf_type else \
+        sum(bytes_by_role(weight_layout(model, 1, 1)).values()) if meth.reads is not None else 0
     live = load.live_by_role
     gpu_read = decode_read_bytes(model, live, 1, tp)
     gpu_expert_read = int(live.get("experts", 0) * moe.top_k / moe.num_experts)
 
-    # the build the CPU experts run on: the wheel's, or the AVX2 kernels a source build would run
-    build = kt.build_for(planned, host.isa, host.kt_kernel) if method and host.isa else \
-        ("avx2" if host.isa == "avx2" and planned in kt.AVX2_SOURCE_METHODS else None)
-    if not kt.KT_METHODS[planned].kt_kernels:
-        build = None        # llamafile's kernels: the same code in every build (no build factor measured for them)
+    # the build the CPU experts run on: the wheel's, or the AVX2 kernels a source build would run; None for
+    # llamafile's kernels, the same code in every build (no build factor applies to them)
+    build = None if not meth.kt_kernels else kt.build_for(planned, host.isa, host.kt_kernel) if method and host.isa \
+        else ("avx2" if host.isa == "avx2" and planned in kt.AVX2_SOURCE else None)
 
     def estimate(context: int) -> kt.DecodeEstimate:
         return kt.decode_estimate(model, num_gpu_experts=n, cpu_expert_bytes_each=each, threads=threads,
@@ -576,7 +574,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                                           cpu_offload_gib="auto"), engine, with_alternatives=False)
         off_tok_s, off_gib = off.decode_tok_s_ceiling, int(off.knobs.cpu_offload_gib)
     hp = HybridSection(
-        kt_method=planned, asked_method=asked, method_note=why, lossy=kt.KT_METHODS[planned].lossy,
+        kt_method=planned, asked_method=asked, method_note=why, lossy=meth.lossy,
         num_gpu_experts=n, num_experts=moe.num_experts, moe_layers=moe.num_moe_layers, cpuinfer_threads=threads,
         cpu_isa=host.isa, cpu_isa_source=host.isa_source,
         kt_variant=kt.KT_VARIANT[kt.build_for(planned, host.isa, host.kt_kernel)] if method and host.isa else None,
@@ -612,8 +610,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         + f": an estimate (derived terms, fitted constants; host read {d.host_read_bytes_s / 1e9:.0f} GB/s at "
           f"{threads} threads, {host.read_source})"
         + (f"; for {planned} it misses: held-out runs decoded {spread[0]:.2f}-{spread[1]:.2f}x it, "
-           f"{kt.KT_METHODS[planned].spread_note} (benchmarks/results/gpu/kt-estimate.md)"
-           if (spread := kt.KT_METHODS[planned].estimate_spread) else "")
+           f"{meth.spread_note} (benchmarks/results/gpu/kt-estimate.md)" if (spread := meth.estimate_spread) else "")
         + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
            if off_tok_s else ""))
     return hp
