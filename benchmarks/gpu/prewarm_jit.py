@@ -26,6 +26,8 @@ def main() -> int:
                     "gpt-oss's attention is not quantized)")
     ap.add_argument("--dense-only", action="store_true", help="the dense GPTQ kernels and the repack only (a dense "
                     "GPTQ model such as the optimized preset's 14B: no MoE kernels)")
+    ap.add_argument("--only", choices=["gptq_marlin_repack", "gptq_marlin", "moe_wna16_marlin"],
+                    help="this module alone (each is one nvcc process: run one per module side by side)")
     a = ap.parse_args()
     from sglang.jit_kernel.gptq_marlin import _jit_gptq_marlin_module
     from sglang.jit_kernel.gptq_marlin_repack import _jit_gptq_marlin_repack_module
@@ -38,7 +40,7 @@ def main() -> int:
         for name, build in (("gptq_marlin_repack", _jit_gptq_marlin_repack_module),
                             ("gptq_marlin", None if a.moe_only else lambda: _jit_gptq_marlin_module(dtype)),
                             ("moe_wna16_marlin", None if a.dense_only else lambda: _jit_moe_wna16_marlin_module(dtype))):
-            if build is None:
+            if build is None or (a.only and name != a.only):
                 continue
             t0 = time.time()
             build()

@@ -35,6 +35,9 @@
 # The estimate's held-out thread/card points: STAGE=.stage-thr STEPS="setup threads" (AMXINT8 and AMXINT4 at 6 and
 # 14 KT threads, 16 and 24 GiB, a fresh host-bandwidth sweep at those thread counts; staging: kt/ and ballast.py).
 # AMXINT8 on the AVX-512 build (issue 18 item 4): STAGE=.stage-thr STEPS="setup avx512".
+# The int4 GPU-experts lever beside llama.cpp, one host session: STAGE=.stage-thr STEPS="setup llama-16 llama-24
+# gptq" (staging: kt/, whl/gguf, ballast.py and llama-src.tar.xz from benchmarks/gpu/stage_llama_src.sh); the marlin
+# JIT kernels and llama.cpp compile side by side first, every point after both.
 # LLAMAFILE_Q8_0 on the avx2 build forced and on the amx build (issue 18 item 4): STAGE=.stage-thr
 # STEPS="setup llamafile llamafile24" (staging: kt/, whl/gguf-0.19.0, ballast.py).
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
@@ -55,6 +58,9 @@ if [ "$SESSION" = wait ]; then
   pack; cat "$RES/progress.txt" 2>/dev/null | tail -60; tail -3 $W/driver.log 2>/dev/null
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
   [ -n "${OUT:-}" ] && cp "$W/res.tgz" "$OUT/"
+  # the compiled marlin kernels, for a later host (host_env.sh's JIT_CACHE), when they come back small enough
+  [ -n "${OUT:-}" ] && [ -f $W/tvm-ffi-cache.tar.gz ] && [ "$(stat -c %s $W/tvm-ffi-cache.tar.gz)" -lt 40000000 ] \
+    && cp $W/tvm-ffi-cache.tar.gz "$OUT/"
   exit 0
 fi
 
@@ -76,7 +82,8 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 need_llama=; { has llama-16 || has llama-24; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads; } && need_int4=1
-need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24; } && need_int8=1
+need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq; } && need_int8=1
+need_gptq=; has gptq && need_gptq=1
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
   mkdir -p $W && tar -xJf $S/llama-src.tar.xz -C $W && cd $LL && \
@@ -88,6 +95,15 @@ need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24;
 ) &
 build_pid=$!
 . benchmarks/gpu/host_env.sh     # SGLang archive into /tmp/site, PYTHONPATH, the archive's extra flags
+if [ -n "$need_gptq" ]; then  # the marlin JIT kernels (GPTQ attention + MoE), compiled beside the setup, GPU hidden
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0)
+  for mod in gptq_marlin_repack gptq_marlin moe_wna16_marlin; do   # one nvcc each: side by side
+    ( CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch "$arch" --dtype float16 --only $mod \
+        > "$RES/logs/prewarm-$mod.txt" 2>&1
+      echo "$mod: rc=$? after $(( $(date +%s) - t_start )) s" >> "$RES/logs/prewarm-jit.txt" ) &
+    prewarm_pids="${prewarm_pids:-} $!"
+  done
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $S/kt/kt_kernel-0.5.1-*.whl \
   $(ls $S/whl/gguf-*.whl 2>/dev/null) > "$RES/logs/site.txt" 2>&1
 export PYTHONPATH=$PYTHONPATH:$PWD/services/sglang-kt/kt_compat
@@ -106,6 +122,15 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 [ -n "$need_llama" ] && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
+# the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
+# and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
+GQ=$CK/gptqcfg
+[ -n "$need_gptq" ] && mkdir -p $GQ && python3 -c "
+import json
+c = json.load(open('$MODEL_CFG/config.json'))
+q = json.load(open('config/models/qwen3-30b-a3b-gptq-int4/config.json'))
+c['quantization_config'] = q['quantization_config']; c['torch_dtype'] = q['torch_dtype']
+json.dump(c, open('$GQ/config.json', 'w'), indent=2)"
 cp benchmarks/results/gpu/anchor/membw.json "$RES/membw-anchor.json"
 MEMBW=$RES/membw-anchor.json
 if has threads || has threads24; then  # this session's own sweep, at every thread count the points below run (6 and 14 among them)
@@ -198,6 +223,11 @@ for f in ('d0-8k', 'd30k'):
   pack
 }
 
+if [ -n "$need_gptq" ]; then   # nothing measured while nvcc and the llama.cpp build share the CPU
+  step "waiting for the marlin JIT prewarm"; wait $prewarm_pids; step "$(tr '\n' ' ' < "$RES/logs/prewarm-jit.txt")"
+  tar -czf $W/tvm-ffi-cache.tar.gz -C "$TVM_FFI_CACHE_DIR" . 2>/dev/null
+  [ -n "$need_llama" ] && { wait $build_pid 2>/dev/null; step "llama.cpp build: $(cat $W/build-rc.txt 2>/dev/null)"; }
+fi
 for b in 16 24; do
   if has kit-$b; then
     ballast $b
@@ -207,6 +237,15 @@ for b in 16 24; do
   if has llama-$b; then if [ $b = 16 ]; then llama 16 11; else llama 24 2; fi; fi
 done
 
+if has gptq; then  # issue 18 item 2, int4 GPU experts: SGLang's marlin MoE on the GPU, KT's AMXINT8 on the CPU
+  KITG="--preset moe --model-path $GQ --load-format dummy"
+  ballast 24   # every expert fits: the plan drops the hybrid mode (no kt-kernel)
+  kit k24-gptq 24 "$FULL" -- $KITG
+  ballast 16   # whole layers on the GPU (the placement lever), the rest on the CPU
+  kit k16-gptq-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+  kit k16-gptq-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 \
+    --kt-weight-path $KT8 --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+fi
 if has amxint8 || has amxint8-levers; then
   ballast 16
   has amxint8 && kit k16-int8 16 "$FULL" -- $KIT8

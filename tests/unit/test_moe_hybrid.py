@@ -125,6 +125,25 @@ def test_the_hybrid_plan_is_built_without_launch():
     assert json.loads(out.stdout) == []
 
 
+def test_a_card_that_holds_every_expert_gets_no_hybrid_mode():
+    """GPTQ-Int4 experts (14 GiB) fit a 24 GB card beside the pool: the moe preset's --kt-method is dropped there
+    (kt-kernel would hold every expert in host RAM and SGLang would wait on the CPU once per layer for none);
+    on a 16 GB card the same model is split. An asked --kt-num-gpu-experts keeps the mode."""
+    model = catalog.model("qwen3-30b-a3b-gptq-int4")
+    k = Knobs(**catalog.presets()["moe"].knobs)
+    t = lambda gpu: Target(gpu=catalog.gpu(gpu), host=H100_HOST, host_ram_available_bytes=100 * GiB)  # noqa: E731
+    p24 = plan(model, t("rtx-4090-24gb"), k, catalog.engine(), with_alternatives=False)
+    assert p24.fits and p24.hybrid is None and p24.knobs.kt_method is None
+    assert p24.knobs.kt_num_gpu_experts == 128 and p24.knobs.kt_cpuinfer == 0
+    assert any("every expert fits on the GPU" in n and "--kt-method AMXINT8 dropped" in n for n in p24.notes)
+    assert p24.decode_tok_s_ceiling and p24.decode_tok_s == p24.decode_tok_s_ceiling
+    p16 = plan(model, t("rtx-5060-ti-16gb"), k, catalog.engine(), with_alternatives=False)
+    assert p16.hybrid is not None and 0 < p16.hybrid.num_gpu_experts < 128
+    asked = plan(model, t("rtx-4090-24gb"), replace(k, kt_num_gpu_experts=128), catalog.engine(),
+                 with_alternatives=False)
+    assert asked.hybrid is not None and asked.hybrid.num_gpu_experts == 128
+
+
 def test_host_ram_is_every_expert_as_kt_kernel_holds_it():
     h = _h100_plan("AMXINT4").hybrid
     layout = json.loads((RUNS / "kt-int4-layout.json").read_text())["bytes"]      # KT's own writer, on the GPU host

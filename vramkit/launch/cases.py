@@ -94,7 +94,11 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
             weights = {"AMXINT4": "/tmp/ck/kt-int4", "AMXINT8": "/tmp/ck/kt-int8",
                        "LLAMAFILE_Q8_0": "/tmp/ck/q8_0.gguf"}.get(over.get("kt_method", ""))
             hy = hybrid.for_plan(p, weights)
-            assert hy is not None
+            if hy is None:      # a card that holds every expert: planned without the hybrid mode, rendered so
+                assert p.hybrid is None and p.knobs.kt_method is None and not free_gib
+                yield LaunchCaseSpec(f"{preset.name}-all-gpu-{gpu.name}", sglang_args(model, p, model_path=model.hf_id,
+                                     port=port), model.config_dir, p.fits, gpu.memory_total_bytes)
+                continue
             if free_gib:
                 argv = sglang_args(model, p, model_path=str(model.config_dir), load_format=None, port=port,
                                    extra=[*catalog.sglang().gpu_host_extra_args, SGLANG_FLAGS["skip_tokenizer_init"]])

@@ -314,6 +314,14 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
             raise VramkitError(f"--kt-method {knobs.kt_method} with --cpu-offload-gb {offload_req}: the hybrid MoE "
                                "mode keeps the other weights on the GPU", "drop one of them", Exit.BAD_INPUT)
         n_gpu_experts = _gpu_experts(model, knobs, tp, rope_len, sms, mxfp4, free, frac, engine, kv)
+        if knobs.kt_num_gpu_experts == "auto" and model.moe is not None and n_gpu_experts == model.moe.num_experts:
+            # every expert fits beside the pool: the hybrid mode would only cost (kt-kernel still holds every
+            # expert in host RAM, and SGLang's KT wrapper waits on the CPU once per MoE layer for no expert)
+            notes.append(f"every expert fits on the GPU ({model.moe.num_experts} per MoE layer beside a KV pool "
+                         f"for {max(1, knobs.concurrency)} x {knobs.context:,} tokens): planned without the hybrid "
+                         f"MoE mode (--kt-method {knobs.kt_method} dropped: no kt-kernel, no CPU round trip per layer)")
+            knobs = replace(knobs, kt_method=None, kt_cpuinfer="auto")
+            n_gpu_experts = None
     comps = weight_components(model, tp, mxfp4, gpu_experts=n_gpu_experts)
     layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=n_gpu_experts)
     layer_sizes = layout.layer_bytes
