@@ -81,9 +81,10 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 need_llama=; { has llama-16 || has llama-24; } && need_llama=1
-need_int4=; { has kit-16 || has kit-24 || has levers || has threads; } && need_int4=1
-need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq; } && need_int8=1
-need_gptq=; has gptq && need_gptq=1
+need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
+need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16; } && need_int8=1
+need_gptq=; { has gptq || has gptq-n || has gptq-bf16; } && need_gptq=1
+GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
   mkdir -p $W && tar -xJf $S/llama-src.tar.xz -C $W && cd $LL && \
@@ -98,7 +99,7 @@ build_pid=$!
 if [ -n "$need_gptq" ]; then  # the marlin JIT kernels (GPTQ attention + MoE), compiled beside the setup, GPU hidden
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0)
   for mod in gptq_marlin_repack gptq_marlin moe_wna16_marlin; do   # one nvcc each: side by side
-    ( CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch "$arch" --dtype float16 --only $mod \
+    ( CUDA_VISIBLE_DEVICES= python3 benchmarks/gpu/prewarm_jit.py --arch "$arch" --dtype "$GDTYPE" --only $mod \
         > "$RES/logs/prewarm-$mod.txt" 2>&1
       echo "$mod: rc=$? after $(( $(date +%s) - t_start )) s" >> "$RES/logs/prewarm-jit.txt" ) &
     prewarm_pids="${prewarm_pids:-} $!"
@@ -245,6 +246,31 @@ if has gptq; then  # issue 18 item 2, int4 GPU experts: SGLang's marlin MoE on t
   kit k16-gptq-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
   kit k16-gptq-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 \
     --kt-weight-path $KT8 --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+fi
+if has gptq-bf16; then  # 2026-11-27 run 1: with float16 activations (the GPTQ config's dtype) the KT layers decoded
+  # 11-27 tok/s against 38.8 for FP8 (bf16); the same with SGLang's --dtype bfloat16 (marlin compiled for bf16)
+  KITG="--preset moe --model-path $GQ --load-format dummy"; BF="$VRAMKIT_SGLANG_EXTRA_ARGS --dtype bfloat16"
+  ballast 16
+  kit k16-gptqbf-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 \
+    --kt-weight-path $KT8 --extra-args "$BF"
+fi
+if has diag-fp16; then  # the FP8 checkpoint's config with float16 activations, whole layers: is float16 the cause?
+  F16=$CK/fp8cfg-f16; mkdir -p $F16
+  python3 -c "import json; c = json.load(open('$FP8/config.json')); c['torch_dtype'] = 'float16'
+json.dump(c, open('$F16/config.json', 'w'), indent=2)"
+  ballast 16
+  kit k16-fp8f16-layers 16 "$SHORT" --env VRAMKIT_KT_GPU_LAYERS=auto -- --preset moe --model-path $F16 \
+    --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8
+fi
+if has gptq-bf16; then
+  ballast 16
+  kit k16-gptqbf-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 \
+    --kt-weight-path $KT8 --extra-args "$BF --kt-max-deferred-experts-per-token 2"
+fi
+if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
+  KITG="--preset moe --model-path $GQ --load-format dummy"; ballast 16
+  kit k16-gptq 16 "$SHORT" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+  kit k16-gptq-int4 16 "$SHORT" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT4 --kt-weight-path $KT
 fi
 if has amxint8 || has amxint8-levers; then
   ballast 16
