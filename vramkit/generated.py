@@ -182,15 +182,20 @@ def moe_vs_llamacpp_table() -> list[str]:
         bud = c.get("budget_ms_per_token", {})
         if "vramkit" in bud and "llamacpp" in bud:
             modes = sorted(set(ll.get("mode_of_each", {}).values()))
+            st = k["settings"]
+            kit = (f"{st['kt_num_gpu_experts']} {st['gpu_expert_dtype'].split(' (')[0]} GPU experts per layer planned, "
+                   f"{st['kt_method']} on the CPU" if st.get("kt_method") else
+                   f"every {st['gpu_expert_dtype'].split(' (')[0]} expert on the GPU, no hybrid mode")
             notes.append(f"{gib} GiB: {bud['vramkit']['measured_ms_per_token_depth0']} ms against "
-                         f"{bud['llamacpp']['measured_ms_per_token_depth0']} ms (kit: {k['settings']['point']}, "
-                         f"{k['settings']['kt_num_gpu_experts']} FP8 GPU experts per layer planned"
-                         + (", whole layers on the GPU" if any("GPU_LAYERS" in e for e in k["settings"]["env"] or [])
-                            else "") + f"; llama.cpp: the best per row of {' and '.join(modes)})")
+                         f"{bud['llamacpp']['measured_ms_per_token_depth0']} ms (kit: {st['point']}, {kit}"
+                         + (", whole layers on the GPU" if any("GPU_LAYERS" in e for e in st["env"] or [])
+                            else "") + f"; llama.cpp: the best per row of {' and '.join(modes)}; measured "
+                         f"{c['date'][:10]})")
     if len(out) == 2:
         return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
-    return (["Against llama.cpp on the same GPU host, model shape and emulated card, both measured in one host "
-             "session (random weights: the kit's FP8 GPU experts + AMXINT4 CPU experts, llama.cpp's Q4_K_M; "
+    return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
+             "host session per card (random weights; the kit at 16 GiB: the FP8 checkpoint's GPU experts + AMXINT4 "
+             "CPU experts; at 24 GiB: a GPTQ-Int4 checkpoint, every expert on the GPU; llama.cpp: Q4_K_M; "
              "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, the levers in `moe-vs-llamacpp-levers.md`):",
              ""] + out + ["", "Per-token time at batch 1, depth 0 (1000 / decode tok/s): " + "; ".join(notes)
                           + ". Parity is not reached; the levers file gives both budgets and what would close "

@@ -142,9 +142,16 @@ def kit_point(res: Path, name: str) -> dict | None:
     up = (res / f"{name}.up.txt").read_text(errors="replace") if (res / f"{name}.up.txt").exists() else ""
     cmd = next((ln.strip() for ln in up.splitlines() if "sglang.launch_server" in ln), "")
     m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / (\d+)", up)
+    args = point.get("vramkit_up_args") or []
+    method = args[args.index("--kt-method") + 1] if "--kt-method" in args else None
+    hybrid = m is not None                       # no split row: the plan holds every expert on the GPU (no KT)
     return {"name": name, "figures": probe_figures(probe if isinstance(probe, dict) else None),
+            "kt_method": (method or "AMXINT4") if hybrid else None,      # the 2026-11-24 points ran AMXINT4 as the preset
+            "gpu_expert_dtype": "GPTQ-Int4 (group 128, marlin MoE)" if any("gptq" in a for a in args)
+            else "FP8 (block 128)",
+            "activations": "float16" if any("gptq" in a for a in args) else "bfloat16",
             "vramkit_up_args": point.get("vramkit_up_args"), "env": point.get("env"),
-            "planned_gpu_experts_per_layer": int(m.group(1)) if m else None,
+            "planned_gpu_experts_per_layer": int(m.group(1)) if m else 128,
             "sglang_command": cmd, "start_s": point.get("start_s"), "peak_vram_bytes": point.get("peak_vram_bytes"),
             "host_rss_after_start_bytes": point.get("host_rss_after_start_bytes"),
             "log_figures_gib": point.get("log_figures_gib"), "probe_date": (probe or {}).get("date")}
@@ -230,8 +237,18 @@ def sweep_note(res: Path, budget: int, ncmoe: str | None) -> str:
             + (f"; {n - 1} did not start (out of memory)" if oom else ""))
 
 
+def kit_weights(p: dict) -> str:
+    """The kit's weights at a point, in words (its GPU experts' format; the CPU experts' method, if any)."""
+    gptq = p["gpu_expert_dtype"].startswith("GPTQ")
+    src = ("from Qwen's GPTQ-Int4 quantization_config on this shape (dummy load, float16 activations, experts on the GPU "
+           "through SGLang's marlin MoE)" if gptq else "from a block-FP8 config (dummy load, experts on the GPU in FP8)")
+    return src + (f" and KT's {p['kt_method']} layout for the CPU experts" if p["kt_method"]
+                  else ", every expert on the GPU (the plan drops the hybrid mode: no KT)")
+
+
 def compare(res: Path, budget: int) -> dict | None:
-    kit_names = [f"k{budget}"] + ([f"k{budget}-layers", f"k{budget}-layers-defer2"] if budget == 16 else [])
+    kit_names = [f"k{budget}", f"k{budget}-gptq"] + ([f"k{budget}-layers", f"k{budget}-layers-defer2",
+                                                      "k16-gptq-layers", "k16-gptq-layers-defer2"] if budget == 16 else [])
     kits = [p for p in (kit_point(res, n) for n in kit_names) if p and not disturbed(res, p["name"], budget)]
     full = [p for p in kits if all(p["figures"][k] for k in METRICS)]
     kit_best = best(full)
@@ -249,17 +266,17 @@ def compare(res: Path, budget: int) -> dict | None:
         "budget_gib": budget,
         "device": device(res) + f"; card memory emulated at {budget} GiB free by the same ballast "
                                 "(shared/gpu/ballast.py) for both engines",
-        "model": "Qwen3-Coder-30B-A3B shape (48 layers, 128 experts, top-8), random weights: the kit's from a "
-                 "block-FP8 config (dummy load, experts on the GPU in FP8) and KT's AMXINT4 layout; llama.cpp's "
-                 "a Q4_K_M-typed GGUF (tools/make_random_gguf.py, 17.3 GiB)",
+        "model": "Qwen3-Coder-30B-A3B shape (48 layers, 128 experts, top-8), random weights: the kit's "
+                 + (kit_weights(kit_best) if kit_best else "-")
+                 + "; llama.cpp's a Q4_K_M-typed GGUF (tools/make_random_gguf.py, 17.3 GiB)",
         "date": date, "versions": versions(res),
         "how": "benchmarks/gpu/run_moe_vs_llamacpp.sh, one host session, engines one after the other; "
                "decode_tok_s: 1 stream, 512-token prompt, 128 tokens, client-side 1/TPOT; decode_tok_s_8k: the "
                "64 tokens after an 8,192-token prompt; ttft_30k_s: a 30,000-token prompt; "
                "aggregate_4_streams_tok_s: 4 concurrent 512-token prompts, sum of per-stream decode rates. "
-               "vramkit: the best configuration measured with every figure (the preset as planned, or whole "
-               "layers on the GPU); llama.cpp: its best per figure over --fit and --n-cpu-moe (swept down to the "
-               "lowest that starts)",
+               "vramkit: the best configuration measured with every figure (the moe preset as planned for the "
+               "checkpoint, or whole layers on the GPU); llama.cpp: its best per figure over --fit and --n-cpu-moe "
+               "(swept down to the lowest that starts)",
         "engines": {},
         "llamacpp_bench": bench_rows(res, budget),
     }
@@ -269,7 +286,8 @@ def compare(res: Path, budget: int) -> dict | None:
             "more": {key: k["figures"][key] for key in ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k")},
             "settings": {"point": k["name"], "vramkit_up": "vramkit up --runtime native " + " ".join(k["vramkit_up_args"] or []),
                          "env": k["env"], "kt_num_gpu_experts": k["planned_gpu_experts_per_layer"],
-                         "kt_cpuinfer": threads, "kt_method": "AMXINT4", "gpu_expert_dtype": "FP8 (block 128)"},
+                         "kt_cpuinfer": threads if k["kt_method"] else 0, "kt_method": k["kt_method"],
+                         "gpu_expert_dtype": k["gpu_expert_dtype"], "activations": k["activations"]},
             "start_s": k["start_s"], "peak_vram_bytes": k["peak_vram_bytes"],
             "host_rss_after_start_bytes": k["host_rss_after_start_bytes"], "log_figures_gib": k["log_figures_gib"],
             "other_points": [{"point": p["name"], **p["figures"]} for p in kits if p is not k]}
@@ -324,10 +342,10 @@ def budgets(c: dict, res: Path, budget: int) -> dict:
     if k and "vramkit" in out:
         import tomllib
         sync_us = tomllib.loads((ROOT / "config" / "engine.toml").read_text()).get("kt_layer_sync_us")
-        layers = 48
-        if k["settings"]["env"] and any("VRAMKIT_KT_GPU_LAYERS" in x for x in k["settings"]["env"]):
+        layers = 48 if k["settings"]["kt_method"] else 0          # no KT: no CPU round trip at all
+        if layers and k["settings"]["env"] and any("VRAMKIT_KT_GPU_LAYERS" in x for x in k["settings"]["env"]):
             layers = 48 - (k["settings"].get("kt_num_gpu_experts") or 0) * 48 // 128
-        if sync_us:
+        if sync_us and layers:
             out["vramkit"]["derived_sync_ms"] = round(layers * float(sync_us) / 1000, 2)
             out["vramkit"]["derived_sync_note"] = (f"derived: {layers} MoE layers with CPU experts x {sync_us} us "
                                                    "(config/engine.toml kt_layer_sync_us, fitted by fit_kt.py)")
@@ -367,8 +385,10 @@ def markdown(c: dict) -> str:
         s = k["settings"]
         lines.append(f"- vramkit ({s['point']}): `{s['vramkit_up']}`"
                      + (f" with {', '.join(s['env'])}" if s["env"] else "")
-                     + f"; planned {s['kt_num_gpu_experts']} GPU experts per layer ({s['gpu_expert_dtype']}), "
-                       f"KT {s['kt_method']} on the CPU, {s['kt_cpuinfer']} threads")
+                     + (f"; planned {s['kt_num_gpu_experts']} GPU experts per layer ({s['gpu_expert_dtype']}), "
+                        f"KT {s['kt_method']} on the CPU, {s['kt_cpuinfer']} threads" if s["kt_method"] else
+                        f"; every expert on the GPU ({s['gpu_expert_dtype']}): the plan holds them all beside the "
+                        "pool and drops the hybrid mode (no kt-kernel, no CPU round trip)"))
         for p in k.get("other_points", []):
             lines.append(f"  - also measured, {p['point']}: decode {fmt(p['decode_tok_s'])} / {fmt(p['decode_tok_s_8k'])} "
                          f"tok/s (0 / 8K), TTFT 30K {fmt(p['ttft_30k_s'])} s, 4 streams "
@@ -395,7 +415,7 @@ def markdown(c: dict) -> str:
             lines.append(f"- {eng}: {v['measured_ms_per_token_depth0']} ms at depth 0"
                          + (f", {v['measured_ms_per_token_8k']} ms at 8K" if "measured_ms_per_token_8k" in v else "")
                          + lb + extra)
-    lines += ["", "Evidence: `moe-vs-llamacpp/*.evidence.txt` (trimmed server logs: expert split, KT threads, memory; "
+    lines += ["", f"Evidence: `{c.get('evidence_dir', 'moe-vs-llamacpp')}/*.evidence.txt` (trimmed server logs: expert split, KT threads, memory; "
               "llama-server logs little at its default verbosity: its OOM line at --n-cpu-moe one lower, and "
               "`*.smi.txt`, the card's use with the ballast, stand for it), the points' JSON beside them.", ""]
     return "\n".join(lines)
@@ -510,6 +530,65 @@ def method_rows(base: Path, out_dir: Path) -> list[str]:
     return out
 
 
+GPTQ_DIR = "moe-vs-llamacpp-gptq"     # 2026-11-27: the int4 GPU-experts lever (STEPS="setup llama-16 llama-24 gptq")
+GPTQ_POINTS = (
+    ("k24-gptq", "", "24 GiB: GPTQ-Int4, every expert on the GPU (the plan drops the hybrid mode)"),
+    ("k16-gptq", "", "16 GiB: GPTQ-Int4 GPU experts, 86 per layer (the plan's split), AMXINT8 CPU experts"),
+    ("k16-gptq-layers", "", "16 GiB: the same with whole layers on the GPU (VRAMKIT_KT_GPU_LAYERS=auto: 32 of 48)"),
+    ("k16-gptq-layers-defer2", "", "16 GiB: whole layers + --kt-max-deferred-experts-per-token 2"),
+    ("k16-gptq-int4", "", "16 GiB: whole layers, AMXINT4 CPU experts (short probe)"),
+    ("k16-gptqbf-layers", "run2", "16 GiB: whole layers, SGLang's --dtype bfloat16 (marlin compiled for bf16)"),
+    ("k16-fp8f16-layers", "run2", "16 GiB, diagnostic: the FP8 config with float16 activations, whole layers, "
+                                  "AMXINT8 (short probe)"),
+)
+
+
+def gptq_rows(out_dir: Path) -> list[str]:
+    """The int4 GPU-experts lever's points, each as measured or why it did not run (its error line)."""
+    d = out_dir / GPTQ_DIR if (out_dir / GPTQ_DIR).is_dir() else ROOT / "benchmarks" / "results" / "gpu" / GPTQ_DIR
+    if not d.is_dir():
+        return []
+    out = ["", "## int4 GPU experts: a GPTQ-Int4 checkpoint (2026-11-27, moe-vs-llamacpp-gptq/)", "",
+           "Qwen's GPTQ-Int4 quantization_config (group 128, sym; attention and experts 4-bit) on this shape, dummy "
+           "weights, started by `vramkit up --runtime native --preset moe --model-path <that config>`; the CPU "
+           "experts, where there are any, in KT's AMXINT8 layout (kt-kernel 0.5.1 has no GPTQ_INT4 CPU kernels). The "
+           "marlin JIT kernels compiled first (~500 s on 16 cores, beside the llama.cpp build), nothing measured "
+           "meanwhile. llama.cpp beside them in the same host session: moe-vs-llamacpp-24g.md (24 GiB); at 16 GiB "
+           "llama-server --n-cpu-moe 11 decoded "
+           + ", ".join(f"{fmt(probe_figures(load(d / sub / 'llama-16-best.probe.json'))['decode_tok_s'])} tok/s "  # type: ignore[arg-type]
+                       f"({'first' if not sub else 'second'} machine)" for sub in ("", "run2")
+                       if (d / sub / "llama-16-best.probe.json").exists()) + ".", "",
+           "| point | decode d0 tok/s | decode 8K tok/s | TTFT 30K s | 4 streams tok/s | what happened |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for name, sub, label in GPTQ_POINTS:
+        point = load(d / sub / f"{name}.json")
+        if not isinstance(point, dict):
+            out.append(f"| {label} | | | | | not run |")
+            continue
+        if point.get("up_rc") != 0:
+            out.append(f"| {label} | | | | | did not start (vramkit up exit {point.get('up_rc')}): "
+                       f"{str(point.get('error'))[:160]} |")
+            continue
+        f = probe_figures(load(d / sub / f"{name}.probe.json"))  # type: ignore[arg-type]
+        out.append(f"| {label} | {fmt(f['decode_tok_s'])} | {fmt(f['decode_tok_s_8k'])} | {fmt(f['ttft_30k_s'])} | "
+                   f"{fmt(f['aggregate_4_streams_tok_s'])} | started in {point.get('start_s')} s |")
+    out += ["", "What it shows:", "",
+            "- At 24 GiB the int4 checkpoint holds every expert on the card: no KT, no CPU round trip; that is the "
+            "kit's best 24 GiB configuration (moe-vs-llamacpp-24g.md), and the planner now drops the hybrid mode "
+            "wherever every expert fits beside the pool.",
+            "- At 16 GiB SGLang 0.5.15.post1 cannot pair marlin MoE with KT's per-layer split: the KT wrapper "
+            "masks a token's CPU experts to id -1 for the GPU kernel, which the triton FP8 kernel skips and the "
+            "marlin kernel reads out of bounds (illegal memory access while the decode CUDA graph is captured). "
+            "The planner refuses that pairing (core/plan/kt_hybrid.py, MARLIN_SPLIT).",
+            "- With whole layers (no split inside a layer) it starts, but decodes 11-27 tok/s against 38.8 for the "
+            "FP8 checkpoint's whole layers, erratic from one context to the next. The GPTQ MoE kernel takes only "
+            "the checkpoint's float16 (bfloat16 activations stop at an assertion), and the FP8 config run with "
+            "float16 activations decoded 27.9 tok/s: float16 costs part of it; the rest is not explained by these "
+            "runs (the CPU experts, KT's sync and the GPU layers are the same code as the FP8 runs; kt-kernel keeps "
+            "its buffers in bfloat16, so every CPU layer converts both ways). Not a lever on this stack."]
+    return out
+
+
 def levers(res: Path, out_dir: Path | None = None) -> str:
     base = kit_point(res, "k16")
     out = ["# The kit's levers at 16 GiB, each against the preset as planned (issue 18 item 2)", "",
@@ -539,7 +618,8 @@ def levers(res: Path, out_dir: Path | None = None) -> str:
             out.append(row(label, p["figures"], ref))
         else:
             out.append(f"| {label} | not run: the device time allotted to this work was spent | | | | |")
-    return "\n".join(out + closing(res) + method_rows(res, out_dir or ROOT / "benchmarks" / "results" / "gpu")) + "\n"
+    od = out_dir or ROOT / "benchmarks" / "results" / "gpu"
+    return "\n".join(out + closing(res) + method_rows(res, od) + gptq_rows(od)) + "\n"
 
 
 GiB = 2**30
@@ -585,9 +665,9 @@ def closing(res: Path) -> list[str]:
            f"- int4 GPU experts (a GPTQ-Int4 checkpoint: SGLang's marlin MoE on the GPU, kt-kernel's GPTQ_INT4 on the "
            f"CPU reading the same files): {FP8_EXPERT / GPTQ4_EXPERT:.2f}x the experts per GiB, so ~{int4_layers} "
            f"layers on the GPU instead of {fp8_layers}; the same split gives ~{t4:.1f} ms ({1000 / t4:.0f} tok/s). "
-           "Not tried here: kt-kernel 0.5.1 (the pinned release) has no GPTQ_INT4 CPU kernels in any build "
-           "(0.5.3 adds them; core/plan/kt_hybrid.py KT_BUILDS), and a fresh host compiles marlin MoE for ~6.5 min "
-           "at the first start, more than the device time this work had left.",
+           "Tried on 2026-11-27 with AMXINT8 CPU experts (kt-kernel 0.5.1 has no GPTQ_INT4 CPU kernels): the "
+           "last section; on this SGLang it does not close the gap at 16 GiB, and at 24 GiB it removes KT "
+           "altogether (moe-vs-llamacpp-24g.md).",
            (f"- deferred experts on top (they change the numerics: issue 18 item 3): measured alone they took "
             f"{ms['preset'] - 1000 / dfr['figures']['decode_tok_s']:.1f} ms off the preset's token, more than its "
             f"derived CPU-read share ({48 * 8 * 85 / 128 * AMXINT4_EXPERT / read * 1000:.1f} ms): the GPU stops "
@@ -605,7 +685,8 @@ def closing(res: Path) -> list[str]:
     return out
 
 
-def report(res: Path, out_dir: Path) -> list[Path]:
+def report(res: Path, out_dir: Path, budgets_: tuple[int, ...] = (16, 24), evd_name: str = "moe-vs-llamacpp",
+           with_levers: bool = True) -> list[Path]:
     if res.suffix == ".tgz":                     # the archive the device call brought back
         import tempfile
         tmp = Path(tempfile.mkdtemp(prefix="moe-vs-llamacpp-"))
@@ -613,12 +694,13 @@ def report(res: Path, out_dir: Path) -> list[Path]:
             t.extractall(tmp, filter="data")
         res = tmp
     written = []
-    evd = out_dir / "moe-vs-llamacpp"
+    evd = out_dir / evd_name
     evd.mkdir(parents=True, exist_ok=True)
-    for budget in (16, 24):
+    for budget in budgets_:
         c = compare(res, budget)
         if c is None:
             continue
+        c["evidence_dir"] = evd_name
         stem = out_dir / f"moe-vs-llamacpp-{budget}g"
         stem.with_suffix(".json").write_text(json.dumps(c, indent=1) + "\n")
         stem.with_suffix(".md").write_text(markdown(c))
@@ -628,13 +710,14 @@ def report(res: Path, out_dir: Path) -> list[Path]:
         except ImportError:
             pass
         written += [stem.with_suffix(".json"), stem.with_suffix(".md")]
-    (out_dir / "moe-vs-llamacpp-levers.md").write_text(levers(res, out_dir))
-    written.append(out_dir / "moe-vs-llamacpp-levers.md")
+    if with_levers:
+        (out_dir / "moe-vs-llamacpp-levers.md").write_text(levers(res, out_dir))
+        written.append(out_dir / "moe-vs-llamacpp-levers.md")
     # the points' own files beside the comparison: probes, point JSONs, llama-bench, evidence
     if (res / "logs" / "site.txt").exists():
         shutil.copy(res / "logs" / "site.txt", evd / "site.txt")
     for p in sorted(res.glob("*")):
-        if p.is_file() and p.suffix in (".json", ".txt", ".start_s"):
+        if p.is_file() and p.suffix in (".json", ".txt", ".start_s") and p.resolve() != (evd / p.name).resolve():
             shutil.copy(p, evd / p.name)
             if p.name.endswith(".evidence.txt"):
                 retrim(evd / p.name)
@@ -680,7 +763,13 @@ def main(argv: list[str]) -> int:
             print(p)
         return 0
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else ROOT / "benchmarks" / "results" / "gpu"
-    for p in (int8 if argv[0] == "int8" else report)(res, out):
+    if argv[0] == "report":     # --budgets 24 --evidence DIR --no-levers: a later run beside the first one's files
+        bud = tuple(int(x) for x in argv[argv.index("--budgets") + 1].split(",")) if "--budgets" in argv else (16, 24)
+        evd = argv[argv.index("--evidence") + 1] if "--evidence" in argv else "moe-vs-llamacpp"
+        written = report(untar(res), out, bud, evd, "--no-levers" not in argv)
+    else:
+        written = int8(res, out)
+    for p in written:
         print(p)
     return 0
 

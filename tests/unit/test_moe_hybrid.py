@@ -139,6 +139,10 @@ def test_a_card_that_holds_every_expert_gets_no_hybrid_mode():
     assert p24.decode_tok_s_ceiling and p24.decode_tok_s == p24.decode_tok_s_ceiling
     p16 = plan(model, t("rtx-5060-ti-16gb"), k, catalog.engine(), with_alternatives=False)
     assert p16.hybrid is not None and 0 < p16.hybrid.num_gpu_experts < 128
+    # ... which SGLang's marlin MoE kernel cannot run (moe-vs-llamacpp-gptq/k16-gptq.evidence.txt): refused
+    assert not p16.fits and [r.kind for r in p16.reasons] == ["sglang"] and "marlin" in p16.reasons[0]
+    fp8 = plan(catalog.model(FP8_MODEL), t("rtx-5060-ti-16gb"), k, catalog.engine(), with_alternatives=False)
+    assert fp8.fits and fp8.hybrid is not None      # the triton kernel skips the masked experts: no such reason
     asked = plan(model, t("rtx-4090-24gb"), replace(k, kt_num_gpu_experts=128), catalog.engine(),
                  with_alternatives=False)
     assert asked.hybrid is not None and asked.hybrid.num_gpu_experts == 128

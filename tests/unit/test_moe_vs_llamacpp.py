@@ -115,14 +115,18 @@ def test_the_committed_comparison_is_what_its_points_give(tmp_path):
     """moe-vs-llamacpp-{16,24}g.json/.md and the levers file regenerate from the points committed beside them."""
     import shutil
     res = REPO / "benchmarks" / "results" / "gpu"
-    pts = tmp_path / "points"
-    shutil.copytree(res / "moe-vs-llamacpp", pts)
     out = tmp_path / "out"
     out.mkdir()
-    report.report(pts, out)
-    for name in ("moe-vs-llamacpp-16g.json", "moe-vs-llamacpp-24g.json", "moe-vs-llamacpp-16g.md",
-                 "moe-vs-llamacpp-24g.md", "moe-vs-llamacpp-levers.md"):
-        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    for budget in (16, 24):     # each from the host session its JSON names (both engines in that one session)
+        evd = json.loads((res / f"moe-vs-llamacpp-{budget}g.json").read_text())["evidence_dir"]
+        pts = tmp_path / f"points-{budget}"
+        shutil.copytree(res / evd, pts)
+        report.report(pts, out, (budget,), evd, with_levers=budget == 16)
+        for name in (f"moe-vs-llamacpp-{budget}g.json", f"moe-vs-llamacpp-{budget}g.md"):
+            assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    assert (out / "moe-vs-llamacpp-levers.md").read_text() == (res / "moe-vs-llamacpp-levers.md").read_text()
+    k24 = json.loads((res / "moe-vs-llamacpp-24g.json").read_text())["engines"]["vramkit"]["settings"]
+    assert k24["kt_method"] is None and k24["gpu_expert_dtype"].startswith("GPTQ-Int4")   # no KT: every expert fits
     c = json.loads((res / "moe-vs-llamacpp-16g.json").read_text())
     assert c["budget_gib"] == 16
     for eng in ("vramkit", "llamacpp"):
@@ -147,7 +151,7 @@ def test_the_int8_session_sits_beside_fp8_and_amxint4_and_the_default_follows_it
         shutil.copy(res / "moe-vs-llamacpp" / f"k16-layers.{ext}", run / f"k16-int8.{ext}")
     report.int8(run, out)
     text = (out / "moe-vs-llamacpp-levers.md").read_text()
-    section = text.split("## The CPU method at 16 GiB")[1]
+    section = text.split("## The CPU method at 16 GiB")[1].split("\n## ")[0]
     rows = [ln for ln in section.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
     assert [r.split(" | ")[0] for r in rows] == ["| FP8 (the checkpoint itself, not lossy)", "| AMXINT4 (converted, lossy)",
                                                   "| AMXINT8 (KT's INT8 layout, converted from the checkpoint: lossy), "

@@ -240,6 +240,24 @@ def check_model(model: ModelSpec, method: str) -> None:
                            f"{_reader_hint(model)}, or pick the {need} model", Exit.BAD_INPUT)
 
 
+# SGLang 0.5.15.post1's KT wrapper keeps experts 0..N-1 of a layer on the GPU by masking a token's other experts
+# to id -1 for the GPU MoE kernel: the triton kernel (bf16, FP8) skips them, the marlin MoE kernel that runs GPTQ and
+# AWQ experts reads them out of bounds ("illegal memory access" while the decode CUDA graph is captured; GPTQ-Int4,
+# 86 of 128 GPU experts per layer, the H100 host: benchmarks/results/gpu/moe-vs-llamacpp-gptq/k16-gptq.evidence.txt)
+MARLIN_SPLIT = ("gptq", "awq")
+
+
+def split_problem(model: ModelSpec, num_gpu_experts: int) -> str | None:
+    """Why SGLang cannot split this checkpoint's experts N per layer (None: it can)."""
+    q, moe = model.quantization, model.moe
+    if q is None or q.method not in MARLIN_SPLIT or moe is None or not 0 < num_gpu_experts < moe.num_experts:
+        return None
+    return (f"{q.method.upper()} experts split {num_gpu_experts} GPU / {moe.num_experts - num_gpu_experts} CPU per "
+            "layer: SGLang's marlin MoE kernel reads the CPU experts' masked ids out of bounds (illegal memory "
+            "access at start, measured) -> the FP8 or bf16 checkpoint for the hybrid mode, or a card that holds "
+            "every expert")
+
+
 def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tuple[str | None, str]:
     """(the method to plan with, or None when none runs on this CPU; why). The asked one when the CPU runs
     it, else the most accurate method that reads this checkpoint (or a converted layout) and runs there."""

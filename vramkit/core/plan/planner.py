@@ -597,6 +597,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         cpu_cores_source=host.cores_source)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
+    if (bad_split := kt.split_problem(model, n)) is not None:
+        reasons.append(Reason("sglang", bad_split))
     if (bad_chunk := kt.chunk_problem(planned, knobs.chunked_prefill)) is not None:
         reasons.append(Reason("sglang", bad_chunk))
     if method is not None and method != asked:
