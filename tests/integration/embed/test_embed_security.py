@@ -14,6 +14,8 @@ import numpy as np
 import psutil
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from vramkit.embed.keys import cache_keys
 
@@ -26,7 +28,8 @@ def test_cache_poisoning_is_refused_embedded_redis_needs_its_password(serve, enc
         assert real["cached"] == [False]
         embedded = srv.state.embedded
         # the attacker of the issue: finds the port (ss -ltn), connects without a password
-        intruder = redis.Redis(host="127.0.0.1", port=embedded.port, socket_timeout=2)
+        # (no retry: redis-py 8 retries a refused AUTH with backoff, ~4 s per attack, for the same answer)
+        intruder = redis.Redis(host="127.0.0.1", port=embedded.port, socket_timeout=2, retry=Retry(NoBackoff(), 0))
         key = cache_keys(encoder.settings(True, None), [text])[0]
         for attack in (intruder.keys, lambda: intruder.get(key),
                        lambda: intruder.set(key, np.ones(384, "<f4").tobytes())):
