@@ -83,7 +83,7 @@ command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 need_llama=; { has llama-16 || has llama-24; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16; } && need_int8=1
-need_gptq=; { has gptq || has gptq-n || has gptq-bf16; } && need_gptq=1
+need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -266,6 +266,12 @@ if has gptq-bf16; then
   ballast 16
   kit k16-gptqbf-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 \
     --kt-weight-path $KT8 --extra-args "$BF --kt-max-deferred-experts-per-token 2"
+fi
+if has gptq24; then  # 24 GiB, every GPTQ expert on the GPU: the same again, then with 32 KV splits in the triton
+  # decode-attention kernel (SGLang's default 8; "larger is better in longer context"): the 8K decode gap to llama.cpp
+  KITG="--preset moe --model-path $GQ --load-format dummy"; ballast 24
+  kit k24-gptq-again 24 "$FULL" -- $KITG
+  kit k24-gptq-kv32 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --triton-attention-num-kv-splits 32"
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   KITG="--preset moe --model-path $GQ --load-format dummy"; ballast 16
