@@ -540,6 +540,8 @@ GPTQ_POINTS = (
     ("k16-gptqbf-layers", "run2", "16 GiB: whole layers, SGLang's --dtype bfloat16 (marlin compiled for bf16)"),
     ("k16-fp8f16-layers", "run2", "16 GiB, diagnostic: the FP8 config with float16 activations, whole layers, "
                                   "AMXINT8 (short probe)"),
+    ("k24-gptq-again", "run3", "24 GiB: GPTQ-Int4 on the GPU again (a third machine)"),
+    ("k24-gptq-kv32", "run3", "24 GiB: the same, --triton-attention-num-kv-splits 32 (SGLang's default 8)"),
 )
 
 
@@ -576,6 +578,12 @@ def gptq_rows(out_dir: Path) -> list[str]:
             "- At 24 GiB the int4 checkpoint holds every expert on the card: no KT, no CPU round trip; that is the "
             "kit's best 24 GiB configuration (moe-vs-llamacpp-24g.md), and the planner now drops the hybrid mode "
             "wherever every expert fits beside the pool.",
+            "- The 8K gap at 24 GiB is the GPU host's decode attention: its archive runs SGLang's triton backend "
+            "(no FA3), which splits each request's KV in 8 parts by default; 32 (same machine, one after the other) "
+            "took one stream after an 8K prompt from 134.9 to 187.6 tok/s and after 30K from 63.0 to 133.5, with the "
+            "short-prompt and 4-stream figures unchanged. llama.cpp was not rebuilt on that machine (the device time "
+            "left would not cover its build), so the side-by-side table keeps the first machine's untuned 134.6; "
+            "config/sglang.toml's GPU-host flags now carry the 32. A user's card runs FA3 or FlashInfer instead.",
             "- At 16 GiB SGLang 0.5.15.post1 cannot pair marlin MoE with KT's per-layer split: the KT wrapper "
             "masks a token's CPU experts to id -1 for the GPU kernel, which the triton FP8 kernel skips and the "
             "marlin kernel reads out of bounds (illegal memory access while the decode CUDA graph is captured). "
