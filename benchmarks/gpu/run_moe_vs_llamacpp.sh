@@ -37,7 +37,9 @@
 # AMXINT8 on the AVX-512 build (issue 18 item 4): STAGE=.stage-thr STEPS="setup avx512".
 # The int4 GPU-experts lever beside llama.cpp, one host session: STAGE=.stage-thr STEPS="setup llama-16 llama-24
 # gptq" (staging: kt/, whl/gguf, ballast.py and llama-src.tar.xz from benchmarks/gpu/stage_llama_src.sh); the marlin
-# JIT kernels and llama.cpp compile side by side first, every point after both.
+# JIT kernels and llama.cpp compile side by side first, every point after both (2026-11-27, moe-vs-llamacpp-gptq/).
+# Also there: gptq-n (N experts per layer: refused now), gptq-bf16 and diag-fp16 (run2/), and gptq24, the 24 GiB
+# points alone with the JIT cache carried in .gpu/tvm-ffi-cache.tar.gz (host_env.sh): STAGE=.stage-24 (ballast.py).
 # LLAMAFILE_Q8_0 on the avx2 build forced and on the amx build (issue 18 item 4): STAGE=.stage-thr
 # STEPS="setup llamafile llamafile24" (staging: kt/, whl/gguf-0.19.0, ballast.py).
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
