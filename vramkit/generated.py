@@ -183,9 +183,9 @@ def moe_vs_llamacpp_table() -> list[str]:
         if "vramkit" in bud and "llamacpp" in bud:
             modes = sorted(set(ll.get("mode_of_each", {}).values()))
             st = k["settings"]
-            kit = (f"{st['kt_num_gpu_experts']} {st['gpu_expert_dtype'].split(' (')[0]} GPU experts per layer planned, "
-                   f"{st['kt_method']} on the CPU" if st.get("kt_method") else
-                   f"every {st['gpu_expert_dtype'].split(' (')[0]} expert on the GPU, no hybrid mode")
+            experts = st["gpu_expert_dtype"].split(" (")[0]       # "FP8", "GPTQ-Int4"
+            kit = (f"{st['kt_num_gpu_experts']} {experts} GPU experts per layer planned, {st['kt_method']} on the CPU"
+                   if st.get("kt_method") else f"every {experts} expert on the GPU, no hybrid mode")
             notes.append(f"{gib} GiB: {bud['vramkit']['measured_ms_per_token_depth0']} ms against "
                          f"{bud['llamacpp']['measured_ms_per_token_depth0']} ms (kit: {st['point']}, {kit}"
                          + (", whole layers on the GPU" if any("GPU_LAYERS" in e for e in st["env"] or [])

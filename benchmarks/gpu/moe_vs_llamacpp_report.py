@@ -134,6 +134,11 @@ def bench_rows(res: Path, budget: int) -> list[dict]:
     return rows
 
 
+EXPERTS = 128           # per MoE layer of the shape every point here runs
+# SGLang's "Load weight end ... quant=X" -> the GPU experts' format and the activations' dtype (the config's)
+GPU_EXPERTS = {"fp8": ("FP8 (block 128)", "bfloat16"), "gptq": ("GPTQ-Int4 (group 128, marlin MoE)", "float16")}
+
+
 def kit_point(res: Path, name: str) -> dict | None:
     point = load(res / f"{name}.json")
     if not isinstance(point, dict) or point.get("up_rc") != 0:
@@ -141,17 +146,16 @@ def kit_point(res: Path, name: str) -> dict | None:
     probe = load(res / f"{name}.probe.json")
     up = (res / f"{name}.up.txt").read_text(errors="replace") if (res / f"{name}.up.txt").exists() else ""
     cmd = next((ln.strip() for ln in up.splitlines() if "sglang.launch_server" in ln), "")
-    m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / (\d+)", up)
-    args = point.get("vramkit_up_args") or []
-    method = args[args.index("--kt-method") + 1] if "--kt-method" in args else None
-    hybrid = m is not None                       # no split row: the plan holds every expert on the GPU (no KT)
+    # the plan's split row (none: the plan holds every expert on the GPU, no KT) and SGLang's own load line
+    m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / (\d+)\s*\S\s*per MoE layer; CPU: (\w+)", up)
+    evd = res / f"{name}.evidence.txt"
+    q = re.search(r"quant=(\w+)", evd.read_text(errors="replace")) if evd.exists() else None
+    fmt_ = GPU_EXPERTS.get(q.group(1) if q else "")
     return {"name": name, "figures": probe_figures(probe if isinstance(probe, dict) else None),
-            "kt_method": (method or "AMXINT4") if hybrid else None,      # the 2026-11-24 points ran AMXINT4 as the preset
-            "gpu_expert_dtype": "GPTQ-Int4 (group 128, marlin MoE)" if any("gptq" in a for a in args)
-            else "FP8 (block 128)",
-            "activations": "float16" if any("gptq" in a for a in args) else "bfloat16",
+            "kt_method": m.group(3) if m else None,
+            "gpu_expert_dtype": fmt_[0] if fmt_ else None, "activations": fmt_[1] if fmt_ else None,
             "vramkit_up_args": point.get("vramkit_up_args"), "env": point.get("env"),
-            "planned_gpu_experts_per_layer": int(m.group(1)) if m else 128,
+            "planned_gpu_experts_per_layer": int(m.group(1)) if m else EXPERTS,
             "sglang_command": cmd, "start_s": point.get("start_s"), "peak_vram_bytes": point.get("peak_vram_bytes"),
             "host_rss_after_start_bytes": point.get("host_rss_after_start_bytes"),
             "log_figures_gib": point.get("log_figures_gib"), "probe_date": (probe or {}).get("date")}
@@ -574,26 +578,35 @@ def gptq_rows(out_dir: Path) -> list[str]:
         f = probe_figures(load(d / sub / f"{name}.probe.json"))  # type: ignore[arg-type]
         out.append(f"| {label} | {fmt(f['decode_tok_s'])} | {fmt(f['decode_tok_s_8k'])} | {fmt(f['ttft_30k_s'])} | "
                    f"{fmt(f['aggregate_4_streams_tok_s'])} | started in {point.get('start_s')} s |")
+    def fig(sub: str, name: str, key: str) -> float:
+        return probe_figures(load(d / sub / f"{name}.probe.json"))[key]  # type: ignore[arg-type]
+    base8, kv8 = fig("run3", "k24-gptq-again", "decode_tok_s_8k"), fig("run3", "k24-gptq-kv32", "decode_tok_s_8k")
+    base30, kv30 = fig("run3", "k24-gptq-again", "decode_tok_s_30k"), fig("run3", "k24-gptq-kv32", "decode_tok_s_30k")
+    whole = [fig("", n, "decode_tok_s") for n in ("k16-gptq-layers", "k16-gptq-layers-defer2", "k16-gptq-int4")]
+    fp8_layers = probe_figures(load(d.parent / "moe-vs-llamacpp" / "k16-layers.probe.json"))["decode_tok_s"]  # type: ignore[arg-type]
     out += ["", "What it shows:", "",
             "- At 24 GiB the int4 checkpoint holds every expert on the card: no KT, no CPU round trip; that is the "
             "kit's best 24 GiB configuration (moe-vs-llamacpp-24g.md), and the planner now drops the hybrid mode "
             "wherever every expert fits beside the pool.",
             "- The 8K gap at 24 GiB is the GPU host's decode attention: its archive runs SGLang's triton backend "
             "(no FA3), which splits each request's KV in 8 parts by default; 32 (same machine, one after the other) "
-            "took one stream after an 8K prompt from 134.9 to 187.6 tok/s and after 30K from 63.0 to 133.5, with the "
-            "short-prompt and 4-stream figures unchanged. llama.cpp was not rebuilt on that machine (the device time "
-            "left would not cover its build), so the side-by-side table keeps the first machine's untuned 134.6; "
-            "config/sglang.toml's GPU-host flags now carry the 32. A user's card runs FA3 or FlashInfer instead.",
+            f"took one stream after an 8K prompt from {fmt(base8)} to {fmt(kv8)} tok/s and after 30K from "
+            f"{fmt(base30)} to {fmt(kv30)}, with the short-prompt and 4-stream figures unchanged. llama.cpp was not "
+            "rebuilt on that machine (the device time left would not cover its build), so the side-by-side table "
+            f"keeps the first machine's untuned {fmt(fig('', 'k24-gptq', 'decode_tok_s_8k'))}; config/sglang.toml's "
+            "GPU-host flags now carry the 32. A user's card runs FA3 or FlashInfer instead.",
             "- At 16 GiB SGLang 0.5.15.post1 cannot pair marlin MoE with KT's per-layer split: the KT wrapper "
             "masks a token's CPU experts to id -1 for the GPU kernel, which the triton FP8 kernel skips and the "
             "marlin kernel reads out of bounds (illegal memory access while the decode CUDA graph is captured). "
             "The planner refuses that pairing (core/plan/kt_hybrid.py, MARLIN_SPLIT).",
-            "- With whole layers (no split inside a layer) it starts, but decodes 11-27 tok/s against 38.8 for the "
-            "FP8 checkpoint's whole layers, erratic from one context to the next. The GPTQ MoE kernel takes only "
-            "the checkpoint's float16 (bfloat16 activations stop at an assertion), and the FP8 config run with "
-            "float16 activations decoded 27.9 tok/s: float16 costs part of it; the rest is not explained by these "
-            "runs (the CPU experts, KT's sync and the GPU layers are the same code as the FP8 runs; kt-kernel keeps "
-            "its buffers in bfloat16, so every CPU layer converts both ways). Not a lever on this stack."]
+            f"- With whole layers (no split inside a layer) it starts, but decodes {min(whole):.0f}-{max(whole):.0f} "
+            f"tok/s against {fmt(fp8_layers)} for the FP8 checkpoint's whole layers (moe-vs-llamacpp/k16-layers), "
+            "erratic from one context to the next. The GPTQ MoE kernel takes only the checkpoint's float16 (bfloat16 "
+            "activations stop at an assertion), and the FP8 config run with float16 activations decoded "
+            f"{fmt(fig('run2', 'k16-fp8f16-layers', 'decode_tok_s'))} tok/s: float16 costs part of it; the rest is "
+            "not explained by these runs (the CPU experts, KT's sync and the GPU layers are the same code as the FP8 "
+            "runs; kt-kernel keeps its buffers in bfloat16, so every CPU layer converts both ways). Not a lever on "
+            "this stack."]
     return out
 
 
@@ -695,12 +708,7 @@ def closing(res: Path) -> list[str]:
 
 def report(res: Path, out_dir: Path, budgets_: tuple[int, ...] = (16, 24), evd_name: str = "moe-vs-llamacpp",
            with_levers: bool = True) -> list[Path]:
-    if res.suffix == ".tgz":                     # the archive the device call brought back
-        import tempfile
-        tmp = Path(tempfile.mkdtemp(prefix="moe-vs-llamacpp-"))
-        with tarfile.open(res) as t:
-            t.extractall(tmp, filter="data")
-        res = tmp
+    res = untar(res)                             # the archive the device call brought back, or a folder
     written = []
     evd = out_dir / evd_name
     evd.mkdir(parents=True, exist_ok=True)
@@ -774,7 +782,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "report":     # --budgets 24 --evidence DIR --no-levers: a later run beside the first one's files
         bud = tuple(int(x) for x in argv[argv.index("--budgets") + 1].split(",")) if "--budgets" in argv else (16, 24)
         evd = argv[argv.index("--evidence") + 1] if "--evidence" in argv else "moe-vs-llamacpp"
-        written = report(untar(res), out, bud, evd, "--no-levers" not in argv)
+        written = report(res, out, bud, evd, "--no-levers" not in argv)
     else:
         written = int8(res, out)
     for p in written:

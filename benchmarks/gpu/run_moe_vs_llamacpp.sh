@@ -127,7 +127,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
-GQ=$CK/gptqcfg
+GQ=$CK/gptqcfg; KITG="--preset moe --model-path $GQ --load-format dummy"
 [ -n "$need_gptq" ] && mkdir -p $GQ && python3 -c "
 import json
 c = json.load(open('$MODEL_CFG/config.json'))
@@ -241,7 +241,6 @@ for b in 16 24; do
 done
 
 if has gptq; then  # issue 18 item 2, int4 GPU experts: SGLang's marlin MoE on the GPU, KT's AMXINT8 on the CPU
-  KITG="--preset moe --model-path $GQ --load-format dummy"
   ballast 24   # every expert fits: the plan drops the hybrid mode (no kt-kernel)
   kit k24-gptq 24 "$FULL" -- $KITG
   ballast 16   # whole layers on the GPU (the placement lever), the rest on the CPU
@@ -251,7 +250,7 @@ if has gptq; then  # issue 18 item 2, int4 GPU experts: SGLang's marlin MoE on t
 fi
 if has gptq-bf16; then  # 2026-11-27 run 1: with float16 activations (the GPTQ config's dtype) the KT layers decoded
   # 11-27 tok/s against 38.8 for FP8 (bf16); the same with SGLang's --dtype bfloat16 (marlin compiled for bf16)
-  KITG="--preset moe --model-path $GQ --load-format dummy"; BF="$VRAMKIT_SGLANG_EXTRA_ARGS --dtype bfloat16"
+  BF="$VRAMKIT_SGLANG_EXTRA_ARGS --dtype bfloat16"
   ballast 16
   kit k16-gptqbf-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 \
     --kt-weight-path $KT8 --extra-args "$BF"
@@ -271,12 +270,14 @@ if has gptq-bf16; then
 fi
 if has gptq24; then  # 24 GiB, every GPTQ expert on the GPU: the same again, then with 32 KV splits in the triton
   # decode-attention kernel (SGLang's default 8; "larger is better in longer context"): the 8K decode gap to llama.cpp
-  KITG="--preset moe --model-path $GQ --load-format dummy"; ballast 24
-  kit k24-gptq-again 24 "$FULL" -- $KITG
+  # (2026-11-27 run3 ran these before config/sglang.toml carried the 32: the first point's 8 is explicit now, the
+  # last flag given wins in SGLang's parser)
+  ballast 24
+  kit k24-gptq-again 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --triton-attention-num-kv-splits 8"
   kit k24-gptq-kv32 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --triton-attention-num-kv-splits 32"
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
-  KITG="--preset moe --model-path $GQ --load-format dummy"; ballast 16
+  ballast 16
   kit k16-gptq 16 "$SHORT" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
   kit k16-gptq-int4 16 "$SHORT" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT4 --kt-weight-path $KT
 fi
