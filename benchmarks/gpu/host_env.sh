@@ -10,10 +10,11 @@ EXTRA=/tmp/site-extra
 [ -d $EXTRA/cuda/bindings ] || { ls .gpu/cuda_*.whl > /dev/null 2>&1 && \
   python3 -m pip install -q --no-index --no-deps --no-compile --target $EXTRA .gpu/cuda_*.whl; }
 export PYTHONPATH=/tmp/site:$EXTRA:$EXTRA/nvidia_cutlass_dsl/python_packages:$PWD PYTHONUNBUFFERED=1 VRAMKIT_SERVER_PYTHON=python3 VRAMKIT_STATE_DIR=/tmp/vk-state
-# JIT kernels built before (a tar.gz of a TVM_FFI_CACHE_DIR: the GPTQ marlin kernels take ~6.5 min to compile on a
-# fresh host; run_gptq_agents.sh says how one is built without a GPU)
+# JIT kernels built before (a tarball of a TVM_FFI_CACHE_DIR, .tar.gz as the drivers bring it back or .tar.xz, half the
+# size, to carry beside the archive: the GPTQ marlin kernels take ~8 min to compile on a fresh host;
+# run_gptq_agents.sh says how one is built without a GPU)
 export TVM_FFI_CACHE_DIR=/tmp/tvm-ffi-cache
-JIT_CACHE=${JIT_CACHE:-.gpu/tvm-ffi-cache.tar.gz}
-[ -f "$JIT_CACHE" ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xzf "$JIT_CACHE" -C $TVM_FFI_CACHE_DIR
+JIT_CACHE=${JIT_CACHE:-$(ls .gpu/tvm-ffi-cache.tar.* 2>/dev/null | head -1)}
+[ -n "$JIT_CACHE" ] && [ -f "$JIT_CACHE" ] && mkdir -p $TVM_FFI_CACHE_DIR && tar -xf "$JIT_CACHE" -C $TVM_FFI_CACHE_DIR
 VRAMKIT_SGLANG_EXTRA_ARGS=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("config/sglang.toml", "rb"))["gpu_host_extra_args"]))')
 export VRAMKIT_SGLANG_EXTRA_ARGS

@@ -42,6 +42,9 @@
 # points alone with the JIT cache carried in .gpu/tvm-ffi-cache.tar.gz (host_env.sh): STAGE=.stage-24 (ballast.py).
 # LLAMAFILE_Q8_0 on the avx2 build forced and on the amx build (issue 18 item 4): STAGE=.stage-thr
 # STEPS="setup llamafile llamafile24" (staging: kt/, whl/gguf-0.19.0, ballast.py).
+# moe_wna16, the GPTQ split (2026-11-27, second session; moe-vs-llamacpp-wna16/): STAGE=.stage-w16 STEPS="setup llama-16
+# llama-24 wna16", one machine: staging as .stage-thr but kt/ holds the wheel with only its amx extension (1.6 MB: the
+# 64 MiB carry), and .gpu/tvm-ffi-cache.tar.xz the marlin JIT cache.
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -84,8 +87,9 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 need_llama=; { has llama-16 || has llama-24; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
-need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16; } && need_int8=1
-need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24; } && need_gptq=1
+need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
+  || has wna16; } && need_int8=1
+need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -275,6 +279,18 @@ if has gptq24; then  # 24 GiB, every GPTQ expert on the GPU: the same again, the
   ballast 24
   kit k24-gptq-again 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --triton-attention-num-kv-splits 8"
   kit k24-gptq-kv32 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --triton-attention-num-kv-splits 32"
+fi
+if has wna16; then  # GPTQ-Int4 experts split N per layer on SGLang's moe_wna16 (the triton MoE kernel skips the CPU
+  # experts' masked ids, which marlin reads out of bounds): the plan picks it for a split layer (--moe-kernel auto);
+  # at 16 GiB as planned, then with 2 deferred experts; at 24 GiB (every expert on the GPU, marlin as planned, 32 KV
+  # splits from config/sglang.toml) beside moe_wna16 asked for (the kernel lever at 4 streams)
+  ballast 16
+  kit k16-wna16 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+  kit k16-wna16-defer2 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 \
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+  ballast 24
+  kit k24-gptq-kv32 24 "$FULL" -- $KITG
+  kit k24-wna16 24 "$FULL" -- $KITG --moe-kernel wna16
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16

@@ -13,6 +13,7 @@ from vramkit.cli import main
 from vramkit.core.model import checkpoint as cl
 from vramkit.core.plan import kt_hybrid as kt
 from vramkit.core.plan.planner import Knobs, Target, plan
+from vramkit.core.render.sglang import sglang_args
 from vramkit.errors import Exit, VramkitError
 
 ROOT = catalog.CONFIG_DIR.parent
@@ -137,12 +138,24 @@ def test_a_card_that_holds_every_expert_gets_no_hybrid_mode():
     assert p24.knobs.kt_num_gpu_experts == 128 and p24.knobs.kt_cpuinfer == 0
     assert any("every expert fits on the GPU" in n and "--kt-method AMXINT8 dropped" in n for n in p24.notes)
     assert p24.decode_tok_s_ceiling and p24.decode_tok_s == p24.decode_tok_s_ceiling
+    assert p24.knobs.moe_kernel == "marlin" and "--quantization" not in sglang_args(model, p24, model_path="m", port=1)
     p16 = plan(model, t("rtx-5060-ti-16gb"), k, catalog.engine(), with_alternatives=False)
     assert p16.hybrid is not None and 0 < p16.hybrid.num_gpu_experts < 128
-    # ... which SGLang's marlin MoE kernel cannot run (moe-vs-llamacpp-gptq/k16-gptq.evidence.txt): refused
-    assert not p16.fits and [r.kind for r in p16.reasons] == ["sglang"] and "marlin" in p16.reasons[0]
+    # ... which SGLang's marlin MoE kernel cannot run (moe-vs-llamacpp-gptq/k16-gptq.evidence.txt): the split
+    # layers run on moe_wna16's triton kernel, which skips the CPU experts' masked ids
+    assert p16.fits and p16.knobs.moe_kernel == "wna16"
+    args = sglang_args(model, p16, model_path="m", port=1)
+    assert args[args.index("--quantization") + 1] == "moe_wna16"
+    marlin = plan(model, t("rtx-5060-ti-16gb"), replace(k, moe_kernel="marlin"), catalog.engine(),
+                  with_alternatives=False)
+    assert not marlin.fits and [r.kind for r in marlin.reasons] == ["sglang"] and "--moe-kernel wna16" in \
+        marlin.reasons[0]
+    # moe_wna16 keeps the checkpoint's packing (no marlin repack): the same experts, not more bytes
+    assert p16.weights_by_component["experts"] <= marlin.weights_by_component["experts"]
     fp8 = plan(catalog.model(FP8_MODEL), t("rtx-5060-ti-16gb"), k, catalog.engine(), with_alternatives=False)
-    assert fp8.fits and fp8.hybrid is not None      # the triton kernel skips the masked experts: no such reason
+    assert fp8.fits and fp8.hybrid is not None and fp8.knobs.moe_kernel is None   # SGLang has no choice there
+    with pytest.raises(VramkitError, match="moe_wna16.*GPTQ/AWQ"):
+        plan(catalog.model(FP8_MODEL), t("rtx-5060-ti-16gb"), replace(k, moe_kernel="wna16"), catalog.engine())
     asked = plan(model, t("rtx-4090-24gb"), replace(k, kt_num_gpu_experts=128), catalog.engine(),
                  with_alternatives=False)
     assert asked.hybrid is not None and asked.hybrid.num_gpu_experts == 128

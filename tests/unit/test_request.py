@@ -59,6 +59,7 @@ def test_a_plans_knobs_hold_values_not_auto(model):
     knobs = dataclasses.asdict(r.plan.knobs)
     # kv_dtype "auto" is SGLang's own value (the model's dtype), rendered as --kv-cache-dtype auto
     assert [k for k, v in knobs.items() if v == "auto"] in ([], ["kv_dtype"])
-    assert [k for k, v in knobs.items() if v is None] == ["kt_method"]      # None there is "no hybrid mode"
+    # None there is "no hybrid mode" and "no GPTQ/AWQ experts, so no MoE kernel to pick"
+    assert [k for k, v in knobs.items() if v is None] == ["moe_kernel", "kt_method"]
     spec = catalogued(model)
     assert knobs["kt_num_gpu_experts"] == (spec.moe.num_experts if spec.moe else 0) and knobs["kt_cpuinfer"] == 0

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
-from vramkit.core.model.spec import GpuSpec
+from vramkit.core.model.spec import GpuSpec, ModelSpec
 from vramkit.core.plan.knobs import SGLANG_FLAGS, Knobs
 from vramkit.core.plan.planner import Target, plan
 from vramkit.core.render.sglang import sglang_args
@@ -69,6 +69,9 @@ def iter_launch_cases() -> Iterator[LaunchCaseSpec]:
     yield from _hybrid_cases(engine, port)
 
 
+GPTQ_MOE = "qwen3-30b-a3b-gptq-int4"     # the moe preset's shape with Qwen's GPTQ-Int4 experts
+
+
 def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
     """The hybrid MoE launches with every --kt-* flag resolved, as `vramkit up` renders them: each preset
     with kt_method on each catalogued card, and FP8 / AMXINT4 / AMXINT8 as the H100-host runs made them
@@ -82,10 +85,14 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
     for preset in catalog.presets().values():
         if not preset.knobs.get("kt_method"):
             continue
-        model = catalog.model(preset.model)
-        runs: list[tuple[GpuSpec, float | None, dict[str, str]]] = [(gpu, None, {}) for gpu in case_gpus()]
-        runs += [(host_gpu, 15.31, {"kt_method": m}) for m in ("FP8", "AMXINT4", "AMXINT8", "LLAMAFILE_Q8_0")]
-        for gpu, free_gib, over in runs:
+        preset_model = catalog.model(preset.model)
+        runs: list[tuple[ModelSpec, GpuSpec, float | None, dict[str, str]]] = [
+            (preset_model, gpu, None, {}) for gpu in case_gpus()]
+        runs += [(preset_model, host_gpu, 15.31, {"kt_method": m})
+                 for m in ("FP8", "AMXINT4", "AMXINT8", "LLAMAFILE_Q8_0")]
+        # GPTQ-Int4 experts split per layer run on SGLang's moe_wna16 (--quantization moe_wna16 beside --kt-*)
+        runs += [(catalog.model(GPTQ_MOE), host_gpu, 15.31, {"kt_method": "AMXINT8"})]
+        for model, gpu, free_gib, over in runs:
             knobs = Knobs(**(preset.knobs | over))
             host = h100_host if free_gib else hybrid.REFERENCE_HOST
             target = Target(gpu=gpu, gpu_free_bytes=int(free_gib * GiB) if free_gib else None,
@@ -102,7 +109,7 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
             if free_gib:
                 argv = sglang_args(model, p, model_path=str(model.config_dir), load_format=None, port=port,
                                    extra=[*catalog.sglang().gpu_host_extra_args, SGLANG_FLAGS["skip_tokenizer_init"]])
-                case = f"{preset.name}-gpu-host-{knobs.kt_method}"
+                case = f"{preset.name}-gpu-host-{knobs.kt_method}" + ("" if model is preset_model else "-gptq")
             else:
                 argv = sglang_args(model, p, model_path=model.hf_id, port=port)
                 case = f"{preset.name}-hybrid-{gpu.name}"

@@ -231,6 +231,21 @@ class _Builder:
             return [Param("experts", "w13_weight", num * 2 * i_rank * h, g),
                     Param("experts", "w2_weight", num * h * i_rank, g),
                     Param("experts", "w13_weight_scale", s13, g), Param("experts", "w2_weight_scale", s2, g)]
+        if qq.moe_kernel == "wna16":     # moe_wna16.py MoeWNA16Method.create_weights: the checkpoint's packing as
+            # uint8, scales in the model dtype, zero points only when asymmetric (AWQ, or GPTQ sym=false); the
+            # group halves until it divides both widths; nothing is repacked after loading
+            gs = qq.group_size if qq.group_size > 0 else h
+            while i_rank % gs or h % gs:
+                gs //= 2
+            per = 8 // qq.bits
+            out = [Param("experts", "w13_qweight", num * 2 * i_rank * (h // per), g),
+                   Param("experts", "w2_qweight", num * h * (i_rank // per), g),
+                   Param("experts", "w13_scales", num * 2 * i_rank * (h // gs) * m.dtype_bytes, g),
+                   Param("experts", "w2_scales", num * h * (i_rank // gs) * m.dtype_bytes, g)]
+            if qq.method == "awq" or not qq.sym:
+                out += [Param("experts", "w13_qzeros", num * (2 * i_rank // per) * (h // gs), g),
+                        Param("experts", "w2_qzeros", num * (h // per) * (i_rank // gs), g)]
+            return out
         # GPTQ / AWQ marlin MoE (gptq/schemes/gptq_moe.py GPTQMarlinMoEMethod; awq AWQMoEMethod)
         gs = qq.group_size if qq.group_size > 0 else h
         g13, g2 = max(1, h // gs), max(1, i_rank * self.tp // gs)    # w2 scales span the full intermediate

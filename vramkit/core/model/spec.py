@@ -24,6 +24,10 @@ class Quantization:
     fp8 maps here too), "mxfp4" (gpt-oss experts), "gguf" (a GGUF file: each matrix in its own ggml type).
     `ignored` lists module-name patterns left in 16-bit. `ggml` (gguf only): each matrix's llama.cpp tensor
     name (no ".weight"), ggml type and bytes per row, as the file has them (vramkit/gguf_model.py).
+    `moe_kernel` (gptq/awq only): the GPU kernel SGLang runs the experts with, which sets their layout:
+    "marlin" (its default: repacked for the marlin MoE kernel) or "wna16" (`--quantization moe_wna16`: the
+    checkpoint's int4 packing kept, run by the triton MoE kernel). The planner picks it (core/plan/kt_hybrid.py
+    `moe_kernel`); a checkpoint reads as marlin.
     """
 
     method: str
@@ -34,6 +38,7 @@ class Quantization:
     weight_block: tuple[int, int] | None = None      # fp8 block quantization [n, k]; None = per-tensor
     ignored: tuple[str, ...] = ()
     ggml: tuple[tuple[str, str, int], ...] = ()
+    moe_kernel: str = "marlin"
 
 
 @dataclass(frozen=True)

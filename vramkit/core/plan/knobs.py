@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
-from vramkit.core.plan.kt_hybrid import KT_METHODS
+from vramkit.core.plan.kt_hybrid import KT_METHODS, MOE_KERNELS
 
 # "32k" tokens on the command line is 32 x 1024, as model cards and SGLang's own logs count context windows
 TOKENS_PER_K = 1024
@@ -217,6 +217,12 @@ class Knobs:
         render=lambda v, _p: ["--cpu-offload-gb", str(int(v))] if int(v) > 0 else [])
     concurrency: int = knob(1, int, "requests", "requests of that context that should run at once (the "
                             "planner's target; SGLang has no such flag)", minimum=1)
+    moe_kernel: str | None = knob(
+        "auto", str, "", "GPU kernel for a GPTQ/AWQ checkpoint's experts: marlin (SGLang's default) or wna16 "
+        "(SGLang's moe_wna16: the same int4 files on the triton MoE kernel, which skips the hybrid mode's CPU "
+        "experts where marlin cannot); auto = wna16 where the hybrid mode splits a layer's experts, marlin "
+        "otherwise", choices=MOE_KERNELS, sglang_flag="--quantization",
+        render=lambda v, _p: ["--quantization", "moe_wna16"] if v == "wna16" else [])
     # The hybrid MoE mode (issue 12; core/plan/planner.py resolves the "auto"s, core/plan/kt_hybrid.py): experts
     # beyond the GPU's share are computed by the CPU through SGLang's KTransformers path. Rendered only with kt_method.
     kt_method: str | None = knob(

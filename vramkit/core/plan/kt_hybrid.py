@@ -29,7 +29,7 @@ count, interpolated: the thread term.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vramkit.core.model.spec import ModelSpec
 from vramkit.errors import Exit, VramkitError
@@ -241,21 +241,59 @@ def check_model(model: ModelSpec, method: str) -> None:
 
 
 # SGLang 0.5.15.post1's KT wrapper keeps experts 0..N-1 of a layer on the GPU by masking a token's other experts
-# to id -1 for the GPU MoE kernel: the triton kernel (bf16, FP8) skips them, the marlin MoE kernel that runs GPTQ and
-# AWQ experts reads them out of bounds ("illegal memory access" while the decode CUDA graph is captured; GPTQ-Int4,
-# 86 of 128 GPU experts per layer, the H100 host: benchmarks/results/gpu/moe-vs-llamacpp-gptq/k16-gptq.evidence.txt)
-MARLIN_SPLIT = ("gptq", "awq")
+# to id -1 for the GPU MoE kernel: the triton kernels (bf16, FP8, and moe_wna16's int4/int8) skip them, the marlin
+# MoE kernel that runs GPTQ and AWQ experts by default reads them out of bounds ("illegal memory access" while the
+# decode CUDA graph is captured; GPTQ-Int4, 86 of 128 GPU experts per layer, the H100 host:
+# benchmarks/results/gpu/moe-vs-llamacpp-gptq/k16-gptq.evidence.txt). So a split GPTQ/AWQ layer runs on
+# SGLang's moe_wna16 method (`--quantization moe_wna16`: the same int4 files, the triton kernel; linear layers stay
+# on marlin), which takes GPTQ without act-order at 4 or 8 bits and AWQ at 4 (moe_wna16.py is_moe_wna16_compatible).
+MOE_KERNELS = ("auto", "marlin", "wna16")
+INT_MOE = ("gptq", "awq")
+
+
+def wna16_problem(model: ModelSpec) -> str | None:
+    """Why SGLang's moe_wna16 cannot run this checkpoint's experts (None: it can)."""
+    q = model.quantization
+    if q is None or q.method not in INT_MOE:
+        return f"it runs GPTQ/AWQ checkpoints' experts; {model.name} is {q.method if q else 'not quantized'}"
+    if q.method == "gptq" and (q.desc_act or q.bits not in (4, 8)):
+        return f"it takes GPTQ at 4 or 8 bits without act-order; {model.name} is {q.bits}-bit" + \
+            (", desc_act" if q.desc_act else "")
+    if q.method == "awq" and q.bits != 4:
+        return f"it takes 4-bit AWQ; {model.name} is {q.bits}-bit"
+    return None
+
+
+def moe_kernel(model: ModelSpec, asked: str, num_gpu_experts: int | None) -> tuple[ModelSpec, str | None]:
+    """(the model with its experts' GPU layout set, the kernel to render: "marlin" / "wna16", None where SGLang
+    has no choice). `num_gpu_experts`: the hybrid mode's N per layer (None: no hybrid mode). auto = moe_wna16 where
+    a layer's experts are split between the GPU and the CPU and it can run them, marlin otherwise."""
+    if asked not in MOE_KERNELS:
+        raise VramkitError(f"--moe-kernel {asked!r} is not one of {', '.join(MOE_KERNELS)}",
+                           "auto picks the kernel", Exit.BAD_INPUT)
+    q, moe = model.quantization, model.moe
+    if asked == "wna16" and (why := wna16_problem(model)) is not None:
+        raise VramkitError(f"--moe-kernel wna16 (SGLang's moe_wna16): {why}", "use --moe-kernel auto",
+                           Exit.BAD_INPUT)
+    if q is None or q.method not in INT_MOE or moe is None:
+        return model, None
+    split = num_gpu_experts is not None and 0 < num_gpu_experts < moe.num_experts
+    kernel = asked if asked != "auto" else "wna16" if split and wna16_problem(model) is None else "marlin"
+    return replace(model, quantization=replace(q, moe_kernel=kernel)), kernel
 
 
 def split_problem(model: ModelSpec, num_gpu_experts: int) -> str | None:
-    """Why SGLang cannot split this checkpoint's experts N per layer (None: it can)."""
+    """Why SGLang cannot split this checkpoint's experts N per layer on the kernel planned (None: it can)."""
     q, moe = model.quantization, model.moe
-    if q is None or q.method not in MARLIN_SPLIT or moe is None or not 0 < num_gpu_experts < moe.num_experts:
+    if q is None or q.method not in INT_MOE or q.moe_kernel != "marlin" or moe is None \
+            or not 0 < num_gpu_experts < moe.num_experts:
         return None
+    why = wna16_problem(model)
     return (f"{q.method.upper()} experts split {num_gpu_experts} GPU / {moe.num_experts - num_gpu_experts} CPU per "
             "layer: SGLang's marlin MoE kernel reads the CPU experts' masked ids out of bounds (illegal memory "
-            "access at start, measured) -> the FP8 or bf16 checkpoint for the hybrid mode, or a card that holds "
-            "every expert")
+            "access at start, measured) -> " + ("--moe-kernel wna16 (the triton kernel skips them), " if why is None
+                                               else f"not moe_wna16 either ({why}); ")
+            + "the FP8 or bf16 checkpoint for the hybrid mode, or a card that holds every expert")
 
 
 def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tuple[str | None, str]:

@@ -322,6 +322,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                          f"MoE mode (--kt-method {knobs.kt_method} dropped: no kt-kernel, no CPU round trip per layer)")
             knobs = replace(knobs, kt_method=None, kt_cpuinfer="auto")
             n_gpu_experts = None
+    # the GPU kernel of GPTQ/AWQ experts (it sets their layout): moe_wna16 where a layer is split, as SGLang needs
+    model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel or "auto", n_gpu_experts)
     comps = weight_components(model, tp, mxfp4, gpu_experts=n_gpu_experts)
     layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=n_gpu_experts)
     layer_sizes = layout.layer_bytes
@@ -464,7 +466,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                          f"({link / 1e9:.1f} GB/s{', measured' if target.pcie_bytes_s else ''}) every decode step")
 
     resolved = replace(knobs, mem_fraction=frac, chunked_prefill=chunk_flag, cuda_graph_max_bs=graph_bs,
-                       max_running=max_running, cpu_offload_gib=offload_req)
+                       max_running=max_running, cpu_offload_gib=offload_req, moe_kernel=moe_kernel)
     if hybrid is not None:
         resolved = replace(resolved, kt_method=hybrid.kt_method, kt_num_gpu_experts=hybrid.num_gpu_experts,
                            kt_cpuinfer=hybrid.cpuinfer_threads)
@@ -512,7 +514,8 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     need = knobs.context * max(1, knobs.concurrency)
 
     def kv_tokens(n: int) -> int:
-        load = replay_load(weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=n))
+        priced, _ = kt.moe_kernel(model, knobs.moe_kernel or "auto", n)
+        load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=n))
         weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
 
