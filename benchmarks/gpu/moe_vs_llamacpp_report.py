@@ -137,6 +137,22 @@ def bench_rows(res: Path, budget: int) -> list[dict]:
 EXPERTS = 128           # per MoE layer of the shape every point here runs
 # SGLang's "Load weight end ... quant=X" -> the GPU experts' format and the activations' dtype (the config's)
 GPU_EXPERTS = {"fp8": ("FP8 (block 128)", "bfloat16"), "gptq": ("GPTQ-Int4 (group 128, marlin MoE)", "float16")}
+WNA16_EXPERTS = ("GPTQ-Int4 (group 128, moe_wna16 triton MoE)", "float16")
+# The points run at 74e7a2a, whose planner rendered --quantization moe_wna16 for a split GPTQ layer (--moe-kernel auto;
+# test_a_card_that_holds_every_expert_gets_no_hybrid_mode) before its plan printed the kernel; SGLang's own line
+# names the MoE method only where no KT wrapper hides it
+WNA16_AT_74E7A2A = ("k16-wna16", "k16-wna16-defer2")
+
+
+def gpu_experts(name: str, up: str, evd: str) -> tuple[str, str] | None:
+    """A point's GPU-expert format and activations: SGLang's quant= load line, its MoE method where it names it,
+    the plan's moe_wna16 note, or the points declared above."""
+    q = re.search(r"quant=(\w+)", evd)
+    fmt_ = GPU_EXPERTS.get(q.group(1) if q else "")
+    if fmt_ and q and q.group(1) == "gptq" and ("quant_method=MoeWNA16Method" in evd or "moe_wna16" in up
+                                                  or name in WNA16_AT_74E7A2A):
+        return WNA16_EXPERTS
+    return fmt_
 
 
 def kit_point(res: Path, name: str) -> dict | None:
@@ -149,8 +165,7 @@ def kit_point(res: Path, name: str) -> dict | None:
     # the plan's split row (none: the plan holds every expert on the GPU, no KT) and SGLang's own load line
     m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / (\d+)\s*\S\s*per MoE layer; CPU: (\w+)", up)
     evd = res / f"{name}.evidence.txt"
-    q = re.search(r"quant=(\w+)", evd.read_text(errors="replace")) if evd.exists() else None
-    fmt_ = GPU_EXPERTS.get(q.group(1) if q else "")
+    fmt_ = gpu_experts(name, up, evd.read_text(errors="replace") if evd.exists() else "")
     return {"name": name, "figures": probe_figures(probe if isinstance(probe, dict) else None),
             "kt_method": m.group(3) if m else None,
             "gpu_expert_dtype": fmt_[0] if fmt_ else None, "activations": fmt_[1] if fmt_ else None,
@@ -244,15 +259,17 @@ def sweep_note(res: Path, budget: int, ncmoe: str | None) -> str:
 def kit_weights(p: dict) -> str:
     """The kit's weights at a point, in words (its GPU experts' format; the CPU experts' method, if any)."""
     gptq = p["gpu_expert_dtype"].startswith("GPTQ")
+    kernel = "moe_wna16 (the triton MoE kernel)" if "moe_wna16" in p["gpu_expert_dtype"] else "marlin MoE"
     src = ("from Qwen's GPTQ-Int4 quantization_config on this shape (dummy load, float16 activations, experts on the GPU "
-           "through SGLang's marlin MoE)" if gptq else "from a block-FP8 config (dummy load, experts on the GPU in FP8)")
+           f"through SGLang's {kernel})" if gptq else "from a block-FP8 config (dummy load, experts on the GPU in FP8)")
     return src + (f" and KT's {p['kt_method']} layout for the CPU experts" if p["kt_method"]
                   else ", every expert on the GPU (the plan drops the hybrid mode: no KT)")
 
 
 def compare(res: Path, budget: int) -> dict | None:
-    kit_names = [f"k{budget}", f"k{budget}-gptq"] + ([f"k{budget}-layers", f"k{budget}-layers-defer2",
-                                                      "k16-gptq-layers", "k16-gptq-layers-defer2"] if budget == 16 else [])
+    kit_names = [f"k{budget}", f"k{budget}-gptq", f"k{budget}-gptq-kv32", f"k{budget}-wna16"] + (
+        [f"k{budget}-layers", f"k{budget}-layers-defer2", "k16-gptq-layers", "k16-gptq-layers-defer2",
+         "k16-wna16-defer2"] if budget == 16 else [])
     kits = [p for p in (kit_point(res, n) for n in kit_names) if p and not disturbed(res, p["name"], budget)]
     full = [p for p in kits if all(p["figures"][k] for k in METRICS)]
     kit_best = best(full)
@@ -279,7 +296,8 @@ def compare(res: Path, budget: int) -> dict | None:
                "64 tokens after an 8,192-token prompt; ttft_30k_s: a 30,000-token prompt; "
                "aggregate_4_streams_tok_s: 4 concurrent 512-token prompts, sum of per-stream decode rates. "
                "vramkit: the best configuration measured with every figure (the moe preset as planned for the "
-               "checkpoint, or whole layers on the GPU); llama.cpp: its best per figure over --fit and --n-cpu-moe "
+               "checkpoint, or with a lever: whole layers on the GPU, 2 deferred experts); llama.cpp: its best per "
+               "figure over --fit and --n-cpu-moe "
                "(swept down to the lowest that starts)",
         "engines": {},
         "llamacpp_bench": bench_rows(res, budget),
@@ -598,7 +616,7 @@ def gptq_rows(out_dir: Path) -> list[str]:
             "- At 16 GiB SGLang 0.5.15.post1 cannot pair marlin MoE with KT's per-layer split: the KT wrapper "
             "masks a token's CPU experts to id -1 for the GPU kernel, which the triton FP8 kernel skips and the "
             "marlin kernel reads out of bounds (illegal memory access while the decode CUDA graph is captured). "
-            "The planner refuses that pairing (core/plan/kt_hybrid.py, MARLIN_SPLIT).",
+            "The planner now runs such a split on SGLang's moe_wna16 instead (next section).",
             f"- With whole layers (no split inside a layer) it starts, but decodes {min(whole):.0f}-{max(whole):.0f} "
             f"tok/s against {fmt(fp8_layers)} for the FP8 checkpoint's whole layers (moe-vs-llamacpp/k16-layers), "
             "erratic from one context to the next. The GPTQ MoE kernel takes only the checkpoint's float16 (bfloat16 "
@@ -607,6 +625,58 @@ def gptq_rows(out_dir: Path) -> list[str]:
             "not explained by these runs (the CPU experts, KT's sync and the GPU layers are the same code as the FP8 "
             "runs; kt-kernel keeps its buffers in bfloat16, so every CPU layer converts both ways). Not a lever on "
             "this stack."]
+    return out
+
+
+WNA16_DIR = "moe-vs-llamacpp-wna16"   # 2026-11-27, second session: STEPS="setup llama-16 llama-24 wna16"
+WNA16_POINTS = (
+    ("k16-wna16", "16 GiB: GPTQ-Int4 GPU experts split N per layer as planned (--moe-kernel auto: moe_wna16), "
+                  "AMXINT8 CPU experts on 14 threads"),
+    ("k16-wna16-defer2", "16 GiB: the same + --kt-max-deferred-experts-per-token 2"),
+    ("k24-gptq-kv32", "24 GiB: every expert on the GPU, marlin as planned, 32 KV splits (config/sglang.toml)"),
+    ("k24-wna16", "24 GiB: the same with --moe-kernel wna16 (the kernel lever at 4 streams)"),
+)
+
+
+def wna16_rows(out_dir: Path) -> list[str]:
+    """The moe_wna16 session: the split marlin could not run, beside llama.cpp in the same session."""
+    d = out_dir / WNA16_DIR if (out_dir / WNA16_DIR).is_dir() else RESULTS / WNA16_DIR
+    if not d.is_dir():
+        return []
+    ll = {b: probe_figures(load(d / f"llama-{b}-best.probe.json"))  # type: ignore[arg-type]
+          for b in (16, 24) if (d / f"llama-{b}-best.probe.json").exists()}
+    out = ["", f"## GPTQ experts split per layer on moe_wna16 (2026-11-27, {WNA16_DIR}/)", "",
+           "SGLang's moe_wna16 method runs the same GPTQ-Int4 files on the triton MoE kernel, which skips the KT "
+           "wrapper's masked CPU experts (filter_expert) where marlin reads them out of bounds; linear layers stay on "
+           "marlin. The planner picks it for a split GPTQ/AWQ layer (`--moe-kernel auto`) and lays the experts out as "
+           "moe_wna16.py does (no repack). llama.cpp in the same host session: "
+           + "; ".join(f"{b} GiB --n-cpu-moe {(d / f'llama-{b}-best-ncmoe.txt').read_text().strip()} decoded "
+                       f"{fmt(f['decode_tok_s'])} / {fmt(f['decode_tok_s_8k'])} tok/s (d0 / 8K), 4 streams "
+                       f"{fmt(f['aggregate_4_streams_tok_s'])}" for b, f in ll.items()) + ".", "",
+           "| point | decode d0 tok/s | decode 8K tok/s | TTFT 30K s | 4 streams tok/s | GPU experts / layer | "
+           "peak GPU (measured / planned) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, label in WNA16_POINTS:
+        p = kit_point(d, name)
+        if p is None:
+            out.append(f"| {label} | did not start or not run | | | | | |")
+            continue
+        f = p["figures"]
+        up = (d / f"{name}.up.txt").read_text(errors="replace")
+        planned = re.search(r"peak GPU memory\s*\S\s*([\d.]+) GiB", up)
+        peak = p["peak_vram_bytes"]
+        out.append(f"| {label} | {fmt(f['decode_tok_s'])} | {fmt(f['decode_tok_s_8k'])} | {fmt(f['ttft_30k_s'])} | "
+                   f"{fmt(f['aggregate_4_streams_tok_s'])} | {p['planned_gpu_experts_per_layer']} | "
+                   f"{peak / GiB:.2f} / {planned.group(1) if planned else '-'} GiB |")
+    k16, k24, w24 = (kit_point(d, n) for n in ("k16-wna16", "k24-gptq-kv32", "k24-wna16"))
+    if k16 and k24 and w24:
+        out += ["", "What it shows:", "",
+                f"- The split runs: {k16['planned_gpu_experts_per_layer']} of 128 int4 experts per layer on the GPU "
+                f"(FP8: 43), {fmt(k16['figures']['decode_tok_s'])} tok/s at depth 0, the kit's fastest 16 GiB point "
+                "without deferred experts; the whole-layers GPTQ runs on marlin decoded 11-27 (previous section).",
+                f"- At 24 GiB marlin stays: moe_wna16 decoded {fmt(w24['figures']['decode_tok_s'])} tok/s against "
+                f"{fmt(k24['figures']['decode_tok_s'])} and {fmt(w24['figures']['aggregate_4_streams_tok_s'])} at 4 "
+                f"streams against {fmt(k24['figures']['aggregate_4_streams_tok_s'])}, so the planner picks it only "
+                "where a layer is split."]
     return out
 
 
@@ -640,7 +710,7 @@ def levers(res: Path, out_dir: Path | None = None) -> str:
         else:
             out.append(f"| {label} | not run: the device time allotted to this work was spent | | | | |")
     od = out_dir or ROOT / "benchmarks" / "results" / "gpu"
-    return "\n".join(out + closing(res) + method_rows(res, od) + gptq_rows(od)) + "\n"
+    return "\n".join(out + closing(res) + method_rows(res, od) + gptq_rows(od) + wna16_rows(od)) + "\n"
 
 
 GiB = 2**30
@@ -726,9 +796,6 @@ def report(res: Path, out_dir: Path, budgets_: tuple[int, ...] = (16, 24), evd_n
         except ImportError:
             pass
         written += [stem.with_suffix(".json"), stem.with_suffix(".md")]
-    if with_levers:
-        (out_dir / "moe-vs-llamacpp-levers.md").write_text(levers(res, out_dir))
-        written.append(out_dir / "moe-vs-llamacpp-levers.md")
     # the points' own files beside the comparison: probes, point JSONs, llama-bench, evidence
     if (res / "logs" / "site.txt").exists():
         shutil.copy(res / "logs" / "site.txt", evd / "site.txt")
@@ -738,7 +805,15 @@ def report(res: Path, out_dir: Path, budgets_: tuple[int, ...] = (16, 24), evd_n
             if p.name.endswith(".evidence.txt"):
                 retrim(evd / p.name)
                 add_plan_lines(evd / p.name, res / p.name.replace(".evidence.txt", ".up.txt"))
+    if with_levers:     # the levers file stands on the first session's points, whichever session a card comes from
+        first = out_dir / LEVERS_DIR if (out_dir / LEVERS_DIR / "k16.json").exists() else RESULTS / LEVERS_DIR
+        (out_dir / "moe-vs-llamacpp-levers.md").write_text(levers(first, out_dir))
+        written.append(out_dir / "moe-vs-llamacpp-levers.md")
     return written
+
+
+RESULTS = ROOT / "benchmarks" / "results" / "gpu"
+LEVERS_DIR = "moe-vs-llamacpp"     # 2026-11-24: the preset and each lever at 16 GiB, beside llama.cpp
 
 
 def untar(res: Path) -> Path:

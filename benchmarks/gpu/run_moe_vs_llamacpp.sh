@@ -43,7 +43,7 @@
 # LLAMAFILE_Q8_0 on the avx2 build forced and on the amx build (issue 18 item 4): STAGE=.stage-thr
 # STEPS="setup llamafile llamafile24" (staging: kt/, whl/gguf-0.19.0, ballast.py).
 # moe_wna16, the GPTQ split (2026-11-27, second session; moe-vs-llamacpp-wna16/): STAGE=.stage-w16 STEPS="setup llama-16
-# llama-24 wna16", one machine: staging as .stage-thr but kt/ holds the wheel with only its amx extension (1.6 MB: the
+# llama-24 wna16", one machine, 1,073 s: staging as .stage-thr but kt/ holds the wheel with only its amx extension (1.6 MB: the
 # 64 MiB carry), and .gpu/tvm-ffi-cache.tar.xz the marlin JIT cache.
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.

@@ -144,6 +144,7 @@ def test_a_card_that_holds_every_expert_gets_no_hybrid_mode():
     # ... which SGLang's marlin MoE kernel cannot run (moe-vs-llamacpp-gptq/k16-gptq.evidence.txt): the split
     # layers run on moe_wna16's triton kernel, which skips the CPU experts' masked ids
     assert p16.fits and p16.knobs.moe_kernel == "wna16"
+    assert any("moe_wna16" in n and "marlin MoE cannot run" in n for n in p16.notes)
     args = sglang_args(model, p16, model_path="m", port=1)
     assert args[args.index("--quantization") + 1] == "moe_wna16"
     marlin = plan(model, t("rtx-5060-ti-16gb"), replace(k, moe_kernel="marlin"), catalog.engine(),

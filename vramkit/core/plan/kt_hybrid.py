@@ -282,6 +282,16 @@ def moe_kernel(model: ModelSpec, asked: str, num_gpu_experts: int | None) -> tup
     return replace(model, quantization=replace(q, moe_kernel=kernel)), kernel
 
 
+def wna16_note(model: ModelSpec, *, asked: bool) -> str:
+    """The plan's line for experts on moe_wna16: why, and what it costs where nothing forces it."""
+    q = model.quantization
+    why = ("asked (--moe-kernel wna16); on a card that holds every expert marlin decoded faster (24 GiB, H100 "
+           "host: 229.7 against 169.2 tok/s, benchmarks/results/gpu/moe-vs-llamacpp-levers.md)" if asked else
+           "the hybrid mode splits each layer's experts, which SGLang's marlin MoE cannot run (measured)")
+    return (f"{q.method.upper() if q else ''} experts on SGLang's moe_wna16 (--quantization moe_wna16: the same int4 "
+            f"files on the triton MoE kernel; linear layers stay on marlin): {why}")
+
+
 def split_problem(model: ModelSpec, num_gpu_experts: int) -> str | None:
     """Why SGLang cannot split this checkpoint's experts N per layer on the kernel planned (None: it can)."""
     q, moe = model.quantization, model.moe

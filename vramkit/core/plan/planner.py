@@ -324,6 +324,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
             n_gpu_experts = None
     # the GPU kernel of GPTQ/AWQ experts (it sets their layout): moe_wna16 where a layer is split, as SGLang needs
     model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel or "auto", n_gpu_experts)
+    if moe_kernel == "wna16":
+        notes.append(kt.wna16_note(model, asked=knobs.moe_kernel == "wna16"))
     comps = weight_components(model, tp, mxfp4, gpu_experts=n_gpu_experts)
     layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=n_gpu_experts)
     layer_sizes = layout.layer_bytes
