@@ -126,6 +126,10 @@ def test_the_hybrid_plan_is_built_without_launch():
     assert json.loads(out.stdout) == []
 
 
+def fp8_plan_notes(k: Knobs, t) -> tuple[str, ...]:
+    return plan(catalog.model(FP8_MODEL), t("rtx-5060-ti-16gb"), k, catalog.engine(), with_alternatives=False).notes
+
+
 def test_a_card_that_holds_every_expert_gets_no_hybrid_mode():
     """GPTQ-Int4 experts (14 GiB) fit a 24 GB card beside the pool: the moe preset's --kt-method is dropped there
     (kt-kernel would hold every expert in host RAM and SGLang would wait on the CPU once per layer for none);
@@ -145,6 +149,9 @@ def test_a_card_that_holds_every_expert_gets_no_hybrid_mode():
     # layers run on moe_wna16's triton kernel, which skips the CPU experts' masked ids
     assert p16.fits and p16.knobs.moe_kernel == "wna16"
     assert any("moe_wna16" in n and "marlin MoE cannot run" in n for n in p16.notes)
+    # its AMXINT8 CPU experts are converted from int4, not from the FP8 the accuracy table measured: said so
+    assert any("AMXINT8 is lossy" in n and "this checkpoint is gptq_int4" in n for n in p16.notes)
+    assert not any("this checkpoint is" in n for n in fp8_plan_notes(k, t))
     args = sglang_args(model, p16, model_path="m", port=1)
     assert args[args.index("--quantization") + 1] == "moe_wna16"
     marlin = plan(model, t("rtx-5060-ti-16gb"), replace(k, moe_kernel="marlin"), catalog.engine(),

@@ -138,15 +138,17 @@ def chunk_problem(method: str, chunk: int | None) -> str | None:
 METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "LLAMAFILE_Q8_0", "AMXINT8", "AMXINT4")
 
 
-def lossy_note(method: str) -> str:
-    """What a plan says about a method that changes the checkpoint's values ("" for one that reads them as is)."""
+def lossy_note(method: str, source: str = "fp8") -> str:
+    """What a plan says about a method that changes the checkpoint's values ("" for one that reads them as is);
+    `source`: the checkpoint's format (checkpoint_format), which the measured figures may not be of."""
     m = KT_METHODS[method]
     if not m.lossy:
         return ""
     exact = ", ".join(x.name for x in KT_METHODS.values() if not x.lossy)
+    other = "" if source == "fp8" else f"; this checkpoint is {source}, from which the conversion was not measured"
     size = (f": converted from the FP8 checkpoint, {m.measured_from_fp8[0]:.1%} MoE-layer output error and "
             f"{m.measured_from_fp8[1]:.1%} top-1 agreement against FP8 read as is at {FP8_MEASURED[0]:.1%} / "
-            f"{FP8_MEASURED[1]:.1%} (random-weight proxy, {ACCURACY_TABLE})" if m.measured_from_fp8 else
+            f"{FP8_MEASURED[1]:.1%} (random-weight proxy, {ACCURACY_TABLE}{other})" if m.measured_from_fp8 else
             f" ({m.accuracy}; {m.accuracy_table})" if m.accuracy else
             f" (a MoE layer's output error measured in {ACCURACY_TABLE})")
     return (f"{method} is lossy: {m.layout}, not the checkpoint's values{size}; the methods that read a "

@@ -609,7 +609,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     if method is not None and method != asked:
         notes.append(why)
     if hp.lossy:
-        notes.append(kt.lossy_note(planned))
+        notes.append(kt.lossy_note(planned, kt.checkpoint_format(model)))
     if target.host_ram_available_bytes is not None and hp.host_ram_bytes > target.host_ram_available_bytes:
         reasons.append(Reason("host_ram", f"host RAM: kt-kernel holds all {moe.num_experts} experts of each MoE layer "
                               f"({bytes2human(experts_host)} as {planned}) + {bytes2human(k.sglang_host_bytes)} for "
