@@ -52,12 +52,15 @@ class Point:
                                      # not the RSS at the end of the probe
     free_gib: float | None = None   # "Load weight begin. avail mem" when the point JSON lacks it
     note: str = ""
+    gpu_checkpoint: str = "fp8"  # the checkpoint's config the GPU side ran: "fp8", or "gptq" (Qwen's GPTQ-Int4
+                                 # quantization_config on the same shape, as run_moe_vs_llamacpp.sh writes it)
 
 
 ANCHOR_SWEEP = "host bandwidth: the anchor session's sweep (same host type), not re-measured"
 M = "moe/"
 T = "kt-threads/"
 L = "kt-llamafile/"
+W = "moe-vs-llamacpp-wna16/"
 POINTS = (
     # 2026-11-23, kt-kernel 0.5.1, 16 GB emulated, 14 threads (benchmarks/gpu/run_moe.sh kit)
     Point("int4-amx-16g", "fit", M + "moe-16g-int4-amx.json", M + "moe-16g-int4-amx.probe.json",
@@ -109,6 +112,12 @@ POINTS = (
     Point("q8-avx2-24g", "held-out", L + "s1/k24-q8-avx2.json", L + "s1/k24-q8-avx2.probe.json", "anchor/membw.json",
           {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
           note=ANCHOR_SWEEP),
+    # 2026-11-27 (run_moe_vs_llamacpp.sh STEPS="setup llama-16 llama-24 wna16"): GPTQ-Int4 GPU experts split per
+    # layer on SGLang's moe_wna16, 88 of 128, AMXINT8 CPU experts; its 2-deferred-experts twin is not scored (the
+    # estimate does not model deferral); no sweep: the anchor session's
+    Point("int8-amx-16g-gptq", "held-out", W + "k16-wna16.json", W + "k16-wna16.probe.json",
+          W + "membw-anchor.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP,
+          gpu_checkpoint="gptq"),
     Point("q8-avx2-16g-b", "held-out", L + "s2/k16-q8-avx2-full.json", L + "s2/k16-q8-avx2-full.probe.json",
           "anchor/membw.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
           note=ANCHOR_SWEEP),
@@ -149,8 +158,21 @@ def plan_for(p: Point) -> tuple[Plan, dict | None]:
     run = load(p.point) if p.point else None
     free_gib = run["log_figures_gib"]["load_begin_avail"] if run else p.free_gib
     knobs = Knobs(**(catalog.presets()["moe"].knobs | run_knobs(run, p)))
-    return plan(catalog.model("qwen3-coder-30b-a3b-instruct-fp8"), target_for(p, int(free_gib * GiB)), knobs,
-                catalog.engine(), with_alternatives=False), run
+    return plan(model_for(p), target_for(p, int(free_gib * GiB)), knobs, catalog.engine(),
+                with_alternatives=False), run
+
+
+def model_for(p: Point):
+    """The model the run served: the catalogued FP8 coder, or its shape with Qwen's GPTQ-Int4 quantization_config
+    (the driver's /tmp/ck/gptqcfg, built the same way from the same two committed configs)."""
+    fp8 = catalog.model("qwen3-coder-30b-a3b-instruct-fp8")
+    if p.gpu_checkpoint == "fp8":
+        return fp8
+    from vramkit.hf_config import parse_config
+    cfg = json.loads((ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json").read_text())
+    q = json.loads((ROOT / "config/models/qwen3-30b-a3b-gptq-int4/config.json").read_text())
+    cfg["quantization_config"], cfg["torch_dtype"] = q["quantization_config"], q["torch_dtype"]
+    return parse_config(cfg, name="gptqcfg")
 
 
 def measurements(p: Point) -> list[dict]:

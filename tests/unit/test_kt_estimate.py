@@ -51,6 +51,10 @@ KNOWN_MISSES = {
     "int8-amx-16g-t6": _INT8,
     "int8-amx-24g-t6": _INT8,
     "int8-amx-24g-t14": _INT8,
+    # GPTQ-Int4 GPU experts split on moe_wna16 (88 per layer) + AMXINT8: the first decode after start (41.8 tok/s,
+    # within 1 % of the estimate) is slower than the later ones after 8K and 30K (60.9, 49.5: 1.6-1.75x), so it is
+    # flagged and those two miss: the same direction as every AMXINT8 miss above
+    "int8-amx-16g-gptq": _INT8,
     # LLAMAFILE_Q8_0 (kt-kernel's llamafile backend): every decode after a 512-token prompt and the 24 GiB one after
     # 8K are within 5 %; right after an 8K prompt at 16 GiB (85 CPU experts per layer) three runs decoded 0.68-0.78x
     # the estimate, the same on the avx2 and amx builds. Not explained by the bytes read (the 24 GiB run reads 61 %
@@ -107,7 +111,7 @@ def test_memory_within_the_bars_on_every_run():
 
 def test_flagged_measurements_are_few_and_each_slower_than_its_own_longer_context():
     flagged = [m for m in result()["measurements"] if m["inconsistent"]]
-    assert len(flagged) <= 1
+    assert len(flagged) <= 2 and all(m["context"] < 1024 for m in flagged)   # only ever a first decode after start
     for m in flagged:
         longer = [q["tok_s"] for q in result()["measurements"] if q["point"] == m["point"] and q["context"] > m["context"]]
         assert m["tok_s"] < 0.9 * max(longer)
