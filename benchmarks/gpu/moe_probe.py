@@ -99,6 +99,8 @@ def main() -> int:
     ap.add_argument("--api", choices=("sglang", "llamacpp"), default="sglang")
     ap.add_argument("--label", default="")
     ap.add_argument("--deadline", type=float, default=200, help="skip a TTFT point the last prefill rate says exceeds this")
+    ap.add_argument("--again", action="store_true", help="after the TTFT points, the single-stream decode once more "
+                    "(same prompt length, new tokens): does the server decode faster minutes after start?")
     a = ap.parse_args()
     global API
     API = a.api
@@ -123,6 +125,11 @@ def main() -> int:
             rate = n / r["ttft_s"]
         res["ttft"].append(r)
         print(f"ttft {n}: {r['ttft_s']} ok={r['ok']} {r['error'] or ''}", flush=True)
+        a.out.write_text(json.dumps(res, indent=1))
+    if a.again:
+        r = one(a.url, ids(512, 3000), a.new_tokens)
+        res["decode_again"] = {"streams": 1, "per_stream_tok_s": r["decode_tok_s"], "requests": [r]}
+        print(f"decode again, streams=1: {r['decode_tok_s']}", flush=True)
         a.out.write_text(json.dumps(res, indent=1))
     return 0
 
