@@ -99,6 +99,8 @@ def main() -> int:
     ap.add_argument("--api", choices=("sglang", "llamacpp"), default="sglang")
     ap.add_argument("--label", default="")
     ap.add_argument("--deadline", type=float, default=200, help="skip a TTFT point the last prefill rate says exceeds this")
+    ap.add_argument("--gen-sweep", default="", help="single-stream decodes after a 512-token prompt generating each "
+                    "of these token counts (e.g. 32,64,128,256): does the rate depend on how long a request runs?")
     ap.add_argument("--again", action="store_true", help="after the TTFT points, the single-stream decode once more "
                     "(same prompt length, new tokens): does the server decode faster minutes after start?")
     a = ap.parse_args()
@@ -125,6 +127,11 @@ def main() -> int:
             rate = n / r["ttft_s"]
         res["ttft"].append(r)
         print(f"ttft {n}: {r['ttft_s']} ok={r['ok']} {r['error'] or ''}", flush=True)
+        a.out.write_text(json.dumps(res, indent=1))
+    for k, n in enumerate(int(x) for x in a.gen_sweep.split(",") if x):
+        r = one(a.url, ids(512, 4000 + k), n)
+        res.setdefault("gen_sweep", []).append(r)
+        print(f"gen sweep {n} tokens: {r['decode_tok_s']}", flush=True)
         a.out.write_text(json.dumps(res, indent=1))
     if a.again:
         r = one(a.url, ids(512, 3000), a.new_tokens)

@@ -88,8 +88,8 @@ command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 need_llama=; { has llama-16 || has llama-24; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again; } && need_int8=1
-need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again; } && need_gptq=1
+  || has wna16 || has again || has gensweep; } && need_int8=1
+need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -296,6 +296,12 @@ if has again; then  # k16-wna16 decoded 41.8 tok/s after 512 tokens right after 
   # 30K minutes later (more context only adds work): the same point with the 512-token decode repeated at the end
   ballast 16
   kit k16-wna16-again 16 "$FULL --again" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+fi
+if has gensweep; then  # that run: 45.5 / 44.6 tok/s over 128 tokens, 64.1 over the 64 after a 512-token prompt (llama.cpp:
+  # 93.0 / 91.2): the decode rate against the number of tokens a request generates, 32 to 256
+  ballast 16
+  kit k16-wna16-gen 16 "--streams '' --ttft '' --gen-sweep 32,64,96,128,192,256,64" -- $KITG --kt-method AMXINT8 \
+    --kt-weight-path $KT8
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16
