@@ -677,6 +677,32 @@ def wna16_rows(out_dir: Path) -> list[str]:
                 f"{fmt(k24['figures']['decode_tok_s'])} and {fmt(w24['figures']['aggregate_4_streams_tok_s'])} at 4 "
                 f"streams against {fmt(k24['figures']['aggregate_4_streams_tok_s'])}, so the planner picks it only "
                 "where a layer is split."]
+    diag = d if (d / "again").is_dir() else RESULTS / WNA16_DIR   # later machines' points, committed beside it
+    again, gen = load(diag / "again" / "k16-wna16-again.probe.json"), load(diag / "gensweep" / "k16-wna16-gen.probe.json")
+    if isinstance(again, dict) and isinstance(gen, dict) and k16:
+        a = probe_figures(again)
+        t512 = [r["decode_tok_s"] for r in again["ttft"] if r.get("prompt_tokens") == 512]
+        sweep = [(r["completion_tokens"], r["decode_tok_s"]) for r in gen["gen_sweep"] if r.get("decode_tok_s")]
+        first = probe_figures(load(d / "k16-wna16.probe.json"))  # type: ignore[arg-type]
+        rates = [v for _, v in sweep]
+        ll = load(d / "llama-16-best.probe.json")
+        ll512 = [r["decode_tok_s"] for r in ll["ttft"] if r.get("prompt_tokens") == 512] if isinstance(ll, dict) else []
+        llf = probe_figures(ll) if isinstance(ll, dict) else {}
+        out += [
+            f"- Request to request, this point's single-stream decode varies by about a fifth. In this session "
+            f"k16-wna16 decoded {fmt(first['decode_tok_s'])} tok/s over 128 tokens after start and "
+            f"{fmt(first['decode_tok_s_8k'])} over 64 after an 8K prompt (more context only adds work). Two later "
+            "machines, the same point (again/, gensweep/):",
+            f"  - again/: {fmt(a['decode_tok_s'])} over 128 tokens after start, "
+            f"{fmt(t512[0] if t512 else None)} over 64 after the TTFT 512 prompt, "
+            f"{fmt(again['decode_again']['per_stream_tok_s'])} over 128 at the end: not a slow start;",
+            "  - gensweep/: requests of " + ", ".join(f"{n}" for n, _ in sweep) + " tokens after a 512-token prompt, "
+            "one after another: " + ", ".join(fmt(v) for v in rates) + f" tok/s ({min(rates):.1f}-{max(rates):.1f}, "
+            "the two 64-token ones included): no trend with the length generated.",
+            "  - So one decode measurement of the hybrid mode carries about +-20 % by itself (llama.cpp at --n-cpu-moe "
+            f"11 in this session: {fmt(llf.get('decode_tok_s'))} and {fmt(ll512[0] if ll512 else None)} tok/s over 128 "
+            "and 64 tokens after a 512-token prompt), part of what the AMXINT8 rows of kt-estimate.md miss by; the "
+            "comparison tables take one request per figure for both engines."]
     return out
 
 
