@@ -676,7 +676,10 @@ def wna16_rows(out_dir: Path) -> list[str]:
                 f"- At 24 GiB marlin stays: moe_wna16 decoded {fmt(w24['figures']['decode_tok_s'])} tok/s against "
                 f"{fmt(k24['figures']['decode_tok_s'])} and {fmt(w24['figures']['aggregate_4_streams_tok_s'])} at 4 "
                 f"streams against {fmt(k24['figures']['aggregate_4_streams_tok_s'])}, so the planner picks it only "
-                "where a layer is split."]
+                "where a layer is split.",
+                four_stream_bound(k24, max((probe_figures(x)["aggregate_4_streams_tok_s"] or 0  # type: ignore[arg-type]
+                                            for x in (load(d / "llama-24-fit.probe.json"),
+                                                      load(d / "llama-24-best.probe.json")) if x), default=None))]
     diag = d if (d / "again").is_dir() else RESULTS / WNA16_DIR   # later machines' points, committed beside it
     again, gen = load(diag / "again" / "k16-wna16-again.probe.json"), load(diag / "gensweep" / "k16-wna16-gen.probe.json")
     if isinstance(again, dict) and isinstance(gen, dict) and k16:
@@ -704,6 +707,28 @@ def wna16_rows(out_dir: Path) -> list[str]:
             "and 64 tokens after a 512-token prompt), part of what the AMXINT8 rows of kt-estimate.md miss by; the "
             "comparison tables take one request per figure for both engines."]
     return out
+
+
+def four_stream_bound(k24: dict, ll24: float | None) -> str:
+    """Derived, not measured: the most 4 streams can decode with every int4 expert on the card, from the measured
+    batch-1 step and the expert bytes a batch of 4 adds (4 tokens route to ~29 distinct experts a layer, 1 to 8),
+    read at the card's full memory bandwidth (config/gpus.toml); against the 2x goal over llama-server."""
+    from vramkit import catalog
+    from vramkit.core.model.arch import expected_distinct_experts
+    bw = catalog.gpu("h100-80gb").bandwidth_bytes_s
+    step1 = 1 / k24["figures"]["decode_tok_s"]
+    extra = (expected_distinct_experts(EXPERTS, 8, 4) - 8) * 48 * GPTQ4_EXPERT
+    step4 = step1 + extra / bw
+    goal = 2 * ll24 if ll24 else None
+    need = 4 / goal - extra / bw if goal else None
+    return (f"- 4 streams at 24 GiB (derived from the measured batch-1 step, not measured): 4 tokens touch "
+            f"~{expected_distinct_experts(EXPERTS, 8, 4):.0f} distinct experts a layer against 8, "
+            f"{extra / 1e9:.2f} GB more int4 expert reads a step, {extra / bw * 1e3:.2f} ms at the card's full "
+            f"{bw / 1e12:.2f} TB/s (routing uniform, as random weights route; a real router's skew reads fewer); on the measured {step1 * 1e3:.2f} ms batch-1 step that caps 4 streams at "
+            f"~{4 / step4:.0f} tok/s (measured {fmt(k24['figures']['aggregate_4_streams_tok_s'])})"
+            + (f", short of the goal's {goal:.0f} (2x llama-server's best, {fmt(ll24)}): "
+               f"that needs a batch-1 step of {need * 1e3:.2f} ms or less, {1 - need / step1:.0%} under today's, "
+               "before any batching loss" if goal else "") + ".")
 
 
 def levers(res: Path, out_dir: Path | None = None) -> str:
