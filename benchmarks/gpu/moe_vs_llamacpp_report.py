@@ -23,6 +23,12 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "gpu"
+
+
+def session_dir(out_dir: Path, name: str) -> Path:
+    """A host session's points: OUT/NAME where a report is writing them, else the committed folder."""
+    return out_dir / name if (out_dir / name).is_dir() else RESULTS / name
 SGLANG_LINES = re.compile(
     r"Load weight (begin|end)|KV Cache is allocated|max_total_num_tokens|Memory pool end|Capture cuda graph (begin|end)"
     r"|avail mem|kt_|KTMoE|[Kk][Tt]ransformers|CPUInfer|cpuinfer|gpu_experts|num_gpu_experts|thread|numa|NUMA"
@@ -490,10 +496,10 @@ def preset_method() -> str:
 def method_rows(base: Path, out_dir: Path) -> list[str]:
     """The CPU-expert method at 16 GiB: FP8 (its committed point), AMXINT4 (this file's preset row) and the AMXINT8
     session's points, each with the figures the preset's default is chosen on."""
-    d = out_dir / INT8_DIR if (out_dir / INT8_DIR).is_dir() else ROOT / "benchmarks" / "results" / "gpu" / INT8_DIR
+    d = session_dir(out_dir, INT8_DIR)
     if not d.is_dir():
         return []
-    res_gpu = ROOT / "benchmarks" / "results" / "gpu"
+    res_gpu = RESULTS
     fp8 = {"name": FP8_REF, "figures": probe_figures(load(res_gpu / f"{FP8_REF}.probe.json")),   # type: ignore[arg-type]
            "planned_gpu_experts_per_layer": (load(res_gpu / "moe" / "plan-moe-fp8.json") or {}).get("hybrid", {})
            .get("num_gpu_experts"), **{k: (load(res_gpu / f"{FP8_REF}.json") or {}).get(k) for k in  # type: ignore[union-attr]
@@ -569,7 +575,7 @@ GPTQ_POINTS = (
 
 def gptq_rows(out_dir: Path) -> list[str]:
     """The int4 GPU-experts lever's points, each as measured or why it did not run (its error line)."""
-    d = out_dir / GPTQ_DIR if (out_dir / GPTQ_DIR).is_dir() else ROOT / "benchmarks" / "results" / "gpu" / GPTQ_DIR
+    d = session_dir(out_dir, GPTQ_DIR)
     if not d.is_dir():
         return []
     out = ["", "## int4 GPU experts: a GPTQ-Int4 checkpoint (2026-11-27, moe-vs-llamacpp-gptq/)", "",
@@ -640,11 +646,11 @@ WNA16_POINTS = (
 
 def wna16_rows(out_dir: Path) -> list[str]:
     """The moe_wna16 session: the split marlin could not run, beside llama.cpp in the same session."""
-    d = out_dir / WNA16_DIR if (out_dir / WNA16_DIR).is_dir() else RESULTS / WNA16_DIR
+    d = session_dir(out_dir, WNA16_DIR)
     if not d.is_dir():
         return []
-    ll = {b: probe_figures(load(d / f"llama-{b}-best.probe.json"))  # type: ignore[arg-type]
-          for b in (16, 24) if (d / f"llama-{b}-best.probe.json").exists()}
+    probes = {b: load(d / f"llama-{b}-best.probe.json") for b in (16, 24)}
+    ll = {b: probe_figures(pr) for b, pr in probes.items() if isinstance(pr, dict)}
     out = ["", f"## GPTQ experts split per layer on moe_wna16 (2026-11-27, {WNA16_DIR}/)", "",
            "SGLang's moe_wna16 method runs the same GPTQ-Int4 files on the triton MoE kernel, which skips the KT "
            "wrapper's masked CPU experts (filter_expert) where marlin reads them out of bounds; linear layers stay on "
@@ -677,20 +683,19 @@ def wna16_rows(out_dir: Path) -> list[str]:
                 f"{fmt(k24['figures']['decode_tok_s'])} and {fmt(w24['figures']['aggregate_4_streams_tok_s'])} at 4 "
                 f"streams against {fmt(k24['figures']['aggregate_4_streams_tok_s'])}, so the planner picks it only "
                 "where a layer is split.",
-                four_stream_bound(k24, max((probe_figures(x)["aggregate_4_streams_tok_s"] or 0  # type: ignore[arg-type]
-                                            for x in (load(d / "llama-24-fit.probe.json"),
-                                                      load(d / "llama-24-best.probe.json")) if x), default=None))]
+                four_stream_bound(k24, max((f["aggregate_4_streams_tok_s"] or 0 for f in (
+                    probe_figures(load(d / "llama-24-fit.probe.json")), ll.get(24)) if f), default=None))]  # type: ignore[arg-type]
     diag = d if (d / "again").is_dir() else RESULTS / WNA16_DIR   # later machines' points, committed beside it
+    l16 = probes[16]
     again, gen = load(diag / "again" / "k16-wna16-again.probe.json"), load(diag / "gensweep" / "k16-wna16-gen.probe.json")
     if isinstance(again, dict) and isinstance(gen, dict) and k16:
         a = probe_figures(again)
         t512 = [r["decode_tok_s"] for r in again["ttft"] if r.get("prompt_tokens") == 512]
         sweep = [(r["completion_tokens"], r["decode_tok_s"]) for r in gen["gen_sweep"] if r.get("decode_tok_s")]
-        first = probe_figures(load(d / "k16-wna16.probe.json"))  # type: ignore[arg-type]
+        first = k16["figures"]
         rates = [v for _, v in sweep]
-        ll = load(d / "llama-16-best.probe.json")
-        ll512 = [r["decode_tok_s"] for r in ll["ttft"] if r.get("prompt_tokens") == 512] if isinstance(ll, dict) else []
-        llf = probe_figures(ll) if isinstance(ll, dict) else {}
+        ll512 = [r["decode_tok_s"] for r in l16["ttft"] if r.get("prompt_tokens") == 512] if isinstance(l16, dict) else []
+        llf = ll.get(16, {})
         out += [
             f"- Request to request, this point's single-stream decode varies by about a fifth. In this session "
             f"k16-wna16 decoded {fmt(first['decode_tok_s'])} tok/s over 128 tokens after start and "
@@ -717,12 +722,13 @@ def four_stream_bound(k24: dict, ll24: float | None) -> str:
     from vramkit.core.model.arch import expected_distinct_experts
     bw = catalog.gpu("h100-80gb").bandwidth_bytes_s
     step1 = 1 / k24["figures"]["decode_tok_s"]
-    extra = (expected_distinct_experts(EXPERTS, 8, 4) - 8) * 48 * GPTQ4_EXPERT
+    distinct = expected_distinct_experts(EXPERTS, 8, 4)
+    extra = (distinct - 8) * 48 * GPTQ4_EXPERT
     step4 = step1 + extra / bw
     goal = 2 * ll24 if ll24 else None
     need = 4 / goal - extra / bw if goal else None
     return (f"- 4 streams at 24 GiB (derived from the measured batch-1 step, not measured): 4 tokens touch "
-            f"~{expected_distinct_experts(EXPERTS, 8, 4):.0f} distinct experts a layer against 8, "
+            f"~{distinct:.0f} distinct experts a layer against 8, "
             f"{extra / 1e9:.2f} GB more int4 expert reads a step, {extra / bw * 1e3:.2f} ms at the card's full "
             f"{bw / 1e12:.2f} TB/s (routing uniform, as random weights route; a real router's skew reads fewer); on the measured {step1 * 1e3:.2f} ms batch-1 step that caps 4 streams at "
             f"~{4 / step4:.0f} tok/s (measured {fmt(k24['figures']['aggregate_4_streams_tok_s'])})"
@@ -760,7 +766,7 @@ def levers(res: Path, out_dir: Path | None = None) -> str:
             out.append(row(label, p["figures"], ref))
         else:
             out.append(f"| {label} | not run: the device time allotted to this work was spent | | | | |")
-    od = out_dir or ROOT / "benchmarks" / "results" / "gpu"
+    od = out_dir or RESULTS
     return "\n".join(out + closing(res) + method_rows(res, od) + gptq_rows(od) + wna16_rows(od)) + "\n"
 
 
@@ -863,7 +869,6 @@ def report(res: Path, out_dir: Path, budgets_: tuple[int, ...] = (16, 24), evd_n
     return written
 
 
-RESULTS = ROOT / "benchmarks" / "results" / "gpu"
 LEVERS_DIR = "moe-vs-llamacpp"     # 2026-11-24: the preset and each lever at 16 GiB, beside llama.cpp
 
 
@@ -904,7 +909,7 @@ def main(argv: list[str]) -> int:
         for p in evidence(res):
             print(p)
         return 0
-    out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else ROOT / "benchmarks" / "results" / "gpu"
+    out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else RESULTS
     if argv[0] == "report":     # --budgets 24 --evidence DIR --no-levers: a later run beside the first one's files
         bud = tuple(int(x) for x in argv[argv.index("--budgets") + 1].split(",")) if "--budgets" in argv else (16, 24)
         evd = argv[argv.index("--evidence") + 1] if "--evidence" in argv else "moe-vs-llamacpp"
