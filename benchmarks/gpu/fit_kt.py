@@ -162,17 +162,21 @@ def plan_for(p: Point) -> tuple[Plan, dict | None]:
                 with_alternatives=False), run
 
 
-def model_for(p: Point):
-    """The model the run served: the catalogued FP8 coder, or its shape with Qwen's GPTQ-Int4 quantization_config
-    (the driver's /tmp/ck/gptqcfg, built the same way from the same two committed configs)."""
-    fp8 = catalog.model("qwen3-coder-30b-a3b-instruct-fp8")
-    if p.gpu_checkpoint == "fp8":
-        return fp8
-    from vramkit.hf_config import parse_config
+def gptq_coder_config() -> dict:
+    """The coder's config.json with Qwen's GPTQ-Int4 quantization_config and dtype (group 128, sym; attention and
+    experts 4-bit): run_moe_vs_llamacpp.sh writes it as /tmp/ck/gptqcfg, the GPTQ points' model."""
     cfg = json.loads((ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json").read_text())
     q = json.loads((ROOT / "config/models/qwen3-30b-a3b-gptq-int4/config.json").read_text())
     cfg["quantization_config"], cfg["torch_dtype"] = q["quantization_config"], q["torch_dtype"]
-    return parse_config(cfg, name="gptqcfg")
+    return cfg
+
+
+def model_for(p: Point):
+    """The model the run served: the catalogued FP8 coder, or the GPTQ config above."""
+    if p.gpu_checkpoint == "fp8":
+        return catalog.model("qwen3-coder-30b-a3b-instruct-fp8")
+    from vramkit.hf_config import parse_config
+    return parse_config(gptq_coder_config(), name="gptqcfg")
 
 
 def measurements(p: Point) -> list[dict]:

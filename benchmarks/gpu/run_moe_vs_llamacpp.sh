@@ -133,11 +133,8 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
 GQ=$CK/gptqcfg; KITG="--preset moe --model-path $GQ --load-format dummy"
 [ -n "$need_gptq" ] && mkdir -p $GQ && python3 -c "
-import json
-c = json.load(open('$MODEL_CFG/config.json'))
-q = json.load(open('config/models/qwen3-30b-a3b-gptq-int4/config.json'))
-c['quantization_config'] = q['quantization_config']; c['torch_dtype'] = q['torch_dtype']
-json.dump(c, open('$GQ/config.json', 'w'), indent=2)"
+import json, sys; sys.path.insert(0, 'benchmarks/gpu'); from fit_kt import gptq_coder_config
+json.dump(gptq_coder_config(), open('$GQ/config.json', 'w'), indent=2)"
 cp benchmarks/results/gpu/anchor/membw.json "$RES/membw-anchor.json"
 MEMBW=$RES/membw-anchor.json
 if has threads || has threads24; then  # this session's own sweep, at every thread count the points below run (6 and 14 among them)
