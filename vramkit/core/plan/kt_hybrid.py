@@ -266,10 +266,12 @@ def wna16_problem(model: ModelSpec) -> str | None:
     return None
 
 
-def moe_kernel(model: ModelSpec, asked: str, num_gpu_experts: int | None) -> tuple[ModelSpec, str | None]:
+def moe_kernel(model: ModelSpec, asked: str | None, num_gpu_experts: int | None) -> tuple[ModelSpec, str | None]:
     """(the model with its experts' GPU layout set, the kernel to render: "marlin" / "wna16", None where SGLang
-    has no choice). `num_gpu_experts`: the hybrid mode's N per layer (None: no hybrid mode). auto = moe_wna16 where
-    a layer's experts are split between the GPU and the CPU and it can run them, marlin otherwise."""
+    has no choice). `asked`: the knob (None, as a resolved plan holds it where there was no choice: auto).
+    `num_gpu_experts`: the hybrid mode's N per layer (None: no hybrid mode). auto = moe_wna16 where a layer's
+    experts are split between the GPU and the CPU and it can run them, marlin otherwise."""
+    asked = asked or "auto"
     if asked not in MOE_KERNELS:
         raise VramkitError(f"--moe-kernel {asked!r} is not one of {', '.join(MOE_KERNELS)}",
                            "auto picks the kernel", Exit.BAD_INPUT)
@@ -287,10 +289,11 @@ def moe_kernel(model: ModelSpec, asked: str, num_gpu_experts: int | None) -> tup
 def wna16_note(model: ModelSpec, *, asked: bool) -> str:
     """The plan's line for experts on moe_wna16: why, and what it costs where nothing forces it."""
     q = model.quantization
+    assert q is not None        # moe_kernel() sets wna16 only on a GPTQ/AWQ checkpoint
     why = ("asked (--moe-kernel wna16); on a card that holds every expert marlin decoded faster (24 GiB, H100 "
            "host: 229.7 against 169.2 tok/s, benchmarks/results/gpu/moe-vs-llamacpp-levers.md)" if asked else
            "the hybrid mode splits each layer's experts, which SGLang's marlin MoE cannot run (measured)")
-    return (f"{q.method.upper() if q else ''} experts on SGLang's moe_wna16 (--quantization moe_wna16: the same int4 "
+    return (f"{q.method.upper()} experts on SGLang's moe_wna16 (--quantization moe_wna16: the same int4 "
             f"files on the triton MoE kernel; linear layers stay on marlin): {why}")
 
 

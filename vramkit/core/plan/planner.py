@@ -323,7 +323,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
             knobs = replace(knobs, kt_method=None, kt_cpuinfer="auto")
             n_gpu_experts = None
     # the GPU kernel of GPTQ/AWQ experts (it sets their layout): moe_wna16 where a layer is split, as SGLang needs
-    model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel or "auto", n_gpu_experts)
+    model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel, n_gpu_experts)
     if moe_kernel == "wna16":
         notes.append(kt.wna16_note(model, asked=knobs.moe_kernel == "wna16"))
     comps = weight_components(model, tp, mxfp4, gpu_experts=n_gpu_experts)
@@ -516,7 +516,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     need = knobs.context * max(1, knobs.concurrency)
 
     def kv_tokens(n: int) -> int:
-        priced, _ = kt.moe_kernel(model, knobs.moe_kernel or "auto", n)
+        priced, _ = kt.moe_kernel(model, knobs.moe_kernel, n)
         load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=n))
         weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
