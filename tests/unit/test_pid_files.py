@@ -11,7 +11,7 @@ import sys
 import psutil
 import pytest
 
-from vramkit.adapters.process import record_pid, recorded_process
+from vramkit.adapters.process import record_pid, recorded_process, start_time
 from vramkit.cli import main
 from vramkit.commands.embed import _key_digest
 
@@ -31,7 +31,7 @@ def bystander():
 def test_stop_never_signals_a_process_the_record_does_not_name(record, bystander, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VRAMKIT_STATE_DIR", str(tmp_path / "state"))
     (tmp_path / "state").mkdir()
-    rec = {"pid": bystander.pid, "create_time": psutil.Process(bystander.pid).create_time(),
+    rec = {"pid": bystander.pid, "create_time": start_time(bystander.pid),
            "cmdline": psutil.Process(bystander.pid).cmdline()}
     if record == "bare":
         text = str(bystander.pid)                   # what main wrote before
@@ -56,7 +56,7 @@ def test_the_recorded_process_is_found_and_stopped(bystander, tmp_path, monkeypa
 
 
 def test_up_with_another_key_while_running_says_so(bystander, tmp_path, monkeypatch, capsys):
-    created = psutil.Process(bystander.pid).create_time()
+    created = start_time(bystander.pid)
     record_pid(tmp_path / "embed.pid", bystander.pid, key=_key_digest("old-key", created))
     monkeypatch.setenv("VRAMKIT_EMBED_API_KEY", "new-key")
     assert main(["embed", "up", "--data-dir", str(tmp_path), "--port", "1"]) == 15
@@ -65,3 +65,14 @@ def test_up_with_another_key_while_running_says_so(bystander, tmp_path, monkeypa
     monkeypatch.setenv("VRAMKIT_EMBED_API_KEY", "old-key")
     assert main(["embed", "up", "--data-dir", str(tmp_path), "--port", "1"]) == 0
     assert "already running" in capsys.readouterr().out
+
+
+def test_start_time_is_the_kernels_count_since_boot_and_a_gone_pid_says_so(bystander):
+    # seconds since boot, so a clock update cannot make a running process's record stop matching it
+    since_boot = psutil.Process(bystander.pid).create_time() - psutil.boot_time()
+    assert abs(start_time(bystander.pid) - since_boot) < 0.02
+    assert start_time(bystander.pid) == start_time(bystander.pid)
+    bystander.kill()
+    bystander.wait()
+    with pytest.raises(psutil.NoSuchProcess):
+        start_time(bystander.pid)

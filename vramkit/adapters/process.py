@@ -97,6 +97,19 @@ def stop_one(pid: int, timeout_s: float = 10.0) -> bool:
     return True
 
 
+def start_time(pid: int) -> float:
+    """When `pid` started, in seconds since boot: the kernel's own count (/proc/PID/stat field 22), fixed for
+    the process's life. Not psutil's create_time(), which adds the boot time read from /proc/stat at each call:
+    that moves with clock updates (seen on CI: a running dashboard's record no longer matched and
+    `--background` took it for a stranger's). Raises psutil.NoSuchProcess when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            after_name = fh.read().rsplit(b")", 1)[1].split()     # the name may hold spaces and ')'
+    except OSError:
+        raise psutil.NoSuchProcess(pid) from None
+    return int(after_name[19]) / os.sysconf("SC_CLK_TCK")
+
+
 # --- pid files (issue 20 item 7: `embed down` and `dashboard --stop` signalled whatever process held the pid
 # written there, e.g. `less vramkit/embed/server.py`, because a command line that merely mentioned vramkit
 # counted as ours). A record names the exact process: pid, start time and full command line.
@@ -109,7 +122,7 @@ def record_pid(path: Path, pid: int, **extra: object) -> dict:
     ours, deadline = psutil.Process().cmdline(), time.monotonic() + 10
     while proc.cmdline() == ours and time.monotonic() < deadline:
         time.sleep(0.01)
-    rec = {"pid": pid, "create_time": proc.create_time(), "cmdline": proc.cmdline(), **extra}
+    rec = {"pid": pid, "create_time": start_time(pid), "cmdline": proc.cmdline(), **extra}
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -137,7 +150,7 @@ def recorded_process(path: Path) -> tuple[int | None, dict | None]:
         return None, None
     try:
         proc = psutil.Process(rec["pid"])
-        same = (abs(proc.create_time() - float(rec.get("create_time", -1))) < 0.01
+        same = (abs(start_time(proc.pid) - float(rec.get("create_time", -1))) < 0.01
                 and proc.cmdline() == rec.get("cmdline"))
     except (psutil.Error, TypeError, ValueError):
         return None, rec

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import psutil
 
+from vramkit.adapters.process import start_time
 from vramkit.errors import Exit, VramkitError
 
 PID_FILE = "redis.pid"
@@ -190,7 +191,7 @@ class EmbeddedRedis:
     def _record(self, proc: subprocess.Popen) -> None:
         """pid file: pid, start time and config path, so `embed down` stops exactly this process."""
         try:
-            created = psutil.Process(proc.pid).create_time()
+            created = start_time(proc.pid)
         except psutil.Error:
             created = 0.0
         self.pid_file.write_text(json.dumps({"pid": proc.pid, "create_time": created,
@@ -311,7 +312,7 @@ def stop_recorded(data_dir: str | Path, timeout_s: float = 10.0) -> int | None:
         cmd = proc.cmdline()
         # valkey rewrites its process title ("valkey-server 127.0.0.1:port"), so the config path
         # is not on it: pid + start time identify the process, the name confirms it
-        same = (abs(proc.create_time() - float(rec.get("create_time", 0))) < 0.01
+        same = (abs(start_time(proc.pid) - float(rec.get("create_time", 0))) < 0.01
                 and cmd and ("valkey-server" in cmd[0] or "redis-server" in cmd[0]))
         if not same:
             return None

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vramkit.adapters.process import record_pid, recorded_process, stop_one
+from vramkit.adapters.process import record_pid, recorded_process, start_time, stop_one
 from vramkit.errors import Exit, VramkitError
 
 PID_FILE = "embed.pid"
@@ -129,7 +129,6 @@ def run_up(args) -> int:
     if _health(url) is not None:
         raise VramkitError(f"something already answers {url}/health but it is not ours",
                            "stop it or pick another --port", Exit.PORT_BUSY)
-    import psutil
 
     cmd = [sys.executable, "-m", "vramkit.commands.embed", "serve", "--data-dir", str(data_dir),
            "--log-file", str(log_file)]
@@ -152,7 +151,7 @@ def run_up(args) -> int:
     warning = cfg.exposure_warning()
     if warning:
         print(f"vramkit: warning: {warning}", file=sys.stderr)
-    created = psutil.Process(proc.pid).create_time()
+    created = start_time(proc.pid)
     record_pid(data_dir / PID_FILE, proc.pid, key=_key_digest(cfg.api_key, created))
     deadline = time.monotonic() + args.timeout_s
     while time.monotonic() < deadline:
