@@ -2,15 +2,16 @@
 
 # Base interpreter for .venv (3.11+; the local CPU torch wheel on these machines is cp311)
 PYTHON ?= python3
-# kt-kernel, pinned once in config/versions.toml (kt_kernel_pip)
+# kt-kernel, pinned once in config/versions.toml (kt_kernel_pip; kt_kernel_avx2_pip for AVX2-only CPUs)
 KT_KERNEL := $(shell sed -n 's/^kt_kernel_pip = "\(.*\)"/\1/p' config/versions.toml)
+KT_KERNEL_AVX2 := $(shell sed -n 's/^kt_kernel_avx2_pip = "\(.*\)"/\1/p' config/versions.toml)
 # Preset `make setup` and `make plan` show by default
 PRESET ?= optimized
 # planner knobs for `make plan`, e.g. PLAN_ARGS="--gpu rtx-4090-24gb --context 65536"
 PLAN_ARGS ?=
 
 .PHONY: setup install setup-test-tools plan compose compose-check test test-unit clean
-setup: install setup-sglang-check setup-test-tools ## install everything (.venv, .venv-sglang, test tools), then print the default plan
+setup: install setup-sglang-check setup-test-tools setup-kt-test ## install everything (.venv, .venv-sglang, test tools), then print the default plan
 	@# the plan is information here: a preset that does not fit this host (exit 10) does not fail the set-up
 	-@$(VRAMKIT) plan --preset $(PRESET) $(PLAN_ARGS)
 
@@ -53,6 +54,8 @@ PYTEST_N = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS))
 setup-kt-test: $(VENV)/.kt-test ## kt-kernel into .venv for tests/integration/test_kt_compat.py (make test runs it)
 $(VENV)/.kt-test: $(VENV)/.installed config/versions.toml
 	$(VENV)/bin/pip install -q --no-deps kt-kernel==$(KT_KERNEL)
+	@# the AVX2-only CPUs' release beside it, in its own folder (test_kt_compat.py runs it with its avx2 build)
+	rm -rf $(VENV)/kt-avx2 && $(VENV)/bin/pip install -q --no-deps --target $(VENV)/kt-avx2 kt-kernel==$(KT_KERNEL_AVX2)
 	@ldconfig -p | grep -q libhwloc.so.15 || apt-get install -y -q libhwloc15 || \
 		{ apt-get update -qq && apt-get install -y -q libhwloc15; } || \
 		echo "warning: libhwloc15 missing: tests/integration/test_kt_compat.py will skip"

@@ -40,7 +40,9 @@ KT_CONVERT_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-$(
 KT_WEIGHT_PATH ?= $(KT_CONVERT_PATH)
 # the Python of the native SGLang install, for `make kt-convert` and `make setup-kt-native` (kt-kernel goes there)
 SERVER_PYTHON ?= python3
-KT_KERNEL_PIN := $(shell sed -n 's/^kt_kernel_pip = "\(.*\)"/\1/p' config/versions.toml)
+# the kt-kernel release for THIS CPU (config/versions.toml: kt_kernel_pip, or kt_kernel_avx2_pip on an AVX2-only
+# CPU, whose avx2 build is the first that runs there); evaluated only by the targets that use it
+KT_KERNEL_PIN = $(shell $(VENV)/bin/python -c "from vramkit.launch.hybrid import kt_kernel_here; print(kt_kernel_here())")
 
 .PHONY: start-qwen stop-qwen start-qwen-optimized stop-qwen-optimized start-qwen-128k stop-qwen-128k status \
 	start-qwen-moe stop-qwen-moe kt-convert setup-kt-native

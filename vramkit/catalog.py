@@ -40,9 +40,18 @@ class Versions:
     sglang_image: str
     torch_cpu: str              # the CPU torch wheel of .venv and .venv-sglang (make setup)
     kt_kernel_pip: str          # kt-kernel for the hybrid MoE mode (services/sglang-kt)
+    kt_kernel_avx2_pip: str     # the release an AVX2-only CPU gets (the first whose avx2 build runs there)
     sglang_kt_image: str        # the image services/sglang-kt/Dockerfile builds
     torch_cpu_index: str        # where that wheel comes from without a local one (scripts/install_cpu_torch.sh)
     sglang_pip_min_driver: int  # NVIDIA driver major the sglang_pip wheel's CUDA needs (make setup-gpu)
+
+    def kt_kernel_for(self, isa: str | None) -> str:
+        """The kt-kernel release the kit installs for a CPU of this build level (core/plan/kt_hybrid.CPU_ISAS)."""
+        return self.kt_kernel_avx2_pip if isa == "avx2" else self.kt_kernel_pip
+
+    def sglang_kt_image_for(self, kt_kernel: str) -> str:
+        """The KT image built with that release (services/sglang-kt/Dockerfile's KT_KERNEL build arg)."""
+        return self.sglang_kt_image.rsplit("-kt", 1)[0] + f"-kt{kt_kernel}"
 
 
 @dataclass(frozen=True)
@@ -236,7 +245,8 @@ def _toml_key(name: str) -> str:
 @cache
 def versions() -> Versions:
     v = _load_toml("versions.toml")
-    keys = ("sglang_pip", "sglang_image", "torch_cpu", "torch_cpu_index", "kt_kernel_pip", "sglang_kt_image")
+    keys = ("sglang_pip", "sglang_image", "torch_cpu", "torch_cpu_index", "kt_kernel_pip", "kt_kernel_avx2_pip",
+            "sglang_kt_image")
     _refuse_unknown(v, {*keys, "sglang_pip_min_driver"}, "config/versions.toml")
     for key in keys:
         if not isinstance(v.get(key), str) or not v[key]:

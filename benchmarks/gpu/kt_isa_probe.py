@@ -116,6 +116,18 @@ def main() -> int:
                 out[t] += wts[t, s] * (wd["down"][e] @ (g / (1 + np.exp(-g)) * u))
         return out
 
+    def forward(method: str, cls_name: str, moe, deq: dict) -> None:
+        """One batch-3 forward against numpy on the weights' dequantized values."""
+        xin = np.ascontiguousarray(bf16(x))
+        out = np.zeros((x.shape[0], H), np.uint16)
+        bsz = np.array([x.shape[0]], np.int32)
+        cpu.submit(moe.forward_task(bsz.ctypes.data, K, ids.ctypes.data, wts.ctypes.data, xin.ctypes.data,
+                                    out.ctypes.data, False))
+        cpu.sync()
+        r = ref(deq)
+        err = float(np.linalg.norm(from_bf16(out) - r) / np.linalg.norm(r))
+        say(step=method + " forward", ok=err < 0.05, class_=cls_name, rel_err=round(err, 5))
+
     for method in a.methods.split(","):
         name = {"BF16": ("AMXBF16_MOE", "AVX2BF16_MOE"), "FP8": ("AMXFP8_MOE", "AVX2FP8_MOE"),
                 "GPTQ_INT4": ("AVX2GPTQInt4_MOE",), "AMXINT4": ("AMXInt4_MOE",), "LLAMAFILE": ("MOE",)}[method]
@@ -123,12 +135,30 @@ def main() -> int:
         if cls_name is None:
             say(step=method, ok=None, note="no kernel class in this build")
             continue
-        if method == "LLAMAFILE":
-            say(step=method, ok=None, class_=cls_name, note="class present (GGUF weights; not run here)")
-            continue
         keep: list = []
         c = ext.moe.MOEConfig(E, K, H, INTER, mask.ctypes.data)
         c.layer_idx, c.pool, c.max_len = 0, cpu.backend_, 16
+        if method == "LLAMAFILE":
+            try:    # llama.cpp's Q8_0 blocks, as a GGUF holds them (the gguf package's own quantizer, numpy only)
+                from gguf.constants import GGMLQuantizationType
+                from gguf.quants import dequantize, quantize
+            except ImportError:
+                say(step=method, ok=None, class_=cls_name, note="class present; the gguf package is not on this path")
+                continue
+            q8 = GGMLQuantizationType.Q8_0
+            qs = {n: np.ascontiguousarray(quantize(w[n], q8)) for n in w}
+            keep.append(qs)
+            gt = ext.kvcache.ggml_type
+            c.m_block, c.group_min_len, c.group_max_len = 32, 10, 16
+            c.gate_proj, c.up_proj, c.down_proj = (qs[n].ctypes.data for n in ("gate", "up", "down"))
+            c.gate_type = c.up_type = c.down_type = gt.Q8_0
+            c.hidden_type = gt.BF16
+            moe = getattr(ext.moe, cls_name)(c)
+            cpu.submit(moe.load_weights_task(p2l.ctypes.data))
+            cpu.sync()
+            say(step=method + " load", ok=True, class_=cls_name)
+            forward(method, cls_name, moe, {n: dequantize(qs[n], q8).reshape(w[n].shape) for n in w})
+            continue
         if method == "AMXINT4":
             say(step=method, ok=None, class_=cls_name, note="needs AVX-512 by its own requirement; not run")
             continue
@@ -176,15 +206,7 @@ def main() -> int:
         cpu.submit(moe.load_weights_task(p2l.ctypes.data))
         cpu.sync()
         say(step=method + " load", ok=True, class_=cls_name)
-        xin = np.ascontiguousarray(bf16(x))
-        out = np.zeros((x.shape[0], H), np.uint16)
-        bsz = np.array([x.shape[0]], np.int32)
-        cpu.submit(moe.forward_task(bsz.ctypes.data, K, ids.ctypes.data, wts.ctypes.data, xin.ctypes.data,
-                                    out.ctypes.data, False))
-        cpu.sync()
-        r = ref(deq)
-        err = float(np.linalg.norm(from_bf16(out) - r) / np.linalg.norm(r))
-        say(step=method + " forward", ok=err < 0.05, class_=cls_name, rel_err=round(err, 5))
+        forward(method, cls_name, moe, deq)
     say(step="done", ok=True)
     return 0
 

@@ -1,10 +1,16 @@
 """benchmarks/results/gpu/kt-accuracy.{json,md} and kt-isa.{json,md} from a run_kt_acc.sh result folder.
 
-    python3 benchmarks/gpu/kt_report.py RUN_DIR [--scan scan.jsonl] [--qemu-dev qemu.txt]
+    python3 benchmarks/gpu/kt_report.py RUN_DIR [--scan scan.jsonl]... [--qemu-dev qemu.txt]... [--qemu-gpu F]
 
 RUN_DIR: what run_kt_acc.sh left in $OUT (acc-*.json, bench.json, qemu.txt, host.txt, progress.txt).
---scan: `kt_isa_probe.py --scan WHEEL...` output (objdump of every published build, run here);
---qemu-dev: kt_isa_probe.py run on this machine under `qemu-x86_64 -cpu Haswell` (wheels of CPython 3.11).
+--scan: `kt_isa_probe.py --scan WHEEL...` output (objdump of every published build, run here), one per session;
+--qemu-dev: kt_isa_probe.py run on this machine under `qemu-x86_64 -cpu Haswell` (wheels of CPython 3.11);
+--qemu-gpu: the same on the GPU host (default RUN_DIR/qemu.txt).
+kt-isa.md from the committed files alone (no accuracy run):
+    python3 benchmarks/gpu/kt_report.py benchmarks/results/gpu/kt-acc --date "2026-11-24, 2026-11-27" \
+      --scan kt-acc/objdump-scan.jsonl --scan kt-acc/objdump-scan-2026-11-27.jsonl \
+      --qemu-dev kt-acc/qemu-dev-host.txt --qemu-dev kt-acc/qemu-dev-host-2026-11-27.txt \
+      --qemu-gpu kt-acc/qemu-gpu-host.txt        (paths under benchmarks/results/gpu/)
 """
 from __future__ import annotations
 
@@ -29,23 +35,47 @@ def server_tok_s(point: str, context: int) -> float:
 
 
 def qemu_runs(text: str, where: str) -> list[dict]:
-    """Per '### SO' block of kt_isa_probe output: the steps that passed and whether it died with SIGILL."""
-    out = []
+    """Per '### SO' block of kt_isa_probe output (its exit status on the '### rc=N' line after it): the steps that
+    passed and whether it died with SIGILL."""
+    out: list[dict] = []
     for block in text.split("### ")[1:]:
         head, _, body = block.partition("\n")
         if head.startswith("rc="):
+            if out:
+                out[-1]["rc"] = int(head[3:])
+                out[-1]["sigill"] = out[-1]["sigill"] or out[-1]["rc"] == 132
             continue
-        rc = re.search(r"### rc=(\d+)", "### " + body) or re.search(r"rc=(\d+)", body)
         steps = [json.loads(line) for line in body.splitlines() if line.startswith("{")]
         so = head.strip().rsplit("/", 1)[-1]
-        code = int(rc.group(1)) if rc else None
         ver = re.search(r"kt-(\d[\w.]*)/", head) or re.search(r"kt(\d)(\d)(\d)site", head)
         wheel = (ver.group(1) if ver and ver.lastindex == 1 else ".".join(ver.groups()) if ver else "?")
-        out.append({"wheel": f"kt-kernel {wheel}", "so": so, "build": so.split(".")[0], "where": where, "rc": code,
-                    "sigill": code == 132 or "Illegal instruction" in body,
+        out.append({"wheel": f"kt-kernel {wheel}", "so": so, "build": so.split(".")[0], "where": where, "rc": None,
+                    "sigill": "Illegal instruction" in body,
                     "steps_passed": [s["step"] for s in steps if s.get("ok")],
                     "classes": next((s["classes"] for s in steps if s["step"] == "import"), None)})
     return out
+
+
+def avx2_verdict(runs: list[dict]) -> str:
+    """What the QEMU runs say about an AVX2-only desktop: the releases whose avx2 build ran every method it has."""
+    ok = sorted({r["wheel"] for r in runs if r["build"] == "_kt_kernel_ext_avx2" and not r["sigill"] and r["rc"] == 0
+                 and "done" in r["steps_passed"]}, key=lambda w: [int(x) for x in re.findall(r"\d+", w)])
+    if not ok:
+        return ("So no published wheel serves an AVX2-only desktop: `vramkit plan --cpu-isa avx2` plans "
+                "LLAMAFILE_Q8_0 (kt-kernel's llamafile backend reading a Q8_0 GGUF, in every build since 0.5.1; "
+                "measured with the avx2 build forced: `kt-llamafile/`) as the method a build from source would "
+                "run, and says so; `vramkit up` refuses there (exit 22) naming it "
+                "(`vramkit/core/plan/kt_hybrid.py` KT_BUILDS, AVX2_SOURCE).")
+    ran = sorted({st.removesuffix(" forward") for r in runs if r["wheel"] in ok for st in r["steps_passed"]
+                  if st.endswith(" forward")})
+    return (f"So {ok[0]}{''.join(f' and {w.split()[-1]}' for w in ok[1:])} {'is' if len(ok) == 1 else 'are'} the "
+            "first published wheels whose avx2 build runs on an AVX2-only desktop: no AVX-512 instruction in it "
+            f"(objdump above), and its {', '.join(ran)} kernels each ran a forward against numpy under QEMU's Haswell "
+            "CPU. Upstream's fix: kvcache-ai/ktransformers #2164 (2026-08-18, \"keep AVX2 wheel free of AVX512 "
+            "flags\": its setup.py did not turn AVX-512 off, so the build host's own AVX-512 was compiled into the "
+            "avx2 variant). Every earlier release's avx2 figure (kt-accuracy.md, `kt-llamafile/`) was measured on a "
+            "build that carried AVX-512 code. The kit plans an AVX2-only CPU on the first of them (config/versions.toml "
+            "kt_kernel_avx2_pip; `vramkit/core/plan/kt_hybrid.py` KT_BUILDS).")
 
 
 def thread_ratios(bench: dict) -> dict[str, float]:
@@ -65,8 +95,10 @@ def pct(x: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("run", type=Path)
-    ap.add_argument("--scan", type=Path)
-    ap.add_argument("--qemu-dev", type=Path)
+    ap.add_argument("--scan", type=Path, action="append", default=[])
+    ap.add_argument("--qemu-dev", type=Path, action="append", default=[])
+    ap.add_argument("--qemu-gpu", type=Path)
+    ap.add_argument("--date", default=time.strftime("%Y-%m-%d", time.gmtime()), help="the sessions the data is of")
     ap.add_argument("--deferred", type=Path, help="kt_accuracy.py --methods '' --deferred 1,2 output")
     a = ap.parse_args(argv)
     host = (a.run / "host.txt").read_text() if (a.run / "host.txt").is_file() else ""
@@ -197,16 +229,17 @@ def main(argv: list[str] | None = None) -> int:
 
     # --- ISA ------------------------------------------------------------------------------------------------------
     if a.scan:
-        builds = [json.loads(ln) for ln in a.scan.read_text().splitlines() if ln.startswith("{")]
+        builds = [json.loads(ln) for f in a.scan for ln in f.read_text().splitlines() if ln.startswith("{")]
         runs = []
-        if a.qemu_dev:
-            runs += qemu_runs("### " + a.qemu_dev.read_text().split("### ", 1)[-1], "this dev host, qemu 7.2 -cpu Haswell")
-        if (a.run / "qemu.txt").is_file():
-            runs += qemu_runs((a.run / "qemu.txt").read_text(), f"GPU host ({cpu}), qemu 7.2 -cpu Haswell")
+        for f in a.qemu_dev:
+            runs += qemu_runs("### " + f.read_text().split("### ", 1)[-1], "this dev host, qemu 7.2 -cpu Haswell")
+        gpu_qemu = a.qemu_gpu or a.run / "qemu.txt"
+        if gpu_qemu.is_file():
+            runs += qemu_runs(gpu_qemu.read_text(), f"GPU host ({cpu}), qemu 7.2 -cpu Haswell")
         doc = {"what": "kt-kernel wheels: AVX-512/AMX instructions per compiled build (objdump), and each avx2 "
                        "build run on an AVX2-only CPU (QEMU's TCG: AVX2, no AVX-512)",
                "script": "benchmarks/gpu/kt_isa_probe.py (--scan; under qemu-x86_64 -cpu Haswell)",
-               "date": time.strftime("%Y-%m-%d", time.gmtime()), "builds": builds, "avx2_only_cpu": runs}
+               "date": a.date, "builds": builds, "avx2_only_cpu": runs}
         (OUT / "kt-isa.json").write_text(json.dumps(doc, indent=1) + "\n")
         keys = [k for k in builds[0] if k not in ("wheel", "build", "moe_classes")]
         lines = ["# Which kt-kernel build runs on which x86 CPU (issue 18 item 4)", "", f"Run {doc['date']}. Data: "
@@ -229,11 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in runs:
             res = "SIGILL" if r["sigill"] else f"exit {r['rc']}"
             lines.append(f"| {r['wheel']} | {r['so']} | {r['where']} | {res} | {', '.join(r['steps_passed']) or '-'} |")
-        lines += ["", "So no published wheel serves an AVX2-only desktop: `vramkit plan --cpu-isa avx2` plans "
-                  "LLAMAFILE_Q8_0 (kt-kernel's llamafile backend reading a Q8_0 GGUF, in every build since 0.5.1; "
-                  "measured with the avx2 build forced: `kt-llamafile/`) as the method a build from source would "
-                  "run, and says so; `vramkit up` refuses there (exit 22) naming it "
-                  "(`vramkit/core/plan/kt_hybrid.py` KT_BUILDS, AVX2_SOURCE).", ""]
+        lines += ["", avx2_verdict(runs), ""]
         (OUT / "kt-isa.md").write_text("\n".join(lines))
     return 0
 

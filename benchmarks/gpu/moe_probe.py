@@ -9,13 +9,16 @@ SglangClient, streamed, so TTFT and decode rate are the client's view, as `vramk
 greedy, EOS ignored, no prompt cache) and times them the same way; llama-server's own timings are kept
 beside (issue 18: the side-by-side).
 Decode tok/s per stream = 1 / TPOT (tokens after the first over the time after the first); aggregate =
-streams x the mean of the per-stream rates.
+streams x the mean of the per-stream rates. `--repeat N` measures each point N times with fresh prompts (no
+prefix-cache hit) and reports the median of each figure, every round kept beside it: one request of the hybrid
+mode varies by about a fifth (benchmarks/results/gpu/moe-vs-llamacpp-wna16/gensweep/).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import random
+import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -87,6 +90,52 @@ def one(url: str, prompt: list[int], new: int, deadline_s: float = 300) -> dict:
             "decode_tok_s": decode_tok_s(r.latency_s, r.ttft_s, r.completion_tokens) if r.ok else None}
 
 
+def decode_point(url: str, streams: int, new: int, repeat: int) -> dict:
+    """`streams` concurrent 512-token prompts, `repeat` rounds, fresh prompts each (decode_median)."""
+    rounds = []
+    for rep in range(repeat):
+        with ThreadPoolExecutor(streams) as ex:
+            rounds.append(list(ex.map(lambda k, r=rep: one(url, ids(512, 1000 + k + 7919 * r), new), range(streams))))
+    return decode_median(streams, rounds)
+
+
+def decode_median(streams: int, rounds: list[list[dict]]) -> dict:
+    """The median round's per-stream and aggregate rates (each its own median); every request of every round under
+    "requests", so one failed request marks the point."""
+    per = []
+    for rs in rounds:
+        rates = [r["decode_tok_s"] for r in rs if r["decode_tok_s"]]
+        per.append({"per_stream_tok_s": sum(rates) / len(rates) if rates else None,
+                    "aggregate_tok_s": sum(rates) if rates else None})
+
+    def med(key):
+        vals = [r[key] for r in per if r[key] is not None]
+        return statistics.median(vals) if vals else None
+    out = {"streams": streams, "per_stream_tok_s": med("per_stream_tok_s"), "aggregate_tok_s": med("aggregate_tok_s"),
+           "requests": [q for rs in rounds for q in rs]}
+    if len(rounds) > 1:
+        out["rounds"] = per
+    return out
+
+
+def ttft_point(url: str, n: int, new: int, repeat: int, deadline_s: float) -> dict:
+    """One n-token prompt per round, `repeat` rounds, fresh prompts each (ttft_median)."""
+    return ttft_median([one(url, ids(n, 2000 + n + 7919 * rep), new, deadline_s=deadline_s) for rep in range(repeat)])
+
+
+def ttft_median(rounds: list[dict]) -> dict:
+    """The median-TTFT round, its TTFT and decode rate replaced by the medians over the rounds (each figure its own
+    median); ok only when every round was (else the first failed round)."""
+    if len(rounds) == 1:
+        return rounds[0]
+    bad = [r for r in rounds if not (r["ok"] and r["ttft_s"])]
+    mid = bad[0] if bad else sorted(rounds, key=lambda r: r["ttft_s"])[(len(rounds) - 1) // 2]
+    rates = [r["decode_tok_s"] for r in rounds if r["decode_tok_s"]]
+    return {**mid, "ok": not bad, "ttft_s": mid["ttft_s"] if bad else statistics.median(r["ttft_s"] for r in rounds),
+            "decode_tok_s": statistics.median(rates) if rates and not bad else None,
+            "rounds": [{k: r[k] for k in ("ok", "ttft_s", "decode_tok_s", "completion_tokens", "error")} for r in rounds]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", default="http://127.0.0.1:30000")
@@ -101,19 +150,20 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=200, help="skip a TTFT point the last prefill rate says exceeds this")
     ap.add_argument("--gen-sweep", default="", help="single-stream decodes after a 512-token prompt generating each "
                     "of these token counts (e.g. 32,64,128,256): does the rate depend on how long a request runs?")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of every decode and TTFT point, fresh prompts each; "
+                    "the figures are the medians")
     ap.add_argument("--again", action="store_true", help="after the TTFT points, the single-stream decode once more "
                     "(same prompt length, new tokens): does the server decode faster minutes after start?")
     a = ap.parse_args()
     global API
     API = a.api
-    res: dict = {"label": a.label, "api": a.api, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "decode": [], "ttft": []}
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    res: dict = {"label": a.label, "api": a.api, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "repeat": a.repeat, "decode": [], "ttft": []}
     one(a.url, ids(64, 99), 8)                          # warm
     for n in [int(x) for x in a.streams.split(",") if x]:
-        with ThreadPoolExecutor(n) as ex:
-            rs = list(ex.map(lambda k: one(a.url, ids(512, 1000 + k), a.new_tokens), range(n)))
-        rates = [r["decode_tok_s"] for r in rs if r["decode_tok_s"]]
-        res["decode"].append({"streams": n, "per_stream_tok_s": sum(rates) / len(rates) if rates else None,
-                              "aggregate_tok_s": sum(rates) if rates else None, "requests": rs})
+        res["decode"].append(decode_point(a.url, n, a.new_tokens, a.repeat))
         print(f"decode streams={n}: {res['decode'][-1]['per_stream_tok_s']}", flush=True)
         a.out.write_text(json.dumps(res, indent=1))
     rate = None
@@ -122,7 +172,7 @@ def main() -> int:
             res["ttft"].append({"prompt_tokens": n, "skipped": f"projected {n / rate:.0f} s at {rate:.0f} tok/s prefill"})
             print(f"ttft {n}: skipped ({n / rate:.0f} s projected)", flush=True)
             continue
-        r = one(a.url, ids(n, 2000 + n), a.ttft_new_tokens, deadline_s=a.deadline * 1.5)
+        r = ttft_point(a.url, n, a.ttft_new_tokens, a.repeat, a.deadline * 1.5)
         if r["ok"] and r["ttft_s"]:
             rate = n / r["ttft_s"]
         res["ttft"].append(r)

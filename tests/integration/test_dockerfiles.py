@@ -32,9 +32,12 @@ def test_kt_dockerfile_uses_the_pinned_versions():
     text = KT_DOCKERFILE.read_text()
     v = catalog.versions()
     assert re.search(rf"^FROM {re.escape(v.sglang_image)}$", text, re.M)
-    assert f'"kt-kernel=={v.kt_kernel_pip}"' in text and "--no-deps" in text
+    assert re.search(rf"^ARG KT_KERNEL={re.escape(v.kt_kernel_pip)}$", text, re.M)    # the default: the pin
+    assert '"kt-kernel==${KT_KERNEL}"' in text and "--no-deps" in text
+    assert f"--build-arg KT_KERNEL={v.kt_kernel_avx2_pip} -t {v.sglang_kt_image_for(v.kt_kernel_avx2_pip)}" in text
     assert "COPY kt_compat/vramkit_kt_compat.py" in text      # the adapter SGLang 0.5.15.post1 needs
-    assert v.sglang_kt_image.endswith(f"kt{v.kt_kernel_pip}")
+    assert v.sglang_kt_image.endswith(f"kt{v.kt_kernel_pip}") and v.sglang_kt_image_for(v.kt_kernel_pip) == \
+        v.sglang_kt_image
 
 
 def test_hadolint_catches_a_bad_dockerfile(tmp_path):

@@ -166,3 +166,58 @@ def test_amxint8_layout_converted_from_the_checkpoint(narrow_cfg, fp8_layer, fp8
     for b in (0, 2):
         assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.06   # INT8 with a scale per row: ~3 % seen
     assert json.loads(json.dumps(info))["source"] == str(fp8_layer)
+
+
+AVX2_SITE = ROOT / ".venv" / "kt-avx2"      # make setup-kt-test: config/versions.toml kt_kernel_avx2_pip
+AVX2_RUN = """
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import vramkit_kt_compat
+vramkit_kt_compat.install()
+import kt_kernel
+for name in ("empty", "zeros", "full"):          # a CPU-only torch cannot pin memory (the accelerator boundary)
+    real = getattr(torch, name)
+    setattr(torch, name, lambda *a, _real=real, **kw: _real(*a, **{k: v for k, v in kw.items() if k != "pin_memory"}))
+d = torch.load(sys.argv[3])
+w = kt_kernel.KTMoEWrapper(layer_idx=0, num_experts=d["E"], num_experts_per_tok=d["K"], hidden_size=d["H"],
+                           moe_intermediate_size=d["I"], num_gpu_experts=d["n_gpu"], cpuinfer_threads=2,
+                           threadpool_count=1, weight_path=sys.argv[2], chunked_prefill_size=512, method="FP8",
+                           max_deferred_experts_per_token=0)
+w.load_weights(torch.arange(d["E"], dtype=torch.long))
+x, ids, weights = d["x"], d["ids"], d["weights"]
+out = torch.zeros(x.shape[0], d["H"], dtype=torch.bfloat16)
+bsz = torch.tensor([x.shape[0]], dtype=torch.int32)
+w.cpu_infer.submit(w.moe.forward_task(bsz.data_ptr(), d["K"], ids.data_ptr(), weights.data_ptr(), x.data_ptr(),
+                                      out.data_ptr(), False))
+w.cpu_infer.sync()
+torch.save(out, sys.argv[4])
+print(json.dumps({"version": kt_kernel.__version__, "variant": kt_kernel.__cpu_variant__,
+                  "kernel": type(w.moe).__name__, "mask": w.gpu_experts_mask.tolist()}))
+"""
+
+
+def test_the_avx2_release_runs_fp8_experts_on_its_avx2_build_as_sglang_calls_it(fp8_layer, fp8_experts, tmp_path):
+    """The release an AVX2-only CPU gets (kt-kernel 0.7.0, whose KTMoEWrapper has both gpu_experts_mask and an
+    SFT-only num_gpu_experts) with its avx2 build forced: SGLang 0.5.15.post1's call through the adapter builds the
+    first-N mask, and the AVX2 FP8 kernel's CPU share matches the reference."""
+    if not (AVX2_SITE / "kt_kernel").is_dir():
+        pytest.skip(f"kt-kernel's AVX2-only release is not at {AVX2_SITE}: make setup-kt-test")
+    n_gpu = 32
+    torch.manual_seed(1)
+    x, weights = torch.randn(3, H).to(torch.bfloat16), torch.rand(3, K)
+    torch.save({"E": E, "K": K, "H": H, "I": I, "n_gpu": n_gpu, "x": x, "ids": IDS, "weights": weights},
+               tmp_path / "in.pt")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"} | {
+        "PYTHONPATH": str(AVX2_SITE), "KT_KERNEL_CPU_VARIANT": "avx2"}
+    r = subprocess.run([sys.executable, "-c", AVX2_RUN, str(COMPAT), str(fp8_layer), str(tmp_path / "in.pt"),
+                        str(tmp_path / "out.pt")], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    info = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith('{"version"')))  # kt-kernel prints too
+    from vramkit import catalog
+    assert info["version"] == catalog.versions().kt_kernel_avx2_pip and info["variant"] == "avx2"
+    assert info["mask"] == [True] * n_gpu + [False] * (E - n_gpu)
+    out = torch.load(tmp_path / "out.pt").float()
+    ref = reference(fp8_experts, x, IDS, weights, n_gpu)
+    assert out[1].abs().max() == 0                       # every expert of token 1 is a GPU expert
+    for b in (0, 2):
+        assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.02

@@ -4,6 +4,7 @@ config and the H100-host runs."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -231,21 +232,39 @@ def test_the_cpu_and_the_kt_kernel_release_choose_the_method(isa, asked, release
 
 
 @pytest.mark.parametrize("asked", ["AMXINT4", "FP8"])
-def test_avx2_plans_the_method_a_source_build_would_run_and_says_no_wheel_runs(asked):
-    """Issue 18 item 4: every published avx2 build carries AVX-512 code (benchmarks/results/gpu/kt-isa.md):
-    the plan is made with the method a source build's AVX2 kernels would run at the decode goal (LLAMAFILE_Q8_0,
-    a Q8_0 GGUF through llamafile's kernels, which every build has since 0.5.1), and its reason says why no wheel
-    runs and what would."""
+def test_avx2_on_a_release_without_a_clean_avx2_build_refuses_and_names_the_release_that_runs(asked):
+    """Issue 18 item 4: every avx2 build up to 0.6.4 carries AVX-512 code (benchmarks/results/gpu/kt-isa.md): a
+    plan on such a release (here the AVX-512 pin) is made with LLAMAFILE_Q8_0, the method that meets the decode
+    goal with AVX2 kernels, and refuses, naming the first release whose wheel runs it there, or a source build."""
     host = kt.HostCpu(isa="avx2", isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
                       kt_kernel="0.5.1")
     p = _h100_plan(asked, host=host)
     assert not p.fits and [r.kind for r in p.reasons] == ["cpu"]
     assert p.hybrid.kt_method == "LLAMAFILE_Q8_0" and p.hybrid.kt_variant is None and p.hybrid.lossy
-    assert "SIGILL" in p.reasons[0] and "LLAMAFILE_Q8_0 would" in p.reasons[0] and "kt-kernel >= 0.5.1 built from " \
-        "source" in p.reasons[0]
+    assert "SIGILL" in p.reasons[0] and "kt-kernel >= 0.7.0's wheel runs LLAMAFILE_Q8_0" in p.reasons[0] \
+        and "kt-kernel >= 0.5.1 from source" in p.reasons[0]
+    assert kt.first_wheel("LLAMAFILE_Q8_0", "avx2") == catalog.versions().kt_kernel_avx2_pip
     assert p.hybrid.decode_cpu_time_factor == 1.0      # llamafile's kernels: no build factor
     assert p.hybrid.decode_tok_s > 0 and p.hybrid.host_experts_bytes == 128 * 48 * kt.cpu_expert_bytes(
         catalog.model(FP8_MODEL), "LLAMAFILE_Q8_0") == p.hybrid.host_checkpoint_bytes   # copies + the mapped GGUF
+
+
+@pytest.mark.parametrize("asked", ["AMXINT8", "FP8"])
+def test_avx2_gets_the_release_whose_avx2_build_runs_there(asked):
+    """The kit's release for an AVX2-only CPU (config/versions.toml kt_kernel_avx2_pip): the plan fits, with
+    LLAMAFILE_Q8_0 on its avx2 build where the preset's AMXINT8 has no kernels there, and FP8 (asked for: kt-kernel's
+    own AVX2 kernels, with their measured build factor) as asked; either way the note says the kit has not run that
+    release in a server yet."""
+    v = catalog.versions()
+    host = kt.HostCpu(isa="avx2", isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
+                      kt_kernel=v.kt_kernel_for("avx2"))
+    p = _h100_plan(asked, host=host)
+    h = p.hybrid
+    assert p.fits and h.kt_kernel == v.kt_kernel_avx2_pip != v.kt_kernel_pip and h.kt_variant == "avx2"
+    assert h.kt_method == ("LLAMAFILE_Q8_0" if asked == "AMXINT8" else "FP8")
+    assert "not yet run it in a server" in h.method_note and "kt-isa.md" in h.method_note
+    assert h.decode_cpu_time_factor == (1.0 if asked == "AMXINT8" else catalog.engine().kt.cpu_time_factor("avx2"))
+    assert v.kt_kernel_for("avx512") == v.kt_kernel_for("amx") == v.kt_kernel_pip
 
 
 def test_the_avx2_method_has_a_committed_run_with_that_build_forced_at_the_decode_goal():
@@ -268,14 +287,32 @@ def test_the_avx2_method_has_a_committed_run_with_that_build_forced_at_the_decod
 
 
 def test_the_isa_evidence_backs_the_build_table():
-    """KT_BUILDS lists no avx2 build: the committed objdump scan finds AVX-512 code in every published avx2
-    build, and the AVX2-only CPU run of each one that was run died with SIGILL."""
+    """KT_BUILDS lists an avx2 build only where the committed evidence says it runs on an AVX2-only CPU: no AVX-512
+    instruction in it (objdump scan) and every listed method's forward passed under QEMU's Haswell CPU. Every avx2
+    build that holds AVX-512 code and was run there died with SIGILL."""
     d = json.loads((ROOT / "benchmarks/results/gpu/kt-isa.json").read_text())
-    avx2 = [b for b in d["builds"] if b["build"].endswith("_avx2")]
-    assert avx2 and all(b["zmm (AVX-512)"] > 0 and b["k-mask (AVX-512)"] > 0 for b in avx2)
-    assert all("avx2" not in isas for table in kt.KT_BUILDS.values() for isas in table.values())
-    runs = [r for r in d["avx2_only_cpu"] if r["build"].endswith("_avx2")]
-    assert runs and all(r["sigill"] for r in runs)
+
+    def release(name: str) -> str:
+        return re.search(r"(\d+\.\d+\.\d+)", name).group(1)
+    scan = {release(b["wheel"]): b for b in d["builds"] if b["build"].endswith("_avx2")}
+    runs = {}
+    for r in d["avx2_only_cpu"]:
+        if r["build"].endswith("_avx2"):
+            runs.setdefault(release(r["wheel"]), []).append(r)
+    for v, b in scan.items():
+        clean = b["zmm (AVX-512)"] == 0 and b["k-mask (AVX-512)"] == 0
+        assert clean or all(r["sigill"] for r in runs.get(v, [])), v
+    listed = {v: [m for m, isas in t.items() if "avx2" in isas] for v, t in kt.KT_BUILDS.items()}
+    for v, methods in listed.items():
+        if not methods:
+            continue
+        b = scan[v]
+        assert b["zmm (AVX-512)"] == 0 and b["k-mask (AVX-512)"] == 0 and runs[v]
+        probe = {"LLAMAFILE_Q8_0": "LLAMAFILE"}
+        for r in runs[v]:
+            assert not r["sigill"] and r["rc"] == 0
+            assert all(f"{probe.get(m, m)} forward" in r["steps_passed"] for m in methods), (v, r["steps_passed"])
+    assert listed[catalog.versions().kt_kernel_avx2_pip]
 
 
 @pytest.mark.parametrize("method", list(kt.KT_METHODS))
@@ -395,21 +432,17 @@ def test_plan_json_has_the_hybrid_figures(capsys):
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
 def test_plan_preset_moe_for_a_desktop_cpu(capsys, isa):
-    """With the kt-kernel release the kit pins (config/versions.toml): the preset's method on that CPU's build
-    (avx512: AMXINT8 on the avx512_bf16 build, which has its kernels); avx2: the method a source build would run
-    (LLAMAFILE_Q8_0, a Q8_0 GGUF) is planned, and the refusal says no published wheel runs there and names it."""
-    pinned = catalog.versions().kt_kernel_pip
+    """With the kt-kernel release the kit installs on that CPU (config/versions.toml): avx512: the preset's AMXINT8
+    on 0.5.1's avx512_bf16 build, which has its kernels; avx2: LLAMAFILE_Q8_0 (a Q8_0 GGUF) on the avx2 release's
+    avx2 build, the one AVX2 method at the decode goal, lossy and said so."""
+    v = catalog.versions()
     rc = main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", isa,
                "--host-read-gbs", "60", "--host-ram-gib", "64"])
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
-    assert h["cpu_isa"] == isa and h["kt_kernel"] == pinned
+    assert rc == 0 and h["cpu_isa"] == isa and h["kt_kernel"] == v.kt_kernel_for(isa)
     assert h["kt_method"] == ("AMXINT8" if isa == "avx512" else "LLAMAFILE_Q8_0")
-    if isa == "avx512":
-        assert rc == 0 and h["kt_variant"] == "avx512_bf16"
-    else:
-        assert rc == 10 and h["kt_variant"] is None
-        assert "LLAMAFILE_Q8_0 would" in " ".join(d["reasons"]) and "SIGILL" in " ".join(d["reasons"])
+    assert h["kt_variant"] == ("avx512_bf16" if isa == "avx512" else "avx2") and h["lossy"]
 
 
 def test_deepseek_v2_lite_plans_with_bf16_cpu_experts(capsys):
@@ -554,18 +587,25 @@ def test_plan_reads_the_sweep_at_its_thread_count(capsys):
     assert rates[0][1] < rates[1][1]
 
 
-def test_up_on_an_avx2_only_host_refuses_with_exit_22_naming_the_method_that_would_run():
-    """Issue 18 item 4: `vramkit up` refuses only where no method runs (no published wheel on an AVX2-only CPU)
-    and names the one that would (LLAMAFILE_Q8_0 on a kt-kernel built from source); on AVX-512 it runs."""
+def test_up_on_an_avx2_only_host_runs_its_release_and_refuses_the_avx512_one_naming_it():
+    """Issue 18 item 4: `vramkit up` refuses only where no method runs: on an AVX2-only CPU with kt-kernel 0.5.1
+    (its avx2 build dies there), naming the release whose wheel runs LLAMAFILE_Q8_0 and the source build; with the
+    release the kit installs there it runs; on AVX-512 it runs 0.5.1."""
     from vramkit.launch.hybrid import for_plan
-    host = kt.HostCpu(isa="avx2", isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
-                      kt_kernel=catalog.versions().kt_kernel_pip)
-    p = _h100_plan("FP8", host=host)
-    checks = {name: (ok, detail) for name, ok, detail in for_plan(p, None, here_isa="avx2").checks(100 * GiB)}
-    ok, detail = checks["cpu-isa"]
-    assert not ok and "LLAMAFILE_Q8_0 would" in detail and "from source" in detail and "SIGILL" in detail
-    ok512, detail512 = {n: (o, d) for n, o, d in for_plan(_h100_plan("FP8"), None, here_isa="avx512")
-                        .checks(100 * GiB)}["cpu-isa"]
+    v = catalog.versions()
+
+    def check(isa: str, release: str, method: str = "FP8") -> tuple[bool, str]:
+        host = kt.HostCpu(isa=isa, isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
+                          kt_kernel=release)
+        checks = {n: (ok, d) for n, ok, d in for_plan(_h100_plan(method, host=host), None, here_isa=isa)
+                  .checks(100 * GiB)}
+        return checks["cpu-isa"]
+    ok, detail = check("avx2", v.kt_kernel_pip)
+    assert not ok and f"kt-kernel >= {v.kt_kernel_avx2_pip}'s wheel runs LLAMAFILE_Q8_0" in detail \
+        and "from source" in detail and "SIGILL" in detail
+    ok2, detail2 = check("avx2", v.kt_kernel_for("avx2"), "AMXINT8")
+    assert ok2 and f"--kt-method LLAMAFILE_Q8_0 on kt-kernel {v.kt_kernel_avx2_pip}'s avx2 build" in detail2
+    ok512, detail512 = check("avx512", v.kt_kernel_for("avx512"))
     assert ok512 and "avx512_bf16" in detail512
 
 

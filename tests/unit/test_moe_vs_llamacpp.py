@@ -24,6 +24,7 @@ def _load(name: str, path: Path):
 gguf_writer = _load("make_random_gguf", REPO / "tools" / "make_random_gguf.py")
 compat = _load("vramkit_kt_compat", REPO / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py")
 report = _load("moe_vs_llamacpp_report", REPO / "benchmarks" / "gpu" / "moe_vs_llamacpp_report.py")
+probe = _load("moe_probe", REPO / "benchmarks" / "gpu" / "moe_probe.py")
 
 
 def test_q4_k_m_layout_of_the_30b_coder_is_llama_quantizes():
@@ -90,6 +91,29 @@ def test_probe_figures_read_the_anchor_run():
     assert f["ttft_30k_s"] == pytest.approx(24.08, abs=0.01)
     assert f["aggregate_4_streams_tok_s"] == pytest.approx(51.42, abs=0.01)
     assert report.probe_figures(None)["decode_tok_s"] is None
+
+
+def _req(ttft, rate, ok=True):
+    return {"ok": ok, "prompt_tokens": 30000, "completion_tokens": 64, "ttft_s": ttft if ok else None,
+            "latency_s": 20.0, "error": "" if ok else "HTTP 500", "decode_tok_s": rate if ok else None}
+
+
+def test_repeated_points_report_each_figures_median_and_a_failed_round_fails_the_point():
+    # --repeat 3: TTFT and the decode rate after it are medians of their own (the rounds keep every value)
+    t = probe.ttft_median([_req(10.0, 40.0), _req(12.0, 60.0), _req(9.0, 50.0)])
+    assert (t["ok"], t["ttft_s"], t["decode_tok_s"]) == (True, 10.0, 50.0)
+    assert [r["ttft_s"] for r in t["rounds"]] == [10.0, 12.0, 9.0]
+    bad = probe.ttft_median([_req(10.0, 40.0), _req(0, 0, ok=False), _req(9.0, 50.0)])
+    assert not bad["ok"] and bad["decode_tok_s"] is None and bad["error"] == "HTTP 500"
+    assert probe.ttft_median([_req(7.0, 30.0)]) == _req(7.0, 30.0)      # one round: the request as it was
+    d = probe.decode_median(2, [[_req(1, 40.0), _req(1, 44.0)], [_req(1, 50.0), _req(1, 52.0)],
+                                [_req(1, 30.0), _req(1, 30.0)]])
+    assert (d["per_stream_tok_s"], d["aggregate_tok_s"], len(d["requests"])) == (42.0, 84.0, 6)
+    # the report reads the medians where it read one request's figures
+    f = report.probe_figures({"decode": [{**d, "streams": 1}], "ttft": [t]})
+    assert f["decode_tok_s"] == 42.0 and f["ttft_30k_s"] == 10.0 and f["decode_tok_s_30k"] == 50.0
+    failed = probe.decode_median(4, [[_req(1, 40.0)] * 3 + [_req(0, 0, ok=False)]] * 3)
+    assert report.probe_figures({"decode": [failed], "ttft": []})["aggregate_4_streams_tok_s"] is None
 
 
 def test_evidence_keeps_the_split_threads_and_memory_not_the_request_noise(tmp_path):

@@ -27,7 +27,7 @@ REFERENCE_HOST = kt.HostCpu(isa=reference.HOST_CPU_ISA, isa_source=reference.HOS
                             read_bytes_s=((1, reference.HOST_READ_GBS * 1e9),),
                             read_source=f"assumed {reference.HOST_READ_GBS:g} GB/s (dual-channel DDR5), not measured",
                             physical_cores=reference.HOST_PHYSICAL_CORES, cores_source=reference.HOST_CPU_LABEL,
-                            kt_kernel=catalog.versions().kt_kernel_pip)
+                            kt_kernel=catalog.versions().kt_kernel_for(reference.HOST_CPU_ISA))
 
 
 def format_read_gbs(runs: list[dict]) -> str:
@@ -55,6 +55,11 @@ def this_host_isa(flags: set[str] | None = None) -> str | None:
     return kt.isa_from_flags(cpu_flags() if flags is None else flags)
 
 
+def kt_kernel_here() -> str:
+    """The kt-kernel release the kit installs on this machine (`make setup-kt-native`): its CPU's."""
+    return catalog.versions().kt_kernel_for(this_host_isa())
+
+
 def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], ...] | None = None,
              physical_cores: int | None = None) -> kt.HostCpu:
     """The CPU side of the target: --cpu-isa or this host's (labelled), the read bandwidth, the server's cores."""
@@ -75,7 +80,7 @@ def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], 
         cores_source = "--host-cores"
     return kt.HostCpu(isa=isa, isa_source=isa_source, read_bytes_s=read, read_source=read_source,
                       physical_cores=physical_cores, cores_source=cores_source,
-                      kt_kernel=catalog.versions().kt_kernel_pip)     # the release the kit installs
+                      kt_kernel=catalog.versions().kt_kernel_for(isa))   # the release the kit installs there
 
 
 def gguf_given(path: str | None) -> bool:
@@ -110,7 +115,7 @@ class Hybrid:
             cpu = (True, f"--kt-method {m} on kt-kernel {kk}'s "
                          f"{kt.KT_VARIANT[kt.build_for(m, self.here_isa, kk)]} build")
         else:
-            other = [x for x in kt.METHOD_PREFERENCE if kt.runs_on(x, self.here_isa, kk)]
+            other = [x for x in kt.preference(self.here_isa) if kt.runs_on(x, self.here_isa, kk)]
             need = " or ".join(kt.builds(m, kk)) or "a newer kt-kernel"
             cpu = (False, f"--kt-method {m} needs kt-kernel {kk}'s {need} build; this CPU runs {self.here_isa}"
                           + (f" -> --kt-method {other[0]} runs here" if other else
@@ -142,8 +147,10 @@ class Hybrid:
         inside = KT_CONTAINER_DIR
         if kt.KT_METHODS[self.plan.kt_method].gguf_type and str(self.weight_path or "").endswith(".gguf"):
             inside += "/" + Path(str(self.weight_path)).name    # kt-kernel opens a file only by its .gguf name
+        v, kk = catalog.versions(), self.plan.kt_kernel
         return {"args": [SGLANG_FLAGS["kt_weight_path"], inside], "build_context": build_context,
-                "image": catalog.versions().sglang_kt_image,
+                "build_args": {"KT_KERNEL": kk} if kk != v.kt_kernel_pip else None,
+                "image": v.sglang_kt_image_for(kk),
                 "extra_volumes": (f"{host}:{inside}:ro  # the CPU experts ("
                                   + ("the downloaded checkpoint folder" if kt.KT_METHODS[self.plan.kt_method].reads
                                      else f"{self.plan.kt_method} layout")

@@ -66,8 +66,9 @@ def patch(module) -> None:
     if getattr(orig, "_vramkit_compat", False):
         return
     import inspect
-    if "num_gpu_experts" in inspect.signature(orig.__new__).parameters:
+    if "gpu_experts_mask" not in inspect.signature(orig.__new__).parameters:
         return  # an old kt-kernel that still speaks SGLang's argument: nothing to adapt
+    # (0.7.x's __new__ has both: gpu_experts_mask for inference, num_gpu_experts for its SFT mode only)
 
     class KTMoEWrapper(orig):  # the static methods (set_capture_batch_sizes, ...) are inherited
         _vramkit_compat = True

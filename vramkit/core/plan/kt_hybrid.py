@@ -100,20 +100,30 @@ KT_METHODS = {m.name: m for m in (
 # random-weight proxy of Qwen3-Coder-30B-A3B): what a plan with a lossy method points at.
 ACCURACY_TABLE = "benchmarks/results/gpu/kt-accuracy.md"
 # The builds of each kt-kernel release whose WHEEL runs a method's kernels on that CPU (benchmarks/results/gpu/
-# kt-isa.md: objdump of every published build, and each cp312 wheel's avx2 build run on an AVX2-only CPU).
-# 0.5.1: measured on the H100 host (its AMX and AVX-512-BF16 builds ran FP8 and AMXINT4). No published wheel
-# runs on an AVX2-only CPU: the avx2 build of every release from 0.5.1 to 0.6.3.post1 carries AVX-512 code (zmm,
-# k-mask, AVX512-BF16 instructions) and dies with SIGILL when it creates its thread pool; 0.5.3, whose avx2
-# build first has FP8/BF16/GPTQ_INT4 kernels, is published for CPython 3.11 only (SGLang's runtime here is
-# 3.12). A release not listed is read as the newest listed one below it.
+# kt-isa.md: objdump of every published build, and each avx2 build run on an emulated AVX2-only CPU).
+# 0.5.1: measured on the H100 host (its AMX and AVX-512-BF16 builds ran FP8 and AMXINT4). Its avx2 build, like
+# every release's up to 0.6.4, carries AVX-512 code (zmm, k-mask, AVX512-BF16 instructions: the build host's own
+# AVX-512, which their setup.py did not turn off; ktransformers #2164) and dies with SIGILL when it creates its
+# thread pool on an AVX2-only CPU.
+# 0.7.0: the release the kit installs on an AVX2-only CPU (config/versions.toml kt_kernel_avx2_pip), its avx2 build
+# only: no AVX-512 instruction in it, and each of these methods' kernels ran its forward against numpy under QEMU's
+# Haswell CPU (kt-isa.md). Its other builds are not the kit's (AVX-512 and AMX CPUs get 0.5.1): not listed.
+# A release not listed is read as the newest listed one below it.
 KT_BUILDS: dict[str, dict[str, tuple[str, ...]]] = {
     "0.5.1": {"FP8": ("avx512", "amx"), "BF16": ("avx512", "amx"), "GPTQ_INT4": (),
               "AMXINT4": ("avx512", "amx"), "AMXINT8": ("avx512", "amx"), "LLAMAFILE_Q8_0": ("avx512", "amx")},
+    "0.7.0": {"FP8": ("avx2",), "BF16": ("avx2",), "GPTQ_INT4": ("avx2",), "AMXINT4": (), "AMXINT8": (),
+              "LLAMAFILE_Q8_0": ("avx2",)},
 }
+# What a plan on a release says beside its method, where the kit has not run that release in a server yet.
+KT_RELEASE_NOTES = {"0.7.0": "kt-kernel 0.7.0's avx2 kernels ran on an emulated AVX2-only CPU and through the kit's "
+                             "adapter as SGLang calls them (benchmarks/results/gpu/kt-isa.md, tests/integration/"
+                             "test_kt_compat.py); the kit has not yet run it in a server on a GPU"}
 # kt-kernel's source has AVX2 kernels for these methods from the release given: built from source ON the AVX2 CPU
-# (CPUINFER_CPU_INSTRUCT=AVX2) they run there; the wheels' avx2 builds do not (above). In the order a plan for an
-# AVX2 CPU picks them: LLAMAFILE_Q8_0 first, the one measured to meet the decode goal with that build's kernels
-# (benchmarks/results/gpu/kt-llamafile/); FP8's AVX2 kernels take 3.25x AMX's CPU time (~9.5 tok/s, derived).
+# (CPUINFER_CPU_INSTRUCT=AVX2) they run there, whatever release the wheel is. In the order a plan for an AVX2 CPU
+# picks them (AVX2_ORDER): LLAMAFILE_Q8_0 first, the one measured to meet the decode goal with AVX2 kernels
+# (benchmarks/results/gpu/kt-llamafile/, kt-avx2/); kt-kernel's own AVX2 FP8 kernels take 3.25x AMX's CPU time
+# (~9.5 tok/s, derived).
 AVX2_SOURCE: dict[str, str] = {"LLAMAFILE_Q8_0": "0.5.1", "FP8": "0.5.3", "BF16": "0.5.3", "GPTQ_INT4": "0.5.3"}
 # kt-kernel's AMXINT4/AMXINT8 classes size their activation buffer by SGLang's chunked prefill (max_len) and throw
 # a C++ error that aborts the whole server at load unless it is a multiple of 32 ("BufferAImpl: max_m and k must
@@ -311,18 +321,29 @@ def split_problem(model: ModelSpec, num_gpu_experts: int) -> str | None:
             + "the FP8 or bf16 checkpoint for the hybrid mode, or a card that holds every expert")
 
 
+def preference(isa: str) -> tuple[str, ...]:
+    """The order a plan tries methods in when the asked one cannot run: the most accurate first, except on an AVX2
+    CPU, where only LLAMAFILE_Q8_0 meets the decode goal (AVX2_SOURCE's order, then the rest)."""
+    if isa != "avx2":
+        return METHOD_PREFERENCE
+    return tuple(AVX2_SOURCE) + tuple(m for m in METHOD_PREFERENCE if m not in AVX2_SOURCE)
+
+
 def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tuple[str | None, str]:
     """(the method to plan with, or None when none runs on this CPU; why). The asked one when the CPU runs
-    it, else the most accurate method that reads this checkpoint (or a converted layout) and runs there."""
+    it, else the first of preference(isa) that reads this checkpoint (or a converted layout) and runs there."""
     kk = f"kt-kernel {kt_kernel}"
+    note = f"; {KT_RELEASE_NOTES[kt_kernel]}" if kt_kernel in KT_RELEASE_NOTES else ""
     if runs_on(asked, isa, kt_kernel):
-        return asked, f"{asked} runs on {kk}'s {KT_VARIANT[build_for(asked, isa, kt_kernel)]} build"
-    need = " or ".join(builds(asked, kt_kernel)) or "a build no CPU has"
+        return asked, f"{asked} runs on {kk}'s {KT_VARIANT[build_for(asked, isa, kt_kernel)]} build{note}"
+    need = (f"its {' or '.join(builds(asked, kt_kernel))} build" if builds(asked, kt_kernel) else
+            " or ".join(f"kt-kernel {v}'s {' or '.join(b[asked])} build" for v, b in KT_BUILDS.items() if b[asked])
+            or "a build no release has")
     fmt = checkpoint_format(model)
-    for m in METHOD_PREFERENCE:
+    for m in preference(isa):
         if KT_METHODS[m].reads in (fmt, None) and runs_on(m, isa, kt_kernel):
             return m, (f"{asked} has no kernels in {kk}'s {isa} build (it needs {need}): planned with {m} "
-                       f"instead, which runs on the {KT_VARIANT[build_for(m, isa, kt_kernel)]} build")
+                       f"instead, which runs on the {KT_VARIANT[build_for(m, isa, kt_kernel)]} build{note}")
     return None, no_wheel_text(model, isa, kt_kernel)
 
 
@@ -334,11 +355,19 @@ def no_wheel_text(model: ModelSpec, isa: str, kt_kernel: str) -> str:
     return source_build_text(src, isa)
 
 
+def first_wheel(method: str, isa: str) -> str | None:
+    """The first listed kt-kernel release whose wheel runs the method on this CPU (None: none)."""
+    return next((v for v in sorted(KT_BUILDS, key=_release) if runs_on(method, isa, v)), None)
+
+
 def source_build_text(method: str, isa: str) -> str:
-    return (f"no published kt-kernel wheel runs on an {isa}-only CPU (their avx2 builds carry AVX-512 "
-            f"instructions: SIGILL, benchmarks/results/gpu/kt-isa.md) -> {method} would: kt-kernel >= "
-            f"{AVX2_SOURCE[method]} built from source on that CPU (CPUINFER_CPU_INSTRUCT=AVX2); or layer "
-            f"offload (plan without --kt-method)")
+    wheel = first_wheel(method, isa)
+    return ((f"kt-kernel >= {wheel}'s wheel runs {method} on an {isa}-only CPU (earlier releases' avx2 builds carry "
+             "AVX-512 instructions: SIGILL, benchmarks/results/gpu/kt-isa.md) -> install it (make setup-kt-native "
+             "picks it for this CPU), or build" if wheel else
+             f"no published kt-kernel wheel runs {method} on an {isa}-only CPU -> build")
+            + f" kt-kernel >= {AVX2_SOURCE[method]} from source on that CPU (CPUINFER_CPU_INSTRUCT=AVX2); or layer "
+            "offload (plan without --kt-method)")
 
 
 # --- bytes ----------------------------------------------------------------------------------------------------

@@ -81,12 +81,12 @@ def _q(s: str) -> str:
 def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, p: Plan, image: str,
                  argv: list[str], gpu_ids: list[int], source_note: str, port: int,
                  model_mount: tuple[str, str] | None = None, build_context: str | None = None,
-                 extra_volumes: tuple[str, ...] = ()) -> str:
+                 build_args: dict[str, str] | None = None, extra_volumes: tuple[str, ...] = ()) -> str:
     """One compose file for one preset: the SGLang service with every odd setting explained.
     `model_mount` (host folder, container path): a folder model, bind-mounted read-only; argv's
     --model-path names the container path. `build_context`: the image is built from that folder (the
-    hybrid MoE image, services/sglang-kt); `extra_volumes`: "host:container:mode  # why" lines (KT's
-    CPU-expert folder)."""
+    hybrid MoE image, services/sglang-kt), with `build_args` (its KT_KERNEL where the CPU needs another
+    release than the Dockerfile's); `extra_volumes`: "host:container:mode  # why" lines (KT's CPU-expert folder)."""
     mount = ""
     if model_mount:
         mount = (f"\n      - {_q(f'{model_mount[0]}:{model_mount[1]}:ro')}"
@@ -95,7 +95,11 @@ def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, 
     ids = ", ".join(_q(str(i)) for i in gpu_ids)
     pinned = p.host_ram_bytes > 0
     build = (f"    build: {build_context}  # the pinned SGLang image + kt-kernel + the kit's adapter (its Dockerfile)\n"
-             if build_context else "")
+             if build_context and not build_args else
+             f"    build:  # the pinned SGLang image + kt-kernel + the kit's adapter (its Dockerfile)\n"
+             f"      context: {build_context}\n      args:\n"
+             + "".join(f"        {k}: {_q(v)}  # this CPU's kt-kernel release (config/versions.toml)\n"
+                       for k, v in build_args.items()) if build_context and build_args else "")
     more = "".join(f"      - {v}\n" for v in extra_volumes)
     return f"""\
 # {source_note}
