@@ -78,6 +78,53 @@ def avx2_verdict(runs: list[dict]) -> str:
             "kt_kernel_avx2_pip; `vramkit/core/plan/kt_hybrid.py` KT_BUILDS).")
 
 
+AVX2_BUILDS = (("kt070-avx2", "0.7.0", "avx2 (no AVX-512 code)"), ("kt051-avx2", "0.5.1", "avx2 (carries AVX-512 code)"),
+               ("kt051-avx512", "0.5.1", "avx512_bf16"))
+
+
+def avx2_bench(src: Path, out: Path) -> int:
+    """kt-avx2/: run_kt_avx2_bench.sh's runs (JSON kept, logs not) and a table of CPU-expert ms per token per build,
+    method and round (median and fastest token of each run), with each build's time over 0.7.0's avx2 build."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows: dict[tuple[str, str], list[dict]] = {}
+    for stem, _, _ in AVX2_BUILDS:
+        for f in sorted(src.glob(f"{stem}*-r*.json")):
+            d = json.loads(f.read_text())
+            (out / f.name).write_text(json.dumps(d, indent=1) + "\n")
+            for r in d["runs"]:
+                if "error" not in r:
+                    rows.setdefault((stem, r["method"]), []).append(r)
+    host = (src / "host.txt").read_text() if (src / "host.txt").is_file() else ""
+    (out / "host.txt").write_text(host)
+    cpu = next((ln.split(":", 1)[1].strip() for ln in host.splitlines() if ln.startswith("Model name")), "?")
+    first = next(iter(json.loads(f.read_text()) for f in sorted(out.glob("*.json"))))
+
+    def best(stem: str, method: str) -> float | None:
+        runs = rows.get((stem, method))
+        return min(r["cpu_ms_per_token_min"] for r in runs) if runs else None
+    lines = ["# kt-kernel's AVX2 builds, kernel level (issue 18 item 4)", "",
+             f"`benchmarks/gpu/run_kt_avx2_bench.sh` on the dev host ({cpu}; AVX-512-BF16 and AVX-VNNI, no AMX), "
+             f"{first['date']}: `kt_decode_bench.py`, Qwen3-Coder-30B-A3B's MoE layer shape, {first['gpu_experts']} of "
+             f"128 experts masked as on the GPU, batch 1, 48 layers a token over {first['layers']} distinct ones, "
+             f"{first['tokens']} tokens, {rows and next(iter(rows.values()))[0]['threads']} threads; builds alternate "
+             "round by round. A noisy shared 2-core VM: the fastest token of a run is the steadier figure. Kernel "
+             "level, not a server run.", "",
+             "| build | method (class) | rounds: median / fastest ms per token | fastest vs 0.7.0 avx2 |",
+             "| --- | --- | --- | --- |"]
+    for stem, release, build in AVX2_BUILDS:
+        for method in ("LLAMAFILE_Q8_0", "FP8"):
+            runs = rows.get((stem, method))
+            if not runs:
+                continue
+            ref = best("kt070-avx2", method)
+            mine = best(stem, method)
+            lines.append(f"| {release} {build} | {method} ({runs[0]['kernel_class']}) | "
+                         + "; ".join(f"{r['cpu_ms_per_token_median']:.0f} / {r['cpu_ms_per_token_min']:.0f}" for r in runs)
+                         + (f" | {mine / ref:.2f}x |" if ref and mine else " | - |"))
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
 def thread_ratios(bench: dict) -> dict[str, float]:
     """Per method: CPU-expert time at 6 threads / at 14 (the AMX build)."""
     ms: dict[tuple[str, int], float] = {}
@@ -94,13 +141,16 @@ def pct(x: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("run", type=Path)
+    ap.add_argument("run", type=Path)   # run_kt_acc.sh's folder (or run_kt_avx2_bench.sh's with --avx2-bench)
     ap.add_argument("--scan", type=Path, action="append", default=[])
     ap.add_argument("--qemu-dev", type=Path, action="append", default=[])
     ap.add_argument("--qemu-gpu", type=Path)
     ap.add_argument("--date", default=time.strftime("%Y-%m-%d", time.gmtime()), help="the sessions the data is of")
     ap.add_argument("--deferred", type=Path, help="kt_accuracy.py --methods '' --deferred 1,2 output")
+    ap.add_argument("--avx2-bench", action="store_true", help="RUN is run_kt_avx2_bench.sh's folder: kt-avx2/ only")
     a = ap.parse_args(argv)
+    if a.avx2_bench:
+        return avx2_bench(a.run, OUT / "kt-avx2")
     host = (a.run / "host.txt").read_text() if (a.run / "host.txt").is_file() else ""
     cpu = next((ln.split(":", 1)[1].strip() for ln in host.splitlines() if ln.startswith("Model name")), "?")
     accs = {p.stem: json.loads(p.read_text()) for p in sorted(a.run.glob("acc-*.json"))}

@@ -816,6 +816,7 @@ def closing(res: Path) -> list[str]:
            "Tried on 2026-11-27 with AMXINT8 CPU experts (kt-kernel 0.5.1 has no GPTQ_INT4 CPU kernels): the "
            "last section; on this SGLang it does not close the gap at 16 GiB, and at 24 GiB it removes KT "
            "altogether (moe-vs-llamacpp-24g.md).",
+           gptq_cpu_line(),
            (f"- deferred experts on top (they change the numerics: issue 18 item 3): measured alone they took "
             f"{ms['preset'] - 1000 / dfr['figures']['decode_tok_s']:.1f} ms off the preset's token, more than its "
             f"derived CPU-read share ({48 * 8 * 85 / 128 * AMXINT4_EXPERT / read * 1000:.1f} ms): the GPU stops "
@@ -831,6 +832,25 @@ def closing(res: Path) -> list[str]:
            "- at 24 GiB llama.cpp holds every expert on the GPU (--n-cpu-moe 0, 17.3 GiB); with int4 GPU experts "
            "the kit would too (no KT at all): the FP8 checkpoint (29 GiB) cannot.", ""]
     return out
+
+
+def gptq_cpu_line() -> str:
+    """kt-kernel's GPTQ_INT4 CPU kernels against AMXINT8's, from the committed kernel-level runs (kt-accuracy.json:
+    the H100 host, 14 threads, 43 GPU experts) and the ISA scan (kt-isa.json: which classes each release has)."""
+    acc, isa = load(RESULTS / "kt-accuracy.json"), load(RESULTS / "kt-isa.json")
+    if not isinstance(acc, dict) or not isinstance(isa, dict):
+        return "- kt-kernel's GPTQ_INT4 CPU kernels: not measured."
+    ms = {(r["method"], r.get("kernel_class")): (r["cpu_ms_per_token_median"], f"{run['kt_kernel']}'s {run['kt_variant']}")
+          for run in acc["cpu_expert_time"].values() for r in run["runs"] if r.get("threads") == 14 and "error" not in r}
+    (gptq, gb), (int8, _) = ms[("GPTQ_INT4", "AVX2GPTQInt4_MOE")], ms[("AMXINT8", "AMXInt8_MOE")]
+    classes = {c for b in isa["builds"] for c in b["moe_classes"] if "GPTQ" in c}
+    newest = max((b["wheel"].split("-")[1] for b in isa["builds"]), key=lambda v: [int(x) for x in v.split(".")[:3]])
+    return (f"- kt-kernel's GPTQ_INT4 CPU kernels (reading the GPTQ files as they are, lossless against them): every "
+            f"release up to {newest} has them only as {', '.join(sorted(c.removesuffix('_MOE') for c in classes))} "
+            f"(kt-isa.md: AVX2 / AVX-VNNI-256 code, no AMX or AVX-512 GPTQ class), and on the H100 host's CPU they took "
+            f"{gptq:.1f} ms of CPU-expert time per token against AMXINT8's {int8:.1f} ms ({gb} build, kt-accuracy.md: "
+            f"kernel level, 14 threads, 43 GPU experts), {gptq / int8:.1f}x with half the bytes: they would lengthen "
+            "the token, not shorten it (derived).")
 
 
 def report(res: Path, out_dir: Path, budgets_: tuple[int, ...] = (16, 24), evd_name: str = "moe-vs-llamacpp",

@@ -45,6 +45,8 @@
 # moe_wna16, the GPTQ split (2026-11-27, second session; moe-vs-llamacpp-wna16/): STAGE=.stage-w16 STEPS="setup llama-16
 # llama-24 wna16", one machine, 1,073 s: staging as .stage-thr but kt/ holds the wheel with only its amx extension (1.6 MB: the
 # 64 MiB carry), and .gpu/tvm-ffi-cache.tar.xz the marlin JIT cache.
+# kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB (not run yet): STAGE=.stage-070 STEPS="setup avx2-070"
+# (staging: benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe).
 # Medians of three (2026-11-27, third session; moe-vs-llamacpp-med3/): STAGE=.stage-w16 REPEAT=3 LB_THREADS=14 LB_D30K=0
 # STEPS="setup med3": every probe figure of both engines the median of 3 rounds (moe_probe.py --repeat), llama.cpp's
 # sweep started at the best the earlier sessions found, llama-bench at 14 threads without the 30K depth (time);
@@ -91,6 +93,7 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 need_llama=; { has llama-16 || has llama-24 || has med3; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
+{ has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
   || has wna16 || has again || has gensweep || has med3; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
@@ -352,6 +355,21 @@ if has avx512; then  # issue 18 item 4: the preset's AMXINT8 on kt-kernel's AVX-
   step "KT AMXINT8 layout (avx512_bf16 build): $(tail -c 300 "$RES/kt-int8-avx512.json") ($(elapsed) s)"
   ballast 16
   kit k16-int8-avx512 16 "$SHORT" --env KT_KERNEL_CPU_VARIANT=avx512_bf16 -- $KIT8 --kt-weight-path $KT8V
+fi
+if has avx2-070; then  # issue 18 item 4 on a clean avx2 build: LLAMAFILE_Q8_0 as `vramkit plan --cpu-isa avx2` plans
+  # it, on kt-kernel 0.7.0 (config/versions.toml kt_kernel_avx2_pip; its avx2 build holds no AVX-512 code, the committed
+  # k16-q8-avx2 runs used 0.5.1's, which does), forced (same cores and memory, other kernels). Staging: kt/ also holds
+  # kt_kernel-0.7.0-cp312-*.whl (only its avx2 extension: benchmarks/gpu/stage_kt_avx2.sh), installed apart
+  Q8=$CK/qwen3-coder-30b-a3b-q8_0-random.gguf
+  [ -f $Q8 ] || python3 tools/make_random_gguf.py $MODEL_CFG $Q8 --type Q8_0 > "$RES/gguf-q8_0.json" 2> "$RES/logs/gguf-q8_0.err"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/kt070 $S/kt/kt_kernel-0.7.0-*.whl \
+    > "$RES/logs/kt070.txt" 2>&1
+  step "kt-kernel 0.7.0: $(PYTHONPATH=/tmp/kt070 KT_KERNEL_CPU_VARIANT=avx2 python3 -c 'import kt_kernel as k; \
+print(k.__version__, k.__cpu_variant__)' 2>&1 | tail -1)"
+  ballast 16
+  kit k16-q8-avx2-070 16 "--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens 64 --repeat ${REPEAT:-1}" \
+    --env "PYTHONPATH=/tmp/kt070:$PYTHONPATH" -- --preset moe --model-path $FP8 --load-format dummy --cpu-isa avx2 \
+    --kt-weight-path $Q8
 fi
 if has llamafile || has llamafile24 || has llamafile30k; then  # issue 18 item 4: LLAMAFILE_Q8_0, kt-kernel's llamafile backend reading a
   # Q8_0 GGUF of the experts (random, the exact shape, tools/make_random_gguf.py --type Q8_0): the method
