@@ -102,6 +102,28 @@ def test_another_sglang_release_only_warns():
     assert (w.ok, w.fatal) == (False, False) and "not the pinned" in w.detail
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_the_moe_preset_needs_the_planned_kt_kernel_release_beside_sglang(isa):
+    """The hybrid MoE mode starts only with the kt-kernel release its plan is for (this CPU's, config/versions.toml):
+    none -> exit 23 naming make setup-kt-native; another (0.5.1 on an AVX2-only CPU dies with SIGILL) -> exit 22."""
+    v = catalog.versions()
+    want = v.kt_kernel_for(isa)
+    other = v.kt_kernel_pip if isa == "avx2" else v.kt_kernel_avx2_pip
+    spec = steps.LaunchSpec(name="t", runtime="native", sglang_python="/srv/py", sglang_python_from="test")
+    resolved = _resolved("--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", isa, "--host-read-gbs", "60")
+    assert resolved.hybrid.plan.kt_kernel == want
+
+    def check(kt):
+        return {c.name: c for c in launch_checks.preflight(
+            resolved, spec, gpu_present=True, docker_check=None, host_ram=lambda: 64 << 30,
+            memlock=lambda: (None, None), port_free=lambda h, p: True,
+            sglang_import=lambda py: native_python.Probe(True, v.sglang_pip, "", kt))}["kt-kernel"]
+    none, wrong, right = check(None), check(other), check(want)
+    assert (none.ok, none.code) == (False, Exit.NO_SGLANG) and "make setup-kt-native" in none.detail
+    assert (wrong.ok, wrong.code) == (False, Exit.HOST_CPU) and f"kt-kernel {other} is installed" in wrong.detail
+    assert right.ok and want in right.detail
+
+
 def test_docker_runtime_does_not_probe():
     spec = steps.LaunchSpec(name="t", runtime="docker")
     names = [c.name for c in launch_checks.preflight(

@@ -9,6 +9,7 @@ that one never holds SGLang (CPU torch only, by design), so it could only fail l
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -29,7 +30,9 @@ _PROBE = ("import importlib.util as u, importlib.metadata as md, os, sys\n"
           "where = u.find_spec('sglang').submodule_search_locations or []\n"
           "if not any(os.path.isfile(os.path.join(d, 'launch_server.py')) for d in where):\n"
           "    sys.exit('sglang.launch_server is missing')\n"
-          "print(md.version('sglang'))")
+          "try: kt = md.version('kt-kernel')\n"
+          "except md.PackageNotFoundError: kt = None\n"
+          "import json; print(json.dumps([md.version('sglang'), kt]))")
 
 
 def native_python(flag: str | None = None, env: str | None = None) -> tuple[str, str]:
@@ -49,6 +52,7 @@ class Probe:
     ok: bool
     version: str | None          # sglang.__version__ when it imports
     detail: str                  # why not, in a few words, when it does not
+    kt_kernel: str | None = None  # the kt-kernel release installed beside it (None: none)
 
 
 def probe_sglang(python: str, timeout_s: float = 120.0) -> Probe:
@@ -71,6 +75,7 @@ def _probe(python: str, _mtime_ns: int, _ino: int, timeout_s: float) -> Probe:
     except OSError as e:
         return Probe(False, None, f"it does not run: {e.strerror}")
     if r.returncode == 0 and r.stdout.strip():
-        return Probe(True, r.stdout.strip().splitlines()[-1], "")
+        version, kt = json.loads(r.stdout.strip().splitlines()[-1])
+        return Probe(True, version, "", kt)
     lines = [ln.strip() for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]
     return Probe(False, None, lines[-1][:200] if lines else f"exit {r.returncode}")

@@ -35,7 +35,10 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
                         "no NVIDIA GPU visible (NVML) -> run on a GPU host; `vramkit plan` works anywhere",
                         Exit.NO_GPU))
     if spec.runtime == "native" and sglang_import is not None:
-        checks.extend(sglang_checks(spec, sglang_import(spec.sglang_python)))
+        probe = sglang_import(spec.sglang_python)
+        checks.extend(sglang_checks(spec, probe))
+        if resolved.hybrid is not None and probe.ok:
+            checks.append(kt_kernel_check(spec, probe, resolved.hybrid.plan.kt_kernel))
     if p.host_ram_bytes:
         avail = host_ram()          # read again now: the plan's figure may be minutes old
         need, reserve = host_ram_need(int(p.knobs.hicache_gb * 1e9), p.weights_pinned_host_bytes,
@@ -66,6 +69,19 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
     checks.append(Check.of("port", not busy, f"{spec.host}:{spec.port} " + (busy_text if busy else "free"),
                            Exit.PORT_BUSY))
     return checks
+
+
+def kt_kernel_check(spec: LaunchSpec, probe, planned: str) -> Check:
+    """RUNTIME=native, the hybrid MoE mode: the kt-kernel release beside SGLang is the one the plan is for (this
+    CPU's: config/versions.toml; 0.5.1's avx2 build dies with SIGILL on an AVX2-only CPU, 0.7.0 is not what the
+    AMX / AVX-512 figures were measured on)."""
+    fix = f"make setup-kt-native (kt-kernel {planned} for this CPU, into {spec.sglang_python})"
+    if probe.kt_kernel is None:
+        return Check.of("kt-kernel", False, f"{spec.sglang_python} has no kt-kernel -> {fix}", Exit.NO_SGLANG)
+    if probe.kt_kernel != planned:
+        return Check.of("kt-kernel", False, f"kt-kernel {probe.kt_kernel} is installed, the plan is for {planned} "
+                        f"-> {fix}", Exit.HOST_CPU)
+    return Check.of("kt-kernel", True, f"kt-kernel {planned}")
 
 
 def sglang_checks(spec: LaunchSpec, probe) -> list[Check]:
