@@ -366,6 +366,11 @@ if has avx2-070; then  # issue 18 item 4 on a clean avx2 build: LLAMAFILE_Q8_0 a
     > "$RES/logs/kt070.txt" 2>&1
   step "kt-kernel 0.7.0: $(PYTHONPATH=/tmp/kt070 KT_KERNEL_CPU_VARIANT=avx2 python3 -c 'import kt_kernel as k; \
 print(k.__version__, k.__cpu_variant__)' 2>&1 | tail -1)"
+  # kernel level first, at the server's 14 threads (benchmarks/results/gpu/kt-avx2/ ran it on the dev host at 2)
+  PYTHONPATH=/tmp/kt070:$PYTHONPATH KT_KERNEL_CPU_VARIANT=avx2 timeout 900 python3 benchmarks/gpu/kt_decode_bench.py \
+    --methods LLAMAFILE_Q8_0,FP8,GPTQ_INT4 --threads "$THREADS" --gpu-experts 43 --out "$RES/kt070-avx2-bench.json" \
+    > "$RES/logs/kt070-avx2-bench.txt" 2>&1
+  step "kt-kernel 0.7.0 avx2, kernel level: $(grep -h '"method"' "$RES/logs/kt070-avx2-bench.txt" | cut -c1-200 | tr '\n' ' ')"
   ballast 16
   kit k16-q8-avx2-070 16 "--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens 64 --repeat ${REPEAT:-1}" \
     --env "PYTHONPATH=/tmp/kt070:$PYTHONPATH" -- --preset moe --model-path $FP8 --load-format dummy --cpu-isa avx2 \

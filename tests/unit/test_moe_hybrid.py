@@ -286,6 +286,24 @@ def test_the_avx2_method_has_a_committed_run_with_that_build_forced_at_the_decod
         assert one["requests"][0]["prompt_tokens"] == 512 and one["per_stream_tok_s"] >= 25.0, run
 
 
+def test_the_clean_avx2_build_is_not_slower_at_llamafiles_work_than_the_build_the_server_runs_forced():
+    """The plan gives LLAMAFILE_Q8_0 on kt-kernel 0.7.0's avx2 build no build factor and carries over the server runs
+    made on 0.5.1's avx2 build (which carries AVX-512 code): that stands on the committed kernel-level runs
+    (benchmarks/results/gpu/kt-avx2/), where every round of 0.7.0's avx2 build was no slower than 0.5.1's."""
+    d = ROOT / "benchmarks/results/gpu/kt-avx2"
+
+    def medians(stem: str) -> list[float]:
+        return [r["cpu_ms_per_token_median"] for f in sorted(d.glob(f"{stem}-r*.json"))
+                for r in json.loads(f.read_text())["runs"] if r["method"] == "LLAMAFILE_Q8_0" and "error" not in r]
+    clean, forced = medians("kt070-avx2"), medians("kt051-avx2")
+    assert len(clean) >= 2 and len(forced) >= 2
+    assert max(clean) <= min(forced) * 1.05
+    v = catalog.versions()
+    host = kt.HostCpu(isa="avx2", isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
+                      kt_kernel=v.kt_kernel_for("avx2"))
+    assert _h100_plan("AMXINT8", host=host).hybrid.decode_cpu_time_factor == 1.0
+
+
 def test_the_isa_evidence_backs_the_build_table():
     """KT_BUILDS lists an avx2 build only where the committed evidence says it runs on an AVX2-only CPU: no AVX-512
     instruction in it (objdump scan) and every listed method's forward passed under QEMU's Haswell CPU. Every avx2
