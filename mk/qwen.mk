@@ -76,7 +76,7 @@ setup-kt-native: ## RUNTIME=native for preset moe: kt-kernel (pinned, --no-deps)
 	$(SERVER_PYTHON) -m pip install --no-deps kt-kernel==$(KT_KERNEL_PIN)
 	@# the adapter is put on the server's PYTHONPATH by `vramkit up` (services/sglang-kt/kt_compat)
 	$(SERVER_PYTHON) -c "import sys; sys.path.insert(0, 'services/sglang-kt/kt_compat'); import vramkit_kt_compat as c; \
-		c.install(); import kt_kernel, inspect; assert 'num_gpu_experts' in inspect.signature(kt_kernel.KTMoEWrapper.__new__).parameters; \
+		c.install(); import kt_kernel; assert getattr(kt_kernel.KTMoEWrapper, '_vramkit_compat', False), 'the adapter did not patch kt_kernel'; \
 		print('kt-kernel', kt_kernel.__version__, kt_kernel.__cpu_variant__, 'with the adapter: ok')"
 status: ## what vramkit started, and whether it answers
 	@$(VRAMKIT) status

@@ -121,7 +121,7 @@ KT_RELEASE_NOTES = {"0.7.0": "kt-kernel 0.7.0's avx2 kernels ran on an emulated 
                              "test_kt_compat.py); the kit has not yet run it in a server on a GPU"}
 # kt-kernel's source has AVX2 kernels for these methods from the release given: built from source ON the AVX2 CPU
 # (CPUINFER_CPU_INSTRUCT=AVX2) they run there, whatever release the wheel is. In the order a plan for an AVX2 CPU
-# picks them (AVX2_ORDER): LLAMAFILE_Q8_0 first, the one measured to meet the decode goal with AVX2 kernels
+# picks them (preference()): LLAMAFILE_Q8_0 first, the one measured to meet the decode goal with AVX2 kernels
 # (benchmarks/results/gpu/kt-llamafile/, kt-avx2/); kt-kernel's own AVX2 FP8 kernels take 3.25x AMX's CPU time
 # (~9.5 tok/s, derived).
 AVX2_SOURCE: dict[str, str] = {"LLAMAFILE_Q8_0": "0.5.1", "FP8": "0.5.3", "BF16": "0.5.3", "GPTQ_INT4": "0.5.3"}

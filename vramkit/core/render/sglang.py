@@ -94,12 +94,14 @@ def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, 
     cmd = "\n".join(f"      - {_q(x)}" for x in ["python3", "-m", "sglang.launch_server", *argv])
     ids = ", ".join(_q(str(i)) for i in gpu_ids)
     pinned = p.host_ram_bytes > 0
-    build = (f"    build: {build_context}  # the pinned SGLang image + kt-kernel + the kit's adapter (its Dockerfile)\n"
-             if build_context and not build_args else
-             f"    build:  # the pinned SGLang image + kt-kernel + the kit's adapter (its Dockerfile)\n"
-             f"      context: {build_context}\n      args:\n"
-             + "".join(f"        {k}: {_q(v)}  # this CPU's kt-kernel release (config/versions.toml)\n"
-                       for k, v in build_args.items()) if build_context and build_args else "")
+    why = "  # the pinned SGLang image + kt-kernel + the kit's adapter (its Dockerfile)\n"
+    build = ""
+    if build_context and build_args:
+        build = (f"    build:{why}      context: {build_context}\n      args:\n"
+                 + "".join(f"        {k}: {_q(v)}  # this CPU's kt-kernel release (config/versions.toml)\n"
+                           for k, v in build_args.items()))
+    elif build_context:
+        build = f"    build: {build_context}{why}"
     more = "".join(f"      - {v}\n" for v in extra_volumes)
     return f"""\
 # {source_note}
