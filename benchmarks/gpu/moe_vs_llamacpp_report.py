@@ -275,7 +275,7 @@ def kit_weights(p: dict) -> str:
 def compare(res: Path, budget: int) -> dict | None:
     kit_names = [f"k{budget}", f"k{budget}-gptq", f"k{budget}-gptq-kv32", f"k{budget}-wna16"] + (
         [f"k{budget}-layers", f"k{budget}-layers-defer2", "k16-gptq-layers", "k16-gptq-layers-defer2",
-         "k16-wna16-defer2"] if budget == 16 else [])
+         "k16-wna16-defer2", "k16-wna16-layers", "k16-wna16-layers-defer2"] if budget == 16 else [])
     kits = [p for p in (kit_point(res, n) for n in kit_names) if p and not disturbed(res, p["name"], budget)]
     full = [p for p in kits if all(p["figures"][k] for k in METRICS)]
     kit_best = best(full)
@@ -300,7 +300,9 @@ def compare(res: Path, budget: int) -> dict | None:
         "how": "benchmarks/gpu/run_moe_vs_llamacpp.sh, one host session, engines one after the other; "
                "decode_tok_s: 1 stream, 512-token prompt, 128 tokens, client-side 1/TPOT; decode_tok_s_8k: the "
                "64 tokens after an 8,192-token prompt; ttft_30k_s: a 30,000-token prompt; "
-               "aggregate_4_streams_tok_s: 4 concurrent 512-token prompts, sum of per-stream decode rates. "
+               "aggregate_4_streams_tok_s: 4 concurrent 512-token prompts, sum of per-stream decode rates"
+               + (f"; each figure the median of {repeats} rounds with fresh prompts (moe_probe.py --repeat)"
+                  if (repeats := rounds(res, budget)) > 1 else "") + ". "
                "vramkit: the best configuration measured with every figure (the moe preset as planned for the "
                "checkpoint, or with a lever: whole layers on the GPU, 2 deferred experts); llama.cpp: its best per "
                "figure over --fit and --n-cpu-moe "
@@ -335,6 +337,12 @@ def compare(res: Path, budget: int) -> dict | None:
     out["ratios"] = ratios(out)
     out["budget_ms_per_token"] = budgets(out, res, budget)
     return out
+
+
+def rounds(res: Path, budget: int) -> int:
+    """How many rounds each probe of this card's session ran (moe_probe.py --repeat; 1 before it existed)."""
+    probes = [load(p) for p in res.glob(f"*{budget}*.probe.json")]
+    return min((p.get("repeat", 1) for p in probes if isinstance(p, dict)), default=1)
 
 
 def ratios(c: dict) -> dict:
