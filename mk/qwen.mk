@@ -70,7 +70,7 @@ kt-convert: ## the moe preset's CPU experts in KT's layout (KT_METHOD, default A
 		-- isa "amx_int8|avx512_bf16" -- disk $(dir $(KT_CONVERT_PATH)) $(if $(filter AMXINT4,$(KT_METHOD)),16,30) -- ram 8
 	$(SERVER_PYTHON) tools/make_random_checkpoint.py config/models/qwen3-coder-30b-a3b-instruct $(KT_CONVERT_PATH) \
 		--kt-layout $(KT_METHOD) --from $(MODEL_DIR) --kt-threads $$(nproc)
-setup-kt-native: ## RUNTIME=native for preset moe: kt-kernel (pinned, --no-deps) into SERVER_PYTHON's environment
+setup-kt-native: $(VENV)/.installed ## RUNTIME=native for preset moe: this CPU's kt-kernel (pinned, --no-deps) into SERVER_PYTHON's environment
 	@scripts/precheck.sh setup-kt-native lib libhwloc.so.15 "libhwloc15 libnuma1" -- python $(SERVER_PYTHON) 3.10 \
 		-- isa "avx2" -- disk $(CURDIR) 1
 	$(SERVER_PYTHON) -m pip install --no-deps kt-kernel==$(KT_KERNEL_PIN)
