@@ -25,6 +25,8 @@ $(VENV)/.installed: pyproject.toml config/versions.toml scripts/install_cpu_torc
 	scripts/install_cpu_torch.sh $(VENV) --with-deps
 	$(VENV)/bin/pip install -q -e '.[embed,bench,dashboard,test]'
 	$(VENV)/bin/pip install -q --no-deps gguf==0.19.0
+	@# an editable install leaves the kit's own bytecode to its first import; compile it now, as pip does for a wheel
+	$(PY) -m compileall -q vramkit
 	@$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.endswith('+cpu') or not torch.cuda.is_available() else f'unexpected torch {v}')"
 	touch $@
 
