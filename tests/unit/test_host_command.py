@@ -42,6 +42,26 @@ def test_every_check_has_status_and_reason(capsys):
     assert set(data["facts"]["cpusets"]) == {"VRAMKIT_SGLANG_CPUSET", "VRAMKIT_SIDE_CPUSET"}
 
 
+@pytest.mark.parametrize("flags, isa, release_key", [
+    ({"avx2", "fma"}, "avx2", "kt_kernel_avx2_pip"),
+    ({"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512vbmi", "avx512_bf16"}, "avx512", "kt_kernel_pip"),
+    ({"sse4_2"}, None, None)])
+def test_host_names_the_kt_kernel_release_this_cpu_gets(flags, isa, release_key, monkeypatch, capsys):
+    """`vramkit host` says which kt-kernel build the moe preset's CPU experts run here and which release
+    `make setup-kt-native` installs (an AVX2-only CPU: the first release whose avx2 build runs there)."""
+    from vramkit import catalog
+    from vramkit.adapters import host as hostio
+    monkeypatch.setattr(hostio, "cpu_flags", lambda: flags)
+    _, data = host_json([], capsys)
+    c = checks_of(data)["kt_kernel"]
+    if isa is None:
+        assert c["status"] == "warn" and "not even AVX2" in c["reason"] and data["facts"]["kt_kernel"] is None
+    else:
+        release = getattr(catalog.versions(), release_key)
+        assert c["status"] == "pass" and f"kt-kernel {release}'s" in c["reason"]
+        assert data["facts"]["kt_kernel"]["isa"] == isa and data["facts"]["kt_kernel"]["release"] == release
+
+
 def test_gpu_nearest_cpus_from_nvml(monkeypatch, capsys):
     sc.two_gpus().install(monkeypatch)
     _, data = host_json(["--gpu", "1"], capsys)

@@ -117,6 +117,8 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], dict]:
                            f"{topo.logical} logical / {topo.physical} physical CPUs, {len(topo.allowed)} allowed; "
                            f"{hybrid}; {max(1, len(topo.numa_nodes))} NUMA node(s)"))
 
+    checks.append(_kt_kernel_check(facts))
+
     snap = nvml.read_snapshot(with_processes=False)
     gpu = next((g for g in snap.gpus if g.index == args.gpu), None)
     gpu_cpus = None
@@ -214,6 +216,22 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], dict]:
             url = f"http://127.0.0.1:{port}" if port else DEFAULT_URL
         checks.append(_warmup(url, args.warmup_max, args.warmup_tokens))
     return checks, facts
+
+
+def _kt_kernel_check(facts: dict) -> Check:
+    """The hybrid MoE mode on this CPU: which kt-kernel build it runs and the release the kit installs for it
+    (`make setup-kt-native`; config/versions.toml: an AVX2-only CPU gets the first release whose avx2 build runs)."""
+    from vramkit.core.plan import kt_hybrid as kt
+    from vramkit.launch.hybrid import this_host_isa
+    isa = this_host_isa()
+    if isa is None:
+        facts["kt_kernel"] = None
+        return Check("kt_kernel", WARN, "this CPU has not even AVX2: kt-kernel runs nowhere here, so the moe preset "
+                                        "cannot keep experts in host RAM -> layer offload (plan without --kt-method)")
+    release = catalog.versions().kt_kernel_for(isa)
+    facts["kt_kernel"] = {"isa": isa, "build": kt.KT_VARIANT[isa], "release": release}
+    return Check("kt_kernel", PASS, f"the moe preset's CPU experts: kt-kernel {release}'s {kt.KT_VARIANT[isa]} build "
+                                    f"(this CPU: {isa}; `make setup-kt-native` installs it)")
 
 
 def exit_code(checks: list[Check]) -> int:
