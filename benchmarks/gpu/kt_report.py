@@ -137,8 +137,37 @@ def avx2_bench(src: Path, out: Path) -> int:
                   "2 threads; at 14 threads on the H100 host an AVX2 FP8 build took 2.7x the avx512_bf16 one "
                   "(0.6.3.post1, `../kt-accuracy.md`), the figure the planner keeps: two threads of a shared VM do "
                   "not stand for fourteen of a desktop. The driver's avx2-070 step times 0.7.0 there."]
+    lines += avx2_accuracy(src, out)
     (out / "README.md").write_text("\n".join(lines) + "\n")
     return 0
+
+
+def avx2_accuracy(src: Path, out: Path) -> list[str]:
+    """kt_accuracy.py on 0.7.0's avx2 build (accuracy-070-avx2.json) beside the committed run on 0.5.1's
+    avx512_bf16 build (../kt-llamafile/accuracy-cpu.json): same proxy, seed and positions, so the same numbers
+    where the kernels compute the same."""
+    f = src / "accuracy-070-avx2.json"
+    ref = OUT / "kt-llamafile" / "accuracy-cpu.json"
+    if not f.is_file() or not ref.is_file():
+        return []
+    new, old = json.loads(f.read_text()), json.loads(ref.read_text())
+    (out / f.name).write_text(json.dumps(new, indent=1) + "\n")
+
+    def err(r: dict) -> str:
+        v = r["moe_layer_rel_l2_prefill"]
+        return f"{100 * sum(v) / len(v):.3f} %"
+    rows = ["", f"## The same numbers? (`kt_accuracy.py`, {new['layers']} layers, {new['positions']} positions, seed "
+            f"{new.get('seed', 0)}: the proxy of `../kt-llamafile/accuracy-cpu.md`)", "",
+            f"| method | 0.7.0 {new['kt_variant']} (class) | {old['kt_kernel']} {old['kt_variant']} (class) | "
+            "top-1 agreement, 0.7.0 / 0.5.1 |", "| --- | --- | --- | --- |"]
+    for m, r in new["methods"].items():
+        o = old["methods"].get(m)
+        if o and "error" not in r and "error" not in o:
+            rows.append(f"| {m} | {err(r)} ({r['kernel_class']}) | {err(o)} ({o['kernel_class']}) | "
+                        f"{100 * r['top1_agreement']:.1f} / {100 * o['top1_agreement']:.1f} % |")
+    return rows + ["", "MoE-layer output error against the bf16 reference, mean over the layers (prefill path). The "
+                   "LLAMAFILE rows are llamafile's code in both releases; the FP8 rows are two different kernel "
+                   "classes (AVX2 and AVX-512)."]
 
 
 def thread_ratios(bench: dict) -> dict[str, float]:

@@ -304,6 +304,18 @@ def test_the_clean_avx2_build_is_not_slower_at_llamafiles_work_than_the_build_th
     assert _h100_plan("AMXINT8", host=host).hybrid.decode_cpu_time_factor == 1.0
 
 
+def test_the_avx2_releases_kernels_compute_what_the_accuracy_note_was_measured_on():
+    """The plan's accuracy words for LLAMAFILE_Q8_0 (and FP8) come from 0.5.1's avx512_bf16 build; on an AVX2-only CPU
+    they run on 0.7.0's avx2 build. The same proxy, seed and positions through that build
+    (benchmarks/results/gpu/kt-avx2/accuracy-070-avx2.json) gives each MoE layer's error within 0.1 % of it."""
+    new = json.loads((ROOT / "benchmarks/results/gpu/kt-avx2/accuracy-070-avx2.json").read_text())
+    old = json.loads((ROOT / "benchmarks/results/gpu/kt-llamafile/accuracy-cpu.json").read_text())
+    assert new["kt_kernel"] == catalog.versions().kt_kernel_avx2_pip and new["kt_variant"] == "avx2"
+    for m in ("LLAMAFILE_Q8_0", "LLAMAFILE_Q8_0<-FP8", "FP8"):
+        a, b = new["methods"][m]["moe_layer_rel_l2_prefill"], old["methods"][m]["moe_layer_rel_l2_prefill"]
+        assert len(a) == len(b) and all(x == pytest.approx(y, rel=1e-3) for x, y in zip(a, b, strict=True)), m
+
+
 def test_the_isa_evidence_backs_the_build_table():
     """KT_BUILDS lists an avx2 build only where the committed evidence says it runs on an AVX2-only CPU: no AVX-512
     instruction in it (objdump scan) and every listed method's forward passed under QEMU's Haswell CPU. Every avx2
