@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -87,9 +88,11 @@ def avx2_bench(src: Path, out: Path) -> int:
     method and round (median and fastest token of each run), with each build's time over 0.7.0's avx2 build."""
     out.mkdir(parents=True, exist_ok=True)
     rows: dict[tuple[str, str], list[dict]] = {}
+    bench: list[dict] = []                  # each run's JSON, in the order read
     for stem, _, _ in AVX2_BUILDS:
         for f in sorted(src.glob(f"{stem}*-r*.json")):
             d = json.loads(f.read_text())
+            bench.append(d)
             (out / f.name).write_text(json.dumps(d, indent=1) + "\n")
             for r in d["runs"]:
                 if "error" not in r:
@@ -97,20 +100,20 @@ def avx2_bench(src: Path, out: Path) -> int:
     host = (src / "host.txt").read_text() if (src / "host.txt").is_file() else ""
     (out / "host.txt").write_text(host)
     cpu = next((ln.split(":", 1)[1].strip() for ln in host.splitlines() if ln.startswith("Model name")), "?")
-    first = next(iter(json.loads(f.read_text()) for f in sorted(out.glob("*.json"))))
+    first = bench[0]        # the settings every run shares (the driver passes the same to each)
 
     def best(stem: str, method: str, key: str) -> float | None:
         """The run's figure over the rounds: the median of the medians, or the fastest token of all."""
         runs = rows.get((stem, method))
         if not runs:
             return None
-        vals = sorted(r[key] for r in runs)
-        return vals[0] if key == "cpu_ms_per_token_min" else vals[(len(vals) - 1) // 2] / 2 + vals[len(vals) // 2] / 2
+        vals = [r[key] for r in runs]
+        return min(vals) if key == "cpu_ms_per_token_min" else statistics.median(vals)
     lines = ["# kt-kernel's AVX2 builds, kernel level (issue 18 item 4)", "",
              f"`benchmarks/gpu/run_kt_avx2_bench.sh` on the dev host ({cpu}; AVX-512-BF16 and AVX-VNNI, no AMX), "
              f"{first['date']}: `kt_decode_bench.py`, Qwen3-Coder-30B-A3B's MoE layer shape, {first['gpu_experts']} of "
              f"128 experts masked as on the GPU, batch 1, 48 layers a token over {first['layers']} distinct ones, "
-             f"{first['tokens']} tokens, {rows and next(iter(rows.values()))[0]['threads']} threads; builds alternate "
+             f"{first['tokens']} tokens, {first['runs'][0]['threads']} threads; builds alternate "
              "round by round. A noisy shared 2-core VM: the fastest token of a run is the steadier figure. Kernel "
              "level, not a server run.", "",
              "| build | method (class) | rounds: median / fastest ms per token | vs 0.7.0 avx2: medians / fastest |",
