@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vramkit import catalog
+from vramkit.core.plan import kt_hybrid as kt
 from vramkit.core.plan.knobs import Knobs
 from vramkit.core.plan.planner import Target, plan
 from vramkit.core.render.sglang import compose_yaml, sglang_args
@@ -13,7 +14,7 @@ from vramkit.units import GiB
 REPO_ROOT = catalog.CONFIG_DIR.parent
 
 
-def compose_files(host=None) -> dict[Path, str]:
+def compose_files(host: kt.HostCpu | None = None) -> dict[Path, str]:
     """docker-compose.qwen[-preset].yml for each preset, rendered for the reference 16 GB card and desktop CPU
     (`host`: another CPU's kt.HostCpu, e.g. an AVX2-only one, whose kt-kernel release the KT image is built with)."""
     engine = catalog.engine()

@@ -336,7 +336,8 @@ def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tu
     note = f"; {KT_RELEASE_NOTES[kt_kernel]}" if kt_kernel in KT_RELEASE_NOTES else ""
     if runs_on(asked, isa, kt_kernel):
         return asked, f"{asked} runs on {kk}'s {KT_VARIANT[build_for(asked, isa, kt_kernel)]} build{note}"
-    need = (f"its {' or '.join(builds(asked, kt_kernel))} build" if builds(asked, kt_kernel) else
+    here = builds(asked, kt_kernel)
+    need = (f"its {' or '.join(here)} build" if here else
             " or ".join(f"kt-kernel {v}'s {' or '.join(b[asked])} build" for v, b in KT_BUILDS.items() if b[asked])
             or "a build no release has")
     fmt = checkpoint_format(model)
