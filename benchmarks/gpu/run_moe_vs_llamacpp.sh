@@ -162,6 +162,10 @@ ballast() {
   for i in $(seq 60); do grep -q holding "$RES/logs/ballast-$1.txt" && break; sleep 1; done
 }
 export VRAMKIT_STATE_DIR=/tmp/vk-state
+Q8=$CK/qwen3-coder-30b-a3b-q8_0-random.gguf
+q8_gguf() {  # the experts as a random Q8_0 GGUF of the exact shape (LLAMAFILE_Q8_0's --kt-weight-path), written once
+  [ -f $Q8 ] || python3 tools/make_random_gguf.py $MODEL_CFG $Q8 --type Q8_0 > "$RES/gguf-q8_0.json" 2> "$RES/logs/gguf-q8_0.err"
+}
 KIT="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt-weight-path $KT"
 KIT8="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
 FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64 --repeat ${REPEAT:-1}"
@@ -360,8 +364,7 @@ if has avx2-070; then  # issue 18 item 4 on a clean avx2 build: LLAMAFILE_Q8_0 a
   # it, on kt-kernel 0.7.0 (config/versions.toml kt_kernel_avx2_pip; its avx2 build holds no AVX-512 code, the committed
   # k16-q8-avx2 runs used 0.5.1's, which does), forced (same cores and memory, other kernels). Staging: kt/ also holds
   # kt_kernel-0.7.0-cp312-*.whl (only its avx2 extension: benchmarks/gpu/stage_kt_avx2.sh), installed apart
-  Q8=$CK/qwen3-coder-30b-a3b-q8_0-random.gguf
-  [ -f $Q8 ] || python3 tools/make_random_gguf.py $MODEL_CFG $Q8 --type Q8_0 > "$RES/gguf-q8_0.json" 2> "$RES/logs/gguf-q8_0.err"
+  q8_gguf
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/kt070 $S/kt/kt_kernel-0.7.0-*.whl \
     > "$RES/logs/kt070.txt" 2>&1
   step "kt-kernel 0.7.0: $(PYTHONPATH=/tmp/kt070 KT_KERNEL_CPU_VARIANT=avx2 python3 -c 'import kt_kernel as k; \
@@ -380,8 +383,7 @@ if has llamafile || has llamafile24 || has llamafile30k; then  # issue 18 item 4
   # Q8_0 GGUF of the experts (random, the exact shape, tools/make_random_gguf.py --type Q8_0): the method
   # `vramkit plan --cpu-isa avx2` plans, on kt-kernel 0.5.1's avx2 build forced (same cores and memory, other
   # build), then on the amx build this CPU picks (the same llamafile kernels, compiled for it)
-  Q8=$CK/qwen3-coder-30b-a3b-q8_0-random.gguf
-  [ -f $Q8 ] || python3 tools/make_random_gguf.py $MODEL_CFG $Q8 --type Q8_0 > "$RES/gguf-q8_0.json" 2> "$RES/logs/gguf-q8_0.err"
+  q8_gguf
   step "GGUF Q8_0: $(cat "$RES/gguf-q8_0.json" 2>/dev/null) $(tail -2 "$RES/logs/gguf-q8_0.err" 2>/dev/null) ($(elapsed) s)"
   KITQ8="--preset moe --model-path $FP8 --load-format dummy --kt-method LLAMAFILE_Q8_0 --kt-weight-path $Q8"
   MID="--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens 64"
