@@ -331,7 +331,8 @@ def create_app(config: EmbedConfig | None = None, encoder: Encoder | None = None
                            "failed_restarts": enc.failed_restarts, "serving": enc.serving,
                            "last_error": enc.last_error,
                            "encode_calls": b.batches, "requests_merged": b.batched_requests,
-                           "queued_texts": b.queued(), "cancelled_texts": b.cancelled_texts,
+                           "queued_texts": b.queued(), "admitted_texts": b.admitted_texts,
+                           "encoded_texts": b.encoded_texts, "cancelled_texts": b.cancelled_texts,
                            "refused_requests": b.refused}
         snap["disconnects"] = st.disconnects
         snap["jobs_running"] = len(st.tasks)

@@ -60,6 +60,8 @@ class MicroBatcher:
         self.max_batch_texts = max(1, max_batch_texts)
         self.max_queued_texts = max_queued_texts
         self.max_queued_per_client = max_queued_per_client
+        self.admitted_texts = 0       # texts let into the queue; each one is later encoded or cancelled
+        self.encoded_texts = 0        # texts whose vectors an encode call returned
         self.cancelled_texts = 0      # texts dropped unencoded because their caller went away
         self.refused = 0              # requests refused by a queue bound
         self._queue: deque[_Request] = deque()
@@ -85,6 +87,7 @@ class MicroBatcher:
         if not texts:
             return np.empty((0, self.encoder.dim), dtype=np.float32)
         self._admit(len(texts), client)
+        self.admitted_texts += len(texts)
         # shortest first: pieces of similar length pad little (sentence-transformers sorts within a
         # call only; unsorted pieces of 32 cost ~1.7x the compute on mixed lengths, measured here)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
@@ -152,6 +155,7 @@ class MicroBatcher:
                         self._queue.remove(r)
                 continue
             self.batches += 1
+            self.encoded_texts += len(texts)
             if len(picks) > 1:
                 self.batched_requests += len(picks)
             i = 0
