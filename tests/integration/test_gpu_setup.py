@@ -177,7 +177,7 @@ def fresh_machine_env(index_url: str) -> dict:
 
 def local_cpu_index(tmp_path: Path) -> str:
     """A PEP 503 index standing in for download.pytorch.org/whl/cpu (no network here). It serves a wheel with the
-    local CPU wheel's file name, tags and metadata (so its Requires-Dist, which --with-deps installs, are
+    local CPU wheel's file name, tags and metadata (its Requires-Dist, which --with-deps installs, are two of
     torch's own) around a two-file torch package: what the script decides and pip does are the same as with
     the 190 MB wheel, whose unpacking made this the suite's slowest test (`make setup` installs the real one)."""
     wheels = sorted(Path("/opt/wheels").glob("torch-*+cpu-*.whl"))
@@ -189,7 +189,12 @@ def local_cpu_index(tmp_path: Path) -> str:
     version = real.name.split("-")[1]
     with zipfile.ZipFile(real) as src, zipfile.ZipFile(stand_in, "w") as dst:
         info = next(n.split("/")[0] for n in src.namelist() if n.endswith(".dist-info/METADATA"))
-        files = {f"{info}/METADATA": src.read(f"{info}/METADATA"), f"{info}/WHEEL": src.read(f"{info}/WHEEL"),
+        # torch's METADATA with its Requires-Dist cut to the two small ones: --with-deps still installs torch's
+        # dependencies from the usual index around the +cpu build; sympy and networkx took 10 s of it
+        meta = b"".join(line for line in src.read(f"{info}/METADATA").splitlines(keepends=True)
+                        if not line.startswith(b"Requires-Dist:") or line.split()[1].startswith(
+                            (b"filelock", b"typing-extensions")))
+        files = {f"{info}/METADATA": meta, f"{info}/WHEEL": src.read(f"{info}/WHEEL"),
                  "torch/__init__.py": f"__version__ = {version!r}\nfrom torch import version\n".encode(),
                  "torch/version.py": f"__version__ = {version!r}\ncuda = None\n".encode()}
         record = "".join(f"{n},sha256={_digest(b)},{len(b)}\n" for n, b in files.items()) + f"{info}/RECORD,,\n"
@@ -217,8 +222,8 @@ def test_cpu_torch_without_a_local_wheel_comes_from_the_cpu_index(tmp_path, fres
     r = run([str(INSTALL_TORCH), str(venv), "--with-deps"], env_with(PIP_NO_COMPILE="1"), timeout=600)
     assert r.returncode == 0, r.stderr
     assert "torch 2.13.0+cpu already in" in r.stderr
-    probe = run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__, torch.version.cuda)"],
-                env_with())
+    probe = run([str(venv / "bin" / "python"), "-c",
+                 "import torch, filelock, typing_extensions; print(torch.__version__, torch.version.cuda)"], env_with())
     assert probe.stdout.split() == ["2.13.0+cpu", "None"], probe.stderr
 
 
