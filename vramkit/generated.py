@@ -199,12 +199,38 @@ def moe_vs_llamacpp_table() -> list[str]:
                          f"{' and '.join(modes)}; measured {c['date'][:10]})")
     if len(out) == 2:
         return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
+    notes_after = _peer_accuracy_line()
     return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
              "host session per card (random weights; llama.cpp: Q4_K_M; the kit's configuration per card below; "
              "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, the levers in `moe-vs-llamacpp-levers.md`):",
              ""] + out + ["", "Per-token time at batch 1, depth 0 (1000 / decode tok/s): " + "; ".join(notes) + ". "
                           + ("Goals not met: " + "; ".join(missed) + ". The levers file gives both budgets and what "
-                             "would close the rest." if missed else "Every goal is met.")])
+                             "would close the rest." if missed else "Every goal is met.")] + notes_after)
+
+
+PEER_ACCURACY = "benchmarks/results/gpu/peer-accuracy/accuracy-cpu.json"
+PEER_ROWS = (("llama.cpp's Q4_K_M experts", "Q4_K_M (llama.cpp)"),
+             ("the kit's 16 GB preset as served (43 FP8 GPU experts, AMXINT8 from FP8 on the CPU)",
+              "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"),
+             ("the kit's fastest 16 GB row without its deferral (88 GPTQ-Int4 GPU experts, round to nearest)",
+              "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)"),
+             ("llama.cpp at Q8_0", "Q8_0 (llama.cpp)"))
+
+
+def _peer_accuracy_line() -> list[str]:
+    """What each engine computes with, on the accuracy proxy (benchmarks/gpu/peer_accuracy.py writes the data)."""
+    path = REPO_ROOT / PEER_ACCURACY
+    if not path.exists():
+        return []
+    rows = json.loads(path.read_text())["methods"]
+    said = []
+    for label, key in PEER_ROWS:
+        r = rows.get(key)
+        if r and "error" not in r:
+            err = sum(r["moe_layer_rel_l2_prefill"]) / len(r["moe_layer_rel_l2_prefill"])
+            said.append(f"{label} {100 * err:.1f} % (top-1 {100 * r['top1_agreement']:.1f} %)")
+    return ["", "Not like for like in accuracy: each engine's MoE-layer error against bf16 experts on a random-weight "
+                "proxy (`benchmarks/results/gpu/peer-accuracy/`): " + "; ".join(said) + "."] if said else []
 
 
 def settings_table() -> list[str]:

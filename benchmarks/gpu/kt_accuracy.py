@@ -24,7 +24,9 @@ the same weights the way each method's loader hands them over:
   GPTQ_INT4  symmetric int4, group 128, in GPTQ's layout (qweight [K/8, N], scales [K/128, N]), rounded to
              nearest (RTN: no Hessian, so worse than a real GPTQ checkpoint)
 and "FP8 (GPU)": the FP8 checkpoint's values computed in bf16 by torch on the GPU (the format's own error,
-no CPU kernel). Only kt-kernel's safetensors reader is left out: the tensors it would return are handed over
+no CPU kernel). `--ggml-layouts Q4_K_M,Q8_0 --ggml-lib libggml-base.so`: the peer's files, "<layout> (llama.cpp)",
+each expert matrix quantized by llama.cpp's own ggml_quantize_chunk with the type llama-quantize gives it
+(benchmarks/gpu/ggml_quant.py), decoded and computed by torch (the format's error, no CPU kernel). Only kt-kernel's safetensors reader is left out: the tensors it would return are handed over
 in memory.
 
 Measured: teacher-forced over --positions tokens (one random sequence, every position scored): top-1
@@ -312,6 +314,44 @@ class KtLayer:
         return out.to(x.device)
 
 
+def ggml_layers(model: Model, layout: str, lib: Path | None, n_layers: int) -> tuple[list, dict]:
+    """The MoE layers of a llama.cpp file of this layout: each expert matrix quantized by ggml itself with the type
+    llama-quantize gives it in this n-layer model, decoded by gguf-py, computed by torch on the reference's device."""
+    from ggml_quant import Ggml, expert_types
+    if lib is None:
+        raise SystemExit("--ggml-layouts needs --ggml-lib (benchmarks/gpu/build_ggml.sh builds libggml-base.so)")
+    g = Ggml(lib)
+    types = [expert_types(layout, i, n_layers) for i in range(n_layers)]
+    deq = [{n: torch.from_numpy(g.roundtrip(model.layers[i][n].float().cpu().numpy(), types[i][n]))
+            .to(model.device, torch.bfloat16) for n in ("gate", "up", "down")} for i in range(n_layers)]
+    return [torch_layer(d) for d in deq], {
+        "path": f"llama.cpp's {layout} file: experts quantized by ggml_quantize_chunk ({Path(g.path).name}), "
+                "decoded by gguf-py, bf16 by torch (no CPU kernel)",
+        "types": ["/".join(t[n] for n in ("gate", "up", "down")) for t in types]}
+
+
+def gptq_dequant(w: torch.Tensor) -> torch.Tensor:
+    """[E, N, K] bf16 -> the values of its GPTQ-Int4 RTN form (gptq_rtn per expert), bf16 [E, N, K]."""
+    out = torch.empty_like(w)
+    for e in range(w.shape[0]):
+        packed, scale = gptq_rtn(w[e])
+        q = torch.stack([(packed >> (4 * j)) & 15 for j in range(8)], 1).reshape(-1, packed.shape[1])   # [K, N]
+        vals = (q.float() - 8).view(scale.shape[0], GPTQ_GROUP, -1) * scale[:, None, :]
+        out[e] = vals.reshape(-1, packed.shape[1]).T.to(torch.bfloat16)
+    return out
+
+
+GPU_FORMATS = {"FP8": lambda w: fp8_dequant(*fp8_block(w)), "GPTQ_INT4": gptq_dequant}
+
+
+def split_layer(gpu, cpu, n_gpu: int):
+    """A served MoE layer: experts below n_gpu computed by `gpu`, the others by `cpu` (which skips the GPU's)."""
+    def run(x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
+        on_gpu = gpu(x, ids, wts.masked_fill(ids >= n_gpu, 0))
+        return (on_gpu.float() + cpu(x, ids, wts).float().to(on_gpu.device)).to(torch.bfloat16)
+    return run
+
+
 # --- metrics --------------------------------------------------------------------------------------------------
 def torch_layer(w: dict):
     """A MoE layer computed by torch on the reference's device from these expert weights."""
@@ -358,6 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deferred", default="", help="e.g. 1,2: --kt-max-deferred-experts-per-token values to check")
     ap.add_argument("--gpu-experts", type=int, default=43, help="with --deferred: experts 0..N-1 on the GPU")
     ap.add_argument("--no-fp8-gpu", action="store_true", help="skip the FP8 (GPU) row")
+    ap.add_argument("--ggml-layouts", default="", help="e.g. Q4_K_M,Q8_0: llama.cpp's files' expert values")
+    ap.add_argument("--ggml-lib", type=Path, help="libggml-base.so (benchmarks/gpu/build_ggml.sh)")
+    ap.add_argument("--split", default="", help="e.g. FP8:43:AMXINT8<-FP8: a served split, experts 0..N-1 on the GPU "
+                                                "in that format (FP8 or GPTQ_INT4, by torch), the rest by kt-kernel")
     ap.add_argument("--lm-head-std", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -373,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     model = Model(cfg, a.layers, a.device, a.seed, a.lm_head_std)
     tokens = torch.randint(0, cfg["vocab_size"], (a.positions,), generator=torch.Generator().manual_seed(a.seed + 1))
     tokens = tokens.to(a.device)
-    kt = Kt(a.threads) if a.methods.strip() else None
+    kt = Kt(a.threads) if a.methods.strip() or a.split.strip() else None
     res: dict = {
         "what": "kt-kernel CPU MoE methods vs a bf16 all-GPU reference; RANDOM-WEIGHT PROXY of Qwen3-Coder-30B-A3B "
                 f"(its layer shape, cut to {a.layers} layers): real checkpoints have outliers that random ones lack",
@@ -404,7 +448,11 @@ def main(argv: list[str] | None = None) -> int:
         cpu_w = [{n: model.layers[i][n].cpu() for n in ("gate", "up", "down")} for i in range(a.layers)]
         fp8_w = None
         with tempfile.TemporaryDirectory(prefix="ktacc-") as work:
-            for spec in ([] if a.no_fp8_gpu else ["FP8 (GPU)"]) + [m.strip() for m in a.methods.split(",") if m.strip()]:
+            ggml_specs = [f"{x.strip()} (llama.cpp)" for x in a.ggml_layouts.split(",") if x.strip()]
+            splits = {f"{g} 0-{int(n) - 1} (GPU) + {c} (CPU)": (g, int(n), c)
+                      for g, n, c in (x.strip().split(":") for x in a.split.split(",") if x.strip())}
+            for spec in ([] if a.no_fp8_gpu else ["FP8 (GPU)"]) + [m.strip() for m in a.methods.split(",") if m.strip()] \
+                    + ggml_specs + list(splits):
                 t1 = time.time()
                 row: dict = {}
                 try:
@@ -413,6 +461,25 @@ def main(argv: list[str] | None = None) -> int:
                                for i in range(a.layers)]
                         row["path"] = "torch bf16 on the GPU, FP8 checkpoint values (no CPU kernel)"
                         layers_fn = [torch_layer(d) for d in deq]
+                    elif spec in ggml_specs:
+                        layers_fn, row = ggml_layers(model, spec.split()[0], a.ggml_lib, a.layers)
+                    elif spec in splits:
+                        gpu_fmt, n_gpu, cpu_spec = splits[spec]
+                        method, _, source = cpu_spec.partition("<-")
+                        src = cpu_w
+                        if source == "FP8":
+                            fp8_w = fp8_w or [{n: fp8_dequant(*fp8_block(model.layers[i][n])).cpu()
+                                               for n in ("gate", "up", "down")} for i in range(a.layers)]
+                            src = fp8_w
+                        cpu = [KtLayer(kt, method, i, src[i]["gate"], src[i]["up"], src[i]["down"], a.positions, work,
+                                       source or "bf16", model.k, a.device, gpu_experts=n_gpu) for i in range(a.layers)]
+                        layers_fn = [split_layer(torch_layer({n: GPU_FORMATS[gpu_fmt](model.layers[i][n])
+                                                              for n in ("gate", "up", "down")}), cpu[i], n_gpu)
+                                     for i in range(a.layers)]
+                        row = {"path": f"as the server splits it: experts 0..{n_gpu - 1} of each layer in {gpu_fmt} "
+                                       f"by torch (the GPU's values), the rest by kt-kernel's {method} from "
+                                       f"{source or 'bf16'} (its own mask skips the GPU's)",
+                               "kernel_class": cpu[0].cls_name}
                     else:
                         method, _, source = spec.partition("<-")
                         src = cpu_w

@@ -51,6 +51,8 @@
 # STEPS="setup med3": every probe figure of both engines the median of 3 rounds (moe_probe.py --repeat), llama.cpp's
 # sweep started at the best the earlier sessions found, llama-bench at 14 threads without the 30K depth (time);
 # the GPTQ split on moe_wna16 as planned and with whole layers on the GPU, each engine at 16 then 24 GiB.
+# The peer at the kit's accuracy class (not run yet): STAGE=.stage-w16 STEPS="setup llama-q8": llama.cpp reading a Q8_0
+# GGUF, --fit and the --n-cpu-moe sweep at 16 and 24 GiB (staging: llama-src.tar.xz, whl/gguf, ballast.py).
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -91,7 +93,7 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has llama-24 || has med3; } && need_llama=1
+need_llama=; { has llama-16 || has llama-24 || has med3 || has llama-q8; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
@@ -135,7 +137,8 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
 [ -n "$need_int8" ] && { [ -d $KT8/_layer_47 ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $KT8 \
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
-[ -n "$need_llama" ] && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+# the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
+{ has llama-16 || has llama-24 || has med3; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -180,10 +183,10 @@ kit() {  # name budget probe-args [--env K=V ...] -- up args
 }
 
 # ---- llama.cpp --------------------------------------------------------------------------------------------
-LSRV="-m $GGUF -c 32768 -np 4 -kvu -fa on -ctk q8_0 -ctv q8_0 -t $THREADS --host 127.0.0.1 --port 8080"
+LSRV="-c 32768 -np 4 -kvu -fa on -ctk q8_0 -ctv q8_0 -t $THREADS --host 127.0.0.1 --port 8080"
 lserver() {  # name args...: start llama-server, 0 when healthy (log in $RES/NAME.llama.log)
   local n=$1; shift
-  $BIN/llama-server $LSRV "$@" > "$RES/$n.llama.log" 2>&1 & lpid=$!
+  $BIN/llama-server -m "${LGGUF:-$GGUF}" $LSRV "$@" > "$RES/$n.llama.log" 2>&1 & lpid=$!
   local t0=$(date +%s)
   until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/health', timeout=2)" 2>/dev/null; do
     kill -0 $lpid 2>/dev/null || { wait $lpid 2>/dev/null; return 1; }
@@ -200,39 +203,40 @@ lprobe() {  # name probe-args
     --out "$RES/$n.probe.json" --label "$n" "$@" 2>&1 | tee -a "$RES/progress.txt"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$RES/$n.smi.txt"
 }
-llama() {  # budget first-n-cpu-moe
-  local b=$1 n=$2 best= tries=0 up=
+llama() {  # budget first-n-cpu-moe [name-prefix GGUF]: llama.cpp's points at one card size (LGGUF: that file)
+  local b=$1 n=$2 tag=${3:-llama-$1} best= tries=0 up=
+  LGGUF=${4:-$GGUF}
   [ -f $BUILT ] || { step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null); $(tail -5 $W/ninja.log $W/cmake.log 2>/dev/null | tr '\n' ' ' | tail -c 600)"; return; }
   ballast "$b"
-  step "llama-$b fit"
-  if lserver "llama-$b-fit" --fit on; then lprobe "llama-$b-fit" $FULL; lstop; else step "llama-$b-fit did not start"; fi
+  step "$tag fit ($(basename $LGGUF))"
+  if lserver "$tag-fit" --fit on; then lprobe "$tag-fit" $FULL; lstop; else step "$tag-fit did not start"; fi
   pack
   # --n-cpu-moe: the lowest that starts (KV for the whole 32K and the compute buffers are allocated at start)
   while [ $tries -lt 6 ] && [ "$n" -ge 0 ] && [ "$n" -le 48 ]; do
     tries=$((tries + 1))
-    if lserver "llama-$b-ncmoe$n" --fit off -ngl 99 --n-cpu-moe "$n"; then
-      step "llama-$b --n-cpu-moe $n starts"; best=$n; up=1; lstop
+    if lserver "$tag-ncmoe$n" --fit off -ngl 99 --n-cpu-moe "$n"; then
+      step "$tag --n-cpu-moe $n starts"; best=$n; up=1; lstop
       [ "$n" -eq 0 ] && break; n=$((n - 1))
     else
-      step "llama-$b --n-cpu-moe $n does not start: $(grep -iE 'out of memory|failed to|error' "$RES/llama-$b-ncmoe$n.llama.log" | head -2 | tr '\n' ' ' | tail -c 300)"
+      step "$tag --n-cpu-moe $n does not start: $(grep -iE 'out of memory|failed to|error' "$RES/$tag-ncmoe$n.llama.log" | head -2 | tr '\n' ' ' | tail -c 300)"
       [ -n "$up" ] && break; n=$((n + 1))
     fi
   done
   [ -z "$best" ] && return
-  echo "$best" > "$RES/llama-$b-best-ncmoe.txt"
-  step "llama-$b best --n-cpu-moe $best: server probe"
-  lserver "llama-$b-best" --fit off -ngl 99 --n-cpu-moe "$best" && { lprobe "llama-$b-best" $FULL; lstop; }
+  echo "$best" > "$RES/$tag-best-ncmoe.txt"
+  step "$tag best --n-cpu-moe $best: server probe"
+  lserver "$tag-best" --fit off -ngl 99 --n-cpu-moe "$best" && { lprobe "$tag-best" $FULL; lstop; }
   pack
-  step "llama-$b llama-bench --n-cpu-moe $best"
-  local LB="-m $GGUF -ngl 99 -ncmoe $best -fa 1 -ctk q8_0 -ctv q8_0 -o json"
+  step "$tag llama-bench --n-cpu-moe $best"
+  local LB="-m $LGGUF -ngl 99 -ncmoe $best -fa 1 -ctk q8_0 -ctv q8_0 -o json"
   timeout 300 $BIN/llama-bench $LB -p 512 -n 128 -d 0,8192 -r 3 -t "${LB_THREADS:-$THREADS,$PHYS}" \
-    > "$RES/llama-$b-bench-d0-8k.json" 2> "$RES/logs/llama-$b-bench-d0-8k.err"
+    > "$RES/$tag-bench-d0-8k.json" 2> "$RES/logs/$tag-bench-d0-8k.err"
   [ "${LB_D30K:-1}" = 0 ] || timeout 300 $BIN/llama-bench $LB -p 512 -n 64 -d 30000 -r 1 -t "$THREADS" \
-    > "$RES/llama-$b-bench-d30k.json" 2> "$RES/logs/llama-$b-bench-d30k.err"
+    > "$RES/$tag-bench-d30k.json" 2> "$RES/logs/$tag-bench-d30k.err"
   python3 -c "
 import json
 for f in ('d0-8k', 'd30k'):
-    try: rows = json.load(open('$RES/llama-$b-bench-' + f + '.json'))
+    try: rows = json.load(open('$RES/$tag-bench-' + f + '.json'))
     except Exception as e: print(f, 'no result', e); continue
     for r in rows: print(f\"pp{r['n_prompt']}/tg{r['n_gen']} depth {r['n_depth']} t{r['n_threads']}: {r['avg_ts']:.1f} tok/s\")" \
     | tee -a "$RES/progress.txt"
@@ -327,6 +331,14 @@ if has med3; then  # the median session: each engine at 16 GiB, then at 24 GiB, 
   kit k16-wna16-layers-defer2 16 "$FULL" $LAY -- $KITG $CPU8 \
     --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
   kit k16-wna16-defer2 16 "$FULL" -- $KITG $CPU8 --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+fi
+if has llama-q8; then  # the peer at the kit's accuracy class: llama.cpp reading a Q8_0 GGUF (its experts' MoE-layer error
+  # on the proxy: benchmarks/results/gpu/peer-accuracy/; Q4_K_M's is about twice AMXINT8's from the FP8 checkpoint), the
+  # same sweep at 16 GiB (~18 of 48 layers' experts fit beside the 32K pool: the sweep starts at 30) and at 24 GiB
+  q8_gguf
+  step "GGUF Q8_0: $(cat "$RES/gguf-q8_0.json" 2>/dev/null | head -c 300) ($(elapsed) s)"
+  llama 16 30 llama-q8-16 $Q8
+  llama 24 18 llama-q8-24 $Q8
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16

@@ -1,0 +1,54 @@
+"""benchmarks/gpu/peer_accuracy.py: llama.cpp's files and the kit's served splits, one proxy, one table (issue 18)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+OUT = REPO / "benchmarks/results/gpu/peer-accuracy"
+
+
+@pytest.fixture(scope="module")
+def mod():
+    spec = importlib.util.spec_from_file_location("peer_accuracy", REPO / "benchmarks/gpu/peer_accuracy.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def test_the_committed_table_is_what_its_data_says(mod, tmp_path, monkeypatch):
+    monkeypatch.setattr(mod, "OUT", tmp_path)
+    (tmp_path / "accuracy-cpu.json").write_text((OUT / "accuracy-cpu.json").read_text())
+    assert mod.main([]) == 0
+    assert (tmp_path / "README.md").read_text() == (OUT / "README.md").read_text(), "rerun peer_accuracy.py"
+    assert "not run" not in (OUT / "README.md").read_text()
+
+
+def test_every_row_is_the_kit_tables_proxy(mod):
+    peer, kit = json.loads((OUT / "accuracy-cpu.json").read_text()), json.loads(mod.KIT.read_text())
+    assert mod.same_proxy(peer, kit)
+    assert {name for name, src, _ in mod.ROWS if src == "here"} <= set(peer["methods"])
+    assert {name for name, src, _ in mod.ROWS if src == "kit"} <= set(kit["methods"])
+
+
+def test_a_run_on_another_proxy_is_refused_and_nothing_is_written(mod, tmp_path, monkeypatch):
+    monkeypatch.setattr(mod, "OUT", tmp_path)
+    run = json.loads(mod.KIT.read_text()) | {"positions": 512}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    with pytest.raises(SystemExit, match="not the proxy of"):
+        mod.main(["--add", str(tmp_path / "run.json")])
+    assert not (tmp_path / "accuracy-cpu.json").exists()
+
+
+def test_q4_k_m_layers_with_q6_k_down_err_less_than_its_q4_k_layers():
+    """The data's own physics: llama-quantize gives ffn_down Q6_K on layers 2 and 3 of this 4-layer proxy, and those
+    layers' MoE error is the lower one; every llama.cpp row is lossier than its Q8_0 row."""
+    rows = json.loads((OUT / "accuracy-cpu.json").read_text())["methods"]
+    q4 = rows["Q4_K_M (llama.cpp)"]
+    assert q4["types"] == ["Q4_K/Q4_K/Q4_K", "Q4_K/Q4_K/Q4_K", "Q4_K/Q4_K/Q6_K", "Q4_K/Q4_K/Q6_K"]
+    err = q4["moe_layer_rel_l2_prefill"]
+    assert max(err[2:]) < min(err[:2])
+    assert max(rows["Q8_0 (llama.cpp)"]["moe_layer_rel_l2_prefill"]) < min(err)
