@@ -20,6 +20,7 @@ import re
 import shutil
 import sys
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,9 +131,35 @@ def probe_figures(probe: dict | None) -> dict:
     return f
 
 
-def bench_rows(res: Path, budget: int) -> list[dict]:
+@dataclass(frozen=True)
+class Pairing:
+    """Which points of a session are set side by side: the kit's, and llama.cpp's on one GGUF."""
+
+    stem: str                   # the committed files: STEM-{16,24}g.{json,md,png}
+    llama: str                  # llama.cpp's points' prefix, {b} the card: llama-{b}-fit, -best, -bench-*
+    gguf: str                   # the file llama.cpp ran, in words
+    kit_names: tuple[str, ...]  # the kit's candidate points, {b} the card (those at 16 GiB only: prefixed 16:)
+
+    def kits(self, budget: int) -> list[str]:
+        return [n.split(":", 1)[-1].format(b=budget) for n in self.kit_names
+                if not n.startswith("16:") or budget == 16]
+
+
+Q4 = Pairing("moe-vs-llamacpp", "llama-{b}", "a Q4_K_M-typed GGUF (tools/make_random_gguf.py, 17.3 GiB)",
+             ("k{b}", "k{b}-gptq", "k{b}-gptq-kv32", "k{b}-wna16", "16:k{b}-layers", "16:k{b}-layers-defer2",
+              "16:k16-gptq-layers", "16:k16-gptq-layers-defer2", "16:k16-wna16-defer2", "16:k16-wna16-layers",
+              "16:k16-wna16-layers-defer2"))
+# the 8-bit class (benchmarks/results/gpu/peer-accuracy/): the kit's FP8 GPU experts + AMXINT8 CPU experts, no deferral,
+# against llama.cpp on a Q8_0 file (run_moe_vs_llamacpp.sh STEPS="setup llama-q8")
+Q8 = Pairing("moe-vs-llamacpp-q8", "llama-q8-{b}", "a Q8_0 GGUF (tools/make_random_gguf.py --type Q8_0, 30.3 GiB)",
+             ("k{b}-int8", "k{b}-int8-layers"))
+PAIRINGS = (Q4, Q8)
+
+
+def bench_rows(res: Path, budget: int, pairing: Pairing = Q4) -> list[dict]:
     rows = []
-    for f in (f"llama-{budget}-bench-d0-8k.json", f"llama-{budget}-bench-d30k.json"):
+    name = pairing.llama.format(b=budget)
+    for f in (f"{name}-bench-d0-8k.json", f"{name}-bench-d30k.json"):
         for r in load(res / f) or []:
             rows.append({"test": f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}",
                          "depth": r["n_depth"], "threads": r["n_threads"], "tok_s": round(r["avg_ts"], 2),
@@ -250,13 +277,13 @@ def llama_best(modes: dict[str, dict]) -> tuple[dict, dict]:
     return best, which
 
 
-def sweep_note(res: Path, budget: int, ncmoe: str | None) -> str:
+def sweep_note(res: Path, budget: int, ncmoe: str | None, pairing: Pairing = Q4) -> str:
     if ncmoe is None:
         return ""
     n = int(ncmoe)
     if n == 0:
         return "--fit off -ngl 99: every layer's experts on the GPU"
-    lower = res / f"llama-{budget}-ncmoe{n - 1}.evidence.txt"
+    lower = res / f"{pairing.llama.format(b=budget)}-ncmoe{n - 1}.evidence.txt"
     oom = lower.exists() and "out of memory" in lower.read_text(errors="replace")
     return (f"--fit off -ngl 99: the experts of the first {n} layers on the CPU"
             + (f"; {n - 1} did not start (out of memory)" if oom else ""))
@@ -272,17 +299,15 @@ def kit_weights(p: dict) -> str:
                   else ", every expert on the GPU (the plan drops the hybrid mode: no KT)")
 
 
-def compare(res: Path, budget: int) -> dict | None:
-    kit_names = [f"k{budget}", f"k{budget}-gptq", f"k{budget}-gptq-kv32", f"k{budget}-wna16"] + (
-        [f"k{budget}-layers", f"k{budget}-layers-defer2", "k16-gptq-layers", "k16-gptq-layers-defer2",
-         "k16-wna16-defer2", "k16-wna16-layers", "k16-wna16-layers-defer2"] if budget == 16 else [])
-    kits = [p for p in (kit_point(res, n) for n in kit_names) if p and not disturbed(res, p["name"], budget)]
+def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
+    kits = [p for p in (kit_point(res, n) for n in pairing.kits(budget)) if p and not disturbed(res, p["name"], budget)]
     full = [p for p in kits if all(p["figures"][k] for k in METRICS)]
     kit_best = best(full)
-    fit = llama_point(res, f"llama-{budget}-fit")
-    sweep = llama_point(res, f"llama-{budget}-best")
-    ncmoe = (res / f"llama-{budget}-best-ncmoe.txt").read_text().strip() \
-        if (res / f"llama-{budget}-best-ncmoe.txt").exists() else None
+    lname = pairing.llama.format(b=budget)
+    fit = llama_point(res, f"{lname}-fit")
+    sweep = llama_point(res, f"{lname}-best")
+    ncmoe = (res / f"{lname}-best-ncmoe.txt").read_text().strip() \
+        if (res / f"{lname}-best-ncmoe.txt").exists() else None
     modes = {"--fit on": fit["figures"] if fit else None,
              f"--n-cpu-moe {ncmoe}": sweep["figures"] if sweep else None}
     if not kit_best and not (fit or sweep):
@@ -295,7 +320,7 @@ def compare(res: Path, budget: int) -> dict | None:
                                 "(shared/gpu/ballast.py) for both engines",
         "model": "Qwen3-Coder-30B-A3B shape (48 layers, 128 experts, top-8), random weights: the kit's "
                  + (kit_weights(kit_best) if kit_best else "-")
-                 + "; llama.cpp's a Q4_K_M-typed GGUF (tools/make_random_gguf.py, 17.3 GiB)",
+                 + f"; llama.cpp's {pairing.gguf}",
         "date": date, "versions": versions(res),
         "how": "benchmarks/gpu/run_moe_vs_llamacpp.sh, one host session, engines one after the other; "
                "decode_tok_s: 1 stream, 512-token prompt, 128 tokens, client-side 1/TPOT; decode_tok_s_8k: the "
@@ -308,7 +333,7 @@ def compare(res: Path, budget: int) -> dict | None:
                "figure over --fit and --n-cpu-moe "
                "(swept down to the lowest that starts)",
         "engines": {},
-        "llamacpp_bench": bench_rows(res, budget),
+        "llamacpp_bench": bench_rows(res, budget, pairing),
     }
     if kit_best:
         k = kit_best
@@ -328,7 +353,7 @@ def compare(res: Path, budget: int) -> dict | None:
             "mode_of_each": which,
             "settings": {"server": "llama-server -m <gguf> " + LLAMA_SETTINGS.format(t=threads),
                          "modes": {"--fit on": "llama.cpp picks the offload (default margin 1024 MiB)",
-                                   f"--n-cpu-moe {ncmoe}": sweep_note(res, budget, ncmoe)},
+                                   f"--n-cpu-moe {ncmoe}": sweep_note(res, budget, ncmoe, pairing)},
                          "n_cpu_moe_swept_best": int(ncmoe) if ncmoe else None},
             "by_mode": {m: f for m, f in modes.items() if f},
             "start_s": {m: p["start_s"] for m, p in (("--fit on", fit), (f"--n-cpu-moe {ncmoe}", sweep)) if p},
@@ -867,12 +892,12 @@ def report(res: Path, out_dir: Path, budgets_: tuple[int, ...] = (16, 24), evd_n
     written = []
     evd = out_dir / evd_name
     evd.mkdir(parents=True, exist_ok=True)
-    for budget in budgets_:
-        c = compare(res, budget)
+    for pairing, budget in ((p, b) for p in PAIRINGS for b in budgets_):
+        c = compare(res, budget, pairing)
         if c is None:
             continue
         c["evidence_dir"] = evd_name
-        stem = out_dir / f"moe-vs-llamacpp-{budget}g"
+        stem = out_dir / f"{pairing.stem}-{budget}g"
         stem.with_suffix(".json").write_text(json.dumps(c, indent=1) + "\n")
         stem.with_suffix(".md").write_text(markdown(c))
         try:

@@ -99,7 +99,7 @@ def findings() -> list[str]:
             "minimum per 32 (and Q6_K down on half the layers). A real GPTQ checkpoint narrows this; the proxy "
             "cannot say by how much.",
             f"- llama.cpp in the preset's 8-bit class is its Q8_0 file ({100 * e[q8]:.2f} %, made from bf16 weights; the "
-            f"kit's FP8 checkpoint itself errs {100 * e['FP8 (GPU)']:.2f} %): that run, at 16 and 24 GiB, is staged "
+            f"kit's FP8 checkpoint itself errs {100 * e['FP8 (GPU)']:.2f} %): that run, at 16 GiB beside the kit's 8-bit points, is staged "
             "(`run_moe_vs_llamacpp.sh` STEPS=\"setup llama-q8\"), not measured.",
             "- llama.cpp's matmul kernels also round the activations to 8 bits (CPU and CUDA MMQ); these rows leave "
             "that out (through kt-kernel's llamafile kernels, which do it, Q8_0 from bf16 gave 1.57 % against 1.12 % "

@@ -52,7 +52,8 @@
 # sweep started at the best the earlier sessions found, llama-bench at 14 threads without the 30K depth (time);
 # the GPTQ split on moe_wna16 as planned and with whole layers on the GPU, each engine at 16 then 24 GiB.
 # The peer at the kit's accuracy class (not run yet): STAGE=.stage-w16 STEPS="setup llama-q8": llama.cpp reading a Q8_0
-# GGUF, --fit and the --n-cpu-moe sweep at 16 and 24 GiB (staging: llama-src.tar.xz, whl/gguf, ballast.py).
+# GGUF, --fit and the --n-cpu-moe sweep at 16 GiB, beside the kit's FP8 + AMXINT8 points in the same session (staging
+# as for med3: kt/ with the 0.5.1 amx wheel, llama-src.tar.xz, whl/gguf, ballast.py); report: moe-vs-llamacpp-q8-16g.
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -97,7 +98,7 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has llama-q8; } && ne
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -332,13 +333,18 @@ if has med3; then  # the median session: each engine at 16 GiB, then at 24 GiB, 
     --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
   kit k16-wna16-defer2 16 "$FULL" -- $KITG $CPU8 --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
 fi
-if has llama-q8; then  # the peer at the kit's accuracy class: llama.cpp reading a Q8_0 GGUF (its experts' MoE-layer error
-  # on the proxy: benchmarks/results/gpu/peer-accuracy/; Q4_K_M's is about twice AMXINT8's from the FP8 checkpoint), the
-  # same sweep at 16 GiB (~18 of 48 layers' experts fit beside the 32K pool: the sweep starts at 30) and at 24 GiB
+if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/peer-accuracy/: llama.cpp's Q4_K_M experts err
+  # about twice the preset's): the kit's FP8 GPU experts + AMXINT8 CPU experts as planned and with whole layers on the
+  # GPU, then llama.cpp on a Q8_0 file (~18 of 48 layers' experts fit beside the 32K pool at 16 GiB: the sweep starts at
+  # 30); the report pairs them as moe-vs-llamacpp-q8-16g. KT's AMXINT8 layout (27 GiB) goes before the Q8_0 file
+  # (30 GiB) is written: the disk holds one of them beside the rest, so no later step of this session can use it
+  ballast 16
+  kit k16-int8 16 "$FULL" -- $KIT8
+  kit k16-int8-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT8
+  rm -rf $KT8
   q8_gguf
-  step "GGUF Q8_0: $(cat "$RES/gguf-q8_0.json" 2>/dev/null | head -c 300) ($(elapsed) s)"
+  step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
   llama 16 30 llama-q8-16 $Q8
-  llama 24 18 llama-q8-24 $Q8
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16

@@ -193,3 +193,27 @@ def test_the_int8_session_sits_beside_fp8_and_amxint4_and_the_default_follows_it
     report.int8(run, out)
     section = (out / "moe-vs-llamacpp-levers.md").read_text().split("## The CPU method at 16 GiB")[1]
     assert "AMXINT8 misses the decode goal" in section and "does not qualify" in section and preset in section
+
+
+def test_the_8_bit_pairing_sets_the_kits_8_bit_points_against_llama_cpp_on_q8_0(tmp_path):
+    """A session with STEPS="setup llama-q8" (not run yet) lands in moe-vs-llamacpp-q8-16g.*: the kit's FP8 + AMXINT8
+    points only (a lossy lever such as deferral stays out), llama.cpp's Q8_0 points, and no Q4_K_M comparison."""
+    import shutil
+    res = REPO / "benchmarks" / "results" / "gpu"
+    pts = tmp_path / "session"
+    pts.mkdir()
+    for f in (res / "moe-vs-llamacpp-int8").iterdir():            # k16-int8 (the preset) and k16-int8-layers-defer2
+        shutil.copy(f, pts / f.name)
+    q4 = res / json.loads((res / "moe-vs-llamacpp-16g.json").read_text())["evidence_dir"]
+    for f in q4.glob("llama-16-*"):                                 # stand-ins for llama-q8-16-*: the same file layout
+        shutil.copy(f, pts / f.name.replace("llama-16-", "llama-q8-16-"))
+    out = tmp_path / "out"
+    out.mkdir()
+    written = report.report(pts, out, (16,), "session", with_levers=False)
+    assert not (out / "moe-vs-llamacpp-16g.json").exists()
+    c = json.loads((out / "moe-vs-llamacpp-q8-16g.json").read_text())
+    assert out / "moe-vs-llamacpp-q8-16g.md" in written
+    k = c["engines"]["vramkit"]
+    assert k["settings"]["point"] == "k16-int8" and k["settings"]["kt_method"] == "AMXINT8"
+    assert k["settings"]["gpu_expert_dtype"].startswith("FP8") and k["other_points"] == []
+    assert "a Q8_0 GGUF" in c["model"] and c["engines"]["llamacpp"]["decode_tok_s"] > 0
