@@ -446,7 +446,17 @@ def main(argv: list[str] | None = None) -> int:
                             "seconds": round(time.time() - t0, 1)}
         print(f"reference: {res['reference']}", flush=True)
         cpu_w = [{n: model.layers[i][n].cpu() for n in ("gate", "up", "down")} for i in range(a.layers)]
-        fp8_w = None
+        fp8_w: list[dict] = []          # the FP8 checkpoint's values, made once for every "<-FP8" method
+
+        def kt_layers(spec: str, work: str, gpu_experts: int = 0) -> list[KtLayer]:
+            """Each layer through kt-kernel's class for METHOD[<-FP8] (converted from the FP8 checkpoint's values)."""
+            method, _, source = spec.partition("<-")
+            if source == "FP8" and not fp8_w:
+                fp8_w.extend({n: fp8_dequant(*fp8_block(model.layers[i][n])).cpu() for n in ("gate", "up", "down")}
+                             for i in range(a.layers))
+            src = fp8_w if source == "FP8" else cpu_w
+            return [KtLayer(kt, method, i, src[i]["gate"], src[i]["up"], src[i]["down"], a.positions, work,
+                            source or "bf16", model.k, a.device, gpu_experts=gpu_experts) for i in range(a.layers)]
         with tempfile.TemporaryDirectory(prefix="ktacc-") as work:
             ggml_specs = [f"{x.strip()} (llama.cpp)" for x in a.ggml_layouts.split(",") if x.strip()]
             splits = {f"{g} 0-{int(n) - 1} (GPU) + {c} (CPU)": (g, int(n), c)
@@ -466,13 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                     elif spec in splits:
                         gpu_fmt, n_gpu, cpu_spec = splits[spec]
                         method, _, source = cpu_spec.partition("<-")
-                        src = cpu_w
-                        if source == "FP8":
-                            fp8_w = fp8_w or [{n: fp8_dequant(*fp8_block(model.layers[i][n])).cpu()
-                                               for n in ("gate", "up", "down")} for i in range(a.layers)]
-                            src = fp8_w
-                        cpu = [KtLayer(kt, method, i, src[i]["gate"], src[i]["up"], src[i]["down"], a.positions, work,
-                                       source or "bf16", model.k, a.device, gpu_experts=n_gpu) for i in range(a.layers)]
+                        cpu = kt_layers(cpu_spec, work, n_gpu)
                         layers_fn = [split_layer(torch_layer({n: GPU_FORMATS[gpu_fmt](model.layers[i][n])
                                                               for n in ("gate", "up", "down")}), cpu[i], n_gpu)
                                      for i in range(a.layers)]
@@ -481,15 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                                        f"{source or 'bf16'} (its own mask skips the GPU's)",
                                "kernel_class": cpu[0].cls_name}
                     else:
-                        method, _, source = spec.partition("<-")
-                        src = cpu_w
-                        if source == "FP8":
-                            fp8_w = fp8_w or [{n: fp8_dequant(*fp8_block(model.layers[i][n])).cpu()
-                                               for n in ("gate", "up", "down")} for i in range(a.layers)]
-                            src = fp8_w
-                        layers_fn = [KtLayer(kt, method, i, src[i]["gate"], src[i]["up"], src[i]["down"],
-                                             a.positions, work, source or "bf16", model.k, a.device)
-                                     for i in range(a.layers)]
+                        layers_fn = kt_layers(spec, work)
                         row["kernel_class"] = layers_fn[0].cls_name
                         row["load_s"] = round(time.time() - t1, 1)
                     errs, dec = [], []

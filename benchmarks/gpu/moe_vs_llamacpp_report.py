@@ -850,6 +850,7 @@ def closing(res: Path) -> list[str]:
            "last section; on this SGLang it does not close the gap at 16 GiB, and at 24 GiB it removes KT "
            "altogether (moe-vs-llamacpp-24g.md).",
            gptq_cpu_line(),
+           q8_peer_line(),
            (f"- deferred experts on top (they change the numerics: issue 18 item 3): measured alone they took "
             f"{ms['preset'] - 1000 / dfr['figures']['decode_tok_s']:.1f} ms off the preset's token, more than its "
             f"derived CPU-read share ({48 * 8 * 85 / 128 * AMXINT4_EXPERT / read * 1000:.1f} ms): the GPU stops "
@@ -865,6 +866,66 @@ def closing(res: Path) -> list[str]:
            "- at 24 GiB llama.cpp holds every expert on the GPU (--n-cpu-moe 0, 17.3 GiB); with int4 GPU experts "
            "the kit would too (no KT at all): the FP8 checkpoint (29 GiB) cannot.", ""]
     return out
+
+
+def q8_peer_line() -> str:
+    """llama.cpp in the kit's 8-bit class (a Q8_0 file), derived from its own committed Q4_K_M points, and the
+    accuracy figures that make it the like-for-like peer (peer-accuracy/, peer_accuracy.py)."""
+    sys.path.insert(0, str(ROOT))
+    from tools import make_random_gguf as g
+    cfgs = {b: load(RESULTS / f"moe-vs-llamacpp-{b}g.json") for b in (16, 24)}
+    peer = load(RESULTS / "peer-accuracy" / "accuracy-cpu.json")
+    if not all(cfgs.values()) or not isinstance(peer, dict):
+        return "- the 8-bit peer (llama.cpp on a Q8_0 file): not derived (a committed comparison is missing)"
+    tg = {b: next((r["tok_s"] for r in c["llamacpp_bench"] if r["test"] == "tg128" and r["depth"] == 0
+                   and r["threads"] == 14), None) for b, c in cfgs.items()}
+    n4 = {b: c["engines"]["llamacpp"]["settings"]["n_cpu_moe_swept_best"] for b, c in cfgs.items()}
+    cfg = json.loads((ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json").read_text())
+
+    def sizes(layout: str) -> tuple[dict[int, int], int]:
+        exp: dict[int, int] = {}
+        rest = 0
+        for name, shape, kind in g.tensors(cfg, layout):
+            if "_exps" in name:
+                i = int(name.split(".")[1])
+                exp[i] = exp.get(i, 0) + g.nbytes(shape, kind)
+            else:
+                rest += g.nbytes(shape, kind)
+        return exp, rest
+    (e4, r4), (e8, r8) = sizes("Q4_K_M"), sizes("Q8_0")
+    if not (tg[16] and tg[24]) or n4[24] != 0 or not n4[16]:
+        return "- the 8-bit peer: not derived (llama-bench's tg128 at 14 threads or the 24 GiB all-GPU point missing)"
+    t0, t16 = 1000 / tg[24], 1000 / tg[16]
+    top_k = cfg["num_experts_per_tok"] / cfg["num_experts"]
+    cpu_bytes = sum(e4[i] for i in range(n4[16])) * top_k       # the experts one token reads on the CPU layers
+    rate = cpu_bytes / ((t16 - t0) / 1000)                      # llama.cpp's own CPU-expert read rate, measured
+    room = sum(e4[i] for i in range(n4[16], 48)) - (r8 - r4)    # the same GPU memory, Q8_0's larger other weights
+    on_gpu, used = 0, 0
+    for i in range(47, -1, -1):                                 # --n-cpu-moe moves the FIRST layers to the CPU
+        if used + e8[i] > room:
+            break
+        used, on_gpu = used + e8[i], on_gpu + 1
+    n8 = 48 - on_gpu
+    t8 = t0 + n8 * e8[0] * top_k / rate * 1000
+    err = {k: 100 * sum(v := peer["methods"][k]["moe_layer_rel_l2_prefill"]) / len(v)
+           for k in ("Q4_K_M (llama.cpp)", "Q8_0 (llama.cpp)", "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)")}
+    # the preset as served at 16 GiB (AMXINT8, 43 FP8 GPU experts, amx build), decode after ~512 tokens, every session
+    est = load(RESULTS / "kt-estimate.json") or {}
+    by = {q["name"]: q for q in est.get("points", [])}
+    kit = sorted(m["tok_s"] for m in est.get("measurements", []) if m["context"] < 1024
+                 and (q := by.get(m["point"])) and q["method"] == "AMXINT8" and q["build"] == "amx"
+                 and q["gpu_experts"] == 43)
+    kit_said = (f", against the preset's measured {kit[0]:.1f}-{kit[-1]:.1f} tok/s ({len(kit)} sessions, "
+                "kt-estimate.json)" if kit else "")
+    return (f"- accuracy: llama.cpp's rows above run a Q4_K_M file, whose experts err {err['Q4_K_M (llama.cpp)']:.1f} % "
+            f"per MoE layer on the accuracy proxy against {err['FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)']:.1f} % for the "
+            "preset as served (peer-accuracy/). In the preset's 8-bit class llama.cpp reads a Q8_0 file "
+            f"({err['Q8_0 (llama.cpp)']:.1f} %); derived from its own llama-bench points (tg128, 14 threads: "
+            f"{tg[16]:.1f} tok/s at --n-cpu-moe {n4[16]}, {tg[24]:.1f} with every expert on the GPU, two sessions), its "
+            f"CPU layers read their experts at {rate / 1e9:.0f} GB/s; with Q8_0's twice the bytes ~{on_gpu} layers' "
+            f"experts fit where {48 - n4[16]} of Q4_K_M's did, so --n-cpu-moe {n8} and ~{t8:.1f} ms a token "
+            f"({1000 / t8:.0f} tok/s, derived, not measured; more if its Q8_0 kernels read faster than its Q4_K ones)"
+            f"{kit_said}. The driver's llama-q8 step measures both in one session.")
 
 
 def gptq_cpu_line() -> str:
