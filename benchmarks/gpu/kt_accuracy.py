@@ -21,6 +21,8 @@ the same weights the way each method's loader hands them over:
              preset's one-time conversion does)
   LLAMAFILE_Q8_0  llama.cpp's Q8_0 blocks (32 int8 + one f16 scale; the gguf package's quantizer) through
              kt-kernel's llamafile backend (class MOE), as a Q8_0 GGUF of the model hands them over
+  RAWINT4    symmetric int4 per group of 32 with bf16 scales (Kimi-K2's compressed-tensors form), through
+             AMXInt4_KGroup_MOE: kt-kernel 0.5.1's one group-wise int4 class
   GPTQ_INT4  symmetric int4, group 128, in GPTQ's layout (qweight [K/8, N], scales [K/128, N]), rounded to
              nearest (RTN: no Hessian, so worse than a real GPTQ checkpoint)
 and "FP8 (GPU)": the FP8 checkpoint's values computed in bf16 by torch on the GPU (the format's own error,
@@ -52,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json"
 FP8_BLOCK = 128
 GPTQ_GROUP = 128
+RAWINT4_GROUP = 32         # Kimi-K2's compressed-tensors int4 (kt-kernel's RAWINT4 reads its group from the scales)
 
 
 # --- the random model ---------------------------------------------------------------------------------------
@@ -176,6 +179,20 @@ def gptq_rtn(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed, scale
 
 
+def kgroup_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[E, N, K] -> RAWINT4's compressed-tensors form, as kt-kernel's AMXInt4_KGroup_MOE reads it (Kimi-K2's native
+    int4): symmetric int4 per group of RAWINT4_GROUP along K, scale max|w| / 7 in bf16 [E, N, K/32]; each int32 holds
+    8 consecutive values of a row, lowest nibble first, each value stored plus 8."""
+    e, n, k = w.shape
+    g = w.float().view(e, n, k // RAWINT4_GROUP, RAWINT4_GROUP)
+    scale = (g.abs().amax(-1) / 7.0).clamp_min(1e-8)
+    q = (torch.round(g / scale[..., None]).clamp(-8, 7) + 8).to(torch.int32).view(e, n, k // 8, 8)
+    packed = torch.zeros(e, n, k // 8, dtype=torch.int32, device=w.device)
+    for j in range(8):
+        packed |= q[..., j] << (4 * j)
+    return packed, scale.to(torch.bfloat16)
+
+
 # --- kt-kernel, called directly ----------------------------------------------------------------------------------
 def load_kt_ext(site: str | None = None):
     """kt-kernel's compiled extension, picked by the package's own _cpu_detect (KT_KERNEL_CPU_VARIANT, then
@@ -210,7 +227,7 @@ class Kt:
     def cls(self, method: str):
         m = self.ext.moe
         order = {"BF16": ("AMXBF16_MOE", "AVX2BF16_MOE"), "FP8": ("AMXFP8_MOE", "AVX2FP8_MOE"),
-                 "AMXINT8": ("AMXInt8_MOE",), "AMXINT4": ("AMXInt4_MOE",),
+                 "AMXINT8": ("AMXInt8_MOE",), "AMXINT4": ("AMXInt4_MOE",), "RAWINT4": ("AMXInt4_KGroup_MOE",),
                  "GPTQ_INT4": (("AVXVNNI256GPTQInt4_MOE", "AVX2GPTQInt4_MOE")
                                if os.environ.get("KT_GPTQ_INT4_BACKEND", "") != "avx2" else ("AVX2GPTQInt4_MOE",)),
                  "LLAMAFILE_Q8_0": ("MOE",)}
@@ -280,6 +297,12 @@ class KtLayer:
                 per = [tuple(x.cpu() for x in fp8_block(t.to(qdev))) for t in (gate, up, down)]
                 ws = [[q[x].contiguous() for x in range(e)] for q, _ in per]
                 ss = [[s[x].contiguous() for x in range(e)] for _, s in per]
+            elif method == "RAWINT4":
+                ws, ss = [], []
+                for t in (gate, up, down):
+                    q, sc = kgroup_int4(t.to(qdev))
+                    ws.append([q[x].cpu().contiguous() for x in range(e)])
+                    ss.append([sc[x].cpu().contiguous() for x in range(e)])
             elif method == "GPTQ_INT4":
                 ws, ss = [], []
                 for t in (gate, up, down):
@@ -297,6 +320,8 @@ class KtLayer:
                 c.quant_config.bits, c.quant_config.group_size, c.quant_config.zero_point = 8, FP8_BLOCK, False
             if method == "GPTQ_INT4":
                 c.quant_config.bits, c.quant_config.group_size, c.quant_config.zero_point = 4, GPTQ_GROUP, False
+            if method == "RAWINT4":
+                c.quant_config.bits, c.quant_config.group_size, c.quant_config.zero_point = 4, RAWINT4_GROUP, False
             self.moe = cls(c)
         kt.cpu.submit(self.moe.load_weights_task(self.p2l.data_ptr()))
         kt.cpu.sync()

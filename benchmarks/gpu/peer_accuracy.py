@@ -35,6 +35,8 @@ ROWS = (
                                                        "experts per layer on the GPU (round to nearest, group 128: a "
                                                        "real GPTQ checkpoint is better), 40 AMXINT8 on the CPU; its "
                                                        "2 deferred experts are not in this row"),
+    ("RAWINT4", "here", "kt-kernel 0.5.1's group-wise int4 (AMXInt4_KGroup_MOE, group 32, bf16 scales; Kimi-K2's form; "
+                        "not planned by the kit): every expert on the CPU"),
     ("Q8_0 (llama.cpp)", "here", "llama.cpp reading a Q8_0 file (staged on the GPU host: STEPS=llama-q8)"),
     ("Q4_K_M (llama.cpp)", "here", "**llama.cpp's file in the speed comparison**: Q4_K gate/up, Q6_K down on the layers "
                                 "llama-quantize picks (here layers 2 and 3 of 4; 24 of 48 in the model)"),
@@ -88,8 +90,9 @@ def findings() -> list[str]:
     e = {name: layer_error(r) for name in src if (r := row(name, src[name]))}
     preset, peer = "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q4_K_M (llama.cpp)"
     fast, q8 = "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)"
-    if not {preset, peer, fast, q8, "FP8 (GPU)"} <= set(e):
+    if not {preset, peer, fast, q8, "FP8 (GPU)", "RAWINT4"} <= set(e):
         return []
+    amx4 = 100 * layer_error(load(RES / "kt-accuracy.json")["methods"]["AMXINT4"])
     return ["What it shows:",
             f"- llama.cpp's Q4_K_M experts err {e[peer] / e[preset]:.1f}x as much as the kit's 16 GB preset as served "
             f"({100 * e[peer]:.2f} % against {100 * e[preset]:.2f} %): the speed comparison sets a 4.5-bit file against "
@@ -98,6 +101,9 @@ def findings() -> list[str]:
             f"({100 * e[fast]:.2f} %): round-to-nearest int4 with one scale per 128 weights against Q4_K's scale and "
             "minimum per 32 (and Q6_K down on half the layers). A real GPTQ checkpoint narrows this; the proxy "
             "cannot say by how much.",
+            f"- No int4 CPU method of kt-kernel 0.5.1 reaches Q4_K_M: its group-wise RAWINT4 errs {100 * e['RAWINT4']:.2f} %"
+            f" (one scale per 32, no minimum), AMXINT4 {amx4:.1f} % (one scale per row; ../kt-accuracy.md, the GPU run's "
+            "own draw of the proxy).",
             f"- llama.cpp in the preset's 8-bit class is its Q8_0 file ({100 * e[q8]:.2f} %, made from bf16 weights; the "
             f"kit's FP8 checkpoint itself errs {100 * e['FP8 (GPU)']:.2f} %): that run, at 16 GiB beside the kit's 8-bit points, is staged "
             "(`run_moe_vs_llamacpp.sh` STEPS=\"setup llama-q8\"), not measured.",
