@@ -34,6 +34,8 @@ class Ggml:
                                                  ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
         self.lib.ggml_row_size.restype = ctypes.c_size_t
         self.lib.ggml_row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
+        self.lib.ggml_version.restype = self.lib.ggml_commit.restype = ctypes.c_char_p
+        self.version = f"ggml {self.lib.ggml_version().decode()} ({self.lib.ggml_commit().decode()})"
 
     def quantize(self, w: np.ndarray, kind: str) -> np.ndarray:
         """[..., n] float -> the blocks llama-quantize writes, [..., row bytes] uint8."""
@@ -70,7 +72,7 @@ def selfcheck(lib: str | Path, seed: int = 0) -> dict:
     from gguf.quants import quantize
     g = Ggml(lib)
     w = np.random.default_rng(seed).normal(0, 0.02, (768, 2048)).astype(np.float32)   # one expert's gate, N(0, 0.02)
-    out: dict = {"lib": Path(g.path).name, "matrix": f"768 x 2048, N(0, 0.02), seed {seed}", "types": {}}
+    out: dict = {"lib": Path(g.path).name, "ggml": g.version, "matrix": f"768 x 2048, N(0, 0.02), seed {seed}", "types": {}}
     for kind in GGML_TYPES:
         row: dict = {"weight_rel_l2": float(np.linalg.norm(g.roundtrip(w, kind) - w) / np.linalg.norm(w))}
         try:

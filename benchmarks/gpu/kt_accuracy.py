@@ -350,7 +350,7 @@ def ggml_layers(model: Model, layout: str, lib: Path | None, n_layers: int) -> t
     deq = [{n: torch.from_numpy(g.roundtrip(model.layers[i][n].float().cpu().numpy(), types[i][n]))
             .to(model.device, torch.bfloat16) for n in ("gate", "up", "down")} for i in range(n_layers)]
     return [torch_layer(d) for d in deq], {
-        "path": f"llama.cpp's {layout} file: experts quantized by ggml_quantize_chunk ({Path(g.path).name}), "
+        "path": f"llama.cpp's {layout} file: experts quantized by ggml_quantize_chunk ({g.version}), "
                 "decoded by gguf-py, bf16 by torch (no CPU kernel)",
         "types": ["/".join(t[n] for n in ("gate", "up", "down")) for t in types]}
 

@@ -310,7 +310,7 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
         if (res / f"{lname}-best-ncmoe.txt").exists() else None
     modes = {"--fit on": fit["figures"] if fit else None,
              f"--n-cpu-moe {ncmoe}": sweep["figures"] if sweep else None}
-    if not kit_best and not (fit or sweep):
+    if not (fit or sweep) and (pairing is not Q4 or not kit_best):   # a pairing needs its llama.cpp side
         return None
     threads = 14
     date = (kit_best or {}).get("probe_date") or ""

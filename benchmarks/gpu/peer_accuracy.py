@@ -66,6 +66,7 @@ def add(runs: list[Path]) -> None:
             raise SystemExit(f"{path}: not the proxy of {KIT.relative_to(ROOT)} (layers, positions, weights, seed or "
                              "its reference differ): run kt_accuracy.py with --layers 4 --positions 1024 --seed 0")
         out["methods"].update(run["methods"])
+        out["invocations"] = [i for i in out["invocations"] if not set(i["methods"]) & set(run["methods"])]
         out["invocations"].append({"methods": list(run["methods"]), "seconds": run.get("seconds"),
                                    "date": run["date"], "kt_kernel": run.get("kt_kernel"),
                                    "kt_variant": run.get("kt_variant"), "threads": run["threads"],
