@@ -148,6 +148,18 @@ def readme() -> str:
         "every tensor of a 48-layer qwen3moe Q4_K_M as `tools/make_random_gguf.py` (the GPU host's GGUF) and "
         "`ggml_quant.py` do; `ggml-selfcheck.json`, the binding's Q8_0 and Q4_0 blocks are byte for byte the gguf "
         "package's own quantizer's.", "",
+        "To run it again (about 25 min on 2 cores; every run is one process, the host has 24 GiB):", "",
+        "```bash",
+        "bash benchmarks/gpu/build_ggml.sh /tmp/ggml            # libggml-base.so from llama-cpp-python 0.3.36's sdist",
+        "A='--device cpu --layers 4 --positions 1024 --decode-positions 16 --threads 2 --no-fp8-gpu --methods'",
+        "G='--ggml-lib /tmp/ggml/lib/libggml-base.so'",
+        ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --ggml-layouts Q4_K_M $G --out /tmp/q4.json",
+        ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --ggml-layouts Q8_0 $G --out /tmp/q8.json",
+        ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --split 'FP8:43:AMXINT8<-FP8' --out /tmp/s1.json",
+        ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --split 'GPTQ_INT4:88:AMXINT8<-FP8' --out /tmp/s2.json",
+        ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A RAWINT4 --out /tmp/r4.json",
+        ".venv/bin/python benchmarks/gpu/peer_accuracy.py --add /tmp/q4.json /tmp/q8.json /tmp/s1.json /tmp/s2.json /tmp/r4.json",
+        "```", "",
         "Written by `benchmarks/gpu/peer_accuracy.py`.", ""])
 
 
