@@ -214,6 +214,7 @@ PEER_ROWS = (("llama.cpp's Q4_K_M experts", "Q4_K_M (llama.cpp)"),
               "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"),
              ("the kit's fastest 16 GB row without its deferral (88 GPTQ-Int4 GPU experts, round to nearest)",
               "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)"),
+             ("its 24 GB row (every expert GPTQ-Int4)", "GPTQ_INT4 (GPU)"),
              ("llama.cpp at Q8_0", "Q8_0 (llama.cpp)"))
 
 

@@ -425,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-fp8-gpu", action="store_true", help="skip the FP8 (GPU) row")
     ap.add_argument("--ggml-layouts", default="", help="e.g. Q4_K_M,Q8_0: llama.cpp's files' expert values")
     ap.add_argument("--ggml-lib", type=Path, help="libggml-base.so (benchmarks/gpu/build_ggml.sh)")
+    ap.add_argument("--gpu-formats", default="", help="e.g. GPTQ_INT4: every expert in that GPU format, by torch")
     ap.add_argument("--split", default="", help="e.g. FP8:43:AMXINT8<-FP8: a served split, experts 0..N-1 on the GPU "
                                                 "in that format (FP8 or GPTQ_INT4, by torch), the rest by kt-kernel")
     ap.add_argument("--lm-head-std", type=float, default=0.1)
@@ -486,8 +487,9 @@ def main(argv: list[str] | None = None) -> int:
             ggml_specs = [f"{x.strip()} (llama.cpp)" for x in a.ggml_layouts.split(",") if x.strip()]
             splits = {f"{g} 0-{int(n) - 1} (GPU) + {c} (CPU)": (g, int(n), c)
                       for g, n, c in (x.strip().split(":") for x in a.split.split(",") if x.strip())}
+            gpu_rows = [f"{x.strip()} (GPU)" for x in a.gpu_formats.split(",") if x.strip()]
             for spec in ([] if a.no_fp8_gpu else ["FP8 (GPU)"]) + [m.strip() for m in a.methods.split(",") if m.strip()] \
-                    + ggml_specs + list(splits):
+                    + ggml_specs + list(splits) + gpu_rows:
                 t1 = time.time()
                 row: dict = {}
                 try:
@@ -498,6 +500,11 @@ def main(argv: list[str] | None = None) -> int:
                         layers_fn = [torch_layer(d) for d in deq]
                     elif spec in ggml_specs:
                         layers_fn, row = ggml_layers(model, spec.split()[0], a.ggml_lib, a.layers)
+                    elif spec in gpu_rows:          # every expert in a GPU format, by torch (no CPU kernel)
+                        fmt_ = spec.split()[0]
+                        layers_fn = [torch_layer({n: GPU_FORMATS[fmt_](model.layers[i][n]) for n in ("gate", "up", "down")})
+                                     for i in range(a.layers)]
+                        row["path"] = f"every expert's {fmt_} values, bf16 by torch (no CPU kernel)"
                     elif spec in splits:
                         gpu_fmt, n_gpu, cpu_spec = splits[spec]
                         method, _, source = cpu_spec.partition("<-")

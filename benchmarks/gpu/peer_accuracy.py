@@ -35,6 +35,8 @@ ROWS = (
                                                        "experts per layer on the GPU (round to nearest, group 128: a "
                                                        "real GPTQ checkpoint is better), 40 AMXINT8 on the CPU; its "
                                                        "2 deferred experts are not in this row"),
+    ("GPTQ_INT4 (GPU)", "here", "**the kit's 24 GB row** (k24-gptq-kv32): every expert GPTQ-Int4 on the GPU (round to "
+                                "nearest, group 128), no hybrid mode"),
     ("RAWINT4", "here", "kt-kernel 0.5.1's group-wise int4 (AMXInt4_KGroup_MOE, group 32, bf16 scales; Kimi-K2's form; "
                         "not planned by the kit): every expert on the CPU"),
     ("Q8_0 (llama.cpp)", "here", "llama.cpp reading a Q8_0 file (staged on the GPU host: STEPS=llama-q8)"),
@@ -63,8 +65,14 @@ def add(runs: list[Path]) -> None:
     for path in runs:
         run = load(path)
         if not same_proxy(run, kit):
-            raise SystemExit(f"{path}: not the proxy of {KIT.relative_to(ROOT)} (layers, positions, weights, seed or "
-                             "its reference differ): run kt_accuracy.py with --layers 4 --positions 1024 --seed 0")
+            differ = [k for k in SAME if run.get(k) != kit.get(k)]
+            raise SystemExit(
+                f"{path}: not the proxy of {KIT.relative_to(ROOT)}: "
+                + (f"its {', '.join(differ)} differ -> run kt_accuracy.py with --layers 4 --positions 1024 --seed 0"
+                   if differ else
+                   f"its reference differs (mean top-1 probability {run['reference']['mean_top1_prob']:.8f} against "
+                   f"{kit['reference']['mean_top1_prob']:.8f}; the CPU's bf16 reference is not always bit for bit "
+                   "the same) -> run it again"))
         out["methods"].update(run["methods"])
         out["invocations"] = [i for i in out["invocations"] if not set(i["methods"]) & set(run["methods"])]
         out["invocations"].append({"methods": list(run["methods"]), "seconds": run.get("seconds"),
@@ -91,7 +99,7 @@ def findings() -> list[str]:
     e = {name: layer_error(r) for name in src if (r := row(name, src[name]))}
     preset, peer = "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q4_K_M (llama.cpp)"
     fast, q8 = "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)"
-    if not {preset, peer, fast, q8, "FP8 (GPU)", "RAWINT4"} <= set(e):
+    if not {preset, peer, fast, q8, "FP8 (GPU)", "RAWINT4", "GPTQ_INT4 (GPU)"} <= set(e):
         return []
     amx4 = 100 * layer_error(load(RES / "kt-accuracy.json")["methods"]["AMXINT4"])
     return ["What it shows:",
@@ -102,6 +110,8 @@ def findings() -> list[str]:
             f"({100 * e[fast]:.2f} %): round-to-nearest int4 with one scale per 128 weights against Q4_K's scale and "
             "minimum per 32 (and Q6_K down on half the layers). A real GPTQ checkpoint narrows this; the proxy "
             "cannot say by how much.",
+            f"- At 24 GiB the kit's row holds every expert GPTQ-Int4 ({100 * e['GPTQ_INT4 (GPU)']:.2f} %, "
+            f"{e['GPTQ_INT4 (GPU)'] / e[peer]:.1f}x Q4_K_M's): its decode parity there is not at equal accuracy either.",
             f"- No int4 CPU method of kt-kernel 0.5.1 reaches Q4_K_M: its group-wise RAWINT4 errs {100 * e['RAWINT4']:.2f} %"
             f" (one scale per 32, no minimum), AMXINT4 {amx4:.1f} % (one scale per row; ../kt-accuracy.md, the GPU run's "
             "own draw of the proxy).",
@@ -158,7 +168,9 @@ def readme() -> str:
         ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --split 'FP8:43:AMXINT8<-FP8' --out /tmp/s1.json",
         ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --split 'GPTQ_INT4:88:AMXINT8<-FP8' --out /tmp/s2.json",
         ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A RAWINT4 --out /tmp/r4.json",
-        ".venv/bin/python benchmarks/gpu/peer_accuracy.py --add /tmp/q4.json /tmp/q8.json /tmp/s1.json /tmp/s2.json /tmp/r4.json",
+        ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --gpu-formats GPTQ_INT4 --out /tmp/g4.json",
+        ".venv/bin/python benchmarks/gpu/peer_accuracy.py --add /tmp/q4.json /tmp/q8.json /tmp/s1.json /tmp/s2.json "
+        "/tmp/r4.json /tmp/g4.json",
         "```", "",
         "Written by `benchmarks/gpu/peer_accuracy.py`.", ""])
 
