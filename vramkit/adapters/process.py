@@ -110,6 +110,12 @@ def start_time(pid: int) -> float:
     return int(after_name[19]) / os.sysconf("SC_CLK_TCK")
 
 
+def same_start(pid: int, rec: dict) -> bool:
+    """The process at `pid` started when the pid record `rec` says (its "create_time", start_time's clock): the same
+    process, not a later one given the same pid. Raises psutil.NoSuchProcess when it is gone."""
+    return abs(start_time(pid) - float(rec.get("create_time", -1))) < 0.01
+
+
 # --- pid files (issue 20 item 7: `embed down` and `dashboard --stop` signalled whatever process held the pid
 # written there, e.g. `less vramkit/embed/server.py`, because a command line that merely mentioned vramkit
 # counted as ours). A record names the exact process: pid, start time and full command line.
@@ -150,8 +156,7 @@ def recorded_process(path: Path) -> tuple[int | None, dict | None]:
         return None, None
     try:
         proc = psutil.Process(rec["pid"])
-        same = (abs(start_time(proc.pid) - float(rec.get("create_time", -1))) < 0.01
-                and proc.cmdline() == rec.get("cmdline"))
+        same = same_start(proc.pid, rec) and proc.cmdline() == rec.get("cmdline")
     except (psutil.Error, TypeError, ValueError):
         return None, rec
     return (rec["pid"] if same else None), rec

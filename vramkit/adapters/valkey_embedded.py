@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from vramkit.adapters.process import start_time
+from vramkit.adapters.process import same_start, start_time
 from vramkit.errors import Exit, VramkitError
 
 PID_FILE = "redis.pid"
@@ -312,8 +312,7 @@ def stop_recorded(data_dir: str | Path, timeout_s: float = 10.0) -> int | None:
         cmd = proc.cmdline()
         # valkey rewrites its process title ("valkey-server 127.0.0.1:port"), so the config path
         # is not on it: pid + start time identify the process, the name confirms it
-        same = (abs(start_time(proc.pid) - float(rec.get("create_time", 0))) < 0.01
-                and cmd and ("valkey-server" in cmd[0] or "redis-server" in cmd[0]))
+        same = same_start(proc.pid, rec) and cmd and ("valkey-server" in cmd[0] or "redis-server" in cmd[0])
         if not same:
             return None
         proc.terminate()

@@ -116,8 +116,7 @@ class Hybrid:
                          f"{kt.KT_VARIANT[kt.build_for(m, self.here_isa, kk)]} build")
         else:
             other = [x for x in kt.preference(self.here_isa) if kt.runs_on(x, self.here_isa, kk)]
-            need = " or ".join(kt.builds(m, kk)) or "a newer kt-kernel"
-            cpu = (False, f"--kt-method {m} needs kt-kernel {kk}'s {need} build; this CPU runs {self.here_isa}"
+            cpu = (False, f"--kt-method {m} needs {kt.needed_build(m, kk)}; this CPU runs {self.here_isa}"
                           + (f" -> --kt-method {other[0]} runs here" if other else
                              f": {kt.source_build_text(m, self.here_isa)}"
                              if self.here_isa == "avx2" and m in kt.AVX2_SOURCE else ""))

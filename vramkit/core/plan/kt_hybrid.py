@@ -329,6 +329,15 @@ def preference(isa: str) -> tuple[str, ...]:
     return tuple(AVX2_SOURCE) + tuple(m for m in METHOD_PREFERENCE if m not in AVX2_SOURCE)
 
 
+def needed_build(method: str, kt_kernel: str) -> str:
+    """The builds that have the method's kernels, in words: this release's, else the listed releases' that do."""
+    here = builds(method, kt_kernel)
+    if here:
+        return f"kt-kernel {kt_kernel}'s {' or '.join(here)} build"
+    return (" or ".join(f"kt-kernel {v}'s {' or '.join(b[method])} build" for v, b in KT_BUILDS.items() if b[method])
+            or "a build no release has")
+
+
 def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tuple[str | None, str]:
     """(the method to plan with, or None when none runs on this CPU; why). The asked one when the CPU runs
     it, else the first of preference(isa) that reads this checkpoint (or a converted layout) and runs there."""
@@ -336,10 +345,7 @@ def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tu
     note = f"; {KT_RELEASE_NOTES[kt_kernel]}" if kt_kernel in KT_RELEASE_NOTES else ""
     if runs_on(asked, isa, kt_kernel):
         return asked, f"{asked} runs on {kk}'s {KT_VARIANT[build_for(asked, isa, kt_kernel)]} build{note}"
-    here = builds(asked, kt_kernel)
-    need = (f"its {' or '.join(here)} build" if here else
-            " or ".join(f"kt-kernel {v}'s {' or '.join(b[asked])} build" for v, b in KT_BUILDS.items() if b[asked])
-            or "a build no release has")
+    need = needed_build(asked, kt_kernel)
     fmt = checkpoint_format(model)
     for m in preference(isa):
         if KT_METHODS[m].reads in (fmt, None) and runs_on(m, isa, kt_kernel):
