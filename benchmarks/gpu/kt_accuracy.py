@@ -28,8 +28,10 @@ the same weights the way each method's loader hands them over:
 and "FP8 (GPU)": the FP8 checkpoint's values computed in bf16 by torch on the GPU (the format's own error,
 no CPU kernel). `--ggml-layouts Q4_K_M,Q8_0 --ggml-lib libggml-base.so`: the peer's files, "<layout> (llama.cpp)",
 each expert matrix quantized by llama.cpp's own ggml_quantize_chunk with the type llama-quantize gives it
-(benchmarks/gpu/ggml_quant.py), decoded and computed by torch (the format's error, no CPU kernel). Only kt-kernel's safetensors reader is left out: the tensors it would return are handed over
-in memory.
+(benchmarks/gpu/ggml_quant.py), decoded and computed by torch (the format's error, no CPU kernel);
+`--gpu-formats GPTQ_INT4`: every expert's values in a GPU format, by torch; `--split FP8:43:AMXINT8<-FP8`: a
+served split. Only kt-kernel's safetensors reader is left out: the tensors it would return are handed over in
+memory.
 
 Measured: teacher-forced over --positions tokens (one random sequence, every position scored): top-1
 agreement with the reference, KL(reference || method) mean / p99 / max; each MoE layer's output error on
@@ -171,12 +173,21 @@ def gptq_rtn(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     k, n = wt.shape
     g = wt.view(k // GPTQ_GROUP, GPTQ_GROUP, n)
     scale = (g.abs().amax(1) / 7.5).clamp_min(1e-12)              # [K/128, N]; GPTQ sym: 2*max/15
-    q = (torch.round(g / scale[:, None, :]) + 8).clamp(0, 15).to(torch.int32).view(k, n)
-    q = q.view(k // 8, 8, n)
-    packed = torch.zeros(k // 8, n, dtype=torch.int32, device=w.device)
+    q = (torch.round(g / scale[:, None, :]) + 8).clamp(0, 15).to(torch.int32).view(k // 8, 8, n)
+    return pack_nibbles(q, 1), scale
+
+
+def pack_nibbles(q: torch.Tensor, dim: int) -> torch.Tensor:
+    """int32 values 0..15, 8 of them along `dim` -> one int32 each, the first in the lowest nibble (`dim` drops)."""
+    packed = torch.zeros_like(q.select(dim, 0))
     for j in range(8):
-        packed |= q[:, j, :] << (4 * j)
-    return packed, scale
+        packed |= q.select(dim, j) << (4 * j)
+    return packed
+
+
+def unpack_nibbles(packed: torch.Tensor, dim: int) -> torch.Tensor:
+    """pack_nibbles undone: the 8 values of each int32 along a new axis `dim`."""
+    return torch.stack([(packed >> (4 * j)) & 15 for j in range(8)], dim)
 
 
 def kgroup_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -187,10 +198,7 @@ def kgroup_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     g = w.float().view(e, n, k // RAWINT4_GROUP, RAWINT4_GROUP)
     scale = (g.abs().amax(-1) / 7.0).clamp_min(1e-8)
     q = (torch.round(g / scale[..., None]).clamp(-8, 7) + 8).to(torch.int32).view(e, n, k // 8, 8)
-    packed = torch.zeros(e, n, k // 8, dtype=torch.int32, device=w.device)
-    for j in range(8):
-        packed |= q[..., j] << (4 * j)
-    return packed, scale.to(torch.bfloat16)
+    return pack_nibbles(q, 3), scale.to(torch.bfloat16)
 
 
 # --- kt-kernel, called directly ----------------------------------------------------------------------------------
@@ -360,7 +368,7 @@ def gptq_dequant(w: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(w)
     for e in range(w.shape[0]):
         packed, scale = gptq_rtn(w[e])
-        q = torch.stack([(packed >> (4 * j)) & 15 for j in range(8)], 1).reshape(-1, packed.shape[1])   # [K, N]
+        q = unpack_nibbles(packed, 1).reshape(-1, packed.shape[1])                       # [K, N]
         vals = (q.float() - 8).view(scale.shape[0], GPTQ_GROUP, -1) * scale[:, None, :]
         out[e] = vals.reshape(-1, packed.shape[1]).T.to(torch.bfloat16)
     return out
@@ -483,35 +491,31 @@ def main(argv: list[str] | None = None) -> int:
             src = fp8_w if source == "FP8" else cpu_w
             return [KtLayer(kt, method, i, src[i]["gate"], src[i]["up"], src[i]["down"], a.positions, work,
                             source or "bf16", model.k, a.device, gpu_experts=gpu_experts) for i in range(a.layers)]
+        def gpu_layers(fmt_: str) -> list:
+            """Each layer with every expert in a GPU format (GPU_FORMATS), computed by torch on the reference's device."""
+            return [torch_layer({n: GPU_FORMATS[fmt_](model.layers[i][n]) for n in ("gate", "up", "down")})
+                    for i in range(a.layers)]
         with tempfile.TemporaryDirectory(prefix="ktacc-") as work:
             ggml_specs = [f"{x.strip()} (llama.cpp)" for x in a.ggml_layouts.split(",") if x.strip()]
             splits = {f"{g} 0-{int(n) - 1} (GPU) + {c} (CPU)": (g, int(n), c)
                       for g, n, c in (x.strip().split(":") for x in a.split.split(",") if x.strip())}
             gpu_rows = [f"{x.strip()} (GPU)" for x in a.gpu_formats.split(",") if x.strip()]
             for spec in ([] if a.no_fp8_gpu else ["FP8 (GPU)"]) + [m.strip() for m in a.methods.split(",") if m.strip()] \
-                    + ggml_specs + list(splits) + gpu_rows:
+                    + ggml_specs + list(splits) + [g for g in gpu_rows if g != "FP8 (GPU)"]:
                 t1 = time.time()
                 row: dict = {}
                 try:
-                    if spec == "FP8 (GPU)":
-                        deq = [{n: fp8_dequant(*fp8_block(model.layers[i][n])) for n in ("gate", "up", "down")}
-                               for i in range(a.layers)]
-                        row["path"] = "torch bf16 on the GPU, FP8 checkpoint values (no CPU kernel)"
-                        layers_fn = [torch_layer(d) for d in deq]
+                    if spec == "FP8 (GPU)" or spec in gpu_rows:     # a GPU format's values, by torch (no CPU kernel)
+                        fmt_ = spec.split()[0]
+                        layers_fn = gpu_layers(fmt_)
+                        row["path"] = f"every expert's {fmt_} values, bf16 by torch on {a.device} (no CPU kernel)"
                     elif spec in ggml_specs:
                         layers_fn, row = ggml_layers(model, spec.split()[0], a.ggml_lib, a.layers)
-                    elif spec in gpu_rows:          # every expert in a GPU format, by torch (no CPU kernel)
-                        fmt_ = spec.split()[0]
-                        layers_fn = [torch_layer({n: GPU_FORMATS[fmt_](model.layers[i][n]) for n in ("gate", "up", "down")})
-                                     for i in range(a.layers)]
-                        row["path"] = f"every expert's {fmt_} values, bf16 by torch (no CPU kernel)"
                     elif spec in splits:
                         gpu_fmt, n_gpu, cpu_spec = splits[spec]
                         method, _, source = cpu_spec.partition("<-")
                         cpu = kt_layers(cpu_spec, work, n_gpu)
-                        layers_fn = [split_layer(torch_layer({n: GPU_FORMATS[gpu_fmt](model.layers[i][n])
-                                                              for n in ("gate", "up", "down")}), cpu[i], n_gpu)
-                                     for i in range(a.layers)]
+                        layers_fn = [split_layer(g, c, n_gpu) for g, c in zip(gpu_layers(gpu_fmt), cpu, strict=True)]
                         row = {"path": f"as the server splits it: experts 0..{n_gpu - 1} of each layer in {gpu_fmt} "
                                        f"by torch (the GPU's values), the rest by kt-kernel's {method} from "
                                        f"{source or 'bf16'} (its own mask skips the GPU's)",

@@ -57,6 +57,12 @@ def qemu_runs(text: str, where: str) -> list[dict]:
     return out
 
 
+def host_info(folder: Path) -> tuple[str, str]:
+    """A run folder's host.txt (lscpu and friends, "" when absent) and the CPU model it names ("?" when none)."""
+    host = (folder / "host.txt").read_text() if (folder / "host.txt").is_file() else ""
+    return host, next((ln.split(":", 1)[1].strip() for ln in host.splitlines() if ln.startswith("Model name")), "?")
+
+
 def avx2_verdict(runs: list[dict]) -> str:
     """What the QEMU runs say about an AVX2-only desktop: the releases whose avx2 build ran every method it has."""
     ok = sorted({r["wheel"] for r in runs if r["build"] == "_kt_kernel_ext_avx2" and not r["sigill"] and r["rc"] == 0
@@ -97,9 +103,8 @@ def avx2_bench(src: Path, out: Path) -> int:
             for r in d["runs"]:
                 if "error" not in r:
                     rows.setdefault((stem, r["method"]), []).append(r)
-    host = (src / "host.txt").read_text() if (src / "host.txt").is_file() else ""
+    host, cpu = host_info(src)
     (out / "host.txt").write_text(host)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in host.splitlines() if ln.startswith("Model name")), "?")
     first = bench[0]        # the settings every run shares (the driver passes the same to each)
 
     def best(stem: str, method: str, key: str) -> float | None:
@@ -199,8 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.avx2_bench:
         return avx2_bench(a.run, OUT / "kt-avx2")
-    host = (a.run / "host.txt").read_text() if (a.run / "host.txt").is_file() else ""
-    cpu = next((ln.split(":", 1)[1].strip() for ln in host.splitlines() if ln.startswith("Model name")), "?")
+    _, cpu = host_info(a.run)
     accs = {p.stem: json.loads(p.read_text()) for p in sorted(a.run.glob("acc-*.json"))}
     pinned = accs.get("acc-051-amx")
     bench = json.loads((a.run / "bench.json").read_text()) if (a.run / "bench.json").is_file() else {}

@@ -83,25 +83,25 @@ def add(runs: list[Path]) -> None:
     (OUT / "accuracy-cpu.json").write_text(json.dumps(out, indent=1) + "\n")
 
 
-def row(name: str, src: str) -> dict | None:
-    """A row of the peer JSON here ("here") or of the kit's CPU-run table ("kit")."""
-    r = load(OUT / "accuracy-cpu.json" if src == "here" else KIT)["methods"].get(name)
-    return None if r is None or "error" in r else r
+def rows() -> dict[str, dict]:
+    """ROWS' rows that ran, by name: from the JSON here ("here") or the kit's CPU-run table ("kit"), each read once."""
+    methods = {"here": load(OUT / "accuracy-cpu.json")["methods"], "kit": load(KIT)["methods"]}
+    return {name: r for name, src, _ in ROWS if (r := methods[src].get(name)) and "error" not in r}
 
 
 def layer_error(r: dict) -> float:
     return sum(r["moe_layer_rel_l2_prefill"]) / len(r["moe_layer_rel_l2_prefill"])
 
 
-def findings() -> list[str]:
+def findings(ran: dict[str, dict]) -> list[str]:
     """What the table says, its figures computed here from the rows."""
-    src = {name: s for name, s, _ in ROWS}
-    e = {name: layer_error(r) for name in src if (r := row(name, src[name]))}
+    e = {name: layer_error(r) for name, r in ran.items()}
     preset, peer = "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q4_K_M (llama.cpp)"
     fast, q8 = "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)"
     if not {preset, peer, fast, q8, "FP8 (GPU)", "RAWINT4", "GPTQ_INT4 (GPU)"} <= set(e):
         return []
     amx4 = 100 * layer_error(load(RES / "kt-accuracy.json")["methods"]["AMXINT4"])
+    q8_kernels = 100 * layer_error(load(KIT)["methods"]["LLAMAFILE_Q8_0"])     # the same Q8_0 through llamafile
     return ["What it shows:",
             f"- llama.cpp's Q4_K_M experts err {e[peer] / e[preset]:.1f}x as much as the kit's 16 GB preset as served "
             f"({100 * e[peer]:.2f} % against {100 * e[preset]:.2f} %): the speed comparison sets a 4.5-bit file against "
@@ -119,15 +119,15 @@ def findings() -> list[str]:
             f"kit's FP8 checkpoint itself errs {100 * e['FP8 (GPU)']:.2f} %): that run, at 16 GiB beside the kit's 8-bit points, is staged "
             "(`run_moe_vs_llamacpp.sh` STEPS=\"setup llama-q8\"), not measured.",
             "- llama.cpp's matmul kernels also round the activations to 8 bits (CPU and CUDA MMQ); these rows leave "
-            "that out (through kt-kernel's llamafile kernels, which do it, Q8_0 from bf16 gave 1.57 % against 1.12 % "
-            "here), so llama.cpp's rows are floors for its own error.", ""]
+            f"that out (through kt-kernel's llamafile kernels, which do it, Q8_0 from bf16 gave {q8_kernels:.2f} % against "
+            f"{100 * e[q8]:.2f} % here), so llama.cpp's rows are floors for its own error.", ""]
 
 
-def table() -> list[str]:
+def table(ran: dict[str, dict]) -> list[str]:
     lines = ["| configuration | what it is | MoE-layer error (rel. L2, mean of layers) | top-1 agreement | "
              "KL mean / p99 (nats) |", "| --- | --- | --- | --- | --- |"]
-    for name, src, what in ROWS:
-        r = row(name, src)
+    for name, _, what in ROWS:
+        r = ran.get(name)
         if r is None:
             lines.append(f"| {name} | {what} | not run | | |")
             continue
@@ -153,7 +153,7 @@ def readme() -> str:
         "source the GPU host's llama-bench was built from), decoded by the gguf package, computed by torch. Only the "
         "experts differ between rows: attention stays bf16 (llama.cpp's Q4_K_M also quantizes attention and the "
         "output matrix; the kit's FP8 checkpoint has FP8 attention).", "",
-        *table(), "", *findings(),
+        *table(ran := rows()), "", *findings(ran),
         "Checks beside it: `quantize-check.txt`, the real llama-quantize (built by `build_ggml.sh DIR check`) types "
         "every tensor of a 48-layer qwen3moe Q4_K_M as `tools/make_random_gguf.py` (the GPU host's GGUF) and "
         "`ggml_quant.py` do; `ggml-selfcheck.json`, the binding's Q8_0 and Q4_0 blocks are byte for byte the gguf "
