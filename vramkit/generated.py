@@ -156,7 +156,9 @@ def kt_estimate_table() -> list[str]:
     return out
 
 
-MOE_VS_LLAMACPP = "benchmarks/results/gpu/moe-vs-llamacpp-{}g.json"
+# the tables' rows: a card, and which llama.cpp file the kit is set beside (the report's pairings)
+MOE_PAIRINGS = (("moe-vs-llamacpp-16g", "16 GiB"), ("moe-vs-llamacpp-24g", "24 GiB"),
+                ("moe-vs-llamacpp-q8-16g", "16 GiB, Q8_0 peer"))
 MOE_ROWS = (("decode, 1 stream, depth 0", "decode_tok_s", " tok/s", ">= 1.0x"),
             ("decode, 1 stream, depth 8K", "decode_tok_s_8k", " tok/s", ">= 1.0x"),
             ("TTFT, 30K-token prompt", "ttft_30k_s", " s", "<= 1.0x"),
@@ -170,19 +172,19 @@ def moe_vs_llamacpp_table() -> list[str]:
     out = ["| card | measured | vramkit (best) | llama.cpp (best) | kit / llama.cpp | goal |",
            "| --- | --- | --- | --- | --- | --- |"]
     notes, missed = [], []
-    for gib in (16, 24):
-        path = REPO_ROOT / MOE_VS_LLAMACPP.format(gib)
+    for stem, card in MOE_PAIRINGS:
+        path = REPO_ROOT / "benchmarks" / "results" / "gpu" / f"{stem}.json"
         if not path.exists():
             continue
         c = json.loads(path.read_text())
         k, ll = c["engines"].get("vramkit", {}), c["engines"].get("llamacpp", {})
         for label, key, unit, goal in MOE_ROWS:
             a, b = k.get(key), ll.get(key)
-            out.append(f"| {gib} GiB | {label} | {a:.1f}{unit} | {b:.1f}{unit} | {a / b:.2f}x | {goal} |"
-                       if a and b else f"| {gib} GiB | {label} | - | - | - | {goal} |")
+            out.append(f"| {card} | {label} | {a:.1f}{unit} | {b:.1f}{unit} | {a / b:.2f}x | {goal} |"
+                       if a and b else f"| {card} | {label} | - | - | - | {goal} |")
             bar = float(goal.split()[1].rstrip("x"))
             if not (a and b) or (a / b > bar if goal.startswith("<=") else a / b < bar):
-                missed.append(f"{gib} GiB {label}")
+                missed.append(f"{card} {label}")
         bud = c.get("budget_ms_per_token", {})
         if "vramkit" in bud and "llamacpp" in bud:
             modes = sorted(set(ll.get("mode_of_each", {}).values()))
@@ -193,7 +195,7 @@ def moe_vs_llamacpp_table() -> list[str]:
             levers = [t for t, on in (("whole layers on the GPU", any("GPU_LAYERS" in e for e in st["env"] or [])),
                                       ("2 deferred experts", "deferred-experts-per-token 2" in st["vramkit_up"]))
                       if on]
-            notes.append(f"{gib} GiB: {bud['vramkit']['measured_ms_per_token_depth0']} ms against "
+            notes.append(f"{card}: {bud['vramkit']['measured_ms_per_token_depth0']} ms against "
                          f"{bud['llamacpp']['measured_ms_per_token_depth0']} ms (kit: {st['point']}, {kit}"
                          + "".join(f", {t}" for t in levers) + f"; llama.cpp: the best per row of "
                          f"{' and '.join(modes)}; measured {c['date'][:10]})")
@@ -201,8 +203,10 @@ def moe_vs_llamacpp_table() -> list[str]:
         return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
     notes_after = _peer_accuracy_line()
     return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
-             "host session per card (random weights; llama.cpp: Q4_K_M; the kit's configuration per card below; "
-             "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, the levers in `moe-vs-llamacpp-levers.md`):",
+             "host session per card (random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the kit's "
+             "accuracy class; the kit's configuration per card below; "
+             "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, `moe-vs-llamacpp-q8-16g.md`, the levers in "
+             "`moe-vs-llamacpp-levers.md`):",
              ""] + out + ["", "Per-token time at batch 1, depth 0 (1000 / decode tok/s): " + "; ".join(notes) + ". "
                           + ("Goals not met: " + "; ".join(missed) + ". The levers file gives both budgets and what "
                              "would close the rest." if missed else "Every goal is met.")] + notes_after)

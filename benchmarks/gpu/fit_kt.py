@@ -61,6 +61,7 @@ M = "moe/"
 T = "kt-threads/"
 L = "kt-llamafile/"
 W = "moe-vs-llamacpp-wna16/"
+Q = "moe-vs-llamacpp-q8/"
 POINTS = (
     # 2026-11-23, kt-kernel 0.5.1, 16 GB emulated, 14 threads (benchmarks/gpu/run_moe.sh kit)
     Point("int4-amx-16g", "fit", M + "moe-16g-int4-amx.json", M + "moe-16g-int4-amx.probe.json",
@@ -121,6 +122,14 @@ POINTS = (
     Point("q8-avx2-16g-b", "held-out", L + "s2/k16-q8-avx2-full.json", L + "s2/k16-q8-avx2-full.probe.json",
           "anchor/membw.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
           note=ANCHOR_SWEEP),
+    # 2026-11-27, fifth session (run_moe_vs_llamacpp.sh STEPS="setup llama-q8 avx2-070"): the preset as planned beside
+    # llama.cpp on a Q8_0 file, and LLAMAFILE_Q8_0 on kt-kernel 0.7.0's avx2 build (no AVX-512 code in it) forced;
+    # its whole-layer twin (k16-int8-layers) is not scored: the estimate plans N experts in every layer
+    Point("int8-amx-16g-q8s", "held-out", Q + "k16-int8.json", Q + "k16-int8.probe.json", Q + "membw-anchor.json",
+          {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP),
+    Point("q8-avx2-070-16g", "held-out", Q + "k16-q8-avx2-070.json", Q + "k16-q8-avx2-070.probe.json",
+          Q + "membw-anchor.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", kt_kernel="0.7.0",
+          rss_peak_sampled=True, note=ANCHOR_SWEEP),
 )
 
 

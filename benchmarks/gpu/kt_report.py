@@ -139,15 +139,36 @@ def avx2_bench(src: Path, out: Path) -> int:
                   f"with) took {ll[0]:.0f} ms a token on 0.7.0's clean avx2 build against {ll[1]:.0f} on 0.5.1's avx2 "
                   f"build, which carries AVX-512 code and is the build the committed server runs forced "
                   f"(`../kt-llamafile/`: 31.4 and 30.4 tok/s at 16 GiB), and {ll[2]:.0f} on its avx512_bf16 build "
-                  "(medians of the rounds): the clean build is not the slower one, so the plan carries those server "
-                  "figures over to 0.7.0 without a build factor (derived; a 0.7.0 server run is the driver's "
-                  "avx2-070 step). FP8's AVX2 kernel and the avx512_bf16 build's FP8 took about the same time here at "
+                  "(medians of the rounds): the clean build is not the slower one, so the plan gives it no build "
+                  "factor. FP8's AVX2 kernel and the avx512_bf16 build's FP8 took about the same time here at "
                   "2 threads; at 14 threads on the H100 host an AVX2 FP8 build took 2.7x the avx512_bf16 one "
                   "(0.6.3.post1, `../kt-accuracy.md`), the figure the planner keeps: two threads of a shared VM do "
-                  "not stand for fourteen of a desktop. The driver's avx2-070 step times 0.7.0 there."]
+                  "not stand for fourteen of a desktop."] + avx2_070_on_the_gpu_host()
     lines += avx2_accuracy(src, out)
     (out / "README.md").write_text("\n".join(lines) + "\n")
     return 0
+
+
+Q8_SESSION = OUT / "moe-vs-llamacpp-q8"     # run_moe_vs_llamacpp.sh STEPS="setup llama-q8 avx2-070", 2026-11-27
+
+
+def avx2_070_on_the_gpu_host() -> list[str]:
+    """The driver's avx2-070 step (the H100 host, only 0.7.0's avx2 extension installed): kernel level at 14
+    threads, then a server started by `vramkit up --cpu-isa avx2`."""
+    bench, probe = Q8_SESSION / "kt070-avx2-bench.json", Q8_SESSION / "k16-q8-avx2-070.probe.json"
+    if not (bench.is_file() and probe.is_file()):
+        return []
+    b, pr = json.loads(bench.read_text()), json.loads(probe.read_text())
+    one = next(d for d in pr["decode"] if d["streams"] == 1)
+    ttft = {t["prompt_tokens"]: t["ttft_s"] for t in pr["ttft"] if t.get("ok")}
+    return ["", "## 0.7.0's avx2 build on the H100 host (`../moe-vs-llamacpp-q8/`, run_moe_vs_llamacpp.sh's avx2-070 step)",
+            "", f"Kernel level, {b['runs'][0]['threads']} threads, {b['gpu_experts']} GPU experts ({b['date']}; "
+            f"`kt070-avx2-bench.json`): " + "; ".join(f"{r['method']} ({r['kernel_class']}) {r['cpu_ms_per_token_median']:.1f} "
+                                                    f"ms of CPU-expert time a token (median)" for r in b["runs"])
+            + ". In a server (`vramkit up --cpu-isa avx2`, the plan's LLAMAFILE_Q8_0, 16 GiB emulated, "
+            f"`k16-q8-avx2-070.*`): {one['per_stream_tok_s']:.1f} tok/s after a {one['requests'][0]['prompt_tokens']}-token "
+            f"prompt, first token of an 8K prompt in {ttft.get(8192, float('nan')):.1f} s: the server figure for the release "
+            "an AVX2-only CPU gets, measured (same cores and memory as the amx runs, other kernels)."]
 
 
 def avx2_accuracy(src: Path, out: Path) -> list[str]:

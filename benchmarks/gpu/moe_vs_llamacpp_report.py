@@ -800,7 +800,7 @@ def levers(res: Path, out_dir: Path | None = None) -> str:
         else:
             out.append(f"| {label} | not run: the device time allotted to this work was spent | | | | |")
     od = out_dir or RESULTS
-    return "\n".join(out + closing(res) + method_rows(res, od) + gptq_rows(od) + wna16_rows(od)) + "\n"
+    return "\n".join(out + closing(res) + method_rows(res, od) + gptq_rows(od) + wna16_rows(od) + q8_rows(od)) + "\n"
 
 
 GiB = 2**30
@@ -925,7 +925,97 @@ def q8_peer_line() -> str:
             f"CPU layers read their experts at {rate / 1e9:.0f} GB/s; with Q8_0's twice the bytes ~{on_gpu} layers' "
             f"experts fit where {48 - n4[16]} of Q4_K_M's did, so --n-cpu-moe {n8} and ~{t8:.1f} ms a token "
             f"({1000 / t8:.0f} tok/s, derived, not measured; more if its Q8_0 kernels read faster than its Q4_K ones)"
-            f"{kit_said}. The driver's llama-q8 step measures both in one session.")
+            f"{kit_said}.{q8_measured_said(n8, t8)}")
+
+
+Q8_DIR = "moe-vs-llamacpp-q8"     # 2026-11-27, fifth session: the 8-bit class, both engines (STEPS="setup llama-q8 ...")
+Q8_LEVERS = (("k16-int8", "the preset as planned (43 FP8 GPU experts per layer, AMXINT8 on 14 threads)"),
+             ("k16-int8-layers", "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto)"))
+
+
+def q8_rows(out_dir: Path) -> list[str]:
+    """The 8-bit class at 16 GiB: the preset and its whole-layer twin beside llama.cpp on a Q8_0 file, one session,
+    and the KT-threads point the same machine ran next (its probe only: the device time ended during it)."""
+    d = session_dir(out_dir, Q8_DIR)
+    c = load(out_dir / "moe-vs-llamacpp-q8-16g.json") or load(RESULTS / "moe-vs-llamacpp-q8-16g.json")
+    if not d.is_dir() or not isinstance(c, dict) or not c["engines"].get("llamacpp"):
+        return []
+    ll = c["engines"]["llamacpp"]
+    out = ["", f"## The 8-bit class at 16 GiB: the preset beside llama.cpp on a Q8_0 file ({c['date'][:10]}, {Q8_DIR}/)",
+           "", "llama.cpp's Q4_K_M experts err 2.2x as much as the preset's on the accuracy proxy (peer-accuracy/); "
+           "its Q8_0 file is the like-for-like peer. One host session, the table in moe-vs-llamacpp-q8-16g.md; KT's "
+           "AMXINT8 layout was removed before the Q8_0 file was written (the disk holds one of them).", "",
+           "| point | decode d0 tok/s | decode 8K tok/s | TTFT 30K s | 4 streams tok/s |", "| --- | --- | --- | --- | --- |"]
+    for name, label in Q8_LEVERS:
+        p = kit_point(d, name)
+        f = p["figures"] if p else None
+        out.append(f"| {label} | " + (" | ".join(fmt(f[k]) for k in METRICS) if f else "did not start | | |") + " |")
+    t16 = load(d / "k16-int8-t16.probe.json")
+    if isinstance(t16, dict):
+        f = probe_figures(t16)
+        out.append(f"| the preset with KT threads 16 (every physical core; the same machine, next command) | "
+                   f"{fmt(f['decode_tok_s'])} | not measured | not measured | {fmt(f['aggregate_4_streams_tok_s'])} |")
+    for mode, f in ll["by_mode"].items():
+        out.append(f"| llama.cpp `{mode}` | " + " | ".join(fmt(f[k]) for k in METRICS) + " |")
+    k = c["engines"]["vramkit"]
+    bud = c["budget_ms_per_token"]
+    tg = {r["threads"]: r["tok_s"] for r in c["llamacpp_bench"] if r["test"] == "tg128" and r["depth"] == 0}
+    lay = kit_point(d, "k16-int8-layers")
+    out += ["", "What it shows:", "",
+            f"- Decode at depth 0 is at parity within the kit's own request-to-request spread (about a fifth, the "
+            f"section above): {fmt(k['decode_tok_s'])} against {fmt(ll['decode_tok_s'])} tok/s "
+            f"({c['ratios']['decode_vs_llamacpp']:.2f}x; per token {bud['vramkit']['measured_ms_per_token_depth0']} "
+            f"against {bud['llamacpp']['measured_ms_per_token_depth0']} ms); llama-bench's tg128 gave "
+            + ", ".join(f"{v:.1f} at {t} threads" for t, v in sorted(tg.items())) + ".",
+            f"- After an 8K prompt the preset decoded {fmt(k['decode_tok_s_8k'])} tok/s, slower than its own "
+            f"{fmt(k['more']['decode_tok_s_30k'])} after 30K in the same run; its whole-layer twin decoded "
+            + (f"{fmt(lay['figures']['decode_tok_s_8k'])} there ({lay['figures']['decode_tok_s_8k'] / ll['decode_tok_s_8k']:.2f}x "
+               f"llama.cpp's {fmt(ll['decode_tok_s_8k'])}) and {fmt(lay['figures']['decode_tok_s'])} at depth 0"
+               if lay else "-")
+            + ": the 8K row is within the same spread, not a context cost.",
+            f"- TTFT 30K: {fmt(k['ttft_30k_s'])} s against llama.cpp --fit's {fmt(ll['ttft_30k_s'])} s. llama.cpp "
+            "computes its CPU layers' experts on the GPU during prefill (weights over PCIe per batch); SGLang's KT path "
+            "computes them on the CPU. llama.cpp's own --n-cpu-moe best took "
+            f"{fmt(ll['by_mode'][next(m for m in ll['by_mode'] if m.startswith('--n-cpu'))]['ttft_30k_s'])} s: "
+            "its --fit placement is what wins prefill.",
+            f"- 4 streams: {fmt(k['aggregate_4_streams_tok_s'])} against {fmt(ll['aggregate_4_streams_tok_s'])} tok/s "
+            f"({c['ratios']['aggregate_4_vs_llamacpp']:.2f}x; the goal is 2x). Four tokens read up to 4x8 experts per "
+            "layer on the CPU, so the CPU share grows with the batch in both engines (derived).",
+            f"- KT threads on every physical core collapse decode (the row above; `vramkit up`'s warm-up requests took "
+            f"{warmups(d, 'k16-int8-t16')} against {warmups(d, 'k16-int8')} at 14 threads). The likely cause, not "
+            "measured: SGLang's scheduler and tokenizer processes then share those cores with KT's spinning workers. "
+            "`vramkit plan` and `vramkit up` now refuse `--kt-cpuinfer` >= the physical cores with one line (exit "
+            "64, the bad-input code); the plan's own choice stays physical cores minus 2."]
+    return out
+
+
+def warmups(d: Path, name: str) -> str:
+    """`vramkit up`'s warm-up request times at a point, as it printed them ("warm-up: 2634 ms, 1010 ms, ...")."""
+    up = d / f"{name}.up.txt"
+    m = re.search(r"^warm-up: (.+)$", up.read_text(errors="replace"), re.M) if up.exists() else None
+    return m.group(1).strip() if m else "-"
+
+
+def q8_measured_said(n8_derived: int, t8_derived_ms: float) -> str:
+    """The 8-bit pairing as measured (moe-vs-llamacpp-q8-16g.json), against the derivation just made."""
+    c = load(RESULTS / "moe-vs-llamacpp-q8-16g.json")
+    if not isinstance(c, dict) or not c["engines"].get("llamacpp") or not c["engines"].get("vramkit"):
+        return " The driver's llama-q8 step measures both in one session."
+    ll, k = c["engines"]["llamacpp"], c["engines"]["vramkit"]
+    n = ll["settings"]["n_cpu_moe_swept_best"]
+    tg = next((r["tok_s"] for r in c["llamacpp_bench"] if r["test"] == "tg128" and r["depth"] == 0
+               and r["threads"] == 14), None)
+    by = ll["by_mode"]
+    said = (f" Measured {c['date'][:10]} (moe-vs-llamacpp-q8-16g.md, one session, both engines): the lowest "
+            f"--n-cpu-moe that starts is {n} (derived {n8_derived})"
+            + (f", llama-bench tg128 at 14 threads {tg:.1f} tok/s ({(1000 / t8_derived_ms) / tg - 1:+.0%} for the "
+               "derivation)" if tg else "")
+            + "; llama-server " + ", ".join(f"{f['decode_tok_s']:.1f} tok/s with {m}" for m, f in by.items())
+            + f"; the kit's {k['settings']['point']} {k['decode_tok_s']:.1f} tok/s in the same session "
+            f"({c['ratios']['decode_vs_llamacpp']:.2f}x llama.cpp's best at depth 0, "
+            f"{c['ratios']['decode_8k_vs_llamacpp']:.2f}x at 8K, {c['ratios']['aggregate_4_vs_llamacpp']:.2f}x at 4 "
+            "streams).")
+    return said
 
 
 def gptq_cpu_line() -> str:

@@ -45,13 +45,15 @@
 # moe_wna16, the GPTQ split (2026-11-27, second session; moe-vs-llamacpp-wna16/): STAGE=.stage-w16 STEPS="setup llama-16
 # llama-24 wna16", one machine, 1,073 s: staging as .stage-thr but kt/ holds the wheel with only its amx extension (1.6 MB: the
 # 64 MiB carry), and .gpu/tvm-ffi-cache.tar.xz the marlin JIT cache.
-# kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB (not run yet): STAGE=.stage-070 STEPS="setup avx2-070"
-# (staging: benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe).
+# kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
+# benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
+# after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).
 # Medians of three (2026-11-27, third session; moe-vs-llamacpp-med3/): STAGE=.stage-w16 REPEAT=3 LB_THREADS=14 LB_D30K=0
 # STEPS="setup med3": every probe figure of both engines the median of 3 rounds (moe_probe.py --repeat), llama.cpp's
 # sweep started at the best the earlier sessions found, llama-bench at 14 threads without the 30K depth (time);
 # the GPTQ split on moe_wna16 as planned and with whole layers on the GPU, each engine at 16 then 24 GiB.
-# The peer at the kit's accuracy class (not run yet): STAGE=.stage-w16 STEPS="setup llama-q8": llama.cpp reading a Q8_0
+# The peer at the kit's accuracy class (2026-11-27, fifth session, with avx2-070: 1,275 s, moe-vs-llamacpp-q8/):
+# STAGE=.stage-w16 LB_D30K=0 STEPS="setup llama-q8 avx2-070": llama.cpp reading a Q8_0
 # GGUF, --fit and the --n-cpu-moe sweep at 16 GiB, beside the kit's FP8 + AMXINT8 points in the same session (staging
 # as for med3: kt/ with the 0.5.1 amx wheel, llama-src.tar.xz, whl/gguf, ballast.py); report: moe-vs-llamacpp-q8-16g.
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
@@ -98,7 +100,9 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has llama-q8; } && ne
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has int8-t16; } && need_int8=1
+# int8-t16 after llama-q8 on the same machine: the Q8_0 file goes so that KT's INT8 layout fits on the disk again
+has int8-t16 && rm -f $CK/qwen3-coder-30b-a3b-q8_0-random.gguf
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -346,6 +350,13 @@ if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/p
   step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
   llama 16 30 llama-q8-16 $Q8
 fi
+if has int8-t16; then  # the preset with every physical core as a KT thread (llama-bench's t16 decoded 39.0 against
+  # 34.7 at 14 on the Q8_0 file): KT threads 16 was never measured (moe-vs-llamacpp-levers.md). Ran 2026-11-27 after
+  # llama-q8 on the same machine (STEPS="setup int8-t16"): 1.7 tok/s, the device time ended mid-probe; vramkit up
+  # refuses it now (exit 64), so this step only shows that refusal
+  ballast 16
+  kit k16-int8-t16 16 "--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens 64" -- $KIT8 --kt-cpuinfer "$PHYS"
+fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16
   kit k16-gptq 16 "$SHORT" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
@@ -385,7 +396,7 @@ if has avx2-070; then  # issue 18 item 4 on a clean avx2 build: LLAMAFILE_Q8_0 a
   q8_gguf
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/kt070 $S/kt/kt_kernel-0.7.0-*.whl \
     > "$RES/logs/kt070.txt" 2>&1
-  step "kt-kernel 0.7.0: $(PYTHONPATH=/tmp/kt070 KT_KERNEL_CPU_VARIANT=avx2 python3 -c 'import kt_kernel as k; \
+  step "kt-kernel 0.7.0: $(PYTHONPATH=/tmp/kt070:$PYTHONPATH KT_KERNEL_CPU_VARIANT=avx2 python3 -c 'import kt_kernel as k; \
 print(k.__version__, k.__cpu_variant__)' 2>&1 | tail -1)"
   # kernel level first, at the server's 14 threads (benchmarks/results/gpu/kt-avx2/ ran it on the dev host at 2)
   PYTHONPATH=/tmp/kt070:$PYTHONPATH KT_KERNEL_CPU_VARIANT=avx2 timeout 900 python3 benchmarks/gpu/kt_decode_bench.py \
@@ -425,7 +436,7 @@ if has levers; then
   kit k16-defer2 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
   kit k16-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT \
     --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
-  kit k16-t16 16 "$SHORT" -- $KIT --kt-cpuinfer "$PHYS"
+  kit k16-t16 16 "$SHORT" -- $KIT --kt-cpuinfer "$PHYS"   # refused since int8-t16 measured the collapse (exit 64)
   kit k16-chunk8k 16 "--streams 1 --new-tokens 32 --ttft 30000 --ttft-new-tokens 16" -- $KIT --chunked-prefill 8192
   kit k16-defer1 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 1"
 fi

@@ -253,8 +253,8 @@ def test_avx2_on_a_release_without_a_clean_avx2_build_refuses_and_names_the_rele
 def test_avx2_gets_the_release_whose_avx2_build_runs_there(asked):
     """The kit's release for an AVX2-only CPU (config/versions.toml kt_kernel_avx2_pip): the plan fits, with
     LLAMAFILE_Q8_0 on its avx2 build where the preset's AMXINT8 has no kernels there, and FP8 (asked for: kt-kernel's
-    own AVX2 kernels, with their measured build factor) as asked; either way the note says the kit has not run that
-    release in a server yet."""
+    own AVX2 kernels, with their measured build factor) as asked; the note says which of them the kit has run on that
+    release in a server (LLAMAFILE_Q8_0, the committed run it names) and which not (FP8)."""
     v = catalog.versions()
     host = kt.HostCpu(isa="avx2", isa_source="--cpu-isa", read_bytes_s=MEMBW, read_source="m", physical_cores=8,
                       kt_kernel=v.kt_kernel_for("avx2"))
@@ -262,7 +262,13 @@ def test_avx2_gets_the_release_whose_avx2_build_runs_there(asked):
     h = p.hybrid
     assert p.fits and h.kt_kernel == v.kt_kernel_avx2_pip != v.kt_kernel_pip and h.kt_variant == "avx2"
     assert h.kt_method == ("LLAMAFILE_Q8_0" if asked == "AMXINT8" else "FP8")
-    assert "not yet run it in a server" in h.method_note and "kt-isa.md" in h.method_note
+    assert "kt-isa.md" in h.method_note
+    if asked == "FP8":
+        assert "has not yet run FP8 on it in a server" in h.method_note
+    else:
+        run = kt.KT_SERVER_RUNS[(v.kt_kernel_avx2_pip, "LLAMAFILE_Q8_0")]
+        assert "ran LLAMAFILE_Q8_0 on it in a server on a GPU" in h.method_note and run in h.method_note
+        assert (ROOT / f"{run}.json").is_file() and (ROOT / f"{run}.probe.json").is_file()
     assert h.decode_cpu_time_factor == (1.0 if asked == "AMXINT8" else catalog.engine().kt.cpu_time_factor("avx2"))
     assert v.kt_kernel_for("avx512") == v.kt_kernel_for("amx") == v.kt_kernel_pip
 
@@ -276,7 +282,7 @@ def test_the_avx2_method_has_a_committed_run_with_that_build_forced_at_the_decod
     runs = sorted((ROOT / "benchmarks/results/gpu/kt-llamafile").glob("s*/k16-*avx2*.json"))
     runs = [r for r in runs if not r.name.endswith(".probe.json")]
     assert runs
-    for run in runs:
+    for run in runs:            # kt-kernel 0.5.1's avx2 build forced
         point = json.loads(run.read_text())
         args = point["vramkit_up_args"]
         assert args[args.index("--kt-method") + 1] == method and "KT_KERNEL_CPU_VARIANT=avx2" in point["env"]
@@ -284,6 +290,23 @@ def test_the_avx2_method_has_a_committed_run_with_that_build_forced_at_the_decod
         probe = json.loads(run.with_name(run.name.replace(".json", ".probe.json")).read_text())
         one = next(d for d in probe["decode"] if d["streams"] == 1)
         assert one["requests"][0]["prompt_tokens"] == 512 and one["per_stream_tok_s"] >= 25.0, run
+
+
+def test_the_release_an_avx2_cpu_gets_has_a_committed_server_run_at_the_decode_goal():
+    """kt-kernel 0.7.0 (config/versions.toml kt_kernel_avx2_pip), whose avx2 build holds no AVX-512 code: started by
+    `vramkit up --cpu-isa avx2` on the H100 host at 16 GiB with only that extension in the wheel
+    (stage_kt_avx2.sh), the plan picked LLAMAFILE_Q8_0 on it and the server decoded >= 25 tok/s after 512 tokens."""
+    v = catalog.versions()
+    run = ROOT / f"{kt.KT_SERVER_RUNS[(v.kt_kernel_avx2_pip, 'LLAMAFILE_Q8_0')]}"
+    point = json.loads(run.with_suffix(".json").read_text())
+    args = point["vramkit_up_args"]
+    assert args[args.index("--cpu-isa") + 1] == "avx2" and "--kt-method" not in args      # the plan's own choice
+    assert point["up_rc"] == 0 and point["log_figures_gib"]["load_begin_avail"] < 16.0
+    up = run.with_suffix(".up.txt").read_text()
+    assert f"kt-kernel {v.kt_kernel_avx2_pip}" in up and "LLAMAFILE_Q8_0 on kt-kernel" in up and "avx2 build" in up
+    probe = json.loads(run.with_suffix(".probe.json").read_text())
+    one = next(d for d in probe["decode"] if d["streams"] == 1)
+    assert one["requests"][0]["prompt_tokens"] == 512 and one["per_stream_tok_s"] >= 25.0
 
 
 def test_the_clean_avx2_build_is_not_slower_at_llamafiles_work_than_the_build_the_server_runs_forced():
@@ -435,10 +458,24 @@ def test_cpuinfer_leaves_cores_to_sglang():
     assert kt.cpuinfer_threads(16, 2) == 14 and kt.cpuinfer_threads(8, 2) == 6 and kt.cpuinfer_threads(2, 2) == 1
 
 
+@pytest.mark.parametrize("threads", [16, 20])
+def test_kt_threads_on_every_physical_core_are_refused(threads, capsys):
+    """Measured on the H100 host (moe-vs-llamacpp-q8/k16-int8-t16): 16 KT threads on 16 physical cores decoded 1.7
+    tok/s against 36.1 at 14. The estimate cannot price that collapse, so the plan refuses instead of guessing."""
+    assert _h100_plan("AMXINT8", kt_cpuinfer=15).hybrid.cpuinfer_threads == 15      # one core left: planned
+    with pytest.raises(VramkitError) as e:
+        _h100_plan("AMXINT8", kt_cpuinfer=threads)
+    assert e.value.code == Exit.BAD_INPUT and "--kt-cpuinfer 14" in e.value.todo and f"{threads} leaves none" in e.value.what
+    rc = main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60", "--host-ram-gib", "64",
+               "--cpu-isa", "amx", "--host-cores", "16", "--kt-cpuinfer", str(threads)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == int(Exit.BAD_INPUT) and len(err) == 1 and "to SGLang's own processes" in err[0]
+
+
 # --- the CLI -------------------------------------------------------------------------------------------
 def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
     assert main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60", "--host-ram-gib", "64",
-                 "--cpu-isa", "amx", "--kt-cpuinfer", "14"]) == 0
+                 "--cpu-isa", "amx", "--host-cores", "16", "--kt-cpuinfer", "14"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "FITS" in out and "experts/layer on the GPU" in out
     assert "an estimate (derived terms, fitted constants" in out and "with layer offload" in out
@@ -563,7 +600,7 @@ def test_llamafile_refuses_an_expert_width_its_blocks_do_not_divide():
 def test_a_moe_that_does_not_fit_is_offered_the_hybrid_mode_first(capsys):
     rc = main(["plan", "--json", "--model", "qwen3-coder-30b-a3b-instruct-fp8", "--gpu", "rtx-5060-ti-16gb",
                "--kv-dtype", "fp8_e5m2", "--mem-fraction", "0.85", "--host-read-gbs", "60", "--host-ram-gib", "64",
-               "--cpu-isa", "amx", "--kt-cpuinfer", "6"])
+               "--cpu-isa", "amx", "--host-cores", "8", "--kt-cpuinfer", "6"])
     d = json.loads(capsys.readouterr().out)
     assert rc == 10 and not d["fits"] and d["hybrid"] is None
     alt = d["alternatives"][0]
@@ -610,7 +647,7 @@ def test_plan_reads_the_sweep_at_its_thread_count(capsys):
     rates = []
     for threads in ("6", "14"):
         assert main(["plan", "--json", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx",
-                     "--host-read-gbs", sweep, "--kt-cpuinfer", threads, "--host-ram-gib", "64"]) == 0
+                     "--host-read-gbs", sweep, "--host-cores", "16", "--kt-cpuinfer", threads, "--host-ram-gib", "64"]) == 0
         h = json.loads(capsys.readouterr().out)["hybrid"]
         rates.append((h["host_read_bytes_s"], h["decode_tok_s"]))
     assert rates[0][0] == pytest.approx(60.7e9) and rates[1][0] == pytest.approx(87.825e9)

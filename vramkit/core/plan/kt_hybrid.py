@@ -89,8 +89,9 @@ KT_METHODS = {m.name: m for m in (
     # blk.N.ffn_{gate,up,down}_exps tensors), computed by llamafile's ggml kernels, which every build has, the
     # avx2 one included (kt-isa.md: "llamafile only" in 0.5.1's). Q8_0: one f16 scale per 32 weights.
     KtMethod("LLAMAFILE_Q8_0", None, True, "a Q8_0 GGUF of the model (llama.cpp's layout, one f16 scale per 32 "
-             "weights; converted)", sglang_name="LLAMAFILE", gguf_type="Q8_0", estimate_spread=(0.68, 1.04),
-             spread_note="within 5 % after a short prompt, slower right after an 8K prompt at 16 GiB",
+             "weights; converted)", sglang_name="LLAMAFILE", gguf_type="Q8_0", estimate_spread=(0.68, 1.13),
+             spread_note="after a short prompt within 5 % on kt-kernel 0.5.1, 13 % faster on 0.7.0's avx2 build; "
+                         "slower right after an 8K prompt at 16 GiB",
              accuracy="converted from the FP8 checkpoint: 4.91% MoE-layer output error against FP8 read as is at "
                       "4.66% and AMXINT8 converted from FP8 at 5.38% in the same run; 1.57% from bf16 weights "
                       "(random-weight proxy, reference and kernels on a CPU)",
@@ -115,10 +116,22 @@ KT_BUILDS: dict[str, dict[str, tuple[str, ...]]] = {
     "0.7.0": {"FP8": ("avx2",), "BF16": ("avx2",), "GPTQ_INT4": ("avx2",), "AMXINT4": (), "AMXINT8": (),
               "LLAMAFILE_Q8_0": ("avx2",)},
 }
-# What a plan on a release says beside its method, where the kit has not run that release in a server yet.
-KT_RELEASE_NOTES = {"0.7.0": "kt-kernel 0.7.0's avx2 kernels ran on an emulated AVX2-only CPU and through the kit's "
-                             "adapter as SGLang calls them (benchmarks/results/gpu/kt-isa.md, tests/integration/"
-                             "test_kt_compat.py); the kit has not yet run it in a server on a GPU"}
+# What a plan on a release says beside its method: where the kit has run that release's build in a server on a GPU
+# (by method), and what stands for it otherwise.
+KT_SERVER_RUNS = {("0.7.0", "LLAMAFILE_Q8_0"): "benchmarks/results/gpu/moe-vs-llamacpp-q8/k16-q8-avx2-070"}
+KT_RELEASE_CHECKS = {"0.7.0": "kt-kernel 0.7.0's avx2 kernels ran on an emulated AVX2-only CPU and through the kit's "
+                              "adapter as SGLang calls them (benchmarks/results/gpu/kt-isa.md, tests/integration/"
+                              "test_kt_compat.py)"}
+
+
+def release_note(kt_kernel: str, method: str) -> str:
+    """"; <what stands behind this release for this method>", or "" for a release the kit's runs all used."""
+    if kt_kernel not in KT_RELEASE_CHECKS:
+        return ""
+    run = KT_SERVER_RUNS.get((kt_kernel, method))
+    return (f"; {KT_RELEASE_CHECKS[kt_kernel]}; "
+            + (f"the kit ran {method} on it in a server on a GPU, that build forced on the H100 host ({run})" if run
+               else f"the kit has not yet run {method} on it in a server on a GPU"))
 # kt-kernel's source has AVX2 kernels for these methods from the release given: built from source ON the AVX2 CPU
 # (CPUINFER_CPU_INSTRUCT=AVX2) they run there, whatever release the wheel is. In the order a plan for an AVX2 CPU
 # picks them (preference()): LLAMAFILE_Q8_0 first, the one measured to meet the decode goal with AVX2 kernels
@@ -342,15 +355,16 @@ def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tu
     """(the method to plan with, or None when none runs on this CPU; why). The asked one when the CPU runs
     it, else the first of preference(isa) that reads this checkpoint (or a converted layout) and runs there."""
     kk = f"kt-kernel {kt_kernel}"
-    note = f"; {KT_RELEASE_NOTES[kt_kernel]}" if kt_kernel in KT_RELEASE_NOTES else ""
     if runs_on(asked, isa, kt_kernel):
-        return asked, f"{asked} runs on {kk}'s {KT_VARIANT[build_for(asked, isa, kt_kernel)]} build{note}"
+        return asked, (f"{asked} runs on {kk}'s {KT_VARIANT[build_for(asked, isa, kt_kernel)]} build"
+                       + release_note(kt_kernel, asked))
     need = needed_build(asked, kt_kernel)
     fmt = checkpoint_format(model)
     for m in preference(isa):
         if KT_METHODS[m].reads in (fmt, None) and runs_on(m, isa, kt_kernel):
             return m, (f"{asked} has no kernels in {kk}'s {isa} build (it needs {need}): planned with {m} "
-                       f"instead, which runs on the {KT_VARIANT[build_for(m, isa, kt_kernel)]} build{note}")
+                       f"instead, which runs on the {KT_VARIANT[build_for(m, isa, kt_kernel)]} build"
+                       + release_note(kt_kernel, m))
     return None, no_wheel_text(model, isa, kt_kernel)
 
 
@@ -474,6 +488,16 @@ def cpuinfer_threads(physical_cores: int, reserved: int) -> int:
     """KT's threads: the server's physical cores (the `make optimize` cpuset) minus SGLang's own; one per physical
     core (SMT siblings share the core's AMX/AVX units)."""
     return max(1, physical_cores - reserved)
+
+
+def oversubscribed(threads: int, physical_cores: int, cores_source: str = "") -> str:
+    """Why KT threads on every physical core are refused: SGLang's scheduler and its tokenizer process then share
+    those cores with KT's spinning workers. Measured on the H100 host (16 physical cores, the preset at 16 GiB,
+    AMXINT8, 2026-11-27, benchmarks/results/gpu/moe-vs-llamacpp-q8/k16-int8-t16*): 16 KT threads decoded 1.7 tok/s
+    against 36.1 at 14, and each warm-up request took 12 s."""
+    return (f"--kt-cpuinfer {threads} leaves none of the {physical_cores} physical cores"
+            + (f" ({cores_source})" if cores_source else "") + " to SGLang's own processes: measured, 16 KT threads "
+            "on 16 cores decoded 1.7 tok/s against 36.1 at 14")
 
 
 @dataclass(frozen=True)

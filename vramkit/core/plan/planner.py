@@ -553,6 +553,10 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     planned = method or (kt.source_build_method(model, host.isa) if host.isa else None) or asked
     threads = kt.cpuinfer_threads(host.physical_cores, k.reserved_cores) if knobs.kt_cpuinfer == "auto" \
         else int(knobs.kt_cpuinfer)
+    if threads >= host.physical_cores > 1:
+        raise VramkitError(kt.oversubscribed(threads, host.physical_cores, host.cores_source),
+                           f"give --kt-cpuinfer {kt.cpuinfer_threads(host.physical_cores, k.reserved_cores)} or "
+                           "less, or leave it to the plan", Exit.BAD_INPUT)
     each = kt.cpu_expert_bytes(model, planned)
     experts_host = moe.num_experts * moe.num_moe_layers * each      # every expert: kt-kernel keeps all of them
     chunk = knobs.chunked_prefill if knobs.chunked_prefill and knobs.chunked_prefill > 0 else 8192
