@@ -488,10 +488,14 @@ def plot(c: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
     keys = [("decode_tok_s", "decode d0\n(tok/s)"), ("decode_tok_s_8k", "decode 8K\n(tok/s)"),
             ("aggregate_4_streams_tok_s", "4 streams\n(tok/s)"), ("ttft_30k_s", "TTFT 30K\n(s)")]
-    fig, axes = plt.subplots(1, len(keys), figsize=(11, 3.4))
+    fig, axes = plt.subplots(1, len(keys), figsize=(11, 3.6))
+    kit = (c["engines"].get("vramkit") or {}).get("settings", {}).get("point", "")
+    gguf = re.search(r"llama\.cpp's an? (\w+)", c["model"])          # the file it ran: Q4_K_M, Q8_0
+    names = [f"vramkit\n{kit}", f"llama.cpp\n{gguf.group(1) if gguf else ''}"]
     for ax, (key, label) in zip(axes, keys, strict=True):
         vals = [c["engines"].get(e, {}).get(key) or 0 for e in ("vramkit", "llamacpp")]
-        ax.bar(["vramkit", "llama.cpp"], vals, color=["#4c72b0", "#dd8452"])
+        ax.bar(names, vals, color=["#4c72b0", "#dd8452"])
+        ax.tick_params(axis="x", labelsize=8)
         ax.set_title(label, fontsize=9)
         for i, v in enumerate(vals):
             ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
