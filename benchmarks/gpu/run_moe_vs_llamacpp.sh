@@ -342,13 +342,16 @@ if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/p
   # GPU, then llama.cpp on a Q8_0 file (~18 of 48 layers' experts fit beside the 32K pool at 16 GiB: the sweep starts at
   # 30); the report pairs them as moe-vs-llamacpp-q8-16g. KT's AMXINT8 layout (27 GiB) goes before the Q8_0 file
   # (30 GiB) is written: the disk holds one of them beside the rest, so no later step of this session can use it
+  # Medians (2026-11-27's single rounds put the preset at 0.97x, inside its own ~20 % request-to-request spread):
+  # REPEAT=3 Q8_LAYERS=0 Q8_NCMOE=28 LB_D30K=0 STEPS="setup llama-q8" fits one machine's 30 minutes (~25 min: the
+  # whole-layer twin left out, llama.cpp's sweep started at the 28 that session found)
   ballast 16
   kit k16-int8 16 "$FULL" -- $KIT8
-  kit k16-int8-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT8
+  [ "${Q8_LAYERS:-1}" = 0 ] || kit k16-int8-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT8
   rm -rf $KT8
   q8_gguf
   step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
-  llama 16 30 llama-q8-16 $Q8
+  llama 16 "${Q8_NCMOE:-30}" llama-q8-16 $Q8
 fi
 if has int8-t16; then  # the preset with every physical core as a KT thread (llama-bench's t16 decoded 39.0 against
   # 34.7 at 14 on the Q8_0 file): KT threads 16 was never measured (moe-vs-llamacpp-levers.md). Ran 2026-11-27 after
@@ -439,6 +442,15 @@ if has levers; then
   kit k16-t16 16 "$SHORT" -- $KIT --kt-cpuinfer "$PHYS"   # refused since int8-t16 measured the collapse (exit 64)
   kit k16-chunk8k 16 "--streams 1 --new-tokens 32 --ttft 30000 --ttft-new-tokens 16" -- $KIT --chunked-prefill 8192
   kit k16-defer1 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 1"
+fi
+if has kthreads; then  # the estimate's thread term at kernel level (its AMXINT8 misses: held-out server runs at 6 KT
+  # threads decoded 1.0-1.7x the estimate, which prices CPU experts by the host read rate at the thread count):
+  # kt-kernel's own CPU-expert time per token at 6, 10 and 14 threads, the idle machine's last step (~3 min)
+  [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
+  timeout 900 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8,AMXINT4,FP8 --threads 14,10,6 --tokens 16 \
+    --prefill 0 --gpu-experts 43 --out "$RES/kt-threads-bench.json" > "$RES/logs/kt-threads-bench.txt" 2>&1
+  step "kernel level by threads: $(python3 -c "import json; print('; '.join(f\"{r['method']} t{r['threads']} \
+{r.get('cpu_ms_per_token_median')} ms\" for r in json.load(open('$RES/kt-threads-bench.json'))['runs']))" 2>&1 | tail -c 400)"
 fi
 ballast_pid_kill=$ballast_pid; [ -n "$ballast_pid_kill" ] && kill $ballast_pid_kill 2>/dev/null
 pack
