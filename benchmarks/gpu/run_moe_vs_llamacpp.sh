@@ -56,6 +56,8 @@
 # STAGE=.stage-w16 LB_D30K=0 STEPS="setup llama-q8 avx2-070": llama.cpp reading a Q8_0
 # GGUF, --fit and the --n-cpu-moe sweep at 16 GiB, beside the kit's FP8 + AMXINT8 points in the same session (staging
 # as for med3: kt/ with the 0.5.1 amx wheel, llama-src.tar.xz, whl/gguf, ballast.py); report: moe-vs-llamacpp-q8-16g.
+# Medians of that comparison: STAGE=.stage-w16 REPEAT=3 Q8_LAYERS=0 Q8_NCMOE=28 LB_D30K=0 STEPS="setup llama-q8" (~25 min).
+# The thread term at kernel level (AMXINT8, AMXINT4, FP8 at 6/10/14 threads, ~3 min): STAGE=.stage-w16 STEPS="setup kthreads".
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
