@@ -48,7 +48,7 @@
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
 # after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).
-# Medians of three (2026-11-27, third session; moe-vs-llamacpp-med3/): STAGE=.stage-w16 REPEAT=3 LB_THREADS=14 LB_D30K=0
+# Medians of three (written 2026-11-27, third session; not run yet: no device time since): STAGE=.stage-w16 REPEAT=3 LB_THREADS=14 LB_D30K=0
 # STEPS="setup med3": every probe figure of both engines the median of 3 rounds (moe_probe.py --repeat), llama.cpp's
 # sweep started at the best the earlier sessions found, llama-bench at 14 threads without the 30K depth (time);
 # the GPTQ split on moe_wna16 as planned and with whole layers on the GPU, each engine at 16 then 24 GiB.
