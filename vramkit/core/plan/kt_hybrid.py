@@ -492,12 +492,13 @@ def cpuinfer_threads(physical_cores: int, reserved: int) -> int:
 
 def oversubscribed(threads: int, physical_cores: int, cores_source: str = "") -> str:
     """Why KT threads on every physical core are refused: SGLang's scheduler and its tokenizer process then share
-    those cores with KT's spinning workers. Measured on the H100 host (16 physical cores, the preset at 16 GiB,
-    AMXINT8, 2026-11-27, benchmarks/results/gpu/moe-vs-llamacpp-q8/k16-int8-t16*): 16 KT threads decoded 1.7 tok/s
-    against 36.1 at 14, and each warm-up request took 12 s."""
+    those cores with KT's spinning workers (the likely cause, not measured; on an SMT CPU the siblings share each
+    core's units with KT's workers, so the rule counts physical cores there too). Measured on the H100 host (16
+    physical cores, no SMT, the preset at 16 GiB, AMXINT8, 2026-11-27, benchmarks/results/gpu/moe-vs-llamacpp-q8/
+    k16-int8-t16*): 16 KT threads decoded 1.7 tok/s against 36.1 at 14, and each warm-up request took 12 s."""
     return (f"--kt-cpuinfer {threads} leaves none of the {physical_cores} physical cores"
             + (f" ({cores_source})" if cores_source else "") + " to SGLang's own processes: measured, 16 KT threads "
-            "on 16 cores decoded 1.7 tok/s against 36.1 at 14")
+            "on 16 cores (no SMT) decoded 1.7 tok/s against 36.1 at 14")
 
 
 @dataclass(frozen=True)
