@@ -516,6 +516,17 @@ LEVERS = (("k16-layers", "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYER
           ("k16-chunk8k", "--chunked-prefill-size 8192 instead of 4096 (TTFT)"))
 
 
+# a lever this session could not measure, measured in a later one (its section below): that session, point, words
+MEASURED_LATER = {"k16-t16": ("moe-vs-llamacpp-q8", "k16-int8-t16", "with AMXINT8 CPU experts (the 8-bit section, last)")}
+
+
+def measured_later(name: str, out_dir: Path) -> str:
+    if name not in MEASURED_LATER:
+        return ""
+    d, point, words = MEASURED_LATER[name]
+    probe = load(session_dir(out_dir, d) / f"{point}.probe.json")
+    f = probe_figures(probe) if isinstance(probe, dict) else None
+    return f"; measured since {words}: {fmt(f['decode_tok_s'])} tok/s at depth 0" if f else ""
 INT8_DIR = "moe-vs-llamacpp-int8"      # the AMXINT8 session's points (`int8` below), beside moe-vs-llamacpp/
 INT8_POINTS = (("k16-int8", "AMXINT8 (KT's INT8 layout, converted from the checkpoint: lossy), the preset otherwise "
                             "as planned"),
@@ -798,7 +809,7 @@ def levers(res: Path, out_dir: Path | None = None) -> str:
         p = kit_point(res, name)
         why = disturbed(res, name, 16)
         if why:
-            out.append(f"| {label} | not measured: {why} | | | | |")
+            out.append(f"| {label} | not measured: {why}{measured_later(name, out_dir or RESULTS)} | | | | |")
         elif p:
             out.append(row(label, p["figures"], ref))
         else:
