@@ -462,6 +462,10 @@ def test_cpuinfer_leaves_cores_to_sglang():
 def test_kt_threads_on_every_physical_core_are_refused(threads, capsys):
     """Measured on the H100 host (moe-vs-llamacpp-q8/k16-int8-t16): 16 KT threads on 16 physical cores decoded 1.7
     tok/s against 36.1 at 14. The estimate cannot price that collapse, so the plan refuses instead of guessing."""
+    d = ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-q8"           # the figures the refusal quotes are the data's
+    rate = {n: next(x["per_stream_tok_s"] for x in json.loads((d / f"{n}.probe.json").read_text())["decode"]
+                    if x["streams"] == 1) for n in ("k16-int8-t16", "k16-int8")}
+    assert f"decoded {rate['k16-int8-t16']:.1f} tok/s against {rate['k16-int8']:.1f} at 14" in kt.oversubscribed(16, 16)
     assert _h100_plan("AMXINT8", kt_cpuinfer=15).hybrid.cpuinfer_threads == 15      # one core left: planned
     with pytest.raises(VramkitError) as e:
         _h100_plan("AMXINT8", kt_cpuinfer=threads)
