@@ -24,6 +24,7 @@ def _load(name: str, path: Path):
 gguf_writer = _load("make_random_gguf", REPO / "tools" / "make_random_gguf.py")
 compat = _load("vramkit_kt_compat", REPO / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py")
 report = _load("moe_vs_llamacpp_report", REPO / "benchmarks" / "gpu" / "moe_vs_llamacpp_report.py")
+session, levers = sys.modules["moe_session"], sys.modules["moe_levers"]      # the same modules the report imported
 probe = _load("moe_probe", REPO / "benchmarks" / "gpu" / "moe_probe.py")
 
 
@@ -85,12 +86,12 @@ def test_whole_layer_placement_takes_the_experts_n_per_layer_would():
 
 def test_probe_figures_read_the_anchor_run():
     probe = json.loads((REPO / "benchmarks" / "results" / "gpu" / "anchor" / "k16-t14.probe.json").read_text())
-    f = report.probe_figures(probe)
+    f = session.probe_figures(probe)
     assert f["decode_tok_s"] == pytest.approx(28.79, abs=0.01)
     assert f["decode_tok_s_8k"] == pytest.approx(34.62, abs=0.01)
     assert f["ttft_30k_s"] == pytest.approx(24.08, abs=0.01)
     assert f["aggregate_4_streams_tok_s"] == pytest.approx(51.42, abs=0.01)
-    assert report.probe_figures(None)["decode_tok_s"] is None
+    assert session.probe_figures(None)["decode_tok_s"] is None
 
 
 def _req(ttft, rate, ok=True):
@@ -110,10 +111,10 @@ def test_repeated_points_report_each_figures_median_and_a_failed_round_fails_the
                                 [_req(1, 30.0), _req(1, 30.0)]])
     assert (d["per_stream_tok_s"], d["aggregate_tok_s"], len(d["requests"])) == (42.0, 84.0, 6)
     # the report reads the medians where it read one request's figures
-    f = report.probe_figures({"decode": [{**d, "streams": 1}], "ttft": [t]})
+    f = session.probe_figures({"decode": [{**d, "streams": 1}], "ttft": [t]})
     assert f["decode_tok_s"] == 42.0 and f["ttft_30k_s"] == 10.0 and f["decode_tok_s_30k"] == 50.0
     failed = probe.decode_median(4, [[_req(1, 40.0)] * 3 + [_req(0, 0, ok=False)]] * 3)
-    assert report.probe_figures({"decode": [failed], "ttft": []})["aggregate_4_streams_tok_s"] is None
+    assert session.probe_figures({"decode": [failed], "ttft": []})["aggregate_4_streams_tok_s"] is None
 
 
 def test_evidence_keeps_the_split_threads_and_memory_not_the_request_noise(tmp_path):
@@ -183,7 +184,7 @@ def test_the_int8_session_sits_beside_fp8_and_amxint4_and_the_default_follows_it
                                                   "| AMXINT8 + whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto) "
                                                   "+ --kt-max-deferred-experts-per-token 2"]
     assert "| 129.8 |" in rows[0] and "| 38.8 |" in rows[2] and "not run" in rows[3]
-    preset = f"default CPU method: {report.preset_method()} (config/presets.toml)"
+    preset = f"default CPU method: {levers.preset_method()} (config/presets.toml)"
     assert "AMXINT8 meets the decode goal" in section and "it qualifies as the preset's default" in section
     assert preset in section
     probe = json.loads((run / "k16-int8.probe.json").read_text())
@@ -219,4 +220,4 @@ def test_the_8_bit_pairing_sets_the_kits_8_bit_points_against_llama_cpp_on_q8_0(
         (pts / "llama-q8-16-best-ncmoe.txt").read_text())
     for f in pts.glob("llama-q8-*"):                                # the kit's side alone is no 8-bit comparison
         f.unlink()
-    assert report.compare(pts, 16, report.Q8) is None
+    assert report.compare(pts, 16, session.Q8) is None

@@ -1,0 +1,165 @@
+"""One host session's points as benchmarks/gpu/run_moe_vs_llamacpp.sh wrote them, read into the figures the
+comparison (moe_vs_llamacpp_report.py) and the levers file (moe_levers.py) set side by side (issue 18): the kit's
+(moe_point.py / moe_probe.py JSON, `vramkit up`'s output, the trimmed server log) and llama.cpp's (moe_probe.py,
+llama-bench JSON). Every figure is a measurement of that session; nothing here derives one.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "gpu"
+
+
+def session_dir(out_dir: Path, name: str) -> Path:
+    """A host session's points: OUT/NAME where a report is writing them, else the committed folder."""
+    return out_dir / name if (out_dir / name).is_dir() else RESULTS / name
+
+
+def load(p: Path) -> dict | list | None:
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def probe_figures(probe: dict | None) -> dict:
+    """decode_tok_s (1 stream, 512-token prompt), decode_tok_s_8k, ttft_30k_s, aggregate_4_streams_tok_s."""
+    f: dict = {"decode_tok_s": None, "decode_tok_s_8k": None, "ttft_30k_s": None, "ttft_8k_s": None,
+               "ttft_512_s": None, "decode_tok_s_30k": None, "aggregate_4_streams_tok_s": None}
+    if not probe:
+        return f
+    for d in probe.get("decode", []):
+        if d.get("streams") == 1 and d.get("per_stream_tok_s"):
+            f["decode_tok_s"] = round(d["per_stream_tok_s"], 2)
+        if d.get("streams") == 4 and d.get("aggregate_tok_s") and all(r.get("ok") for r in d.get("requests", [])):
+            f["aggregate_4_streams_tok_s"] = round(d["aggregate_tok_s"], 2)
+    for r in probe.get("ttft", []):
+        if not r.get("ok"):
+            continue
+        n = r["prompt_tokens"]
+        key = {512: "512", 8192: "8k", 30000: "30k"}.get(n)
+        if key:
+            f[f"ttft_{key}_s"] = round(r["ttft_s"], 3)
+            if key != "512" and r.get("decode_tok_s"):
+                f[f"decode_tok_s_{key}"] = round(r["decode_tok_s"], 2)
+    return f
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Which points of a session are set side by side: the kit's, and llama.cpp's on one GGUF."""
+
+    stem: str                   # the committed files: STEM-{16,24}g.{json,md,png}
+    llama: str                  # llama.cpp's points' prefix, {b} the card: llama-{b}-fit, -best, -bench-*
+    gguf: str                   # the file llama.cpp ran, in words
+    kit_names: tuple[str, ...]  # the kit's candidate points, {b} the card (those at 16 GiB only: prefixed 16:)
+
+    def kits(self, budget: int) -> list[str]:
+        return [n.split(":", 1)[-1].format(b=budget) for n in self.kit_names
+                if not n.startswith("16:") or budget == 16]
+
+
+Q4 = Pairing("moe-vs-llamacpp", "llama-{b}", "a Q4_K_M-typed GGUF (tools/make_random_gguf.py, 17.3 GiB)",
+             ("k{b}", "k{b}-gptq", "k{b}-gptq-kv32", "k{b}-wna16", "16:k{b}-layers", "16:k{b}-layers-defer2",
+              "16:k16-gptq-layers", "16:k16-gptq-layers-defer2", "16:k16-wna16-defer2", "16:k16-wna16-layers",
+              "16:k16-wna16-layers-defer2"))
+# the 8-bit class (benchmarks/results/gpu/peer-accuracy/): the kit's FP8 GPU experts + AMXINT8 CPU experts, no deferral,
+# against llama.cpp on a Q8_0 file (run_moe_vs_llamacpp.sh STEPS="setup llama-q8")
+Q8 = Pairing("moe-vs-llamacpp-q8", "llama-q8-{b}", "a Q8_0 GGUF (tools/make_random_gguf.py --type Q8_0, 30.3 GiB)",
+             ("k{b}-int8", "k{b}-int8-layers"))
+PAIRINGS = (Q4, Q8)
+
+
+def bench_rows(res: Path, budget: int, pairing: Pairing = Q4) -> list[dict]:
+    rows = []
+    name = pairing.llama.format(b=budget)
+    for f in (f"{name}-bench-d0-8k.json", f"{name}-bench-d30k.json"):
+        for r in load(res / f) or []:
+            rows.append({"test": f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}",
+                         "depth": r["n_depth"], "threads": r["n_threads"], "tok_s": round(r["avg_ts"], 2),
+                         "stddev": round(r["stddev_ts"], 2), "reps": len(r.get("samples_ts", []))})
+    return rows
+
+
+EXPERTS = 128           # per MoE layer of the shape every point here runs
+# SGLang's "Load weight end ... quant=X" -> the GPU experts' format and the activations' dtype (the config's)
+GPU_EXPERTS = {"fp8": ("FP8 (block 128)", "bfloat16"), "gptq": ("GPTQ-Int4 (group 128, marlin MoE)", "float16")}
+WNA16_EXPERTS = ("GPTQ-Int4 (group 128, moe_wna16 triton MoE)", "float16")
+# The points run at 74e7a2a, whose planner rendered --quantization moe_wna16 for a split GPTQ layer (--moe-kernel auto;
+# test_a_card_that_holds_every_expert_gets_no_hybrid_mode) before its plan printed the kernel; SGLang's own line
+# names the MoE method only where no KT wrapper hides it
+WNA16_AT_74E7A2A = ("k16-wna16", "k16-wna16-defer2")
+
+
+def gpu_experts(name: str, up: str, evd: str) -> tuple[str, str] | None:
+    """A point's GPU-expert format and activations: SGLang's quant= load line, its MoE method where it names it,
+    the plan's moe_wna16 note, or the points declared above."""
+    q = re.search(r"quant=(\w+)", evd)
+    fmt_ = GPU_EXPERTS.get(q.group(1) if q else "")
+    if fmt_ and q and q.group(1) == "gptq" and ("quant_method=MoeWNA16Method" in evd or "moe_wna16" in up
+                                                  or name in WNA16_AT_74E7A2A):
+        return WNA16_EXPERTS
+    return fmt_
+
+
+def kit_point(res: Path, name: str) -> dict | None:
+    point = load(res / f"{name}.json")
+    if not isinstance(point, dict) or point.get("up_rc") != 0:
+        return None
+    probe = load(res / f"{name}.probe.json")
+    up = (res / f"{name}.up.txt").read_text(errors="replace") if (res / f"{name}.up.txt").exists() else ""
+    cmd = next((ln.strip() for ln in up.splitlines() if "sglang.launch_server" in ln), "")
+    # the plan's split row (none: the plan holds every expert on the GPU, no KT) and SGLang's own load line
+    m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / (\d+)\s*\S\s*per MoE layer; CPU: (\w+)", up)
+    evd = res / f"{name}.evidence.txt"
+    fmt_ = gpu_experts(name, up, evd.read_text(errors="replace") if evd.exists() else "")
+    return {"name": name, "figures": probe_figures(probe if isinstance(probe, dict) else None),
+            "kt_method": m.group(3) if m else None,
+            "gpu_expert_dtype": fmt_[0] if fmt_ else None, "activations": fmt_[1] if fmt_ else None,
+            "vramkit_up_args": point.get("vramkit_up_args"), "env": point.get("env"),
+            "planned_gpu_experts_per_layer": int(m.group(1)) if m else EXPERTS,
+            "sglang_command": cmd, "start_s": point.get("start_s"), "peak_vram_bytes": point.get("peak_vram_bytes"),
+            "host_rss_after_start_bytes": point.get("host_rss_after_start_bytes"),
+            "log_figures_gib": point.get("log_figures_gib"), "probe_date": (probe or {}).get("date")}
+
+
+def disturbed(res: Path, name: str, budget: int) -> str | None:
+    """Why a point is not comparable, or None: SGLang saw less free memory at load than the ballast leaves
+    (another process was on the card and, with it, on the CPU), or it did not start."""
+    point = load(res / f"{name}.json")
+    if not isinstance(point, dict):
+        return None
+    free = (point.get("log_figures_gib") or {}).get("load_begin_avail")
+    if free is not None and free < budget - 1.0:
+        return (f"another process held the card during it: {free} GiB free at load against ~{budget - 0.7:.1f} "
+                "with the ballast alone (a device command of another helper ran on the same machine)")
+    if point.get("up_rc") != 0:
+        return f"did not start (vramkit up exit {point.get('up_rc')}): {str(point.get('error'))[:200]}"
+    return None
+
+
+def llama_point(res: Path, name: str) -> dict | None:
+    probe = load(res / f"{name}.probe.json")
+    if not isinstance(probe, dict):
+        return None
+    return {"name": name, "figures": probe_figures(probe),
+            "start_s": float((res / f"{name}.start_s").read_text()) if (res / f"{name}.start_s").exists() else None,
+            "vram_used_mib_with_ballast": (res / f"{name}.smi.txt").read_text().strip()
+            if (res / f"{name}.smi.txt").exists() else None}
+
+
+def best(points: list[dict]) -> dict | None:
+    ok = [p for p in points if p and p["figures"]["decode_tok_s"]]
+    return max(ok, key=lambda p: p["figures"]["decode_tok_s"]) if ok else None
+
+
+METRICS = ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")
+LOWER_IS_BETTER = ("ttft_30k_s",)
+
+
+def fmt(x, unit="") -> str:
+    return "-" if x is None else (f"{x:,.1f}{unit}" if isinstance(x, float) else f"{x}{unit}")
