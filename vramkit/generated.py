@@ -201,7 +201,7 @@ def moe_vs_llamacpp_table() -> list[str]:
                          f"{' and '.join(modes)}; measured {c['date'][:10]})")
     if len(out) == 2:
         return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
-    notes_after = _peer_accuracy_line()
+    notes_after = _peer_accuracy_line() + _which_to_run()
     return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
              "host session per card (random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the kit's "
              "accuracy class; the kit's configuration per card below; "
@@ -236,6 +236,44 @@ def _peer_accuracy_line() -> list[str]:
             said.append(f"{label} {100 * err:.1f} % (top-1 {100 * r['top1_agreement']:.1f} %)")
     return ["", "Not like for like in accuracy: each engine's MoE-layer error against bf16 experts on a random-weight "
                 "proxy (`benchmarks/results/gpu/peer-accuracy/`): " + "; ".join(said) + "."] if said else []
+
+
+def _mean_error(row: dict) -> float:
+    return 100 * sum(row["moe_layer_rel_l2_prefill"]) / len(row["moe_layer_rel_l2_prefill"])
+
+
+def _which_to_run() -> list[str]:
+    """The 16 GB choice in one paragraph: speed from the committed 16 GiB comparisons (Q4_K_M and Q8_0 peers),
+    error from the accuracy proxy; every figure read from those files."""
+    res = REPO_ROOT / "benchmarks" / "results" / "gpu"
+    paths = [res / "moe-vs-llamacpp-16g.json", res / "moe-vs-llamacpp-q8-16g.json", REPO_ROOT / PEER_ACCURACY]
+    if not all(p.exists() for p in paths):
+        return []
+    q4, q8, acc = (json.loads(p.read_text()) for p in paths)
+    err = {k: _mean_error(v) for k, v in acc["methods"].items() if "error" not in v}
+    k8, l8 = q8["engines"]["vramkit"], q8["engines"]["llamacpp"]
+    k4, l4 = q4["engines"]["vramkit"], q4["engines"]["llamacpp"]
+    keys = ("FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)", "Q4_K_M (llama.cpp)",
+            "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)")
+    if not all(k in err for k in keys) or not all(e.get("decode_tok_s") for e in (k8, l8, k4, l4)):
+        return []
+    e_pre, e_q8, e_q4, e_gptq = (err[k] for k in keys)
+    # the FP8 checkpoint alone, every expert on the GPU, in the same proxy (the kt-llamafile session's run)
+    fp8 = json.loads((res / "kt-llamafile" / "accuracy-cpu.json").read_text())["methods"].get("FP8 (GPU)", {})
+    e_fp8 = _mean_error(fp8) if "moe_layer_rel_l2_prefill" in fp8 else None
+    r = k8["decode_tok_s"] / l8["decode_tok_s"]
+    pace = "about as fast as" if abs(1 - r) <= 0.2 else f"at {r:.2f}x the rate of"   # the kit's spread: a fifth
+    return ["", f"**Which to run on a 16 GB card** (the rows above, the proxy's errors beside them): the kit's preset "
+                f"({k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error) decodes one stream {pace} "
+                f"llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which errs less"
+                + (f" (the FP8 checkpoint on its own errs {e_fp8:.1f} %)" if e_fp8 else "")
+                + f" and answers a 30K-token prompt in {l8['ttft_30k_s']:.1f} s against {k8['ttft_30k_s']:.1f}; "
+                "the kit serves 4 streams at "
+                f"{k8['aggregate_4_streams_tok_s'] / l8['aggregate_4_streams_tok_s']:.2f}x llama.cpp's rate. "
+                f"llama.cpp on a Q4_K_M file decodes {l4['decode_tok_s']:.1f} tok/s, "
+                f"{l4['decode_tok_s'] / k8['decode_tok_s']:.1f}x the preset, at {e_q4:.1f} %; the kit's fastest 16 GB "
+                f"configuration ({k4['settings']['point']}) {k4['decode_tok_s']:.1f} tok/s at {e_gptq:.1f} % before "
+                "its deferred experts, which change the computation further."]
 
 
 def settings_table() -> list[str]:

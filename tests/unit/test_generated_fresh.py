@@ -29,3 +29,26 @@ def test_the_readme_ceiling_is_the_planners():
     ceiling, _ = generated._ceiling("h100-80gb", 1024)
     readme = (generated.REPO_ROOT / "README.md").read_text()
     assert f"{ceiling:.1f} tok/s" in readme
+
+
+def test_the_16_gb_choice_is_worded_from_the_comparisons(tmp_path, monkeypatch):
+    """The README's "which to run" paragraph reads its figures from the committed comparisons and the accuracy
+    proxy, and calls the kit "about as fast" as llama.cpp on Q8_0 only inside the kit's own spread (a fifth)."""
+    import json
+    import shutil
+    res = generated.REPO_ROOT / "benchmarks" / "results" / "gpu"
+    dst = tmp_path / "benchmarks" / "results" / "gpu"
+    for rel in ("moe-vs-llamacpp-16g.json", "moe-vs-llamacpp-q8-16g.json", "peer-accuracy/accuracy-cpu.json",
+                "kt-llamafile/accuracy-cpu.json"):
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(res / rel, dst / rel)
+    monkeypatch.setattr(generated, "REPO_ROOT", tmp_path)
+    text = " ".join(generated._which_to_run())
+    q8 = json.loads((dst / "moe-vs-llamacpp-q8-16g.json").read_text())
+    assert "about as fast as" in text and f"({q8['engines']['vramkit']['decode_tok_s']:.1f} tok/s," in text
+    q8["engines"]["vramkit"]["decode_tok_s"] = 0.5 * q8["engines"]["llamacpp"]["decode_tok_s"]
+    (dst / "moe-vs-llamacpp-q8-16g.json").write_text(json.dumps(q8))
+    text = " ".join(generated._which_to_run())
+    assert "about as fast" not in text and "at 0.50x the rate of llama.cpp on a Q8_0 file" in text
+    (dst / "moe-vs-llamacpp-q8-16g.json").unlink()
+    assert generated._which_to_run() == []          # no 8-bit comparison: no paragraph, no guess
