@@ -480,9 +480,8 @@ def q8_rows(out_dir: Path) -> list[str]:
         return []
     ll = c["engines"]["llamacpp"]
     out = ["", f"## The 8-bit class at 16 GiB: the preset beside llama.cpp on a Q8_0 file ({c['date'][:10]}, {Q8_DIR}/)",
-           "", "llama.cpp's Q4_K_M experts err 2.2x as much as the preset's on the accuracy proxy (peer-accuracy/); "
-           "its Q8_0 file is the like-for-like peer. One host session, the table in moe-vs-llamacpp-q8-16g.md; KT's "
-           "AMXINT8 layout was removed before the Q8_0 file was written (the disk holds one of them).", "",
+           "", peer_errors() + " One host session, the table in moe-vs-llamacpp-q8-16g.md; KT's AMXINT8 layout was "
+           "removed before the Q8_0 file was written (the disk holds one of them).", "",
            "| point | decode d0 tok/s | decode 8K tok/s | TTFT 30K s | 4 streams tok/s |", "| --- | --- | --- | --- | --- |"]
     for name, label in Q8_LEVERS:
         p = kit_point(d, name)
@@ -531,6 +530,19 @@ def q8_rows(out_dir: Path) -> list[str]:
             "`vramkit plan` and `vramkit up` now refuse `--kt-cpuinfer` >= the physical cores with one line (exit "
             "64, the bad-input code); the plan's own choice stays physical cores minus 2."]
     return out
+
+
+def peer_errors() -> str:
+    """Why Q8_0 is the peer to set the preset beside, from the accuracy proxy (peer-accuracy/)."""
+    acc = load(RESULTS / "peer-accuracy" / "accuracy-cpu.json")
+    if not isinstance(acc, dict):
+        return "The accuracy proxy is not committed (peer-accuracy/)."
+    e = {k: 100 * sum(v["moe_layer_rel_l2_prefill"]) / len(v["moe_layer_rel_l2_prefill"])
+         for k, v in acc["methods"].items() if "moe_layer_rel_l2_prefill" in v}
+    pre, q4, q8 = e["FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"], e["Q4_K_M (llama.cpp)"], e["Q8_0 (llama.cpp)"]
+    return (f"On the accuracy proxy (peer-accuracy/) llama.cpp's Q4_K_M experts err {q4:.1f} % per MoE layer, "
+            f"{q4 / pre:.1f}x the preset's {pre:.1f} %; its Q8_0 file, {q8:.1f} %, is the closest peer in accuracy"
+            + (" (and the more accurate of the two)." if q8 < pre else "."))
 
 
 def warmups(d: Path, name: str) -> str:
