@@ -509,7 +509,9 @@ def q8_rows(out_dir: Path) -> list[str]:
              + ("parity within the kit's own request-to-request spread (about a fifth, the section above)"
                 if abs(1 - r0) <= SPREAD else "outside the kit's own request-to-request spread (about a fifth)")
              + "; llama-bench's tg128 gave " + ", ".join(f"{v:.1f} at {t} threads" for t, v in sorted(tg.items()))
-             + "."),
+             + (f". llama-server ran at 14 threads, as the kit's KT does; at 16, every core, llama-bench decoded "
+                f"{tg[16] / tg[14] - 1:+.0%}, a count the kit cannot use (the last bullet)" if tg.get(14) and tg.get(16)
+                else "") + "."),
             (f"- After an 8K prompt the preset decoded {fmt(k8)} tok/s"
              + (f", slower than its own {fmt(k30)} after 30K in the same run (more context only adds work, so the 8K "
                 "row carries the spread, not a context cost)" if k8 and k30 and k8 < k30 else "")
