@@ -203,8 +203,8 @@ def moe_vs_llamacpp_table() -> list[str]:
         return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
     notes_after = _peer_accuracy_line() + _which_to_run()
     return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
-             "host session per card (random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the kit's "
-             "accuracy class; the kit's configuration per card below; "
+             "host session per card (random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the file "
+             "closest to the kit's preset in accuracy; the kit's configuration per card below; "
              "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, `moe-vs-llamacpp-q8-16g.md`, the levers in "
              "`moe-vs-llamacpp-levers.md`):",
              ""] + out + ["", "Per-token time at batch 1, depth 0 (1000 / decode tok/s): " + "; ".join(notes) + ". "
