@@ -58,6 +58,7 @@
 # as for med3: kt/ with the 0.5.1 amx wheel, llama-src.tar.xz, whl/gguf, ballast.py); report: moe-vs-llamacpp-q8-16g.
 # Medians of that comparison: STAGE=.stage-w16 REPEAT=3 Q8_LAYERS=0 Q8_NCMOE=28 LB_D30K=0 STEPS="setup llama-q8" (~25 min).
 # The thread term at kernel level (AMXINT8, AMXINT4, FP8 at 6/10/14 threads, ~3 min): STAGE=.stage-w16 STEPS="setup kthreads".
+# Transparent huge pages, the preset at 16 GiB as the host has them and with "always" (~10 min): STAGE=.stage-w16 STEPS="setup thp".
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -102,7 +103,7 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has llama-q8; } && ne
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has int8-t16; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has int8-t16 || has thp; } && need_int8=1
 # int8-t16 after llama-q8 on the same machine: the Q8_0 file goes so that KT's INT8 layout fits on the disk again
 has int8-t16 && rm -f $CK/qwen3-coder-30b-a3b-q8_0-random.gguf
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
@@ -444,6 +445,21 @@ if has levers; then
   kit k16-t16 16 "$SHORT" -- $KIT --kt-cpuinfer "$PHYS"   # refused since int8-t16 measured the collapse (exit 64)
   kit k16-chunk8k 16 "--streams 1 --new-tokens 32 --ttft 30000 --ttft-new-tokens 16" -- $KIT --chunked-prefill 8192
   kit k16-defer1 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 1"
+fi
+if has thp; then  # issue 18 item 2's huge pages: the preset with transparent huge pages as the host has them, then
+  # "always" (kt-kernel's expert buffers are plain mallocs: with THP off or madvise they sit on 4 KiB pages), short
+  # probe each; the setting is recorded either way, and put back. Needs KT's AMXINT8 layout (need_int8 below)
+  THP=/sys/kernel/mm/transparent_hugepage/enabled
+  was=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $THP 2>/dev/null)
+  step "THP: $(cat $THP 2>/dev/null || echo 'not readable') (AnonHugePages $(grep AnonHugePages /proc/meminfo | tr -s ' '))"
+  ballast 16
+  kit k16-int8-thp-$was 16 "$SHORT" -- $KIT8
+  if [ "$was" != always ] && echo always > $THP 2>/dev/null; then
+    kit k16-int8-thp-always 16 "$SHORT" -- $KIT8
+    echo "$was" > $THP
+  else
+    step "THP stays '$was': $THP is not writable here (or already always)"
+  fi
 fi
 if has kthreads; then  # the estimate's thread term at kernel level (its AMXINT8 misses: held-out server runs at 6 KT
   # threads decoded 1.0-1.7x the estimate, which prices CPU experts by the host read rate at the thread count):
