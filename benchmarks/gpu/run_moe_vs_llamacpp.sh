@@ -450,7 +450,7 @@ if has thp; then  # issue 18 item 2's huge pages: the preset with transparent hu
   # "always" (kt-kernel's expert buffers are plain mallocs: with THP off or madvise they sit on 4 KiB pages), short
   # probe each; the setting is recorded either way, and put back. Needs KT's AMXINT8 layout (need_int8 below)
   THP=/sys/kernel/mm/transparent_hugepage/enabled
-  was=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $THP 2>/dev/null)
+  was=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $THP 2>/dev/null); was=${was:-unknown}
   step "THP: $(cat $THP 2>/dev/null || echo 'not readable') (AnonHugePages $(grep AnonHugePages /proc/meminfo | tr -s ' '))"
   ballast 16
   kit k16-int8-thp-$was 16 "$SHORT" -- $KIT8
