@@ -159,6 +159,7 @@ def kt_estimate_table() -> list[str]:
 # the tables' rows: a card, and which llama.cpp file the kit is set beside (the report's pairings)
 MOE_PAIRINGS = (("moe-vs-llamacpp-16g", "16 GiB"), ("moe-vs-llamacpp-24g", "24 GiB"),
                 ("moe-vs-llamacpp-q8-16g", "16 GiB, Q8_0 peer"))
+GPU_RESULTS = "benchmarks/results/gpu"
 MOE_ROWS = (("decode, 1 stream, depth 0", "decode_tok_s", " tok/s", ">= 1.0x"),
             ("decode, 1 stream, depth 8K", "decode_tok_s_8k", " tok/s", ">= 1.0x"),
             ("TTFT, 30K-token prompt", "ttft_30k_s", " s", "<= 1.0x"),
@@ -172,11 +173,11 @@ def moe_vs_llamacpp_table() -> list[str]:
     out = ["| card | measured | vramkit (best) | llama.cpp (best) | kit / llama.cpp | goal |",
            "| --- | --- | --- | --- | --- | --- |"]
     notes, missed = [], []
+    comparisons = _comparisons()
     for stem, card in MOE_PAIRINGS:
-        path = REPO_ROOT / "benchmarks" / "results" / "gpu" / f"{stem}.json"
-        if not path.exists():
+        if stem not in comparisons:
             continue
-        c = json.loads(path.read_text())
+        c = comparisons[stem]
         k, ll = c["engines"].get("vramkit", {}), c["engines"].get("llamacpp", {})
         for label, key, unit, goal in MOE_ROWS:
             a, b = k.get(key), ll.get(key)
@@ -201,7 +202,8 @@ def moe_vs_llamacpp_table() -> list[str]:
                          f"{' and '.join(modes)}; measured {c['date'][:10]})")
     if len(out) == 2:
         return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
-    notes_after = _peer_accuracy_line() + _which_to_run()
+    rows = _proxy_rows()
+    notes_after = _peer_accuracy_line(rows) + _which_to_run(comparisons, rows)
     return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
              "host session per card (random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the file "
              "closest to the kit's preset in accuracy; the kit's configuration per card below; "
@@ -213,6 +215,7 @@ def moe_vs_llamacpp_table() -> list[str]:
 
 
 PEER_ACCURACY = "benchmarks/results/gpu/peer-accuracy/accuracy-cpu.json"
+KIT_ACCURACY = "benchmarks/results/gpu/kt-llamafile/accuracy-cpu.json"     # the same proxy's single-method rows
 PEER_ROWS = (("llama.cpp's Q4_K_M experts", "Q4_K_M (llama.cpp)"),
              ("the kit's 16 GB preset as served (43 FP8 GPU experts, AMXINT8 from FP8 on the CPU)",
               "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"),
@@ -222,51 +225,57 @@ PEER_ROWS = (("llama.cpp's Q4_K_M experts", "Q4_K_M (llama.cpp)"),
              ("llama.cpp at Q8_0", "Q8_0 (llama.cpp)"))
 
 
-def _peer_accuracy_line() -> list[str]:
+def _comparisons() -> dict[str, dict]:
+    """The committed side-by-side comparisons (benchmarks/gpu/moe_vs_llamacpp_report.py), by MOE_PAIRINGS stem."""
+    res = REPO_ROOT / GPU_RESULTS
+    return {stem: json.loads(p.read_text()) for stem, _ in MOE_PAIRINGS if (p := res / f"{stem}.json").exists()}
+
+
+def _proxy_rows() -> dict[str, dict]:
+    """The accuracy proxy's rows that ran, by name: benchmarks/gpu/peer_accuracy.py's table over the single-method
+    rows of the same proxy's earlier run (the FP8 checkpoint's own, for one), each file read once."""
+    out: dict[str, dict] = {}
+    for rel in (KIT_ACCURACY, PEER_ACCURACY):
+        path = REPO_ROOT / rel
+        if path.exists():
+            out.update({k: r for k, r in json.loads(path.read_text())["methods"].items() if "error" not in r})
+    return out
+
+
+def _mean_error(row: dict) -> float:
+    """A proxy row's MoE-layer error, in %: the mean over its layers."""
+    return 100 * sum(row["moe_layer_rel_l2_prefill"]) / len(row["moe_layer_rel_l2_prefill"])
+
+
+def _peer_accuracy_line(rows: dict[str, dict]) -> list[str]:
     """What each engine computes with, on the accuracy proxy (benchmarks/gpu/peer_accuracy.py writes the data)."""
-    path = REPO_ROOT / PEER_ACCURACY
-    if not path.exists():
-        return []
-    rows = json.loads(path.read_text())["methods"]
-    said = []
-    for label, key in PEER_ROWS:
-        r = rows.get(key)
-        if r and "error" not in r:
-            err = sum(r["moe_layer_rel_l2_prefill"]) / len(r["moe_layer_rel_l2_prefill"])
-            said.append(f"{label} {100 * err:.1f} % (top-1 {100 * r['top1_agreement']:.1f} %)")
+    said = [f"{label} {_mean_error(r):.1f} % (top-1 {100 * r['top1_agreement']:.1f} %)"
+            for label, key in PEER_ROWS if (r := rows.get(key))]
     return ["", "Not like for like in accuracy: each engine's MoE-layer error against bf16 experts on a random-weight "
                 "proxy (`benchmarks/results/gpu/peer-accuracy/`): " + "; ".join(said) + "."] if said else []
 
 
-def _mean_error(row: dict) -> float:
-    return 100 * sum(row["moe_layer_rel_l2_prefill"]) / len(row["moe_layer_rel_l2_prefill"])
-
-
-def _which_to_run() -> list[str]:
+def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[str]:
     """The 16 GB choice in one paragraph: speed from the committed 16 GiB comparisons (Q4_K_M and Q8_0 peers),
     error from the accuracy proxy; every figure read from those files."""
-    res = REPO_ROOT / "benchmarks" / "results" / "gpu"
-    paths = [res / "moe-vs-llamacpp-16g.json", res / "moe-vs-llamacpp-q8-16g.json", REPO_ROOT / PEER_ACCURACY]
-    if not all(p.exists() for p in paths):
-        return []
-    q4, q8, acc = (json.loads(p.read_text()) for p in paths)
-    err = {k: _mean_error(v) for k, v in acc["methods"].items() if "error" not in v}
-    k8, l8 = q8["engines"]["vramkit"], q8["engines"]["llamacpp"]
-    k4, l4 = q4["engines"]["vramkit"], q4["engines"]["llamacpp"]
+    q4, q8 = comparisons.get("moe-vs-llamacpp-16g"), comparisons.get("moe-vs-llamacpp-q8-16g")
     keys = ("FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)", "Q4_K_M (llama.cpp)",
             "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)")
-    if not all(k in err for k in keys) or not all(e.get("decode_tok_s") for e in (k8, l8, k4, l4)):
+    if not (q4 and q8) or not all(k in rows for k in keys):
         return []
-    e_pre, e_q8, e_q4, e_gptq = (err[k] for k in keys)
-    # the FP8 checkpoint alone, every expert on the GPU, in the same proxy (the kt-llamafile session's run)
-    fp8 = json.loads((res / "kt-llamafile" / "accuracy-cpu.json").read_text())["methods"].get("FP8 (GPU)", {})
-    e_fp8 = _mean_error(fp8) if "moe_layer_rel_l2_prefill" in fp8 else None
+    k8, l8 = q8["engines"]["vramkit"], q8["engines"]["llamacpp"]
+    k4, l4 = q4["engines"]["vramkit"], q4["engines"]["llamacpp"]
+    if not all(e.get("decode_tok_s") for e in (k8, l8, k4, l4)):
+        return []
+    e_pre, e_q8, e_q4, e_gptq = (_mean_error(rows[k]) for k in keys)
+    fp8 = rows.get("FP8 (GPU)")         # the FP8 checkpoint alone, every expert on the GPU, the same proxy
     r = k8["decode_tok_s"] / l8["decode_tok_s"]
     pace = "about as fast as" if abs(1 - r) <= 0.2 else f"at {r:.2f}x the rate of"   # the kit's spread: a fifth
     return ["", f"**Which to run on a 16 GB card** (the rows above, the proxy's errors beside them): the kit's preset "
                 f"({k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error) decodes one stream {pace} "
-                f"llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which errs less"
-                + (f" (the FP8 checkpoint on its own errs {e_fp8:.1f} %)" if e_fp8 else "")
+                f"llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which errs "
+                + ("less" if e_q8 < e_pre else "more")
+                + (f" (the FP8 checkpoint on its own errs {_mean_error(fp8):.1f} %)" if fp8 else "")
                 + f" and answers a 30K-token prompt in {l8['ttft_30k_s']:.1f} s against {k8['ttft_30k_s']:.1f}; "
                 "the kit serves 4 streams at "
                 f"{k8['aggregate_4_streams_tok_s'] / l8['aggregate_4_streams_tok_s']:.2f}x llama.cpp's rate. "

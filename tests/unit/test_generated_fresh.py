@@ -43,12 +43,12 @@ def test_the_16_gb_choice_is_worded_from_the_comparisons(tmp_path, monkeypatch):
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(res / rel, dst / rel)
     monkeypatch.setattr(generated, "REPO_ROOT", tmp_path)
-    text = " ".join(generated._which_to_run())
+    text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
     q8 = json.loads((dst / "moe-vs-llamacpp-q8-16g.json").read_text())
     assert "about as fast as" in text and f"({q8['engines']['vramkit']['decode_tok_s']:.1f} tok/s," in text
     q8["engines"]["vramkit"]["decode_tok_s"] = 0.5 * q8["engines"]["llamacpp"]["decode_tok_s"]
     (dst / "moe-vs-llamacpp-q8-16g.json").write_text(json.dumps(q8))
-    text = " ".join(generated._which_to_run())
+    text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
     assert "about as fast" not in text and "at 0.50x the rate of llama.cpp on a Q8_0 file" in text
     (dst / "moe-vs-llamacpp-q8-16g.json").unlink()
-    assert generated._which_to_run() == []          # no 8-bit comparison: no paragraph, no guess
+    assert generated._which_to_run(generated._comparisons(), generated._proxy_rows()) == []          # no 8-bit comparison: no paragraph, no guess
