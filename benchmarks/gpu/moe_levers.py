@@ -24,6 +24,7 @@ from moe_session import (  # noqa: E402
     probe_figures,
     session_dir,
 )
+from peer_accuracy import layer_error  # noqa: E402
 
 LEVERS = (("k16-layers", "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto: the last 16 of 48 layers "
                          "all on the GPU, no CPU round trip there; the other 32 all on the CPU) instead of 43 "
@@ -406,13 +407,13 @@ def closing(res: Path) -> list[str]:
 
 
 def q8_peer_line() -> str:
-    """llama.cpp in the kit's 8-bit class (a Q8_0 file), derived from its own committed Q4_K_M points, and the
-    accuracy figures that make it the like-for-like peer (peer-accuracy/, peer_accuracy.py)."""
+    """llama.cpp on a Q8_0 file, derived from its own committed Q4_K_M points, and the accuracy figures that make it
+    the closest peer in accuracy (peer-accuracy/, peer_accuracy.py)."""
     sys.path.insert(0, str(ROOT))
     from tools import make_random_gguf as g
     cfgs = {b: load(RESULTS / f"moe-vs-llamacpp-{b}g.json") for b in (16, 24)}
-    peer = load(RESULTS / "peer-accuracy" / "accuracy-cpu.json")
-    if not all(cfgs.values()) or not isinstance(peer, dict):
+    err = proxy_errors()
+    if not all(cfgs.values()) or err is None:
         return "- the 8-bit peer (llama.cpp on a Q8_0 file): not derived (a committed comparison is missing)"
     tg = {b: next((r["tok_s"] for r in c["llamacpp_bench"] if r["test"] == "tg128" and r["depth"] == 0
                    and r["threads"] == 14), None) for b, c in cfgs.items()}
@@ -444,8 +445,6 @@ def q8_peer_line() -> str:
         used, on_gpu = used + e8[i], on_gpu + 1
     n8 = 48 - on_gpu
     t8 = t0 + n8 * e8[0] * top_k / rate * 1000
-    err = {k: 100 * sum(v := peer["methods"][k]["moe_layer_rel_l2_prefill"]) / len(v)
-           for k in ("Q4_K_M (llama.cpp)", "Q8_0 (llama.cpp)", "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)")}
     # the preset as served at 16 GiB (AMXINT8, 43 FP8 GPU experts, amx build), decode after ~512 tokens, every session
     est = load(RESULTS / "kt-estimate.json") or {}
     by = {q["name"]: q for q in est.get("points", [])}
@@ -534,13 +533,20 @@ def q8_rows(out_dir: Path) -> list[str]:
     return out
 
 
-def peer_errors() -> str:
-    """Why Q8_0 is the peer to set the preset beside, from the accuracy proxy (peer-accuracy/)."""
+def proxy_errors() -> dict[str, float] | None:
+    """Each row of the accuracy proxy's table (peer-accuracy/) as its MoE-layer error in % (peer_accuracy.py's
+    layer_error), or None where the table is not committed."""
     acc = load(RESULTS / "peer-accuracy" / "accuracy-cpu.json")
     if not isinstance(acc, dict):
+        return None
+    return {k: 100 * layer_error(v) for k, v in acc["methods"].items() if "moe_layer_rel_l2_prefill" in v}
+
+
+def peer_errors() -> str:
+    """Why Q8_0 is the peer to set the preset beside, from the accuracy proxy (peer-accuracy/)."""
+    e = proxy_errors()
+    if e is None:
         return "The accuracy proxy is not committed (peer-accuracy/)."
-    e = {k: 100 * sum(v["moe_layer_rel_l2_prefill"]) / len(v["moe_layer_rel_l2_prefill"])
-         for k, v in acc["methods"].items() if "moe_layer_rel_l2_prefill" in v}
     pre, q4, q8 = e["FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"], e["Q4_K_M (llama.cpp)"], e["Q8_0 (llama.cpp)"]
     return (f"On the accuracy proxy (peer-accuracy/) llama.cpp's Q4_K_M experts err {q4:.1f} % per MoE layer, "
             f"{q4 / pre:.1f}x the preset's {pre:.1f} %; its Q8_0 file, {q8:.1f} %, is the closest peer in accuracy"
