@@ -39,7 +39,8 @@ ROWS = (
                                 "nearest, group 128), no hybrid mode"),
     ("RAWINT4", "here", "kt-kernel 0.5.1's group-wise int4 (AMXInt4_KGroup_MOE, group 32, bf16 scales; Kimi-K2's form; "
                         "not planned by the kit): every expert on the CPU"),
-    ("Q8_0 (llama.cpp)", "here", "llama.cpp reading a Q8_0 file (staged on the GPU host: STEPS=llama-q8)"),
+    ("Q8_0 (llama.cpp)", "here", "llama.cpp reading a Q8_0 file (its speed beside the preset: "
+                                 "../moe-vs-llamacpp-q8-16g.md)"),
     ("Q4_K_M (llama.cpp)", "here", "**llama.cpp's file in the speed comparison**: Q4_K gate/up, Q6_K down on the layers "
                                 "llama-quantize picks (here layers 2 and 3 of 4; 24 of 48 in the model)"),
 )
@@ -93,6 +94,17 @@ def layer_error(r: dict) -> float:
     return sum(r["moe_layer_rel_l2_prefill"]) / len(r["moe_layer_rel_l2_prefill"])
 
 
+def q8_speed() -> str:
+    """Where llama.cpp on Q8_0 ran beside the kit's preset (moe_vs_llamacpp_report.py's 8-bit pairing), or not."""
+    c = RES / "moe-vs-llamacpp-q8-16g.json"
+    if not c.exists():
+        return "that run, at 16 GiB beside the kit's 8-bit points, is staged (`run_moe_vs_llamacpp.sh` " \
+               "STEPS=\"setup llama-q8\"), not measured."
+    eng = load(c)["engines"]
+    return (f"measured beside the kit's preset at 16 GiB (../moe-vs-llamacpp-q8-16g.md), it decoded "
+            f"{eng['llamacpp']['decode_tok_s']:.1f} tok/s against the preset's {eng['vramkit']['decode_tok_s']:.1f}.")
+
+
 def findings(ran: dict[str, dict]) -> list[str]:
     """What the table says, its figures computed here from the rows."""
     e = {name: layer_error(r) for name, r in ran.items()}
@@ -116,8 +128,7 @@ def findings(ran: dict[str, dict]) -> list[str]:
             f" (one scale per 32, no minimum), AMXINT4 {amx4:.1f} % (one scale per row; ../kt-accuracy.md, the GPU run's "
             "own draw of the proxy).",
             f"- llama.cpp in the preset's 8-bit class is its Q8_0 file ({100 * e[q8]:.2f} %, made from bf16 weights; the "
-            f"kit's FP8 checkpoint itself errs {100 * e['FP8 (GPU)']:.2f} %): that run, at 16 GiB beside the kit's 8-bit points, is staged "
-            "(`run_moe_vs_llamacpp.sh` STEPS=\"setup llama-q8\"), not measured.",
+            f"kit's FP8 checkpoint itself errs {100 * e['FP8 (GPU)']:.2f} %): " + q8_speed(),
             "- llama.cpp's matmul kernels also round the activations to 8 bits (CPU and CUDA MMQ); these rows leave "
             f"that out (through kt-kernel's llamafile kernels, which do it, Q8_0 from bf16 gave {q8_kernels:.2f} % against "
             f"{100 * e[q8]:.2f} % here), so llama.cpp's rows are floors for its own error.", ""]
