@@ -338,7 +338,7 @@ def levers(res: Path, out_dir: Path | None = None) -> str:
         else:
             out.append(f"| {label} | not run: the device time allotted to this work was spent | | | | |")
     od = out_dir or RESULTS
-    return "\n".join(out + closing(res) + method_rows(res, od) + gptq_rows(od) + wna16_rows(od) + q8_rows(od)) + "\n"
+    return "\n".join(out + closing(res, od) + method_rows(res, od) + gptq_rows(od) + wna16_rows(od) + q8_rows(od)) + "\n"
 
 
 GiB = 2**30
@@ -347,7 +347,7 @@ GPTQ4_EXPERT = 3 * 2048 * 768 // 2 + 3 * 2048 * 768 // 128 * 2 + 3 * 2048 * 768 
 FP8_EXPERT = 3 * 2048 * 768 + 4 * (2 * 6 * 16 + 16 * 6)           # block-128 f32 scales
 
 
-def closing(res: Path) -> list[str]:
+def closing(res: Path, out_dir: Path) -> list[str]:
     """The per-token budgets of both engines and what would close the rest: every figure either measured in
     this run (named) or derived from them and the fitted constants (labelled)."""
     import tomllib
@@ -388,7 +388,7 @@ def closing(res: Path) -> list[str]:
            "last section; on this SGLang it does not close the gap at 16 GiB, and at 24 GiB it removes KT "
            "altogether (moe-vs-llamacpp-24g.md).",
            gptq_cpu_line(),
-           q8_peer_line(),
+           q8_peer_line(out_dir),
            (f"- deferred experts on top (they change the numerics: issue 18 item 3): measured alone they took "
             f"{ms['preset'] - 1000 / dfr['figures']['decode_tok_s']:.1f} ms off the preset's token, more than its "
             f"derived CPU-read share ({48 * 8 * 85 / 128 * AMXINT4_EXPERT / read * 1000:.1f} ms): the GPU stops "
@@ -406,7 +406,7 @@ def closing(res: Path) -> list[str]:
     return out
 
 
-def q8_peer_line() -> str:
+def q8_peer_line(out_dir: Path) -> str:
     """llama.cpp on a Q8_0 file, derived from its own committed Q4_K_M points, and the accuracy figures that make it
     the closest peer in accuracy (peer-accuracy/, peer_accuracy.py)."""
     sys.path.insert(0, str(ROOT))
@@ -461,7 +461,7 @@ def q8_peer_line() -> str:
             f"CPU layers read their experts at {rate / 1e9:.0f} GB/s; with Q8_0's twice the bytes ~{on_gpu} layers' "
             f"experts fit where {48 - n4[16]} of Q4_K_M's did, so --n-cpu-moe {n8} and ~{t8:.1f} ms a token "
             f"({1000 / t8:.0f} tok/s, derived, not measured; more if its Q8_0 kernels read faster than its Q4_K ones)"
-            f"{kit_said}.{q8_measured_said(n8, t8)}")
+            f"{kit_said}.{q8_measured_said(n8, t8, out_dir)}")
 
 
 SPREAD = 0.2     # the kit's single-stream decode, request to request on one server (the wna16 section: 36.5-54.1)
@@ -474,8 +474,8 @@ def q8_rows(out_dir: Path) -> list[str]:
     """The 8-bit class at 16 GiB: the preset and its whole-layer twin beside llama.cpp on a Q8_0 file, one session,
     and the KT-threads point the same machine ran next (its probe only: the device time ended during it)."""
     d = session_dir(out_dir, Q8_DIR)
-    c = load(out_dir / "moe-vs-llamacpp-q8-16g.json") or load(RESULTS / "moe-vs-llamacpp-q8-16g.json")
-    if not d.is_dir() or not isinstance(c, dict) or not c["engines"].get("llamacpp"):
+    c = q8_comparison(out_dir)
+    if not d.is_dir() or c is None or not c["engines"].get("llamacpp"):
         return []
     ll = c["engines"]["llamacpp"]
     out = ["", f"## The 8-bit class at 16 GiB: the preset beside llama.cpp on a Q8_0 file ({c['date'][:10]}, {Q8_DIR}/)",
@@ -560,10 +560,16 @@ def warmups(d: Path, name: str) -> str:
     return m.group(1).strip() if m else "-"
 
 
-def q8_measured_said(n8_derived: int, t8_derived_ms: float) -> str:
+def q8_comparison(out_dir: Path) -> dict | None:
+    """The 8-bit pairing's comparison: the one a report is writing in OUT, else the committed one."""
+    c = load(out_dir / "moe-vs-llamacpp-q8-16g.json") or load(RESULTS / "moe-vs-llamacpp-q8-16g.json")
+    return c if isinstance(c, dict) else None
+
+
+def q8_measured_said(n8_derived: int, t8_derived_ms: float, out_dir: Path) -> str:
     """The 8-bit pairing as measured (moe-vs-llamacpp-q8-16g.json), against the derivation just made."""
-    c = load(RESULTS / "moe-vs-llamacpp-q8-16g.json")
-    if not isinstance(c, dict) or not c["engines"].get("llamacpp") or not c["engines"].get("vramkit"):
+    c = q8_comparison(out_dir)
+    if c is None or not c["engines"].get("llamacpp") or not c["engines"].get("vramkit"):
         return " The driver's llama-q8 step measures both in one session."
     ll, k = c["engines"]["llamacpp"], c["engines"]["vramkit"]
     n = ll["settings"]["n_cpu_moe_swept_best"]
