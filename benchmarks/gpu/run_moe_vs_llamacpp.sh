@@ -26,7 +26,8 @@
 #   amxint8   at 16 GiB: the preset with --kt-method AMXINT8 (KT's INT8 layout, random, written here), full probe
 #   amxint8-levers  the same + whole layers on the GPU + --kt-max-deferred-experts-per-token 2, full probe
 #   levers    at 16 GiB: whole layers on the GPU (VRAMKIT_KT_GPU_LAYERS=auto, the adapter), deferred experts 2,
-#             both, KT threads 16, chunked prefill 8192 (TTFT only), deferred experts 1
+#             both, chunked prefill 8192 (TTFT only), deferred experts 1 (KT threads 16 was on this list on 2026-11-24,
+#             disturbed by another command; measured since and refused by the plan: moe-vs-llamacpp-q8/k16-int8-t16)
 # Run 2026-11-24 (benchmarks/results/gpu/moe-vs-llamacpp*): every step up to deferred experts 2 ran clean
 # (1,530 s); the steps after it overlapped another helper's device command on the same machine (the report
 # flags them from SGLang's free memory at load) and 'both' was not in the list yet.
@@ -103,9 +104,7 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has llama-q8; } && ne
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has int8-t16 || has thp; } && need_int8=1
-# int8-t16 after llama-q8 on the same machine: the Q8_0 file goes so that KT's INT8 layout fits on the disk again
-has int8-t16 && rm -f $CK/qwen3-coder-30b-a3b-q8_0-random.gguf
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -356,13 +355,8 @@ if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/p
   step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
   llama 16 "${Q8_NCMOE:-30}" llama-q8-16 $Q8
 fi
-if has int8-t16; then  # the preset with every physical core as a KT thread (llama-bench's t16 decoded 39.0 against
-  # 34.7 at 14 on the Q8_0 file): KT threads 16 was never measured (moe-vs-llamacpp-levers.md). Ran 2026-11-27 after
-  # llama-q8 on the same machine (STEPS="setup int8-t16"): 1.7 tok/s, the device time ended mid-probe; vramkit up
-  # refuses it now (exit 64), so this step only shows that refusal
-  ballast 16
-  kit k16-int8-t16 16 "--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens 64" -- $KIT8 --kt-cpuinfer "$PHYS"
-fi
+# KT threads on every physical core (2026-11-27, after llama-q8 on the same machine, a step since removed: its point
+# moe-vs-llamacpp-q8/k16-int8-t16 decoded 1.7 tok/s against 36.1 at 14): vramkit up refuses that count now (exit 64)
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16
   kit k16-gptq 16 "$SHORT" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
@@ -442,7 +436,6 @@ if has levers; then
   kit k16-defer2 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
   kit k16-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT \
     --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
-  kit k16-t16 16 "$SHORT" -- $KIT --kt-cpuinfer "$PHYS"   # refused since int8-t16 measured the collapse (exit 64)
   kit k16-chunk8k 16 "--streams 1 --new-tokens 32 --ttft 30000 --ttft-new-tokens 16" -- $KIT --chunked-prefill 8192
   kit k16-defer1 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 1"
 fi
