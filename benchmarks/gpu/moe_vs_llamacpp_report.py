@@ -65,7 +65,6 @@ def short_server_args(line: str) -> str:
         return line
     kept = [m.group(0) for k in SERVER_ARGS_KEYS for m in [re.search(rf"\b{k}=[^,)]*", line)] if m]
     return line.split("server_args=")[0] + "server_args (kept): " + ", ".join(kept)
-NAMES = {"k16": 16, "k24": 24}
 
 
 def trim(text: str, pattern: re.Pattern) -> str:
