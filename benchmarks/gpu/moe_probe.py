@@ -136,6 +136,44 @@ def ttft_median(rounds: list[dict]) -> dict:
             "rounds": [{k: r[k] for k in ("ok", "ttft_s", "decode_tok_s", "completion_tokens", "error")} for r in rounds]}
 
 
+def profile_point(url: str, streams: int, steps: int, new: int, out_dir: Path) -> dict:
+    """SGLang's own profiler over `steps` decode steps of `streams` concurrent 512-token requests (prefill and decode
+    traced apart: profile_by_stage), the decode trace summarized by decode_profile.kineto (the per-token budget)."""
+    import httpx
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from decode_profile import kineto, load
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pid = f"decode-s{streams}-{int(time.time())}"
+    body = {"output_dir": str(out_dir), "num_steps": steps, "activities": ["CPU", "GPU"], "profile_by_stage": True,
+            "with_stack": False, "record_shapes": False, "profile_id": pid}
+    r = httpx.post(f"{url}/start_profile", json=body, timeout=60)
+    if r.status_code != 200:
+        return {"streams": streams, "error": f"/start_profile: HTTP {r.status_code} {r.text[:200]}"}
+    with ThreadPoolExecutor(streams) as ex:
+        reqs = list(ex.map(lambda k: one(url, ids(512, 5000 + k), new), range(streams)))
+    res: dict = {"streams": streams, "steps_asked": steps, "requests": reqs}
+    trace = None
+    t0 = time.time()
+    while time.time() - t0 < 180:         # the scheduler writes the trace after the last profiled step
+        found = sorted(out_dir.glob(f"{pid}*DECODE*.trace.json.gz"))
+        if found:
+            size = found[0].stat().st_size
+            time.sleep(3)
+            if found[0].stat().st_size == size:
+                trace = found[0]
+                break
+        time.sleep(2)
+    if trace is None:
+        return {**res, "error": f"no decode trace in {out_dir} after 180 s: {[p.name for p in out_dir.iterdir()]}"}
+    res["trace"] = trace.name
+    res["trace_bytes"] = trace.stat().st_size
+    try:
+        res["budget"] = kineto(load(trace))
+    except (ValueError, KeyError, OSError, EOFError) as e:
+        res["error"] = f"{type(e).__name__}: {e}"
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", default="http://127.0.0.1:30000")
@@ -154,6 +192,10 @@ def main() -> int:
                     "the figures are the medians")
     ap.add_argument("--again", action="store_true", help="after the TTFT points, the single-stream decode once more "
                     "(same prompt length, new tokens): does the server decode faster minutes after start?")
+    ap.add_argument("--profile-steps", type=int, default=0, help="before the points: SGLang's profiler over this many "
+                    "decode steps at each --profile-streams count, the trace summarized (decode_profile.py)")
+    ap.add_argument("--profile-streams", default="1,4")
+    ap.add_argument("--profile-dir", type=Path, help="where SGLang writes the traces (default: beside --out)")
     a = ap.parse_args()
     global API
     API = a.api
@@ -162,6 +204,16 @@ def main() -> int:
     res: dict = {"label": a.label, "api": a.api, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "repeat": a.repeat, "decode": [], "ttft": []}
     one(a.url, ids(64, 99), 8)                          # warm
+    if a.profile_steps:
+        pdir = a.profile_dir or a.out.parent / f"{a.label or 'probe'}.profile"
+        for n in [int(x) for x in a.profile_streams.split(",") if x]:
+            pr = profile_point(a.url, n, a.profile_steps, a.profile_steps + 16, pdir)
+            res.setdefault("profile", []).append(pr)
+            b = pr.get("budget") or {}
+            print(f"profile streams={n}: period {b.get('period_ms')} ms, GPU busy {b.get('gpu_busy_ms')} ms, idle "
+                  f"{b.get('gpu_idle_in_graph_ms')} ms, outside {b.get('outside_graph_ms')} ms {pr.get('error', '')}",
+                  flush=True)
+            a.out.write_text(json.dumps(res, indent=1))
     for n in [int(x) for x in a.streams.split(",") if x]:
         res["decode"].append(decode_point(a.url, n, a.new_tokens, a.repeat))
         print(f"decode streams={n}: {res['decode'][-1]['per_stream_tok_s']}", flush=True)

@@ -60,6 +60,8 @@
 # Medians of that comparison: STAGE=.stage-w16 REPEAT=3 Q8_LAYERS=0 Q8_NCMOE=28 LB_D30K=0 STEPS="setup llama-q8" (~25 min).
 # The thread term at kernel level (AMXINT8, AMXINT4, FP8 at 6/10/14 threads, ~3 min): STAGE=.stage-w16 STEPS="setup kthreads".
 # Transparent huge pages, the preset at 16 GiB as the host has them and with "always" (~10 min): STAGE=.stage-w16 STEPS="setup thp".
+# The per-token budgets measured (SGLang's profiler on the kit's best 16 GiB point and its whole-layer twin, llama.cpp
+# beside them and its --n-cpu-moe sweep, kernel-level CPU-expert time; ~20 min): STAGE=.stage-w16 STEPS="setup profile"
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -78,8 +80,15 @@ if [ "$SESSION" = wait ]; then
   pack; cat "$RES/progress.txt" 2>/dev/null | tail -60; tail -3 $W/driver.log 2>/dev/null
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
   [ -n "${OUT:-}" ] && cp "$W/res.tgz" "$OUT/"
+  # SGLang's decode traces (the profile step), newest first while they fit what comes back beside res.tgz
+  if [ -n "${OUT:-}" ]; then
+    left=40000000
+    for f in $(ls -t $W/prof/*DECODE*.trace.json.gz 2>/dev/null | head -4); do
+      sz=$(stat -c %s "$f"); [ "$sz" -lt "$left" ] && [ "$sz" -lt 15000000 ] && cp "$f" "$OUT/" && left=$((left - sz))
+    done
+  fi
   # the compiled marlin kernels, for a later host (host_env.sh's JIT_CACHE), when they come back small enough
-  [ -n "${OUT:-}" ] && [ -f $W/tvm-ffi-cache.tar.gz ] && [ "$(stat -c %s $W/tvm-ffi-cache.tar.gz)" -lt 40000000 ] \
+  [ -n "${OUT:-}" ] && [ -f $W/tvm-ffi-cache.tar.gz ] && ! ls .gpu/tvm-ffi-cache.tar.* > /dev/null 2>&1 && [ "$(stat -c %s $W/tvm-ffi-cache.tar.gz)" -lt 40000000 ] \
     && cp $W/tvm-ffi-cache.tar.gz "$OUT/"
   exit 0
 fi
@@ -95,18 +104,19 @@ LL=$W/llama.cpp; BIN=$LL/build/bin; BUILT=$W/llama-built
 PHYS=$(lscpu -p=core,socket | grep -v '^#' | sort -u | wc -l); THREADS=$((PHYS - 2))
 
 step "setup ($PHYS physical cores, KT threads $THREADS)"
-{ lscpu; free -g; df -h /tmp /dev/shm; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; } \
+{ lscpu; free -g; df -h /tmp /dev/shm; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  echo "nsys: $(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null || echo none)"; } \
   > "$RES/host.txt" 2>&1
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has llama-24 || has med3 || has llama-q8; } && need_llama=1
+need_llama=; { has llama-16 || has llama-24 || has med3 || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3; } && need_gptq=1
+  || has med3 || has profile; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -145,7 +155,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-{ has llama-16 || has llama-24 || has med3; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has llama-16 || has llama-24 || has med3 || has profile; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -357,6 +367,45 @@ if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/p
 fi
 # KT threads on every physical core (2026-11-27, after llama-q8 on the same machine, a step since removed: its point
 # moe-vs-llamacpp-q8/k16-int8-t16 decoded 1.7 tok/s against 36.1 at 14): vramkit up refuses that count now (exit 64)
+if has profile; then  # issue 18 item 2, the per-token budgets measured (2026-11-27, sixth session): the kit's best 16 GiB
+  # point (GPTQ-Int4 split N per layer on moe_wna16, AMXINT8 CPU experts) and its whole-layer twin (never measured on
+  # moe_wna16), each with SGLang's profiler over 32 decode steps at 1 and 4 streams (moe_probe.py --profile-steps:
+  # decode_profile.py's budget) before the full probe; llama.cpp beside them (--fit and --n-cpu-moe 11, the best three
+  # earlier sessions found), then llama-bench's decode with --n-cpu-moe swept (its budget: the all-GPU step and the
+  # cost per CPU layer) and by threads; last the CPU-expert time at kernel level for the kit's two placements
+  CPU8="--kt-method AMXINT8 --kt-weight-path $KT8"
+  PROF="$FULL --profile-steps 32 --profile-dir $W/prof"
+  ballast 16
+  kit k16-wna16-prof 16 "$PROF" -- $KITG $CPU8
+  kit k16-wna16-layers-prof 16 "$PROF" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG $CPU8
+  if [ -f $BUILT ]; then
+    LGGUF=$GGUF
+    step "llama-16 fit and --n-cpu-moe 11"
+    lserver llama-16-fit --fit on && { lprobe llama-16-fit $FULL; lstop; }
+    lserver llama-16-best --fit off -ngl 99 --n-cpu-moe 11 && { lprobe llama-16-best $FULL; lstop; }
+    pack
+    # the sweep without the ballast: --n-cpu-moe alone sets the placement (the card's size only decides what starts)
+    [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
+    LB="-m $GGUF -ngl 99 -fa 1 -ctk q8_0 -ctv q8_0 -o json -p 0 -n 64 -r 2"
+    for n in 0 6 11 18 24 36 48; do
+      timeout 120 $BIN/llama-bench $LB -ncmoe $n -t $THREADS > "$RES/llama-sweep-ncmoe$n.json" 2> "$RES/logs/llama-sweep-$n.err"
+    done
+    for t in 6 10; do   # the CPU layers' cost by thread count (every layer's experts on the CPU)
+      timeout 120 $BIN/llama-bench $LB -ncmoe 48 -t $t > "$RES/llama-sweep-ncmoe48-t$t.json" 2> "$RES/logs/llama-sweep-48-t$t.err"
+    done
+    python3 benchmarks/gpu/decode_profile.py sweep "$RES"/llama-sweep-ncmoe*.json > "$RES/llama-sweep.json" 2>&1
+    step "llama.cpp sweep: $(tr -d ' \n' < "$RES/llama-sweep.json" | tail -c 400)"
+    pack
+  else
+    step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"
+  fi
+  [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
+  for g in 88 0; do   # 88: the plan's split; 0: a layer whose experts are all on the CPU (the whole-layer placement)
+    timeout 600 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8 --threads $THREADS --tokens 16 --prefill 0 \
+      --gpu-experts $g --out "$RES/kt-bench-g$g.json" > "$RES/logs/kt-bench-g$g.txt" 2>&1
+    step "kernel level, AMXINT8, $g GPU experts: $(grep -h cpu_ms "$RES/logs/kt-bench-g$g.txt" | cut -c1-240)"
+  done
+fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16
   kit k16-gptq 16 "$SHORT" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8

@@ -1,0 +1,160 @@
+"""One decode step, measured: where a token's time goes on the GPU (issue 18 item 2, the per-token budget).
+
+    python3 benchmarks/gpu/decode_profile.py kineto TRACE.trace.json.gz   # SGLang's /start_profile trace
+    python3 benchmarks/gpu/decode_profile.py sweep BENCH.json ...          # llama-bench points, --n-cpu-moe swept
+
+The kit's side is a PyTorch (kineto) trace of N decode steps that SGLang writes when asked (`moe_probe.py
+--profile-steps`). Each decode step is one CUDA graph replay: its kernels carry the correlation id of the
+`cudaGraphLaunch` that replayed them, so a step is measured as
+  period        CPU time from one graph launch to the next (one token at batch 1);
+  graph span    first kernel start to last kernel end of that replay;
+  GPU busy      the union of its kernel intervals (attention, GEMMs, the GPU's experts, routing, norms);
+  GPU idle      span minus busy: the stream waiting inside the graph. With KT that is the host nodes that wait for
+                the CPU's experts (kt-kernel's submit / sync on the stream), counted as gaps over 20 us;
+  outside       period minus span: the scheduler between replays (sampling, output, the next launch).
+llama.cpp has no such trace here (no Nsight on the host), so its budget comes from llama-bench's decode rate with
+--n-cpu-moe swept: the step with every expert on the GPU, and the slope per layer whose experts the CPU computes
+(fitted by least squares on the swept points; labelled as a difference of measurements, not a trace).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+GAP_US = 20.0     # a stall, not launch spacing: back-to-back kernels in a graph sit < 5 us apart
+KERNEL_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_NAMES = ("cudaGraphLaunch", "cuGraphLaunch", "cudaGraphLaunch_v10000")
+CATEGORIES = (   # first match wins; by kernel name, so labelled "by name pattern" wherever printed
+    ("experts (MoE GEMMs)", re.compile(r"moe|expert|wna16", re.I)),
+    ("attention", re.compile(r"attn|attention|flash|_fwd_|decode_kernel|merge_state|rotary|rope", re.I)),
+    ("dense GEMMs", re.compile(r"gemm|gemv|marlin|cutlass|sm90|nvjet|cublas|matmul|splitk", re.I)),
+)
+
+
+def load(path: Path) -> list[dict]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def union_us(spans: list[tuple[float, float]]) -> tuple[float, list[float]]:
+    """Total covered time of [start, end) spans and the gaps between covered stretches."""
+    covered, gaps = 0.0, []
+    cur_s = cur_e = None
+    for s, e in sorted(spans):
+        if cur_e is None:
+            cur_s, cur_e = s, e
+        elif s > cur_e:
+            covered += cur_e - cur_s
+            gaps.append(s - cur_e)
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        covered += cur_e - cur_s
+    return covered, gaps
+
+
+def category(name: str) -> str:
+    return next((label for label, rx in CATEGORIES if rx.search(name)), "other (norms, activations, routing, copies)")
+
+
+def kineto(events: list[dict]) -> dict:
+    """The decode budget of a kineto trace whose steps are CUDA graph replays (module docstring)."""
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") in KERNEL_CATS]
+    launches = sorted((e for e in events if e.get("ph") == "X" and e.get("name") in LAUNCH_NAMES),
+                      key=lambda e: e["ts"])
+    by_corr: dict[int, list[dict]] = {}
+    for k in kernels:
+        c = (k.get("args") or {}).get("correlation")
+        if c is not None:
+            by_corr.setdefault(c, []).append(k)
+    steps = []
+    for i, ln in enumerate(launches):
+        ks = by_corr.get((ln.get("args") or {}).get("correlation"), [])
+        if not ks:
+            continue
+        spans = [(k["ts"], k["ts"] + k.get("dur", 0.0)) for k in ks]
+        busy, gaps = union_us(spans)
+        span = max(e for _, e in spans) - min(s for s, _ in spans)
+        stalls = [g for g in gaps if g > GAP_US]
+        cats: dict[str, float] = {}
+        for k in ks:
+            cats[category(k["name"])] = cats.get(category(k["name"]), 0.0) + k.get("dur", 0.0)
+        nxt = launches[i + 1]["ts"] if i + 1 < len(launches) else None
+        steps.append({"launch_ts": ln["ts"], "period_us": (nxt - ln["ts"]) if nxt is not None else None,
+                      "span_us": span, "busy_us": busy, "idle_us": span - busy, "stalls": len(stalls),
+                      "stall_us": sum(stalls), "kernels": len(ks), "by_category_us": cats,
+                      "names": [(k["name"], k.get("dur", 0.0)) for k in ks]})
+    if not steps:
+        raise ValueError("no CUDA graph replay with kernels in this trace (graphs off, or a trace without GPU "
+                         "activity): nothing to budget")
+    timed = [s for s in steps if s["period_us"] is not None] or steps
+
+    def med(key: str, rows: list[dict] = steps) -> float:
+        return statistics.median(r[key] for r in rows if r[key] is not None)
+
+    period = med("period_us", timed) if timed[0]["period_us"] is not None else None
+    cats = sorted({c for s in steps for c in s["by_category_us"]})
+    names: dict[str, float] = {}
+    for s in steps:
+        for n, d in s["names"]:
+            names[n] = names.get(n, 0.0) + d
+    top = sorted(names.items(), key=lambda kv: -kv[1])[:12]
+    ms = 1e-3
+    out = {
+        "steps": len(steps), "kernels_per_step": int(med("kernels")),
+        "period_ms": round(period * ms, 3) if period is not None else None,
+        "graph_span_ms": round(med("span_us") * ms, 3), "gpu_busy_ms": round(med("busy_us") * ms, 3),
+        "gpu_idle_in_graph_ms": round(med("idle_us") * ms, 3),
+        "stalls_over_20us_per_step": med("stalls"), "stall_ms": round(med("stall_us") * ms, 3),
+        "kernel_time_by_name_pattern_ms": {c: round(statistics.median(s["by_category_us"].get(c, 0.0) for s in steps) * ms, 3)
+                                           for c in cats},
+        "top_kernels_ms_per_step": [{"name": n[:120], "ms": round(d / len(steps) * ms, 4)} for n, d in top],
+    }
+    if period is not None:
+        out["outside_graph_ms"] = round((period - med("span_us")) * ms, 3)
+        out["decode_tok_s_from_period"] = round(1e6 / period, 1)
+    return out
+
+
+def sweep(rows: list[dict], threads: int | None = None) -> dict:
+    """llama-bench decode points (tg at depth 0, one thread count: the most common unless given) at several
+    --n-cpu-moe: step(n) = a + b * n by least squares."""
+    tg = [r for r in rows if r.get("n_gen") and r.get("avg_ts") and not r.get("n_depth")]
+    if threads is None and tg:
+        threads = statistics.mode(int(r["n_threads"]) for r in tg)
+    pts = sorted({(int(r["n_cpu_moe"]), 1e3 / float(r["avg_ts"])) for r in tg if int(r["n_threads"]) == threads})
+    if len(pts) < 2:
+        raise ValueError("need llama-bench decode points at two or more --n-cpu-moe values")
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x in xs)
+    a = my - b * mx
+    return {"threads": threads, "points": [{"n_cpu_moe": x, "step_ms": round(y, 3), "fit_ms": round(a + b * x, 3)} for x, y in pts],
+            "all_gpu_step_ms": round(a, 3), "per_cpu_layer_ms": round(b, 4),
+            "max_fit_error_pct": round(max(abs(a + b * x - y) / y for x, y in pts) * 100, 1)}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("kineto", "sweep"):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 64
+    if argv[0] == "kineto":
+        print(json.dumps(kineto(load(Path(argv[1]))), indent=1))
+    else:
+        rows = []
+        for p in argv[1:]:
+            d = json.loads(Path(p).read_text() or "[]")
+            rows += [{**r, "n_cpu_moe": r.get("n_cpu_moe", 0), "n_threads": r.get("n_threads", 0)} for r in d]
+        print(json.dumps(sweep(rows), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
