@@ -6,12 +6,15 @@
 The kit's side is a PyTorch (kineto) trace of N decode steps that SGLang writes when asked (`moe_probe.py
 --profile-steps`). Each decode step is one CUDA graph replay: its kernels carry the correlation id of the
 `cudaGraphLaunch` that replayed them, so a step is measured as
-  period        CPU time from one graph launch to the next (one token at batch 1);
+  period        GPU time from one replay's first kernel to the next one's (one token at batch 1; SGLang's overlap
+                scheduler launches a replay before the last one ends, so the CPU's launch-to-launch time is kept
+                beside it, not used);
   graph span    first kernel start to last kernel end of that replay;
   GPU busy      the union of its kernel intervals (attention, GEMMs, the GPU's experts, routing, norms);
-  GPU idle      span minus busy: the stream waiting inside the graph. With KT that is the host nodes that wait for
-                the CPU's experts (kt-kernel's submit / sync on the stream), counted as gaps over 20 us;
-  outside       period minus span: the scheduler between replays (sampling, output, the next launch).
+  GPU idle      span minus busy: the stream waiting inside the graph, as gaps over 20 us. With KT each layer shows
+                two: after the hidden states' copy to the host ("hand-off": the host node that submits the CPU's
+                experts) and before the result's copy back ("wait": the host node that waits for them);
+  outside       period minus span: the GPU idle between replays (scheduler, sampling, the next launch).
 llama.cpp has no such trace here (no Nsight on the host), so its budget comes from llama-bench's decode rate with
 --n-cpu-moe swept: the step with every expert on the GPU, and the slope per layer whose experts the CPU computes
 (fitted by least squares on the swept points; labelled as a difference of measurements, not a trace).
@@ -83,23 +86,35 @@ def kineto(events: list[dict]) -> dict:
         busy, gaps = union_us(spans)
         span = max(e for _, e in spans) - min(s for s, _ in spans)
         stalls = [g for g in gaps if g > GAP_US]
+        kinds = {"hand-off": 0.0, "wait": 0.0, "other": 0.0}
+        seq = sorted(ks, key=lambda k: k["ts"])
+        end = seq[0]["ts"] + seq[0].get("dur", 0.0)
+        for prev, k in zip(seq, seq[1:]):
+            if k["ts"] - end > GAP_US:
+                kind = ("wait" if k["name"].startswith("Memcpy HtoD") else
+                        "hand-off" if prev["name"].startswith("Memcpy DtoH") else "other")
+                kinds[kind] += k["ts"] - end
+            end = max(end, k["ts"] + k.get("dur", 0.0))
         cats: dict[str, float] = {}
         for k in ks:
             cats[category(k["name"])] = cats.get(category(k["name"]), 0.0) + k.get("dur", 0.0)
-        nxt = launches[i + 1]["ts"] if i + 1 < len(launches) else None
-        steps.append({"launch_ts": ln["ts"], "period_us": (nxt - ln["ts"]) if nxt is not None else None,
-                      "span_us": span, "busy_us": busy, "idle_us": span - busy, "stalls": len(stalls),
-                      "stall_us": sum(stalls), "kernels": len(ks), "by_category_us": cats,
-                      "names": [(k["name"], k.get("dur", 0.0)) for k in ks]})
+        steps.append({"launch_ts": ln["ts"], "first_ts": seq[0]["ts"], "span_us": span, "busy_us": busy,
+                      "idle_us": span - busy, "stalls": len(stalls), "stall_us": sum(stalls),
+                      "handoff_us": kinds["hand-off"], "wait_us": kinds["wait"], "other_stall_us": kinds["other"],
+                      "kernels": len(ks), "by_category_us": cats, "names": [(k["name"], k.get("dur", 0.0)) for k in ks]})
     if not steps:
         raise ValueError("no CUDA graph replay with kernels in this trace (graphs off, or a trace without GPU "
                          "activity): nothing to budget")
-    timed = [s for s in steps if s["period_us"] is not None] or steps
+    for a, b in zip(steps, steps[1:]):
+        a["period_us"], a["launch_period_us"] = b["first_ts"] - a["first_ts"], b["launch_ts"] - a["launch_ts"]
+    steps[-1]["period_us"] = steps[-1]["launch_period_us"] = None
 
-    def med(key: str, rows: list[dict] = steps) -> float:
-        return statistics.median(r[key] for r in rows if r[key] is not None)
+    def med(key: str, rows: list[dict] = steps) -> float | None:
+        vals = [r[key] for r in rows if r[key] is not None]
+        return statistics.median(vals) if vals else None
 
-    period = med("period_us", timed) if timed[0]["period_us"] is not None else None
+    period = med("period_us")
+    launch = med("launch_period_us")
     cats = sorted({c for s in steps for c in s["by_category_us"]})
     names: dict[str, float] = {}
     for s in steps:
@@ -113,12 +128,20 @@ def kineto(events: list[dict]) -> dict:
         "graph_span_ms": round(med("span_us") * ms, 3), "gpu_busy_ms": round(med("busy_us") * ms, 3),
         "gpu_idle_in_graph_ms": round(med("idle_us") * ms, 3),
         "stalls_over_20us_per_step": med("stalls"), "stall_ms": round(med("stall_us") * ms, 3),
+        "handoff_stall_ms": round(med("handoff_us") * ms, 3), "wait_stall_ms": round(med("wait_us") * ms, 3),
+        "other_stall_ms": round(med("other_stall_us") * ms, 3),
+        "launch_period_ms": round(launch * ms, 3) if launch is not None else None,
         "kernel_time_by_name_pattern_ms": {c: round(statistics.median(s["by_category_us"].get(c, 0.0) for s in steps) * ms, 3)
                                            for c in cats},
         "top_kernels_ms_per_step": [{"name": n[:120], "ms": round(d / len(steps) * ms, 4)} for n, d in top],
     }
+    out["per_step"] = [{k: round(st[k] * ms, 3) if isinstance(st[k], float) else st[k]
+                        for k in ("period_us", "span_us", "busy_us", "handoff_us", "wait_us", "other_stall_us", "stalls")
+                        if st.get(k) is not None} for st in steps]
     if period is not None:
-        out["outside_graph_ms"] = round((period - med("span_us")) * ms, 3)
+        for st in steps:
+            st["outside_us"] = st["period_us"] - st["span_us"] if st["period_us"] is not None else None
+        out["outside_graph_ms"] = round(med("outside_us") * ms, 3)
         out["decode_tok_s_from_period"] = round(1e6 / period, 1)
     return out
 

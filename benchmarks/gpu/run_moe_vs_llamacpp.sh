@@ -110,13 +110,13 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has llama-24 || has med3 || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has profile; } && need_gptq=1
+  || has med3 || has med16 || has profile; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -155,7 +155,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-{ has llama-16 || has llama-24 || has med3 || has profile; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has llama-16 || has llama-24 || has med3 || has med16 || has profile; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -188,7 +188,7 @@ q8_gguf() {  # the experts as a random Q8_0 GGUF of the exact shape (LLAMAFILE_Q
 }
 KIT="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt-weight-path $KT"
 KIT8="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
-FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64 --repeat ${REPEAT:-1}"
+FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64 --repeat ${REPEAT:-1} ${PROBE_EXTRA:-}"
 SHORT="--new-tokens 128 --streams 1 --ttft 8192 --ttft-new-tokens 64"
 kit() {  # name budget probe-args [--env K=V ...] -- up args
   local n=$1 b=$2 pr=$3; shift 3
@@ -406,6 +406,18 @@ if has profile; then  # issue 18 item 2, the per-token budgets measured (2026-11
     step "kernel level, AMXINT8, $g GPU experts: $(grep -h cpu_ms "$RES/logs/kt-bench-g$g.txt" | cut -c1-240)"
   done
 fi
+if has med16; then  # medians of three rounds (REPEAT=3) for the 16 GiB pair of the main table: the kit's best (GPTQ-Int4
+  # split on moe_wna16, AMXINT8 CPU experts) and llama.cpp's --fit and --n-cpu-moe 11 (the best every earlier sweep found)
+  ballast 16
+  kit k16-wna16 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+  if [ -f $BUILT ]; then
+    LGGUF=$GGUF; ballast 16
+    lserver llama-16-fit --fit on && { lprobe llama-16-fit $FULL; lstop; }
+    lserver llama-16-best --fit off -ngl 99 --n-cpu-moe 11 && { lprobe llama-16-best $FULL; lstop; }
+    echo 11 > "$RES/llama-16-best-ncmoe.txt"
+    pack
+  fi
+fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16
   kit k16-gptq 16 "$SHORT" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
@@ -507,10 +519,14 @@ if has kthreads; then  # the estimate's thread term at kernel level (its AMXINT8
   # threads decoded 1.0-1.7x the estimate, which prices CPU experts by the host read rate at the thread count):
   # kt-kernel's own CPU-expert time per token at 6, 10 and 14 threads, the idle machine's last step (~3 min)
   [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
-  timeout 900 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8,AMXINT4,FP8 --threads 14,10,6 --tokens 16 \
-    --prefill 0 --gpu-experts 43 --out "$RES/kt-threads-bench.json" > "$RES/logs/kt-threads-bench.txt" 2>&1
-  step "kernel level by threads: $(python3 -c "import json; print('; '.join(f\"{r['method']} t{r['threads']} \
-{r.get('cpu_ms_per_token_median')} ms\" for r in json.load(open('$RES/kt-threads-bench.json'))['runs']))" 2>&1 | tail -c 400)"
+  # one process per method and thread count: kt-kernel 0.5.1 aborted ("corrupted double-linked list") creating a third
+  # method's pool in one process on 2026-11-27 (sixth session)
+  for t in 14 10 6; do for m in AMXINT8 AMXINT4 FP8; do
+    timeout 300 python3 benchmarks/gpu/kt_decode_bench.py --methods $m --threads $t --tokens 16 --prefill 0 \
+      --gpu-experts 43 --out "$RES/kt-threads-$m-t$t.json" > "$RES/logs/kt-threads-$m-t$t.txt" 2>&1
+  done; done
+  step "kernel level by threads: $(python3 -c "import json, glob; print('; '.join(f\"{r['method']} t{r['threads']} \
+{r.get('cpu_ms_per_token_median')} ms\" for f in sorted(glob.glob('$RES/kt-threads-*.json')) for r in json.load(open(f))['runs']))" 2>&1 | tail -c 600)"
 fi
 ballast_pid_kill=$ballast_pid; [ -n "$ballast_pid_kill" ] && kill $ballast_pid_kill 2>/dev/null
 pack

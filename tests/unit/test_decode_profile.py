@@ -19,33 +19,41 @@ def dp():
     return mod
 
 
-def _step(t0: float, corr: int, stall_us: float) -> list[dict]:
-    """One graph replay as kineto writes it: the CPU-side launch, then a GEMM, a stall (a KT host node), an MoE kernel."""
+def _step(t0: float, corr: int, wait_us: float) -> list[dict]:
+    """One graph replay as kineto writes it for a KT layer: the CPU-side launch; a GEMM; the hidden states' copy to the
+    host; a 60 us stall (the host node that hands the CPU its experts); the GPU's experts; a stall while the CPU's
+    finish; their copy back; attention."""
+    def k(name, ts, dur):
+        return {"ph": "X", "cat": "kernel" if not name.startswith("Memcpy") else "gpu_memcpy", "name": name,
+                "ts": t0 + ts, "dur": dur, "args": {"correlation": corr}}
     return [
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": t0, "dur": 8, "args": {"correlation": corr}},
-        {"ph": "X", "cat": "kernel", "name": "sm90_gemm_bf16", "ts": t0 + 10, "dur": 100, "args": {"correlation": corr}},
-        {"ph": "X", "cat": "kernel", "name": "fused_moe_kernel", "ts": t0 + 110 + stall_us, "dur": 50,
-         "args": {"correlation": corr}},
-        {"ph": "X", "cat": "kernel", "name": "_fwd_grouped_kernel_stage1", "ts": t0 + 160 + stall_us, "dur": 40,
-         "args": {"correlation": corr}},
+        k("sm90_gemm_bf16", 10, 100), k("Memcpy DtoH (Device -> Pinned)", 110, 5), k("fused_moe_kernel", 175, 50),
+        k("Memcpy HtoD (Pinned -> Device)", 225 + wait_us, 5), k("_fwd_grouped_kernel_stage1", 230 + wait_us, 40),
         # a kernel of another launch (sampling, outside the graph) must not count in the step
-        {"ph": "X", "cat": "kernel", "name": "argmax", "ts": t0 + 400 + stall_us, "dur": 5, "args": {"correlation": -corr}},
+        {"ph": "X", "cat": "kernel", "name": "argmax", "ts": t0 + 600, "dur": 5, "args": {"correlation": -corr}},
     ]
 
 
-def test_kineto_splits_a_step_into_busy_stall_and_outside(dp, tmp_path):
-    events = [e for i in range(5) for e in _step(1000.0 * i, 10 + i, stall_us=300)]
+def test_kineto_splits_a_step_into_busy_stalls_and_outside(dp, tmp_path):
+    # the CPU launches each replay 1 ms apart, but the GPU starts them 1.2 ms apart (the GPU-side period counts)
+    events = [e for i in range(5) for e in _step(1200.0 * i, 10 + i, wait_us=300)]
+    for e in events:
+        if e["name"] == "cudaGraphLaunch":
+            e["ts"] = 1000.0 * (e["args"]["correlation"] - 10)
     p = tmp_path / "t.trace.json.gz"
     with gzip.open(p, "wt") as f:
         json.dump({"traceEvents": events}, f)
     b = dp.kineto(dp.load(p))
-    assert b["steps"] == 5 and b["kernels_per_step"] == 3
-    assert b["period_ms"] == 1.0                       # launch to launch
-    assert b["graph_span_ms"] == pytest.approx(0.49)   # 10 -> 500 us
-    assert b["gpu_busy_ms"] == pytest.approx(0.19)
-    assert b["gpu_idle_in_graph_ms"] == pytest.approx(0.30)
-    assert b["stalls_over_20us_per_step"] == 1 and b["stall_ms"] == pytest.approx(0.30)
-    assert b["outside_graph_ms"] == pytest.approx(0.51)
+    assert b["steps"] == 5 and b["kernels_per_step"] == 5
+    assert b["period_ms"] == 1.2 and b["launch_period_ms"] == 1.0
+    assert b["graph_span_ms"] == pytest.approx(0.56)   # 10 -> 570 us
+    assert b["gpu_busy_ms"] == pytest.approx(0.20)
+    assert b["gpu_idle_in_graph_ms"] == pytest.approx(0.36)
+    assert b["stalls_over_20us_per_step"] == 2 and b["stall_ms"] == pytest.approx(0.36)
+    assert b["handoff_stall_ms"] == pytest.approx(0.06) and b["wait_stall_ms"] == pytest.approx(0.30)
+    assert b["other_stall_ms"] == 0
+    assert b["outside_graph_ms"] == pytest.approx(0.64)
     cats = b["kernel_time_by_name_pattern_ms"]
     assert cats["experts (MoE GEMMs)"] == pytest.approx(0.05) and cats["attention"] == pytest.approx(0.04)
     assert cats["dense GEMMs"] == pytest.approx(0.10)
@@ -68,3 +76,16 @@ def test_sweep_fits_the_per_layer_cost_of_cpu_experts(dp):
     assert s["max_fit_error_pct"] == 0.0
     with pytest.raises(ValueError, match="two or more"):
         dp.sweep(rows[:1])
+
+
+def test_the_committed_budget_report_is_generated_from_its_data():
+    """benchmarks/results/gpu/moe-budget.md is moe_budget.py's output over moe-budget/ (medians, sweep, findings)."""
+    spec = importlib.util.spec_from_file_location("moe_budget", REPO / "benchmarks" / "gpu" / "moe_budget.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--check"]) == 0, "run: python3 benchmarks/gpu/moe_budget.py"
+    text = mod.render()
+    # the figures the findings quote come from the points: the kit's best step is its profiled period
+    b = mod._budget("run1", "k16-wna16-prof", 1)
+    assert f"spends {b['period_ms']:.1f} ms a token at batch 1" in text
+    assert "| 11 | 8.43 |" in text          # llama-bench at --n-cpu-moe 11, 14 threads
