@@ -78,7 +78,7 @@ def kineto(events: list[dict]) -> dict:
         if c is not None:
             by_corr.setdefault(c, []).append(k)
     steps = []
-    for i, ln in enumerate(launches):
+    for ln in launches:
         ks = by_corr.get((ln.get("args") or {}).get("correlation"), [])
         if not ks:
             continue
@@ -89,7 +89,7 @@ def kineto(events: list[dict]) -> dict:
         kinds = {"hand-off": 0.0, "wait": 0.0, "other": 0.0}
         seq = sorted(ks, key=lambda k: k["ts"])
         end = seq[0]["ts"] + seq[0].get("dur", 0.0)
-        for prev, k in zip(seq, seq[1:]):
+        for prev, k in zip(seq, seq[1:], strict=False):
             if k["ts"] - end > GAP_US:
                 kind = ("wait" if k["name"].startswith("Memcpy HtoD") else
                         "hand-off" if prev["name"].startswith("Memcpy DtoH") else "other")
@@ -105,7 +105,7 @@ def kineto(events: list[dict]) -> dict:
     if not steps:
         raise ValueError("no CUDA graph replay with kernels in this trace (graphs off, or a trace without GPU "
                          "activity): nothing to budget")
-    for a, b in zip(steps, steps[1:]):
+    for a, b in zip(steps, steps[1:], strict=False):
         a["period_us"], a["launch_period_us"] = b["first_ts"] - a["first_ts"], b["launch_ts"] - a["launch_ts"]
     steps[-1]["period_us"] = steps[-1]["launch_period_us"] = None
 

@@ -16,6 +16,7 @@ Every figure is a measurement; the closing list says which lines are derived fro
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from moe_session import RESULTS, load, probe_figures  # noqa: E402
 
 DIR = RESULTS / "moe-budget"
 OUT = RESULTS / "moe-budget.md"
+SUMMARY = RESULTS / "moe-budget.json"     # the figures README's MoE section quotes (vramkit/generated.py)
 KIT_POINTS = (   # (folder, point, what it is)
     ("run1", "k16-wna16-prof", "the kit's best: GPTQ-Int4 experts, 88 of 128 per layer on the GPU (moe_wna16), "
      "AMXINT8 for the rest on 14 threads"),
@@ -75,9 +77,15 @@ def _llama_sweep() -> tuple[dict, dict[int, float]]:
     return sweep(rows), by_threads
 
 
+MEDIAN_POINTS = ("k16-wna16", "llama-16-fit", "llama-16-best")
+
+
+def _median_points() -> dict[str, dict]:
+    return {n: probe_figures(load(DIR / "med3" / f"{n}.probe.json")) for n in MEDIAN_POINTS}
+
+
 def _medians() -> list[str]:
-    pts = {n: probe_figures(load(DIR / "med3" / f"{n}.probe.json")) for n in ("k16-wna16", "llama-16-fit",
-                                                                             "llama-16-best")}
+    pts = _median_points()
     keys = (("decode_tok_s", "decode, 1 stream, depth 0 (tok/s)", max, 1), ("decode_tok_s_8k", "decode after 8K", max, 1),
             ("ttft_30k_s", "TTFT, 30K-token prompt (s)", min, 2), ("aggregate_4_streams_tok_s", "4 streams, aggregate", max, 1))
     out = ["| figure | vramkit (k16-wna16) | llama.cpp --fit on | llama.cpp --n-cpu-moe 11 | kit / llama.cpp's best |",
@@ -187,15 +195,41 @@ def _findings(sw: dict) -> list[str]:
     ]
 
 
+def summary() -> dict:
+    """What README quotes: the kit's best 16 GiB step and llama.cpp's, split, and the medians' ratios."""
+    b = _budget("run1", "k16-wna16-prof", 1)
+    sw, _ = _llama_sweep()
+    pts = {p["n_cpu_moe"]: p["step_ms"] for p in sw["points"]}
+    med = _median_points()
+    kit = med["k16-wna16"]
+
+    def ratio(key: str, pick) -> float:
+        return round(kit[key] / pick(med[n][key] for n in MEDIAN_POINTS[1:]), 2)
+    return {
+        "how": "benchmarks/gpu/moe_budget.py over benchmarks/results/gpu/moe-budget/ (measured 2026-11-27, H100 host, "
+               "card emulated at 16 GiB)",
+        "kit": {"point": "k16-wna16", "step_ms": b["period_ms"], "gpu_kernels_ms": b["gpu_busy_ms"],
+                "handoff_ms": b["handoff_stall_ms"], "wait_ms": b["wait_stall_ms"],
+                "other_gaps_ms": round(b["period_ms"] - b["gpu_busy_ms"] - b["handoff_stall_ms"] - b["wait_stall_ms"], 3),
+                "moe_layers": LAYERS},
+        "llamacpp": {"n_cpu_moe": 11, "step_ms": pts[11], "all_gpu_step_ms": pts[0],
+                     "per_cpu_layer_ms": round((pts[11] - pts[0]) / 11, 3)},
+        "medians_of_3": {"decode_tok_s": ratio("decode_tok_s", max), "decode_tok_s_8k": ratio("decode_tok_s_8k", max),
+                         "ttft_30k_s": ratio("ttft_30k_s", min),
+                         "aggregate_4_streams_tok_s": ratio("aggregate_4_streams_tok_s", max)},
+    }
+
+
 def main(argv: list[str]) -> int:
-    text = render()
+    text, data = render(), json.dumps(summary(), indent=1) + "\n"
     if "--check" in argv:
-        if OUT.read_text() != text:
-            print(f"{OUT} is stale: run python3 benchmarks/gpu/moe_budget.py", file=sys.stderr)
+        if OUT.read_text() != text or SUMMARY.read_text() != data:
+            print(f"{OUT} or {SUMMARY.name} is stale: run python3 benchmarks/gpu/moe_budget.py", file=sys.stderr)
             return 1
         return 0
     OUT.write_text(text)
-    print(OUT)
+    SUMMARY.write_text(data)
+    print(OUT, SUMMARY)
     return 0
 
 

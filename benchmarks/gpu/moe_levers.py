@@ -380,7 +380,7 @@ def closing(res: Path, out_dir: Path) -> list[str]:
            f"read x {eff}) = {t_cpu:.1f} ms; the rest (attention, router, GPU experts, launches) {t_rest:.1f} ms. "
            f"llama.cpp keeps {48 - int(ncm)} of 48 layers' experts on the GPU in the same memory (Q4_K_M, "
            "2.7 MiB per expert against FP8's 4.5), and its CPU layers cost no such round trip.", "",
-           "What would close it (derived, not measured):", "",
+           *measured_budget_line(), "What would close it (derived, not measured):", "",
            f"- int4 GPU experts (a GPTQ-Int4 checkpoint: SGLang's marlin MoE on the GPU, kt-kernel's GPTQ_INT4 on the "
            f"CPU reading the same files): {FP8_EXPERT / GPTQ4_EXPERT:.2f}x the experts per GiB, so ~{int4_layers} "
            f"layers on the GPU instead of {fp8_layers}; the same split gives ~{t4:.1f} ms ({1000 / t4:.0f} tok/s). "
@@ -404,6 +404,21 @@ def closing(res: Path, out_dir: Path) -> list[str]:
            "- at 24 GiB llama.cpp holds every expert on the GPU (--n-cpu-moe 0, 17.3 GiB); with int4 GPU experts "
            "the kit would too (no KT at all): the FP8 checkpoint (29 GiB) cannot.", ""]
     return out
+
+
+def measured_budget_line() -> list[str]:
+    """The preset's step as SGLang's profiler measured it since (moe-budget/run2, benchmarks/gpu/moe_budget.py)."""
+    probe = load(RESULTS / "moe-budget" / "run2" / "k16-int8.probe.json")
+    b = next((p.get("budget") for p in (probe or {}).get("profile", []) if p.get("streams") == 1), None)
+    if not b:
+        return []
+    n = b["stalls_over_20us_per_step"] / 2
+    return [f"Measured since (moe-budget.md, SGLang's profiler over 32 decode steps of the preset with AMXINT8 CPU "
+            f"experts, 2026-11-27): {b['period_ms']:.1f} ms a token = {b['gpu_busy_ms']:.1f} ms of GPU kernels + "
+            f"{b['handoff_stall_ms']:.1f} ms of hand-off stalls ({b['handoff_stall_ms'] / n * 1e3:.0f} us in each of "
+            f"{n:.0f} layers: kt-kernel's host node that hands the CPU its experts) + {b['wait_stall_ms']:.1f} ms "
+            "waiting for the CPU's experts + the rest in short gaps; the round trip fitted above is the hand-off "
+            "plus the part of the wait the CPU's read does not explain.", ""]
 
 
 def q8_peer_line(out_dir: Path) -> str:

@@ -89,3 +89,18 @@ def test_the_committed_budget_report_is_generated_from_its_data():
     b = mod._budget("run1", "k16-wna16-prof", 1)
     assert f"spends {b['period_ms']:.1f} ms a token at batch 1" in text
     assert "| 11 | 8.43 |" in text          # llama-bench at --n-cpu-moe 11, 14 threads
+
+
+def test_readme_budget_line_follows_the_data(tmp_path, monkeypatch):
+    from vramkit import generated
+    src = json.loads((REPO / generated.MOE_BUDGET).read_text())
+    src["kit"]["handoff_ms"] = 1.25
+    src["medians_of_3"]["decode_tok_s"] = 1.07
+    dst = tmp_path / generated.MOE_BUDGET
+    dst.parent.mkdir(parents=True)
+    dst.write_text(json.dumps(src))
+    monkeypatch.setattr(generated, "REPO_ROOT", tmp_path)
+    line = generated._measured_budget()[1]
+    assert "+ 1.2 ms handing 48 layers' CPU experts over" in line and "1.07x at depth 0" in line
+    dst.unlink()
+    assert generated._measured_budget() == []
