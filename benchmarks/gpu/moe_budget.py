@@ -44,6 +44,11 @@ def _budget(folder: str, point: str, streams: int) -> dict | None:
     return next((p.get("budget") for p in probe.get("profile", []) if p.get("streams") == streams), None)
 
 
+def _spread(b: dict, key: str = "period_us") -> str:
+    per = [r[key] for r in b["per_step"] if r.get(key)]
+    return f"{min(per):.1f}-{max(per):.1f}"
+
+
 def _kt_ms(name: str) -> float | None:
     d = load(DIR / "run1" / name) or {}
     return next((r.get("cpu_ms_per_token_median") for r in d.get("runs", [])), None)
@@ -108,7 +113,7 @@ def render() -> str:
              "Hand-off: the GPU idle after a layer's hidden states reach the host, while kt-kernel's host node hands "
              "the CPU its experts; wait: the GPU idle before the CPU's result is copied back. Both are stalls over "
              "20 us; the rest of the idle time is shorter gaps between the step's kernels.", "",
-             "| point | streams | step ms | GPU kernels ms | hand-off ms | wait ms | other idle ms | stalls / step | "
+             "| point | streams | step ms (min-max over the steps) | GPU kernels ms | hand-off ms | wait ms | other idle ms | stalls / step | "
              "GPU experts / dense GEMMs / attention / other kernels ms |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for folder, point, what in KIT_POINTS:
@@ -119,7 +124,7 @@ def render() -> str:
             c = b["kernel_time_by_name_pattern_ms"]
             other_idle = b["gpu_idle_in_graph_ms"] - b["stall_ms"] + b["outside_graph_ms"]
             lines.append(
-                f"| {point}: {what} | {n} | {b['period_ms']:.1f} | {b['gpu_busy_ms']:.1f} | {b['handoff_stall_ms']:.1f} "
+                f"| {point}: {what} | {n} | {b['period_ms']:.1f} ({_spread(b)}) | {b['gpu_busy_ms']:.1f} | {b['handoff_stall_ms']:.1f} "
                 f"| {b['wait_stall_ms']:.1f} | {other_idle:.1f} | {b['stalls_over_20us_per_step']:.0f} | "
                 f"{c.get('experts (MoE GEMMs)', 0):.2f} / {c.get('dense GEMMs', 0):.2f} / {c.get('attention', 0):.2f} / "
                 f"{c.get('other (norms, activations, routing, copies)', 0):.2f} |")
@@ -181,6 +186,12 @@ def _findings(sw: dict) -> list[str]:
         f"- **The preset (FP8 + AMXINT8)** spends {pre['period_ms']:.1f} ms: {pre['gpu_busy_ms']:.1f} ms of kernels, "
         f"{pre['handoff_stall_ms']:.1f} ms hand-off, {pre['wait_stall_ms']:.1f} ms wait: with 43 experts per layer "
         "on the GPU instead of 88 the CPU's share, not the GPU, sets its pace.",
+        f"- **Step to step** the kit's token varies more than its median shows: {_spread(b)} ms over the 32 steps of "
+        f"the best point, {_spread(pre)} ms for the preset, all of it in the two stalls (its GPU kernels take "
+        f"{_spread(b, 'busy_us')} ms every step; per_step in the probe JSONs): some tokens wait several times as "
+        "long for kt-kernel's host nodes and the CPU's experts. "
+        "That is the request-to-request spread of about a fifth the single-request figures carry "
+        "(moe-vs-llamacpp-levers.md), and why the tables here and the medians take medians.",
         "- **At 4 streams** the wait grows with the distinct experts four tokens touch on the CPU, while the GPU "
         "kernels add little (the table): the CPU side is what keeps the kit under 2x llama-server there.",
         "- **What would close it** (derived from the rows above, not measured): the hand-off as a GPU-side signal "
