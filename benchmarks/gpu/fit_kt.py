@@ -62,6 +62,7 @@ T = "kt-threads/"
 L = "kt-llamafile/"
 W = "moe-vs-llamacpp-wna16/"
 Q = "moe-vs-llamacpp-q8/"
+B = "moe-budget/"
 POINTS = (
     # 2026-11-23, kt-kernel 0.5.1, 16 GB emulated, 14 threads (benchmarks/gpu/run_moe.sh kit)
     Point("int4-amx-16g", "fit", M + "moe-16g-int4-amx.json", M + "moe-16g-int4-amx.probe.json",
@@ -130,6 +131,17 @@ POINTS = (
     Point("q8-avx2-070-16g", "held-out", Q + "k16-q8-avx2-070.json", Q + "k16-q8-avx2-070.probe.json",
           Q + "membw-anchor.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", kt_kernel="0.7.0",
           rss_peak_sampled=True, note=ANCHOR_SWEEP),
+    # 2026-11-27, sixth session (run_moe_vs_llamacpp.sh STEPS="setup profile", then "setup amxint8 amxint8-levers" on the
+    # same machine, then "setup med16 kthreads" on another; benchmarks/results/gpu/moe-budget/): the GPTQ split and the
+    # preset again, each profiled before its probe, and the GPTQ split with every figure the median of 3 rounds
+    Point("int8-amx-16g-gptq-b", "held-out", B + "run1/k16-wna16-prof.json", B + "run1/k16-wna16-prof.probe.json",
+          "anchor/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP,
+          gpu_checkpoint="gptq"),
+    Point("int8-amx-16g-d", "held-out", B + "run2/k16-int8.json", B + "run2/k16-int8.probe.json", "anchor/membw.json",
+          {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP),
+    Point("int8-amx-16g-gptq-med3", "held-out", B + "med3/k16-wna16.json", B + "med3/k16-wna16.probe.json",
+          "anchor/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True,
+          note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq"),
 )
 
 
