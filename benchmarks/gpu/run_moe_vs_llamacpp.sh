@@ -62,6 +62,7 @@
 # Transparent huge pages, the preset at 16 GiB as the host has them and with "always" (~10 min): STAGE=.stage-w16 STEPS="setup thp".
 # The per-token budgets measured (SGLang's profiler on the kit's best 16 GiB point and its whole-layer twin, llama.cpp
 # beside them and its --n-cpu-moe sweep, kernel-level CPU-expert time; ~20 min): STAGE=.stage-w16 STEPS="setup profile"
+# SGLang's batch levers at 24 GiB (torch.compile, continuous decode steps) beside llama.cpp: STAGE=.stage-w16 STEPS="setup k24lev"
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -110,13 +111,13 @@ step "setup ($PHYS physical cores, KT threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
   || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -155,7 +156,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-{ has llama-16 || has llama-24 || has med3 || has med16 || has profile; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has llama-16 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -415,6 +416,21 @@ if has med16; then  # medians of three rounds (REPEAT=3) for the 16 GiB pair of 
     lserver llama-16-fit --fit on && { lprobe llama-16-fit $FULL; lstop; }
     lserver llama-16-best --fit off -ngl 99 --n-cpu-moe 11 && { lprobe llama-16-best $FULL; lstop; }
     echo 11 > "$RES/llama-16-best-ncmoe.txt"
+    pack
+  fi
+fi
+if has k24lev; then  # 24 GiB, every GPTQ expert on the GPU (no KT): the 4-stream goal (2x llama-server; 1.66x measured)
+  # needs a shorter step; SGLang's own levers for it, each beside the plan's point in one session: torch.compile of the
+  # decode graphs up to batch 4, and 4 decode steps per scheduler round; then llama.cpp (--fit, --n-cpu-moe 0) beside
+  ballast 24
+  kit k24-gptq-kv32 24 "$FULL" -- $KITG
+  kit k24-gptq-tc 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --enable-torch-compile --torch-compile-max-bs 4"
+  kit k24-gptq-cds4 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --num-continuous-decode-steps 4"
+  if [ -f $BUILT ]; then
+    LGGUF=$GGUF; ballast 24
+    lserver llama-24-fit --fit on && { lprobe llama-24-fit $FULL; lstop; }
+    lserver llama-24-best --fit off -ngl 99 --n-cpu-moe 0 && { lprobe llama-24-best $FULL; lstop; }
+    echo 0 > "$RES/llama-24-best-ncmoe.txt"
     pack
   fi
 fi
