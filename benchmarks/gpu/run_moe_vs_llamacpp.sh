@@ -261,6 +261,16 @@ for f in ('d0-8k', 'd30k'):
   pack
 }
 
+lpair() {  # budget n-cpu-moe: llama-server with --fit and with --n-cpu-moe N (the best earlier sweeps found), full probe each
+  [ -f $BUILT ] || { step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"; return 1; }
+  LGGUF=$GGUF; ballast "$1"
+  step "llama-$1 fit and --n-cpu-moe $2"
+  lserver "llama-$1-fit" --fit on && { lprobe "llama-$1-fit" $FULL; lstop; }
+  lserver "llama-$1-best" --fit off -ngl 99 --n-cpu-moe "$2" && { lprobe "llama-$1-best" $FULL; lstop; }
+  echo "$2" > "$RES/llama-$1-best-ncmoe.txt"
+  pack
+}
+
 if [ -n "$need_gptq" ]; then   # nothing measured while nvcc and the llama.cpp build share the CPU
   step "waiting for the marlin JIT prewarm"; wait $prewarm_pids; step "$(tr '\n' ' ' < "$RES/logs/prewarm-jit.txt")"
   tar -czf $W/tvm-ffi-cache.tar.gz -C "$TVM_FFI_CACHE_DIR" . 2>/dev/null
@@ -379,12 +389,7 @@ if has profile; then  # issue 18 item 2, the per-token budgets measured (2026-11
   ballast 16
   kit k16-wna16-prof 16 "$PROF" -- $KITG $CPU8
   kit k16-wna16-layers-prof 16 "$PROF" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG $CPU8
-  if [ -f $BUILT ]; then
-    LGGUF=$GGUF
-    step "llama-16 fit and --n-cpu-moe 11"
-    lserver llama-16-fit --fit on && { lprobe llama-16-fit $FULL; lstop; }
-    lserver llama-16-best --fit off -ngl 99 --n-cpu-moe 11 && { lprobe llama-16-best $FULL; lstop; }
-    pack
+  if lpair 16 11; then
     # the sweep without the ballast: --n-cpu-moe alone sets the placement (the card's size only decides what starts)
     [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
     LB="-m $GGUF -ngl 99 -fa 1 -ctk q8_0 -ctv q8_0 -o json -p 0 -n 64 -r 2"
@@ -397,8 +402,6 @@ if has profile; then  # issue 18 item 2, the per-token budgets measured (2026-11
     python3 benchmarks/gpu/decode_profile.py sweep "$RES"/llama-sweep-ncmoe*.json > "$RES/llama-sweep.json" 2>&1
     step "llama.cpp sweep: $(tr -d ' \n' < "$RES/llama-sweep.json" | tail -c 400)"
     pack
-  else
-    step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"
   fi
   [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
   for g in 88 0; do   # 88: the plan's split; 0: a layer whose experts are all on the CPU (the whole-layer placement)
@@ -411,13 +414,7 @@ if has med16; then  # medians of three rounds (REPEAT=3) for the 16 GiB pair of 
   # split on moe_wna16, AMXINT8 CPU experts) and llama.cpp's --fit and --n-cpu-moe 11 (the best every earlier sweep found)
   ballast 16
   kit k16-wna16 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
-  if [ -f $BUILT ]; then
-    LGGUF=$GGUF; ballast 16
-    lserver llama-16-fit --fit on && { lprobe llama-16-fit $FULL; lstop; }
-    lserver llama-16-best --fit off -ngl 99 --n-cpu-moe 11 && { lprobe llama-16-best $FULL; lstop; }
-    echo 11 > "$RES/llama-16-best-ncmoe.txt"
-    pack
-  fi
+  lpair 16 11
 fi
 if has k24lev; then  # 24 GiB, every GPTQ expert on the GPU (no KT): the 4-stream goal (2x llama-server; 1.66x measured)
   # needs a shorter step; SGLang's own levers for it, each beside the plan's point in one session: torch.compile of the
@@ -426,13 +423,7 @@ if has k24lev; then  # 24 GiB, every GPTQ expert on the GPU (no KT): the 4-strea
   kit k24-gptq-kv32 24 "$FULL" -- $KITG
   kit k24-gptq-tc 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --enable-torch-compile --torch-compile-max-bs 4"
   kit k24-gptq-cds4 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --num-continuous-decode-steps 4"
-  if [ -f $BUILT ]; then
-    LGGUF=$GGUF; ballast 24
-    lserver llama-24-fit --fit on && { lprobe llama-24-fit $FULL; lstop; }
-    lserver llama-24-best --fit off -ngl 99 --n-cpu-moe 0 && { lprobe llama-24-best $FULL; lstop; }
-    echo 0 > "$RES/llama-24-best-ncmoe.txt"
-    pack
-  fi
+  lpair 24 0
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16
