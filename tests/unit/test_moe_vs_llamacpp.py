@@ -84,6 +84,15 @@ def test_whole_layer_placement_takes_the_experts_n_per_layer_would():
         compat.gpu_layers("47-48", 48, 128, None)
 
 
+def test_whole_layers_warn_for_a_gptq_checkpoint_not_for_fp8():
+    gptq = json.loads((REPO / "config/models/qwen3-30b-a3b-gptq-int4/config.json").read_text())
+    fp8 = json.loads((REPO / "config/models/qwen3-coder-30b-a3b-instruct/config.json").read_text())
+    fp8 |= {"quantization_config": {"quant_method": "fp8"}, "torch_dtype": "bfloat16"}
+    warn = compat.placement_warning(gptq)
+    assert warn and "unset VRAMKIT_KT_GPU_LAYERS" in warn and "gptq" in warn
+    assert compat.placement_warning(fp8) is None
+
+
 def test_probe_figures_read_the_anchor_run():
     probe = json.loads((REPO / "benchmarks" / "results" / "gpu" / "anchor" / "k16-t14.probe.json").read_text())
     f = session.probe_figures(probe)

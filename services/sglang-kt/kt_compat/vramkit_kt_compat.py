@@ -47,6 +47,18 @@ def gpu_layers(spec: str, num_layers: int, num_experts: int, per_layer: int | No
     return frozenset(out)
 
 
+def placement_warning(hf: dict) -> str | None:
+    """Why whole layers are the wrong placement for this checkpoint, or None. Measured on the H100 host (2026-11-27,
+    benchmarks/results/gpu/moe-budget.md): with a GPTQ-Int4 checkpoint (float16) every CPU layer stalled the GPU
+    7.7 ms (8.4 tok/s against 45.5 for the per-layer split); with the FP8 one, 0.46 ms (cause not found)."""
+    quant = str((hf.get("quantization_config") or {}).get("quant_method", "")).lower()
+    if quant in ("gptq", "awq") or str(hf.get("torch_dtype", "")) == "float16":
+        return (f"vramkit_kt_compat: warning: {LAYERS_ENV} with a {quant or 'float16'} checkpoint decoded 8.4 tok/s "
+                "against 45.5 for the per-layer split on the H100 host (benchmarks/results/gpu/moe-budget.md): "
+                f"unset {LAYERS_ENV} for this checkpoint")
+    return None
+
+
 def first_n_mask(num_experts: int, num_gpu_experts: int | None):
     """The bool mask [num_experts] for SGLang's layout: experts 0..N-1 on the GPU (None = all on the CPU)."""
     import torch
@@ -118,6 +130,8 @@ def patch_sglang_kt(module, spec: str) -> None:
                 print(f"vramkit_kt_compat: {LAYERS_ENV}={spec}: experts of layers {sorted(gpu)} all on the GPU "
                       f"({len(gpu)} layers, no CPU round trip), the other {len(cpu)} layers' experts all on the "
                       "CPU", file=sys.stderr, flush=True)
+                if (warn := placement_warning(hf)) is not None:
+                    print(warn, file=sys.stderr, flush=True)
         return chosen
 
     def create_kt_config_from_server_args(server_args, layer_idx):
