@@ -45,24 +45,6 @@ def load(path: Path) -> list[dict]:
     return data["traceEvents"] if isinstance(data, dict) else data
 
 
-def union_us(spans: list[tuple[float, float]]) -> tuple[float, list[float]]:
-    """Total covered time of [start, end) spans and the gaps between covered stretches."""
-    covered, gaps = 0.0, []
-    cur_s = cur_e = None
-    for s, e in sorted(spans):
-        if cur_e is None:
-            cur_s, cur_e = s, e
-        elif s > cur_e:
-            covered += cur_e - cur_s
-            gaps.append(s - cur_e)
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        covered += cur_e - cur_s
-    return covered, gaps
-
-
 def category(name: str) -> str:
     return next((label for label, rx in CATEGORIES if rx.search(name)), "other (norms, activations, routing, copies)")
 
@@ -82,19 +64,22 @@ def kineto(events: list[dict]) -> dict:
         ks = by_corr.get((ln.get("args") or {}).get("correlation"), [])
         if not ks:
             continue
-        spans = [(k["ts"], k["ts"] + k.get("dur", 0.0)) for k in ks]
-        busy, gaps = union_us(spans)
-        span = max(e for _, e in spans) - min(s for s, _ in spans)
-        stalls = [g for g in gaps if g > GAP_US]
-        kinds = {"hand-off": 0.0, "wait": 0.0, "other": 0.0}
-        seq = sorted(ks, key=lambda k: k["ts"])
+        # one pass in start order: the gaps between covered stretches (busy = span - gaps), each stall classed
+        seq = sorted(ks, key=lambda k: (k["ts"], k.get("dur", 0.0)))
         end = seq[0]["ts"] + seq[0].get("dur", 0.0)
+        gaps: list[float] = []
+        kinds = {"hand-off": 0.0, "wait": 0.0, "other": 0.0}
         for prev, k in zip(seq, seq[1:], strict=False):
-            if k["ts"] - end > GAP_US:
-                kind = ("wait" if k["name"].startswith("Memcpy HtoD") else
-                        "hand-off" if prev["name"].startswith("Memcpy DtoH") else "other")
-                kinds[kind] += k["ts"] - end
+            if k["ts"] > end:
+                gaps.append(k["ts"] - end)
+                if gaps[-1] > GAP_US:
+                    kind = ("wait" if k["name"].startswith("Memcpy HtoD") else
+                            "hand-off" if prev["name"].startswith("Memcpy DtoH") else "other")
+                    kinds[kind] += gaps[-1]
             end = max(end, k["ts"] + k.get("dur", 0.0))
+        span = end - seq[0]["ts"]
+        busy = span - sum(gaps)
+        stalls = [g for g in gaps if g > GAP_US]
         cats: dict[str, float] = {}
         for k in ks:
             cats[category(k["name"])] = cats.get(category(k["name"]), 0.0) + k.get("dur", 0.0)
