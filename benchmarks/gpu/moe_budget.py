@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,16 +42,27 @@ KIT_POINTS = (   # (folder, point, what it is)
 LAYERS = 48
 
 
+@cache
+def _probe(folder: str, point: str) -> dict:
+    """A point's probe JSON, read once however many figures the report takes from it."""
+    return load(DIR / folder / f"{point}.probe.json") or {}
+
+
 def _unprofiled_ms(folder: str, point: str, streams: int) -> float | None:
     """The same server's step without the profiler: its probe's decode at that stream count, right after."""
-    probe = load(DIR / folder / f"{point}.probe.json") or {}
-    rate = next((d.get("per_stream_tok_s") for d in probe.get("decode", []) if d.get("streams") == streams), None)
+    rate = next((d.get("per_stream_tok_s") for d in _probe(folder, point).get("decode", [])
+                 if d.get("streams") == streams), None)
     return 1e3 / rate if rate else None
 
 
 def _budget(folder: str, point: str, streams: int) -> dict | None:
-    probe = load(DIR / folder / f"{point}.probe.json") or {}
-    return next((p.get("budget") for p in probe.get("profile", []) if p.get("streams") == streams), None)
+    return next((p.get("budget") for p in _probe(folder, point).get("profile", []) if p.get("streams") == streams),
+                None)
+
+
+def _other_gaps_ms(b: dict) -> float:
+    """A profiled step less its GPU kernels and its two kinds of stall: the shorter gaps."""
+    return b["period_ms"] - b["gpu_busy_ms"] - b["handoff_stall_ms"] - b["wait_stall_ms"]
 
 
 def _spread(b: dict, key: str = "period_us") -> str:
@@ -58,13 +70,9 @@ def _spread(b: dict, key: str = "period_us") -> str:
     return f"{min(per):.1f}-{max(per):.1f}"
 
 
-def _kt_ms(name: str) -> float | None:
-    d = load(DIR / "run1" / name) or {}
-    return next((r.get("cpu_ms_per_token_median") for r in d.get("runs", [])), None)
-
-
-def _kt_threads(method: str, threads: int) -> float:
-    d = load(DIR / "med3" / f"kt-threads-{method}-t{threads}.json") or {}
+def _kt_ms(rel: str) -> float:
+    """kt_decode_bench.py's CPU-expert time per token, its first run, from moe-budget/REL."""
+    d = load(DIR / rel) or {}
     return next(r["cpu_ms_per_token_median"] for r in d.get("runs", []))
 
 
@@ -82,6 +90,7 @@ def _threads_table() -> list[str]:
     return out
 
 
+@cache
 def _llama_sweep() -> tuple[dict, dict[int, float]]:
     rows = []
     for f in sorted((DIR / "run1").glob("llama-sweep-ncmoe*.json")):
@@ -91,11 +100,22 @@ def _llama_sweep() -> tuple[dict, dict[int, float]]:
     return sweep(rows), by_threads
 
 
+def _llama_step(sw: dict) -> tuple[float, float, float]:
+    """(llama.cpp's step at --n-cpu-moe 11, with every expert on the GPU, per CPU layer between the two), ms."""
+    pts = {p["n_cpu_moe"]: p["step_ms"] for p in sw["points"]}
+    return pts[11], pts[0], (pts[11] - pts[0]) / 11
+
+
 MEDIAN_POINTS = ("k16-wna16", "llama-16-fit", "llama-16-best")
 
 
 def _median_points() -> dict[str, dict]:
-    return {n: probe_figures(load(DIR / "med3" / f"{n}.probe.json")) for n in MEDIAN_POINTS}
+    return {n: probe_figures(_probe("med3", n)) for n in MEDIAN_POINTS}
+
+
+def _llama_best(pts: dict[str, dict], key: str, pick) -> float:
+    """llama.cpp's best of its two points for a figure (pick: max for a rate, min for a time)."""
+    return pick(x for n in MEDIAN_POINTS[1:] if (x := pts[n][key]))
 
 
 def _medians() -> list[str]:
@@ -106,8 +126,7 @@ def _medians() -> list[str]:
            "| --- | --- | --- | --- | --- |"]
     for k, label, pick, d in keys:
         kit, fit, ncm = pts["k16-wna16"][k], pts["llama-16-fit"][k], pts["llama-16-best"][k]
-        bestl = pick(x for x in (fit, ncm) if x)
-        out.append(f"| {label} | {kit:.{d}f} | {fit:.{d}f} | {ncm:.{d}f} | {kit / bestl:.2f}x |")
+        out.append(f"| {label} | {kit:.{d}f} | {fit:.{d}f} | {ncm:.{d}f} | {kit / _llama_best(pts, k, pick):.2f}x |")
     return out
 
 
@@ -117,9 +136,15 @@ K24 = (("k24-gptq-kv32", "the plan (config/sglang.toml: 32 KV splits)"),
        ("llama-24-fit", "llama.cpp --fit on"), ("llama-24-best", "llama.cpp --n-cpu-moe 0"))
 
 
+@cache
+def _k24() -> tuple[dict[str, dict], float]:
+    """The 24 GiB points' figures and llama-server's best 4-stream aggregate beside them."""
+    f = {n: probe_figures(_probe("k24lev", n)) for n, _ in K24}
+    return f, max(f[n]["aggregate_4_streams_tok_s"] for n in ("llama-24-fit", "llama-24-best"))
+
+
 def _k24_levers() -> list[str]:
-    f = {n: probe_figures(load(DIR / "k24lev" / f"{n}.probe.json")) for n, _ in K24}
-    best4 = max(f[n]["aggregate_4_streams_tok_s"] for n in ("llama-24-fit", "llama-24-best"))
+    f, best4 = _k24()
     out = ["| point | decode d0 tok/s | after 8K | TTFT 30K s | 4 streams tok/s | 4 streams / llama.cpp's best |",
            "| --- | --- | --- | --- | --- | --- |"]
     for n, what in K24:
@@ -173,8 +198,8 @@ def render() -> str:
     lines += ["", "Every layer's experts on the CPU (--n-cpu-moe 48), by threads: " + ", ".join(
         f"{t} threads {ms:.1f} ms" for t, ms in sorted(by_t.items())) + ".", "",
               "## kt-kernel's CPU-expert time per token at kernel level (no SGLang, no GPU; kt_decode_bench.py)", "",
-              f"AMXINT8, 14 threads, all 48 layers: {_kt_ms('kt-bench-g88.json'):.1f} ms with 88 of 128 experts per "
-              f"layer on the GPU (run1's split), {_kt_ms('kt-bench-g0.json'):.1f} ms with none (a whole CPU layer, 8 "
+              f"AMXINT8, 14 threads, all 48 layers: {_kt_ms('run1/kt-bench-g88.json'):.1f} ms with 88 of 128 experts per "
+              f"layer on the GPU (run1's split), {_kt_ms('run1/kt-bench-g0.json'):.1f} ms with none (a whole CPU layer, 8 "
               "experts a token). By threads, 43 experts per layer on the GPU (med3):", "", *_threads_table(), "",
               "## The 16 GiB pair again, medians of three rounds (med3: another machine, both engines)", "",
               *_medians(), "", "## 24 GiB: SGLang's batch levers for the 4-stream goal (k24lev: one machine)", "",
@@ -188,18 +213,14 @@ def _findings(sw: dict) -> list[str]:
     b = _budget("run1", "k16-wna16-prof", 1)
     lay = _budget("run1", "k16-wna16-layers-prof", 1)
     pre = _budget("run2", "k16-int8", 1)
-    ll = next(p for p in sw["points"] if p["n_cpu_moe"] == 11)
-    gpu0 = next(p for p in sw["points"] if p["n_cpu_moe"] == 0)["step_ms"]
-    t = {m: _kt_threads(m, 14) for m in ("AMXINT4", "AMXINT8")}
-    kt88, kt0 = _kt_ms("kt-bench-g88.json"), _kt_ms("kt-bench-g0.json")
-    cpu_side = b["handoff_stall_ms"] + b["wait_stall_ms"]
+    ll_step, gpu0, ll_layer = _llama_step(sw)
+    t = {m: _kt_ms(f"med3/kt-threads-{m}-t14.json") for m in ("AMXINT4", "AMXINT8")}
+    kt88, kt0 = _kt_ms("run1/kt-bench-g88.json"), _kt_ms("run1/kt-bench-g0.json")
     per_layer_wait = lay["wait_stall_ms"] / lay["stalls_over_20us_per_step"]
     kit_kernels_over = b["gpu_busy_ms"] - gpu0
-    rest = b["period_ms"] - b["gpu_busy_ms"] - cpu_side
     closed = (b["period_ms"] - b["handoff_stall_ms"] - max(kit_kernels_over, 0)
               - b["wait_stall_ms"] * (1 - t["AMXINT4"] / t["AMXINT8"]))
-    k24 = {n: probe_figures(load(DIR / "k24lev" / f"{n}.probe.json")) for n, _ in K24}
-    l4 = max(k24[n]["aggregate_4_streams_tok_s"] for n in ("llama-24-fit", "llama-24-best"))
+    k24, l4 = _k24()
 
     def four(n: str) -> float:
         return k24[n]["aggregate_4_streams_tok_s"]
@@ -213,10 +234,10 @@ def _findings(sw: dict) -> list[str]:
         f"- **The kit's best point** spends {b['period_ms']:.1f} ms a token at batch 1: {b['gpu_busy_ms']:.1f} ms of "
         f"GPU kernels, {b['handoff_stall_ms']:.1f} ms handing {LAYERS} layers' experts to the CPU "
         f"({b['handoff_stall_ms'] / LAYERS * 1e3:.0f} us a layer), {b['wait_stall_ms']:.1f} ms waiting for them and "
-        f"{rest:.1f} ms in shorter gaps. The CPU computes its share of the experts in {kt88:.1f} ms at kernel level; "
+        f"{_other_gaps_ms(b):.1f} ms in shorter gaps. The CPU computes its share of the experts in {kt88:.1f} ms at kernel level; "
         "the wait is shorter because the GPU's own experts run meanwhile.",
-        f"- **llama.cpp at --n-cpu-moe 11** takes {ll['step_ms']:.1f} ms: {gpu0:.1f} ms with every expert on the GPU "
-        f"(--n-cpu-moe 0) plus {(ll['step_ms'] - gpu0) / 11:.2f} ms for each of the 11 layers the CPU computes whole "
+        f"- **llama.cpp at --n-cpu-moe 11** takes {ll_step:.1f} ms: {gpu0:.1f} ms with every expert on the GPU "
+        f"(--n-cpu-moe 0) plus {ll_layer:.2f} ms for each of the 11 layers the CPU computes whole "
         f"(the sweep's slope: {sw['per_cpu_layer_ms']:.2f} ms).",
         f"- **The gap, term by term:** the kit's GPU kernels alone ({b['gpu_busy_ms']:.1f} ms, "
         f"{b['kernels_per_step']} kernels a step) take {kit_kernels_over:.1f} ms more than llama.cpp's whole all-GPU "
@@ -248,7 +269,7 @@ def _findings(sw: dict) -> list[str]:
         f"{1 - t['AMXINT4'] / t['AMXINT8']:.0%} (AMXINT4 against AMXINT8 at kernel level, 14 threads, above; "
         "AMXINT4 is per-channel and lossy, and no kt-kernel release has an AMX kernel for the GPTQ files' group-128 "
         "int4, which would be lossless against them: kt-isa.md). Together "
-        f"~{closed:.1f} ms a token against llama.cpp's {ll['step_ms']:.1f} ({ll['step_ms'] / closed:.2f}x its "
+        f"~{closed:.1f} ms a token against llama.cpp's {ll_step:.1f} ({ll_step / closed:.2f}x its "
         "decode rate): each of the three sits in kt-kernel or SGLang, none in the kit's plan.",
     ]
 
@@ -256,22 +277,20 @@ def _findings(sw: dict) -> list[str]:
 def summary() -> dict:
     """What README quotes: the kit's best 16 GiB step and llama.cpp's, split, and the medians' ratios."""
     b = _budget("run1", "k16-wna16-prof", 1)
-    sw, _ = _llama_sweep()
-    pts = {p["n_cpu_moe"]: p["step_ms"] for p in sw["points"]}
+    ll_step, gpu0, ll_layer = _llama_step(_llama_sweep()[0])
     med = _median_points()
-    kit = med["k16-wna16"]
 
     def ratio(key: str, pick) -> float:
-        return round(kit[key] / pick(med[n][key] for n in MEDIAN_POINTS[1:]), 2)
+        return round(med["k16-wna16"][key] / _llama_best(med, key, pick), 2)
     return {
         "how": "benchmarks/gpu/moe_budget.py over benchmarks/results/gpu/moe-budget/ (measured 2026-11-27, H100 host, "
                "card emulated at 16 GiB)",
         "kit": {"point": "k16-wna16", "step_ms": b["period_ms"], "gpu_kernels_ms": b["gpu_busy_ms"],
                 "handoff_ms": b["handoff_stall_ms"], "wait_ms": b["wait_stall_ms"],
-                "other_gaps_ms": round(b["period_ms"] - b["gpu_busy_ms"] - b["handoff_stall_ms"] - b["wait_stall_ms"], 3),
+                "other_gaps_ms": round(_other_gaps_ms(b), 3),
                 "moe_layers": LAYERS},
-        "llamacpp": {"n_cpu_moe": 11, "step_ms": pts[11], "all_gpu_step_ms": pts[0],
-                     "per_cpu_layer_ms": round((pts[11] - pts[0]) / 11, 3)},
+        "llamacpp": {"n_cpu_moe": 11, "step_ms": ll_step, "all_gpu_step_ms": gpu0,
+                     "per_cpu_layer_ms": round(ll_layer, 3)},
         "medians_of_3": {"decode_tok_s": ratio("decode_tok_s", max), "decode_tok_s_8k": ratio("decode_tok_s_8k", max),
                          "ttft_30k_s": ratio("ttft_30k_s", min),
                          "aggregate_4_streams_tok_s": ratio("aggregate_4_streams_tok_s", max)},
