@@ -57,6 +57,7 @@ CONFIG = ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json"
 FP8_BLOCK = 128
 GPTQ_GROUP = 128
 RAWINT4_GROUP = 32         # Kimi-K2's compressed-tensors int4 (kt-kernel's RAWINT4 reads its group from the scales)
+QUANT_CONFIG = {"FP8": (8, FP8_BLOCK), "GPTQ_INT4": (4, GPTQ_GROUP), "RAWINT4": (4, RAWINT4_GROUP)}  # bits, group
 
 
 # --- the random model ---------------------------------------------------------------------------------------
@@ -301,16 +302,11 @@ class KtLayer:
             if method == "BF16":
                 ws = [[t[x].contiguous() for x in range(e)] for t in (gate, up, down)]
                 ss = [[None] * e] * 3
-            elif method == "FP8":
-                per = [tuple(x.cpu() for x in fp8_block(t.to(qdev))) for t in (gate, up, down)]
+            elif method in ("FP8", "RAWINT4"):          # whole [E, ...] tensors -> (values, scales) per expert
+                quant = fp8_block if method == "FP8" else kgroup_int4
+                per = [tuple(x.cpu() for x in quant(t.to(qdev))) for t in (gate, up, down)]
                 ws = [[q[x].contiguous() for x in range(e)] for q, _ in per]
                 ss = [[s[x].contiguous() for x in range(e)] for _, s in per]
-            elif method == "RAWINT4":
-                ws, ss = [], []
-                for t in (gate, up, down):
-                    q, sc = kgroup_int4(t.to(qdev))
-                    ws.append([q[x].cpu().contiguous() for x in range(e)])
-                    ss.append([sc[x].cpu().contiguous() for x in range(e)])
             elif method == "GPTQ_INT4":
                 ws, ss = [], []
                 for t in (gate, up, down):
@@ -324,12 +320,9 @@ class KtLayer:
             c = config()
             c.gate_projs, c.up_projs, c.down_projs = ([[t.data_ptr() for t in lst]] for lst in ws)
             c.gate_scales, c.up_scales, c.down_scales = ([[0 if t is None else t.data_ptr() for t in lst]] for lst in ss)
-            if method == "FP8":
-                c.quant_config.bits, c.quant_config.group_size, c.quant_config.zero_point = 8, FP8_BLOCK, False
-            if method == "GPTQ_INT4":
-                c.quant_config.bits, c.quant_config.group_size, c.quant_config.zero_point = 4, GPTQ_GROUP, False
-            if method == "RAWINT4":
-                c.quant_config.bits, c.quant_config.group_size, c.quant_config.zero_point = 4, RAWINT4_GROUP, False
+            if method in QUANT_CONFIG:
+                c.quant_config.bits, c.quant_config.group_size = QUANT_CONFIG[method]
+                c.quant_config.zero_point = False
             self.moe = cls(c)
         kt.cpu.submit(self.moe.load_weights_task(self.p2l.data_ptr()))
         kt.cpu.sync()
