@@ -177,8 +177,12 @@ export VRAMKIT_HOST_READ_GBS=$(python3 -c "import json; print(','.join(f\"{r['th
 pack
 
 ballast_pid=
+ballast_off() {  # the whole card again (llama-bench's sweep, the kernel-level benches, the end)
+  [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
+  return 0
+}
 ballast() {
-  [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; }
+  ballast_off
   python3 $S/ballast.py "$1" > "$RES/logs/ballast-$1.txt" 2>&1 & ballast_pid=$!
   for i in $(seq 60); do grep -q holding "$RES/logs/ballast-$1.txt" && break; sleep 1; done
 }
@@ -391,7 +395,7 @@ if has profile; then  # issue 18 item 2, the per-token budgets measured (2026-11
   kit k16-wna16-layers-prof 16 "$PROF" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG $CPU8
   if lpair 16 11; then
     # the sweep without the ballast: --n-cpu-moe alone sets the placement (the card's size only decides what starts)
-    [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
+    ballast_off
     LB="-m $GGUF -ngl 99 -fa 1 -ctk q8_0 -ctv q8_0 -o json -p 0 -n 64 -r 2"
     for n in 0 6 11 18 24 36 48; do
       timeout 120 $BIN/llama-bench $LB -ncmoe $n -t $THREADS > "$RES/llama-sweep-ncmoe$n.json" 2> "$RES/logs/llama-sweep-$n.err"
@@ -403,7 +407,7 @@ if has profile; then  # issue 18 item 2, the per-token budgets measured (2026-11
     step "llama.cpp sweep: $(tr -d ' \n' < "$RES/llama-sweep.json" | tail -c 400)"
     pack
   fi
-  [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
+  ballast_off
   for g in 88 0; do   # 88: the plan's split; 0: a layer whose experts are all on the CPU (the whole-layer placement)
     timeout 600 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8 --threads $THREADS --tokens 16 --prefill 0 \
       --gpu-experts $g --out "$RES/kt-bench-g$g.json" > "$RES/logs/kt-bench-g$g.txt" 2>&1
@@ -525,7 +529,7 @@ fi
 if has kthreads; then  # the estimate's thread term at kernel level (its AMXINT8 misses: held-out server runs at 6 KT
   # threads decoded 1.0-1.7x the estimate, which prices CPU experts by the host read rate at the thread count):
   # kt-kernel's own CPU-expert time per token at 6, 10 and 14 threads, the idle machine's last step (~3 min)
-  [ -n "$ballast_pid" ] && { kill $ballast_pid 2>/dev/null; wait $ballast_pid 2>/dev/null; ballast_pid=; }
+  ballast_off
   # one process per method and thread count: kt-kernel 0.5.1 aborted ("corrupted double-linked list") creating a third
   # method's pool in one process on 2026-11-27 (sixth session)
   for t in 14 10 6; do for m in AMXINT8 AMXINT4 FP8; do
@@ -535,6 +539,6 @@ if has kthreads; then  # the estimate's thread term at kernel level (its AMXINT8
   step "kernel level by threads: $(python3 -c "import json, glob; print('; '.join(f\"{r['method']} t{r['threads']} \
 {r.get('cpu_ms_per_token_median')} ms\" for f in sorted(glob.glob('$RES/kt-threads-*.json')) for r in json.load(open(f))['runs']))" 2>&1 | tail -c 600)"
 fi
-ballast_pid_kill=$ballast_pid; [ -n "$ballast_pid_kill" ] && kill $ballast_pid_kill 2>/dev/null
+ballast_off
 pack
 step "DONE ($(elapsed) s)"
