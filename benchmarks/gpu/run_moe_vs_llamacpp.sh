@@ -63,6 +63,9 @@
 # The per-token budgets measured (SGLang's profiler on the kit's best 16 GiB point and its whole-layer twin, llama.cpp
 # beside them and its --n-cpu-moe sweep, kernel-level CPU-expert time; ~20 min): STAGE=.stage-w16 STEPS="setup profile"
 # SGLang's batch levers at 24 GiB (torch.compile, continuous decode steps) beside llama.cpp: STAGE=.stage-w16 STEPS="setup k24lev"
+# KT threads below physical cores - 2 on the kit's best 16 GiB point (kt-kernel pins worker i to core i and its workers
+# spin between layers, so SGLang's scheduler, its CUDA host nodes and the tokenizer share what is left; the kernel-level
+# AMXINT8 time stops improving at 10 threads): STAGE=.stage-w16 REPEAT=3 STEPS="setup kcores" (KCORES: the counts).
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -115,9 +118,9 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has k24l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -429,6 +432,12 @@ if has k24lev; then  # 24 GiB, every GPTQ expert on the GPU (no KT): the 4-strea
   kit k24-gptq-cds4 24 "$FULL" -- $KITG --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --num-continuous-decode-steps 4"
   lpair 24 0
 fi
+if has kcores; then  # the KT thread count on the kit's best 16 GiB point: GPTQ-Int4 split on moe_wna16, AMXINT8
+  ballast 16
+  for t in ${KCORES:-14 10 12 8}; do
+    kit k16-wna16-t$t 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer $t
+  done
+fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16
   kit k16-gptq 16 "$SHORT" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
@@ -511,20 +520,25 @@ if has levers; then
   kit k16-chunk8k 16 "--streams 1 --new-tokens 32 --ttft 30000 --ttft-new-tokens 16" -- $KIT --chunked-prefill 8192
   kit k16-defer1 16 "$SHORT" -- $KIT --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 1"
 fi
-if has thp; then  # issue 18 item 2's huge pages: the preset with transparent huge pages as the host has them, then
-  # "always" (kt-kernel's expert buffers are plain mallocs: with THP off or madvise they sit on 4 KiB pages), short
-  # probe each; the setting is recorded either way, and put back. Needs KT's AMXINT8 layout (need_int8 below)
+if has thp; then  # issue 18 item 2's huge pages: the kit's best 16 GiB point (kcores' k16-wna16-t14, the same probe, is the
+  # baseline as the host has them) with transparent huge pages "always", then the host's setting back
   THP=/sys/kernel/mm/transparent_hugepage/enabled
   was=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $THP 2>/dev/null); was=${was:-unknown}
   step "THP: $(cat $THP 2>/dev/null || echo 'not readable') (AnonHugePages $(grep AnonHugePages /proc/meminfo | tr -s ' '))"
-  ballast 16
-  kit k16-int8-thp-$was 16 "$SHORT" -- $KIT8
+  # AnonHugePages sampled every 5 s while the points run (after a stop it reads the freed memory)
+  (while sleep 5; do echo "$(date +%T) $(cat $THP) $(grep AnonHugePages /proc/meminfo | tr -s ' ')"; done) \
+    > "$RES/thp-meminfo.txt" 2>&1 & thp_pid=$!
   if [ "$was" != always ] && echo always > $THP 2>/dev/null; then
-    kit k16-int8-thp-always 16 "$SHORT" -- $KIT8
+    echo "$was" > $THP
+    ballast 16
+    [ -n "${THP_BASE:-}" ] && kit k16-wna16-thp-$was 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+    echo always > $THP
+    kit k16-wna16-thp-always 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
     echo "$was" > $THP
   else
     step "THP stays '$was': $THP is not writable here (or already always)"
   fi
+  kill $thp_pid 2>/dev/null
 fi
 if has kthreads; then  # the estimate's thread term at kernel level (its AMXINT8 misses: held-out server runs at 6 KT
   # threads decoded 1.0-1.7x the estimate, which prices CPU experts by the host read rate at the thread count):
