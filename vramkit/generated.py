@@ -236,7 +236,12 @@ def _measured_budget() -> list[str]:
                 f"{ll['n_cpu_moe']} CPU layers at {ll['per_cpu_layer_ms']:.2f} ms. That split beside llama.cpp's "
                 f"best, medians of three rounds on another machine: {m['decode_tok_s']:.2f}x at depth 0, "
                 f"{m['decode_tok_s_8k']:.2f}x after 8K, TTFT {m['ttft_30k_s']:.2f}x, "
-                f"{m['aggregate_4_streams_tok_s']:.2f}x at 4 streams."]
+                f"{m['aggregate_4_streams_tok_s']:.2f}x at 4 streams."
+            + (f" One request's rate depends on its prompt: on the same seeded prompts the kit's fastest decoded "
+               f"{p['kit']:.2f}x its slowest at the same depth (medians over {p['kit_servers']} servers; llama.cpp "
+               f"{p['llamacpp']:.2f}x), since SGLang keeps experts 0..N-1 of each layer on the GPU and a prompt that "
+               "routes to the others waits on the CPU; the tables take medians of three prompts."
+               if (p := d.get("prompt_span")) else "")]
 
 
 PEER_ACCURACY = "benchmarks/results/gpu/peer-accuracy/accuracy-cpu.json"

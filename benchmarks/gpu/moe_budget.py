@@ -14,11 +14,16 @@ Inputs (run_moe_vs_llamacpp.sh; one H100 host session each, the card emulated at
          CPU-expert time at 6/10/14 threads
   k24lev/ a third machine, 24 GiB (every GPTQ-Int4 expert on the GPU, no KT): the plan's point, then SGLang's two batch
          levers (torch.compile of the decode graphs up to batch 4; 4 decode steps per scheduler round), then llama.cpp
+  kcores/ a fourth machine (2026-11-27, seventh session): the kit's best point at 14, 10, 12 and 8 KT threads, every
+         figure the median of 3 rounds, each profiled first (1 stream)
+  thp-a/, thp-b/ the same machine, next commands: transparent huge pages "always" (thp-a), then the host's "madvise"
+         and "always" again (thp-b, AnonHugePages sampled while they ran: thp-meminfo.txt)
 Every figure is a measurement; the closing list says which lines are derived from them.
 """
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from functools import cache
 from pathlib import Path
@@ -154,6 +159,117 @@ def _k24_levers() -> list[str]:
     return out
 
 
+HOST_POINTS = (  # (folder, point, KT threads, THP): the kit's best 16 GiB point, one lever at a time, one machine
+    ("kcores", "k16-wna16-t14", 14, "madvise"), ("kcores", "k16-wna16-t10", 10, "madvise"),
+    ("kcores", "k16-wna16-t12", 12, "madvise"), ("kcores", "k16-wna16-t8", 8, "madvise"),
+    ("thp-a", "k16-wna16-thp-always", 14, "always"), ("thp-b", "k16-wna16-thp-madvise", 14, "madvise"),
+    ("thp-b", "k16-wna16-thp-always", 14, "always"),
+)
+
+
+def _crash(folder: str, point: str) -> str | None:
+    """The server's fatal line and what its stack names, from the trimmed evidence beside the point."""
+    ev = DIR / folder / f"{point}.evidence.txt"
+    text = ev.read_text() if ev.exists() else ""
+    if "Segmentation fault" not in text:
+        return None
+    return "a segfault" + (", libkineto's MemoryTraceLogger destructor in its stack: the profiler's cleanup"
+                           if "MemoryTraceLogger" in text else "")
+
+
+def _host_table() -> list[str]:
+    out = ["| point | KT threads | THP | decode d0 tok/s (rounds) | after 8K | TTFT 30K s | 4 streams tok/s | "
+           "profiled step ms (1 stream) | what happened |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for folder, point, threads, thp in HOST_POINTS:
+        pr = _probe(folder, point)
+        f = probe_figures(pr)
+        rounds = [r["decode_tok_s"] for d in pr.get("decode", []) if d.get("streams") == 1 for r in d["requests"]]
+        b = _budget(folder, point, 1)
+
+        def num(x: float | None, d: int = 1) -> str:
+            return f"{x:.{d}f}" if x else "-"
+        crash = _crash(folder, point)
+        what = (f"the server died in the third 4-stream round ({crash}); the TTFT points after it did not run"
+                if crash else "")
+        out.append(f"| {folder}/{point} | {threads} | {thp} | {num(f['decode_tok_s'])} "
+                   f"({', '.join(num(r) for r in rounds)}) | {num(f['decode_tok_s_8k'])} | {num(f['ttft_30k_s'], 2)} | "
+                   f"{num(f['aggregate_4_streams_tok_s'])} | {num(b and b['period_ms'])} | {what} |")
+    return out
+
+
+def _thp_peak_gib() -> float:
+    """The highest AnonHugePages sampled while thp-b's points ran (thp-meminfo.txt, kB)."""
+    kb = [int(line.split("AnonHugePages:")[1].split()[0]) for line in
+          (DIR / "thp-b" / "thp-meminfo.txt").read_text().splitlines() if "AnonHugePages:" in line]
+    return max(kb) / 2**20
+
+
+# Every server of the kit's best 16 GiB point that ran 3 rounds of the same seeded prompts (moe_probe.py: round r of
+# the decode point sends ids(512, 1000 + 7919 r), of an N-token TTFT point ids(N, 2000 + N + 7919 r)), and llama.cpp's
+# two servers on those prompts (med3)
+PROMPT_KIT = (("med3", "k16-wna16"), ("kcores", "k16-wna16-t14"), ("kcores", "k16-wna16-t10"),
+              ("thp-a", "k16-wna16-thp-always"), ("thp-b", "k16-wna16-thp-madvise"), ("thp-b", "k16-wna16-thp-always"))
+PROMPT_LLAMA = (("med3", "llama-16-best"), ("med3", "llama-16-fit"))
+DEPTHS = (("depth 0", ("decode", 512)), ("after 8K", (8192,)), ("after 30K", (30000,)))
+
+
+def _prompt_rates(folder: str, point: str) -> dict[tuple[str, str], float]:
+    """(depth group, prompt) -> single-stream decode rate of that one request."""
+    pr, out = _probe(folder, point), {}
+    for d in pr.get("decode", []):
+        if d.get("streams") == 1:
+            for i, r in enumerate(d["requests"]):
+                if r.get("decode_tok_s"):
+                    out[("depth 0", f"128 tokens after 512, round {i + 1}")] = r["decode_tok_s"]
+    for t in pr.get("ttft", []):
+        group = {512: "depth 0", 8192: "after 8K", 30000: "after 30K"}.get(t["prompt_tokens"])
+        for i, r in enumerate(t.get("rounds") or []):
+            if group and r.get("decode_tok_s"):
+                what = "64 tokens after the 512-token TTFT prompt" if t["prompt_tokens"] == 512 else "64 tokens"
+                out[(group, f"{what}, round {i + 1}")] = r["decode_tok_s"]
+    return out
+
+
+def _relative(points: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], list[float]]:
+    """Each prompt's rate over its server's mean at that depth, one value per server."""
+    rel: dict[tuple[str, str], list[float]] = {}
+    for folder, point in points:
+        rates = _prompt_rates(folder, point)
+        for group, _ in DEPTHS:
+            mine = {k: v for k, v in rates.items() if k[0] == group}
+            mean = sum(mine.values()) / len(mine)
+            for k, v in mine.items():
+                rel.setdefault(k, []).append(v / mean)
+    return rel
+
+
+def _prompt_table() -> tuple[list[str], dict]:
+    kit, llama = _relative(PROMPT_KIT), _relative(PROMPT_LLAMA)
+    out = ["| depth | prompt | kit: rate / its server's mean at that depth, median (min-max) over "
+           f"{len(PROMPT_KIT)} servers | llama.cpp: the same over its {len(PROMPT_LLAMA)} servers |",
+           "| --- | --- | --- | --- |"]
+    for k in sorted(kit, key=lambda k: ([g for g, _ in DEPTHS].index(k[0]), k[1])):
+        v, w = sorted(kit[k]), sorted(llama.get(k, []))
+        out.append(f"| {k[0]} | {k[1]} | {statistics.median(v):.2f} ({v[0]:.2f}-{v[-1]:.2f}) | "
+                   + (f"{statistics.median(w):.2f} ({w[0]:.2f}-{w[-1]:.2f})" if w else "-") + " |")
+
+    def span(rel: dict) -> float:   # the fastest prompt's median over the slowest's, widest depth
+        worst = 0.0
+        for group, _ in DEPTHS:
+            med = [statistics.median(v) for k, v in rel.items() if k[0] == group]
+            worst = max(worst, max(med) / min(med))
+        return worst
+
+    def agree(rel: dict) -> float:   # share of the kit's servers on the same side of their mean as the median
+        n = ok = 0
+        for v in rel.values():
+            side = statistics.median(v) >= 1
+            ok += sum((x >= 1) == side for x in v)
+            n += len(v)
+        return ok / n
+    return out, {"kit_span": span(kit), "llama_span": span(llama), "kit_agree": agree(kit)}
+
+
 def render() -> str:
     lines = ["# Where a decoded token's time goes at 16 GiB: the kit and llama.cpp, measured (issue 18 item 2)", "",
              "Generated by benchmarks/gpu/moe_budget.py from moe-budget/ (H100 host, card emulated at 16 GiB by the "
@@ -204,7 +320,17 @@ def render() -> str:
               "## The 16 GiB pair again, medians of three rounds (med3: another machine, both engines)", "",
               *_medians(), "", "## 24 GiB: SGLang's batch levers for the 4-stream goal (k24lev: one machine)", "",
               "Every GPTQ-Int4 expert on the GPU, no KT (the plan at 24 GiB); one round per figure. The goal is 2x "
-              "llama-server's aggregate at 4 streams.", "", *_k24_levers(), "", "## What it says", "", *_findings(sw),
+              "llama-server's aggregate at 4 streams.", "", *_k24_levers(), "",
+              "## The host side: KT threads and transparent huge pages (kcores, thp-a, thp-b: one machine)", "",
+              "The kit's best 16 GiB point, one change at a time, every figure the median of 3 rounds (the rounds of "
+              "the decode at depth 0 in brackets); each kcores point profiled 32 steps first (the profiled step "
+              "column), the thp points not. kt-kernel pins its worker i to core i and its workers spin between "
+              "layers, so fewer KT threads leave SGLang's scheduler, its CUDA host nodes and the tokenizer more "
+              "cores.", "", *_host_table(), "",
+              "## The prompt sets the pace: the same prompts on every server", "",
+              "Each request's decode rate over the mean of its server's requests at the same depth. The probe sends "
+              "the same seeded prompts in every session, so a prompt's rank can be followed across servers and "
+              "machines.", "", *_prompt_table()[0], "", "## What it says", "", *_findings(sw),
               ""]
     return "\n".join(lines)
 
@@ -221,6 +347,12 @@ def _findings(sw: dict) -> list[str]:
     closed = (b["period_ms"] - b["handoff_stall_ms"] - max(kit_kernels_over, 0)
               - b["wait_stall_ms"] * (1 - t["AMXINT4"] / t["AMXINT8"]))
     k24, l4 = _k24()
+    host = {(f, n): probe_figures(_probe(f, n)) for f, n, _, _ in HOST_POINTS}
+    d0 = {k: v["decode_tok_s"] for k, v in host.items()}
+    by_t = {t: d0[(f, n)] for f, n, t, _ in HOST_POINTS if f == "kcores"}
+    prof = {t: _budget(f, n, 1)["period_ms"] for f, n, t, _ in HOST_POINTS if f == "kcores"}
+    thp = {(f, n): d0[(f, n)] for f, n, _, h in HOST_POINTS if f.startswith("thp")}
+    _, ps = _prompt_table()
 
     def four(n: str) -> float:
         return k24[n]["aggregate_4_streams_tok_s"]
@@ -257,11 +389,33 @@ def _findings(sw: dict) -> list[str]:
         f"- **Step to step** the kit's token varies more than its median shows: {_spread(b)} ms over the 32 steps of "
         f"the best point, {_spread(pre)} ms for the preset, all of it in the two stalls (its GPU kernels take "
         f"{_spread(b, 'busy_us')} ms every step; per_step in the probe JSONs): some tokens wait several times as "
-        "long for kt-kernel's host nodes and the CPU's experts. "
-        "That is the request-to-request spread of about a fifth the single-request figures carry "
-        "(moe-vs-llamacpp-levers.md), and why the tables here and the medians take medians.",
+        "long for kt-kernel's host nodes and the CPU's experts, as they would if some tokens route more of their "
+        "experts to the CPU (the prompt bullet below). Across requests that is the spread of about a fifth the "
+        "single-request figures carry (moe-vs-llamacpp-levers.md), and why the tables here take medians.",
         "- **At 4 streams** the wait grows with the distinct experts four tokens touch on the CPU, while the GPU "
         "kernels add little (the table): the CPU side is what keeps the kit under 2x llama-server there.",
+        f"- **KT threads do not move it:** 8 to 14 KT threads decoded {min(by_t.values()):.1f}-{max(by_t.values()):.1f} "
+        f"tok/s at depth 0 ({', '.join(f'{t}: {v:.1f}' for t, v in by_t.items())}), inside one prompt's spread (next "
+        f"bullet). The profiled step is shorter below 14 ({min(prof.values()):.1f}-{max(v for t, v in prof.items() if t < 14):.1f} "
+        f"ms against {prof[14]:.1f}): the profiler's own host work finds a free core there, so part of the profiled "
+        "stalls above is the profiler's. The plan keeps physical cores - 2. Two servers (12 and 8 threads) died "
+        "in their third 4-stream round with a segfault whose stack holds libkineto's MemoryTraceLogger "
+        "destructor, the profiler's cleanup minutes after it ran; the unprofiled thp servers ran every round.",
+        f"- **Transparent huge pages do not reach the experts here:** with \"always\" AnonHugePages peaked at "
+        f"{_thp_peak_gib():.1f} GiB while the server held ~32 GiB (thp-meminfo.txt), and decode at depth 0 was "
+        f"{', '.join(f'{v:.1f}' for v in thp.values())} tok/s (always, madvise, always): not adopted, and the "
+        "kit does not change the host's setting.",
+        f"- **The prompt sets the pace:** at the same depth the kit's fastest prompt decodes {ps['kit_span']:.2f}x its "
+        f"slowest (medians over {len(PROMPT_KIT)} servers on 2 machines: med3's and kcores/thp's), and {ps['kit_agree']:.0%} of the figures "
+        "sit on the same side of their server's mean as that prompt's median: the prompt, not the host, sets "
+        f"most of the request-to-request spread. llama.cpp's span on the same prompts: {ps['llama_span']:.2f}x. "
+        "Derived, not measured: SGLang keeps experts 0..N-1 of every layer on the GPU and sends the rest to the "
+        "CPU, so a request whose tokens route to the CPU's 40 waits longer, while llama.cpp moves whole layers, "
+        "whose CPU share does not depend on the routing. The estimate (kt-estimate.md) assumes uniform routing, "
+        "the mean over prompts; its 512-token and 8K rows are different prompts. The lever this points to, for a "
+        "real checkpoint, not built: each layer's most-routed experts first (expert tensors and the router's "
+        "rows permuted alike, the same model), so experts 0..N-1 take more of the routing; SGLang's "
+        "expert-distribution recorder counts it.",
         "- **What would close it** (derived from the rows above, not measured): the hand-off as a GPU-side signal "
         f"instead of a host node (kt-kernel) saves up to {b['handoff_stall_ms']:.1f} ms; GPU kernels at llama.cpp's "
         f"all-GPU step save up to {max(kit_kernels_over, 0):.1f} ms (fewer, fused kernels, marlin instead of "
@@ -279,6 +433,7 @@ def summary() -> dict:
     b = _budget("run1", "k16-wna16-prof", 1)
     ll_step, gpu0, ll_layer = _llama_step(_llama_sweep()[0])
     med = _median_points()
+    _, ps = _prompt_table()
 
     def ratio(key: str, pick) -> float:
         return round(med["k16-wna16"][key] / _llama_best(med, key, pick), 2)
@@ -294,6 +449,8 @@ def summary() -> dict:
         "medians_of_3": {"decode_tok_s": ratio("decode_tok_s", max), "decode_tok_s_8k": ratio("decode_tok_s_8k", max),
                          "ttft_30k_s": ratio("ttft_30k_s", min),
                          "aggregate_4_streams_tok_s": ratio("aggregate_4_streams_tok_s", max)},
+        "prompt_span": {"kit": round(ps["kit_span"], 2), "llamacpp": round(ps["llama_span"], 2),
+                        "kit_same_side": round(ps["kit_agree"], 2), "kit_servers": len(PROMPT_KIT)},
     }
 
 
