@@ -54,6 +54,8 @@ class Point:
     note: str = ""
     gpu_checkpoint: str = "fp8"  # the checkpoint's config the GPU side ran: "fp8", or "gptq" (Qwen's GPTQ-Int4
                                  # quantization_config on the same shape, as run_moe_vs_llamacpp.sh writes it)
+    kv_splits: int = 8           # SGLang's --triton-attention-num-kv-splits: its default 8, or the 32 config/sglang.toml
+                                 # gives the GPU host since 2026-11-27 02:01 (commit 3fb1d49; every session after it)
 
 
 ANCHOR_SWEEP = "host bandwidth: the anchor session's sweep (same host type), not re-measured"
@@ -119,7 +121,7 @@ POINTS = (
     # estimate does not model deferral); no sweep: the anchor session's
     Point("int8-amx-16g-gptq", "held-out", W + "k16-wna16.json", W + "k16-wna16.probe.json",
           W + "membw-anchor.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP,
-          gpu_checkpoint="gptq"),
+          gpu_checkpoint="gptq", kv_splits=32),
     Point("q8-avx2-16g-b", "held-out", L + "s2/k16-q8-avx2-full.json", L + "s2/k16-q8-avx2-full.probe.json",
           "anchor/membw.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
           note=ANCHOR_SWEEP),
@@ -127,22 +129,39 @@ POINTS = (
     # llama.cpp on a Q8_0 file, and LLAMAFILE_Q8_0 on kt-kernel 0.7.0's avx2 build (no AVX-512 code in it) forced;
     # its whole-layer twin (k16-int8-layers) is not scored: the estimate plans N experts in every layer
     Point("int8-amx-16g-q8s", "held-out", Q + "k16-int8.json", Q + "k16-int8.probe.json", Q + "membw-anchor.json",
-          {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP),
+          {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP, kv_splits=32),
     Point("q8-avx2-070-16g", "held-out", Q + "k16-q8-avx2-070.json", Q + "k16-q8-avx2-070.probe.json",
           Q + "membw-anchor.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", kt_kernel="0.7.0",
-          rss_peak_sampled=True, note=ANCHOR_SWEEP),
+          rss_peak_sampled=True, note=ANCHOR_SWEEP, kv_splits=32),
     # 2026-11-27, sixth session (run_moe_vs_llamacpp.sh STEPS="setup profile", then "setup amxint8 amxint8-levers" on the
     # same machine, then "setup med16 kthreads" on another; benchmarks/results/gpu/moe-budget/): the GPTQ split and the
     # preset again, each profiled before its probe, and the GPTQ split with every figure the median of 3 rounds
     Point("int8-amx-16g-gptq-b", "held-out", B + "run1/k16-wna16-prof.json", B + "run1/k16-wna16-prof.probe.json",
           "anchor/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP,
-          gpu_checkpoint="gptq"),
+          gpu_checkpoint="gptq", kv_splits=32),
     Point("int8-amx-16g-d", "held-out", B + "run2/k16-int8.json", B + "run2/k16-int8.probe.json", "anchor/membw.json",
-          {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP),
+          {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP, kv_splits=32),
     Point("int8-amx-16g-gptq-med3", "held-out", B + "med3/k16-wna16.json", B + "med3/k16-wna16.probe.json",
           "anchor/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True,
-          note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq"),
+          note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq", kv_splits=32),
+    # 2026-11-27, seventh session, one machine (STEPS="setup kcores", then "setup thp" twice): the GPTQ split at 14, 10,
+    # 12 and 8 KT threads (12 and 8 died after their 4-stream rounds: their decode after 512 tokens only), then with
+    # transparent huge pages "always" / the host's "madvise"; every decode the median of 3 rounds
+    *(Point(f"int8-amx-16g-gptq-t{t}", "held-out", f"{B}kcores/k16-wna16-t{t}.json", f"{B}kcores/k16-wna16-t{t}.probe.json",
+            "anchor/membw.json", {"kt_method": "AMXINT8", "kt_cpuinfer": t}, rss_peak_sampled=True,
+            note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq", kv_splits=32)
+      for t in (14, 10, 12, 8)),
+    *(Point(f"int8-amx-16g-gptq-{tag}", "held-out", f"{B}{folder}/k16-wna16-thp-{thp}.json",
+            f"{B}{folder}/k16-wna16-thp-{thp}.probe.json", "anchor/membw.json", {"kt_method": "AMXINT8"},
+            rss_peak_sampled=True, note=ANCHOR_SWEEP + f"; THP {thp}; every decode the median of 3 rounds",
+            gpu_checkpoint="gptq", kv_splits=32)
+      for tag, folder, thp in (("thp-a", "thp-a", "always"), ("thp-b", "thp-b", "madvise"), ("thp-c", "thp-b", "always"))),
 )
+
+# SGLang's batch-1 decode attention on the GPU host with 8 and with 32 KV splits, measured without KT: the same server
+# config at 24 GiB (every GPTQ-Int4 expert on the GPU) one after the other on one machine, decode after 512, 8K and 30K
+# tokens (moe-vs-llamacpp-gptq/run3/: k24-gptq-again ran 8 splits, k24-gptq-kv32 32)
+KV_SPLITS_AB = {8: "moe-vs-llamacpp-gptq/run3/k24-gptq-again.probe.json", 32: "moe-vs-llamacpp-gptq/run3/k24-gptq-kv32.probe.json"}
 
 
 def load(rel: str) -> dict | list:
@@ -217,17 +236,37 @@ def measurements(p: Point) -> list[dict]:
     return out
 
 
-def terms(pl: Plan, context: int) -> dict:
+def terms(pl: Plan, context: int, kv_splits: int = 8) -> dict:
     """The estimate's derived parts for a plan at a context (constants left out)."""
     h = pl.hybrid
     assert h is not None
     return {"gpu_s": h.decode_gpu_s, "gpu_experts_s": h.decode_gpu_experts_s,
             "cpu_bytes": h.cpu_bytes_per_token * h.decode_cpu_time_factor,   # a lesser build: measured slowdown
-            "read": h.host_read_bytes_s, "layers": h.moe_layers, "kv_bytes": context * pl.kv_bytes_per_token}
+            "read": h.host_read_bytes_s, "layers": h.moe_layers, "kv_bytes": context * pl.kv_bytes_per_token,
+            "kv_splits": kv_splits}
 
 
-def predict(t: dict, k: kt.KtConstants) -> float:
-    s = t["gpu_s"] + t["kv_bytes"] / k.attention_read_bytes_s \
+def attention_read_by_splits() -> dict[int, float]:
+    """The KV read rate (bytes/s) of batch-1 decode attention at each split count of KV_SPLITS_AB: the least-squares
+    slope through the origin of (each deeper decode's step - the step after the 512-token prompt) over the KV bytes
+    the deeper one reads more. Measured, not fitted on a KT run."""
+    gptq = next(p for p in POINTS if p.gpu_checkpoint == "gptq")
+    per_token = plan_for(gptq)[0].kv_bytes_per_token
+    out = {}
+    for splits, rel in KV_SPLITS_AB.items():
+        rows = {r["prompt_tokens"]: (r["prompt_tokens"] + r["completion_tokens"] // 2, 1.0 / r["decode_tok_s"])
+                for r in load(rel)["ttft"] if r.get("ok") and r.get("decode_tok_s")}
+        c0, t0 = rows.pop(512)
+        xy = [((c - c0) * per_token, t - t0) for c, t in rows.values()]
+        out[splits] = sum(x * x for x, _ in xy) / sum(x * y for x, y in xy)
+    return out
+
+
+def predict(t: dict, k: kt.KtConstants, splits_rate: dict[int, float] | None = None) -> float:
+    """tok/s: the fitted constants; a server with 32 KV splits reads its KV at the rate measured for 32 (the fit's
+    points all ran SGLang's default 8, whose rate is the fitted constant)."""
+    attn = k.attention_read_bytes_s if t.get("kv_splits", 8) == 8 else (splits_rate or {})[t["kv_splits"]]
+    s = t["gpu_s"] + t["kv_bytes"] / attn \
         + max(t["gpu_experts_s"], t["cpu_bytes"] / (t["read"] * k.cpu_read_efficiency)) + t["layers"] * k.layer_sync_s
     return 1.0 / s
 
@@ -262,7 +301,7 @@ def compute() -> dict:
         h = pl.hybrid
         assert h is not None
         for m in measurements(p):
-            rows.append({"point": p.name, "role": p.role, **m, "t": terms(pl, m["context"])})
+            rows.append({"point": p.name, "role": p.role, **m, "t": terms(pl, m["context"], p.kv_splits)})
         rec = {"name": p.name, "role": p.role, "method": h.kt_method, "build": p.build, "gpu_experts": h.num_gpu_experts,
                "threads": h.cpuinfer_threads, "note": p.note, "host_experts_bytes": h.host_experts_bytes,
                "host_checkpoint_bytes": h.host_checkpoint_bytes, "host_pinned_bytes": h.host_pinned_bytes}
@@ -270,26 +309,34 @@ def compute() -> dict:
             lf = run["log_figures_gib"]
             rec |= {"weights_gib": lf["weights"], "plan_weights_gib": pl.weights_bytes / GiB,
                     "kv_tokens": lf["kv_tokens"], "plan_kv_tokens": pl.kv_pool_tokens,
-                    "rss_after_start_bytes": run.get("host_rss_after_start_bytes"),
+                    # a server that died during its probe (no RSS at its end: 0) has one RSS sample, taken at a
+                    # moment the start does not pin (before or after kt-kernel frees its load buffers); shown, not
+                    # compared
+                    "rss_after_start_bytes": run.get("host_rss_after_start_bytes") if run["host_rss_peak_bytes"] else None,
+                    "rss_unscored_bytes": None if run["host_rss_peak_bytes"] else run.get("host_rss_after_start_bytes"),
                     # the run's peak is the larger of its two samples: RSS right after start (conversion and load
                     # buffers still held) and the highest RSS sampled during the probe
                     "rss_peak_bytes": max(run["host_rss_peak_bytes"], run.get("host_rss_after_start_bytes") or 0)
-                    if p.rss_peak_sampled else None}
+                    if p.rss_peak_sampled and run["host_rss_peak_bytes"] else None}
         points.append(rec)
-    # a decode more than 10 % slower than the same server's decode at a LONGER context cannot be the context's doing
-    # (more context only adds work): the server's state changed; it is kept, shown and flagged, not fitted or scored
+    # a decode more than 10 % slower than the same server's decode at a LONGER context is not the context's doing (more
+    # context only adds work): each depth is another prompt, and the kit's rate depends on the prompt (moe-budget.md,
+    # the prompt table: the same seeded prompts on 6 servers, the fastest 1.65x the slowest at one depth). Until
+    # 2026-11-27 such a decode was left unscored as a changed server state; it is scored like every other and noted
     for r in rows:
         longer = [q["tok_s"] for q in rows if q["point"] == r["point"] and q["context"] > r["context"]]
         r["inconsistent"] = bool(longer) and r["tok_s"] < 0.9 * max(longer)
-    fitted = [r for r in rows if r["role"] == "fit" and not r["inconsistent"]]
+    fitted = [r for r in rows if r["role"] == "fit"]
     eff, sync, attn = fit(fitted)
     own = [q["rss_after_start_bytes"] - q["host_experts_bytes"] - q["host_checkpoint_bytes"] - q["host_pinned_bytes"]
            for q in points if q["role"] == "fit" and q.get("rss_after_start_bytes")]
     sglang_host = sum(own) / len(own)
     k = replace(base, cpu_read_efficiency=eff, layer_sync_s=sync, attention_read_bytes_s=attn,
                 sglang_host_bytes=int(sglang_host))
+    splits_rate = attention_read_by_splits()
     for r in rows:
-        r["plan_tok_s"] = predict(r.pop("t"), k)
+        r["kv_splits"] = r["t"]["kv_splits"]
+        r["plan_tok_s"] = predict(r.pop("t"), k, splits_rate)
         r["error"] = r["plan_tok_s"] / r["tok_s"] - 1
     for q in points:
         if q.get("rss_after_start_bytes"):
@@ -303,6 +350,7 @@ def compute() -> dict:
         "script": "benchmarks/gpu/fit_kt.py",
         "constants": {"kt_cpu_read_efficiency": round(eff, 3), "kt_layer_sync_us": round(sync * 1e6, 1),
                       "kt_attention_read_gbs": round(attn / 1e9, 1), "kt_sglang_host_mib": round(sglang_host / 2**20)},
+        "attention_read_gbs_measured_by_kv_splits": {str(n): round(v / 1e9, 1) for n, v in splits_rate.items()},
         "fitted_on": sorted({r["point"] for r in rows if r["role"] == "fit"}),
         "held_out": sorted({r["point"] for r in rows if r["role"] == "held-out"}),
         "measurements": rows, "points": points,
@@ -317,16 +365,21 @@ def markdown(res: dict) -> str:
              "random-weight FP8 checkpoint, card emulated at 16/24 GB). Constants (config/engine.toml): CPU read "
              f"efficiency {c['kt_cpu_read_efficiency']}, per-layer sync {c['kt_layer_sync_us']} us, attention read "
              f"{c['kt_attention_read_gbs']} GB/s, SGLang's own host RAM {c['kt_sglang_host_mib']} MiB.", "",
-             "| run | role | method (build) | GPU experts | threads | decode measured at | measured tok/s | "
-             "estimate | error |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "Attention with 32 KV splits (config/sglang.toml's GPU-host flags since 2026-11-27; the fitted runs ran "
+             "SGLang's default 8): measured without KT on one machine, the same 24 GiB server with 8 and with 32 "
+             "splits (moe-vs-llamacpp-gptq/run3/), the extra step after 8K and 30K over the extra KV read: "
+             + ", ".join(f"{n} splits {v} GB/s" for n, v in res["attention_read_gbs_measured_by_kv_splits"].items())
+             + f" (the fitted constant: {c['kt_attention_read_gbs']}). The runs with 32 use the measured 32-split rate.",
+             "", "| run | role | method (build) | GPU experts | threads | KV splits | decode measured at | measured tok/s | "
+             "estimate | error |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     by = {q["name"]: q for q in res["points"]}
     for r in res["measurements"]:
         q = by[r["point"]]
-        flag = " (slower than its own longer-context decode: flagged, not scored)" if r["inconsistent"] else ""
+        flag = " (slower than the same server after a longer prompt: another prompt, moe-budget.md)" if r["inconsistent"] else ""
         lines.append(f"| {r['point']} | {r['role']} | {q['method']} ({q['build']}) | {q['gpu_experts']} | {q['threads']} "
-                     f"| {r['context']:,} tokens | {r['tok_s']:.1f} | {r['plan_tok_s']:.1f} | {r['error']:+.1%}{flag} |")
+                     f"| {r['kv_splits']} | {r['context']:,} tokens | {r['tok_s']:.1f} | {r['plan_tok_s']:.1f} | {r['error']:+.1%}{flag} |")
     for role in ("fit", "held-out"):
-        errs = [abs(r["error"]) for r in res["measurements"] if r["role"] == role and not r["inconsistent"]]
+        errs = [abs(r["error"]) for r in res["measurements"] if r["role"] == role]
         if errs:
             lines.append(f"\n{role}: {len(errs)} measurements, worst |error| {max(errs):.1%}, mean {sum(errs) / len(errs):.1%}")
     lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan "
@@ -334,7 +387,9 @@ def markdown(res: dict) -> str:
     for q in res["points"]:
         if "weights_gib" in q:
             rss = (f"{q['rss_after_start_bytes'] / GiB:.1f} / {q['plan_rss_bytes'] / GiB:.1f} GiB ({q['rss_error']:+.1%})"
-                   if q.get("rss_after_start_bytes") else "-")
+                   if q.get("rss_after_start_bytes") else
+                   f"{q['rss_unscored_bytes'] / GiB:.1f} GiB, one sample (the server died in its probe: not compared)"
+                   if q.get("rss_unscored_bytes") else "-")
             peak = (f"{q['rss_peak_bytes'] / GiB:.1f} / {q['plan_rss_bytes'] / GiB:.1f} GiB ({q['rss_peak_error']:+.1%})"
                     if q.get("rss_peak_bytes") else "-")
             lines.append(f"| {q['name']} | {q['role']} | {q['weights_gib']:.2f} / {q['plan_weights_gib']:.2f} "

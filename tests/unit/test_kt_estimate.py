@@ -45,20 +45,19 @@ _INT8 = ("the estimate prices CPU experts by the bytes read at the host's read r
          "the thread count (6 against 14 threads: -25 % to +21 % measured, four of six within 12 %, where the read "
          "rate says -14 % to -29 %): "
          "the estimate is mostly pessimistic for it, and the plan prints the measured spread (KtMethod.estimate_spread)")
+_PROMPT = ("the kit's rate depends on the request's prompt (moe-budget.md, the prompt table: the same seeded prompts on "
+           "6 servers, the fastest 1.65x the slowest at one depth, 92 % of them on the same side of their server's "
+           "mean), each depth is another prompt, and the estimate assumes uniform routing")
 _Q8 = "LLAMAFILE_Q8_0's decode right after an 8K prompt at 16 GiB: 0.68-0.80x the estimate (see below)"
 KNOWN_MISSES = {
     "int8-amx-16g-c": "the first AMXINT8 server run (-22.6 % after 512 tokens): " + _INT8,
     "int8-amx-16g-t6": _INT8,
     "int8-amx-24g-t6": _INT8,
     "int8-amx-24g-t14": _INT8,
-    # 2026-11-27, beside llama.cpp on a Q8_0 file: within 15 % after 512 tokens, 31.5 tok/s after a 30K prompt where
-    # the estimate says 22.7 (the context term prices 30K tokens of KV read; this run decoded faster there than
-    # after 8K, 26.8, which is flagged): the same direction as every AMXINT8 miss above
-    "int8-amx-16g-q8s": _INT8,
-    # GPTQ-Int4 GPU experts split on moe_wna16 (88 per layer) + AMXINT8: the first decode after start (41.8 tok/s,
-    # within 1 % of the estimate) is slower than the later ones after 8K and 30K (60.9, 49.5: 1.6-1.75x), so it is
-    # flagged and those two miss: the same direction as every AMXINT8 miss above
-    "int8-amx-16g-gptq": _INT8,
+    # GPTQ-Int4 GPU experts split on moe_wna16 (88 per layer) + AMXINT8: within 2 % after 512 tokens, 0.68-0.76x the
+    # decodes after 8K and 30K (60.9, 49.5 tok/s): another prompt each (_PROMPT), the same direction as every
+    # AMXINT8 miss above
+    "int8-amx-16g-gptq": _INT8 + "; " + _PROMPT,
     # 2026-11-27, sixth session (moe-budget/): the preset again (-22.8 % after 512 tokens, -20.3 % after 30K) and the
     # GPTQ split twice more, once with every figure the median of 3 rounds: each decodes faster after 8K than after
     # 512 tokens (the 512 one flagged), as the first session did, so this is the split's own behaviour, not a slow
@@ -66,8 +65,18 @@ KNOWN_MISSES = {
     # the 32 config/sglang.toml gives the GPU host since 2026-11-27 (3.7x less attention time at 30K, measured in
     # moe-vs-llamacpp-gptq/run3); scaling the rate by 4 still leaves them 21-37 % under their 8K / 30K decodes
     "int8-amx-16g-d": _INT8,
-    "int8-amx-16g-gptq-b": _INT8,
-    "int8-amx-16g-gptq-med3": _INT8,
+    "int8-amx-16g-gptq-b": _INT8 + "; " + _PROMPT,
+    "int8-amx-16g-gptq-med3": _INT8 + "; " + _PROMPT,
+    # 2026-11-27, seventh session (moe-budget/kcores, thp-a, thp-b): the GPTQ split on one machine, 3 prompts per figure.
+    # At 14, 12 and 8 KT threads every figure is within 20 %; at 10 threads and in the three THP servers the decode
+    # after 8K (and in two after 30K) is 20-40 % faster than the estimate
+    "int8-amx-16g-gptq-t10": _INT8 + "; " + _PROMPT,
+    "int8-amx-16g-gptq-thp-a": _INT8 + "; " + _PROMPT,
+    "int8-amx-16g-gptq-thp-b": _INT8 + "; " + _PROMPT,
+    "int8-amx-16g-gptq-thp-c": _INT8 + "; " + _PROMPT,
+    # AMXINT4 at 16 GiB, the anchor session: its first decode after start (28.8 tok/s) was slower than its own decode
+    # after 8K (34.6; 1.43x the estimate): scored since 2026-11-27 (see below), within 6 % at 8K and 30K
+    "int4-amx-16g-b": "the first decode after start of one session: " + _PROMPT,
     # LLAMAFILE_Q8_0 (kt-kernel's llamafile backend): on kt-kernel 0.5.1 every decode after a 512-token prompt and the
     # 24 GiB one after 8K are within 5 %; right after an 8K prompt at 16 GiB (85 CPU experts per layer) four runs
     # decoded 0.68-0.80x the estimate, the same on the avx2 and amx builds and on 0.7.0's avx2 build. Not explained by the bytes read (the 24 GiB run reads 61 %
@@ -82,8 +91,7 @@ KNOWN_MISSES = {
 
 @pytest.mark.parametrize("role, bar", [("fit", 0.20), ("held-out", 0.20)])
 def test_decode_estimate_within_20_percent(role, bar):
-    rows = [m for m in result()["measurements"] if m["role"] == role and not m["inconsistent"]
-            and m["point"] not in KNOWN_MISSES]
+    rows = [m for m in result()["measurements"] if m["role"] == role and m["point"] not in KNOWN_MISSES]
     assert rows
     worst = max(rows, key=lambda m: abs(m["error"]))
     assert abs(worst["error"]) < bar, worst
@@ -104,7 +112,7 @@ def test_the_plan_prints_the_measured_spread_for_a_method_the_estimate_misses():
     missed = {methods[p] for p in KNOWN_MISSES}
     for name, m in kt.KT_METHODS.items():
         ratios = [1 / (1 + r["error"]) for r in result()["measurements"] if r["role"] == "held-out"
-                  and not r["inconsistent"] and methods[r["point"]] == name]
+                  and methods[r["point"]] == name]
         if name not in missed:
             assert m.estimate_spread is None, name
             continue
@@ -124,13 +132,14 @@ def test_memory_within_the_bars_on_every_run():
             assert abs(q["rss_peak_error"]) < 0.10, q["name"]
 
 
-def test_flagged_measurements_are_few_and_each_slower_than_its_own_longer_context():
-    """Four are a decode after 512 tokens: the first after start (int4-amx-16g-b) and the GPTQ split's in each of its
-    three sessions (that split decodes faster after 8K: KNOWN_MISSES); one (int8-amx-16g-q8s) the decode after 8K,
-    26.8 tok/s against 31.5 after 30K in the same run (scored, it would be within 6 %)."""
-    flagged = [m for m in result()["measurements"] if m["inconsistent"]]
-    assert len(flagged) <= 5 and all(m["context"] < 10_000 for m in flagged)
-    assert sum(m["point"].startswith("int8-amx-16g-gptq") for m in flagged) == 3
+def test_a_decode_slower_than_its_own_longer_context_one_is_noted_and_scored():
+    """Each depth of a probe is another prompt, and the kit's rate depends on the prompt (moe-budget.md), so such a
+    decode is noted in the table (flag), fitted and scored like every other; the flag itself is right."""
+    rows = result()["measurements"]
+    flagged = [m for m in rows if m["inconsistent"]]
+    assert flagged and all("error" in m for m in flagged)
     for m in flagged:
-        longer = [q["tok_s"] for q in result()["measurements"] if q["point"] == m["point"] and q["context"] > m["context"]]
+        longer = [q["tok_s"] for q in rows if q["point"] == m["point"] and q["context"] > m["context"]]
         assert m["tok_s"] < 0.9 * max(longer)
+    held = [abs(m["error"]) for m in rows if m["role"] == "held-out"]
+    assert f"held-out: {len(held)} measurements, worst |error| {max(held):.1%}" in fit_kt.OUT_MD.read_text()
