@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "vramkit.commands.plan",
     "vramkit.commands.pull",
     "vramkit.commands.launch",
+    "vramkit.commands.placement",
     "vramkit.commands.monitor",
     "vramkit.commands.vram_safe",
     "vramkit.commands.host",

@@ -31,10 +31,11 @@ from vramkit.core.bench_stats import decode_tok_s  # noqa: E402
 
 VOCAB = 151000
 API = "sglang"
+SEED_OFFSET = 0     # --seed-offset: another set of prompts, the same shapes (every seed below shifted by it)
 
 
 def ids(n: int, seed: int) -> list[int]:
-    rng = random.Random(seed)
+    rng = random.Random(seed + SEED_OFFSET)
     return [rng.randrange(10, VOCAB) for _ in range(n)]
 
 
@@ -136,6 +137,16 @@ def ttft_median(rounds: list[dict]) -> dict:
             "rounds": [{k: r[k] for k in ("ok", "ttft_s", "decode_tok_s", "completion_tokens", "error")} for r in rounds]}
 
 
+def _post(url: str, path: str) -> str:
+    """One of SGLang's control endpoints: its status and the start of its body."""
+    import httpx
+    try:
+        r = httpx.post(f"{url}{path}", timeout=120)
+        return f"{r.status_code} {r.text[:120]}"
+    except httpx.HTTPError as e:
+        return f"error {type(e).__name__}: {e}"
+
+
 def profile_point(url: str, streams: int, steps: int, new: int, out_dir: Path) -> dict:
     """SGLang's own profiler over `steps` decode steps of `streams` concurrent 512-token requests (prefill and decode
     traced apart: profile_by_stage), the decode trace summarized by decode_profile.kineto (the per-token budget)."""
@@ -196,14 +207,21 @@ def main() -> int:
                     "decode steps at each --profile-streams count, the trace summarized (decode_profile.py)")
     ap.add_argument("--profile-streams", default="1,4")
     ap.add_argument("--profile-dir", type=Path, help="where SGLang writes the traces (default: beside --out)")
+    ap.add_argument("--seed-offset", type=int, default=0, help="shift every prompt's seed: other prompts of the same "
+                    "lengths (the prompts a placement was recorded on, kept apart from the ones it is measured on)")
+    ap.add_argument("--record-experts", action="store_true", help="SGLang's expert-distribution recorder around "
+                    "every point (a server started with --expert-distribution-recorder-mode stat): start before, "
+                    "stop and dump after (the .pt lands in the server's $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR)")
     a = ap.parse_args()
-    global API
-    API = a.api
+    global API, SEED_OFFSET
+    API, SEED_OFFSET = a.api, a.seed_offset
     if a.repeat < 1:
         ap.error("--repeat must be at least 1")
     res: dict = {"label": a.label, "api": a.api, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "repeat": a.repeat, "decode": [], "ttft": []}
     one(a.url, ids(64, 99), 8)                          # warm
+    if a.record_experts:
+        res["record_experts"] = {"start": _post(a.url, "/start_expert_distribution_record")}
     if a.profile_steps:
         pdir = a.profile_dir or a.out.parent / f"{a.label or 'probe'}.profile"
         for n in [int(x) for x in a.profile_streams.split(",") if x]:
@@ -234,6 +252,11 @@ def main() -> int:
         r = one(a.url, ids(512, 4000 + k), n)
         res.setdefault("gen_sweep", []).append(r)
         print(f"gen sweep {n} tokens: {r['decode_tok_s']}", flush=True)
+        a.out.write_text(json.dumps(res, indent=1))
+    if a.record_experts:
+        res["record_experts"] |= {"stop": _post(a.url, "/stop_expert_distribution_record"),
+                                  "dump": _post(a.url, "/dump_expert_distribution_record")}
+        print(f"expert distribution: {res['record_experts']}", flush=True)
         a.out.write_text(json.dumps(res, indent=1))
     if a.again:
         r = one(a.url, ids(512, 3000), a.new_tokens)

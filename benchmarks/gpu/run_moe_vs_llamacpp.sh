@@ -66,6 +66,10 @@
 # KT threads below physical cores - 2 on the kit's best 16 GiB point (kt-kernel pins worker i to core i and its workers
 # spin between layers, so SGLang's scheduler, its CUDA host nodes and the tokenizer share what is left; the kernel-level
 # AMXINT8 time stops improving at 10 threads): STAGE=.stage-w16 REPEAT=3 STEPS="setup kcores" (KCORES: the counts).
+# The placement lever (vramkit kt-placement, not measured yet): SGLang's expert-distribution recorder on prompts kept
+# apart from the probe's (--seed-offset), each layer's most-routed experts put in the GPU's slots (--kt-placement:
+# SGLang's --init-expert-location), then the probe's own prompts with the trivial map and with that one, and the
+# recorded prompts again with it: STAGE=.stage-w16 REPEAT=3 STEPS="setup hot" (~18 min).
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -118,9 +122,9 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has k24l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -437,6 +441,27 @@ if has kcores; then  # the KT thread count on the kit's best 16 GiB point: GPTQ-
   for t in ${KCORES:-14 10 12 8}; do
     kit k16-wna16-t$t 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer $t
   done
+fi
+if has hot; then  # the placement lever on the kit's best 16 GiB point (GPTQ split on moe_wna16, AMXINT8, 14 threads)
+  CPU8="--kt-method AMXINT8 --kt-weight-path $KT8"; REC=$W/rec; mkdir -p $REC
+  # decode-heavy recording on other prompts (seed offset): 512-token prompts, 256 tokens each, 1 and 4 streams
+  RECP=${RECP:-"--streams 1,4 --new-tokens 256 --ttft '' --repeat ${REPEAT:-1} --seed-offset 100000"}
+  ballast 16
+  kit k16-wna16-rec 16 "$RECP --record-experts" --env SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR=$REC -- $KITG $CPU8 \
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --expert-distribution-recorder-mode stat --expert-distribution-recorder-buffer-size -1"
+  dump=$(ls -t $REC/*.pt 2>/dev/null | head -1)
+  ngpu=$(grep -o "kt_num_gpu_experts=[0-9]*" $RES/k16-wna16-rec.evidence.txt 2>/dev/null | head -1 | cut -d= -f2)
+  # the dump holds a count per recorded step ([steps, layers, experts]): kept summed, as the JSON kt-placement reads too
+  [ -n "$dump" ] && python3 -c "import json, torch; c = torch.load('$dump', weights_only=True)['logical_count']
+json.dump({'logical_count': (c.sum(0) if c.dim() == 3 else c).tolist()}, open('$RES/expert-counts.json', 'w'))" \
+    && python3 -m vramkit kt-placement "$dump" --model $GQ \
+    --gpu-experts "${ngpu:-88}" --out $RES/kt-placement.json > $RES/kt-placement.txt 2>&1
+  step "placement ($ngpu GPU experts): $(cat $RES/kt-placement.txt 2>/dev/null || echo 'no dump in '$REC)"
+  [ -n "${HOT_REC_ONLY:-}" ] || kit k16-wna16-triv 16 "$FULL" -- $KITG $CPU8
+  if [ -f $RES/kt-placement.json ] && [ -z "${HOT_REC_ONLY:-}" ]; then
+    kit k16-wna16-hot 16 "$FULL" -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
+    kit k16-wna16-hot-rec 16 "$RECP" -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
+  fi
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16

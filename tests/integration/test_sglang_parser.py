@@ -211,3 +211,8 @@ def test_rendered_launch_is_accepted_by_sglang(rendered_results, case):
     # renamed, and warned about, above)
     for flag in ("--served-model-name", "--tool-call-parser", "--reasoning-parser"):
         assert result.resolved[flag[2:].replace("-", "_")] == _flag_value(case.argv, flag), f"{case.case_id}: {flag}"
+    # a placement file (`vramkit kt-placement`) makes SGLang dispatch the router's logical experts to physical slots
+    # statically, the mapping kt-kernel and the GPU weight loader follow; without one, no dispatch step at all
+    placement = _flag_value(case.argv, "--init-expert-location")
+    assert result.resolved["init_expert_location"] == (placement or "trivial"), case.case_id
+    assert result.resolved["ep_dispatch_algorithm"] == ("static" if placement else None), case.case_id

@@ -58,6 +58,7 @@ _SERVER_ARG_FIELDS = (
     "hicache_ratio", "hicache_size", "hicache_write_policy", "hicache_io_backend", "hicache_mem_layout",
     "enable_torch_compile", "torch_compile_max_bs", "skip_tokenizer_init", "json_model_override_args",
     "host", "port", "served_model_name", "tool_call_parser", "reasoning_parser", "chat_template",
+    "init_expert_location", "ep_dispatch_algorithm",
 )
 
 

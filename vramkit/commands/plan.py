@@ -57,6 +57,9 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
                    help="folder of the CPU experts (default $VRAMKIT_KT_WEIGHT_PATH, else the model folder; "
                         "AMXINT4/8: KT's "
                         "converted layout, tools/make_random_checkpoint.py --kt-layout ... --from MODEL_DIR)")
+    m.add_argument(f["kt_placement"], metavar="FILE",
+                   help="which experts of each layer sit on the GPU: `vramkit kt-placement`'s file from recorded "
+                        "routing (SGLang's --init-expert-location; default: experts 0..N-1)")
     m.add_argument(f["host_read_gbs"], metavar="GBS",
                    help="host memory read bandwidth in GB/s, one figure or per thread count (1:11.2,8:72.3,16:93) "
                         "(default $VRAMKIT_HOST_READ_GBS, measured by `vramkit host --bandwidth --write`)")

@@ -115,3 +115,8 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
                 case = f"{preset.name}-hybrid-{gpu.name}"
             yield LaunchCaseSpec(case, argv + hy.args(model.hf_id), model.config_dir, p.fits,
                                  gpu.memory_total_bytes)
+            if free_gib and knobs.kt_method == "AMXINT8" and model is preset_model:   # + `vramkit kt-placement`'s map
+                placed = hybrid.for_plan(p, weights, placement="/tmp/ck/kt-placement.json", layers=model.num_layers)
+                assert placed is not None
+                yield LaunchCaseSpec(case + "-placement", argv + placed.args(model.hf_id), model.config_dir, p.fits,
+                                     gpu.memory_total_bytes)

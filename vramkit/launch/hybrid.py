@@ -21,6 +21,7 @@ ENV_HOST_READ = "VRAMKIT_HOST_READ_GBS"     # `vramkit host --bandwidth --write`
 KT_SERVICE_DIR = catalog.CONFIG_DIR.parent / "services" / "sglang-kt"
 KT_COMPAT_DIR = KT_SERVICE_DIR / "kt_compat"
 KT_CONTAINER_DIR = "/kt-weights"
+KT_PLACEMENT_INSIDE = "/kt-placement.json"
 # The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
 # `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
 REFERENCE_HOST = kt.HostCpu(isa=reference.HOST_CPU_ISA, isa_source=reference.HOST_CPU_LABEL,
@@ -96,13 +97,33 @@ class Hybrid:
     plan: kt.HybridSection
     weight_path: str | None        # --kt-weight-path (None: the model folder)
     here_isa: str | None           # the build THIS host runs (`vramkit up` starts here, whatever --cpu-isa said)
+    placement: str | None = None   # --kt-placement: SGLang's --init-expert-location file (None: experts 0..N-1)
+    layers: int = 0                # the model's decoder layers: the placement file's rows
 
     def args(self, model_path: str) -> list[str]:
         """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/plan/knobs.py): the given
         folder, else the model's own for the methods that read the checkpoint, else a placeholder that
         `vramkit up` refuses before starting (the kt-weights check)."""
         default = model_path if kt.KT_METHODS[self.plan.kt_method].reads else "$VRAMKIT_KT_WEIGHT_PATH"
-        return [SGLANG_FLAGS["kt_weight_path"], self.weight_path or default]
+        return [SGLANG_FLAGS["kt_weight_path"], self.weight_path or default] + (
+            [SGLANG_FLAGS["init_expert_location"], str(Path(self.placement).resolve())] if self.placement else [])
+
+    def placement_check(self) -> tuple[str, bool, str]:
+        """(name, ok, detail): --kt-placement's file reads as a map of this model's layers and experts."""
+        from vramkit.core.plan import kt_placement as kp
+        from vramkit.errors import VramkitError
+        where = str(self.placement)
+        try:
+            text = Path(where).read_text()
+        except OSError as e:
+            return "kt-placement", False, f"{where}: {e.strerror} -> write it with `vramkit kt-placement`"
+        try:
+            m = kp.read_sglang_json(text, self.layers, self.plan.num_experts, where)
+        except VramkitError as e:
+            return "kt-placement", False, e.line().removeprefix("vramkit: ")
+        moved = sum(row[:self.plan.num_gpu_experts] != list(range(self.plan.num_gpu_experts)) for row in m)
+        return ("kt-placement", True, f"{where}: {moved} of {self.layers} layers keep other experts than "
+                                      f"0..{self.plan.num_gpu_experts - 1} on the GPU (--init-expert-location)")
 
     def checks(self, host_ram_available: int) -> list[tuple[str, bool, str]]:
         """(name, ok, detail) for `vramkit up`: this CPU runs the method, the experts fit host RAM, KT's converted
@@ -120,7 +141,7 @@ class Hybrid:
                           + (f" -> --kt-method {other[0]} runs here" if other else
                              f": {kt.source_build_text(m, self.here_isa)}"
                              if self.here_isa == "avx2" and m in kt.AVX2_SOURCE else ""))
-        out = [("cpu-isa", *cpu),
+        out = [("cpu-isa", *cpu), *([self.placement_check()] if self.placement else []),
                ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer, {m}) + "
                 f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available")]
@@ -147,13 +168,16 @@ class Hybrid:
         if kt.KT_METHODS[self.plan.kt_method].gguf_type and str(self.weight_path or "").endswith(".gguf"):
             inside += "/" + Path(str(self.weight_path)).name    # kt-kernel opens a file only by its .gguf name
         v, kk = catalog.versions(), self.plan.kt_kernel
-        return {"args": [SGLANG_FLAGS["kt_weight_path"], inside], "build_context": build_context,
+        placement = ([SGLANG_FLAGS["init_expert_location"], KT_PLACEMENT_INSIDE] if self.placement else [])
+        return {"args": [SGLANG_FLAGS["kt_weight_path"], inside, *placement], "build_context": build_context,
                 "build_args": {"KT_KERNEL": kk} if kk != v.kt_kernel_pip else None,
                 "image": v.sglang_kt_image_for(kk),
                 "extra_volumes": (f"{host}:{inside}:ro  # the CPU experts ("
                                   + ("the downloaded checkpoint folder" if kt.KT_METHODS[self.plan.kt_method].reads
                                      else f"{self.plan.kt_method} layout")
-                                  + "), read into host RAM by kt-kernel at start",)}
+                                  + "), read into host RAM by kt-kernel at start",)
+                + ((f"{Path(self.placement).resolve()}:{KT_PLACEMENT_INSIDE}:ro  # which experts sit on the GPU "
+                    "(vramkit kt-placement)",) if self.placement else ())}
 
     def native_env(self) -> dict[str, str]:
         """The kt-kernel adapter on the server's path (its sitecustomize installs the import hook); the build the
@@ -165,11 +189,12 @@ class Hybrid:
         return env
 
     def to_json(self) -> dict:
-        return {"weight_path": self.weight_path, "this_host_isa": self.here_isa}
+        return {"weight_path": self.weight_path, "this_host_isa": self.here_isa, "placement": self.placement}
 
 
-def for_plan(p, weight_path: str | None = None, here_isa: str | None = None) -> Hybrid | None:
+def for_plan(p, weight_path: str | None = None, here_isa: str | None = None, placement: str | None = None,
+             layers: int = 0) -> Hybrid | None:
     """The launch side of a plan's hybrid section (None: not a hybrid plan)."""
     if p.hybrid is None:
         return None
-    return Hybrid(p.hybrid, weight_path, here_isa)
+    return Hybrid(p.hybrid, weight_path, here_isa, placement, layers or p.hybrid.moe_layers)

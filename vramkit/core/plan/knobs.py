@@ -134,6 +134,7 @@ SGLANG_FLAGS = {
     "disable_prefill_graphs": "--disable-prefill-cuda-graph", "model_override": "--json-model-override-args",
     "load_format": "--load-format", "skip_tokenizer_init": "--skip-tokenizer-init",
     "kt_weight_path": "--kt-weight-path",
+    "init_expert_location": "--init-expert-location",   # the hybrid mode's placement (core/plan/kt_placement.py)
     # the serving settings (Serving below)
     "served_model_name": "--served-model-name", "tool_call_parser": "--tool-call-parser",
     "reasoning_parser": "--reasoning-parser", "chat_template": "--chat-template",

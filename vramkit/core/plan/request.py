@@ -41,6 +41,7 @@ class PlanRequest:
     host_read_gbs: tuple[tuple[int, float], ...] | None = None   # host read GB/s per thread count (hybrid MoE mode)
     cpu_isa: str | None = None               # the CPU planned for: avx2 | avx512 | amx (None: this host's)
     kt_weight_path: str | None = None        # the CPU experts' folder (the hybrid MoE mode)
+    kt_placement: str | None = None          # which experts sit on the GPU (`vramkit kt-placement`'s file)
     knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
@@ -105,6 +106,7 @@ TARGET_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
                       else parse_read_gbs(raw, "--host-read-gbs")),
     "cpu_isa": ("--cpu-isa", parse_cpu_isa),
     "kt_weight_path": ("--kt-weight-path", _text),
+    "kt_placement": ("--kt-placement", _text),
 }
 
 

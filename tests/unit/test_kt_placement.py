@@ -1,0 +1,133 @@
+"""The hybrid mode's expert placement (core/plan/kt_placement.py, `vramkit kt-placement`, `--kt-placement`): each
+layer's most-routed experts in the GPU's physical slots, from SGLang's expert-distribution dump, rendered as SGLang's
+--init-expert-location (its real parser's resolution of that flag: tests/integration/test_sglang_parser.py)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vramkit import catalog
+from vramkit.cli import main
+from vramkit.core.plan import kt_placement as kp
+from vramkit.errors import Exit, VramkitError
+
+MOE = "qwen3-coder-30b-a3b-instruct-fp8"
+
+
+def test_hot_first_orders_each_layer_by_count_and_raises_the_gpu_share():
+    counts = [[1, 5, 5, 0], [0, 0, 2, 9]]
+    m = kp.hot_first(counts)
+    assert m == [[1, 2, 0, 3], [3, 2, 0, 1]]          # most first, a tie to the lower id
+    assert kp.gpu_share(counts, kp.trivial(2, 4), 2) == pytest.approx(6 / 22)
+    assert kp.gpu_share(counts, m, 2) == pytest.approx(21 / 22)
+    assert kp.gpu_share(counts, m, 4) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("counts, why", [
+    ([[1, 2]], "1 x [2]"),                       # one layer short
+    ([[1, 2], [3]], "not 2 layers x 2 experts"),
+    ([[1, -2], [3, 4]], ">= 0"),
+    ([[0, 0], [0, 0]], "not all 0"),
+    ([[1, float("nan")], [3, 4]], "finite"),
+    ([[1, "x"], [3, 4]], "not a number"),
+])
+def test_counts_of_another_shape_or_kind_are_refused(counts, why):
+    with pytest.raises(VramkitError) as e:
+        kp.check_counts(counts, 2, 2, "dump.pt")
+    assert e.value.code == Exit.BAD_FILE and why in e.value.line()
+
+
+@pytest.mark.parametrize("text", [
+    "{not json", '{"physical_to_logical_map": [[0, 1]], "made_by": "x"}', '{"physical_to_logical_map": [[0, 0], [1, 0]]}',
+    '{"physical_to_logical_map": [[0, 1]]}', '{"physical_to_logical_map": [[0, true], [1, 0]]}',
+])
+def test_a_placement_file_sglang_would_misread_is_refused(text):
+    with pytest.raises(VramkitError) as e:
+        kp.read_sglang_json(text, 2, 2, "p.json")
+    assert e.value.code == Exit.BAD_FILE
+
+
+def test_the_written_file_is_what_sglang_reads_back():
+    m = [[1, 0], [0, 1]]
+    assert kp.read_sglang_json(kp.sglang_json(m), 2, 2, "p.json") == m
+    assert list(json.loads(kp.sglang_json(m))) == ["physical_to_logical_map"]   # SGLang passes every key on
+
+
+def _dump(tmp_path, layers, experts, steps=3):
+    """What SGLang's recorder writes: torch.save of a dict, logical_count [steps, layers, experts]."""
+    import torch
+    g = torch.Generator().manual_seed(1)
+    counts = torch.randint(0, 50, (steps, layers, experts), generator=g)
+    counts[:, :, 7] += 1000                     # expert 7 of every layer is the hottest
+    path = tmp_path / "expert_distribution_recorder_1.pt"
+    torch.save({"rank": 0, "logical_count": counts, "average_utilization_rate_over_window": None}, path)
+    return path, counts.sum(dim=0).tolist()
+
+
+def test_kt_placement_writes_the_hot_first_map_from_a_real_dump(tmp_path, capsys):
+    model = catalog.model(MOE)
+    layers, experts = model.num_layers, model.moe.num_experts
+    dump, counts = _dump(tmp_path, layers, experts)
+    out = tmp_path / "placement.json"
+    assert main(["kt-placement", str(dump), "--model", MOE, "--gpu-experts", "43", "--out", str(out)]) == 0
+    m = kp.read_sglang_json(out.read_text(), layers, experts, str(out))
+    assert all(row[0] == 7 for row in m) and m == kp.hot_first(counts)
+    said = capsys.readouterr().out
+    share = kp.gpu_share(counts, m, 43)
+    assert f"takes {share:.1%} of the recorded routing" in said and "uniform routing: 33.6%" in said
+
+
+def test_kt_placement_keeps_an_existing_file_and_writes_nothing_from_a_bad_dump(tmp_path, capsys):
+    model = catalog.model(MOE)
+    dump, _ = _dump(tmp_path, model.num_layers, model.moe.num_experts)
+    out = tmp_path / "placement.json"
+    out.write_text("mine")
+    assert main(["kt-placement", str(dump), "--model", MOE, "--out", str(out)]) == Exit.BAD_INPUT
+    assert out.read_text() == "mine"
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a torch file")
+    fresh = tmp_path / "fresh.json"
+    assert main(["kt-placement", str(bad), "--model", MOE, "--out", str(fresh)]) == Exit.BAD_FILE
+    wrong, _ = _dump(tmp_path, 4, 8)
+    assert main(["kt-placement", str(wrong), "--model", MOE, "--out", str(fresh)]) == Exit.BAD_FILE
+    assert not list(tmp_path.glob("fresh.json*"))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 3
+
+
+def test_a_placement_renders_sglang_s_flag_and_is_checked_before_start(tmp_path):
+    from vramkit.core.plan.planner import Knobs, Target, plan
+    from vramkit.launch import hybrid
+    model = catalog.model(MOE)
+    host = hybrid.REFERENCE_HOST
+    p = plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * 2**30), host=host,
+                           host_ram_available_bytes=128 * 2**30),
+             Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT8"})), catalog.engine(),
+             with_alternatives=False)
+    good = tmp_path / "placement.json"
+    n = p.hybrid.num_gpu_experts
+    good.write_text(kp.sglang_json([list(range(n, 128)) + list(range(n)) for _ in range(model.num_layers)]))
+    hy = hybrid.for_plan(p, "/w", placement=str(good), layers=model.num_layers)
+    args = hy.args("m")
+    assert args[args.index("--init-expert-location") + 1] == str(good.resolve())
+    name, ok, detail = hy.placement_check()
+    assert ok and f"{model.num_layers} of {model.num_layers} layers keep other experts" in detail
+    parts = hy.compose_parts("services/sglang-kt")
+    assert "--init-expert-location" in parts["args"] and any(str(good.resolve()) in v for v in parts["extra_volumes"])
+    good.write_text(kp.sglang_json(kp.trivial(3, 128)))
+    assert hybrid.for_plan(p, "/w", placement=str(good), layers=model.num_layers).placement_check()[1] is False
+    assert hybrid.for_plan(p, "/w", placement=str(tmp_path / "none.json")).placement_check()[1] is False
+    assert "--init-expert-location" not in hybrid.for_plan(p, "/w").args("m")
+
+
+def test_the_committed_gpu_host_figures_are_the_command_s_on_its_counts(tmp_path, capsys):
+    """benchmarks/results/gpu/moe-budget/hot-rec/: SGLang's recorder on the GPU host (one request, the GPTQ split, 88
+    GPU experts per layer), its counts summed over steps; kt-placement.txt is what the command printed there."""
+    d = catalog.CONFIG_DIR.parent / "benchmarks" / "results" / "gpu" / "moe-budget" / "hot-rec"
+    said_there = (d / "kt-placement.txt").read_text().splitlines()[1]
+    out = tmp_path / "p.json"
+    assert main(["kt-placement", str(d / "expert-counts.json"), "--model", MOE, "--gpu-experts", "88",
+                 "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == said_there
+    assert "78.9%" in said_there and "default: 70.6%" in said_there

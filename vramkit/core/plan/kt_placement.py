@@ -1,0 +1,94 @@
+"""Which experts of each MoE layer the hybrid mode keeps on the GPU. Pure: routing counts in, a map out.
+
+SGLang 0.5.15.post1's KTransformers path keeps PHYSICAL experts 0..N-1 of every layer on the GPU (the KT wrapper
+masks the others to -1 for the GPU kernel; kt_ep_wrapper.py) and places the router's LOGICAL experts in physical
+slots through its expert-location metadata: `--init-expert-location` with {"physical_to_logical_map": [[...]]} (one
+row per layer, a permutation of the experts), which the GPU weight loader, the static logical->physical dispatch of
+the router's choice and kt-kernel's CPU weight loader all follow (eplb/expert_location.py, fused_moe_triton/layer.py,
+kt_kernel/utils/amx.py). Without it the map is trivial: logical e in slot e, so the GPU takes experts 0..N-1 of
+every layer whatever the router prefers.
+
+A request's decode rate depends on how much of its routing lands on the CPU (benchmarks/results/gpu/moe-budget.md:
+the same seeded prompts on 6 servers, the fastest 1.65x the slowest at one depth). `hot_first` puts each layer's
+most-routed experts in the lowest slots, from the counts SGLang's expert-distribution recorder dumps
+(--expert-distribution-recorder-mode stat; `logical_count`, layers x experts); `gpu_share` says how much of that
+routing the GPU then takes, against the trivial map's. Derived from SGLang's source; its speed is not measured yet.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+from vramkit.errors import Exit, VramkitError
+
+Counts = Sequence[Sequence[float]]
+Map = list[list[int]]
+
+
+def check_counts(counts: Counts, layers: int, experts: int, where: str) -> list[list[float]]:
+    """The counts as floats, one row per layer and a column per expert, each a finite number >= 0 and not all 0
+    (else one line, exit 65: the file is not what the model's recorder writes)."""
+    rows = [list(r) for r in counts]
+    if len(rows) != layers or any(len(r) != experts for r in rows):
+        shape = f"{len(rows)} x {sorted({len(r) for r in rows})}"
+        raise VramkitError(f"{where}: routing counts of {shape}, not {layers} layers x {experts} experts",
+                           "record them on a server of this model (SGLang's expert-distribution recorder)",
+                           Exit.BAD_FILE)
+    try:
+        out = [[float(x) for x in r] for r in rows]
+    except (TypeError, ValueError):
+        raise VramkitError(f"{where}: a routing count is not a number", "use the recorder's dump as written",
+                           Exit.BAD_FILE) from None
+    if any(not math.isfinite(x) or x < 0 for r in out for x in r) or not any(x for r in out for x in r):
+        raise VramkitError(f"{where}: routing counts must be finite, >= 0 and not all 0",
+                           "record some requests first (POST /start_expert_distribution_record, then /dump_...)",
+                           Exit.BAD_FILE)
+    return out
+
+
+def hot_first(counts: Counts) -> Map:
+    """physical_to_logical_map: each layer's logical experts by routing count, most first (ties: lower id)."""
+    def order(row: Sequence[float]) -> list[int]:
+        return sorted(range(len(row)), key=lambda e: (-row[e], e))
+    return [order(r) for r in counts]
+
+
+def trivial(layers: int, experts: int) -> Map:
+    return [list(range(experts)) for _ in range(layers)]
+
+
+def check_map(mapping: object, layers: int, experts: int, where: str) -> Map:
+    """A physical_to_logical_map for this model: one row per layer, each a permutation of 0..experts-1 (SGLang's
+    ep_num_redundant_experts is 0 here, so no expert twice). Else one line, exit 65."""
+    ok = isinstance(mapping, list) and len(mapping) == layers and all(
+        isinstance(r, list) and len(r) == experts and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+        and sorted(r) == list(range(experts)) for r in mapping)
+    if not ok:
+        raise VramkitError(f"{where}: not a physical_to_logical_map of {layers} layers, each a permutation of "
+                           f"0..{experts - 1}", "write it with `vramkit kt-placement`", Exit.BAD_FILE)
+    assert isinstance(mapping, list)
+    return mapping
+
+
+def gpu_share(counts: Counts, mapping: Map, num_gpu_experts: int) -> float:
+    """The share of the counted routing that lands in physical slots 0..N-1 (on the GPU) under `mapping`."""
+    on = sum(r[e] for r, m in zip(counts, mapping, strict=True) for e in m[:num_gpu_experts])
+    return on / sum(sum(r) for r in counts)
+
+
+def sglang_json(mapping: Map) -> str:
+    """What --init-expert-location reads: only this key (SGLang passes every key to init_by_mapping)."""
+    return json.dumps({"physical_to_logical_map": mapping}, separators=(",", ":")) + "\n"
+
+
+def read_sglang_json(text: str, layers: int, experts: int, where: str) -> Map:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise VramkitError(f"{where}: not JSON ({e.msg}, line {e.lineno})", "write it with `vramkit kt-placement`",
+                           Exit.BAD_FILE) from None
+    if not isinstance(data, dict) or set(data) != {"physical_to_logical_map"}:
+        raise VramkitError(f"{where}: SGLang reads one key, physical_to_logical_map",
+                           "write it with `vramkit kt-placement`", Exit.BAD_FILE)
+    return check_map(data["physical_to_logical_map"], layers, experts, where)
