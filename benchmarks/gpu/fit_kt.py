@@ -48,8 +48,9 @@ class Point:
     knobs: dict                  # over the preset's (kt_method, kt_num_gpu_experts, kt_cpuinfer, ...)
     build: str = "amx"           # kt-kernel build it ran (KT_KERNEL_CPU_VARIANT)
     kt_kernel: str = "0.5.1"     # the kt-kernel release it ran
-    rss_peak_sampled: bool = False   # its host_rss_peak_bytes is a sampled peak (moe_point.py since 2026-11-24),
-                                     # not the RSS at the end of the probe
+    rss_end_read: bool = False   # its point JSON has host_rss_peak_bytes: despite the name, ONE reading of the
+                                     # server tree's RSS once the probe ended (moe_point.py; a sampled maximum,
+                                     # host_rss_max_sampled_bytes, only since 2026-11-27's seventh session)
     free_gib: float | None = None   # "Load weight begin. avail mem" when the point JSON lacks it
     note: str = ""
     gpu_checkpoint: str = "fp8"  # the checkpoint's config the GPU side ran: "fp8", or "gptq" (Qwen's GPTQ-Int4
@@ -79,81 +80,81 @@ POINTS = (
           note="started by hand, not through vramkit up"),
     # 2026-11-24, another host session (helper moe's anchor run, benchmarks/gpu/run_anchor.sh): 16 and 24 GB
     Point("int4-amx-16g-b", "held-out", "anchor/k16-t14.json", "anchor/k16-t14.probe.json", "anchor/membw.json",
-          {"kt_method": "AMXINT4"}, rss_peak_sampled=True),
+          {"kt_method": "AMXINT4"}, rss_end_read=True),
     Point("int4-amx-24g-b", "held-out", "anchor/k24-t14.json", "anchor/k24-t14.probe.json", "anchor/membw.json",
-          {"kt_method": "AMXINT4"}, rss_peak_sampled=True),
+          {"kt_method": "AMXINT4"}, rss_end_read=True),
     # 2026-11-24, a third host session (run_moe_vs_llamacpp.sh STEPS="setup amxint8 ..."): AMXINT8 CPU experts, the
     # first server run of that method; that session did not sweep the host bandwidth: the anchor session's sweep
     Point("int8-amx-16g-c", "held-out", "moe-vs-llamacpp-int8/k16-int8.json", "moe-vs-llamacpp-int8/k16-int8.probe.json",
-          "moe-vs-llamacpp-int8/membw-anchor.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True,
+          "moe-vs-llamacpp-int8/membw-anchor.json", {"kt_method": "AMXINT8"}, rss_end_read=True,
           note=ANCHOR_SWEEP),
     # 2026-11-26, three more host sessions (run_moe_vs_llamacpp.sh STEPS="setup threads" / "setup threads24"), each
     # with its own bandwidth sweep at 1-16 threads: the thread term (6 against 14 KT threads) and the card term
     # (16 and 24 GiB) on AMXINT8, the preset's method, and AMXINT4; none of them was used to fit a constant
     Point("int8-amx-16g-t6", "held-out", T + "s1/k16-int8-t6.json", T + "s1/k16-int8-t6.probe.json", T + "s1/membw.json",
-          {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
+          {"kt_method": "AMXINT8"}, rss_end_read=True),
     Point("int8-amx-16g-t14", "held-out", T + "s2/k16-int8-t14.json", T + "s2/k16-int8-t14.probe.json",
-          T + "s2/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
+          T + "s2/membw.json", {"kt_method": "AMXINT8"}, rss_end_read=True),
     Point("int4-amx-16g-t6", "held-out", T + "s2/k16-int4-t6.json", T + "s2/k16-int4-t6.probe.json", T + "s2/membw.json",
-          {"kt_method": "AMXINT4"}, rss_peak_sampled=True),
+          {"kt_method": "AMXINT4"}, rss_end_read=True),
     Point("int8-amx-24g-t6", "held-out", T + "s3/k24-int8-t6.json", T + "s3/k24-int8-t6.probe.json", T + "s3/membw.json",
-          {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
+          {"kt_method": "AMXINT8"}, rss_end_read=True),
     Point("int8-amx-24g-t14", "held-out", T + "s3/k24-int8-t14.json", T + "s3/k24-int8-t14.probe.json",
-          T + "s3/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True),
+          T + "s3/membw.json", {"kt_method": "AMXINT8"}, rss_end_read=True),
     # a fourth (STEPS="setup avx512"): AMXINT8 on the AVX-512 build forced, its layout written by that build
     Point("int8-avx512-16g", "held-out", T + "s4/k16-int8-avx512.json", T + "s4/k16-int8-avx512.probe.json",
-          "anchor/membw.json", {"kt_method": "AMXINT8"}, build="avx512", rss_peak_sampled=True,
+          "anchor/membw.json", {"kt_method": "AMXINT8"}, build="avx512", rss_end_read=True,
           note=ANCHOR_SWEEP),
     # 2026-11-26 (this file's second session that day, run_moe_vs_llamacpp.sh STEPS="setup llamafile llamafile24"
     # and "setup llamafile30k"): LLAMAFILE_Q8_0, kt-kernel's llamafile backend reading a Q8_0 GGUF, on the avx2 build
     # forced (the method `--cpu-isa avx2` plans) and on the amx build; no sweep: the anchor session's
     Point("q8-avx2-16g", "held-out", L + "s1/k16-q8-avx2.json", L + "s1/k16-q8-avx2.probe.json", "anchor/membw.json",
-          {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
+          {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_end_read=True,
           note=ANCHOR_SWEEP),
     Point("q8-amx-16g", "held-out", L + "s1/k16-q8-amx.json", L + "s1/k16-q8-amx.probe.json", "anchor/membw.json",
-          {"kt_method": "LLAMAFILE_Q8_0"}, rss_peak_sampled=True,
+          {"kt_method": "LLAMAFILE_Q8_0"}, rss_end_read=True,
           note=ANCHOR_SWEEP),
     Point("q8-avx2-24g", "held-out", L + "s1/k24-q8-avx2.json", L + "s1/k24-q8-avx2.probe.json", "anchor/membw.json",
-          {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
+          {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_end_read=True,
           note=ANCHOR_SWEEP),
     # 2026-11-27 (run_moe_vs_llamacpp.sh STEPS="setup llama-16 llama-24 wna16"): GPTQ-Int4 GPU experts split per
     # layer on SGLang's moe_wna16, 88 of 128, AMXINT8 CPU experts; its 2-deferred-experts twin is not scored (the
     # estimate does not model deferral); no sweep: the anchor session's
     Point("int8-amx-16g-gptq", "held-out", W + "k16-wna16.json", W + "k16-wna16.probe.json",
-          W + "membw-anchor.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP,
+          W + "membw-anchor.json", {"kt_method": "AMXINT8"}, rss_end_read=True, note=ANCHOR_SWEEP,
           gpu_checkpoint="gptq", kv_splits=32),
     Point("q8-avx2-16g-b", "held-out", L + "s2/k16-q8-avx2-full.json", L + "s2/k16-q8-avx2-full.probe.json",
-          "anchor/membw.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_peak_sampled=True,
+          "anchor/membw.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", rss_end_read=True,
           note=ANCHOR_SWEEP),
     # 2026-11-27, fifth session (run_moe_vs_llamacpp.sh STEPS="setup llama-q8 avx2-070"): the preset as planned beside
     # llama.cpp on a Q8_0 file, and LLAMAFILE_Q8_0 on kt-kernel 0.7.0's avx2 build (no AVX-512 code in it) forced;
     # its whole-layer twin (k16-int8-layers) is not scored: the estimate plans N experts in every layer
     Point("int8-amx-16g-q8s", "held-out", Q + "k16-int8.json", Q + "k16-int8.probe.json", Q + "membw-anchor.json",
-          {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP, kv_splits=32),
+          {"kt_method": "AMXINT8"}, rss_end_read=True, note=ANCHOR_SWEEP, kv_splits=32),
     Point("q8-avx2-070-16g", "held-out", Q + "k16-q8-avx2-070.json", Q + "k16-q8-avx2-070.probe.json",
           Q + "membw-anchor.json", {"kt_method": "LLAMAFILE_Q8_0"}, build="avx2", kt_kernel="0.7.0",
-          rss_peak_sampled=True, note=ANCHOR_SWEEP, kv_splits=32),
+          rss_end_read=True, note=ANCHOR_SWEEP, kv_splits=32),
     # 2026-11-27, sixth session (run_moe_vs_llamacpp.sh STEPS="setup profile", then "setup amxint8 amxint8-levers" on the
     # same machine, then "setup med16 kthreads" on another; benchmarks/results/gpu/moe-budget/): the GPTQ split and the
     # preset again, each profiled before its probe, and the GPTQ split with every figure the median of 3 rounds
     Point("int8-amx-16g-gptq-b", "held-out", B + "run1/k16-wna16-prof.json", B + "run1/k16-wna16-prof.probe.json",
-          "anchor/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP,
+          "anchor/membw.json", {"kt_method": "AMXINT8"}, rss_end_read=True, note=ANCHOR_SWEEP,
           gpu_checkpoint="gptq", kv_splits=32),
     Point("int8-amx-16g-d", "held-out", B + "run2/k16-int8.json", B + "run2/k16-int8.probe.json", "anchor/membw.json",
-          {"kt_method": "AMXINT8"}, rss_peak_sampled=True, note=ANCHOR_SWEEP, kv_splits=32),
+          {"kt_method": "AMXINT8"}, rss_end_read=True, note=ANCHOR_SWEEP, kv_splits=32),
     Point("int8-amx-16g-gptq-med3", "held-out", B + "med3/k16-wna16.json", B + "med3/k16-wna16.probe.json",
-          "anchor/membw.json", {"kt_method": "AMXINT8"}, rss_peak_sampled=True,
+          "anchor/membw.json", {"kt_method": "AMXINT8"}, rss_end_read=True,
           note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq", kv_splits=32),
     # 2026-11-27, seventh session, one machine (STEPS="setup kcores", then "setup thp" twice): the GPTQ split at 14, 10,
     # 12 and 8 KT threads (12 and 8 died after their 4-stream rounds: their decode after 512 tokens only), then with
     # transparent huge pages "always" / the host's "madvise"; every decode the median of 3 rounds
     *(Point(f"int8-amx-16g-gptq-t{t}", "held-out", f"{B}kcores/k16-wna16-t{t}.json", f"{B}kcores/k16-wna16-t{t}.probe.json",
-            "anchor/membw.json", {"kt_method": "AMXINT8", "kt_cpuinfer": t}, rss_peak_sampled=True,
+            "anchor/membw.json", {"kt_method": "AMXINT8", "kt_cpuinfer": t}, rss_end_read=True,
             note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq", kv_splits=32)
       for t in (14, 10, 12, 8)),
     *(Point(f"int8-amx-16g-gptq-{tag}", "held-out", f"{B}{folder}/k16-wna16-thp-{thp}.json",
             f"{B}{folder}/k16-wna16-thp-{thp}.probe.json", "anchor/membw.json", {"kt_method": "AMXINT8"},
-            rss_peak_sampled=True, note=ANCHOR_SWEEP + f"; THP {thp}; every decode the median of 3 rounds",
+            rss_end_read=True, note=ANCHOR_SWEEP + f"; THP {thp}; every decode the median of 3 rounds",
             gpu_checkpoint="gptq", kv_splits=32)
       for tag, folder, thp in (("thp-a", "thp-a", "always"), ("thp-b", "thp-b", "madvise"), ("thp-c", "thp-b", "always"))),
 )
@@ -314,10 +315,10 @@ def compute() -> dict:
                     # compared
                     "rss_after_start_bytes": run.get("host_rss_after_start_bytes") if run["host_rss_peak_bytes"] else None,
                     "rss_unscored_bytes": None if run["host_rss_peak_bytes"] else run.get("host_rss_after_start_bytes"),
-                    # the run's peak is the larger of its two samples: RSS right after start (conversion and load
-                    # buffers still held) and the highest RSS sampled during the probe
+                    # the run's peak is the larger of its two readings: RSS right after start (conversion and load
+                    # buffers still held) and RSS once the probe ended (host_rss_peak_bytes, one reading)
                     "rss_peak_bytes": max(run["host_rss_peak_bytes"], run.get("host_rss_after_start_bytes") or 0)
-                    if p.rss_peak_sampled and run["host_rss_peak_bytes"] else None}
+                    if p.rss_end_read and run["host_rss_peak_bytes"] else None}
         points.append(rec)
     # a decode more than 10 % slower than the same server's decode at a LONGER context is not the context's doing (more
     # context only adds work): each depth is another prompt, and the kit's rate depends on the prompt (moe-budget.md,
@@ -383,7 +384,7 @@ def markdown(res: dict) -> str:
         if errs:
             lines.append(f"\n{role}: {len(errs)} measurements, worst |error| {max(errs):.1%}, mean {sum(errs) / len(errs):.1%}")
     lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan "
-              "| peak RSS (after start or sampled in the probe) / plan |", "| --- | --- | --- | --- | --- | --- |"]
+              "| larger of RSS after start and RSS once the probe ended / plan |", "| --- | --- | --- | --- | --- | --- |"]
     for q in res["points"]:
         if "weights_gib" in q:
             rss = (f"{q['rss_after_start_bytes'] / GiB:.1f} / {q['plan_rss_bytes'] / GiB:.1f} GiB ({q['rss_error']:+.1%})"

@@ -36,6 +36,47 @@ def tree_rss(pid: int) -> int:
         return 0
 
 
+def tree_rss_kinds(pid: int) -> dict[str, int]:
+    """The server tree's RSS by kind (/proc/PID/status RssAnon, RssFile, RssShmem, bytes): file pages are a mapped
+    file's (kt-kernel's weights when it maps them), anonymous ones what transparent huge pages can back."""
+    import psutil
+    out = {"RssAnon": 0, "RssFile": 0, "RssShmem": 0}
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return out
+    for q in procs:
+        try:
+            for line in open(f"/proc/{q.pid}/status"):
+                key, _, rest = line.partition(":")
+                if key in out:
+                    out[key] += int(rest.split()[0]) * 1024
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+class RssSampler:
+    """The server tree's RSS every second while the probe runs: its maximum, and the kinds at that moment."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+        self.pid, self.max, self.kinds = pid, 0, {}
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            rss = tree_rss(self.pid)
+            if rss > self.max:
+                self.max, self.kinds = rss, tree_rss_kinds(self.pid)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", required=True)
@@ -69,6 +110,8 @@ def main() -> int:
     if up.returncode == 0:
         pid = int(state.get("pid") or 0)
         res["host_rss_after_start_bytes"] = tree_rss(pid)
+        res["host_rss_after_start_kinds"] = tree_rss_kinds(pid)
+        rss = RssSampler(pid)
         if a.wait_file is not None:
             t_wait = time.time()
             while not a.wait_file.exists() and time.time() - t_wait < 1200:
@@ -84,7 +127,9 @@ def main() -> int:
                                capture_output=True, text=True, timeout=600)
             (a.out / f"{a.name}.bench.txt").write_text(b.stdout[-20000:] + "\n--- stderr ---\n" + b.stderr[-5000:])
             res["bench_rc"] = b.returncode
-        res["host_rss_peak_bytes"] = tree_rss(pid)
+        res["host_rss_peak_bytes"] = tree_rss(pid)       # the name is historical: the RSS once the probe ended
+        rss.stop()
+        res["host_rss_max_sampled_bytes"], res["host_rss_max_kinds"] = rss.max, rss.kinds
     sampler.stop()
     res["peak_vram_bytes"] = max(sampler.peaks[0] - base, 0)
     subprocess.run([sys.executable, "-m", "vramkit", "down", "--name", name], capture_output=True, text=True)
