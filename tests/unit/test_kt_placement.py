@@ -131,3 +131,15 @@ def test_the_committed_gpu_host_figures_are_the_command_s_on_its_counts(tmp_path
                  "--out", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[1] == said_there
     assert "78.9%" in said_there and "default: 70.6%" in said_there
+
+
+def test_a_placement_for_a_plan_without_the_hybrid_mode_is_said_unused():
+    """A card that holds every expert (the 80 GB one for the FP8 checkpoint) plans no hybrid mode: the flag is noted,
+    not silently dropped and not refused (a script may pass it to every card size)."""
+    from vramkit.core.plan.request import PlanRequest
+    from vramkit.launch.resolve import resolve
+    r = resolve(PlanRequest(preset="moe", gpu="h100-80gb", host_ram_gib=64, kt_placement="p.json"))
+    assert r.hybrid is None and any("--kt-placement p.json not used" in n for n in r.plan.notes)
+    small = resolve(PlanRequest(preset="moe", gpu="rtx-4060-ti-16gb", host_ram_gib=64, kt_placement="p.json"))
+    assert small.hybrid is not None and small.hybrid.placement == "p.json"
+    assert not any("--kt-placement" in n for n in small.plan.notes)

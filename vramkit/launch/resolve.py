@@ -78,6 +78,9 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
     p = plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values()))
     if context_note:
         p = replace(p, notes=(context_note, *p.notes))
+    if request.kt_placement and p.hybrid is None:     # said, not refused: a script may pass it to every card size
+        p = replace(p, notes=(*p.notes, f"--kt-placement {request.kt_placement} not used: this plan keeps every "
+                                        "expert on the GPU (no hybrid MoE mode)"))
     here = this_host_isa() if p.hybrid is not None else None
     if request.gpu_free_gib is not None:
         free_source = "given (--gpu-free-gib), not measured"
