@@ -281,7 +281,9 @@ def wna16_rows(out_dir: Path) -> list[str]:
             "  - So one decode measurement of the hybrid mode carries about +-20 % by itself (llama.cpp at --n-cpu-moe "
             f"11 in this session: {fmt(llf.get('decode_tok_s'))} and {fmt(ll512[0] if ll512 else None)} tok/s over 128 "
             "and 64 tokens after a 512-token prompt), part of what the AMXINT8 rows of kt-estimate.md miss by; the "
-            "comparison tables take one request per figure for both engines."]
+            "comparison tables take one request per figure for both engines. Since measured: most of it is the prompt "
+            "(moe-budget.md, the prompt table: the same seeded prompts on 6 servers, each prompt fast or slow on "
+            "nearly every one)."]
     return out
 
 
