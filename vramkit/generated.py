@@ -241,7 +241,16 @@ def _measured_budget() -> list[str]:
                f"{p['kit']:.2f}x its slowest at the same depth (medians over {p['kit_servers']} servers; llama.cpp "
                f"{p['llamacpp']:.2f}x), since SGLang keeps experts 0..N-1 of each layer on the GPU and a prompt that "
                "routes to the others waits on the CPU; the tables take medians of three prompts."
-               if (p := d.get("prompt_span")) else "")]
+               if (p := d.get("prompt_span")) else "")
+            + (" The host levers did not move it (one machine, medians of three): by KT threads "
+               + ", ".join(f"{t}: {v:.1f}" for t, v in h["decode_tok_s_by_kt_threads"].items()) + " tok/s, so the "
+               "plan keeps "
+               "physical cores - 2; transparent huge pages \"always\" "
+               + " and ".join(f"{v:.1f}" for v in h["decode_tok_s_thp_always"])
+               + f" against {h['decode_tok_s_thp_madvise_same_machine']:.1f} with the host's madvise, and anonymous "
+               f"huge pages peaked at {h['anon_huge_pages_max_gib']:.1f} GiB of a ~32 GiB server: they do not reach "
+               "kt-kernel's experts, and the kit leaves the setting alone."
+               if (h := d.get("host_levers")) else "")]
 
 
 PEER_ACCURACY = "benchmarks/results/gpu/peer-accuracy/accuracy-cpu.json"

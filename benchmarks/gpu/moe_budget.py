@@ -449,6 +449,13 @@ def summary() -> dict:
         "medians_of_3": {"decode_tok_s": ratio("decode_tok_s", max), "decode_tok_s_8k": ratio("decode_tok_s_8k", max),
                          "ttft_30k_s": ratio("ttft_30k_s", min),
                          "aggregate_4_streams_tok_s": ratio("aggregate_4_streams_tok_s", max)},
+        "host_levers": {"decode_tok_s_by_kt_threads": {str(t): probe_figures(_probe(f, n))["decode_tok_s"]
+                                                       for f, n, t, _ in HOST_POINTS if f == "kcores"},
+                        "decode_tok_s_thp_always": [probe_figures(_probe(f, n))["decode_tok_s"]
+                                                    for f, n, _, h in HOST_POINTS if h == "always"],
+                        "decode_tok_s_thp_madvise_same_machine": probe_figures(
+                            _probe("thp-b", "k16-wna16-thp-madvise"))["decode_tok_s"],
+                        "anon_huge_pages_max_gib": round(_thp_peak_gib(), 2)},
         "prompt_span": {"kit": round(ps["kit_span"], 2), "llamacpp": round(ps["llama_span"], 2),
                         "kit_same_side": round(ps["kit_agree"], 2), "kit_servers": len(PROMPT_KIT)},
     }
