@@ -2,6 +2,7 @@
 
     python3 benchmarks/gpu/decode_profile.py kineto TRACE.trace.json.gz   # SGLang's /start_profile trace
     python3 benchmarks/gpu/decode_profile.py sweep BENCH.json ...          # llama-bench points, --n-cpu-moe swept
+    python3 benchmarks/gpu/decode_profile.py waits TRACE.trace.json.gz ... # every step's wait stalls, layer by layer
 
 The kit's side is a PyTorch (kineto) trace of N decode steps that SGLang writes when asked (`moe_probe.py
 --profile-steps`). Each decode step is one CUDA graph replay: its kernels carry the correlation id of the
@@ -49,8 +50,9 @@ def category(name: str) -> str:
     return next((label for label, rx in CATEGORIES if rx.search(name)), "other (norms, activations, routing, copies)")
 
 
-def kineto(events: list[dict]) -> dict:
-    """The decode budget of a kineto trace whose steps are CUDA graph replays (module docstring)."""
+def replays(events: list[dict]) -> list[dict]:
+    """Each CUDA graph replay of the trace, in launch order: its kernels' span, busy time, stalls by kind (the wait
+    and hand-off stalls each also as the list of their lengths, in layer order), kernel time by category."""
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") in KERNEL_CATS]
     launches = sorted((e for e in events if e.get("ph") == "X" and e.get("name") in LAUNCH_NAMES),
                       key=lambda e: e["ts"])
@@ -69,6 +71,7 @@ def kineto(events: list[dict]) -> dict:
         end = seq[0]["ts"] + seq[0].get("dur", 0.0)
         gaps: list[float] = []
         kinds = {"hand-off": 0.0, "wait": 0.0, "other": 0.0}
+        each: dict[str, list[float]] = {"hand-off": [], "wait": [], "other": []}
         for prev, k in zip(seq, seq[1:], strict=False):
             if k["ts"] > end:
                 gaps.append(k["ts"] - end)
@@ -76,6 +79,7 @@ def kineto(events: list[dict]) -> dict:
                     kind = ("wait" if k["name"].startswith("Memcpy HtoD") else
                             "hand-off" if prev["name"].startswith("Memcpy DtoH") else "other")
                     kinds[kind] += gaps[-1]
+                    each[kind].append(gaps[-1])
             end = max(end, k["ts"] + k.get("dur", 0.0))
         span = end - seq[0]["ts"]
         busy = span - sum(gaps)
@@ -86,13 +90,46 @@ def kineto(events: list[dict]) -> dict:
         steps.append({"launch_ts": ln["ts"], "first_ts": seq[0]["ts"], "span_us": span, "busy_us": busy,
                       "idle_us": span - busy, "stalls": len(stalls), "stall_us": sum(stalls),
                       "handoff_us": kinds["hand-off"], "wait_us": kinds["wait"], "other_stall_us": kinds["other"],
-                      "kernels": len(ks), "by_category_us": cats, "names": [(k["name"], k.get("dur", 0.0)) for k in ks]})
+                      "kernels": len(ks), "by_category_us": cats, "names": [(k["name"], k.get("dur", 0.0)) for k in ks],
+                      "wait_gaps_us": each["wait"], "handoff_gaps_us": each["hand-off"]})
     if not steps:
         raise ValueError("no CUDA graph replay with kernels in this trace (graphs off, or a trace without GPU "
                          "activity): nothing to budget")
     for a, b in zip(steps, steps[1:], strict=False):
         a["period_us"], a["launch_period_us"] = b["first_ts"] - a["first_ts"], b["launch_ts"] - a["launch_ts"]
     steps[-1]["period_us"] = steps[-1]["launch_period_us"] = None
+    return steps
+
+
+def waits(events: list[dict], bin_us: float = 25.0, long_us: float = 600.0) -> dict:
+    """The wait stalls one by one: how long the GPU waited for the CPU's experts in each layer of each step. Their
+    spread within a step is the layers' routing (how many of a token's experts the CPU computes there), long ones a
+    late CPU worker; `per_layer_median_us` is each layer position's median over the steps."""
+    steps = replays(events)
+    all_w = sorted(g for s in steps for g in s["wait_gaps_us"])
+    hand = [g for s in steps for g in s["handoff_gaps_us"]]
+    if not all_w:
+        raise ValueError("no wait stalls in this trace (no CPU experts: not a hybrid MoE decode)")
+
+    def q(p: float) -> float:
+        return round(all_w[int(p * (len(all_w) - 1))], 1)
+    hist: dict[str, int] = {}
+    for g in all_w:
+        b = f"{min(int(g // bin_us) * bin_us, long_us):.0f}"
+        hist[b] = hist.get(b, 0) + 1
+    width = max(len(s["wait_gaps_us"]) for s in steps)
+    return {"steps": len(steps), "waits_per_step": round(len(all_w) / len(steps), 1),
+            "wait_us": {"p10": q(0.1), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": round(all_w[-1], 1)},
+            f"waits_over_{long_us:.0f}us_per_step": round(sum(g >= long_us for g in all_w) / len(steps), 2),
+            "handoff_us_p50": round(statistics.median(hand), 1) if hand else None,
+            f"histogram_{bin_us:.0f}us_bins": dict(sorted(hist.items(), key=lambda kv: float(kv[0]))),
+            "per_layer_median_us": [round(statistics.median(s["wait_gaps_us"][i] for s in steps
+                                                            if len(s["wait_gaps_us"]) > i), 1) for i in range(width)]}
+
+
+def kineto(events: list[dict]) -> dict:
+    """The decode budget of a kineto trace whose steps are CUDA graph replays (module docstring)."""
+    steps = replays(events)
 
     def med(key: str, rows: list[dict] = steps) -> float | None:
         vals = [r[key] for r in rows if r[key] is not None]
@@ -150,11 +187,13 @@ def sweep(rows: list[dict], threads: int | None = None) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("kineto", "sweep"):
+    if len(argv) < 2 or argv[0] not in ("kineto", "sweep", "waits"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 64
     if argv[0] == "kineto":
         print(json.dumps(kineto(load(Path(argv[1]))), indent=1))
+    elif argv[0] == "waits":
+        print(json.dumps({Path(p).name: waits(load(Path(p))) for p in argv[1:]}, indent=1))
     else:
         rows = []
         for p in argv[1:]:

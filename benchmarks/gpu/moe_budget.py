@@ -16,6 +16,8 @@ Inputs (run_moe_vs_llamacpp.sh; one H100 host session each, the card emulated at
          levers (torch.compile of the decode graphs up to batch 4; 4 decode steps per scheduler round), then llama.cpp
   kcores/ a fourth machine (2026-11-27, seventh session): the kit's best point at 14, 10, 12 and 8 KT threads, every
          figure the median of 3 rounds, each profiled first (1 stream)
+         waits.json: every wait stall of those profiles layer by layer (decode_profile.py waits over the four
+         decode traces the run brought back; the traces themselves, 1 MB each, are not committed)
   thp-a/, thp-b/ the same machine, next commands: transparent huge pages "always" (thp-a), then the host's "madvise"
          and "always" again (thp-b, AnonHugePages sampled while they ran: thp-meminfo.txt)
 Every figure is a measurement; the closing list says which lines are derived from them.
@@ -197,6 +199,23 @@ def _host_table() -> list[str]:
     return out
 
 
+def _waits_table() -> list[str]:
+    w = load(DIR / "kcores" / "waits.json") or {}
+    out = ["| point | KT threads | wait per layer p10 / p50 / p90 / p99 us | waits over 600 us per step | the layer "
+           "with the longest median wait | hand-off p50 us |", "| --- | --- | --- | --- | --- | --- |"]
+    for f, n, t, _ in HOST_POINTS:
+        if f != "kcores":
+            continue
+        x = w.get(next(p.get("trace") for p in _probe(f, n).get("profile", [])))
+        if not x:
+            continue
+        q, per = x["wait_us"], x["per_layer_median_us"]
+        worst = max(range(len(per)), key=per.__getitem__)
+        out.append(f"| {n} | {t} | {q['p10']:.0f} / {q['p50']:.0f} / {q['p90']:.0f} / {q['p99']:.0f} | "
+                   f"{x['waits_over_600us_per_step']} | layer {worst}: {per[worst]:.0f} us | {x['handoff_us_p50']:.0f} |")
+    return out
+
+
 def _thp_peak_gib() -> float:
     """The highest AnonHugePages sampled while thp-b's points ran (thp-meminfo.txt, kB)."""
     kb = [int(line.split("AnonHugePages:")[1].split()[0]) for line in
@@ -327,12 +346,25 @@ def render() -> str:
               "column), the thp points not. kt-kernel pins its worker i to core i and its workers spin between "
               "layers, so fewer KT threads leave SGLang's scheduler, its CUDA host nodes and the tokenizer more "
               "cores.", "", *_host_table(), "",
+              "Layer by layer in those profiles (kcores/waits.json): how long the GPU waited for the CPU's experts "
+              "in each of the 48 layers of each of the 32 steps.", "", *_waits_table(), "",
               "## The prompt sets the pace: the same prompts on every server", "",
               "Each request's decode rate over the mean of its server's requests at the same depth. The probe sends "
               "the same seeded prompts in every session, so a prompt's rank can be followed across servers and "
               "machines.", "", *_prompt_table()[0], "", "## What it says", "", *_findings(sw),
               ""]
     return "\n".join(lines)
+
+
+def _waits14() -> dict[int, float]:
+    """Waits over 600 us per profiled step, by KT threads (kcores/waits.json)."""
+    w = load(DIR / "kcores" / "waits.json") or {}
+    out = {}
+    for f, n, t, _ in HOST_POINTS:
+        if f == "kcores":
+            trace = next(p.get("trace") for p in _probe(f, n).get("profile", []))
+            out[t] = w[trace]["waits_over_600us_per_step"]
+    return out
 
 
 def _findings(sw: dict) -> list[str]:
@@ -397,8 +429,11 @@ def _findings(sw: dict) -> list[str]:
         f"- **KT threads do not move it:** 8 to 14 KT threads decoded {min(by_t.values()):.1f}-{max(by_t.values()):.1f} "
         f"tok/s at depth 0 ({', '.join(f'{t}: {v:.1f}' for t, v in by_t.items())}), inside one prompt's spread (next "
         f"bullet). The profiled step is shorter below 14 ({min(prof.values()):.1f}-{max(v for t, v in prof.items() if t < 14):.1f} "
-        f"ms against {prof[14]:.1f}): the profiler's own host work finds a free core there, so part of the profiled "
-        "stalls above is the profiler's. The plan keeps physical cores - 2. Two servers (12 and 8 threads) died "
+        f"ms against {prof[14]:.1f}): layer by layer, the 14-thread profile waited over 600 us "
+        f"{_waits14()[14]} times a step (one layer's median wait 1.6 ms, the same layer in most steps), at "
+        + ", ".join(f"{t} threads {v}" for t, v in _waits14().items() if t != 14) + " (the table above). Likely, "
+        "not shown: with the profiler's own host work beside 14 spinning KT workers one worker comes late, so "
+        "part of the profiled stalls above is the profiler's. The plan keeps physical cores - 2. Two servers (12 and 8 threads) died "
         "in their third 4-stream round with a segfault whose stack holds libkineto's MemoryTraceLogger "
         "destructor, the profiler's cleanup minutes after it ran; the unprofiled thp servers ran every round.",
         f"- **Transparent huge pages do not reach the experts here:** with \"always\" AnonHugePages peaked at "

@@ -104,3 +104,16 @@ def test_readme_budget_line_follows_the_data(tmp_path, monkeypatch):
     assert "+ 1.2 ms handing 48 layers' CPU experts over" in line and "1.07x at depth 0" in line
     dst.unlink()
     assert generated._measured_budget() == []
+
+
+def test_waits_lists_each_layer_s_wait_and_counts_the_long_ones(dp):
+    """Four steps, one KT layer each: waits of 100, 200, 200 and 900 us; the hand-off stall is 60 us every time."""
+    events = [e for i, w in enumerate((100, 200, 200, 900)) for e in _step(2000.0 * i, 10 + i, wait_us=w)]
+    w = dp.waits(events, bin_us=100, long_us=600)
+    assert w["steps"] == 4 and w["waits_per_step"] == 1
+    assert w["wait_us"]["p50"] == 200 and w["wait_us"]["max"] == 900
+    assert w["waits_over_600us_per_step"] == 0.25 and w["handoff_us_p50"] == 60
+    assert w["histogram_100us_bins"] == {"100": 1, "200": 2, "600": 1}
+    assert w["per_layer_median_us"] == [200]
+    with pytest.raises(ValueError, match="no wait stalls"):
+        dp.waits([e for e in _step(0.0, 1, wait_us=0) if not e["name"].startswith("Memcpy HtoD")])
