@@ -188,11 +188,21 @@ def run_knobs(run: dict | None, p: Point) -> dict:
                                 ("--kt-num-gpu-experts", "kt_num_gpu_experts", int)):
             if flag in args:
                 knobs[key] = cast(args[args.index(flag) + 1])
+    knobs.setdefault("kt_cpuinfer", threads_ran(p))
     if p.point and (RES / p.point.replace(".json", ".plan.json")).exists():
         ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
         if "num_gpu_experts" in ran:
             knobs.setdefault("kt_num_gpu_experts", int(ran["num_gpu_experts"]))
     return knobs
+
+
+def threads_ran(p: Point) -> int:
+    """The KT threads the server ran: its log's worker pool ("[numa:threads][0:N]" in the trimmed evidence), else
+    the plan's rule when it ran (every committed point before 2026-11-27's seventh session: 16 cores - 2 = 14)."""
+    import re
+    ev = RES / p.point.replace(".json", ".evidence.txt") if p.point else None
+    m = re.search(r"\[numa:threads\]\[0:(\d+)\]", ev.read_text()) if ev is not None and ev.exists() else None
+    return int(m.group(1)) if m else H100_CORES - 2
 
 
 def plan_for(p: Point) -> tuple[Plan, dict | None]:

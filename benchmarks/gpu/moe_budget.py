@@ -216,6 +216,35 @@ def _waits_table() -> list[str]:
     return out
 
 
+BASE14 = tuple((f, n) for f, n, t, _ in HOST_POINTS if t == 14)     # the four 14-thread servers of that machine
+
+
+def _four_rounds(folder: str, point: str) -> list[float | None]:
+    """The aggregate rate of each 4-stream round (None: a round that failed)."""
+    d = next((x for x in _probe(folder, point).get("decode", []) if x.get("streams") == 4), {})
+    return [r.get("aggregate_tok_s") if r.get("aggregate_tok_s") and r.get("per_stream_tok_s") else None
+            for r in d.get("rounds", [])]
+
+
+@cache
+def _paired_threads() -> dict[int, dict]:
+    """Each thread count against the 14-thread servers of the same machine, prompt by prompt: the same seeded request
+    on both (the prompt sets most of a request's rate: the prompt table), so the ratio is the thread count's."""
+    out = {}
+    for f, n, t, _ in HOST_POINTS:
+        if f != "kcores" or t == 14:
+            continue
+        mine, ratios, four = _prompt_rates(f, n), [], []
+        for bf, bn in BASE14:
+            base = _prompt_rates(bf, bn)
+            ratios += [mine[k] / base[k] for k in mine if k in base]
+            four += [a / b for a, b in zip(_four_rounds(f, n), _four_rounds(bf, bn), strict=False) if a and b]
+        out[t] = {"single_pairs": len(ratios), "single_median": round(statistics.median(ratios), 3),
+                  "single_faster": round(sum(r > 1 for r in ratios) / len(ratios), 2),
+                  "four_pairs": len(four), "four_median": round(statistics.median(four), 3) if four else None}
+    return out
+
+
 def _thp_peak_gib() -> float:
     """The highest AnonHugePages sampled while thp-b's points ran (thp-meminfo.txt, kB)."""
     kb = [int(line.split("AnonHugePages:")[1].split()[0]) for line in
@@ -346,6 +375,13 @@ def render() -> str:
               "column), the thp points not. kt-kernel pins its worker i to core i and its workers spin between "
               "layers, so fewer KT threads leave SGLang's scheduler, its CUDA host nodes and the tokenizer more "
               "cores.", "", *_host_table(), "",
+              "Paired by prompt (each request against the same seeded request on the machine's four 14-thread "
+              "servers: the prompt sets most of a request's rate, the section after next), the thread count's own "
+              "effect:", "", "| KT threads | single-stream requests: pairs, median ratio to 14 threads, share faster "
+              "| 4-stream rounds: pairs, median ratio |", "| --- | --- | --- |",
+              *[f"| {t} | {x['single_pairs']}, {x['single_median']:.2f}x, {x['single_faster']:.0%} | "
+                f"{x['four_pairs']}, " + (f"{x['four_median']:.2f}x" if x["four_median"] else "-") + " |"
+                for t, x in sorted(_paired_threads().items(), reverse=True)], "",
               "Layer by layer in those profiles (kcores/waits.json): how long the GPU waited for the CPU's experts "
               "in each of the 48 layers of each of the 32 steps.", "", *_waits_table(), "",
               "## The prompt sets the pace: the same prompts on every server", "",
@@ -385,6 +421,7 @@ def _findings(sw: dict) -> list[str]:
     prof = {t: _budget(f, n, 1)["period_ms"] for f, n, t, _ in HOST_POINTS if f == "kcores"}
     thp = {(f, n): d0[(f, n)] for f, n, _, h in HOST_POINTS if f.startswith("thp")}
     _, ps = _prompt_table()
+    pt = _paired_threads()
 
     def four(n: str) -> float:
         return k24[n]["aggregate_4_streams_tok_s"]
@@ -426,16 +463,24 @@ def _findings(sw: dict) -> list[str]:
         "single-request figures carry (moe-vs-llamacpp-levers.md), and why the tables here take medians.",
         "- **At 4 streams** the wait grows with the distinct experts four tokens touch on the CPU, while the GPU "
         "kernels add little (the table): the CPU side is what keeps the kit under 2x llama-server there.",
-        f"- **KT threads do not move it:** 8 to 14 KT threads decoded {min(by_t.values()):.1f}-{max(by_t.values()):.1f} "
-        f"tok/s at depth 0 ({', '.join(f'{t}: {v:.1f}' for t, v in by_t.items())}), inside one prompt's spread (next "
-        f"bullet). The profiled step is shorter below 14 ({min(prof.values()):.1f}-{max(v for t, v in prof.items() if t < 14):.1f} "
-        f"ms against {prof[14]:.1f}): layer by layer, the 14-thread profile waited over 600 us "
-        f"{_waits14()[14]} times a step (one layer's median wait 1.6 ms, the same layer in most steps), at "
-        + ", ".join(f"{t} threads {v}" for t, v in _waits14().items() if t != 14) + " (the table above). Likely, "
-        "not shown: with the profiler's own host work beside 14 spinning KT workers one worker comes late, so "
-        "part of the profiled stalls above is the profiler's. The plan keeps physical cores - 2. Two servers (12 and 8 threads) died "
-        "in their third 4-stream round with a segfault whose stack holds libkineto's MemoryTraceLogger "
-        "destructor, the profiler's cleanup minutes after it ran; the unprofiled thp servers ran every round.",
+        f"- **Fewer KT threads, a little faster:** the medians over prompts barely differ (depth 0: "
+        f"{', '.join(f'{t}: {v:.1f}' for t, v in by_t.items())} tok/s), but paired prompt by prompt against the "
+        f"machine's 14-thread servers 12 threads decoded {pt[12]['single_median']:.2f}x ({pt[12]['single_faster']:.0%} "
+        f"of {pt[12]['single_pairs']} requests faster; 4 streams {pt[12]['four_median']:.2f}x), 10 threads "
+        f"{pt[10]['single_median']:.2f}x ({pt[10]['single_faster']:.0%} of {pt[10]['single_pairs']}; 4 streams "
+        f"{pt[10]['four_median']:.2f}x), 8 threads {pt[8]['single_median']:.2f}x with 4 streams at "
+        f"{pt[8]['four_median']:.2f}x. kt-kernel pins each worker to a core and spins it between layers; below 14 "
+        "SGLang's scheduler, its CUDA host nodes and the tokenizer find free cores (the AMXINT8 kernel's own time "
+        "barely changes from 10 to 14 threads, the kernel-level table). The plan now leaves a quarter of the "
+        "physical cores, at least 2, to SGLang: 12 threads on this 16-core host (measured here only; the quarter "
+        "elsewhere is an assumption). The profiled step is shorter below 14 too "
+        f"({min(prof.values()):.1f}-{max(v for t, v in prof.items() if t < 14):.1f} ms against {prof[14]:.1f}): "
+        f"layer by layer the 14-thread profile waited over 600 us {_waits14()[14]} times a step (one layer's median "
+        "wait 1.6 ms, the same layer in most steps), at "
+        + ", ".join(f"{t} threads {v}" for t, v in _waits14().items() if t != 14) + " (the table above). Two servers "
+        "(12 and 8 threads) died in their third 4-stream round with a segfault whose stack holds libkineto's "
+        "MemoryTraceLogger destructor, the profiler's cleanup minutes after it ran; the unprofiled thp servers ran "
+        "every round.",
         f"- **Transparent huge pages do not reach the experts here:** with \"always\" AnonHugePages peaked at "
         f"{_thp_peak_gib():.1f} GiB while the server held ~32 GiB (thp-meminfo.txt), and decode at depth 0 was "
         f"{', '.join(f'{v:.1f}' for v in thp.values())} tok/s (always, madvise, always): not adopted, and the "
@@ -486,6 +531,8 @@ def summary() -> dict:
                          "aggregate_4_streams_tok_s": ratio("aggregate_4_streams_tok_s", max)},
         "host_levers": {"decode_tok_s_by_kt_threads": {str(t): probe_figures(_probe(f, n))["decode_tok_s"]
                                                        for f, n, t, _ in HOST_POINTS if f == "kcores"},
+                        "paired_with_14_threads": {str(t): x for t, x in sorted(_paired_threads().items(),
+                                                                                 reverse=True)},
                         "decode_tok_s_thp_always": [probe_figures(_probe(f, n))["decode_tok_s"]
                                                     for f, n, _, h in HOST_POINTS if h == "always"],
                         "decode_tok_s_thp_madvise_same_machine": probe_figures(

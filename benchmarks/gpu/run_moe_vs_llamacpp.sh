@@ -109,9 +109,11 @@ has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 CK=/tmp/ck; FP8=$CK/fp8cfg; KT=$CK/kt-int4; KT8=$CK/kt-int8; GGUF=$CK/qwen3-coder-30b-a3b-q4_k_m-random.gguf
 MODEL_CFG=config/models/qwen3-coder-30b-a3b-instruct
 LL=$W/llama.cpp; BIN=$LL/build/bin; BUILT=$W/llama-built
+# THREADS: llama.cpp's -t and the KT layout writer's; the kit's own KT threads are its plan's (since 2026-11-27's seventh
+# session a quarter of the cores left to SGLang: 12 of 16; every earlier point ran 14)
 PHYS=$(lscpu -p=core,socket | grep -v '^#' | sort -u | wc -l); THREADS=$((PHYS - 2))
 
-step "setup ($PHYS physical cores, KT threads $THREADS)"
+step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 { lscpu; free -g; df -h /tmp /dev/shm; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   echo "nsys: $(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null || echo none)"; } \
   > "$RES/host.txt" 2>&1

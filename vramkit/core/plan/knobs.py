@@ -238,8 +238,8 @@ class Knobs:
         render=lambda v, p: _kt("--kt-num-gpu-experts", v, p))
     kt_cpuinfer: int | str = knob(
         "auto", int, "threads", "CPU expert threads; auto = physical cores of the server cpuset (`make "
-        "optimize`) minus 2 for SGLang's own processes", minimum=1, also=("auto",), sglang_flag="--kt-cpuinfer",
-        render=lambda v, p: _kt("--kt-cpuinfer", v, p))
+        "optimize`) minus a quarter of them (at least 2) for SGLang's own processes", minimum=1, also=("auto",),
+        sglang_flag="--kt-cpuinfer", render=lambda v, p: _kt("--kt-cpuinfer", v, p))
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
         sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))

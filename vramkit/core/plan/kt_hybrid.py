@@ -488,9 +488,14 @@ class KtConstants:
 
 
 def cpuinfer_threads(physical_cores: int, reserved: int) -> int:
-    """KT's threads: the server's physical cores (the `make optimize` cpuset) minus SGLang's own; one per physical
-    core (SMT siblings share the core's AMX/AVX units)."""
-    return max(1, physical_cores - reserved)
+    """KT's threads: the server's physical cores (the `make optimize` cpuset) minus SGLang's own, a quarter of them
+    and at least `reserved`; one per physical core (SMT siblings share the core's AMX/AVX units). kt-kernel pins each
+    worker to a core and spins it between layers, so SGLang's scheduler, its CUDA host nodes and the tokenizer need
+    cores of their own. Measured on the H100 host only (16 physical cores, the GPTQ split at 16 GiB, paired prompt by
+    prompt against 14 threads; benchmarks/results/gpu/moe-budget.md): 12 threads decoded 1.10x (4 streams 1.09x),
+    10 threads 1.15x (4 streams 1.01x), 8 threads 4 streams 0.91x; the quarter on other core counts is an
+    assumption."""
+    return max(1, physical_cores - max(reserved, physical_cores // 4))
 
 
 def oversubscribed(threads: int, physical_cores: int, cores_source: str = "") -> str:
