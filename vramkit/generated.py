@@ -242,13 +242,12 @@ def _measured_budget() -> list[str]:
                f"{p['llamacpp']:.2f}x), since SGLang keeps experts 0..N-1 of each layer on the GPU and a prompt that "
                "routes to the others waits on the CPU; the tables take medians of three prompts."
                if (p := d.get("prompt_span")) else "")
-            + (" The host levers, one machine: KT threads below 14 of 16 cores decoded faster paired prompt by prompt "
+            + (" The host levers, one machine, each request against the same seeded request on the 14-thread servers: "
                "(" + ", ".join(f"{t} threads {x['single_median']:.2f}x single-stream, {x['four_median']:.2f}x at 4 "
                                "streams" for t, x in h["paired_with_14_threads"].items())
                + "), so the plan now leaves a quarter of the physical cores (at least 2) to SGLang: 12 of 16; "
-               "transparent huge pages \"always\" "
-               + " and ".join(f"{v:.1f}" for v in h["decode_tok_s_thp_always"])
-               + f" against {h['decode_tok_s_thp_madvise_same_machine']:.1f} with the host's madvise, and anonymous "
+               f"transparent huge pages \"always\" {h['thp_paired']['single_median']:.2f}x the host's madvise "
+               f"paired the same way ({h['thp_paired']['four_median']:.2f}x at 4 streams), and anonymous "
                f"huge pages peaked at {h['anon_huge_pages_max_gib']:.1f} GiB of a ~32 GiB server: they do not reach "
                "kt-kernel's experts, and the kit leaves the setting alone."
                if (h := d.get("host_levers")) else "")]

@@ -226,23 +226,32 @@ def _four_rounds(folder: str, point: str) -> list[float | None]:
             for r in d.get("rounds", [])]
 
 
-@cache
-def _paired_threads() -> dict[int, dict]:
-    """Each thread count against the 14-thread servers of the same machine, prompt by prompt: the same seeded request
-    on both (the prompt sets most of a request's rate: the prompt table), so the ratio is the thread count's."""
-    out = {}
-    for f, n, t, _ in HOST_POINTS:
-        if f != "kcores" or t == 14:
-            continue
-        mine, ratios, four = _prompt_rates(f, n), [], []
-        for bf, bn in BASE14:
+def _paired(points: tuple[tuple[str, str], ...], bases: tuple[tuple[str, str], ...]) -> dict:
+    """Servers against base servers of the same machine, prompt by prompt: the same seeded request on both (the prompt
+    sets most of a request's rate: the prompt table), so the ratio is the lever's."""
+    ratios, four = [], []
+    for f, n in points:
+        mine = _prompt_rates(f, n)
+        for bf, bn in bases:
             base = _prompt_rates(bf, bn)
             ratios += [mine[k] / base[k] for k in mine if k in base]
             four += [a / b for a, b in zip(_four_rounds(f, n), _four_rounds(bf, bn), strict=False) if a and b]
-        out[t] = {"single_pairs": len(ratios), "single_median": round(statistics.median(ratios), 3),
-                  "single_faster": round(sum(r > 1 for r in ratios) / len(ratios), 2),
-                  "four_pairs": len(four), "four_median": round(statistics.median(four), 3) if four else None}
-    return out
+    return {"single_pairs": len(ratios), "single_median": round(statistics.median(ratios), 3),
+            "single_faster": round(sum(r > 1 for r in ratios) / len(ratios), 2),
+            "four_pairs": len(four), "four_median": round(statistics.median(four), 3) if four else None}
+
+
+@cache
+def _paired_threads() -> dict[int, dict]:
+    """Each thread count against the machine's 14-thread servers (_paired)."""
+    return {t: _paired(((f, n),), BASE14) for f, n, t, _ in HOST_POINTS if f == "kcores" and t != 14}
+
+
+@cache
+def _paired_thp() -> dict:
+    """THP "always" servers against the same machine's "madvise" ones at 14 threads (_paired)."""
+    return _paired(tuple((f, n) for f, n, t, h in HOST_POINTS if h == "always"),
+                   tuple((f, n) for f, n, t, h in HOST_POINTS if h == "madvise" and t == 14))
 
 
 def _thp_peak_gib() -> float:
@@ -483,7 +492,10 @@ def _findings(sw: dict) -> list[str]:
         "every round.",
         f"- **Transparent huge pages do not reach the experts here:** with \"always\" AnonHugePages peaked at "
         f"{_thp_peak_gib():.1f} GiB while the server held ~32 GiB (thp-meminfo.txt), and decode at depth 0 was "
-        f"{', '.join(f'{v:.1f}' for v in thp.values())} tok/s (always, madvise, always): not adopted, and the "
+        f"{', '.join(f'{v:.1f}' for v in thp.values())} tok/s (always, madvise, always); paired prompt by prompt "
+        f"\"always\" decoded {_paired_thp()['single_median']:.2f}x \"madvise\" ({_paired_thp()['single_faster']:.0%} "
+        f"of {_paired_thp()['single_pairs']} requests faster; 4 streams {_paired_thp()['four_median']:.2f}x): not "
+        "adopted, and the "
         "kit does not change the host's setting.",
         f"- **The prompt sets the pace:** at the same depth the kit's fastest prompt decodes {ps['kit_span']:.2f}x its "
         f"slowest (medians over {len(PROMPT_KIT)} servers on 2 machines: med3's and kcores/thp's), and {ps['kit_agree']:.0%} of the figures "
@@ -537,7 +549,7 @@ def summary() -> dict:
                                                     for f, n, _, h in HOST_POINTS if h == "always"],
                         "decode_tok_s_thp_madvise_same_machine": probe_figures(
                             _probe("thp-b", "k16-wna16-thp-madvise"))["decode_tok_s"],
-                        "anon_huge_pages_max_gib": round(_thp_peak_gib(), 2)},
+                        "anon_huge_pages_max_gib": round(_thp_peak_gib(), 2), "thp_paired": _paired_thp()},
         "prompt_span": {"kit": round(ps["kit_span"], 2), "llamacpp": round(ps["llama_span"], 2),
                         "kit_same_side": round(ps["kit_agree"], 2), "kit_servers": len(PROMPT_KIT)},
     }
