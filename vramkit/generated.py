@@ -243,9 +243,9 @@ def _measured_budget() -> list[str]:
                "routes to the others waits on the CPU; the tables take medians of three prompts."
                if (p := d.get("prompt_span")) else "")
             + (" The host levers, one machine, each request against the same seeded request on the 14-thread servers: "
-               "(" + ", ".join(f"{t} threads {x['single_median']:.2f}x single-stream, {x['four_median']:.2f}x at 4 "
+               + ", ".join(f"{t} threads {x['single_median']:.2f}x single-stream, {x['four_median']:.2f}x at 4 "
                                "streams" for t, x in h["paired_with_14_threads"].items())
-               + "), so the plan now leaves a quarter of the physical cores (at least 2) to SGLang: 12 of 16; "
+               + "; so the plan now leaves a quarter of the physical cores (at least 2) to SGLang: 12 of 16; "
                f"transparent huge pages \"always\" {h['thp_paired']['single_median']:.2f}x the host's madvise "
                f"paired the same way ({h['thp_paired']['four_median']:.2f}x at 4 streams), and anonymous "
                f"huge pages peaked at {h['anon_huge_pages_max_gib']:.1f} GiB of a ~32 GiB server: they do not reach "
