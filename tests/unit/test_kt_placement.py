@@ -143,3 +143,20 @@ def test_a_placement_for_a_plan_without_the_hybrid_mode_is_said_unused():
     small = resolve(PlanRequest(preset="moe", gpu="rtx-4060-ti-16gb", host_ram_gib=64, kt_placement="p.json"))
     assert small.hybrid is not None and small.hybrid.placement == "p.json"
     assert not any("--kt-placement" in n for n in small.plan.notes)
+
+
+def test_the_check_counts_a_layer_whose_gpu_experts_are_only_reordered_as_unmoved(tmp_path):
+    from vramkit.core.plan.planner import Knobs, Target, plan
+    from vramkit.launch import hybrid
+    model = catalog.model(MOE)
+    p = plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * 2**30), host=hybrid.REFERENCE_HOST,
+                           host_ram_available_bytes=128 * 2**30),
+             Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT8"})), catalog.engine(),
+             with_alternatives=False)
+    n, layers = p.hybrid.num_gpu_experts, model.num_layers
+    rows = [list(reversed(range(n))) + list(range(n, 128)) for _ in range(layers - 1)]
+    rows.append([127] + list(range(1, n)) + [0] + list(range(n, 127)))      # expert 127 swapped in for 0
+    f = tmp_path / "p.json"
+    f.write_text(kp.sglang_json(rows))
+    ok, detail = hybrid.for_plan(p, "/w", placement=str(f), layers=layers).placement_check()[1:]
+    assert ok and detail.split(": ")[1].startswith(f"1 of {layers} layers keep other experts")

@@ -121,9 +121,10 @@ class Hybrid:
             m = kp.read_sglang_json(text, self.layers, self.plan.num_experts, where)
         except VramkitError as e:
             return "kt-placement", False, e.line().removeprefix("vramkit: ")
-        moved = sum(row[:self.plan.num_gpu_experts] != list(range(self.plan.num_gpu_experts)) for row in m)
+        n = self.plan.num_gpu_experts
+        moved = sum(set(row[:n]) != set(range(n)) for row in m)    # the same experts reordered: not moved
         return ("kt-placement", True, f"{where}: {moved} of {self.layers} layers keep other experts than "
-                                      f"0..{self.plan.num_gpu_experts - 1} on the GPU (--init-expert-location)")
+                                      f"0..{n - 1} on the GPU (--init-expert-location)")
 
     def checks(self, host_ram_available: int) -> list[tuple[str, bool, str]]:
         """(name, ok, detail) for `vramkit up`: this CPU runs the method, the experts fit host RAM, KT's converted
