@@ -18,6 +18,9 @@ Inputs (run_moe_vs_llamacpp.sh; one H100 host session each, the card emulated at
          figure the median of 3 rounds, each profiled first (1 stream)
          waits.json: every wait stall of those profiles layer by layer (decode_profile.py waits over the four
          decode traces the run brought back; the traces themselves, 1 MB each, are not committed)
+  hot-rec/ the same session, another machine: SGLang's expert-distribution recorder over one request (512-token
+         prompt, 64 tokens) on the GPTQ split, its counts summed (expert-counts.json) and `vramkit kt-placement`'s
+         output on them (kt-placement.txt)
   thp-a/, thp-b/ the same machine, next commands: transparent huge pages "always" (thp-a), then the host's "madvise"
          and "always" again (thp-b, AnonHugePages sampled while they ran: thp-meminfo.txt)
 Every figure is a measurement; the closing list says which lines are derived from them.
@@ -412,6 +415,16 @@ def _waits14() -> dict[int, float]:
     return out
 
 
+def _placement_shares() -> tuple[float, float, float, int]:
+    """hot-rec: (experts 0..N-1, the N most-routed, uniform) shares of the recorded routing, and N (88)."""
+    sys.path.insert(0, str(RESULTS.parents[2]))
+    from vramkit.core.plan import kt_placement as kp
+    counts = (load(DIR / "hot-rec" / "expert-counts.json") or {})["logical_count"]
+    n, layers, experts = 88, len(counts), len(counts[0])
+    return (kp.gpu_share(counts, kp.trivial(layers, experts), n), kp.gpu_share(counts, kp.hot_first(counts), n),
+            n / experts, n)
+
+
 def _findings(sw: dict) -> list[str]:
     b = _budget("run1", "k16-wna16-prof", 1)
     lay = _budget("run1", "k16-wna16-layers-prof", 1)
@@ -508,6 +521,12 @@ def _findings(sw: dict) -> list[str]:
         "real checkpoint, not built: each layer's most-routed experts first (expert tensors and the router's "
         "rows permuted alike, the same model), so experts 0..N-1 take more of the routing; SGLang's "
         "expert-distribution recorder counts it.",
+        "- **Which experts sit on the GPU** (hot-rec, one recorded request, in-sample): SGLang's experts "
+        f"0..{_placement_shares()[3] - 1} took {_placement_shares()[0]:.1%} of its routing, the "
+        f"{_placement_shares()[3]} most-routed of each layer {_placement_shares()[1]:.1%} (uniform: "
+        f"{_placement_shares()[2]:.1%}). `vramkit kt-placement` writes that map and `--kt-placement` passes it as "
+        "SGLang's --init-expert-location; its decode speed on prompts it was not recorded on is the driver's "
+        "step hot, not run yet.",
         "- **What would close it** (derived from the rows above, not measured): the hand-off as a GPU-side signal "
         f"instead of a host node (kt-kernel) saves up to {b['handoff_stall_ms']:.1f} ms; GPU kernels at llama.cpp's "
         f"all-GPU step save up to {max(kit_kernels_over, 0):.1f} ms (fewer, fused kernels, marlin instead of "
