@@ -524,9 +524,10 @@ def _findings(sw: dict) -> list[str]:
         "- **Which experts sit on the GPU** (hot-rec, one recorded request, in-sample): SGLang's experts "
         f"0..{_placement_shares()[3] - 1} took {_placement_shares()[0]:.1%} of its routing, the "
         f"{_placement_shares()[3]} most-routed of each layer {_placement_shares()[1]:.1%} (uniform: "
-        f"{_placement_shares()[2]:.1%}). `vramkit kt-placement` writes that map and `--kt-placement` passes it as "
-        "SGLang's --init-expert-location; its decode speed on prompts it was not recorded on is the driver's "
-        "step hot, not run yet.",
+        f"{_placement_shares()[2]:.1%}). `vramkit kt-placement` writes that map, but the pinned SGLang's Qwen3-MoE "
+        "maps the router's ids through --init-expert-location only on its DeepEP / two-batch-overlap paths, not "
+        "the one-GPU forward the hybrid mode runs, so `vramkit up` refuses it until an adapter maps them there "
+        "(then the driver's step hot measures it).",
         "- **What would close it** (derived from the rows above, not measured): the hand-off as a GPU-side signal "
         f"instead of a host node (kt-kernel) saves up to {b['handoff_stall_ms']:.1f} ms; GPU kernels at llama.cpp's "
         f"all-GPU step save up to {max(kit_kernels_over, 0):.1f} ms (fewer, fused kernels, marlin instead of "

@@ -69,7 +69,9 @@
 # The placement lever (vramkit kt-placement, not measured yet): SGLang's expert-distribution recorder on prompts kept
 # apart from the probe's (--seed-offset), each layer's most-routed experts put in the GPU's slots (--kt-placement:
 # SGLang's --init-expert-location), then the probe's own prompts with the trivial map and with that one, and the
-# recorded prompts again with it: STAGE=.stage-w16 REPEAT=3 STEPS="setup hot" (~18 min).
+# recorded prompts again with it: STAGE=.stage-w16 REPEAT=3 STEPS="setup hot" (~18 min). Its recording half ran on
+# 2026-11-27 (moe-budget/hot-rec); the placed servers stop at vramkit up's kt-placement check until the kt_compat
+# adapter maps the router's ids on Qwen3-MoE's one-GPU forward (SGLang 0.5.15.post1 does so only for DeepEP / TBO).
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u

@@ -1,6 +1,7 @@
 """The hybrid mode's expert placement (core/plan/kt_placement.py, `vramkit kt-placement`, `--kt-placement`): each
 layer's most-routed experts in the GPU's physical slots, from SGLang's expert-distribution dump, rendered as SGLang's
---init-expert-location (its real parser's resolution of that flag: tests/integration/test_sglang_parser.py)."""
+--init-expert-location (its real parser's resolution of that flag: tests/integration/test_sglang_parser.py), and
+refused before start where the pinned SGLang would not route through it (kt_placement.DISPATCHED)."""
 from __future__ import annotations
 
 import json
@@ -96,7 +97,7 @@ def test_kt_placement_keeps_an_existing_file_and_writes_nothing_from_a_bad_dump(
     assert "Traceback" not in err and len(err.strip().splitlines()) == 3
 
 
-def test_a_placement_renders_sglang_s_flag_and_is_checked_before_start(tmp_path):
+def test_a_placement_renders_sglang_s_flag_and_is_checked_before_start(tmp_path, monkeypatch):
     from vramkit.core.plan.planner import Knobs, Target, plan
     from vramkit.launch import hybrid
     model = catalog.model(MOE)
@@ -108,9 +109,13 @@ def test_a_placement_renders_sglang_s_flag_and_is_checked_before_start(tmp_path)
     good = tmp_path / "placement.json"
     n = p.hybrid.num_gpu_experts
     good.write_text(kp.sglang_json([list(range(n, 128)) + list(range(n)) for _ in range(model.num_layers)]))
-    hy = hybrid.for_plan(p, "/w", placement=str(good), layers=model.num_layers)
+    hy = hybrid.for_plan(p, "/w", placement=str(good), layers=model.num_layers, architecture=model.architecture)
     args = hy.args("m")
     assert args[args.index("--init-expert-location") + 1] == str(good.resolve())
+    # the pinned SGLang's Qwen3-MoE one-GPU forward does not map the router's ids through the placement: refused
+    name, ok, detail = hy.placement_check()
+    assert not ok and "is a valid map" in detail and "only on its DeepEP / two-batch-overlap paths" in detail
+    monkeypatch.setattr(kp, "DISPATCHED", frozenset({model.architecture}))     # an SGLang that does map them
     name, ok, detail = hy.placement_check()
     assert ok and f"{model.num_layers} of {model.num_layers} layers keep other experts" in detail
     parts = hy.compose_parts("services/sglang-kt")
@@ -145,7 +150,7 @@ def test_a_placement_for_a_plan_without_the_hybrid_mode_is_said_unused():
     assert not any("--kt-placement" in n for n in small.plan.notes)
 
 
-def test_the_check_counts_a_layer_whose_gpu_experts_are_only_reordered_as_unmoved(tmp_path):
+def test_the_check_counts_a_layer_whose_gpu_experts_are_only_reordered_as_unmoved(tmp_path, monkeypatch):
     from vramkit.core.plan.planner import Knobs, Target, plan
     from vramkit.launch import hybrid
     model = catalog.model(MOE)
@@ -158,5 +163,14 @@ def test_the_check_counts_a_layer_whose_gpu_experts_are_only_reordered_as_unmove
     rows.append([127] + list(range(1, n)) + [0] + list(range(n, 127)))      # expert 127 swapped in for 0
     f = tmp_path / "p.json"
     f.write_text(kp.sglang_json(rows))
-    ok, detail = hybrid.for_plan(p, "/w", placement=str(f), layers=layers).placement_check()[1:]
+    monkeypatch.setattr(kp, "DISPATCHED", frozenset({model.architecture}))
+    ok, detail = hybrid.for_plan(p, "/w", placement=str(f), layers=layers,
+                                 architecture=model.architecture).placement_check()[1:]
     assert ok and detail.split(": ")[1].startswith(f"1 of {layers} layers keep other experts")
+
+
+def test_no_architecture_is_trusted_to_route_through_a_placement_until_one_is_checked():
+    """SGLang 0.5.15.post1's Qwen3-MoE calls TopK without ExpertLocationDispatchInfo on its one-GPU forward (read in
+    its qwen3_moe.py): a placement there would compute each expert with another's weights, so none is listed."""
+    assert kp.DISPATCHED == frozenset()
+    assert "wrong outputs" in kp.unapplied(catalog.model(MOE).architecture)

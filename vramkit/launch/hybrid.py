@@ -99,6 +99,7 @@ class Hybrid:
     here_isa: str | None           # the build THIS host runs (`vramkit up` starts here, whatever --cpu-isa said)
     placement: str | None = None   # --kt-placement: SGLang's --init-expert-location file (None: experts 0..N-1)
     layers: int = 0                # the model's decoder layers: the placement file's rows
+    architecture: str = ""         # the model's (whether the pinned SGLang applies a placement to it)
 
     def args(self, model_path: str) -> list[str]:
         """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/plan/knobs.py): the given
@@ -123,6 +124,10 @@ class Hybrid:
             return "kt-placement", False, e.line().removeprefix("vramkit: ")
         n = self.plan.num_gpu_experts
         moved = sum(set(row[:n]) != set(range(n)) for row in m)    # the same experts reordered: not moved
+        if (why := kp.unapplied(self.architecture)) is not None:
+            return ("kt-placement", False, f"{where} is a valid map ({moved} of {self.layers} layers move experts), "
+                                           f"but {why} -> start without --kt-placement; `vramkit kt-placement` "
+                                           "still says what share of the routing it would give the GPU")
         return ("kt-placement", True, f"{where}: {moved} of {self.layers} layers keep other experts than "
                                       f"0..{n - 1} on the GPU (--init-expert-location)")
 
@@ -194,8 +199,8 @@ class Hybrid:
 
 
 def for_plan(p, weight_path: str | None = None, here_isa: str | None = None, placement: str | None = None,
-             layers: int = 0) -> Hybrid | None:
+             layers: int = 0, architecture: str = "") -> Hybrid | None:
     """The launch side of a plan's hybrid section (None: not a hybrid plan)."""
     if p.hybrid is None:
         return None
-    return Hybrid(p.hybrid, weight_path, here_isa, placement, layers or p.hybrid.moe_layers)
+    return Hybrid(p.hybrid, weight_path, here_isa, placement, layers or p.hybrid.moe_layers, architecture)

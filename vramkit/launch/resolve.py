@@ -89,8 +89,8 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
     else:
         free_source = "card - others - driver reserve - CUDA context (those two measured, config/engine.toml)"
     return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None, p,
-                    for_plan(p, request.kt_weight_path, here, request.kt_placement, model.num_layers), free_source,
-                    host_ram_source)
+                    for_plan(p, request.kt_weight_path, here, request.kt_placement, model.num_layers,
+                             model.architecture), free_source, host_ram_source)
 
 
 def nvml_gpu(tp: int = 1, ids: list[int] | None = None, snap=None, *,

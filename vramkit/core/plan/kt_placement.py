@@ -13,6 +13,13 @@ the same seeded prompts on 6 servers, the fastest 1.65x the slowest at one depth
 most-routed experts in the lowest slots, from the counts SGLang's expert-distribution recorder dumps
 (--expert-distribution-recorder-mode stat; `logical_count`, layers x experts); `gpu_share` says how much of that
 routing the GPU then takes, against the trivial map's. Derived from SGLang's source; its speed is not measured yet.
+
+Where the router's choice goes through that map: SGLang maps the router's logical ids to physical slots only when
+its MoE block passes ExpertLocationDispatchInfo to TopK. In 0.5.15.post1 Qwen3-MoE does so only on its DeepEP and
+two-batch-overlap paths (qwen3_moe.py forward_deepep, op_select_experts); its normal forward (one GPU, the hybrid
+mode's) calls TopK without it, so the weights would sit in the mapped slots while the router's ids index them
+unmapped: every expert computed with another one's weights. `DISPATCHED` names the architectures whose normal forward
+in the pinned SGLang does map them; a placement is refused for any other (`vramkit up` stops at the check).
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ import math
 from collections.abc import Sequence
 
 from vramkit.errors import Exit, VramkitError
+
+DISPATCHED: frozenset[str] = frozenset()      # none verified in SGLang 0.5.15.post1 (the docstring)
 
 Counts = Sequence[Sequence[float]]
 Map = list[list[int]]
@@ -75,6 +84,15 @@ def gpu_share(counts: Counts, mapping: Map, num_gpu_experts: int) -> float:
     """The share of the counted routing that lands in physical slots 0..N-1 (on the GPU) under `mapping`."""
     on = sum(r[e] for r, m in zip(counts, mapping, strict=True) for e in m[:num_gpu_experts])
     return on / sum(sum(r) for r in counts)
+
+
+def unapplied(architecture: str) -> str | None:
+    """Why SGLang would not apply a placement to this architecture's hybrid decode (None: it would)."""
+    if architecture in DISPATCHED:
+        return None
+    return (f"SGLang 0.5.15.post1's {architecture} maps the router's experts through --init-expert-location only "
+            "on its DeepEP / two-batch-overlap paths, not the one-GPU forward the hybrid mode runs: the experts "
+            "would be loaded into slots the router does not index (wrong outputs)")
 
 
 def sglang_json(mapping: Map) -> str:
