@@ -3,6 +3,10 @@
     vramkit kt-placement DUMP.pt --model qwen3-coder-30b-a3b-instruct-fp8 --gpu-experts 43 --out placement.json
     vramkit up --preset moe ... --kt-placement placement.json      # SGLang's --init-expert-location placement.json
 
+It prints the share of the recorded routing the GPU would take, SGLang's default against the placed map. `vramkit
+up` refuses the file where the pinned SGLang would not route through it: 0.5.15.post1's Qwen3-MoE maps the
+router's ids only on its DeepEP / two-batch-overlap paths (core/plan/kt_placement.py).
+
 DUMP is what SGLang's expert-distribution recorder wrote for this model (a server started with
 `--extra-args "--expert-distribution-recorder-mode stat"`; POST /start_expert_distribution_record, your workload,
 POST /dump_expert_distribution_record; the .pt lands in $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, default /tmp).
