@@ -526,8 +526,9 @@ def _findings(sw: dict) -> list[str]:
         f"{_placement_shares()[3]} most-routed of each layer {_placement_shares()[1]:.1%} (uniform: "
         f"{_placement_shares()[2]:.1%}). `vramkit kt-placement` writes that map, but the pinned SGLang's Qwen3-MoE "
         "maps the router's ids through --init-expert-location only on its DeepEP / two-batch-overlap paths, not "
-        "the one-GPU forward the hybrid mode runs, so `vramkit up` refuses it until an adapter maps them there "
-        "(then the driver's step hot measures it).",
+        "the one-GPU forward the hybrid mode runs, so `vramkit up` refuses it; the kt_compat adapter's "
+        "experimental dispatch (VRAMKIT_KT_PLACEMENT_DISPATCH=1, not yet run on a GPU) maps them there, and the "
+        "driver's step hot measures it.",
         "- **What would close it** (derived from the rows above, not measured): the hand-off as a GPU-side signal "
         f"instead of a host node (kt-kernel) saves up to {b['handoff_stall_ms']:.1f} ms; GPU kernels at llama.cpp's "
         f"all-GPU step save up to {max(kit_kernels_over, 0):.1f} ms (fewer, fused kernels, marlin instead of "

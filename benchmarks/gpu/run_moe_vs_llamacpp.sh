@@ -70,8 +70,10 @@
 # apart from the probe's (--seed-offset), each layer's most-routed experts put in the GPU's slots (--kt-placement:
 # SGLang's --init-expert-location), then the probe's own prompts with the trivial map and with that one, and the
 # recorded prompts again with it: STAGE=.stage-w16 REPEAT=3 STEPS="setup hot" (~18 min). Its recording half ran on
-# 2026-11-27 (moe-budget/hot-rec); the placed servers stop at vramkit up's kt-placement check until the kt_compat
-# adapter maps the router's ids on Qwen3-MoE's one-GPU forward (SGLang 0.5.15.post1 does so only for DeepEP / TBO).
+# 2026-11-27 (moe-budget/hot-rec). The placed servers run with the kt_compat adapter's experimental dispatch
+# (VRAMKIT_KT_PLACEMENT_DISPATCH=1): SGLang 0.5.15.post1's Qwen3-MoE maps the router's ids only for DeepEP / TBO.
+# Random dummy weights cannot show that the outputs stay the same; a checkpoint on disk with its KT layout converted
+# from it (make_random_checkpoint.py --from) can, and that check comes before any speed is trusted.
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -463,8 +465,11 @@ json.dump({'logical_count': (c.sum(0) if c.dim() == 3 else c).tolist()}, open('$
   step "placement ($ngpu GPU experts): $(cat $RES/kt-placement.txt 2>/dev/null || echo 'no dump in '$REC)"
   [ -n "${HOT_REC_ONLY:-}" ] || kit k16-wna16-triv 16 "$FULL" -- $KITG $CPU8
   if [ -f $RES/kt-placement.json ] && [ -z "${HOT_REC_ONLY:-}" ]; then
-    kit k16-wna16-hot 16 "$FULL" -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
-    kit k16-wna16-hot-rec 16 "$RECP" -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
+    # the adapter's experimental dispatch (kt_compat: SGLang 0.5.15.post1's Qwen3-MoE maps the router's ids through
+    # --init-expert-location only on its DeepEP / TBO paths); vramkit up refuses the placement without it
+    PD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=1"
+    kit k16-wna16-hot 16 "$FULL" $PD -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
+    kit k16-wna16-hot-rec 16 "$RECP" $PD -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
   fi
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe

@@ -174,3 +174,58 @@ def test_no_architecture_is_trusted_to_route_through_a_placement_until_one_is_ch
     its qwen3_moe.py): a placement there would compute each expert with another's weights, so none is listed."""
     assert kp.DISPATCHED == frozenset()
     assert "wrong outputs" in kp.unapplied(catalog.model(MOE).architecture)
+
+
+def test_the_adapter_s_experimental_dispatch_maps_the_router_s_ids_only_under_a_placement(monkeypatch):
+    """VRAMKIT_KT_PLACEMENT_DISPATCH=1 (services/sglang-kt/kt_compat): select_experts gets the layer's
+    ExpertLocationDispatchInfo where its caller (Qwen3-MoE's one-GPU forward) gave none, and only when the server runs
+    a non-trivial --init-expert-location. SGLang's modules are stood in for (the pinned SGLang needs CUDA to import)."""
+    import importlib.util
+    import sys
+    import types
+    path = catalog.CONFIG_DIR.parent / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py"
+    spec = importlib.util.spec_from_file_location("vramkit_kt_compat_placement", path)
+    compat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compat)
+    server = types.SimpleNamespace(init_expert_location="trivial")
+    fakes = {"sglang": types.ModuleType("sglang"), "sglang.srt": types.ModuleType("sglang.srt"),
+             "sglang.srt.server_args": types.ModuleType("sglang.srt.server_args"),
+             "sglang.srt.eplb": types.ModuleType("sglang.srt.eplb"),
+             "sglang.srt.eplb.expert_location_dispatch": types.ModuleType("sglang.srt.eplb.expert_location_dispatch")}
+    fakes["sglang.srt.server_args"].get_global_server_args = lambda: server
+    fakes["sglang.srt.eplb.expert_location_dispatch"].ExpertLocationDispatchInfo = types.SimpleNamespace(
+        init_new=lambda layer_id: ("dispatch", layer_id))
+    for name, mod in fakes.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    topk = types.ModuleType("sglang.srt.layers.moe.topk")
+    topk.select_experts = lambda hidden_states, router_logits, topk_config, **kw: kw.get("expert_location_dispatch_info")
+    compat.patch_sglang_topk(topk)
+    compat.patch_sglang_topk(topk)                    # idempotent: wrapped once
+    call = dict(hidden_states=0, router_logits=0, topk_config=0, layer_id=7)
+    assert topk.select_experts(**call) is None        # trivial map: SGLang's own behaviour
+    server.init_expert_location = "/p/kt-placement.json"
+    assert topk.select_experts(**call) == ("dispatch", 7)
+    assert topk.select_experts(**call | {"expert_location_dispatch_info": "given"}) == "given"
+    assert topk.select_experts(**call | {"layer_id": None}) is None
+    monkeypatch.delenv(compat.DISPATCH_ENV, raising=False)
+    assert compat._patch_for(compat.SGLANG_TOPK) is None          # off unless asked for
+    monkeypatch.setenv(compat.DISPATCH_ENV, "1")
+    assert compat._patch_for(compat.SGLANG_TOPK) is compat.patch_sglang_topk
+
+
+def test_the_experimental_dispatch_lets_a_native_experiment_start_and_says_so(tmp_path, monkeypatch):
+    from vramkit.core.plan.planner import Knobs, Target, plan
+    from vramkit.launch import hybrid
+    model = catalog.model(MOE)
+    p = plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * 2**30), host=hybrid.REFERENCE_HOST,
+                           host_ram_available_bytes=128 * 2**30),
+             Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT8"})), catalog.engine(),
+             with_alternatives=False)
+    f = tmp_path / "p.json"
+    f.write_text(kp.sglang_json(kp.trivial(model.num_layers, 128)))
+    hy = hybrid.for_plan(p, "/w", placement=str(f), layers=model.num_layers, architecture=model.architecture)
+    monkeypatch.setenv(hybrid.PLACEMENT_DISPATCH_ENV, "1")
+    ok, detail = hy.placement_check()[1:]
+    assert ok and "EXPERIMENTAL" in detail and "not yet checked" in detail
+    monkeypatch.setenv(hybrid.PLACEMENT_DISPATCH_ENV, "0")
+    assert hy.placement_check()[1] is False

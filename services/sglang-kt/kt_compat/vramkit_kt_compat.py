@@ -18,6 +18,13 @@ rounding); ``a-b,c`` names them. A GPU layer is built without KT (SGLang's own f
 experts): no CPU round trip at all. Every other layer has 0 GPU experts: its GPU MoE kernel is skipped and
 its output is the CPU's alone. The last CPU layer defers nothing (its next layer has no KT wrapper to take
 the deferred share).
+
+Opt-in, ``VRAMKIT_KT_PLACEMENT_DISPATCH=1`` (experimental, not yet run on a GPU): with a non-trivial
+``--init-expert-location`` (`vramkit kt-placement`'s map), SGLang loads each logical expert into the physical slot
+the map gives and kt-kernel loads the CPU's slots the same way, but 0.5.15.post1's Qwen3-MoE passes no
+ExpertLocationDispatchInfo to TopK on its one-GPU forward, so the router's logical ids would index those slots
+unmapped. This wraps sglang.srt.layers.moe.topk.select_experts to build the layer's dispatch info where its caller
+gave none, so the ids become the physical slots (SGLang's own static dispatch, as its DeepEP path uses it).
 """
 from __future__ import annotations
 
@@ -29,6 +36,8 @@ import sys
 TARGET = "kt_kernel"
 SGLANG_KT = "sglang.srt.layers.moe.kt_ep_wrapper"
 LAYERS_ENV = "VRAMKIT_KT_GPU_LAYERS"
+SGLANG_TOPK = "sglang.srt.layers.moe.topk"
+DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"
 
 
 def gpu_layers(spec: str, num_layers: int, num_experts: int, per_layer: int | None) -> frozenset[int]:
@@ -187,12 +196,34 @@ def patch_sglang_kt(module, spec: str) -> None:
     method.apply = apply
 
 
+def patch_sglang_topk(module) -> None:
+    """select_experts with the layer's ExpertLocationDispatchInfo where its caller passed none and the server runs a
+    non-trivial --init-expert-location (idempotent; the module docstring says why)."""
+    if getattr(module, "_vramkit_patched", False):
+        return
+    orig = module.select_experts
+
+    def select_experts(*args, **kwargs):
+        if kwargs.get("expert_location_dispatch_info") is None and kwargs.get("layer_id") is not None:
+            from sglang.srt.server_args import get_global_server_args
+            if get_global_server_args().init_expert_location != "trivial":
+                from sglang.srt.eplb.expert_location_dispatch import ExpertLocationDispatchInfo
+                kwargs["expert_location_dispatch_info"] = ExpertLocationDispatchInfo.init_new(
+                    layer_id=kwargs["layer_id"])
+        return orig(*args, **kwargs)
+
+    module.select_experts = select_experts
+    module._vramkit_patched = True
+
+
 def _patch_for(fullname: str):
     if fullname == TARGET:
         return patch
     if fullname == SGLANG_KT:
         spec = os.environ.get(LAYERS_ENV, "").strip()
         return lambda m: patch_sglang_kt(m, spec)
+    if fullname == SGLANG_TOPK and os.environ.get(DISPATCH_ENV) == "1":
+        return patch_sglang_topk
     return None
 
 
@@ -223,7 +254,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Patch kt_kernel (and, with VRAMKIT_KT_GPU_LAYERS, SGLang's KT wrapper) when (or if already)
     imported; safe to call more than once."""
-    for name in (TARGET, SGLANG_KT):
+    for name in (TARGET, SGLANG_KT, SGLANG_TOPK):
         after = _patch_for(name)
         if after is not None and name in sys.modules:
             after(sys.modules[name])
