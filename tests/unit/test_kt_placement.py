@@ -16,6 +16,17 @@ from vramkit.errors import Exit, VramkitError
 MOE = "qwen3-coder-30b-a3b-instruct-fp8"
 
 
+def _moe_plan():
+    """The moe preset with AMXINT8 on the H100 host's free memory at 16 GiB: a hybrid plan (43 GPU experts a layer)."""
+    from vramkit.core.plan.planner import Knobs, Target, plan
+    from vramkit.launch import hybrid
+    model = catalog.model(MOE)
+    return model, plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * 2**30),
+                                     host=hybrid.REFERENCE_HOST, host_ram_available_bytes=128 * 2**30),
+                       Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT8"})), catalog.engine(),
+                       with_alternatives=False)
+
+
 def test_hot_first_orders_each_layer_by_count_and_raises_the_gpu_share():
     counts = [[1, 5, 5, 0], [0, 0, 2, 9]]
     m = kp.hot_first(counts)
@@ -98,14 +109,8 @@ def test_kt_placement_keeps_an_existing_file_and_writes_nothing_from_a_bad_dump(
 
 
 def test_a_placement_renders_sglang_s_flag_and_is_checked_before_start(tmp_path, monkeypatch):
-    from vramkit.core.plan.planner import Knobs, Target, plan
     from vramkit.launch import hybrid
-    model = catalog.model(MOE)
-    host = hybrid.REFERENCE_HOST
-    p = plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * 2**30), host=host,
-                           host_ram_available_bytes=128 * 2**30),
-             Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT8"})), catalog.engine(),
-             with_alternatives=False)
+    model, p = _moe_plan()
     good = tmp_path / "placement.json"
     n = p.hybrid.num_gpu_experts
     good.write_text(kp.sglang_json([list(range(n, 128)) + list(range(n)) for _ in range(model.num_layers)]))
@@ -151,13 +156,8 @@ def test_a_placement_for_a_plan_without_the_hybrid_mode_is_said_unused():
 
 
 def test_the_check_counts_a_layer_whose_gpu_experts_are_only_reordered_as_unmoved(tmp_path, monkeypatch):
-    from vramkit.core.plan.planner import Knobs, Target, plan
     from vramkit.launch import hybrid
-    model = catalog.model(MOE)
-    p = plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * 2**30), host=hybrid.REFERENCE_HOST,
-                           host_ram_available_bytes=128 * 2**30),
-             Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT8"})), catalog.engine(),
-             with_alternatives=False)
+    model, p = _moe_plan()
     n, layers = p.hybrid.num_gpu_experts, model.num_layers
     rows = [list(reversed(range(n))) + list(range(n, 128)) for _ in range(layers - 1)]
     rows.append([127] + list(range(1, n)) + [0] + list(range(n, 127)))      # expert 127 swapped in for 0
@@ -214,13 +214,8 @@ def test_the_adapter_s_experimental_dispatch_maps_the_router_s_ids_only_under_a_
 
 
 def test_the_experimental_dispatch_lets_a_native_experiment_start_and_says_so(tmp_path, monkeypatch):
-    from vramkit.core.plan.planner import Knobs, Target, plan
     from vramkit.launch import hybrid
-    model = catalog.model(MOE)
-    p = plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * 2**30), host=hybrid.REFERENCE_HOST,
-                           host_ram_available_bytes=128 * 2**30),
-             Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT8"})), catalog.engine(),
-             with_alternatives=False)
+    model, p = _moe_plan()
     f = tmp_path / "p.json"
     f.write_text(kp.sglang_json(kp.trivial(model.num_layers, 128)))
     hy = hybrid.for_plan(p, "/w", placement=str(f), layers=model.num_layers, architecture=model.architecture)
