@@ -137,6 +137,21 @@ def ttft_median(rounds: list[dict]) -> dict:
             "rounds": [{k: r[k] for k in ("ok", "ttft_s", "decode_tok_s", "completion_tokens", "error")} for r in rounds]}
 
 
+def greedy_point(url: str, seed: int, new: int) -> dict:
+    """One greedy request with each generated token's id and log-probability (SGLang's return_logprob)."""
+    import httpx
+    body = {"input_ids": ids(512, seed), "return_logprob": True,
+            "sampling_params": {"max_new_tokens": new, "temperature": 0.0, "ignore_eos": True}}
+    try:
+        r = httpx.post(f"{url}/generate", json=body, timeout=300)
+        meta = r.json().get("meta_info", {}) if r.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError) as e:
+        return {"seed": seed, "error": f"{type(e).__name__}: {e}"}
+    rows = meta.get("output_token_logprobs") or []     # [logprob, token id, text] per generated token
+    return {"seed": seed, "tokens": [row[1] for row in rows], "logprobs": [row[0] for row in rows],
+            "error": "" if rows else f"HTTP {r.status_code}: no output_token_logprobs"}
+
+
 def _post(url: str, path: str) -> str:
     """One of SGLang's control endpoints: its status and the start of its body."""
     import httpx
@@ -209,6 +224,9 @@ def main() -> int:
     ap.add_argument("--profile-dir", type=Path, help="where SGLang writes the traces (default: beside --out)")
     ap.add_argument("--seed-offset", type=int, default=0, help="shift every prompt's seed: other prompts of the same "
                     "lengths (the prompts a placement was recorded on, kept apart from the ones it is measured on)")
+    ap.add_argument("--greedy-logprobs", type=int, default=0, metavar="N", help="N seeded 512-token prompts decoded "
+                    "greedily (32 tokens) with each token's log-probability, under `greedy` (placement_check.py "
+                    "compares two servers' answers)")
     ap.add_argument("--record-experts", action="store_true", help="SGLang's expert-distribution recorder around "
                     "every point (a server started with --expert-distribution-recorder-mode stat): start before, "
                     "stop and dump after (the .pt lands in the server's $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR)")
@@ -253,6 +271,12 @@ def main() -> int:
         res.setdefault("gen_sweep", []).append(r)
         print(f"gen sweep {n} tokens: {r['decode_tok_s']}", flush=True)
         a.out.write_text(json.dumps(res, indent=1))
+    for k in range(a.greedy_logprobs):
+        res.setdefault("greedy", []).append(greedy_point(a.url, 5000 + k, 32))
+        a.out.write_text(json.dumps(res, indent=1))
+    if a.greedy_logprobs:
+        print(f"greedy: {sum(1 for g in res.get('greedy', []) if g.get('tokens'))} of {a.greedy_logprobs} prompts "
+              "answered", flush=True)
     if a.record_experts:
         res["record_experts"] |= {"stop": _post(a.url, "/stop_expert_distribution_record"),
                                   "dump": _post(a.url, "/dump_expert_distribution_record")}

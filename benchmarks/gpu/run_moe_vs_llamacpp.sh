@@ -72,8 +72,13 @@
 # recorded prompts again with it: STAGE=.stage-w16 REPEAT=3 STEPS="setup hot" (~18 min). Its recording half ran on
 # 2026-11-27 (moe-budget/hot-rec). The placed servers run with the kt_compat adapter's experimental dispatch
 # (VRAMKIT_KT_PLACEMENT_DISPATCH=1): SGLang 0.5.15.post1's Qwen3-MoE maps the router's ids only for DeepEP / TBO.
-# Random dummy weights cannot show that the outputs stay the same; a checkpoint on disk with its KT layout converted
-# from it (make_random_checkpoint.py --from) can, and that check comes before any speed is trusted.
+# Random dummy weights cannot show that the outputs stay the same; a checkpoint on disk can, and that check comes
+# before any speed is trusted: STAGE=.stage-w16 STEPS="setup hotcheck" (~8 min): a random 4-layer FP8 checkpoint of
+# the coder's shape written to disk, its CPU experts read from it (--kt-method FP8: the same values on both sides),
+# 64 GPU experts a layer, each layer's experts reversed by the placement; greedy decodes with log-probabilities of
+# the trivial map, the placement with the adapter's dispatch, the trivial map with the dispatch on (it must change
+# nothing) and the placement without it (SGLang as pinned: expected to change the tokens); placement_check.py
+# compares them.
 # STAGE=.stage-moelev: setup then writes only KT's AMXINT8 layout (random experts; the GPU experts are the FP8
 # config's dummy weights, as every point here) and builds no llama.cpp; staging needs kt/ and ballast.py only.
 set -u
@@ -471,6 +476,26 @@ json.dump({'logical_count': (c.sum(0) if c.dim() == 3 else c).tolist()}, open('$
     kit k16-wna16-hot 16 "$FULL" $PD -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
     kit k16-wna16-hot-rec 16 "$RECP" $PD -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
   fi
+fi
+if has hotcheck; then  # does a placement keep the outputs? (the comment at the top of this file)
+  C4=$CK/fp8-4l
+  [ -f $C4/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $C4 --format fp8 \
+    --layers 4 > $RES/fp8-4l.json 2> $RES/logs/fp8-4l.err
+  step "4-layer FP8 checkpoint: $(tail -c 300 $RES/fp8-4l.json 2>/dev/null) ($(elapsed) s)"
+  python3 -c "from vramkit.core.plan import kt_placement as kp
+open('$RES/kt-placement-rev.json', 'w').write(kp.sglang_json([list(reversed(range(128))) for _ in range(4)]))"
+  K4="--preset moe --model-path $C4 --kt-method FP8 --kt-weight-path $C4 --kt-num-gpu-experts 64"
+  GL="--streams '' --ttft '' --greedy-logprobs 8"
+  PD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=1"
+  ballast_off
+  kit hc-trivial 80 "$GL" -- $K4
+  kit hc-placed 80 "$GL" $PD -- $K4 --kt-placement $RES/kt-placement-rev.json
+  kit hc-trivial-dispatch 80 "$GL" $PD -- $K4
+  kit hc-placed-sglang 80 "$GL" -- $K4 --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --init-expert-location $RES/kt-placement-rev.json"
+  python3 benchmarks/gpu/placement_check.py compare $RES/hc-trivial.probe.json $RES/hc-placed.probe.json \
+    $RES/hc-trivial-dispatch.probe.json $RES/hc-placed-sglang.probe.json > $RES/placement-check.json 2>&1
+  step "placement check: $(tr -d ' \n' < $RES/placement-check.json | head -c 600)"
+  pack
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe
   ballast 16

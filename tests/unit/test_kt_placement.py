@@ -224,3 +224,27 @@ def test_the_experimental_dispatch_lets_a_native_experiment_start_and_says_so(tm
     assert ok and "EXPERIMENTAL" in detail and "not yet checked" in detail
     monkeypatch.setenv(hybrid.PLACEMENT_DISPATCH_ENV, "0")
     assert hy.placement_check()[1] is False
+
+
+def test_placement_check_tells_rounding_from_other_experts():
+    """benchmarks/gpu/placement_check.py compare: the same tokens with log-probabilities a rounding apart (a correct
+    placement) against tokens that part ways (experts computed with other experts' weights)."""
+    import importlib.util
+    path = catalog.CONFIG_DIR.parent / "benchmarks" / "gpu" / "placement_check.py"
+    spec = importlib.util.spec_from_file_location("placement_check", path)
+    pc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pc)
+    base = {"greedy": [{"seed": 1, "tokens": [5, 6, 7, 8], "logprobs": [-0.1, -0.2, -0.3, -0.4]},
+                       {"seed": 2, "tokens": [9, 9], "logprobs": [-1.0, -1.0]}]}
+    near = {"greedy": [{"seed": 1, "tokens": [5, 6, 7, 8], "logprobs": [-0.1, -0.21, -0.3, -0.4]},
+                       {"seed": 2, "tokens": [9, 9], "logprobs": [-1.0, -1.02]}]}
+    apart = {"greedy": [{"seed": 1, "tokens": [5, 3, 3, 3], "logprobs": [-0.5, -2.0, -2.0, -2.0]},
+                        {"seed": 2, "tokens": [4, 4], "logprobs": [-3.0, -3.0]}, {"seed": 3, "tokens": [1]}]}
+    c = pc.compare(base, near)
+    assert c["prompts"] == 2 and c["prompts_identical"] == 1 and c["positions_agreeing_before_divergence"] == 1
+    assert c["logprob_abs_diff_max"] == pytest.approx(0.02)
+    d = pc.compare(base, apart)
+    assert d["prompts_identical"] == 0 and d["positions_agreeing_before_divergence"] == pytest.approx(1 / 6, abs=1e-3)
+    assert d["logprob_abs_diff_max"] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="no greedy request in common"):
+        pc.compare(base, {"greedy": []})
