@@ -3,10 +3,10 @@
 SGLang 0.5.15.post1's KTransformers path keeps PHYSICAL experts 0..N-1 of every layer on the GPU (the KT wrapper
 masks the others to -1 for the GPU kernel; kt_ep_wrapper.py) and places the router's LOGICAL experts in physical
 slots through its expert-location metadata: `--init-expert-location` with {"physical_to_logical_map": [[...]]} (one
-row per layer, a permutation of the experts), which the GPU weight loader, the static logical->physical dispatch of
-the router's choice and kt-kernel's CPU weight loader all follow (eplb/expert_location.py, fused_moe_triton/layer.py,
-kt_kernel/utils/amx.py). Without it the map is trivial: logical e in slot e, so the GPU takes experts 0..N-1 of
-every layer whatever the router prefers.
+row per layer, a permutation of the experts), which the GPU weight loader and kt-kernel's CPU weight loader follow
+(eplb/expert_location.py, fused_moe_triton/layer.py, kt_kernel/utils/amx.py); the router's choice follows it only
+where SGLang passes its static dispatch (below). Without it the map is trivial: logical e in slot e, so the GPU
+takes experts 0..N-1 of every layer whatever the router prefers.
 
 A request's decode rate depends on how much of its routing lands on the CPU (benchmarks/results/gpu/moe-budget.md:
 the same seeded prompts on 6 servers, the fastest 1.65x the slowest at one depth). `hot_first` puts each layer's
