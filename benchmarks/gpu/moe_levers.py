@@ -546,7 +546,8 @@ def q8_rows(out_dir: Path) -> list[str]:
             f"{warmups(d, 'k16-int8-t16')} against {warmups(d, 'k16-int8')} at 14 threads). The likely cause, not "
             "measured: SGLang's scheduler and tokenizer processes then share those cores with KT's spinning workers. "
             "`vramkit plan` and `vramkit up` now refuse `--kt-cpuinfer` >= the physical cores with one line (exit "
-            "64, the bad-input code); the plan's own choice stays physical cores minus 2."]
+            "64, the bad-input code); the plan's own choice was physical cores minus 2 then, and is a quarter of them (at least 2) since "
+            "2026-11-27's seventh session (12 of 16 decoded faster than 14 prompt by prompt: moe-budget.md)."]
     return out
 
 
