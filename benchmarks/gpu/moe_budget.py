@@ -34,8 +34,11 @@ from functools import cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from decode_profile import sweep  # noqa: E402
 from moe_session import RESULTS, load, probe_figures  # noqa: E402
+
+from vramkit.core.plan import kt_placement as kp  # noqa: E402
 
 DIR = RESULTS / "moe-budget"
 OUT = RESULTS / "moe-budget.md"
@@ -202,14 +205,20 @@ def _host_table() -> list[str]:
     return out
 
 
-def _waits_table() -> list[str]:
+@cache
+def _waits() -> dict[int, dict]:
+    """kcores/waits.json's entry for each profiled server there, by KT threads (its probe names its trace)."""
     w = load(DIR / "kcores" / "waits.json") or {}
+    traces = {t: next((p.get("trace") for p in _probe(f, n).get("profile", [])), None)
+              for f, n, t, _ in HOST_POINTS if f == "kcores"}
+    return {t: w[trace] for t, trace in traces.items() if trace in w}
+
+
+def _waits_table() -> list[str]:
     out = ["| point | KT threads | wait per layer p10 / p50 / p90 / p99 us | waits over 600 us per step | the layer "
            "with the longest median wait | hand-off p50 us |", "| --- | --- | --- | --- | --- | --- |"]
     for f, n, t, _ in HOST_POINTS:
-        if f != "kcores":
-            continue
-        x = w.get(next(p.get("trace") for p in _probe(f, n).get("profile", [])))
+        x = _waits().get(t) if f == "kcores" else None
         if not x:
             continue
         q, per = x["wait_us"], x["per_layer_median_us"]
@@ -404,21 +413,9 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def _waits14() -> dict[int, float]:
-    """Waits over 600 us per profiled step, by KT threads (kcores/waits.json)."""
-    w = load(DIR / "kcores" / "waits.json") or {}
-    out = {}
-    for f, n, t, _ in HOST_POINTS:
-        if f == "kcores":
-            trace = next(p.get("trace") for p in _probe(f, n).get("profile", []))
-            out[t] = w[trace]["waits_over_600us_per_step"]
-    return out
-
-
+@cache
 def _placement_shares() -> tuple[float, float, float, int]:
     """hot-rec: (experts 0..N-1, the N most-routed, uniform) shares of the recorded routing, and N (88)."""
-    sys.path.insert(0, str(RESULTS.parents[2]))
-    from vramkit.core.plan import kt_placement as kp
     counts = (load(DIR / "hot-rec" / "expert-counts.json") or {})["logical_count"]
     n, layers, experts = 88, len(counts), len(counts[0])
     return (kp.gpu_share(counts, kp.trivial(layers, experts), n), kp.gpu_share(counts, kp.hot_first(counts), n),
@@ -444,6 +441,8 @@ def _findings(sw: dict) -> list[str]:
     thp = {(f, n): d0[(f, n)] for f, n, _, h in HOST_POINTS if f.startswith("thp")}
     _, ps = _prompt_table()
     pt = _paired_threads()
+    long_waits = {t: x["waits_over_600us_per_step"] for t, x in _waits().items()}
+    trivial_share, placed_share, uniform_share, n_gpu = _placement_shares()
 
     def four(n: str) -> float:
         return k24[n]["aggregate_4_streams_tok_s"]
@@ -497,9 +496,9 @@ def _findings(sw: dict) -> list[str]:
         "physical cores, at least 2, to SGLang: 12 threads on this 16-core host (measured here only; the quarter "
         "elsewhere is an assumption). The profiled step is shorter below 14 too "
         f"({min(prof.values()):.1f}-{max(v for t, v in prof.items() if t < 14):.1f} ms against {prof[14]:.1f}): "
-        f"layer by layer the 14-thread profile waited over 600 us {_waits14()[14]} times a step (one layer's median "
+        f"layer by layer the 14-thread profile waited over 600 us {long_waits[14]} times a step (one layer's median "
         "wait 1.6 ms, the same layer in most steps), at "
-        + ", ".join(f"{t} threads {v}" for t, v in _waits14().items() if t != 14) + " (the table above). Two servers "
+        + ", ".join(f"{t} threads {v}" for t, v in long_waits.items() if t != 14) + " (the table above). Two servers "
         "(12 and 8 threads) died in their third 4-stream round with a segfault whose stack holds libkineto's "
         "MemoryTraceLogger destructor, the profiler's cleanup minutes after it ran; the unprofiled thp servers ran "
         "every round.",
@@ -517,14 +516,11 @@ def _findings(sw: dict) -> list[str]:
         "Derived, not measured: SGLang keeps experts 0..N-1 of every layer on the GPU and sends the rest to the "
         "CPU, so a request whose tokens route to the CPU's 40 waits longer, while llama.cpp moves whole layers, "
         "whose CPU share does not depend on the routing. The estimate (kt-estimate.md) assumes uniform routing, "
-        "the mean over prompts; its 512-token and 8K rows are different prompts. The lever this points to, for a "
-        "real checkpoint, not built: each layer's most-routed experts first (expert tensors and the router's "
-        "rows permuted alike, the same model), so experts 0..N-1 take more of the routing; SGLang's "
-        "expert-distribution recorder counts it.",
+        "the mean over prompts; its 512-token and 8K rows are different prompts. The lever this points to: the next "
+        "bullet.",
         "- **Which experts sit on the GPU** (hot-rec, one recorded request, in-sample): SGLang's experts "
-        f"0..{_placement_shares()[3] - 1} took {_placement_shares()[0]:.1%} of its routing, the "
-        f"{_placement_shares()[3]} most-routed of each layer {_placement_shares()[1]:.1%} (uniform: "
-        f"{_placement_shares()[2]:.1%}). `vramkit kt-placement` writes that map, but the pinned SGLang's Qwen3-MoE "
+        f"0..{n_gpu - 1} took {trivial_share:.1%} of its routing, the {n_gpu} most-routed of each layer "
+        f"{placed_share:.1%} (uniform: {uniform_share:.1%}). `vramkit kt-placement` writes that map, but the pinned SGLang's Qwen3-MoE "
         "maps the router's ids through --init-expert-location only on its DeepEP / two-batch-overlap paths, not "
         "the one-GPU forward the hybrid mode runs, so `vramkit up` refuses it; the kt_compat adapter's "
         "experimental dispatch (VRAMKIT_KT_PLACEMENT_DISPATCH=1, not yet run on a GPU) maps them there, and the "
