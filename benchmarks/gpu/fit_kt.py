@@ -50,7 +50,7 @@ class Point:
     kt_kernel: str = "0.5.1"     # the kt-kernel release it ran
     rss_end_read: bool = False   # its point JSON has host_rss_peak_bytes: despite the name, ONE reading of the
                                      # server tree's RSS once the probe ended (moe_point.py; a sampled maximum,
-                                     # host_rss_max_sampled_bytes, only since 2026-11-27's seventh session)
+                                     # host_rss_max_sampled_bytes, only after 2026-11-27's seventh session)
     free_gib: float | None = None   # "Load weight begin. avail mem" when the point JSON lacks it
     note: str = ""
     gpu_checkpoint: str = "fp8"  # the checkpoint's config the GPU side ran: "fp8", or "gptq" (Qwen's GPTQ-Int4

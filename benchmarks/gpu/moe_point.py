@@ -27,54 +27,16 @@ from vramkit.adapters.state import state_dir  # noqa: E402
 from vramkit.core import sglang_log  # noqa: E402
 
 
-def tree_rss(pid: int) -> int:
+def tree_rss(pid: int, field: str = "rss") -> int:
+    """A psutil memory_info field summed over the server's process tree: "rss", or "shared" (its file-backed and
+    shared-memory pages, RssFile + RssShmem on Linux: kt-kernel's weights where it maps them; the rest is anonymous,
+    what transparent huge pages can back)."""
     import psutil
     try:
         p = psutil.Process(pid)
-        return sum(x.memory_info().rss for x in [p, *p.children(recursive=True)])
+        return sum(getattr(x.memory_info(), field) for x in [p, *p.children(recursive=True)])
     except psutil.Error:
         return 0
-
-
-def tree_rss_kinds(pid: int) -> dict[str, int]:
-    """The server tree's RSS by kind (/proc/PID/status RssAnon, RssFile, RssShmem, bytes): file pages are a mapped
-    file's (kt-kernel's weights when it maps them), anonymous ones what transparent huge pages can back."""
-    import psutil
-    out = {"RssAnon": 0, "RssFile": 0, "RssShmem": 0}
-    try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return out
-    for q in procs:
-        try:
-            for line in open(f"/proc/{q.pid}/status"):
-                key, _, rest = line.partition(":")
-                if key in out:
-                    out[key] += int(rest.split()[0]) * 1024
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-class RssSampler:
-    """The server tree's RSS every second while the probe runs: its maximum, and the kinds at that moment."""
-
-    def __init__(self, pid: int) -> None:
-        import threading
-        self.pid, self.max, self.kinds = pid, 0, {}
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            rss = tree_rss(self.pid)
-            if rss > self.max:
-                self.max, self.kinds = rss, tree_rss_kinds(self.pid)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._t.join()
 
 
 def main() -> int:
@@ -110,8 +72,7 @@ def main() -> int:
     if up.returncode == 0:
         pid = int(state.get("pid") or 0)
         res["host_rss_after_start_bytes"] = tree_rss(pid)
-        res["host_rss_after_start_kinds"] = tree_rss_kinds(pid)
-        rss = RssSampler(pid)
+        res["host_rss_after_start_shared_bytes"] = tree_rss(pid, "shared")
         if a.wait_file is not None:
             t_wait = time.time()
             while not a.wait_file.exists() and time.time() - t_wait < 1200:
@@ -128,9 +89,11 @@ def main() -> int:
             (a.out / f"{a.name}.bench.txt").write_text(b.stdout[-20000:] + "\n--- stderr ---\n" + b.stderr[-5000:])
             res["bench_rc"] = b.returncode
         res["host_rss_peak_bytes"] = tree_rss(pid)       # the name is historical: the RSS once the probe ended
-        rss.stop()
-        res["host_rss_max_sampled_bytes"], res["host_rss_max_kinds"] = rss.max, rss.kinds
+        res["host_rss_end_shared_bytes"] = tree_rss(pid, "shared")
     sampler.stop()
+    # PeakSampler's once-a-second host reading, from before the start to here: the highest RSS summed over the
+    # processes naming sglang (the server tree, load buffers included)
+    res["host_rss_max_sampled_bytes"] = sampler.server_rss_max
     res["peak_vram_bytes"] = max(sampler.peaks[0] - base, 0)
     subprocess.run([sys.executable, "-m", "vramkit", "down", "--name", name], capture_output=True, text=True)
     time.sleep(3)
