@@ -16,6 +16,15 @@ from vramkit.errors import Exit, VramkitError
 MOE = "qwen3-coder-30b-a3b-instruct-fp8"
 
 
+def _load(name: str, rel: str):
+    """A module of the repository outside the package (a script, the server-side adapter), by its path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, catalog.CONFIG_DIR.parent / rel)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _moe_plan():
     """The moe preset with AMXINT8 on the H100 host's free memory at 16 GiB: a hybrid plan (43 GPU experts a layer)."""
     from vramkit.core.plan.planner import Knobs, Target, plan
@@ -180,13 +189,9 @@ def test_the_adapter_s_experimental_dispatch_maps_the_router_s_ids_only_under_a_
     """VRAMKIT_KT_PLACEMENT_DISPATCH=1 (services/sglang-kt/kt_compat): select_experts gets the layer's
     ExpertLocationDispatchInfo where its caller (Qwen3-MoE's one-GPU forward) gave none, and only when the server runs
     a non-trivial --init-expert-location. SGLang's modules are stood in for (the pinned SGLang needs CUDA to import)."""
-    import importlib.util
     import sys
     import types
-    path = catalog.CONFIG_DIR.parent / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py"
-    spec = importlib.util.spec_from_file_location("vramkit_kt_compat_placement", path)
-    compat = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compat)
+    compat = _load("vramkit_kt_compat_placement", "services/sglang-kt/kt_compat/vramkit_kt_compat.py")
     server = types.SimpleNamespace(init_expert_location="trivial")
     fakes = {"sglang": types.ModuleType("sglang"), "sglang.srt": types.ModuleType("sglang.srt"),
              "sglang.srt.server_args": types.ModuleType("sglang.srt.server_args"),
@@ -229,11 +234,7 @@ def test_the_experimental_dispatch_lets_a_native_experiment_start_and_says_so(tm
 def test_placement_check_tells_rounding_from_other_experts():
     """benchmarks/gpu/placement_check.py compare: the same tokens with log-probabilities a rounding apart (a correct
     placement) against tokens that part ways (experts computed with other experts' weights)."""
-    import importlib.util
-    path = catalog.CONFIG_DIR.parent / "benchmarks" / "gpu" / "placement_check.py"
-    spec = importlib.util.spec_from_file_location("placement_check", path)
-    pc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pc)
+    pc = _load("placement_check", "benchmarks/gpu/placement_check.py")
     base = {"greedy": [{"seed": 1, "tokens": [5, 6, 7, 8], "logprobs": [-0.1, -0.2, -0.3, -0.4]},
                        {"seed": 2, "tokens": [9, 9], "logprobs": [-1.0, -1.0]}]}
     near = {"greedy": [{"seed": 1, "tokens": [5, 6, 7, 8], "logprobs": [-0.1, -0.21, -0.3, -0.4]},
