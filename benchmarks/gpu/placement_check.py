@@ -7,8 +7,9 @@ token's id and log-probability. A placement only moves experts between the GPU's
 experts read from the same checkpoint (--kt-method FP8 from the checkpoint folder) a correct one changes each
 token's log-probability by kernel rounding alone; a wrong one (the router's ids indexing slots whose weights belong
 to other experts) changes the tokens. `compare` says, per other server against the base: the share of prompts whose
-tokens all agree, the share of generated positions that agree before the first divergence, and the largest and mean
-|log-probability difference| over the positions both decoded alike.
+tokens all agree, the share of generated positions that agree before the first divergence, the largest and mean
+|log-probability difference| over the positions both decoded alike, and the same at the first generated token alone
+(every server read the same prompt there: the cleanest single-forward comparison).
 """
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ def compare(base: dict, other: dict) -> dict:
     seeds = sorted(set(a) & set(b))
     if not seeds:
         raise ValueError("no greedy request in common (moe_probe.py --greedy-logprobs on both)")
-    same_prompts, agree, total, diffs = 0, 0, 0, []
+    same_prompts, agree, total, diffs, first = 0, 0, 0, [], []
     for s in seeds:
+        if a[s]["logprobs"] and b[s]["logprobs"] and None not in (a[s]["logprobs"][0], b[s]["logprobs"][0]):
+            first.append(abs(a[s]["logprobs"][0] - b[s]["logprobs"][0]))
         ta, tb = a[s]["tokens"], b[s]["tokens"]
         n = min(len(ta), len(tb))
         k = next((i for i in range(n) if ta[i] != tb[i]), n)
@@ -41,15 +44,21 @@ def compare(base: dict, other: dict) -> dict:
     return {"prompts": len(seeds), "prompts_identical": round(same_prompts / len(seeds), 3),
             "positions_agreeing_before_divergence": round(agree / total, 3) if total else None,
             "logprob_abs_diff_max": round(max(diffs), 5) if diffs else None,
-            "logprob_abs_diff_mean": round(sum(diffs) / len(diffs), 5) if diffs else None}
+            "logprob_abs_diff_mean": round(sum(diffs) / len(diffs), 5) if diffs else None,
+            "first_token_logprob_abs_diff_max": round(max(first), 5) if first else None,
+            "first_token_logprob_abs_diff_mean": round(sum(first) / len(first), 5) if first else None}
 
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] != "compare":
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 64
+    if not Path(argv[1]).exists():
+        print(f"placement_check: no baseline {argv[1]} (its server did not run)", file=sys.stderr)
+        return 66
     base = json.loads(Path(argv[1]).read_text())
-    print(json.dumps({Path(p).name: compare(base, json.loads(Path(p).read_text())) for p in argv[2:]}, indent=1))
+    print(json.dumps({Path(p).name: compare(base, json.loads(Path(p).read_text())) if Path(p).exists() else None
+                      for p in argv[2:]}, indent=1))
     return 0
 
 

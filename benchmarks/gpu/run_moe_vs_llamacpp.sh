@@ -87,6 +87,10 @@ W=/tmp/mvl; RES=$W/res; mkdir -p "$RES/logs"
 step() { echo "=== $(date +%T) $*" | tee -a "$RES/progress.txt"; }
 pack() {  # trimmed evidence beside each point, then every small result (no raw server logs) into one archive
   python3 benchmarks/gpu/moe_vs_llamacpp_report.py evidence "$RES" > /dev/null 2>&1
+  local f  # a server that did not start: its log's last lines (the traceback), since raw logs stay behind
+  for f in "$RES"/*.server.log; do
+    [ -f "$f" ] && grep -q '"up_rc": [1-9]' "${f%.server.log}.json" 2>/dev/null && tail -120 "$f" > "${f%.server.log}.fail.txt"
+  done
   (cd "$RES" && tar -czf "$W/res.tgz" --exclude='*.server.log' --exclude='*.llama.log' .)
 }
 
@@ -487,14 +491,28 @@ open('$RES/kt-placement-rev.json', 'w').write(kp.sglang_json([list(reversed(rang
   K4="--preset moe --model-path $C4 --kt-method FP8 --kt-weight-path $C4 --kt-num-gpu-experts 64"
   GL="--streams '' --ttft '' --greedy-logprobs 8"
   PD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=1"
+  # a bounded KV pool: 4 layers on the whole card gave 16.8M tokens (8.6 GB a layer) and every server died at its
+  # first request with "CUDA error: invalid argument" (2026-11-27, first try)
+  # (the bound did not help: the same error, second try; HC_EXTRA: other SGLang flags, e.g. the 2026-11-23 FP8 runs')
+  XA="${HC_EXTRA:-$VRAMKIT_SGLANG_EXTRA_ARGS} --max-total-tokens 262144"
   ballast_off
-  kit hc-trivial 80 "$GL" -- $K4
-  kit hc-placed 80 "$GL" $PD -- $K4 --kt-placement $RES/kt-placement-rev.json
-  kit hc-trivial-dispatch 80 "$GL" $PD -- $K4
-  kit hc-placed-sglang 80 "$GL" -- $K4 --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --init-expert-location $RES/kt-placement-rev.json"
+  # HC_DIAG=1: first the trivial map with CUDA_LAUNCH_BLOCKING=1, so its traceback names the failing kernel
+  [ -n "${HC_DIAG:-}" ] && kit hc-diag 80 "$GL" --env CUDA_LAUNCH_BLOCKING=1 -- $K4 --extra-args "$XA"
+  kit hc-trivial 80 "$GL" -- $K4 --extra-args "$XA"
+  kit hc-placed 80 "$GL" $PD -- $K4 --kt-placement $RES/kt-placement-rev.json --extra-args "$XA"
+  kit hc-placed-sglang 80 "$GL" -- $K4 --extra-args "$XA --init-expert-location $RES/kt-placement-rev.json"
+  kit hc-trivial-dispatch 80 "$GL" $PD -- $K4 --extra-args "$XA"
   python3 benchmarks/gpu/placement_check.py compare $RES/hc-trivial.probe.json $RES/hc-placed.probe.json \
     $RES/hc-trivial-dispatch.probe.json $RES/hc-placed-sglang.probe.json > $RES/placement-check.json 2>&1
   step "placement check: $(tr -d ' \n' < $RES/placement-check.json | head -c 600)"
+  pack
+fi
+if has hcref; then  # the rounding-only reference for hotcheck (same machine, after it): the trivial map with 32 GPU
+  # experts, so experts 32-63 move from the GPU's kernel to the CPU's with no placement at all
+  kit hc-g32 80 "--streams '' --ttft '' --greedy-logprobs 8" -- --preset moe --model-path $CK/fp8-4l --kt-method FP8 \
+    --kt-weight-path $CK/fp8-4l --kt-num-gpu-experts 32 --extra-args "${HC_EXTRA:-$VRAMKIT_SGLANG_EXTRA_ARGS} --max-total-tokens 262144"
+  python3 benchmarks/gpu/placement_check.py compare $RES/hc-trivial.probe.json $RES/hc-g32.probe.json > $RES/placement-check-g32.json 2>&1
+  step "rounding reference: $(tr -d ' \n' < $RES/placement-check-g32.json | head -c 400)"
   pack
 fi
 if has gptq-n; then  # the same, N experts per layer (no whole-layer placement), short probe

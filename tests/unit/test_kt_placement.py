@@ -5,6 +5,7 @@ refused before start where the pinned SGLang would not route through it (kt_plac
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 import pytest
 
@@ -202,16 +203,31 @@ def test_the_adapter_s_experimental_dispatch_maps_the_router_s_ids_only_under_a_
         init_new=lambda layer_id: ("dispatch", layer_id))
     for name, mod in fakes.items():
         monkeypatch.setitem(sys.modules, name, mod)
+    import torch
+
+    class Out(NamedTuple):                            # SGLang's StandardTopKOutput's fields
+        topk_weights: object
+        topk_ids: torch.Tensor
+        router_logits: object
+
+    def select_experts(hidden_states, router_logits, topk_config, **kw):
+        info = kw.get("expert_location_dispatch_info")
+        # SGLang's static dispatch indexes an int64 map: int64 ids come back (its CUDA path casts nothing back)
+        return Out(info, torch.tensor([[3, 1]], dtype=torch.int64 if info else torch.int32), None)
+
     topk = types.ModuleType("sglang.srt.layers.moe.topk")
-    topk.select_experts = lambda hidden_states, router_logits, topk_config, **kw: kw.get("expert_location_dispatch_info")
+    topk.select_experts = select_experts
     compat.patch_sglang_topk(topk)
     compat.patch_sglang_topk(topk)                    # idempotent: wrapped once
     call = dict(hidden_states=0, router_logits=0, topk_config=0, layer_id=7)
-    assert topk.select_experts(**call) is None        # trivial map: SGLang's own behaviour
+    assert topk.select_experts(**call).topk_weights is None        # trivial map: SGLang's own behaviour
     server.init_expert_location = "/p/kt-placement.json"
-    assert topk.select_experts(**call) == ("dispatch", 7)
-    assert topk.select_experts(**call | {"expert_location_dispatch_info": "given"}) == "given"
-    assert topk.select_experts(**call | {"layer_id": None}) is None
+    out = topk.select_experts(**call)
+    assert out.topk_weights == ("dispatch", 7)
+    assert out.topk_ids.dtype == torch.int32 and out.topk_ids.tolist() == [[3, 1]]   # what the KT wrapper's kernels take
+    given = topk.select_experts(**call | {"expert_location_dispatch_info": "given"})
+    assert given.topk_weights == "given" and given.topk_ids.dtype == torch.int64    # a caller's own dispatch: untouched
+    assert topk.select_experts(**call | {"layer_id": None}).topk_weights is None
     monkeypatch.delenv(compat.DISPATCH_ENV, raising=False)
     assert compat._patch_for(compat.SGLANG_TOPK) is None          # off unless asked for
     monkeypatch.setenv(compat.DISPATCH_ENV, "1")
@@ -247,5 +263,8 @@ def test_placement_check_tells_rounding_from_other_experts():
     d = pc.compare(base, apart)
     assert d["prompts_identical"] == 0 and d["positions_agreeing_before_divergence"] == pytest.approx(1 / 6, abs=1e-3)
     assert d["logprob_abs_diff_max"] == pytest.approx(0.4)
+    # the first generated token: the one forward every server ran on the same prompt
+    assert c["first_token_logprob_abs_diff_max"] == 0 and d["first_token_logprob_abs_diff_max"] == pytest.approx(2.0)
+    assert d["first_token_logprob_abs_diff_mean"] == pytest.approx(1.2)
     with pytest.raises(ValueError, match="no greedy request in common"):
         pc.compare(base, {"greedy": []})

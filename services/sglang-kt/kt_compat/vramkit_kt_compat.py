@@ -204,13 +204,19 @@ def patch_sglang_topk(module) -> None:
     orig = module.select_experts
 
     def select_experts(*args, **kwargs):
-        if kwargs.get("expert_location_dispatch_info") is None and kwargs.get("layer_id") is not None:
-            from sglang.srt.server_args import get_global_server_args
-            if get_global_server_args().init_expert_location != "trivial":
-                from sglang.srt.eplb.expert_location_dispatch import ExpertLocationDispatchInfo
-                kwargs["expert_location_dispatch_info"] = ExpertLocationDispatchInfo.init_new(
-                    layer_id=kwargs["layer_id"])
-        return orig(*args, **kwargs)
+        if kwargs.get("expert_location_dispatch_info") is not None or kwargs.get("layer_id") is None:
+            return orig(*args, **kwargs)
+        from sglang.srt.server_args import get_global_server_args
+        if get_global_server_args().init_expert_location == "trivial":
+            return orig(*args, **kwargs)
+        from sglang.srt.eplb.expert_location_dispatch import ExpertLocationDispatchInfo
+        kwargs["expert_location_dispatch_info"] = ExpertLocationDispatchInfo.init_new(layer_id=kwargs["layer_id"])
+        out = orig(*args, **kwargs)
+        # the static map is an int64 tensor and CUDA indexing keeps its dtype (SGLang casts back on HIP only: DeepEP
+        # takes int64), while the KT wrapper's GPU kernels check for int32 (measured: "expert_ids must have dtype
+        # int32" at the first graph capture, H100 host 2026-11-27)
+        import torch
+        return out if out.topk_ids.dtype == torch.int32 else out._replace(topk_ids=out.topk_ids.to(torch.int32))
 
     module.select_experts = select_experts
     module._vramkit_patched = True
