@@ -21,6 +21,9 @@ Inputs (run_moe_vs_llamacpp.sh; one H100 host session each, the card emulated at
   hot-rec/ the same session, another machine: SGLang's expert-distribution recorder over one request (512-token
          prompt, 64 tokens) on the GPTQ split, its counts summed (expert-counts.json) and `vramkit kt-placement`'s
          output on them (kt-placement.txt)
+  hotcheck/ the eighth session (2026-11-27): does a placement keep the outputs? A random 4-layer FP8 checkpoint on disk,
+         CPU experts read from it, 64 GPU experts a layer, each layer's experts reversed by the map; 8 greedy 32-token
+         decodes per server, set against the unplaced one by placement_check.py (placement-check.json)
   thp-a/, thp-b/ the same machine, next commands: transparent huge pages "always" (thp-a), then the host's "madvise"
          and "always" again (thp-b, AnonHugePages sampled while they ran: thp-meminfo.txt)
 Every figure is a measurement; the closing list says which lines are derived from them.
@@ -422,6 +425,12 @@ def _placement_shares() -> tuple[float, float, float, int]:
             n / experts, n)
 
 
+def _placement_check() -> dict[str, float]:
+    """hotcheck: each server's mean first-token |log-probability difference| from the unplaced one."""
+    c = load(DIR / "hotcheck" / "placement-check.json") or {}
+    return {k.removesuffix(".probe.json"): v["first_token_logprob_abs_diff_mean"] for k, v in c.items()}
+
+
 def _findings(sw: dict) -> list[str]:
     b = _budget("run1", "k16-wna16-prof", 1)
     lay = _budget("run1", "k16-wna16-layers-prof", 1)
@@ -443,6 +452,7 @@ def _findings(sw: dict) -> list[str]:
     pt = _paired_threads()
     long_waits = {t: x["waits_over_600us_per_step"] for t, x in _waits().items()}
     trivial_share, placed_share, uniform_share, n_gpu = _placement_shares()
+    pc = _placement_check()
 
     def four(n: str) -> float:
         return k24[n]["aggregate_4_streams_tok_s"]
@@ -520,11 +530,14 @@ def _findings(sw: dict) -> list[str]:
         "bullet.",
         "- **Which experts sit on the GPU** (hot-rec, one recorded request, in-sample): SGLang's experts "
         f"0..{n_gpu - 1} took {trivial_share:.1%} of its routing, the {n_gpu} most-routed of each layer "
-        f"{placed_share:.1%} (uniform: {uniform_share:.1%}). `vramkit kt-placement` writes that map, but the pinned SGLang's Qwen3-MoE "
-        "maps the router's ids through --init-expert-location only on its DeepEP / two-batch-overlap paths, not "
-        "the one-GPU forward the hybrid mode runs, so `vramkit up` refuses it; the kt_compat adapter's "
-        "experimental dispatch (VRAMKIT_KT_PLACEMENT_DISPATCH=1, not yet run on a GPU) maps them there, and the "
-        "driver's step hot measures it.",
+        f"{placed_share:.1%} (uniform: {uniform_share:.1%}). `vramkit kt-placement` writes that map and `--kt-placement` "
+        "runs it. The pinned SGLang's Qwen3-MoE maps the router's ids through --init-expert-location only on its "
+        "DeepEP / two-batch-overlap paths, not the one-GPU forward the hybrid mode runs; the kt_compat adapter's "
+        "dispatch maps them there (hotcheck, a random 4-layer FP8 checkpoint, every layer's experts reversed: the "
+        f"first token's log-probability moved {pc['hc-placed']:.3f} on average with it, {pc['hc-g32']:.3f} when 32 "
+        f"experts only change kernels with no map, {pc['hc-placed-sglang']:.3f} with the map and no dispatch; the "
+        f"dispatch under the trivial map {pc['hc-trivial-dispatch']:.3f}). Its decode speed is not measured yet "
+        "(the driver's step hot).",
         "- **What would close it** (derived from the rows above, not measured): the hand-off as a GPU-side signal "
         f"instead of a host node (kt-kernel) saves up to {b['handoff_stall_ms']:.1f} ms; GPU kernels at llama.cpp's "
         f"all-GPU step save up to {max(kit_kernels_over, 0):.1f} ms (fewer, fused kernels, marlin instead of "

@@ -70,10 +70,11 @@
 # apart from the probe's (--seed-offset), each layer's most-routed experts put in the GPU's slots (--kt-placement:
 # SGLang's --init-expert-location), then the probe's own prompts with the trivial map and with that one, and the
 # recorded prompts again with it: STAGE=.stage-w16 REPEAT=3 STEPS="setup hot" (~18 min). Its recording half ran on
-# 2026-11-27 (moe-budget/hot-rec). The placed servers run with the kt_compat adapter's experimental dispatch
-# (VRAMKIT_KT_PLACEMENT_DISPATCH=1): SGLang 0.5.15.post1's Qwen3-MoE maps the router's ids only for DeepEP / TBO.
-# Random dummy weights cannot show that the outputs stay the same; a checkpoint on disk can, and that check comes
-# before any speed is trusted: STAGE=.stage-w16 STEPS="setup hotcheck" (~8 min): a random 4-layer FP8 checkpoint of
+# 2026-11-27 (moe-budget/hot-rec). The placed servers run with the kt_compat adapter's dispatch (on under a placement):
+# SGLang 0.5.15.post1's Qwen3-MoE maps the router's ids only for DeepEP / TBO.
+# Random dummy weights cannot show that the outputs stay the same; a checkpoint on disk can, and that check came
+# before any speed (ran 2026-11-27, eighth session: moe-budget/hotcheck): STAGE=.stage-w16 STEPS="setup hotcheck"
+# (~8 min), then STEPS="hcref" on the same machine (~1.5 min: the rounding reference): a random 4-layer FP8 checkpoint of
 # the coder's shape written to disk, its CPU experts read from it (--kt-method FP8: the same values on both sides),
 # 64 GPU experts a layer, each layer's experts reversed by the placement; greedy decodes with log-probabilities of
 # the trivial map, the placement with the adapter's dispatch, the trivial map with the dispatch on (it must change
@@ -474,11 +475,9 @@ json.dump({'logical_count': (c.sum(0) if c.dim() == 3 else c).tolist()}, open('$
   step "placement ($ngpu GPU experts): $(cat $RES/kt-placement.txt 2>/dev/null || echo 'no dump in '$REC)"
   [ -n "${HOT_REC_ONLY:-}" ] || kit k16-wna16-triv 16 "$FULL" -- $KITG $CPU8
   if [ -f $RES/kt-placement.json ] && [ -z "${HOT_REC_ONLY:-}" ]; then
-    # the adapter's experimental dispatch (kt_compat: SGLang 0.5.15.post1's Qwen3-MoE maps the router's ids through
-    # --init-expert-location only on its DeepEP / TBO paths); vramkit up refuses the placement without it
-    PD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=1"
-    kit k16-wna16-hot 16 "$FULL" $PD -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
-    kit k16-wna16-hot-rec 16 "$RECP" $PD -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
+    # (the adapter's dispatch maps the router's ids through the placement: on whenever one is loaded)
+    kit k16-wna16-hot 16 "$FULL" -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
+    kit k16-wna16-hot-rec 16 "$RECP" -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
   fi
 fi
 if has hotcheck; then  # does a placement keep the outputs? (the comment at the top of this file)
@@ -490,17 +489,20 @@ if has hotcheck; then  # does a placement keep the outputs? (the comment at the 
 open('$RES/kt-placement-rev.json', 'w').write(kp.sglang_json([list(reversed(range(128))) for _ in range(4)]))"
   K4="--preset moe --model-path $C4 --kt-method FP8 --kt-weight-path $C4 --kt-num-gpu-experts 64"
   GL="--streams '' --ttft '' --greedy-logprobs 8"
-  PD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=1"
-  # a bounded KV pool: 4 layers on the whole card gave 16.8M tokens (8.6 GB a layer) and every server died at its
-  # first request with "CUDA error: invalid argument" (2026-11-27, first try)
-  # (the bound did not help: the same error, second try; HC_EXTRA: other SGLang flags, e.g. the 2026-11-23 FP8 runs')
-  XA="${HC_EXTRA:-$VRAMKIT_SGLANG_EXTRA_ARGS} --max-total-tokens 262144"
+  PD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=1"   # (2026-11-27 the dispatch was opt-in; it is on by default since)
+  # SGLang flags: with the GPU host's (config/sglang.toml gpu_host_extra_args: KV splits 32, a tokenizer) every 4-layer
+  # FP8 server died at its first request with "CUDA error: invalid argument", a bounded pool or not (2026-11-27, two
+  # tries, moe-budget/hotcheck/gpu-host-flags/); with the 2026-11-23 FP8 runs' flags (run_moe.sh) all ran. Cause not
+  # found. A bounded KV pool all the same: 4 layers on the whole card would take 16.8M tokens
+  HC_EXTRA=${HC_EXTRA:-"--attention-backend triton --sampling-backend pytorch --grammar-backend none --skip-tokenizer-init"}
+  XA="$HC_EXTRA --max-total-tokens 262144"
   ballast_off
   # HC_DIAG=1: first the trivial map with CUDA_LAUNCH_BLOCKING=1, so its traceback names the failing kernel
   [ -n "${HC_DIAG:-}" ] && kit hc-diag 80 "$GL" --env CUDA_LAUNCH_BLOCKING=1 -- $K4 --extra-args "$XA"
   kit hc-trivial 80 "$GL" -- $K4 --extra-args "$XA"
   kit hc-placed 80 "$GL" $PD -- $K4 --kt-placement $RES/kt-placement-rev.json --extra-args "$XA"
-  kit hc-placed-sglang 80 "$GL" -- $K4 --extra-args "$XA --init-expert-location $RES/kt-placement-rev.json"
+  kit hc-placed-sglang 80 "$GL" --env VRAMKIT_KT_PLACEMENT_DISPATCH=0 -- $K4 \
+    --extra-args "$XA --init-expert-location $RES/kt-placement-rev.json"
   kit hc-trivial-dispatch 80 "$GL" $PD -- $K4 --extra-args "$XA"
   python3 benchmarks/gpu/placement_check.py compare $RES/hc-trivial.probe.json $RES/hc-placed.probe.json \
     $RES/hc-trivial-dispatch.probe.json $RES/hc-placed-sglang.probe.json > $RES/placement-check.json 2>&1
@@ -510,7 +512,8 @@ fi
 if has hcref; then  # the rounding-only reference for hotcheck (same machine, after it): the trivial map with 32 GPU
   # experts, so experts 32-63 move from the GPU's kernel to the CPU's with no placement at all
   kit hc-g32 80 "--streams '' --ttft '' --greedy-logprobs 8" -- --preset moe --model-path $CK/fp8-4l --kt-method FP8 \
-    --kt-weight-path $CK/fp8-4l --kt-num-gpu-experts 32 --extra-args "${HC_EXTRA:-$VRAMKIT_SGLANG_EXTRA_ARGS} --max-total-tokens 262144"
+    --kt-weight-path $CK/fp8-4l --kt-num-gpu-experts 32 --extra-args "${HC_EXTRA:-"--attention-backend triton \
+--sampling-backend pytorch --grammar-backend none --skip-tokenizer-init"} --max-total-tokens 262144"
   python3 benchmarks/gpu/placement_check.py compare $RES/hc-trivial.probe.json $RES/hc-g32.probe.json > $RES/placement-check-g32.json 2>&1
   step "rounding reference: $(tr -d ' \n' < $RES/placement-check-g32.json | head -c 400)"
   pack

@@ -1,7 +1,8 @@
 """The hybrid mode's expert placement (core/plan/kt_placement.py, `vramkit kt-placement`, `--kt-placement`): each
 layer's most-routed experts in the GPU's physical slots, from SGLang's expert-distribution dump, rendered as SGLang's
 --init-expert-location (its real parser's resolution of that flag: tests/integration/test_sglang_parser.py), and
-refused before start where the pinned SGLang would not route through it (kt_placement.DISPATCHED)."""
+refused before start where neither the pinned SGLang nor the kit's adapter routes through it
+(kt_placement.ADAPTER_DISPATCHED)."""
 from __future__ import annotations
 
 import json
@@ -127,12 +128,15 @@ def test_a_placement_renders_sglang_s_flag_and_is_checked_before_start(tmp_path,
     hy = hybrid.for_plan(p, "/w", placement=str(good), layers=model.num_layers, architecture=model.architecture)
     args = hy.args("m")
     assert args[args.index("--init-expert-location") + 1] == str(good.resolve())
-    # the pinned SGLang's Qwen3-MoE one-GPU forward does not map the router's ids through the placement: refused
-    name, ok, detail = hy.placement_check()
-    assert not ok and "is a valid map" in detail and "only on its DeepEP / two-batch-overlap paths" in detail
-    monkeypatch.setattr(kp, "DISPATCHED", frozenset({model.architecture}))     # an SGLang that does map them
+    # the pinned SGLang's Qwen3-MoE one-GPU forward does not map the router's ids; the kit's adapter does
     name, ok, detail = hy.placement_check()
     assert ok and f"{model.num_layers} of {model.num_layers} layers keep other experts" in detail
+    assert "adapter maps the router's ids" in detail and "not measured yet" in detail
+    monkeypatch.setenv(hybrid.PLACEMENT_DISPATCH_ENV, "0")                    # the adapter's dispatch turned off
+    name, ok, detail = hy.placement_check()
+    assert not ok and "is a valid map" in detail and "only on its DeepEP / two-batch-overlap paths" in detail
+    assert "turned off (VRAMKIT_KT_PLACEMENT_DISPATCH=0)" in detail
+    monkeypatch.delenv(hybrid.PLACEMENT_DISPATCH_ENV)
     parts = hy.compose_parts("services/sglang-kt")
     assert "--init-expert-location" in parts["args"] and any(str(good.resolve()) in v for v in parts["extra_volumes"])
     good.write_text(kp.sglang_json(kp.trivial(3, 128)))
@@ -173,21 +177,28 @@ def test_the_check_counts_a_layer_whose_gpu_experts_are_only_reordered_as_unmove
     rows.append([127] + list(range(1, n)) + [0] + list(range(n, 127)))      # expert 127 swapped in for 0
     f = tmp_path / "p.json"
     f.write_text(kp.sglang_json(rows))
-    monkeypatch.setattr(kp, "DISPATCHED", frozenset({model.architecture}))
     ok, detail = hybrid.for_plan(p, "/w", placement=str(f), layers=layers,
                                  architecture=model.architecture).placement_check()[1:]
     assert ok and detail.split(": ")[1].startswith(f"1 of {layers} layers keep other experts")
 
 
-def test_no_architecture_is_trusted_to_route_through_a_placement_until_one_is_checked():
+def test_only_an_architecture_whose_dispatch_was_checked_on_a_gpu_takes_a_placement():
     """SGLang 0.5.15.post1's Qwen3-MoE calls TopK without ExpertLocationDispatchInfo on its one-GPU forward (read in
-    its qwen3_moe.py): a placement there would compute each expert with another's weights, so none is listed."""
-    assert kp.DISPATCHED == frozenset()
-    assert "wrong outputs" in kp.unapplied(catalog.model(MOE).architecture)
+    its qwen3_moe.py): the adapter's dispatch was checked for it on the GPU host; any other architecture is refused."""
+    assert kp.unapplied(catalog.model(MOE).architecture) is None
+    assert "turned off" in kp.unapplied(catalog.model(MOE).architecture, adapter_dispatch=False)
+    why = kp.unapplied("DeepseekV3ForCausalLM")
+    assert "wrong outputs" in why and "checked only for Qwen3MoeForCausalLM" in why
+    # the check it names is committed, and says what the table says
+    d = catalog.CONFIG_DIR.parent / "benchmarks" / "results" / "gpu" / "moe-budget" / "hotcheck"
+    c = json.loads((d / "placement-check.json").read_text())
+    placed, stock, rounding = (c[f"{n}.probe.json"]["first_token_logprob_abs_diff_mean"]
+                               for n in ("hc-placed", "hc-placed-sglang", "hc-g32"))
+    assert placed < 2 * rounding < stock and c["hc-trivial-dispatch.probe.json"]["prompts_identical"] == 1
 
 
-def test_the_adapter_s_experimental_dispatch_maps_the_router_s_ids_only_under_a_placement(monkeypatch):
-    """VRAMKIT_KT_PLACEMENT_DISPATCH=1 (services/sglang-kt/kt_compat): select_experts gets the layer's
+def test_the_adapter_s_dispatch_maps_the_router_s_ids_only_under_a_placement(monkeypatch):
+    """The placement dispatch (services/sglang-kt/kt_compat, off with VRAMKIT_KT_PLACEMENT_DISPATCH=0): select_experts gets the layer's
     ExpertLocationDispatchInfo where its caller (Qwen3-MoE's one-GPU forward) gave none, and only when the server runs
     a non-trivial --init-expert-location. SGLang's modules are stood in for (the pinned SGLang needs CUDA to import)."""
     import sys
@@ -215,13 +226,19 @@ def test_the_adapter_s_experimental_dispatch_maps_the_router_s_ids_only_under_a_
         # SGLang's static dispatch indexes an int64 map: int64 ids come back (its CUDA path casts nothing back)
         return Out(info, torch.tensor([[3, 1]], dtype=torch.int64 if info else torch.int32), None)
 
-    topk = types.ModuleType("sglang.srt.layers.moe.topk")
-    topk.select_experts = select_experts
-    compat.patch_sglang_topk(topk)
-    compat.patch_sglang_topk(topk)                    # idempotent: wrapped once
+    def patched():
+        topk = types.ModuleType("sglang.srt.layers.moe.topk")
+        topk.select_experts = select_experts
+        compat.patch_sglang_topk(topk)
+        compat.patch_sglang_topk(topk)                # idempotent: wrapped once
+        return topk
+
     call = dict(hidden_states=0, router_logits=0, topk_config=0, layer_id=7)
+    topk = patched()
     assert topk.select_experts(**call).topk_weights is None        # trivial map: SGLang's own behaviour
     server.init_expert_location = "/p/kt-placement.json"
+    assert topk.select_experts(**call).topk_weights is None        # read once per server: its map does not change
+    topk = patched()
     out = topk.select_experts(**call)
     assert out.topk_weights == ("dispatch", 7)
     assert out.topk_ids.dtype == torch.int32 and out.topk_ids.tolist() == [[3, 1]]   # what the KT wrapper's kernels take
@@ -229,22 +246,9 @@ def test_the_adapter_s_experimental_dispatch_maps_the_router_s_ids_only_under_a_
     assert given.topk_weights == "given" and given.topk_ids.dtype == torch.int64    # a caller's own dispatch: untouched
     assert topk.select_experts(**call | {"layer_id": None}).topk_weights is None
     monkeypatch.delenv(compat.DISPATCH_ENV, raising=False)
-    assert compat._patch_for(compat.SGLANG_TOPK) is None          # off unless asked for
-    monkeypatch.setenv(compat.DISPATCH_ENV, "1")
-    assert compat._patch_for(compat.SGLANG_TOPK) is compat.patch_sglang_topk
-
-
-def test_the_experimental_dispatch_lets_a_native_experiment_start_and_says_so(tmp_path, monkeypatch):
-    from vramkit.launch import hybrid
-    model, p = _moe_plan()
-    f = tmp_path / "p.json"
-    f.write_text(kp.sglang_json(kp.trivial(model.num_layers, 128)))
-    hy = hybrid.for_plan(p, "/w", placement=str(f), layers=model.num_layers, architecture=model.architecture)
-    monkeypatch.setenv(hybrid.PLACEMENT_DISPATCH_ENV, "1")
-    ok, detail = hy.placement_check()[1:]
-    assert ok and "EXPERIMENTAL" in detail and "not yet checked" in detail
-    monkeypatch.setenv(hybrid.PLACEMENT_DISPATCH_ENV, "0")
-    assert hy.placement_check()[1] is False
+    assert compat._patch_for(compat.SGLANG_TOPK) is compat.patch_sglang_topk   # on unless turned off
+    monkeypatch.setenv(compat.DISPATCH_ENV, "0")
+    assert compat._patch_for(compat.SGLANG_TOPK) is None
 
 
 def test_placement_check_tells_rounding_from_other_experts():

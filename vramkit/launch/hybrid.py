@@ -22,7 +22,7 @@ KT_SERVICE_DIR = catalog.CONFIG_DIR.parent / "services" / "sglang-kt"
 KT_COMPAT_DIR = KT_SERVICE_DIR / "kt_compat"
 KT_CONTAINER_DIR = "/kt-weights"
 KT_PLACEMENT_INSIDE = "/kt-placement.json"
-PLACEMENT_DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"   # kt_compat's experimental dispatch (its docstring)
+PLACEMENT_DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"   # "0": kt_compat's placement dispatch off (its docstring)
 # The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
 # `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
 REFERENCE_HOST = kt.HostCpu(isa=reference.HOST_CPU_ISA, isa_source=reference.HOST_CPU_LABEL,
@@ -125,17 +125,15 @@ class Hybrid:
             return "kt-placement", False, e.line().removeprefix("vramkit: ")
         n = self.plan.num_gpu_experts
         moved = sum(set(row[:n]) != set(range(n)) for row in m)    # the same experts reordered: not moved
-        if (why := kp.unapplied(self.architecture)) is not None and os.environ.get(PLACEMENT_DISPATCH_ENV) == "1":
-            return ("kt-placement", True, f"{where}: {moved} of {self.layers} layers move experts; EXPERIMENTAL "
-                                          f"({PLACEMENT_DISPATCH_ENV}=1, native runs): the kt_compat adapter maps the "
-                                          "router's ids where SGLang does not; outputs not yet checked against the "
-                                          "unplaced server")
+        why = kp.unapplied(self.architecture, adapter_dispatch=os.environ.get(PLACEMENT_DISPATCH_ENV) != "0")
         if why is not None:
             return ("kt-placement", False, f"{where} is a valid map ({moved} of {self.layers} layers move experts), "
                                            f"but {why} -> start without --kt-placement; `vramkit kt-placement` "
                                            "still says what share of the routing it would give the GPU")
         return ("kt-placement", True, f"{where}: {moved} of {self.layers} layers keep other experts than "
-                                      f"0..{n - 1} on the GPU (--init-expert-location)")
+                                      f"0..{n - 1} on the GPU (--init-expert-location; the kit's kt-kernel adapter "
+                                      f"maps the router's ids to them: {kp.ADAPTER_DISPATCHED[self.architecture]}; "
+                                      "decode speed with a placement not measured yet)")
 
     def checks(self, host_ram_available: int) -> list[tuple[str, bool, str]]:
         """(name, ok, detail) for `vramkit up`: this CPU runs the method, the experts fit host RAM, KT's converted

@@ -19,12 +19,15 @@ experts): no CPU round trip at all. Every other layer has 0 GPU experts: its GPU
 its output is the CPU's alone. The last CPU layer defers nothing (its next layer has no KT wrapper to take
 the deferred share).
 
-Opt-in, ``VRAMKIT_KT_PLACEMENT_DISPATCH=1`` (experimental, not yet run on a GPU): with a non-trivial
+The placement dispatch (on unless ``VRAMKIT_KT_PLACEMENT_DISPATCH=0``): with a non-trivial
 ``--init-expert-location`` (`vramkit kt-placement`'s map), SGLang loads each logical expert into the physical slot
 the map gives and kt-kernel loads the CPU's slots the same way, but 0.5.15.post1's Qwen3-MoE passes no
 ExpertLocationDispatchInfo to TopK on its one-GPU forward, so the router's logical ids would index those slots
 unmapped. This wraps sglang.srt.layers.moe.topk.select_experts to build the layer's dispatch info where its caller
-gave none, so the ids become the physical slots (SGLang's own static dispatch, as its DeepEP path uses it).
+gave none, so the ids become the physical slots (SGLang's own static dispatch, as its DeepEP path uses it), cast
+back to the int32 the KT wrapper's GPU kernels take. Under the trivial map it passes every call through unchanged.
+Checked on the H100 host (2026-11-27, benchmarks/results/gpu/moe-budget/hotcheck/): outputs at kernel rounding of
+the unplaced server's with it, 3.5x further without it.
 """
 from __future__ import annotations
 
@@ -202,12 +205,15 @@ def patch_sglang_topk(module) -> None:
     if getattr(module, "_vramkit_patched", False):
         return
     orig = module.select_experts
+    placed: list[bool] = []         # whether this server runs a placement: read once, at the first call
 
     def select_experts(*args, **kwargs):
         if kwargs.get("expert_location_dispatch_info") is not None or kwargs.get("layer_id") is None:
             return orig(*args, **kwargs)
-        from sglang.srt.server_args import get_global_server_args
-        if get_global_server_args().init_expert_location == "trivial":
+        if not placed:
+            from sglang.srt.server_args import get_global_server_args
+            placed.append(get_global_server_args().init_expert_location != "trivial")
+        if not placed[0]:
             return orig(*args, **kwargs)
         from sglang.srt.eplb.expert_location_dispatch import ExpertLocationDispatchInfo
         kwargs["expert_location_dispatch_info"] = ExpertLocationDispatchInfo.init_new(layer_id=kwargs["layer_id"])
@@ -228,7 +234,7 @@ def _patch_for(fullname: str):
     if fullname == SGLANG_KT:
         spec = os.environ.get(LAYERS_ENV, "").strip()
         return lambda m: patch_sglang_kt(m, spec)
-    if fullname == SGLANG_TOPK and os.environ.get(DISPATCH_ENV) == "1":
+    if fullname == SGLANG_TOPK and os.environ.get(DISPATCH_ENV) != "0":
         return patch_sglang_topk
     return None
 
@@ -258,7 +264,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Patch kt_kernel (and, with VRAMKIT_KT_GPU_LAYERS, SGLang's KT wrapper) when (or if already)
+    """Patch kt_kernel, SGLang's KT wrapper and its TopK (the placement dispatch) when (or if already)
     imported; safe to call more than once."""
     for name in (TARGET, SGLANG_KT, SGLANG_TOPK):
         after = _patch_for(name)
