@@ -4,8 +4,9 @@
     vramkit up --preset moe ... --kt-placement placement.json      # SGLang's --init-expert-location placement.json
 
 It prints the share of the recorded routing the GPU would take, SGLang's default against the placed map. `vramkit
-up` refuses the file where the pinned SGLang would not route through it: 0.5.15.post1's Qwen3-MoE maps the
-router's ids only on its DeepEP / two-batch-overlap paths (core/plan/kt_placement.py).
+up` runs the file where the router's ids reach it: 0.5.15.post1's Qwen3-MoE maps them only on its DeepEP /
+two-batch-overlap paths, and the kit's kt-kernel adapter maps them on the one-GPU forward (checked on a GPU for the
+architectures core/plan/kt_placement.py lists; any other is refused).
 
 DUMP is what SGLang's expert-distribution recorder wrote for this model (a server started with
 `--extra-args "--expert-distribution-recorder-mode stat"`; POST /start_expert_distribution_record, your workload,

@@ -100,7 +100,7 @@ class Hybrid:
     here_isa: str | None           # the build THIS host runs (`vramkit up` starts here, whatever --cpu-isa said)
     placement: str | None = None   # --kt-placement: SGLang's --init-expert-location file (None: experts 0..N-1)
     layers: int = 0                # the model's decoder layers: the placement file's rows
-    architecture: str = ""         # the model's (whether the pinned SGLang applies a placement to it)
+    architecture: str = ""         # the model's (whether a placement reaches its decode: kt_placement.unapplied)
 
     def args(self, model_path: str) -> list[str]:
         """--kt-weight-path (the other --kt-* flags render from the resolved knobs, core/plan/knobs.py): the given
