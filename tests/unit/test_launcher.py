@@ -89,6 +89,26 @@ def optimized():
     return _resolved("--preset", "optimized")
 
 
+def test_a_model_folder_without_a_tokenizer_is_refused_before_start(optimized, tmp_path):
+    """Real weights from a folder with no tokenizer files: SGLang would have none of the model's for text (the GPU
+    host's 4-layer check servers without one died at their first request). Dummy weights skip the tokenizer instead;
+    a --tokenizer-path or --skip-tokenizer-init among the extra args is the user's answer."""
+    def checks(**kw):
+        spec = steps.LaunchSpec(name="vramkit-test", runtime="docker", model_path=str(tmp_path), **kw)
+        return {c.name: c for c in launch_checks.preflight(
+            optimized, spec, gpu_present=True, docker_check=docker_fine, host_ram=lambda: 64 * GiB,
+            memlock=lambda: (None, None), port_free=lambda host, port: True)}
+    got = checks()
+    assert not got["tokenizer"].ok and exit_code(got) == Exit.BAD_INPUT
+    assert str(tmp_path) in got["tokenizer"].detail and "--tokenizer-path DIR" in got["tokenizer"].detail
+    assert "tokenizer" not in checks(load_format="dummy")
+    assert "tokenizer" not in checks(extra_args=["--tokenizer-path", "Qwen/Qwen2.5-Coder-14B-Instruct"])
+    assert "tokenizer" not in checks(extra_args=["--skip-tokenizer-init"])
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    assert "tokenizer" not in checks()
+    assert "tokenizer" not in _preflight(optimized)          # a Hugging Face id: SGLang fetches its tokenizer
+
+
 def test_all_present_optimized_docker(optimized):
     checks = _preflight(optimized)
     assert list(checks) == ["docker", "gpu", "host-ram", "fit", "port"]   # host RAM first: its own exit code

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from vramkit import catalog
 from vramkit.core.checks import Check
+from vramkit.core.plan.knobs import SGLANG_FLAGS
 from vramkit.core.plan.planner import host_ram_need
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch.settings import setting
-from vramkit.launch.steps import LaunchSpec, server_gpu_ids
+from vramkit.launch.steps import TOKENIZER_FILES, LaunchSpec, has_tokenizer, model_folder, server_gpu_ids
 from vramkit.units import bytes2human
 
 
@@ -59,6 +60,8 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
         for name, ok, detail in resolved.hybrid.checks(avail):
             code = Exit.HOST_MEMORY if name == "kt-host-ram" else Exit.HOST_CPU if name == "cpu-isa" else Exit.BAD_INPUT
             checks.append(Check.of(name, ok, detail, code))
+    if (tok := tokenizer_check(resolved, spec)) is not None:
+        checks.append(tok)
     # host RAM has its own check (and exit code) above, read fresh; the rest of the planner's reasons here
     # (the hybrid mode's CPU too: its check above reads THIS host's CPU, whatever --cpu-isa the plan was for)
     reasons = [r for r in p.reasons if getattr(r, "kind", None) not in ("host_ram", "cpu")]
@@ -69,6 +72,20 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
     checks.append(Check.of("port", not busy, f"{spec.host}:{spec.port} " + (busy_text if busy else "free"),
                            Exit.PORT_BUSY))
     return checks
+
+
+def tokenizer_check(resolved, spec: LaunchSpec) -> Check | None:
+    """A model folder with real weights and no tokenizer: SGLang starts, but has no tokenizer of this model for text
+    (dummy weights get --skip-tokenizer-init instead, core/render/sglang.py). Seen on the H100 host (2026-11-27,
+    benchmarks/results/gpu/moe-budget/hotcheck/gpu-host-flags/): such servers died at their first request."""
+    _path, folder = model_folder(resolved, spec)
+    if folder is None or spec.load_format == "dummy" or has_tokenizer(folder, spec.extra_args) \
+            or SGLANG_FLAGS["skip_tokenizer_init"] in spec.extra_args:
+        return None
+    return Check.of("tokenizer", False, f"{folder} holds no tokenizer ({' / '.join(TOKENIZER_FILES)}): SGLang would "
+                    "have none of this model's for text -> copy the checkpoint's tokenizer files into it, or "
+                    f"--extra-args '{SGLANG_FLAGS['tokenizer_path']} DIR' (or '{SGLANG_FLAGS['skip_tokenizer_init']}': "
+                    "token ids only)", Exit.BAD_INPUT)
 
 
 def kt_kernel_check(spec: LaunchSpec, probe, planned: str) -> Check:

@@ -56,22 +56,32 @@ def state_paths(name: str) -> dict[str, Path]:
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
+def model_folder(resolved, spec: LaunchSpec) -> tuple[str, str | None]:
+    """(the model path, the folder on this host it names, or None for a Hugging Face id)."""
+    from vramkit.launch.resolve import default_model_path
+    model_path = spec.model_path or default_model_path(resolved.model)   # `vramkit pull`'s folder where there is one
+    return model_path, str(Path(model_path).resolve()) if Path(model_path).is_dir() else None
+
+
+def has_tokenizer(folder: str | None, extra_args: list[str]) -> bool:
+    """Whether SGLang gets the model's tokenizer: --tokenizer-path among the extra args, or its files in the folder."""
+    return SGLANG_FLAGS["tokenizer_path"] in extra_args or (
+        folder is not None and any((Path(folder) / f).is_file() for f in TOKENIZER_FILES))
+
+
 def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     """(the native command, the compose file text) for this launch."""
     model = resolved.model
-    from vramkit.launch.resolve import default_model_path
-    model_path = spec.model_path or default_model_path(model)      # `vramkit pull`'s folder where there is one
+    model_path, folder = model_folder(resolved, spec)
     # a folder on this host (a folder model, or --model-path DIR): natively SGLang reads it where it is; in a
     # container it is bind-mounted read-only and --model-path names the mount
-    folder = str(Path(model_path).resolve()) if Path(model_path).is_dir() else None
     mount = (folder, container_model_path(folder)) if folder else None
     if folder:
         model_path = folder if spec.runtime == "native" else container_model_path(folder)
     argv = sglang_args(model, resolved.plan, model_path=model_path, host=spec.host if spec.runtime == "native"
                        else "0.0.0.0", port=spec.port if spec.runtime == "native" else catalog.sglang().port,
                        load_format=spec.load_format, extra=spec.extra_args,
-                       folder_has_tokenizer=SGLANG_FLAGS["tokenizer_path"] in spec.extra_args
-                       or (bool(folder) and any((Path(str(folder)) / f).is_file() for f in TOKENIZER_FILES)))
+                       folder_has_tokenizer=has_tokenizer(folder, spec.extra_args))
     native_argv, kt = argv, {}
     if resolved.hybrid is not None:
         native_argv = argv + resolved.hybrid.args(model_path)
