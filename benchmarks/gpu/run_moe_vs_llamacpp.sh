@@ -498,10 +498,12 @@ open('$RES/kt-placement-rev.json', 'w').write(kp.sglang_json([list(reversed(rang
   K4="--preset moe --model-path $C4 --kt-method FP8 --kt-weight-path $C4 --kt-num-gpu-experts 64"
   GL="--streams '' --ttft '' --greedy-logprobs 8"
   PD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=1"   # (2026-11-27 the dispatch was opt-in; it is on by default since)
-  # SGLang flags: with the GPU host's (config/sglang.toml gpu_host_extra_args: KV splits 32, a tokenizer) every 4-layer
-  # FP8 server died at its first request with "CUDA error: invalid argument", a bounded pool or not (2026-11-27, two
-  # tries, moe-budget/hotcheck/gpu-host-flags/); with the 2026-11-23 FP8 runs' flags (run_moe.sh) all ran. Cause not
-  # found. A bounded KV pool all the same: 4 layers on the whole card would take 16.8M tokens
+  # SGLang flags: with the GPU host's (config/sglang.toml gpu_host_extra_args: KV splits 32, and no
+  # --skip-tokenizer-init while the folder holds no tokenizer) every 4-layer FP8 server died at its first request with
+  # "CUDA error: invalid argument", a bounded pool or not (2026-11-27, two tries, moe-budget/hotcheck/gpu-host-flags/);
+  # with the 2026-11-23 FP8 runs' flags (run_moe.sh: default splits, --skip-tokenizer-init) all ran. The likely cause is
+  # the missing tokenizer (every run with 32 splits that ran skipped it); `vramkit up` now refuses such a folder. A
+  # bounded KV pool all the same: 4 layers on the whole card would take 16.8M tokens
   HC_EXTRA=${HC_EXTRA:-"--attention-backend triton --sampling-backend pytorch --grammar-backend none --skip-tokenizer-init"}
   XA="$HC_EXTRA --max-total-tokens 262144"
   ballast_off

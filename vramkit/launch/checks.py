@@ -77,7 +77,9 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
 def tokenizer_check(resolved, spec: LaunchSpec) -> Check | None:
     """A model folder with real weights and no tokenizer: SGLang starts, but has no tokenizer of this model for text
     (dummy weights get --skip-tokenizer-init instead, core/render/sglang.py). Seen on the H100 host (2026-11-27,
-    benchmarks/results/gpu/moe-budget/hotcheck/gpu-host-flags/): such servers died at their first request."""
+    benchmarks/results/gpu/moe-budget/hotcheck/gpu-host-flags/): four such servers died at their first request with
+    "CUDA error: invalid argument"; the same servers with --skip-tokenizer-init (and SGLang's default KV splits, the
+    other flag that differed) ran."""
     _path, folder = model_folder(resolved, spec)
     if folder is None or spec.load_format == "dummy" or has_tokenizer(folder, spec.extra_args) \
             or SGLANG_FLAGS["skip_tokenizer_init"] in spec.extra_args:
