@@ -565,7 +565,12 @@ def test_up_refuses_amxint4_without_the_converted_experts(capsys, tmp_path, monk
                "rtx-5060-ti-16gb", "--cpu-isa", "amx", "--kt-weight-path", str(tmp_path / "missing")])
     out = " ".join(capsys.readouterr().out.split())
     assert "kt-weights" in out and "convert with tools/make_random_checkpoint.py" in out
+    assert f"none at {tmp_path / 'missing'}" in out
     assert rc != 0 or "would stop at" in out
+    main(["up", "--preset", "moe", "--kt-method", "AMXINT4", "--runtime", "native", "--dry-run", "--gpu",
+          "rtx-5060-ti-16gb", "--cpu-isa", "amx"])            # no folder at all: said so, not "none at None"
+    out = " ".join(capsys.readouterr().out.split())
+    assert "converted layout: no --kt-weight-path given ->" in out and "None" not in out
 
 
 def test_up_refuses_llamafile_without_a_gguf_and_takes_a_file_or_a_folder_of_them(capsys, tmp_path, monkeypatch):

@@ -156,16 +156,17 @@ class Hybrid:
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer, {m}) + "
                 f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available")]
         gguf = kt.KT_METHODS[m].gguf_type
+        where = f"none at {self.weight_path}" if self.weight_path else "no --kt-weight-path given"
         if gguf:
             ok = gguf_given(self.weight_path)
             out.append(("kt-weights", ok, f"{m} experts in {self.weight_path}" if ok else
-                        f"--kt-method {m} reads a {gguf} GGUF of the model: none at {self.weight_path} -> "
+                        f"--kt-method {m} reads a {gguf} GGUF of the model: {where} -> "
                         f"--kt-weight-path FILE.gguf (or a folder of them): a published {gguf} GGUF, or llama.cpp's "
                         f"convert_hf_to_gguf.py --outtype q8_0"))
         elif kt.KT_METHODS[m].reads is None:
             ok = bool(self.weight_path) and Path(str(self.weight_path)).is_dir()
             out.append(("kt-weights", ok, f"{m} experts in {self.weight_path}" if ok else
-                        f"--kt-method {m} reads KT's converted layout: none at {self.weight_path} -> "
+                        f"--kt-method {m} reads KT's converted layout: {where} -> "
                         "convert with tools/make_random_checkpoint.py MODEL_CFG DIR --kt-layout "
                         f"{m} --from MODEL_DIR (make kt-convert), then --kt-weight-path DIR"))
         return out
