@@ -166,7 +166,9 @@ def test_a_placement_for_a_plan_without_the_hybrid_mode_is_said_unused():
     assert r.hybrid is None and any("--kt-placement p.json not used" in n for n in r.plan.notes)
     small = resolve(PlanRequest(preset="moe", gpu="rtx-4060-ti-16gb", host_ram_gib=64, kt_placement="p.json"))
     assert small.hybrid is not None and small.hybrid.placement == "p.json"
-    assert not any("--kt-placement" in n for n in small.plan.notes)
+    said = [n for n in small.plan.notes if "--kt-placement" in n]       # used, and what the estimate leaves out
+    assert len(said) == 1 and f"first {small.plan.hybrid.num_gpu_experts} experts" in said[0]
+    assert "does not count the placement" in said[0]
 
 
 def test_the_check_counts_a_layer_whose_gpu_experts_are_only_reordered_as_unmoved(tmp_path, monkeypatch):

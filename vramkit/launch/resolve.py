@@ -81,6 +81,12 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
     if request.kt_placement and p.hybrid is None:     # said, not refused: a script may pass it to every card size
         p = replace(p, notes=(*p.notes, f"--kt-placement {request.kt_placement} not used: this plan keeps every "
                                         "expert on the GPU (no hybrid MoE mode)"))
+    elif request.kt_placement and p.hybrid is not None:
+        p = replace(p, notes=(*p.notes, f"--kt-placement {request.kt_placement}: the first {p.hybrid.num_gpu_experts} "
+                                        "experts of each of its rows sit on the GPU (SGLang's --init-expert-location; "
+                                        "the kit's kt-kernel adapter maps the router's ids to them); the decode "
+                                        "estimate above assumes routing spread evenly and does not count the "
+                                        "placement, whose speed is not measured yet"))
     here = this_host_isa() if p.hybrid is not None else None
     if request.gpu_free_gib is not None:
         free_source = "given (--gpu-free-gib), not measured"
