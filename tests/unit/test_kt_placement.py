@@ -199,7 +199,7 @@ def test_only_an_architecture_whose_dispatch_was_checked_on_a_gpu_takes_a_placem
     assert placed < 2 * rounding < stock and c["hc-trivial-dispatch.probe.json"]["prompts_identical"] == 1
 
 
-def test_the_adapter_s_dispatch_maps_the_router_s_ids_only_under_a_placement(monkeypatch):
+def test_the_adapter_s_dispatch_maps_the_router_s_ids_only_under_a_placement(monkeypatch, capsys):
     """The placement dispatch (services/sglang-kt/kt_compat, off with VRAMKIT_KT_PLACEMENT_DISPATCH=0): select_experts gets the layer's
     ExpertLocationDispatchInfo where its caller (Qwen3-MoE's one-GPU forward) gave none, and only when the server runs
     a non-trivial --init-expert-location. SGLang's modules are stood in for (the pinned SGLang needs CUDA to import)."""
@@ -241,7 +241,11 @@ def test_the_adapter_s_dispatch_maps_the_router_s_ids_only_under_a_placement(mon
     server.init_expert_location = "/p/kt-placement.json"
     assert topk.select_experts(**call).topk_weights is None        # read once per server: its map does not change
     topk = patched()
+    assert "vramkit_kt_compat" not in capsys.readouterr().err        # nothing said under the trivial map
     out = topk.select_experts(**call)
+    topk.select_experts(**call)
+    said = capsys.readouterr().err.splitlines()                       # once, in the server's log
+    assert len(said) == 1 and "--init-expert-location /p/kt-placement.json" in said[0]
     assert out.topk_weights == ("dispatch", 7)
     assert out.topk_ids.dtype == torch.int32 and out.topk_ids.tolist() == [[3, 1]]   # what the KT wrapper's kernels take
     given = topk.select_experts(**call | {"expert_location_dispatch_info": "given"})

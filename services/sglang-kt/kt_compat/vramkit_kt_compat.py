@@ -212,7 +212,11 @@ def patch_sglang_topk(module) -> None:
             return orig(*args, **kwargs)
         if not placed:
             from sglang.srt.server_args import get_global_server_args
-            placed.append(get_global_server_args().init_expert_location != "trivial")
+            where = get_global_server_args().init_expert_location
+            placed.append(where != "trivial")
+            if placed[0]:     # once per process: the server log shows the placement is mapped (its evidence)
+                print(f"vramkit_kt_compat: --init-expert-location {where}: the router's ids mapped to it on the "
+                      f"one-GPU forward ({DISPATCH_ENV}=0 turns this off)", file=sys.stderr, flush=True)
         if not placed[0]:
             return orig(*args, **kwargs)
         from sglang.srt.eplb.expert_location_dispatch import ExpertLocationDispatchInfo
