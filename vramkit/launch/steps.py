@@ -53,7 +53,7 @@ def state_paths(name: str) -> dict[str, Path]:
 
 
 # a model folder holding one of these, or a --tokenizer-path among the extra args, serves text (chat) with dummy weights
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")   # the last: sentencepiece alone
 
 
 def model_folder(resolved, spec: LaunchSpec) -> tuple[str, str | None]:
