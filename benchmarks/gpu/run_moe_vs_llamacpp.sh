@@ -488,16 +488,14 @@ if has layers-t10; then  # the whole-layer stall (7.7 ms a CPU layer on the GPTQ
   kit k16-wna16-layers-t10-prof 16 "$FULL --profile-steps 32 --profile-dir $W/prof" --env VRAMKIT_KT_GPU_LAYERS=auto -- \
     $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 10
 fi
-if has hotcheck; then  # does a placement keep the outputs? (the comment at the top of this file)
+if has hotcheck || has hcref; then  # does a placement keep the outputs? (the comment at the top of this file)
   C4=$CK/fp8-4l
-  [ -f $C4/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $C4 --format fp8 \
-    --layers 4 > $RES/fp8-4l.json 2> $RES/logs/fp8-4l.err
-  step "4-layer FP8 checkpoint: $(tail -c 300 $RES/fp8-4l.json 2>/dev/null) ($(elapsed) s)"
-  python3 -c "from vramkit.core.plan import kt_placement as kp
-open('$RES/kt-placement-rev.json', 'w').write(kp.sglang_json([list(reversed(range(128))) for _ in range(4)]))"
-  K4="--preset moe --model-path $C4 --kt-method FP8 --kt-weight-path $C4 --kt-num-gpu-experts 64"
+  # the servers' common arguments; 64 GPU experts a layer unless a step says otherwise
+  K4="--preset moe --model-path $C4 --kt-method FP8 --kt-weight-path $C4"
   GL="--streams '' --ttft '' --greedy-logprobs 8"
-  PD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=1"   # (2026-11-27 the dispatch was opt-in; it is on by default since)
+  # the adapter's dispatch: on (=1, what ran on 2026-11-27 when it was opt-in; the default since) or off (=0, SGLang as
+  # pinned: the unplaced baseline and the rounding reference ran without it)
+  PD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=1"; NOPD="--env VRAMKIT_KT_PLACEMENT_DISPATCH=0"
   # SGLang flags: with the GPU host's (config/sglang.toml gpu_host_extra_args: KV splits 32, and no
   # --skip-tokenizer-init while the folder holds no tokenizer) every 4-layer FP8 server died at its first request with
   # "CUDA error: invalid argument", a bounded pool or not (2026-11-27, two tries, moe-budget/hotcheck/gpu-host-flags/);
@@ -506,14 +504,22 @@ open('$RES/kt-placement-rev.json', 'w').write(kp.sglang_json([list(reversed(rang
   # bounded KV pool all the same: 4 layers on the whole card would take 16.8M tokens
   HC_EXTRA=${HC_EXTRA:-"--attention-backend triton --sampling-backend pytorch --grammar-backend none --skip-tokenizer-init"}
   XA="$HC_EXTRA --max-total-tokens 262144"
+fi
+if has hotcheck; then
+  [ -f $C4/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $C4 --format fp8 \
+    --layers 4 > $RES/fp8-4l.json 2> $RES/logs/fp8-4l.err
+  step "4-layer FP8 checkpoint: $(tail -c 300 $RES/fp8-4l.json 2>/dev/null) ($(elapsed) s)"
+  python3 -c "from vramkit.core.plan import kt_placement as kp
+open('$RES/kt-placement-rev.json', 'w').write(kp.sglang_json([list(reversed(range(128))) for _ in range(4)]))"
   ballast_off
   # HC_DIAG=1: first the trivial map with CUDA_LAUNCH_BLOCKING=1, so its traceback names the failing kernel
-  [ -n "${HC_DIAG:-}" ] && kit hc-diag 80 "$GL" --env CUDA_LAUNCH_BLOCKING=1 -- $K4 --extra-args "$XA"
-  kit hc-trivial 80 "$GL" -- $K4 --extra-args "$XA"
-  kit hc-placed 80 "$GL" $PD -- $K4 --kt-placement $RES/kt-placement-rev.json --extra-args "$XA"
-  kit hc-placed-sglang 80 "$GL" --env VRAMKIT_KT_PLACEMENT_DISPATCH=0 -- $K4 \
+  [ -n "${HC_DIAG:-}" ] && kit hc-diag 80 "$GL" $NOPD --env CUDA_LAUNCH_BLOCKING=1 -- $K4 --kt-num-gpu-experts 64 \
+    --extra-args "$XA"
+  kit hc-trivial 80 "$GL" $NOPD -- $K4 --kt-num-gpu-experts 64 --extra-args "$XA"
+  kit hc-placed 80 "$GL" $PD -- $K4 --kt-num-gpu-experts 64 --kt-placement $RES/kt-placement-rev.json --extra-args "$XA"
+  kit hc-placed-sglang 80 "$GL" $NOPD -- $K4 --kt-num-gpu-experts 64 \
     --extra-args "$XA --init-expert-location $RES/kt-placement-rev.json"
-  kit hc-trivial-dispatch 80 "$GL" $PD -- $K4 --extra-args "$XA"
+  kit hc-trivial-dispatch 80 "$GL" $PD -- $K4 --kt-num-gpu-experts 64 --extra-args "$XA"
   python3 benchmarks/gpu/placement_check.py compare $RES/hc-trivial.probe.json $RES/hc-placed.probe.json \
     $RES/hc-trivial-dispatch.probe.json $RES/hc-placed-sglang.probe.json > $RES/placement-check.json 2>&1
   step "placement check: $(tr -d ' \n' < $RES/placement-check.json | head -c 600)"
@@ -521,10 +527,9 @@ open('$RES/kt-placement-rev.json', 'w').write(kp.sglang_json([list(reversed(rang
 fi
 if has hcref; then  # the rounding-only reference for hotcheck (same machine, after it): the trivial map with 32 GPU
   # experts, so experts 32-63 move from the GPU's kernel to the CPU's with no placement at all
-  kit hc-g32 80 "--streams '' --ttft '' --greedy-logprobs 8" -- --preset moe --model-path $CK/fp8-4l --kt-method FP8 \
-    --kt-weight-path $CK/fp8-4l --kt-num-gpu-experts 32 --extra-args "${HC_EXTRA:-"--attention-backend triton \
---sampling-backend pytorch --grammar-backend none --skip-tokenizer-init"} --max-total-tokens 262144"
-  python3 benchmarks/gpu/placement_check.py compare $RES/hc-trivial.probe.json $RES/hc-g32.probe.json > $RES/placement-check-g32.json 2>&1
+  kit hc-g32 80 "$GL" $NOPD -- $K4 --kt-num-gpu-experts 32 --extra-args "$XA"
+  python3 benchmarks/gpu/placement_check.py compare $RES/hc-trivial.probe.json $RES/hc-g32.probe.json \
+    > $RES/placement-check-g32.json 2>&1
   step "rounding reference: $(tr -d ' \n' < $RES/placement-check-g32.json | head -c 400)"
   pack
 fi
