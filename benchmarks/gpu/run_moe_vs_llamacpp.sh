@@ -139,9 +139,9 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has k24l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has layers-t10; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has layers-t10; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has layers-t10; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has layers-t10; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -481,12 +481,21 @@ json.dump({'logical_count': (c.sum(0) if c.dim() == 3 else c).tolist()}, open('$
     kit k16-wna16-hot-rec 16 "$RECP" -- $KITG $CPU8 --kt-placement $RES/kt-placement.json
   fi
 fi
+if has hot || has triv-rec; then  # the recorded prompts with the trivial map and no recorder: hot-rec's pair
+  ballast 16
+  kit k16-wna16-triv-rec 16 "${RECP:-"--streams 1,4 --new-tokens 256 --ttft '' --repeat ${REPEAT:-1} --seed-offset 100000"}" \
+    -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+fi
 if has layers-t10; then  # the whole-layer stall (7.7 ms a CPU layer on the GPTQ checkpoint at 14 KT threads, against
   # 0.59 ms of kernel time): is it the oversubscription the kcores profiles showed at 14 threads (waits over 600 us
   # 3.56 times a step, 0.06 at 10)? The same whole-layer point profiled at 10 threads (~5 min)
   ballast 16
-  kit k16-wna16-layers-t10-prof 16 "$FULL --profile-steps 32 --profile-dir $W/prof" --env VRAMKIT_KT_GPU_LAYERS=auto -- \
-    $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 10
+  # one round whatever REPEAT says: the question is the profile, and the hot step's medians need the device time
+  # (LT10_PROBE: other probe arguments, and no profile: the point is then named k16-wna16-layers-t10)
+  lt10=k16-wna16-layers-t10; [ -n "${LT10_PROBE:-}" ] || lt10=$lt10-prof
+  kit $lt10 16 \
+    "${LT10_PROBE:-${FULL/--repeat ${REPEAT:-1}/--repeat 1} --profile-steps 32 --profile-dir $W/prof}" \
+    --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 10
 fi
 if has hotcheck || has hcref; then  # does a placement keep the outputs? (the comment at the top of this file)
   C4=$CK/fp8-4l
