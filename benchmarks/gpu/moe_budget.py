@@ -24,6 +24,13 @@ Inputs (run_moe_vs_llamacpp.sh; one H100 host session each, the card emulated at
   hotcheck/ the eighth session (2026-11-27): does a placement keep the outputs? A random 4-layer FP8 checkpoint on disk,
          CPU experts read from it, 64 GPU experts a layer, each layer's experts reversed by the map; 8 greedy 32-token
          decodes per server, set against the unplaced one by placement_check.py (placement-check.json)
+  hot/   the ninth session (2026-11-27), one machine: the placement's speed. The recorder over 512-token prompts kept
+         apart from the probe's (seed offset 100000; 256 tokens at 1 and 4 streams, 3 rounds), `vramkit kt-placement`
+         on its counts, then the probe's own prompts with the trivial map (triv) and the placement (hot), and the
+         recorded prompts with the placement (hot-rec) and with the trivial map and no recorder (triv-rec)
+  layers-t10/ the same session: the whole-layer GPTQ point at 10 KT threads, profiled (its 1-stream trace's budget:
+         decode_profile.py kineto, k16-wna16-layers-t10-prof.s1-budget.json; its 4-stream profile segfaulted at the
+         start, .fail.txt), then on another machine unprofiled, one round (k16-wna16-layers-t10)
   thp-a/, thp-b/ the same machine, next commands: transparent huge pages "always" (thp-a), then the host's "madvise"
          and "always" again (thp-b, AnonHugePages sampled while they ran: thp-meminfo.txt)
 Every figure is a measurement; the closing list says which lines are derived from them.
@@ -238,7 +245,7 @@ def _four_rounds(folder: str, point: str) -> list[float | None]:
     """The aggregate rate of each 4-stream round (None: a round that failed)."""
     d = next((x for x in _probe(folder, point).get("decode", []) if x.get("streams") == 4), {})
     return [r.get("aggregate_tok_s") if r.get("aggregate_tok_s") and r.get("per_stream_tok_s") else None
-            for r in d.get("rounds", [])]
+            for r in d.get("rounds") or ([d] if d else [])]     # one round: the point is its round
 
 
 def _paired(points: tuple[tuple[str, str], ...], bases: tuple[tuple[str, str], ...]) -> dict:
@@ -295,7 +302,7 @@ def _prompt_rates(folder: str, point: str) -> dict[tuple[str, str], float]:
                     out[("depth 0", f"128 tokens after 512, round {i + 1}")] = r["decode_tok_s"]
     for t in pr.get("ttft", []):
         group = {512: "depth 0", 8192: "after 8K", 30000: "after 30K"}.get(t["prompt_tokens"])
-        for i, r in enumerate(t.get("rounds") or []):
+        for i, r in enumerate(t.get("rounds") or [t]):      # one round: the point is its round
             if group and r.get("decode_tok_s"):
                 what = "64 tokens after the 512-token TTFT prompt" if t["prompt_tokens"] == 512 else "64 tokens"
                 out[(group, f"{what}, round {i + 1}")] = r["decode_tok_s"]
@@ -431,6 +438,45 @@ def _placement_check() -> dict[str, float]:
     return {k.removesuffix(".probe.json"): v["first_token_logprob_abs_diff_mean"] for k, v in c.items()}
 
 
+@cache
+def _placement_speed() -> dict:
+    """hot: the placement against the trivial map on the same machine, request by request (_paired), on the prompts it
+    was recorded on and on the probe's own; the GPU's share of the recorded routing under each map."""
+    counts = (load(DIR / "hot" / "expert-counts.json") or {})["logical_count"]
+    n, layers, experts = 88, len(counts), len(counts[0])
+
+    def rates(point: str) -> dict:
+        f = probe_figures(_probe("hot", point))
+        return {"decode_tok_s": f["decode_tok_s"], "aggregate_4_streams_tok_s": f["aggregate_4_streams_tok_s"]}
+    return {"gpu_experts": n,
+            "gpu_share_recorded": {"trivial": round(kp.gpu_share(counts, kp.trivial(layers, experts), n), 3),
+                                   "placed": round(kp.gpu_share(counts, kp.hot_first(counts), n), 3)},
+            "recorded_prompts": _paired((("hot", "k16-wna16-hot-rec"),), (("hot", "k16-wna16-triv-rec"),)),
+            "other_prompts": _paired((("hot", "k16-wna16-hot"),), (("hot", "k16-wna16-triv"),)),
+            "medians": {p: rates(p) for p in ("k16-wna16-triv-rec", "k16-wna16-hot-rec", "k16-wna16-triv",
+                                               "k16-wna16-hot")}}
+
+
+@cache
+def _whole_layers_t10() -> dict:
+    """layers-t10: whole layers at 10 KT threads, its 1-stream profile against the 14-thread one (run1), and its
+    unprofiled round against the per-layer split at 10 threads on the same prompts (kcores, another machine)."""
+    b10 = load(DIR / "layers-t10" / "k16-wna16-layers-t10-prof.s1-budget.json") or {}
+    b14 = _budget("run1", "k16-wna16-layers-prof", 1)
+    mine, split = _prompt_rates("layers-t10", "k16-wna16-layers-t10"), _prompt_rates("kcores", "k16-wna16-t10")
+    ttft = {t["prompt_tokens"]: t["ttft_s"] for t in _probe("layers-t10", "k16-wna16-layers-t10")["ttft"]}
+    ttft_split = {t["prompt_tokens"]: t["rounds"][0]["ttft_s"] for t in _probe("kcores", "k16-wna16-t10")["ttft"]}
+    return {"cpu_layers": int(b10["stalls_over_20us_per_step"]),
+            "wait_per_cpu_layer_ms": {"t14": round(b14["wait_stall_ms"] / b14["stalls_over_20us_per_step"], 2),
+                                      "t10": round(b10["wait_stall_ms"] / b10["stalls_over_20us_per_step"], 2)},
+            "step_ms": {"t14": b14["period_ms"], "t10": b10["period_ms"]},
+            "single_stream_tok_s": {"whole_layers": [round(mine[k], 1) for k in sorted(mine)],
+                                    "per_layer_split": [round(split[k], 1) for k in sorted(mine)]},
+            "paired_with_split_t10": _paired((("layers-t10", "k16-wna16-layers-t10"),), (("kcores", "k16-wna16-t10"),)),
+            "ttft_s": {str(n): {"whole_layers": round(ttft[n], 2), "per_layer_split": round(ttft_split[n], 2)}
+                       for n in sorted(ttft)}}
+
+
 def _findings(sw: dict) -> list[str]:
     b = _budget("run1", "k16-wna16-prof", 1)
     lay = _budget("run1", "k16-wna16-layers-prof", 1)
@@ -453,6 +499,10 @@ def _findings(sw: dict) -> list[str]:
     long_waits = {t: x["waits_over_600us_per_step"] for t, x in _waits().items()}
     trivial_share, placed_share, uniform_share, n_gpu = _placement_shares()
     pc = _placement_check()
+    ps_ = _placement_speed()
+    ins, oos = ps_["recorded_prompts"], ps_["other_prompts"]
+    w10 = _whole_layers_t10()
+    wl, sp = w10["single_stream_tok_s"]["whole_layers"], w10["single_stream_tok_s"]["per_layer_split"]
 
     def four(n: str) -> float:
         return k24[n]["aggregate_4_streams_tok_s"]
@@ -476,13 +526,22 @@ def _findings(sw: dict) -> list[str]:
         f"step; its hand-off ({b['handoff_stall_ms']:.1f} ms) is a fixed cost of kt-kernel's host nodes that "
         f"llama.cpp does not pay; its wait ({b['wait_stall_ms']:.1f} ms) is the CPU reading ~{LAYERS} layers' "
         "share of the experts (AMXINT8: 8-bit, twice Q4_K's bytes) against llama.cpp's 11 whole layers.",
-        f"- **Whole layers do not help this checkpoint here:** on the GPTQ checkpoint each of the 15 CPU layers "
-        f"stalls {per_layer_wait:.1f} ms (one stall a layer, from the hand-off to the result), against "
-        f"{kt0 / LAYERS:.2f} ms a layer "
-        "for the same 8 experts at kernel level; with the FP8 checkpoint the same adapter stalls "
-        f"{_budget('run2', 'k16-int8-layers-defer2', 1)['wait_stall_ms'] / 32:.2f} ms a CPU layer (run2). "
-        "The cause is not in these traces (the GPU idles on the host node); the whole-layer placement stays an "
-        "opt-in lever, not planned.",
+        f"- **Whole layers on this checkpoint, the stall found:** at 14 KT threads each of the 15 CPU layers of the "
+        f"GPTQ checkpoint stalled {per_layer_wait:.1f} ms (one stall a layer, from the hand-off to the result), "
+        f"against {kt0 / LAYERS:.2f} ms a layer for the same 8 experts at kernel level; with the FP8 checkpoint the "
+        f"same adapter stalls {_budget('run2', 'k16-int8-layers-defer2', 1)['wait_stall_ms'] / 32:.2f} ms a CPU layer "
+        f"(run2). At 10 threads (layers-t10, another machine) it stalled {w10['wait_per_cpu_layer_ms']['t10']:.2f} ms "
+        f"and the step took {w10['step_ms']['t10']:.1f} ms against {w10['step_ms']['t14']:.1f}: kt-kernel's 14 "
+        "spinning workers left SGLang's scheduler and host nodes too few cores, as the kcores profiles showed for "
+        f"the split. Unprofiled, one round: {', '.join(f'{v:.1f}' for v in wl)} tok/s on three single-stream requests "
+        f"against {', '.join(f'{v:.1f}' for v in sp)} for the per-layer split at 10 threads on the same prompts "
+        f"(kcores; paired median {w10['paired_with_split_t10']['single_median']:.2f}x): whole layers make the rate "
+        "independent of the prompt, as their CPU share does not depend on the routing, but not faster in the median; "
+        f"4 streams {w10['paired_with_split_t10']['four_median']:.2f}x, TTFT after 8K "
+        f"{w10['ttft_s']['8192']['whole_layers']:.2f} s against {w10['ttft_s']['8192']['per_layer_split']:.2f}. They "
+        "stay an opt-in lever, not planned; the adapter now warns when whole layers meet a float16 checkpoint with "
+        "more KT threads than 10 of every 16 physical cores. The 4-stream profile's start segfaulted in the profiler "
+        "(layers-t10/k16-wna16-layers-t10-prof.fail.txt), as two kcores servers did.",
         f"- **The preset (FP8 + AMXINT8)** spends {pre['period_ms']:.1f} ms: {pre['gpu_busy_ms']:.1f} ms of kernels, "
         f"{pre['handoff_stall_ms']:.1f} ms hand-off, {pre['wait_stall_ms']:.1f} ms wait: with 43 experts per layer "
         "on the GPU instead of 88 the CPU's share, not the GPU, sets its pace.",
@@ -536,8 +595,18 @@ def _findings(sw: dict) -> list[str]:
         "dispatch maps them there (hotcheck, a random 4-layer FP8 checkpoint, every layer's experts reversed: the "
         f"first token's log-probability moved {pc['hc-placed']:.3f} on average with it, {pc['hc-g32']:.3f} when 32 "
         f"experts only change kernels with no map, {pc['hc-placed-sglang']:.3f} with the map and no dispatch; the "
-        f"dispatch under the trivial map {pc['hc-trivial-dispatch']:.3f}). Its decode speed is not measured yet "
-        "(the driver's step hot).",
+        f"dispatch under the trivial map {pc['hc-trivial-dispatch']:.3f}).",
+        f"- **The placement's speed** (hot, one machine, {ps_['gpu_experts']} GPU experts a layer, 3 rounds): "
+        "recorded on 512-token prompts kept apart from the probe's, it gives the GPU "
+        f"{ps_['gpu_share_recorded']['placed']:.1%} of that routing (trivial map "
+        f"{ps_['gpu_share_recorded']['trivial']:.1%}). On the prompts it was recorded on it decoded "
+        f"{ins['single_median']:.2f}x the trivial map ({ins['single_faster']:.0%} of {ins['single_pairs']} requests "
+        f"faster; 4 streams {ins['four_median']:.2f}x); on the probe's own prompts, which it was not recorded on, "
+        f"{oos['single_median']:.2f}x ({oos['single_faster']:.0%} of {oos['single_pairs']} faster; 4 streams "
+        f"{oos['four_median']:.2f}x). On this random-weight proxy a placement pays only on the traffic it was "
+        "recorded on, and costs elsewhere (why it is slower rather than even there is not isolated: the dispatch's "
+        "own cost was not timed alone); whether a real coder's routing over one user's code is stable enough is not "
+        "measured. `--kt-placement` stays opt-in, and the plan's note says this.",
         "- **What would close it** (derived from the rows above, not measured): the hand-off as a GPU-side signal "
         f"instead of a host node (kt-kernel) saves up to {b['handoff_stall_ms']:.1f} ms; GPU kernels at llama.cpp's "
         f"all-GPU step save up to {max(kit_kernels_over, 0):.1f} ms (fewer, fused kernels, marlin instead of "
@@ -582,6 +651,8 @@ def summary() -> dict:
                         "anon_huge_pages_max_gib": round(_thp_peak_gib(), 2), "thp_paired": _paired_thp()},
         "prompt_span": {"kit": round(ps["kit_span"], 2), "llamacpp": round(ps["llama_span"], 2),
                         "kit_same_side": round(ps["kit_agree"], 2), "kit_servers": len(PROMPT_KIT)},
+        "placement_speed": _placement_speed(),
+        "whole_layers_t10": _whole_layers_t10(),
     }
 
 

@@ -66,12 +66,16 @@
 # KT threads below physical cores - 2 on the kit's best 16 GiB point (kt-kernel pins worker i to core i and its workers
 # spin between layers, so SGLang's scheduler, its CUDA host nodes and the tokenizer share what is left; the kernel-level
 # AMXINT8 time stops improving at 10 threads): STAGE=.stage-w16 REPEAT=3 STEPS="setup kcores" (KCORES: the counts).
-# Whether the whole-layer GPTQ stall is that oversubscription too: STAGE=.stage-w16 STEPS="setup layers-t10" (~5 min).
-# The placement lever (vramkit kt-placement, not measured yet): SGLang's expert-distribution recorder on prompts kept
-# apart from the probe's (--seed-offset), each layer's most-routed experts put in the GPU's slots (--kt-placement:
-# SGLang's --init-expert-location), then the probe's own prompts with the trivial map and with that one, and the
-# recorded prompts again with it: STAGE=.stage-w16 REPEAT=3 STEPS="setup hot" (~18 min). Its recording half ran on
-# 2026-11-27 (moe-budget/hot-rec). The placed servers run with the kt_compat adapter's dispatch (on under a placement):
+# Whether the whole-layer GPTQ stall is that oversubscription too: STAGE=.stage-w16 STEPS="setup layers-t10" (~5 min;
+# ran 2026-11-27, ninth session: moe-budget/layers-t10, 0.76 ms a CPU layer against 7.7 at 14 threads; its 4-stream
+# profile segfaulted in the profiler, so LT10_PROBE="--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens
+# 64 --repeat 1" ran it unprofiled on the next machine).
+# The placement lever (vramkit kt-placement; ran 2026-11-27, ninth session: moe-budget/hot): SGLang's
+# expert-distribution recorder on prompts kept apart from the probe's (--seed-offset), each layer's most-routed experts
+# put in the GPU's slots (--kt-placement: SGLang's --init-expert-location), then the probe's own prompts with the
+# trivial map and with that one, and the recorded prompts again with it and (step triv-rec, part of hot) with the
+# trivial map and no recorder: STAGE=.stage-w16 REPEAT=3 STEPS="setup hot" (~21 min). The placed servers run with the
+# kt_compat adapter's dispatch (on under a placement):
 # SGLang 0.5.15.post1's Qwen3-MoE maps the router's ids only for DeepEP / TBO.
 # Random dummy weights cannot show that the outputs stay the same; a checkpoint on disk can, and that check came
 # before any speed (ran 2026-11-27, eighth session: moe-budget/hotcheck): STAGE=.stage-w16 STEPS="setup hotcheck"

@@ -131,7 +131,7 @@ def test_a_placement_renders_sglang_s_flag_and_is_checked_before_start(tmp_path,
     # the pinned SGLang's Qwen3-MoE one-GPU forward does not map the router's ids; the kit's adapter does
     name, ok, detail = hy.placement_check()
     assert ok and f"{model.num_layers} of {model.num_layers} layers keep other experts" in detail
-    assert "adapter maps the router's ids" in detail and "not measured yet" in detail
+    assert "adapter maps the router's ids" in detail and kp.SPEED in detail
     monkeypatch.setenv(hybrid.PLACEMENT_DISPATCH_ENV, "0")                    # the adapter's dispatch turned off
     name, ok, detail = hy.placement_check()
     assert not ok and "is a valid map" in detail and "only on its DeepEP / two-batch-overlap paths" in detail
@@ -155,6 +155,49 @@ def test_the_committed_gpu_host_figures_are_the_command_s_on_its_counts(tmp_path
                  "--out", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[1] == said_there
     assert "78.9%" in said_there and "default: 70.6%" in said_there
+
+
+def test_the_speed_the_plan_quotes_is_the_committed_run_s():
+    """kp.SPEED's two figures are moe-budget.json's paired medians (benchmarks/gpu/moe_budget.py over moe-budget/hot/,
+    the placement against the trivial map request by request); the in-sample gain must be the larger, or the note
+    would steer users the wrong way."""
+    d = json.loads((catalog.CONFIG_DIR.parent / "benchmarks" / "results" / "gpu" / "moe-budget.json").read_text())
+    ps = d["placement_speed"]
+    ins, oos = ps["recorded_prompts"]["single_median"], ps["other_prompts"]["single_median"]
+    assert f"{ins:.2f}x the trivial map on the prompts it was recorded on" in kp.SPEED
+    assert f"{oos:.2f}x on other prompts" in kp.SPEED
+    assert ins > 1 > oos and ps["gpu_share_recorded"]["placed"] > ps["gpu_share_recorded"]["trivial"]
+
+
+def test_the_readme_quotes_the_committed_placement_and_whole_layer_runs():
+    """README's hand-written paragraphs on the placement's speed and on whole layers at 10 KT threads carry
+    moe-budget.json's figures (a rerun that changes them fails here until the prose follows)."""
+    root = catalog.CONFIG_DIR.parent
+    d = json.loads((root / "benchmarks" / "results" / "gpu" / "moe-budget.json").read_text())
+    readme = " ".join((root / "README.md").read_text().split())
+    ps, w = d["placement_speed"], d["whole_layers_t10"]
+    m = ps["medians"]
+    for said in (f"{100 * ps['gpu_share_recorded']['placed']:.1f} % of that routing",
+                 f"(trivial map: {100 * ps['gpu_share_recorded']['trivial']:.1f} %)",
+                 f"decoded **{ps['recorded_prompts']['single_median']:.2f}x** the trivial map",
+                 f"medians {m['k16-wna16-hot-rec']['decode_tok_s']:.1f} against "
+                 f"{m['k16-wna16-triv-rec']['decode_tok_s']:.1f} tok/s) and "
+                 f"{ps['recorded_prompts']['four_median']:.2f}x at 4 streams",
+                 f"decoded **{ps['other_prompts']['single_median']:.2f}x** "
+                 f"({round(ps['other_prompts']['single_faster'] * ps['other_prompts']['single_pairs'])} of "
+                 f"{ps['other_prompts']['single_pairs']} requests faster; {m['k16-wna16-hot']['decode_tok_s']:.1f} "
+                 f"against {m['k16-wna16-triv']['decode_tok_s']:.1f} tok/s) and "
+                 f"{ps['other_prompts']['four_median']:.2f}x at 4 streams",
+                 f"each CPU layer took {w['wait_per_cpu_layer_ms']['t10']:.2f} ms and the step "
+                 f"{w['step_ms']['t10']:.1f} ms instead of {w['step_ms']['t14']:.1f}",
+                 f"decoded {min(w['single_stream_tok_s']['whole_layers']):.1f}-"
+                 f"{max(w['single_stream_tok_s']['whole_layers']):.1f} tok/s on three prompts where the per-layer "
+                 f"split decoded {min(w['single_stream_tok_s']['per_layer_split']):.1f}-"
+                 f"{max(w['single_stream_tok_s']['per_layer_split']):.1f}",
+                 f"({w['paired_with_split_t10']['single_median']:.2f}x paired), with 4 streams at "
+                 f"{w['paired_with_split_t10']['four_median']:.2f}x and TTFT after 8K "
+                 f"{w['ttft_s']['8192']['whole_layers']:.2f} s against {w['ttft_s']['8192']['per_layer_split']:.2f}"):
+        assert said in readme, said
 
 
 def test_a_placement_for_a_plan_without_the_hybrid_mode_is_said_unused():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -84,13 +85,17 @@ def test_whole_layer_placement_takes_the_experts_n_per_layer_would():
         compat.gpu_layers("47-48", 48, 128, None)
 
 
-def test_whole_layers_warn_for_a_gptq_checkpoint_not_for_fp8():
+def test_whole_layers_warn_for_a_gptq_checkpoint_with_too_many_kt_threads_not_for_fp8():
     gptq = json.loads((REPO / "config/models/qwen3-30b-a3b-gptq-int4/config.json").read_text())
     fp8 = json.loads((REPO / "config/models/qwen3-coder-30b-a3b-instruct/config.json").read_text())
     fp8 |= {"quantization_config": {"quant_method": "fp8"}, "torch_dtype": "bfloat16"}
-    warn = compat.placement_warning(gptq)
-    assert warn and "unset VRAMKIT_KT_GPU_LAYERS" in warn and "gptq" in warn
-    assert compat.placement_warning(fp8) is None
+    warn = compat.placement_warning(gptq, 14, 16)          # stalled 7.7 ms a CPU layer on the H100 host
+    assert warn and "--kt-cpuinfer 10 or fewer" in warn and "gptq" in warn and "runs 14 on 16" in warn
+    assert compat.placement_warning(gptq, 10, 16) is None   # 0.76 ms a CPU layer there
+    assert compat.placement_warning(gptq, None, 16)         # SGLang's default thread count: unknown, so said
+    assert "--kt-cpuinfer 5 or fewer" in compat.placement_warning(gptq, 6, 8)
+    assert compat.placement_warning(fp8, 14, 16) is None
+    assert 1 <= compat.physical_cores() <= os.cpu_count()
 
 
 def test_probe_figures_read_the_anchor_run():

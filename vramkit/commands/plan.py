@@ -60,7 +60,8 @@ def add_plan_arguments(p: argparse.ArgumentParser, knobs_cls: type = Knobs) -> N
     m.add_argument(f["kt_placement"], metavar="FILE",
                    help="which experts of each layer sit on the GPU: `vramkit kt-placement`'s file from recorded "
                         "routing (SGLang's --init-expert-location; default: experts 0..N-1; the kit's kt-kernel "
-                        "adapter maps the router's ids to it; decode speed with a placement not measured yet)")
+                        "adapter maps the router's ids to it; opt-in: a placement's speed depends on the traffic "
+                        "it was recorded on)")
     m.add_argument(f["host_read_gbs"], metavar="GBS",
                    help="host memory read bandwidth in GB/s, one figure or per thread count (1:11.2,8:72.3,16:93) "
                         "(default $VRAMKIT_HOST_READ_GBS, measured by `vramkit host --bandwidth --write`)")

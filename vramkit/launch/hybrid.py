@@ -133,7 +133,7 @@ class Hybrid:
         return ("kt-placement", True, f"{where}: {moved} of {self.layers} layers keep other experts than "
                                       f"0..{n - 1} on the GPU (--init-expert-location; the kit's kt-kernel adapter "
                                       f"maps the router's ids to them: {kp.ADAPTER_DISPATCHED[self.architecture]}; "
-                                      "decode speed with a placement not measured yet)")
+                                      f"{kp.SPEED})")
 
     def checks(self, host_ram_available: int) -> list[tuple[str, bool, str]]:
         """(name, ok, detail) for `vramkit up`: this CPU runs the method, the experts fit host RAM, KT's converted

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from vramkit import catalog
 from vramkit.core.model.spec import GpuSpec, ModelSpec
+from vramkit.core.plan import kt_placement as kp
 from vramkit.core.plan.knobs import Knobs
 from vramkit.core.plan.planner import Plan, Target, plan, unasked_context
 from vramkit.core.plan.request import PlanRequest
@@ -86,7 +87,7 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
                                         "experts of each of its rows sit on the GPU (SGLang's --init-expert-location; "
                                         "the kit's kt-kernel adapter maps the router's ids to them); the decode "
                                         "estimate above assumes routing spread evenly and does not count the "
-                                        "placement, whose speed is not measured yet"))
+                                        f"placement; {kp.SPEED}"))
     here = this_host_isa() if p.hybrid is not None else None
     if request.gpu_free_gib is not None:
         free_source = "given (--gpu-free-gib), not measured"

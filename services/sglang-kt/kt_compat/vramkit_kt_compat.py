@@ -59,16 +59,41 @@ def gpu_layers(spec: str, num_layers: int, num_experts: int, per_layer: int | No
     return frozenset(out)
 
 
-def placement_warning(hf: dict) -> str | None:
-    """Why whole layers are the wrong placement for this checkpoint, or None. Measured on the H100 host (2026-11-27,
-    benchmarks/results/gpu/moe-budget.md): with a GPTQ-Int4 checkpoint (float16) every CPU layer stalled the GPU
-    7.7 ms (8.4 tok/s against 45.5 for the per-layer split); with the FP8 one, 0.46 ms (cause not found)."""
+def physical_cores() -> int:
+    """Physical cores this process may run on: distinct (package, core) pairs of its affinity (logical CPUs where
+    /sys does not say)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    seen = set()
+    for c in cpus:
+        try:
+            topo = f"/sys/devices/system/cpu/cpu{c}/topology"
+            with open(f"{topo}/physical_package_id") as a, open(f"{topo}/core_id") as b:
+                seen.add((a.read().strip(), b.read().strip()))
+        except OSError:
+            return len(cpus)
+    return len(seen) or len(cpus)
+
+
+# Whole layers with a float16 (GPTQ-Int4) checkpoint, measured on the 16-core H100 host (2026-11-27,
+# benchmarks/results/gpu/moe-budget.md): every CPU layer stalled the GPU 7.7 ms at 14 KT threads (8.4 tok/s) and
+# 0.76 ms at 10 (54.5 tok/s; another machine): kt-kernel's spinning workers left SGLang's scheduler and host nodes too
+# few cores. 12 is not measured, so the bound is the measured 10 of 16.
+WHOLE_LAYER_THREADS_OK = (10, 16)
+
+
+def placement_warning(hf: dict, kt_threads: int | None, cores: int) -> str | None:
+    """Why whole layers may stall this checkpoint with these KT threads on `cores` physical cores, or None."""
     quant = str((hf.get("quantization_config") or {}).get("quant_method", "")).lower()
-    if quant in ("gptq", "awq") or str(hf.get("torch_dtype", "")) == "float16":
-        return (f"vramkit_kt_compat: warning: {LAYERS_ENV} with a {quant or 'float16'} checkpoint decoded 8.4 tok/s "
-                "against 45.5 for the per-layer split on the H100 host (benchmarks/results/gpu/moe-budget.md): "
-                f"unset {LAYERS_ENV} for this checkpoint")
-    return None
+    if not (quant in ("gptq", "awq") or str(hf.get("torch_dtype", "")) == "float16"):
+        return None
+    ok, of = WHOLE_LAYER_THREADS_OK
+    bound = max(1, cores * ok // of)
+    if kt_threads is not None and kt_threads <= bound:
+        return None
+    return (f"vramkit_kt_compat: warning: {LAYERS_ENV} with a {quant or 'float16'} checkpoint stalled every CPU layer "
+            f"7.7 ms at 14 KT threads of 16 cores and 0.76 ms at {ok} (benchmarks/results/gpu/moe-budget.md); this "
+            f"server runs {kt_threads} on {cores} physical cores: pass --kt-cpuinfer {bound} or fewer, or unset "
+            f"{LAYERS_ENV}")
 
 
 def first_n_mask(num_experts: int, num_gpu_experts: int | None):
@@ -142,7 +167,7 @@ def patch_sglang_kt(module, spec: str) -> None:
                 print(f"vramkit_kt_compat: {LAYERS_ENV}={spec}: experts of layers {sorted(gpu)} all on the GPU "
                       f"({len(gpu)} layers, no CPU round trip), the other {len(cpu)} layers' experts all on the "
                       "CPU", file=sys.stderr, flush=True)
-                if (warn := placement_warning(hf)) is not None:
+                if (warn := placement_warning(hf, server_args.kt_cpuinfer, physical_cores())) is not None:
                     print(warn, file=sys.stderr, flush=True)
         return chosen
 

@@ -12,7 +12,7 @@ A request's decode rate depends on how much of its routing lands on the CPU (ben
 the same seeded prompts on 6 servers, the fastest 1.65x the slowest at one depth). `hot_first` puts each layer's
 most-routed experts in the lowest slots, from the counts SGLang's expert-distribution recorder dumps
 (--expert-distribution-recorder-mode stat; `logical_count`, layers x experts); `gpu_share` says how much of that
-routing the GPU then takes, against the trivial map's. Derived from SGLang's source; its speed is not measured yet.
+routing the GPU then takes, against the trivial map's (derived from SGLang's source). Its speed: SPEED.
 
 Where the router's choice goes through that map: SGLang maps the router's logical ids to physical slots only when
 its MoE block passes ExpertLocationDispatchInfo to TopK. In 0.5.15.post1 Qwen3-MoE does so only on its DeepEP and
@@ -41,6 +41,12 @@ ADAPTER_DISPATCHED: dict[str, str] = {
     "Qwen3MoeForCausalLM": "outputs checked against the unplaced server at kernel rounding on a random-weight proxy "
                            "(benchmarks/results/gpu/moe-budget/hotcheck)",
 }
+
+# Measured, H100 host, 2026-11-27 (benchmarks/results/gpu/moe-budget.md, "The placement's speed"; a test holds the
+# figures to moe-budget.json): the GPTQ split at 16 GiB, 88 GPU experts a layer, each request against the same one on
+# the trivial map. In-sample it gained, out of sample it lost, so the map stays opt-in and the plan says this.
+SPEED = ("decode with a placement, measured on a random-weight proxy: 1.44x the trivial map on the prompts it was "
+         "recorded on, 0.84x on other prompts (benchmarks/results/gpu/moe-budget.md); record it on your own traffic")
 
 Counts = Sequence[Sequence[float]]
 Map = list[list[int]]
