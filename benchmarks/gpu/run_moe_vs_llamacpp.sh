@@ -77,6 +77,8 @@
 # trivial map and no recorder: STAGE=.stage-w16 REPEAT=3 STEPS="setup hot" (~21 min). The placed servers run with the
 # kt_compat adapter's dispatch (on under a placement):
 # SGLang 0.5.15.post1's Qwen3-MoE maps the router's ids only for DeepEP / TBO.
+# The placement's control (not run yet): each layer's experts reversed within the GPU's 88 and within the CPU's 40, so
+# every token keeps its split and only the mapping's cost remains: STAGE=.stage-w16 REPEAT=3 STEPS="setup hotctl" (~9 min).
 # Random dummy weights cannot show that the outputs stay the same; a checkpoint on disk can, and that check came
 # before any speed (ran 2026-11-27, eighth session: moe-budget/hotcheck): STAGE=.stage-w16 STEPS="setup hotcheck"
 # (~8 min), then STEPS="hcref" on the same machine (~1.5 min: the rounding reference): a random 4-layer FP8 checkpoint of
@@ -143,9 +145,9 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has k24l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has layers-t10; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has layers-t10; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -489,6 +491,17 @@ if has hot || has triv-rec; then  # the recorded prompts with the trivial map an
   ballast 16
   kit k16-wna16-triv-rec 16 "${RECP:-"--streams 1,4 --new-tokens 256 --ttft '' --repeat ${REPEAT:-1} --seed-offset 100000"}" \
     -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+fi
+if has hotctl; then  # hot's control: was the placement's loss on the probe's prompts (0.84x) the routing or the cost of
+  # mapping? A map that reverses each layer's experts within the GPU's 88 and within the CPU's 40: every token keeps its
+  # split, the dispatch and the moved weights stay. Beside the trivial map on the same machine, 3 rounds (~9 min)
+  CPU8="--kt-method AMXINT8 --kt-weight-path $KT8"
+  python3 -c "from vramkit.core.plan import kt_placement as kp
+open('$RES/kt-placement-ctl.json', 'w').write(kp.sglang_json([list(reversed(range(88))) + list(reversed(range(88, 128)))
+                                                              for _ in range(48)]))"
+  ballast 16
+  kit k16-wna16-triv 16 "$FULL" -- $KITG $CPU8
+  kit k16-wna16-ctl 16 "$FULL" -- $KITG $CPU8 --kt-placement $RES/kt-placement-ctl.json
 fi
 if has layers-t10; then  # the whole-layer stall (7.7 ms a CPU layer on the GPTQ checkpoint at 14 KT threads, against
   # 0.59 ms of kernel time): is it the oversubscription the kcores profiles showed at 14 threads (waits over 600 us
