@@ -76,8 +76,8 @@ def physical_cores() -> int:
 
 # Whole layers with a float16 (GPTQ-Int4) checkpoint, measured on the 16-core H100 host (2026-11-27,
 # benchmarks/results/gpu/moe-budget.md): every CPU layer stalled the GPU 7.7 ms at 14 KT threads (8.4 tok/s) and
-# 0.76 ms at 10 (54.5 tok/s; another machine): kt-kernel's spinning workers left SGLang's scheduler and host nodes too
-# few cores. 12 is not measured, so the bound is the measured 10 of 16.
+# 0.76 ms at 10 (profiled; unprofiled on another machine, 54.1-55.9 tok/s): kt-kernel's spinning workers left SGLang's
+# scheduler and host nodes too few cores. 12 is not measured, so the bound is the measured 10 of 16.
 WHOLE_LAYER_THREADS_OK = (10, 16)
 
 
