@@ -70,6 +70,8 @@
 # ran 2026-11-27, ninth session: moe-budget/layers-t10, 0.76 ms a CPU layer against 7.7 at 14 threads; its 4-stream
 # profile segfaulted in the profiler, so LT10_PROBE="--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens
 # 64 --repeat 1" ran it unprofiled on the next machine).
+# Whole layers against the split at the same threads, one machine, 3 rounds, 10 and 12 threads (not run yet; ~13 min):
+# STAGE=.stage-w16 REPEAT=3 STEPS="setup layers-pair" (LP_THREADS: the counts).
 # The placement lever (vramkit kt-placement; ran 2026-11-27, ninth session: moe-budget/hot): SGLang's
 # expert-distribution recorder on prompts kept apart from the probe's (--seed-offset), each layer's most-routed experts
 # put in the GPU's slots (--kt-placement: SGLang's --init-expert-location), then the probe's own prompts with the
@@ -145,9 +147,9 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has k24l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -513,6 +515,16 @@ if has layers-t10; then  # the whole-layer stall (7.7 ms a CPU layer on the GPTQ
   kit $lt10 16 \
     "${LT10_PROBE:-${FULL/--repeat ${REPEAT:-1}/--repeat 1} --profile-steps 32 --profile-dir $W/prof}" \
     --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 10
+fi
+if has layers-pair; then  # whole layers against the per-layer split at the same KT threads, one machine, paired by
+  # prompt (layers-t10 set them on two machines, one round): 10 threads (where the stall went) and 12 (the plan's
+  # default on 16 cores, not measured with whole layers); REPEAT=3 (~13 min)
+  ballast 16
+  for t in ${LP_THREADS:-10 12}; do
+    kit k16-wna16-split-t$t 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer $t
+    kit k16-wna16-layers-t$t 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 \
+      --kt-weight-path $KT8 --kt-cpuinfer $t
+  done
 fi
 if has hotcheck || has hcref; then  # does a placement keep the outputs? (the comment at the top of this file)
   C4=$CK/fp8-4l
