@@ -242,6 +242,13 @@ def _measured_budget() -> list[str]:
                f"{p['llamacpp']:.2f}x), since SGLang keeps experts 0..N-1 of each layer on the GPU and a prompt that "
                "routes to the others waits on the CPU; the tables take medians of three prompts."
                if (p := d.get("prompt_span")) else "")
+            + (" Part of that spread is the proxy's: SGLang's dummy weights give every layer the same router, and "
+               f"each layer's recorded routing correlates {r['corr_with_layer0_median']:.2f} with the first layer's "
+               "(median), so a token's CPU share does not average out over the layers as a trained model's would "
+               "(llama.cpp's random file draws each layer's router apart); the mean over many tokens is the same, a "
+               "single request's rate and a placement's gain are not (`VRAMKIT_DUMMY_SEED_BY_NAME=1` in the server's "
+               "environment seeds each layer apart; not measured yet)."
+               if (r := d.get("dummy_layer_routing")) else "")
             + (" The host levers, one machine, each request against the same seeded request on the 14-thread servers: "
                + ", ".join(f"{t} threads {x['single_median']:.2f}x single-stream, {x['four_median']:.2f}x at 4 "
                                "streams" for t, x in h["paired_with_14_threads"].items())

@@ -458,6 +458,17 @@ def _placement_speed() -> dict:
 
 
 @cache
+def _layer_routing() -> dict:
+    """hot's recorded counts: how alike the layers' routing is, as the Pearson correlation of each layer's share of
+    the routing per expert with layer 0's. SGLang's dummy weights seed every parameter alike (the kt_compat adapter's
+    docstring), so every layer's router is the same; a trained model's layers route apart."""
+    counts = (load(DIR / "hot" / "expert-counts.json") or {})["logical_count"]
+    corr = [statistics.correlation(counts[0], row) for row in counts[1:]]
+    return {"layers": len(counts), "corr_with_layer0_median": round(statistics.median(corr), 3),
+            "corr_with_layer0_min": round(min(corr), 3)}
+
+
+@cache
 def _whole_layers_t10() -> dict:
     """layers-t10: whole layers at 10 KT threads, its 1-stream profile against the 14-thread one (run1), and its
     unprofiled round against the per-layer split at 10 threads on the same prompts (kcores, another machine)."""
@@ -502,6 +513,7 @@ def _findings(sw: dict) -> list[str]:
     ps_ = _placement_speed()
     ins, oos = ps_["recorded_prompts"], ps_["other_prompts"]
     w10 = _whole_layers_t10()
+    lr = _layer_routing()
     wl, sp = w10["single_stream_tok_s"]["whole_layers"], w10["single_stream_tok_s"]["per_layer_split"]
 
     def four(n: str) -> float:
@@ -587,6 +599,16 @@ def _findings(sw: dict) -> list[str]:
         "whose CPU share does not depend on the routing. The estimate (kt-estimate.md) assumes uniform routing, "
         "the mean over prompts; its 512-token and 8K rows are different prompts. The lever this points to: the next "
         "bullet.",
+        f"- **Part of that spread is the proxy's:** SGLang's dummy weights (--load-format dummy, every kit point here) "
+        "seed every parameter with one seed, so every layer's router holds the same values, and the routing the "
+        f"recorder counted in hot/ shows it: each layer's share per expert correlates {lr['corr_with_layer0_median']:.2f} "
+        f"with layer 0's (median over the other {lr['layers'] - 1} layers; lowest {lr['corr_with_layer0_min']:.2f}). "
+        "A token then goes to nearly the same experts in every layer, so its CPU share does not average out over 48 "
+        "layers as a trained model's would; llama.cpp's random file draws each layer's router apart "
+        "(tools/make_random_gguf.py). The mean over many tokens is the same either way, a single request's rate and "
+        "a placement's gain are not. The adapter's VRAMKIT_DUMMY_SEED_BY_NAME=1 seeds each parameter by its name "
+        "(the fill checked with SGLang's own code: tests/integration/test_dummy_weights.py); the driver's seedcheck "
+        "step, not run yet, measures the kit's best point with it.",
         "- **Which experts sit on the GPU** (hot-rec, one recorded request, in-sample): SGLang's experts "
         f"0..{n_gpu - 1} took {trivial_share:.1%} of its routing, the {n_gpu} most-routed of each layer "
         f"{placed_share:.1%} (uniform: {uniform_share:.1%}). `vramkit kt-placement` writes that map and `--kt-placement` "
@@ -652,6 +674,7 @@ def summary() -> dict:
         "prompt_span": {"kit": round(ps["kit_span"], 2), "llamacpp": round(ps["llama_span"], 2),
                         "kit_same_side": round(ps["kit_agree"], 2), "kit_servers": len(PROMPT_KIT)},
         "placement_speed": _placement_speed(),
+        "dummy_layer_routing": _layer_routing(),
         "whole_layers_t10": _whole_layers_t10(),
     }
 

@@ -70,6 +70,11 @@
 # ran 2026-11-27, ninth session: moe-budget/layers-t10, 0.76 ms a CPU layer against 7.7 at 14 threads; its 4-stream
 # profile segfaulted in the profiler, so LT10_PROBE="--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens
 # 64 --repeat 1" ran it unprofiled on the next machine).
+# SGLang's dummy weights repeat across layers (one seed for every parameter: every layer's router is the same, and
+# each layer's recorded routing correlates 0.98 with layer 0's, moe-budget/hot/expert-counts.json), so a token goes to
+# nearly the same experts in all 48 layers. DUMMY_BY_NAME=1 seeds each parameter by its name (the kt_compat adapter's
+# VRAMKIT_DUMMY_SEED_BY_NAME) on every kit point of the run. Its check, not run yet (~10 min):
+# DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup seedcheck"; then hot and layers-pair again with it.
 # Whole layers against the split at the same threads, one machine, 3 rounds, 10 and 12 threads (not run yet; ~13 min):
 # STAGE=.stage-w16 REPEAT=3 STEPS="setup layers-pair" (LP_THREADS: the counts).
 # The placement lever (vramkit kt-placement; ran 2026-11-27, ninth session: moe-budget/hot): SGLang's
@@ -147,9 +152,9 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has k24l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -231,7 +236,8 @@ kit() {  # name budget probe-args [--env K=V ...] -- up args
   local n=$1 b=$2 pr=$3; shift 3
   step "kit $n (${b} GiB)"
   VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at $b GiB" timeout 1200 python3 benchmarks/gpu/moe_point.py \
-    --name "$n" --out "$RES" --wait-file $W/build-rc.txt --probe="$pr --label $n" "$@" 2>&1 | tail -8 \
+    --name "$n" --out "$RES" --wait-file $W/build-rc.txt --probe="$pr --label $n" \
+    ${DUMMY_BY_NAME:+--env VRAMKIT_DUMMY_SEED_BY_NAME=1} "$@" 2>&1 | tail -8 \
     | tee -a "$RES/progress.txt"
   pack
 }
@@ -515,6 +521,21 @@ if has layers-t10; then  # the whole-layer stall (7.7 ms a CPU layer on the GPTQ
   kit $lt10 16 \
     "${LT10_PROBE:-${FULL/--repeat ${REPEAT:-1}/--repeat 1} --profile-steps 32 --profile-dir $W/prof}" \
     --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 10
+fi
+if has seedcheck; then  # dummy weights seeded by parameter name (DUMMY_BY_NAME=1 on every kit point of a run; the
+  # kt_compat docstring says why): does each layer route on its own, and does the prompt still set the pace? The kit's
+  # best 16 GiB point, recorded (its counts: seedcheck-counts.json), then 3 rounds of the probe (~9 min). Run as
+  # DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup seedcheck"
+  REC=$W/rec-seed; mkdir -p $REC
+  ballast 16
+  kit k16-wna16-seed-rec 16 "--streams 1 --new-tokens 256 --ttft '' --repeat 1 --seed-offset 100000 --record-experts" \
+    --env SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR=$REC -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 \
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --expert-distribution-recorder-mode stat --expert-distribution-recorder-buffer-size -1"
+  dump=$(ls -t $REC/*.pt 2>/dev/null | head -1)
+  [ -n "$dump" ] && python3 -c "import json, torch; c = torch.load('$dump', weights_only=True)['logical_count']
+json.dump({'logical_count': (c.sum(0) if c.dim() == 3 else c).tolist()}, open('$RES/seedcheck-counts.json', 'w'))"
+  step "seedcheck counts: $(ls $RES/seedcheck-counts.json 2>/dev/null || echo 'no dump in '$REC)"
+  kit k16-wna16-seed 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
 fi
 if has layers-pair; then  # whole layers against the per-layer split at the same KT threads, one machine, paired by
   # prompt (layers-t10 set them on two machines, one round): 10 threads (where the stall went) and 12 (the plan's

@@ -300,6 +300,18 @@ def test_the_adapter_s_dispatch_maps_the_router_s_ids_only_under_a_placement(mon
     assert compat._patch_for(compat.SGLANG_TOPK) is None
 
 
+def test_dummy_weights_are_seeded_by_name_only_when_asked(monkeypatch):
+    """The benchmark proxy's switch (its fill is checked with SGLang's own code: tests/integration/
+    test_dummy_weights.py): off by default, so a user's server never sees it."""
+    compat = _load("vramkit_kt_compat", "services/sglang-kt/kt_compat/vramkit_kt_compat.py")
+    monkeypatch.delenv(compat.DUMMY_ENV, raising=False)
+    assert compat._patch_for(compat.SGLANG_LOADER) is None
+    monkeypatch.setenv(compat.DUMMY_ENV, "1")
+    assert compat._patch_for(compat.SGLANG_LOADER) is compat.patch_dummy_loader
+    seeds = {compat.seed_by_name(f"model.layers.{i}.mlp.gate.weight") for i in range(48)}
+    assert len(seeds) == 48 and compat.seed_by_name("x") == compat.seed_by_name("x")
+
+
 def test_placement_check_tells_rounding_from_other_experts():
     """benchmarks/gpu/placement_check.py compare: the same tokens with log-probabilities a rounding apart (a correct
     placement) against tokens that part ways (experts computed with other experts' weights)."""

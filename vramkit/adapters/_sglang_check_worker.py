@@ -32,7 +32,14 @@ gguf_file=name)`). Answer: `"gguf": {"transformers_version", "architectures": [G
 "configs": [{"model_type", "hidden_size", ..., "rope_theta", "tie_word_embeddings"} (None where transformers
 has no value) or {"error"}]}`.
 
-Only stdlib and SGLang (with its dependencies) are imported here.
+A fourth: `"dummy_weights": {"names": [...], "shape": [rows, cols], "adapter": "/path/vramkit_kt_compat.py"}` fills
+one float parameter per name (all of that shape) with the pinned SGLang's `--load-format dummy` initializer
+(model_loader/loader.py's initialize_dummy_weights), once as pinned and once after the kit's adapter patched the
+loader (`patch_dummy_loader`, VRAMKIT_DUMMY_SEED_BY_NAME). Answer: `"dummy": {"pinned": [...], "by_name": [...],
+"by_name_again": [...], "low", "high"}`, each list one fingerprint per name (the sum of its values and its first
+value) and low / high the extreme values the patched fill drew.
+
+Only stdlib and SGLang (with its dependencies) are imported here (the fourth request: the kit's adapter too).
 """
 from __future__ import annotations
 
@@ -289,6 +296,43 @@ def _gguf(files: list[str]) -> dict:
             "configs": configs}
 
 
+def _dummy(req: dict) -> dict:
+    import importlib.util
+
+    import torch
+    from sglang.srt.model_loader import loader
+
+    spec = importlib.util.spec_from_file_location("vramkit_kt_compat", req["adapter"])
+    compat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compat)
+
+    def fill() -> tuple[list, float, float]:
+        model = torch.nn.Module()    # one parameter under each name, as SGLang's state dict names it
+        for name in req["names"]:
+            parent = model
+            *path, leaf = name.split(".")
+            for part in path:
+                if not hasattr(parent, part):
+                    parent.add_module(part, torch.nn.Module())
+                parent = getattr(parent, part)
+            parent.register_parameter(leaf, torch.nn.Parameter(torch.empty(*req["shape"]), requires_grad=False))
+        loader.initialize_dummy_weights(model)
+        ps = [model.get_parameter(name) for name in req["names"]]
+        return ([[round(float(p.double().sum()), 9), float(p.flatten()[0])] for p in ps],
+                min(float(p.min()) for p in ps), max(float(p.max()) for p in ps))
+
+    orig = loader.initialize_dummy_weights
+    try:
+        pinned, _, _ = fill()
+        compat.patch_dummy_loader(loader)
+        by_name, low, high = fill()
+        again, _, _ = fill()
+    finally:
+        loader.initialize_dummy_weights = orig
+        loader.__dict__.pop("_vramkit_dummy_patched", None)
+    return {"pinned": pinned, "by_name": by_name, "by_name_again": again, "low": low, "high": high}
+
+
 def main() -> int:
     serve = "--serve" in sys.argv[1:]
     request = {} if serve else json.loads(sys.stdin.read() or "{}")
@@ -340,8 +384,10 @@ def main() -> int:
             parses = [_parse_one(req, FunctionCallParser, ReasoningParser, Tool) for req in request["parses"]]
 
         gguf = _gguf(request["gguf_files"]) if request.get("gguf_files") else None
+        dummy = _dummy(request["dummy_weights"]) if request.get("dummy_weights") else None
         json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
-                   "results": results, "parses": parses} | ({"gguf": gguf} if gguf else {}), real_stdout)
+                   "results": results, "parses": parses} | ({"gguf": gguf} if gguf else {})
+                  | ({"dummy": dummy} if dummy else {}), real_stdout)
         real_stdout.write("\n")
         real_stdout.flush()
 

@@ -267,6 +267,14 @@ def gguf_configs(files: Iterable[Path], timeout_s: float = 300.0) -> dict[str, A
     return answer["gguf"]
 
 
+def dummy_weights(adapter: Path, names: Sequence[str], shape: tuple[int, int], timeout_s: float = 120.0) -> dict:
+    """The pinned SGLang's `--load-format dummy` fill of one parameter per name, as pinned and with the kit's adapter
+    seeding by name (in the shared checker; the worker's fourth request says what comes back)."""
+    answer = shared_checker().run({"dummy_weights": {"names": list(names), "shape": list(shape),
+                                                     "adapter": str(adapter)}}, timeout_s)
+    return answer["dummy"]
+
+
 def check_launches(cases: Iterable[Any], timeout_s: float = 600.0) -> list[CheckResult]:
     """One result per case, in order. Refusals are results (ok=False, SGLang's line in .error), not exceptions."""
     return run_batch(cases, timeout_s).results

@@ -28,6 +28,14 @@ gave none, so the ids become the physical slots (SGLang's own static dispatch, a
 back to the int32 the KT wrapper's GPU kernels take. Under the trivial map it passes every call through unchanged.
 Checked on the H100 host (2026-11-27, benchmarks/results/gpu/moe-budget/hotcheck/): outputs at kernel rounding of
 the unplaced server's with it, 3.5x further without it.
+
+Opt-in, for benchmarks only, ``VRAMKIT_DUMMY_SEED_BY_NAME=1``: ``--load-format dummy`` weights seeded by each
+parameter's name. SGLang 0.5.15.post1's dummy loader (model_loader/weight_utils.py initialize_dummy_weights) seeds
+every parameter with the same seed, 1234, so parameters of one shape hold the same values: every layer's router and
+norms are identical, and the residual stream, ~1e-3 values, stays close to the token's embedding. Every layer then
+sends a token to nearly the same experts (measured: each layer's recorded routing correlates 0.98 with layer 0's,
+benchmarks/results/gpu/moe-budget.md), which no trained model does. Seeded by name, each parameter draws its own
+values from the same uniform range, so the proxy's layers route independently.
 """
 from __future__ import annotations
 
@@ -41,6 +49,8 @@ SGLANG_KT = "sglang.srt.layers.moe.kt_ep_wrapper"
 LAYERS_ENV = "VRAMKIT_KT_GPU_LAYERS"
 SGLANG_TOPK = "sglang.srt.layers.moe.topk"
 DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"
+SGLANG_LOADER = "sglang.srt.model_loader.loader"
+DUMMY_ENV = "VRAMKIT_DUMMY_SEED_BY_NAME"
 
 
 def gpu_layers(spec: str, num_layers: int, num_experts: int, per_layer: int | None) -> frozenset[int]:
@@ -257,6 +267,32 @@ def patch_sglang_topk(module) -> None:
     module._vramkit_patched = True
 
 
+def seed_by_name(name: str, seed: int = 1234) -> int:
+    """A parameter's own seed: SGLang's dummy seed plus the CRC-32 of its name (stable across processes)."""
+    import zlib
+    return seed + zlib.crc32(name.encode())
+
+
+def patch_dummy_loader(module) -> None:
+    """The loader's initialize_dummy_weights, each state-dict entry seeded by its name (idempotent; opt-in, the
+    module docstring says why)."""
+    if getattr(module, "_vramkit_dummy_patched", False):
+        return
+    orig = module.initialize_dummy_weights
+
+    def initialize_dummy_weights(model, low: float = -1e-3, high: float = 1e-3, seed: int = 1234) -> None:
+        import torch
+        print(f"vramkit_kt_compat: {DUMMY_ENV}=1: dummy weights seeded by parameter name", file=sys.stderr,
+              flush=True)
+        for name, tensor in model.state_dict().items():
+            one = torch.nn.Module()          # SGLang's own fill (FP8 included) on this entry alone, its own seed
+            one.register_buffer("t", tensor)
+            orig(one, low=low, high=high, seed=seed_by_name(name, seed))
+
+    module.initialize_dummy_weights = initialize_dummy_weights
+    module._vramkit_dummy_patched = True
+
+
 def _patch_for(fullname: str):
     if fullname == TARGET:
         return patch
@@ -265,6 +301,8 @@ def _patch_for(fullname: str):
         return lambda m: patch_sglang_kt(m, spec)
     if fullname == SGLANG_TOPK and os.environ.get(DISPATCH_ENV) != "0":
         return patch_sglang_topk
+    if fullname == SGLANG_LOADER and os.environ.get(DUMMY_ENV) == "1":
+        return patch_dummy_loader
     return None
 
 
@@ -295,7 +333,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Patch kt_kernel, SGLang's KT wrapper and its TopK (the placement dispatch) when (or if already)
     imported; safe to call more than once."""
-    for name in (TARGET, SGLANG_KT, SGLANG_TOPK):
+    for name in (TARGET, SGLANG_KT, SGLANG_TOPK, SGLANG_LOADER):
         after = _patch_for(name)
         if after is not None and name in sys.modules:
             after(sys.modules[name])
