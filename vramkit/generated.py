@@ -131,11 +131,12 @@ def kt_estimate_table() -> list[str]:
            f"{c['kt_layer_sync_us']} us, batch-1 attention read {c['kt_attention_read_gbs']} GB/s; measured: "
            f"SGLang's own host RAM {c['kt_sglang_host_mib'] / 1024:.1f} GiB. Data: `{KT_ESTIMATE}` "
            "(`benchmarks/gpu/fit_kt.py`).", "",
-           "| run | used to fit? | CPU experts, build | GPU experts, threads | decode at | measured | estimate "
-           "| error |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "| run | used to fit? | GPU weights | CPU experts, build | GPU experts, threads | decode at | measured "
+           "| estimate | error |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m in res["measurements"]:
         q = by[m["point"]]
-        out.append(f"| {m['point']} | {'fitted' if m['role'] == 'fit' else 'held out'} | {q['method']}, {q['build']} | "
+        out.append(f"| {m['point']} | {'fitted' if m['role'] == 'fit' else 'held out'} | {m['gpu_weights']} | "
+                   f"{q['method']}, {q['build']} | "
                    f"{q['gpu_experts']}, {q['threads']} | {m['context']:,} tokens | {m['tok_s']:.1f} tok/s | "
                    f"{m['plan_tok_s']:.1f} | {m['error']:+.1%}"
                    + (" (slower than the same run after a longer prompt: another prompt)"
@@ -146,7 +147,18 @@ def kt_estimate_table() -> list[str]:
         errs = [abs(m["error"]) for m in res["measurements"] if m["role"] == role]
         if errs:
             out.append(f"- {word}: {len(errs)} decode measurements, worst error {max(errs):.1%}, "
-                       f"mean {sum(errs) / len(errs):.1%}")
+                       f"mean {sum(errs) / len(errs):.1%}" + "".join(
+                           f"; {w} GPU weights {len(e)}, worst {max(e):.1%}, mean {sum(e) / len(e):.1%}"
+                           for w in ("checkpoint", "dummy")
+                           if (e := [abs(m["error"]) for m in res["measurements"]
+                                     if m["role"] == role and m["gpu_weights"] == w])))
+    budget = REPO_ROOT / MOE_BUDGET
+    if budget.exists() and (r := json.loads(budget.read_text()).get("dummy_layer_routing")):
+        out.append("- GPU weights: \"checkpoint\", a random checkpoint on disk whose layers' routers are drawn apart; "
+                   "\"dummy\", SGLang's --load-format dummy, which gives every layer the same router (each layer's "
+                   f"recorded routing correlates {r['corr_with_layer0_median']:.2f} with the first's: a token's CPU "
+                   "share does not average out over the layers, so one request's rate moves with its prompt; "
+                   "`benchmarks/results/gpu/kt-estimate.md`)")
     rss = [q for q in res["points"] if q.get("rss_after_start_bytes")]
     if rss:
         out.append("- host RAM (all experts as kt-kernel holds them + SGLang's own, + the mapped checkpoint for FP8) "

@@ -52,6 +52,7 @@ class Point:
                                      # server tree's RSS once the probe ended (moe_point.py; a sampled maximum,
                                      # host_rss_max_sampled_bytes, only after 2026-11-27's seventh session)
     free_gib: float | None = None   # "Load weight begin. avail mem" when the point JSON lacks it
+    weights: str | None = None      # "checkpoint" or "dummy" where the point JSON cannot say (started by hand)
     note: str = ""
     gpu_checkpoint: str = "fp8"  # the checkpoint's config the GPU side ran: "fp8", or "gptq" (Qwen's GPTQ-Int4
                                  # quantization_config on the same shape, as run_moe_vs_llamacpp.sh writes it)
@@ -77,7 +78,7 @@ POINTS = (
     # session 1: SGLang started by hand (run_moe.sh probe), 32 GPU experts
     Point("fp8-amx-g32-16g", "held-out", None, M + "probe-session1/kt-amx-g32.probe.json",
           M + "probe-session1/membw-h100-host.json", {"kt_method": "FP8", "kt_num_gpu_experts": 32}, free_gib=15.31,
-          note="started by hand, not through vramkit up"),
+          note="started by hand, not through vramkit up", weights="checkpoint"),
     # 2026-11-24, another host session (helper moe's anchor run, benchmarks/gpu/run_anchor.sh): 16 and 24 GB
     Point("int4-amx-16g-b", "held-out", "anchor/k16-t14.json", "anchor/k16-t14.probe.json", "anchor/membw.json",
           {"kt_method": "AMXINT4"}, rss_end_read=True),
@@ -302,6 +303,17 @@ def main() -> int:
     return 0
 
 
+def gpu_weights(p: Point) -> str:
+    """What the GPU side served: "dummy" (SGLang's --load-format dummy: every layer's router the same, moe-budget.md)
+    or "checkpoint" (a random checkpoint on disk, tools/make_random_checkpoint.py: each layer's drawn apart), from
+    the `vramkit up` arguments its point JSON keeps."""
+    if p.weights is not None:
+        return p.weights
+    args = json.loads((RES / p.point).read_text())["vramkit_up_args"] if p.point else []
+    dummy = "--load-format" in args and args[args.index("--load-format") + 1] == "dummy"
+    return "dummy" if dummy else "checkpoint"
+
+
 def compute() -> dict:
     """The fit and every comparison, as the JSON this script writes."""
     base = catalog.engine().kt
@@ -312,7 +324,8 @@ def compute() -> dict:
         h = pl.hybrid
         assert h is not None
         for m in measurements(p):
-            rows.append({"point": p.name, "role": p.role, **m, "t": terms(pl, m["context"], p.kv_splits)})
+            rows.append({"point": p.name, "role": p.role, "gpu_weights": gpu_weights(p), **m,
+                         "t": terms(pl, m["context"], p.kv_splits)})
         rec = {"name": p.name, "role": p.role, "method": h.kt_method, "build": p.build, "gpu_experts": h.num_gpu_experts,
                "threads": h.cpuinfer_threads, "note": p.note, "host_experts_bytes": h.host_experts_bytes,
                "host_checkpoint_bytes": h.host_checkpoint_bytes, "host_pinned_bytes": h.host_pinned_bytes}
@@ -369,6 +382,14 @@ def compute() -> dict:
     return result
 
 
+def _dummy_layer_routing() -> float | None:
+    """moe-budget.json's median correlation of each layer's recorded routing with layer 0's (None before it exists)."""
+    path = RES / "moe-budget.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get("dummy_layer_routing", {}).get("corr_with_layer0_median")
+
+
 def markdown(res: dict) -> str:
     c = res["constants"]
     lines = ["# Hybrid MoE decode estimate: fitted and held-out error (issue 18)", "",
@@ -381,18 +402,34 @@ def markdown(res: dict) -> str:
              "splits (moe-vs-llamacpp-gptq/run3/), the extra step after 8K and 30K over the extra KV read: "
              + ", ".join(f"{n} splits {v} GB/s" for n, v in res["attention_read_gbs_measured_by_kv_splits"].items())
              + f" (the fitted constant: {c['kt_attention_read_gbs']}). The runs with 32 use the measured 32-split rate.",
-             "", "| run | role | method (build) | GPU experts | threads | KV splits | decode measured at | measured tok/s | "
-             "estimate | error |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "", "| run | role | GPU weights | method (build) | GPU experts | threads | KV splits | decode measured at | "
+             "measured tok/s | estimate | error |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     by = {q["name"]: q for q in res["points"]}
     for r in res["measurements"]:
         q = by[r["point"]]
         flag = " (slower than the same server after a longer prompt: another prompt, moe-budget.md)" if r["inconsistent"] else ""
-        lines.append(f"| {r['point']} | {r['role']} | {q['method']} ({q['build']}) | {q['gpu_experts']} | {q['threads']} "
+        lines.append(f"| {r['point']} | {r['role']} | {r['gpu_weights']} | {q['method']} ({q['build']}) | {q['gpu_experts']} | {q['threads']} "
                      f"| {r['kv_splits']} | {r['context']:,} tokens | {r['tok_s']:.1f} | {r['plan_tok_s']:.1f} | {r['error']:+.1%}{flag} |")
     for role in ("fit", "held-out"):
         errs = [abs(r["error"]) for r in res["measurements"] if r["role"] == role]
         if errs:
             lines.append(f"\n{role}: {len(errs)} measurements, worst |error| {max(errs):.1%}, mean {sum(errs) / len(errs):.1%}")
+    lines.append("\nby the GPU side's weights:")
+    for role in ("fit", "held-out"):
+        for w in ("checkpoint", "dummy"):
+            errs = [abs(r["error"]) for r in res["measurements"] if r["role"] == role and r["gpu_weights"] == w]
+            if errs:
+                lines.append(f"- {role}, {w}: {len(errs)} measurements, worst |error| {max(errs):.1%}, mean "
+                             f"{sum(errs) / len(errs):.1%}")
+    if (routing := _dummy_layer_routing()) is not None:
+        lines += ["", "GPU weights: \"checkpoint\" is a random checkpoint on disk (tools/make_random_checkpoint.py: "
+                  "each layer's router drawn apart); \"dummy\" is SGLang's --load-format dummy, which seeds every "
+                  "parameter alike and so gives every layer the same router: each layer's recorded routing correlates "
+                  f"{routing:.2f} with layer 0's (median; moe-budget.md). A token then goes to nearly the same experts "
+                  "in all 48 layers instead of averaging over 48 draws, so one request's rate can move with its prompt "
+                  "more than with layers that route apart (derived; the checkpoint runs recorded no routing). Each row is one request (or a median of three) and the estimate is the mean over "
+                  "prompts, so the dummy rows' error carries that spread. The driver's seedcheck step "
+                  "(DUMMY_BY_NAME=1: each layer seeded apart) has not run yet."]
     lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan "
               "| larger of RSS after start and RSS once the probe ended / plan |", "| --- | --- | --- | --- | --- | --- |"]
     for q in res["points"]:

@@ -143,3 +143,17 @@ def test_a_decode_slower_than_its_own_longer_context_one_is_noted_and_scored():
         assert m["tok_s"] < 0.9 * max(longer)
     held = [abs(m["error"]) for m in rows if m["role"] == "held-out"]
     assert f"held-out: {len(held)} measurements, worst |error| {max(held):.1%}" in fit_kt.OUT_MD.read_text()
+
+
+def test_each_run_s_gpu_weights_are_what_its_server_log_says():
+    """fit_kt.gpu_weights reads `vramkit up`'s arguments; where the trimmed server log kept SGLang's own load_format,
+    the two agree (a dummy run labelled "checkpoint" would hide the proxy's repeated routers, moe-budget.md)."""
+    import re
+    seen = {"checkpoint": 0, "dummy": 0}
+    for p in fit_kt.POINTS:
+        w = fit_kt.gpu_weights(p)
+        seen[w] += 1
+        evidence = fit_kt.RES / p.point.replace(".json", ".evidence.txt") if p.point else None
+        if evidence is not None and evidence.exists() and (m := re.search(r"load_format='(\w+)'", evidence.read_text())):
+            assert (m.group(1) == "dummy") == (w == "dummy"), p.name
+    assert seen["checkpoint"] >= 5 and seen["dummy"] >= 20        # both kinds among the committed runs
