@@ -75,6 +75,8 @@
 # nearly the same experts in all 48 layers. DUMMY_BY_NAME=1 seeds each parameter by its name (the kt_compat adapter's
 # VRAMKIT_DUMMY_SEED_BY_NAME) on every kit point of the run. Its check, not run yet (~10 min):
 # DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup seedcheck"; then hot and layers-pair again with it.
+# The idle memory at mem_fraction 0.85 given to experts (0.90 against 0.85, one machine, not run yet; ~7 min):
+# STAGE=.stage-w16 REPEAT=3 STEPS="setup mf90".
 # Whole layers against the split at the same threads, one machine, 3 rounds, 10 and 12 threads (not run yet; ~13 min):
 # STAGE=.stage-w16 REPEAT=3 STEPS="setup layers-pair" (LP_THREADS: the counts).
 # The placement lever (vramkit kt-placement; ran 2026-11-27, ninth session: moe-budget/hot): SGLang's
@@ -152,9 +154,9 @@ need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has k24l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -536,6 +538,13 @@ if has seedcheck; then  # dummy weights seeded by parameter name (DUMMY_BY_NAME=
 json.dump({'logical_count': (c.sum(0) if c.dim() == 3 else c).tolist()}, open('$RES/seedcheck-counts.json', 'w'))"
   step "seedcheck counts: $(ls $RES/seedcheck-counts.json 2>/dev/null || echo 'no dump in '$REC)"
   kit k16-wna16-seed 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+fi
+if has mf90; then  # the memory the preset leaves idle: at mem_fraction 0.85 the kit's best 16 GiB point peaked at
+  # 15.43 of 17.18 GB (moe-budget/hot), and `vramkit plan` gives 0.90 six more GPU experts a layer on a 5060 Ti
+  # (84 -> 90). The same machine's 0.85 point beside it, paired by prompt; peak VRAM through the 30K prompt (~7 min)
+  ballast 16
+  kit k16-wna16-mf85 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+  kit k16-wna16-mf90 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --mem-fraction 0.90
 fi
 if has layers-pair; then  # whole layers against the per-layer split at the same KT threads, one machine, paired by
   # prompt (layers-t10 set them on two machines, one round): 10 threads (where the stall went) and 12 (the plan's
