@@ -99,6 +99,7 @@ def test_kt_placement_writes_the_hot_first_map_from_a_real_dump(tmp_path, capsys
     said = capsys.readouterr().out
     share = kp.gpu_share(counts, m, 43)
     assert f"takes {share:.1%} of the recorded routing" in said and "uniform routing: 33.6%" in said
+    assert kp.SPEED in said and f"--kt-placement {out} and without it" in said     # what a placement gave, measured
 
 
 def test_kt_placement_keeps_an_existing_file_and_writes_nothing_from_a_bad_dump(tmp_path, capsys):

@@ -67,4 +67,5 @@ def run(args: argparse.Namespace) -> int:
         after = kp.gpu_share(counts, mapping, n)
         print(f"with {n} GPU experts per layer the GPU takes {after:.1%} of the recorded routing "
               f"(experts 0..{n - 1}, SGLang's default: {before:.1%}; uniform routing: {n / experts:.1%})")
+    print(f"{kp.SPEED}: start with --kt-placement {out} and without it, `make bench` each, then `make bench-compare`")
     return 0
