@@ -45,8 +45,9 @@ ADAPTER_DISPATCHED: dict[str, str] = {
 # Measured, H100 host, 2026-11-27 (benchmarks/results/gpu/moe-budget.md, "The placement's speed"; a test holds the
 # figures to moe-budget.json): the GPTQ split at 16 GiB, 88 GPU experts a layer, each request against the same one on
 # the trivial map. In-sample it gained, out of sample it lost, so the map stays opt-in and the plan says this.
-SPEED = ("decode with a placement, measured on a random-weight proxy: 1.44x the trivial map on the prompts it was "
-         "recorded on, 0.84x on other prompts (benchmarks/results/gpu/moe-budget.md); record it on your own traffic")
+SPEED = ("decode with a placement, measured on a random-weight proxy whose layers all route alike: 1.44x the trivial "
+         "map on the prompts it was recorded on, 0.84x on other prompts (benchmarks/results/gpu/moe-budget.md); "
+         "record it on your own traffic")
 
 Counts = Sequence[Sequence[float]]
 Map = list[list[int]]
