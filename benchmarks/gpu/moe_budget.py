@@ -605,7 +605,7 @@ def _findings(sw: dict) -> list[str]:
         f"with layer 0's (median over the other {lr['layers'] - 1} layers; lowest {lr['corr_with_layer0_min']:.2f}). "
         "A token then goes to nearly the same experts in every layer, so its CPU share does not average out over 48 "
         "layers as a trained model's would; llama.cpp's random file draws each layer's router apart "
-        "(tools/make_random_gguf.py). The mean over many tokens is the same either way, a single request's rate and "
+        "(tools/make_random_gguf.py). The mean over many tokens is the same either way (derived, not measured), a single request's rate and "
         "a placement's gain are not. The adapter's VRAMKIT_DUMMY_SEED_BY_NAME=1 seeds each parameter by its name "
         "(the fill checked with SGLang's own code: tests/integration/test_dummy_weights.py); the driver's seedcheck "
         "step, not run yet, measures the kit's best point with it.",
