@@ -147,6 +147,18 @@ def test_parser_accepts_single_check():
         False, "unrecognized arguments: --enable-paging")
 
 
+def test_every_extra_args_example_in_the_readme_is_accepted_by_sglang():
+    """The README's `--extra-args "..."` examples reach SGLang as written (placeholders in capitals filled in)."""
+    import re
+    _require_checker()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    examples = re.findall(r"--extra-args [\"']([^\"']+)[\"']", readme)
+    assert any("--expert-distribution-recorder-buffer-size -1" in e for e in examples)
+    for example in examples:
+        argv = [{"NAME": "qwen25", "KEY": "secret"}.get(a, a) for a in example.split()]
+        assert sglang_check.parser_accepts(["--model-path", HF_ID, *argv]) == (True, ""), example
+
+
 def test_missing_checker_says_what_to_run(monkeypatch, tmp_path):
     monkeypatch.setenv("VRAMKIT_SGLANG_PYTHON", str(tmp_path / "nowhere" / "python"))
     with pytest.raises(VramkitError) as info:

@@ -102,6 +102,23 @@ def test_kt_placement_writes_the_hot_first_map_from_a_real_dump(tmp_path, capsys
     assert kp.SPEED in said and f"--kt-placement {out} and without it" in said     # what a placement gave, measured
 
 
+@pytest.mark.parametrize("steps, unwritten, warned", [(1000, 0, True), (1000, 1, False), (1200, 0, False)])
+def test_a_full_default_recorder_ring_is_said(tmp_path, capsys, steps, unwritten, warned):
+    """SGLang's recorder keeps its last 1000 forward passes unless --expert-distribution-recorder-buffer-size says
+    otherwise (rows not written yet are zeros): a dump with all 1000 written may have lost the workload's start."""
+    import torch
+    model = catalog.model(MOE)
+    dump, _ = _dump(tmp_path, model.num_layers, model.moe.num_experts, steps=steps)
+    if unwritten:
+        d = torch.load(dump, weights_only=True)
+        d["logical_count"][-unwritten:] = 0
+        torch.save(d, dump)
+    assert main(["kt-placement", str(dump), "--model", MOE, "--out", str(tmp_path / "p.json")]) == 0
+    said = capsys.readouterr().out
+    assert ("full ring of 1000 forward passes" in said) is warned
+    assert ("--expert-distribution-recorder-buffer-size -1" in said) is warned
+
+
 def test_kt_placement_keeps_an_existing_file_and_writes_nothing_from_a_bad_dump(tmp_path, capsys):
     model = catalog.model(MOE)
     dump, _ = _dump(tmp_path, model.num_layers, model.moe.num_experts)

@@ -9,7 +9,8 @@ two-batch-overlap paths, and the kit's kt-kernel adapter maps them on the one-GP
 architectures core/plan/kt_placement.py lists; any other is refused).
 
 DUMP is what SGLang's expert-distribution recorder wrote for this model (a server started with
-`--extra-args "--expert-distribution-recorder-mode stat"`; POST /start_expert_distribution_record, your workload,
+`--extra-args "--expert-distribution-recorder-mode stat --expert-distribution-recorder-buffer-size -1"`: every
+forward pass kept, where the default keeps the last 1000; POST /start_expert_distribution_record, your workload,
 POST /dump_expert_distribution_record; the .pt lands in $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR, default /tmp).
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vramkit.adapters.expert_dump import read_counts
+    from vramkit.adapters.expert_dump import read_counts, ring_full
     model = catalog.model(args.model)
     if model.moe is None:
         raise VramkitError(f"{model.name} has no routed experts", "kt-placement is for an MoE model",
@@ -50,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise VramkitError(f"{out} exists", "choose another --out, or add --force to replace it", Exit.BAD_INPUT)
-    counts = kp.check_counts(read_counts(args.dump), layers, experts, args.dump)
+    raw, steps, written = read_counts(args.dump)
+    counts = kp.check_counts(raw, layers, experts, args.dump)
     mapping = kp.hot_first(counts)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     try:
@@ -67,5 +69,10 @@ def run(args: argparse.Namespace) -> int:
         after = kp.gpu_share(counts, mapping, n)
         print(f"with {n} GPU experts per layer the GPU takes {after:.1%} of the recorded routing "
               f"(experts 0..{n - 1}, SGLang's default: {before:.1%}; uniform routing: {n / experts:.1%})")
+    if ring_full(written, steps):
+        print(f"warning: {args.dump} is a full ring of {steps} forward passes, SGLang's default recorder buffer: "
+              "earlier passes of the workload may have been overwritten; record with --extra-args "
+              "\"--expert-distribution-recorder-mode stat --expert-distribution-recorder-buffer-size -1\" to count "
+              "every pass")
     print(f"{kp.SPEED}: start with --kt-placement {out} and without it, `make bench` each, then `make bench-compare`")
     return 0
