@@ -118,6 +118,8 @@ def test_the_plan_prints_the_measured_spread_for_a_method_the_estimate_misses():
             continue
         lo, hi = m.estimate_spread
         assert lo == pytest.approx(min(ratios), abs=0.01) and hi == pytest.approx(max(ratios), abs=0.01), (name, ratios)
+        if "every run on SGLang's dummy weights" in (m.spread_note or ""):     # the note's claim, run by run
+            assert {r["gpu_weights"] for r in result()["measurements"] if methods[r["point"]] == name} == {"dummy"}
 
 
 def test_memory_within_the_bars_on_every_run():
