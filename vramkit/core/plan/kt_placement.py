@@ -9,7 +9,8 @@ where SGLang passes its static dispatch (below). Without it the map is trivial: 
 takes experts 0..N-1 of every layer whatever the router prefers.
 
 A request's decode rate depends on how much of its routing lands on the CPU (benchmarks/results/gpu/moe-budget.md:
-the same seeded prompts on 6 servers, the fastest 1.65x the slowest at one depth). `hot_first` puts each layer's
+the same seeded prompts on 6 servers, the fastest 1.65x the slowest at one depth; on SGLang's dummy weights, whose
+layers all route alike, so wider than a trained model's). `hot_first` puts each layer's
 most-routed experts in the lowest slots, from the counts SGLang's expert-distribution recorder dumps
 (--expert-distribution-recorder-mode stat; `logical_count`, layers x experts); `gpu_share` says how much of that
 routing the GPU then takes, against the trivial map's (derived from SGLang's source). Its speed: SPEED.
