@@ -1,6 +1,8 @@
 """Where a decoded token's time goes at 16 GiB, the kit and llama.cpp, measured (issue 18 item 2): moe-budget.md.
 
     python3 benchmarks/gpu/moe_budget.py [--check]      # reads benchmarks/results/gpu/moe-budget/, writes moe-budget.md
+    python3 benchmarks/gpu/moe_budget.py pair FOLDER POINT BASE   # POINT against BASE (both in FOLDER), request by request
+    python3 benchmarks/gpu/moe_budget.py layers COUNTS.json       # how alike a recording's layers route
 
 Inputs (run_moe_vs_llamacpp.sh; one H100 host session each, the card emulated at 16 GiB by the shared ballast):
   run1/  STEPS="setup profile": the kit's best 16 GiB point (GPTQ-Int4 experts split per layer on moe_wna16, AMXINT8 CPU
@@ -457,15 +459,19 @@ def _placement_speed() -> dict:
                                                "k16-wna16-hot")}}
 
 
-@cache
-def _layer_routing() -> dict:
-    """hot's recorded counts: how alike the layers' routing is, as the Pearson correlation of each layer's share of
-    the routing per expert with layer 0's. SGLang's dummy weights seed every parameter alike (the kt_compat adapter's
-    docstring), so every layer's router is the same; a trained model's layers route apart."""
-    counts = (load(DIR / "hot" / "expert-counts.json") or {})["logical_count"]
+def layer_routing(counts: list[list[float]]) -> dict:
+    """How alike a recording's layers route: the Pearson correlation of each layer's count per expert with layer
+    0's. SGLang's dummy weights seed every parameter alike (the kt_compat adapter's docstring), so every layer's
+    router is the same; a trained model's layers, and dummy weights seeded by name, route apart."""
     corr = [statistics.correlation(counts[0], row) for row in counts[1:]]
     return {"layers": len(counts), "corr_with_layer0_median": round(statistics.median(corr), 3),
             "corr_with_layer0_min": round(min(corr), 3)}
+
+
+@cache
+def _layer_routing() -> dict:
+    """hot's recorded counts (layer_routing)."""
+    return layer_routing((load(DIR / "hot" / "expert-counts.json") or {})["logical_count"])
 
 
 @cache
@@ -680,6 +686,12 @@ def summary() -> dict:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["pair"] and len(argv) == 4:      # a new step's points, before they join the report
+        print(json.dumps(_paired(((argv[1], argv[2]),), ((argv[1], argv[3]),))))
+        return 0
+    if argv[:1] == ["layers"] and len(argv) == 2:
+        print(json.dumps(layer_routing(json.loads(Path(argv[1]).read_text())["logical_count"])))
+        return 0
     text, data = render(), json.dumps(summary(), indent=1) + "\n"
     if "--check" in argv:
         if OUT.read_text() != text or SUMMARY.read_text() != data:

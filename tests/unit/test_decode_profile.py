@@ -91,6 +91,24 @@ def test_the_committed_budget_report_is_generated_from_its_data():
     assert "| 11 | 8.43 |" in text          # llama-bench at --n-cpu-moe 11, 14 threads
 
 
+def test_the_budget_tool_pairs_new_points_and_tells_repeated_routers_from_independent_ones(capsys):
+    """moe_budget.py's two helpers for a new step's data: `pair` is the report's own pairing, and `layers` tells a
+    recording whose layers share one router (SGLang's dummy weights) from one whose layers route apart."""
+    import json
+    import random
+    spec = importlib.util.spec_from_file_location("moe_budget", REPO / "benchmarks" / "gpu" / "moe_budget.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    summary = json.loads((REPO / "benchmarks" / "results" / "gpu" / "moe-budget.json").read_text())
+    assert mod.main(["pair", "hot", "k16-wna16-hot", "k16-wna16-triv"]) == 0
+    assert json.loads(capsys.readouterr().out) == summary["placement_speed"]["other_prompts"]
+    rng = random.Random(0)
+    apart = [[rng.randint(0, 1000) for _ in range(128)] for _ in range(48)]
+    alike = [[c + rng.randint(0, 50) for c in apart[0]] for _ in range(48)]
+    assert abs(mod.layer_routing(apart)["corr_with_layer0_median"]) < 0.2
+    assert mod.layer_routing(alike)["corr_with_layer0_median"] > 0.9
+
+
 def test_readme_budget_line_follows_the_data(tmp_path, monkeypatch):
     from vramkit import generated
     src = json.loads((REPO / generated.MOE_BUDGET).read_text())
