@@ -506,11 +506,15 @@ if has hotctl; then  # hot's control: was the placement's loss on the probe's pr
   # mapping? A map that reverses each layer's experts within the GPU's 88 and within the CPU's 40: every token keeps its
   # split, the dispatch and the moved weights stay. Beside the trivial map on the same machine, 3 rounds (~9 min)
   CPU8="--kt-method AMXINT8 --kt-weight-path $KT8"
-  python3 -c "from vramkit.core.plan import kt_placement as kp
-open('$RES/kt-placement-ctl.json', 'w').write(kp.sglang_json([list(reversed(range(88))) + list(reversed(range(88, 128)))
-                                                              for _ in range(48)]))"
   ballast 16
   kit k16-wna16-triv 16 "$FULL" -- $KITG $CPU8
+  # the split the trivial server ran (its evidence), each side reversed within itself
+  ngpu=$(grep -o "kt_num_gpu_experts=[0-9]*" $RES/k16-wna16-triv.evidence.txt 2>/dev/null | head -1 | cut -d= -f2)
+  python3 -c "from vramkit.core.plan import kt_placement as kp
+n = ${ngpu:-88}
+open('$RES/kt-placement-ctl.json', 'w').write(kp.sglang_json([list(reversed(range(n))) + list(reversed(range(n, 128)))
+                                                              for _ in range(48)]))"
+  step "control map: each layer's experts 0..$(( ${ngpu:-88} - 1 )) and ${ngpu:-88}..127 reversed within themselves"
   kit k16-wna16-ctl 16 "$FULL" -- $KITG $CPU8 --kt-placement $RES/kt-placement-ctl.json
 fi
 if has layers-t10; then  # the whole-layer stall (7.7 ms a CPU layer on the GPTQ checkpoint at 14 KT threads, against
