@@ -426,9 +426,9 @@ def render() -> str:
 
 
 @cache
-def _placement_shares() -> tuple[float, float, float, int]:
-    """hot-rec: (experts 0..N-1, the N most-routed, uniform) shares of the recorded routing, and N (88)."""
-    counts = (load(DIR / "hot-rec" / "expert-counts.json") or {})["logical_count"]
+def _placement_shares(folder: str = "hot-rec") -> tuple[float, float, float, int]:
+    """A recording's (experts 0..N-1, the N most-routed, uniform) shares of its routing, and N (88, the GPTQ split)."""
+    counts = (load(DIR / folder / "expert-counts.json") or {})["logical_count"]
     n, layers, experts = 88, len(counts), len(counts[0])
     return (kp.gpu_share(counts, kp.trivial(layers, experts), n), kp.gpu_share(counts, kp.hot_first(counts), n),
             n / experts, n)
@@ -444,15 +444,13 @@ def _placement_check() -> dict[str, float]:
 def _placement_speed() -> dict:
     """hot: the placement against the trivial map on the same machine, request by request (_paired), on the prompts it
     was recorded on and on the probe's own; the GPU's share of the recorded routing under each map."""
-    counts = (load(DIR / "hot" / "expert-counts.json") or {})["logical_count"]
-    n, layers, experts = 88, len(counts), len(counts[0])
+    trivial_share, placed_share, _, n = _placement_shares("hot")
 
     def rates(point: str) -> dict:
         f = probe_figures(_probe("hot", point))
         return {"decode_tok_s": f["decode_tok_s"], "aggregate_4_streams_tok_s": f["aggregate_4_streams_tok_s"]}
     return {"gpu_experts": n,
-            "gpu_share_recorded": {"trivial": round(kp.gpu_share(counts, kp.trivial(layers, experts), n), 3),
-                                   "placed": round(kp.gpu_share(counts, kp.hot_first(counts), n), 3)},
+            "gpu_share_recorded": {"trivial": round(trivial_share, 3), "placed": round(placed_share, 3)},
             "recorded_prompts": _paired((("hot", "k16-wna16-hot-rec"),), (("hot", "k16-wna16-triv-rec"),)),
             "other_prompts": _paired((("hot", "k16-wna16-hot"),), (("hot", "k16-wna16-triv"),)),
             "medians": {p: rates(p) for p in ("k16-wna16-triv-rec", "k16-wna16-hot-rec", "k16-wna16-triv",

@@ -153,7 +153,8 @@ def test_every_extra_args_example_in_the_readme_is_accepted_by_sglang():
     _require_checker()
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     examples = re.findall(r"--extra-args [\"']([^\"']+)[\"']", readme)
-    assert any("--expert-distribution-recorder-buffer-size -1" in e for e in examples)
+    from vramkit.adapters.expert_dump import RECORD_FLAGS
+    assert "--expert-distribution-recorder-buffer-size -1" in RECORD_FLAGS and RECORD_FLAGS in examples
     for example in examples:
         argv = [{"NAME": "qwen25", "KEY": "secret"}.get(a, a) for a in example.split()]
         assert sglang_check.parser_accepts(["--model-path", HF_ID, *argv]) == (True, ""), example

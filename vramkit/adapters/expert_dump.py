@@ -19,6 +19,8 @@ from pathlib import Path
 from vramkit.errors import Exit, VramkitError
 
 RING_DEFAULT = 1000     # SGLang 0.5.15.post1's recorder buffer in stat mode when none is given
+# the recorder as kt-placement wants it: counts per expert, every forward pass kept (README, the command's help)
+RECORD_FLAGS = "--expert-distribution-recorder-mode stat --expert-distribution-recorder-buffer-size -1"
 
 
 def ring_full(steps_written: int, steps: int) -> bool:
@@ -57,7 +59,7 @@ def read_counts(path: str) -> tuple[list[list[float]], int, int]:
         raise VramkitError(f"{where}: not a readable expert-distribution dump ({type(e).__name__})",
                            "give the .pt SGLang's /dump_expert_distribution_record wrote", Exit.BAD_FILE) from None
     if not isinstance(data, dict) or "logical_count" not in data:
-        raise VramkitError(f"{where}: no logical_count in it", "record with --expert-distribution-recorder-mode stat",
+        raise VramkitError(f"{where}: no logical_count in it", f"record with --extra-args \"{RECORD_FLAGS}\"",
                            Exit.BAD_FILE)
     try:
         return _sum_to_layers(data["logical_count"], where)

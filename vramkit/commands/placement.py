@@ -39,7 +39,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vramkit.adapters.expert_dump import read_counts, ring_full
+    from vramkit.adapters.expert_dump import RECORD_FLAGS, read_counts, ring_full
     model = catalog.model(args.model)
     if model.moe is None:
         raise VramkitError(f"{model.name} has no routed experts", "kt-placement is for an MoE model",
@@ -71,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
               f"(experts 0..{n - 1}, SGLang's default: {before:.1%}; uniform routing: {n / experts:.1%})")
     if ring_full(written, steps):
         print(f"warning: {args.dump} is a full ring of {steps} forward passes, SGLang's default recorder buffer: "
-              "earlier passes of the workload may have been overwritten; record with --extra-args "
-              "\"--expert-distribution-recorder-mode stat --expert-distribution-recorder-buffer-size -1\" to count "
-              "every pass")
+              f"earlier passes of the workload may have been overwritten; record with --extra-args \"{RECORD_FLAGS}\" "
+              "to count every pass")
     print(f"{kp.SPEED}: start with --kt-placement {out} and without it, `make bench` each, then `make bench-compare`")
     return 0

@@ -34,8 +34,8 @@ parameter's name. SGLang 0.5.15.post1's dummy loader (model_loader/weight_utils.
 every parameter with the same seed, 1234, so parameters of one shape hold the same values: every layer's router and
 norms are identical, and the residual stream, ~1e-3 values, stays close to the token's embedding (derived from the
 values' size). Every layer then sends a token to nearly the same experts (measured: each layer's recorded routing
-correlates 0.98 with layer 0's, benchmarks/results/gpu/moe-budget.md), unlike a trained model. Seeded by name, each parameter draws its own
-values from the same uniform range, so the proxy's layers route independently.
+correlates 0.98 with layer 0's, benchmarks/results/gpu/moe-budget.md), unlike a trained model. Seeded by name, each
+parameter draws its own values from the same uniform range, so the proxy's layers route independently.
 """
 from __future__ import annotations
 
