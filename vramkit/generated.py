@@ -259,8 +259,7 @@ def _measured_budget() -> list[str]:
                "(median), so a token's CPU share does not average out over the layers as a trained model's would "
                "(llama.cpp's random file draws each layer's router apart); the mean over many tokens is the same "
                "(derived), a single request's rate and a placement's gain are not (`VRAMKIT_DUMMY_SEED_BY_NAME=1` in "
-               "the server's "
-               "environment seeds each layer apart; not measured yet)."
+               "the server's environment seeds each layer apart; not measured yet)."
                if (r := d.get("dummy_layer_routing")) else "")
             + (" The host levers, one machine, each request against the same seeded request on the 14-thread servers: "
                + ", ".join(f"{t} threads {x['single_median']:.2f}x single-stream, {x['four_median']:.2f}x at 4 "

@@ -303,13 +303,13 @@ def main() -> int:
     return 0
 
 
-def gpu_weights(p: Point) -> str:
+def gpu_weights(p: Point, run: dict | None = None) -> str:
     """What the GPU side served: "dummy" (SGLang's --load-format dummy: every layer's router the same, moe-budget.md)
     or "checkpoint" (a random checkpoint on disk, tools/make_random_checkpoint.py: each layer's drawn apart), from
-    the `vramkit up` arguments its point JSON keeps."""
+    the `vramkit up` arguments its point JSON (`run`, read here when not given) keeps."""
     if p.weights is not None:
         return p.weights
-    args = json.loads((RES / p.point).read_text())["vramkit_up_args"] if p.point else []
+    args = (run or load(p.point))["vramkit_up_args"] if p.point else []
     dummy = "--load-format" in args and args[args.index("--load-format") + 1] == "dummy"
     return "dummy" if dummy else "checkpoint"
 
@@ -323,8 +323,9 @@ def compute() -> dict:
         pl, run = plan_for(p)
         h = pl.hybrid
         assert h is not None
+        weights = gpu_weights(p, run)
         for m in measurements(p):
-            rows.append({"point": p.name, "role": p.role, "gpu_weights": gpu_weights(p), **m,
+            rows.append({"point": p.name, "role": p.role, "gpu_weights": weights, **m,
                          "t": terms(pl, m["context"], p.kv_splits)})
         rec = {"name": p.name, "role": p.role, "method": h.kt_method, "build": p.build, "gpu_experts": h.num_gpu_experts,
                "threads": h.cpuinfer_threads, "note": p.note, "host_experts_bytes": h.host_experts_bytes,
