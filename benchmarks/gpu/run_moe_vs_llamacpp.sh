@@ -234,6 +234,16 @@ KIT="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt
 KIT8="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
 FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64 --repeat ${REPEAT:-1} ${PROBE_EXTRA:-}"
 SHORT="--new-tokens 128 --streams 1 --ttft 8192 --ttft-new-tokens 64"
+# the recorder as kt-placement wants it (one spelling: vramkit/adapters/expert_dump.py)
+RECORD_FLAGS=$(python3 -c "from vramkit.adapters.expert_dump import RECORD_FLAGS; print(RECORD_FLAGS)")
+counts_json() {  # REC_DIR OUT.json: the newest recorder dump in REC_DIR, its steps summed by the kit's reader
+  # (vramkit/adapters/expert_dump.py, as kt-placement reads it), written as {"logical_count": [layer][expert]};
+  # prints the dump's path (nothing, and status 1, where there is none)
+  local dump; dump=$(ls -t "$1"/*.pt 2>/dev/null | head -1)
+  [ -n "$dump" ] && python3 -c "import json, sys; from vramkit.adapters.expert_dump import read_counts
+json.dump({'logical_count': [[int(x) for x in r] for r in read_counts(sys.argv[1])[0]]}, open(sys.argv[2], 'w'))" \
+    "$dump" "$2" && echo "$dump"
+}
 kit() {  # name budget probe-args [--env K=V ...] -- up args
   local n=$1 b=$2 pr=$3; shift 3
   step "kit $n (${b} GiB)"
@@ -481,13 +491,10 @@ if has hot; then  # the placement lever on the kit's best 16 GiB point (GPTQ spl
   RECP=${RECP:-"--streams 1,4 --new-tokens 256 --ttft '' --repeat ${REPEAT:-1} --seed-offset 100000"}
   ballast 16
   kit k16-wna16-rec 16 "$RECP --record-experts" --env SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR=$REC -- $KITG $CPU8 \
-    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --expert-distribution-recorder-mode stat --expert-distribution-recorder-buffer-size -1"
-  dump=$(ls -t $REC/*.pt 2>/dev/null | head -1)
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS $RECORD_FLAGS"
+  dump=$(counts_json $REC $RES/expert-counts.json)
   ngpu=$(grep -o "kt_num_gpu_experts=[0-9]*" $RES/k16-wna16-rec.evidence.txt 2>/dev/null | head -1 | cut -d= -f2)
-  # the dump holds a count per recorded step ([steps, layers, experts]): kept summed, as the JSON kt-placement reads too
-  [ -n "$dump" ] && python3 -c "import json, torch; c = torch.load('$dump', weights_only=True)['logical_count']
-json.dump({'logical_count': (c.sum(0) if c.dim() == 3 else c).tolist()}, open('$RES/expert-counts.json', 'w'))" \
-    && python3 -m vramkit kt-placement "$dump" --model $GQ \
+  [ -n "$dump" ] && python3 -m vramkit kt-placement "$dump" --model $GQ \
     --gpu-experts "${ngpu:-88}" --out $RES/kt-placement.json > $RES/kt-placement.txt 2>&1
   step "placement ($ngpu GPU experts): $(cat $RES/kt-placement.txt 2>/dev/null || echo 'no dump in '$REC)"
   [ -n "${HOT_REC_ONLY:-}" ] || kit k16-wna16-triv 16 "$FULL" -- $KITG $CPU8
@@ -536,10 +543,8 @@ if has seedcheck; then  # dummy weights seeded by parameter name (DUMMY_BY_NAME=
   ballast 16
   kit k16-wna16-seed-rec 16 "--streams 1 --new-tokens 256 --ttft '' --repeat 1 --seed-offset 100000 --record-experts" \
     --env SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR=$REC -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 \
-    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --expert-distribution-recorder-mode stat --expert-distribution-recorder-buffer-size -1"
-  dump=$(ls -t $REC/*.pt 2>/dev/null | head -1)
-  [ -n "$dump" ] && python3 -c "import json, torch; c = torch.load('$dump', weights_only=True)['logical_count']
-json.dump({'logical_count': (c.sum(0) if c.dim() == 3 else c).tolist()}, open('$RES/seedcheck-counts.json', 'w'))"
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS $RECORD_FLAGS"
+  counts_json $REC $RES/seedcheck-counts.json > /dev/null
   step "seedcheck counts: $(ls $RES/seedcheck-counts.json 2>/dev/null || echo 'no dump in '$REC)"
   kit k16-wna16-seed 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
 fi
