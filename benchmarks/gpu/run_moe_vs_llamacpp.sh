@@ -77,6 +77,7 @@
 # DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup seedcheck"; then hot and layers-pair again with it.
 # The idle memory at mem_fraction 0.85 given to experts (0.90 against 0.85, one machine, not run yet; ~7 min):
 # STAGE=.stage-w16 REPEAT=3 STEPS="setup mf90".
+# llama.cpp's best 16 GiB server alone, beside a run's kit points (~4 min): STEPS="... lbest16".
 # Whole layers against the split at the same threads, one machine, 3 rounds, 10 and 12 threads (not run yet; ~13 min):
 # STAGE=.stage-w16 REPEAT=3 STEPS="setup layers-pair" (LP_THREADS: the counts).
 # The placement lever (vramkit kt-placement; ran 2026-11-27, ninth session: moe-budget/hot): SGLang's
@@ -150,7 +151,7 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
@@ -195,7 +196,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-{ has llama-16 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has llama-16 || has lbest16 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -551,9 +552,19 @@ fi
 if has mf90; then  # the memory the preset leaves idle: at mem_fraction 0.85 the kit's best 16 GiB point peaked at
   # 15.43 of 17.18 GB (moe-budget/hot), and `vramkit plan` gives 0.90 six more GPU experts a layer on a 5060 Ti
   # (84 -> 90). The same machine's 0.85 point beside it, paired by prompt; peak VRAM through the 30K prompt (~7 min)
+  # (after seedcheck in the same run its k16-wna16-seed is that 0.85 point: the same server, so it is not run twice)
   ballast 16
-  kit k16-wna16-mf85 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
+  has seedcheck || kit k16-wna16-mf85 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8
   kit k16-wna16-mf90 16 "$FULL" -- $KITG --kt-method AMXINT8 --kt-weight-path $KT8 --mem-fraction 0.90
+fi
+if has lbest16; then  # llama.cpp's best 16 GiB server alone (--n-cpu-moe 11, every earlier sweep's best; med16 runs --fit
+  # beside it), for a same-machine pair with a run's kit points: its random GGUF draws each layer's router on its own,
+  # as the kit's dummy weights do with DUMMY_BY_NAME=1 (~4 min with REPEAT=3)
+  if [ -f $BUILT ]; then
+    ballast 16; step "llama-16-best (--n-cpu-moe 11)"
+    LGGUF=$GGUF; lserver llama-16-best --fit off -ngl 99 --n-cpu-moe 11 && { lprobe llama-16-best $FULL; lstop; }
+    echo 11 > "$RES/llama-16-best-ncmoe.txt"; pack
+  else step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"; fi
 fi
 if has layers-pair; then  # whole layers against the per-layer split at the same KT threads, one machine, paired by
   # prompt (layers-t10 set them on two machines, one round): 10 threads (where the stall went) and 12 (the plan's
