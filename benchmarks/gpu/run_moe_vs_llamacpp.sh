@@ -224,7 +224,11 @@ ballast_off() {  # the whole card again (llama-bench's sweep, the kernel-level b
 ballast() {
   ballast_off
   python3 $S/ballast.py "$1" > "$RES/logs/ballast-$1.txt" 2>&1 & ballast_pid=$!
-  for i in $(seq 60); do grep -q holding "$RES/logs/ballast-$1.txt" && break; sleep 1; done
+  for i in $(seq 60); do grep -q holding "$RES/logs/ballast-$1.txt" && return 0; sleep 1; done
+  # no ballast, no emulated card: every point after would plan for the whole card (2026-11-27, tenth session: a call
+  # without carry took the staged ballast.py away mid-run, and three points ran on 80 GB), so the run stops here
+  step "ballast $1 GiB not holding: $(tail -1 "$RES/logs/ballast-$1.txt")"; pack; step "DONE, stopped: no ballast"
+  exit 1
 }
 export VRAMKIT_STATE_DIR=/tmp/vk-state
 Q8=$CK/qwen3-coder-30b-a3b-q8_0-random.gguf
