@@ -254,13 +254,24 @@ def _measured_budget() -> list[str]:
                f"{p['llamacpp']:.2f}x), since SGLang keeps experts 0..N-1 of each layer on the GPU and a prompt that "
                "routes to the others waits on the CPU; the tables take medians of three prompts."
                if (p := d.get("prompt_span")) else "")
-            + (" Part of that spread is the proxy's: SGLang's dummy weights give every layer the same router, and "
+            + (" Most of that spread was the proxy's: SGLang's dummy weights give every layer the same router, and "
                f"each layer's recorded routing correlates {r['corr_with_layer0_median']:.2f} with the first layer's "
                "(median), so a token's CPU share does not average out over the layers as a trained model's would "
-               "(llama.cpp's random file draws each layer's router apart); the mean over many tokens is the same "
-               "(derived), a single request's rate and a placement's gain are not (`VRAMKIT_DUMMY_SEED_BY_NAME=1` in "
-               "the server's environment seeds each layer apart; not measured yet)."
-               if (r := d.get("dummy_layer_routing")) else "")
+               "(llama.cpp's random file draws each layer's router apart). With each parameter seeded by its name "
+               "(`VRAMKIT_DUMMY_SEED_BY_NAME=1` in the server's environment) the correlation is "
+               f"{z['layer_routing']['corr_with_layer0_median']:.2f} and the span {z['prompt_span']['kit_split']:.2f}x "
+               f"(llama.cpp {z['prompt_span']['llamacpp']:.2f}x). On those weights, same machine: the split beside "
+               f"llama.cpp's --n-cpu-moe 11 decoded {a['decode_tok_s']:.2f}x at depth 0, {a['decode_tok_s_8k']:.2f}x "
+               f"after 8K and {a['aggregate_4_streams_tok_s']:.2f}x at 4 streams, and answered a 30K prompt in "
+               f"{a['ttft_30k_s']:.2f}x its time; mem_fraction 0.90 decoded "
+               f"{f['paired_with_085']['single_median']:.2f}x 0.85 paired by prompt "
+               f"({f['paired_with_085']['four_median']:.2f}x at 4 streams; peak {f['peak_vram_gb']['0.90']:.2f} GB of "
+               "17.18), so the moe preset takes 0.90; whole layers' experts on the GPU decoded "
+               f"{w['single_median']:.2f}x the split at 12 KT threads ({w['four_median']:.2f}x at 4 streams) with "
+               f"{wl['host_rss_peak_gb']:.0f} GB of host RAM against {wl['split_host_rss_peak_gb']:.0f}."
+               if (r := d.get("dummy_layer_routing")) and (z := d.get("seeded"))
+               and (a := z["against_llamacpp"]["ratio"]) and (f := z["mem_fraction_090"])
+               and (wl := z["whole_layers"]["12"]) and (w := wl["paired_with_split"]) else "")
             + (" The host levers, one machine, each request against the same seeded request on the 14-thread servers: "
                + ", ".join(f"{t} threads {x['single_median']:.2f}x single-stream, {x['four_median']:.2f}x at 4 "
                                "streams" for t, x in h["paired_with_14_threads"].items())

@@ -190,6 +190,7 @@ def run_knobs(run: dict | None, p: Point) -> dict:
             if flag in args:
                 knobs[key] = cast(args[args.index(flag) + 1])
     knobs.setdefault("kt_cpuinfer", threads_ran(p))
+    knobs.setdefault("mem_fraction", fraction_ran(run, p))
     if p.point and (RES / p.point.replace(".json", ".plan.json")).exists():
         ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
         if "num_gpu_experts" in ran:
@@ -204,6 +205,23 @@ def threads_ran(p: Point) -> int:
     ev = RES / p.point.replace(".json", ".evidence.txt") if p.point else None
     m = re.search(r"\[numa:threads\]\[0:(\d+)\]", ev.read_text()) if ev is not None and ev.exists() else None
     return int(m.group(1)) if m else H100_CORES - 2
+
+
+# The moe preset's mem_fraction_static until 2026-11-27's tenth session (0.90 since: moe-budget/seed-mf90); a point
+# whose evidence predates the server_args line ran it
+FRACTION_BEFORE = 0.85
+
+
+def fraction_ran(run: dict | None, p: Point) -> float:
+    """The mem_fraction_static the server ran: its `vramkit up --mem-fraction`, else its log's server_args (the trimmed
+    evidence), else the preset's value when it ran (FRACTION_BEFORE)."""
+    import re
+    args = (run or {}).get("vramkit_up_args", [])
+    if "--mem-fraction" in args:
+        return float(args[args.index("--mem-fraction") + 1])
+    ev = RES / p.point.replace(".json", ".evidence.txt") if p.point else None
+    m = re.search(r"mem_fraction_static=([0-9.]+)", ev.read_text()) if ev is not None and ev.exists() else None
+    return float(m.group(1)) if m else FRACTION_BEFORE
 
 
 def plan_for(p: Point) -> tuple[Plan, dict | None]:

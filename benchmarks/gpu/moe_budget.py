@@ -420,7 +420,9 @@ def render() -> str:
               "## The prompt sets the pace: the same prompts on every server", "",
               "Each request's decode rate over the mean of its server's requests at the same depth. The probe sends "
               "the same seeded prompts in every session, so a prompt's rank can be followed across servers and "
-              "machines.", "", *_prompt_table()[0], "", "## What it says", "", *_findings(sw),
+              "machines.", "", *_prompt_table()[0], "",
+              "## Dummy weights seeded by name: each layer routes on its own (seed, seed-mf90, seed-layers)", "",
+              *_seeded_lines(), "", "## What it says", "", *_findings(sw),
               ""]
     return "\n".join(lines)
 
@@ -492,6 +494,126 @@ def _whole_layers_t10() -> dict:
                        for n in sorted(ttft)}}
 
 
+# Dummy weights seeded by parameter name (the driver's DUMMY_BY_NAME=1: the kt_compat adapter's
+# VRAMKIT_DUMMY_SEED_BY_NAME), so each layer routes on its own as a trained model's would; three machines, 2026-11-27
+SEED_SPLIT = (("seed", "k16-wna16-seed"), ("seed-mf90", "k16-wna16-mf85"), ("seed-mf90", "k16-wna16-mf90"),
+              ("seed-mf90", "k16-wna16-split-t10"), ("seed-layers", "k16-wna16-split-t10"),
+              ("seed-layers", "k16-wna16-split-t12"))        # every per-layer split server among them
+SEED_THREADS = (10, 12)                                        # seed-layers: whole layers and the split at each
+
+
+def _gb(folder: str, point: str, key: str) -> float:
+    """A point's figure in GB (10^9 bytes) from its JSON (moe_point.py)."""
+    return round((load(DIR / folder / f"{point}.json") or {})[key] / 1e9, 2)
+
+
+def _figures(folder: str, point: str) -> dict:
+    """The probe's medians, rounded (probe_figures)."""
+    return {k: round(v, 2) for k, v in probe_figures(_probe(folder, point)).items() if v is not None}
+
+
+@cache
+def _seeded() -> dict:
+    """The kit's best 16 GiB point on dummy weights seeded by name: how alike its layers route, how much the prompt
+    still sets the pace, llama.cpp's best beside it on the same machine, mem_fraction 0.90 against 0.85, and whole
+    layers against the split at 10 and 12 KT threads (each lever paired by prompt on one machine, _paired)."""
+    def span(rel: dict) -> float:       # the fastest prompt's median over the slowest's, widest depth
+        return max(max(m) / min(m) for m in ([statistics.median(v) for k, v in rel.items() if k[0] == g]
+                                                for g, _ in DEPTHS))
+    kit, llama = _figures("seed", "k16-wna16-seed"), _figures("seed", "llama-16-best")
+    better = {"decode_tok_s": max, "decode_tok_s_8k": max, "ttft_30k_s": min, "aggregate_4_streams_tok_s": max}
+    return {
+        "layer_routing": layer_routing((load(DIR / "seed" / "seedcheck-counts.json") or {})["logical_count"]),
+        "prompt_span": {"kit_split": round(span(_relative(SEED_SPLIT)), 2), "kit_servers": len(SEED_SPLIT),
+                        "kit_whole_layers": round(span(_relative(tuple(("seed-layers", f"k16-wna16-layers-t{t}")
+                                                                         for t in SEED_THREADS))), 2),
+                        "llamacpp": round(span(_relative((("seed", "llama-16-best"),))), 2)},
+        "against_llamacpp": {"kit": "k16-wna16-seed (mem_fraction 0.85, 12 KT threads)",
+                             "llamacpp": "llama-16-best (--n-cpu-moe 11; --fit on not run here)",
+                             "kit_figures": kit, "llamacpp_figures": llama,
+                             "ratio": {k: round(kit[k] / llama[k], 2) for k in better},
+                             "paired": _paired((("seed", "k16-wna16-seed"),), (("seed", "llama-16-best"),))},
+        "mem_fraction_090": {"paired_with_085": _paired((("seed-mf90", "k16-wna16-mf90"),),
+                                                        (("seed-mf90", "k16-wna16-mf85"),)),
+                             "peak_vram_gb": {f: _gb("seed-mf90", f"k16-wna16-mf{f[2:]}", "peak_vram_bytes")
+                                              for f in ("0.85", "0.90")},
+                             "figures": {f: _figures("seed-mf90", f"k16-wna16-mf{f[2:]}") for f in ("0.85", "0.90")}},
+        "whole_layers": {str(t): {"paired_with_split": _paired((("seed-layers", f"k16-wna16-layers-t{t}"),),
+                                                               (("seed-layers", f"k16-wna16-split-t{t}"),)),
+                                  "figures": _figures("seed-layers", f"k16-wna16-layers-t{t}"),
+                                  "split_figures": _figures("seed-layers", f"k16-wna16-split-t{t}"),
+                                  "host_rss_peak_gb": _gb("seed-layers", f"k16-wna16-layers-t{t}", "host_rss_peak_bytes"),
+                                  "split_host_rss_peak_gb": _gb("seed-layers", f"k16-wna16-split-t{t}",
+                                                                "host_rss_peak_bytes")}
+                         for t in SEED_THREADS},
+        "split_12_vs_10_threads": _paired((("seed-layers", "k16-wna16-split-t12"),), (("seed-layers", "k16-wna16-split-t10"),)),
+        "same_server_two_machines": {"seed-mf90": _figures("seed-mf90", "k16-wna16-mf90")["decode_tok_s"],
+                                     "seed-layers": _figures("seed-layers", "k16-wna16-split-t12")["decode_tok_s"]},
+    }
+
+
+def _seeded_lines() -> list[str]:
+    z = _seeded()
+    lr, sp, al, mf, wl = (z["layer_routing"], z["prompt_span"], z["against_llamacpp"], z["mem_fraction_090"],
+                          z["whole_layers"])
+
+    def pair(x: dict) -> str:
+        return (f"{x['single_median']:.2f}x ({x['single_faster']:.0%} of {x['single_pairs']} requests faster), "
+                f"4 streams {x['four_median']:.2f}x")
+    rows = [("seed", "k16-wna16-seed", "per-layer split, mem_fraction 0.85, 12 threads"),
+            ("seed", "llama-16-best", "llama.cpp --n-cpu-moe 11 (the same machine)"),
+            ("seed-mf90", "k16-wna16-mf85", "per-layer split, 0.85, 12 threads"),
+            ("seed-mf90", "k16-wna16-mf90", "per-layer split, 0.90, 12 threads"),
+            ("seed-mf90", "k16-wna16-split-t10", "per-layer split, 0.85, 10 threads"),
+            *[("seed-layers", f"k16-wna16-{k}-t{t}", f"{w}, 0.90, {t} threads") for t in SEED_THREADS
+              for k, w in (("split", "per-layer split"), ("layers", "whole layers"))]]
+    table = ["| folder | point | what | decode tok/s, depth 0 | after 8K | TTFT 30K s | 4 streams tok/s |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for f, n, what in rows:
+        x = _figures(f, n)
+        table.append(f"| {f} | {n} | {what} | {x['decode_tok_s']:.1f} | {x['decode_tok_s_8k']:.1f} | "
+                     f"{x['ttft_30k_s']:.2f} | {x['aggregate_4_streams_tok_s']:.1f} |")
+    two = z["same_server_two_machines"]
+    med = _median_points()
+    summary_medians = {k: med["k16-wna16"][k] / _llama_best(med, k, max) for k in ("decode_tok_s", "decode_tok_s_8k")}
+    return [
+        "Every kit point here ran with VRAMKIT_DUMMY_SEED_BY_NAME=1 (the driver's DUMMY_BY_NAME=1): each parameter "
+        "drawn by its name, so each layer's router is its own. GPTQ-Int4 split on moe_wna16, AMXINT8 CPU experts, "
+        "medians of 3 rounds; the kit's servers chose 12 KT threads unless the row says otherwise. mem_fraction 0.90 "
+        "gives 96 GPU experts a layer (0.85: 88). Three machines of the same kind: seed (with llama.cpp), seed-mf90, "
+        "seed-layers. Three points of seed's run ran without the ballast (a call without carry took the staged "
+        "ballast.py away) and are not kept; the driver now stops when the ballast does not hold.", "",
+        *table, "",
+        f"- **Each layer routes on its own:** the recorded routing of each layer correlates "
+        f"{lr['corr_with_layer0_median']:.2f} with layer 0's (median; lowest {lr['corr_with_layer0_min']:.2f}), "
+        f"against {_layer_routing()['corr_with_layer0_median']:.2f} with SGLang's one seed (hot/).",
+        f"- **The prompt no longer sets the pace:** the fastest prompt over the slowest at the same depth, medians over "
+        f"{sp['kit_servers']} split servers on 3 machines, is {sp['kit_split']:.2f}x (whole layers "
+        f"{sp['kit_whole_layers']:.2f}x, llama.cpp {sp['llamacpp']:.2f}x), against {_prompt_table()[1]['kit_span']:.2f}x "
+        "with SGLang's one seed: that spread was the proxy's, not the split's.",
+        f"- **Beside llama.cpp on the same machine** (its best --n-cpu-moe; --fit on did not run there): "
+        f"{al['ratio']['decode_tok_s']:.2f}x at depth 0, {al['ratio']['decode_tok_s_8k']:.2f}x after 8K, "
+        f"{al['ratio']['aggregate_4_streams_tok_s']:.2f}x at 4 streams, and a 30K prompt answered in "
+        f"{al['ratio']['ttft_30k_s']:.2f}x llama.cpp's time at this --n-cpu-moe; paired by prompt "
+        f"{pair(al['paired'])}. With one seed (med3, another machine, against llama.cpp's best of --fit and "
+        f"--n-cpu-moe) the split was {summary_medians['decode_tok_s']:.2f}x / {summary_medians['decode_tok_s_8k']:.2f}x "
+        "at depth 0 / 8K: routing as a trained model's does not close the gap.",
+        f"- **mem_fraction 0.90** (one machine): {pair(mf['paired_with_085'])} against 0.85; peak "
+        f"{mf['peak_vram_gb']['0.90']:.2f} GB through the 30K prompt against {mf['peak_vram_gb']['0.85']:.2f} (the "
+        f"card: 17.18 GB); TTFT for 30K {mf['figures']['0.90']['ttft_30k_s']:.2f} s against "
+        f"{mf['figures']['0.85']['ttft_30k_s']:.2f}. The moe preset now takes 0.90.",
+        *[f"- **Whole layers at {t} KT threads** (seed-layers, paired with the split at the same threads): "
+          f"{pair(w['paired_with_split'])}; {w['figures']['decode_tok_s']:.1f} against "
+          f"{w['split_figures']['decode_tok_s']:.1f} tok/s at depth 0, TTFT for 30K {w['figures']['ttft_30k_s']:.2f} s "
+          f"against {w['split_figures']['ttft_30k_s']:.2f}; host RSS at peak {w['host_rss_peak_gb']:.1f} GB against "
+          f"{w['split_host_rss_peak_gb']:.1f} (kt-kernel holds only the CPU layers' experts)." for t, w in wl.items()],
+        f"- **The split at 12 threads against 10** (seed-layers): {pair(z['split_12_vs_10_threads'])}.",
+        f"- **The machine moves the absolute rate:** the same server (0.90, 12 threads, split) decoded "
+        f"{two['seed-mf90']:.1f} tok/s on seed-mf90 and {two['seed-layers']:.1f} on seed-layers at depth 0; only "
+        "ratios from one machine are read as a lever's.",
+    ]
+
+
 def _findings(sw: dict) -> list[str]:
     b = _budget("run1", "k16-wna16-prof", 1)
     lay = _budget("run1", "k16-wna16-layers-prof", 1)
@@ -518,6 +640,7 @@ def _findings(sw: dict) -> list[str]:
     ins, oos = ps_["recorded_prompts"], ps_["other_prompts"]
     w10 = _whole_layers_t10()
     lr = _layer_routing()
+    z = _seeded()
     wl, sp = w10["single_stream_tok_s"]["whole_layers"], w10["single_stream_tok_s"]["per_layer_split"]
 
     def four(n: str) -> float:
@@ -554,10 +677,16 @@ def _findings(sw: dict) -> list[str]:
         f"(kcores; paired median {w10['paired_with_split_t10']['single_median']:.2f}x): whole layers make the rate "
         "independent of the prompt, as their CPU share does not depend on the routing, but not faster in the median; "
         f"4 streams {w10['paired_with_split_t10']['four_median']:.2f}x, TTFT after 8K "
-        f"{w10['ttft_s']['8192']['whole_layers']:.2f} s against {w10['ttft_s']['8192']['per_layer_split']:.2f}. They "
-        "stay an opt-in lever, not planned; the adapter now warns when whole layers meet a float16 checkpoint with "
-        "more KT threads than 10 of every 16 physical cores. The 4-stream profile's start segfaulted in the profiler "
-        "(layers-t10/k16-wna16-layers-t10-prof.fail.txt), as two kcores servers did.",
+        f"{w10['ttft_s']['8192']['whole_layers']:.2f} s against {w10['ttft_s']['8192']['per_layer_split']:.2f}. "
+        "Those servers ran on one-seed dummy weights, whose prompts favoured the split; with each layer routing on "
+        "its own (the section above, one machine, paired) whole layers decoded "
+        f"{z['whole_layers']['10']['paired_with_split']['single_median']:.2f}x the split at 10 threads and "
+        f"{z['whole_layers']['12']['paired_with_split']['single_median']:.2f}x at 12, 4 streams "
+        f"{z['whole_layers']['10']['paired_with_split']['four_median']:.2f}x and "
+        f"{z['whole_layers']['12']['paired_with_split']['four_median']:.2f}x, with a third of the host RAM. They stay "
+        "an opt-in lever, not planned yet; the adapter warns when whole layers meet a float16 checkpoint with "
+        "more KT threads than 12 of every 16 physical cores (14 stalled; 12 ran). The 4-stream profile's start "
+        "segfaulted in the profiler (layers-t10/k16-wna16-layers-t10-prof.fail.txt), as two kcores servers did.",
         f"- **The preset (FP8 + AMXINT8)** spends {pre['period_ms']:.1f} ms: {pre['gpu_busy_ms']:.1f} ms of kernels, "
         f"{pre['handoff_stall_ms']:.1f} ms hand-off, {pre['wait_stall_ms']:.1f} ms wait: with 43 experts per layer "
         "on the GPU instead of 88 the CPU's share, not the GPU, sets its pace.",
@@ -601,8 +730,8 @@ def _findings(sw: dict) -> list[str]:
         "Derived, not measured: SGLang keeps experts 0..N-1 of every layer on the GPU and sends the rest to the "
         "CPU, so a request whose tokens route to the CPU's 40 waits longer, while llama.cpp moves whole layers, "
         "whose CPU share does not depend on the routing. The estimate (kt-estimate.md) assumes uniform routing, "
-        "the mean over prompts; its 512-token and 8K rows are different prompts. The lever this points to: the next "
-        "bullet.",
+        "the mean over prompts; its 512-token and 8K rows are different prompts. With dummy weights seeded by name "
+        f"the span is {z['prompt_span']['kit_split']:.2f}x (the section above): the next bullet says why.",
         f"- **Part of that spread is the proxy's:** SGLang's dummy weights (--load-format dummy, every kit point here) "
         "seed every parameter with one seed, so every layer's router holds the same values, and the routing the "
         f"recorder counted in hot/ shows it: each layer's share per expert correlates {lr['corr_with_layer0_median']:.2f} "
@@ -611,8 +740,10 @@ def _findings(sw: dict) -> list[str]:
         "layers as a trained model's would; llama.cpp's random file draws each layer's router apart "
         "(tools/make_random_gguf.py). The mean over many tokens is the same either way (derived, not measured), a single request's rate and "
         "a placement's gain are not. The adapter's VRAMKIT_DUMMY_SEED_BY_NAME=1 seeds each parameter by its name "
-        "(the fill checked with SGLang's own code: tests/integration/test_dummy_weights.py); the driver's seedcheck "
-        "step, not run yet, measures the kit's best point with it.",
+        "(the fill checked with SGLang's own code: tests/integration/test_dummy_weights.py); with it each layer's "
+        f"routing correlates {z['layer_routing']['corr_with_layer0_median']:.2f} with layer 0's and the prompt span "
+        f"falls to {z['prompt_span']['kit_split']:.2f}x (the section above). The placement figures below ran on the "
+        "one seed, so their gain and loss are likely wider than a trained model's.",
         "- **Which experts sit on the GPU** (hot-rec, one recorded request, in-sample): SGLang's experts "
         f"0..{n_gpu - 1} took {trivial_share:.1%} of its routing, the {n_gpu} most-routed of each layer "
         f"{placed_share:.1%} (uniform: {uniform_share:.1%}). `vramkit kt-placement` writes that map and `--kt-placement` "
@@ -680,6 +811,7 @@ def summary() -> dict:
         "placement_speed": _placement_speed(),
         "dummy_layer_routing": _layer_routing(),
         "whole_layers_t10": _whole_layers_t10(),
+        "seeded": _seeded(),
     }
 
 
