@@ -149,7 +149,7 @@ def kt_estimate_table() -> list[str]:
             out.append(f"- {word}: {len(errs)} decode measurements, worst error {max(errs):.1%}, "
                        f"mean {sum(errs) / len(errs):.1%}" + "".join(
                            f"; {w} GPU weights {len(e)}, worst {max(e):.1%}, mean {sum(e) / len(e):.1%}"
-                           for w in ("checkpoint", "dummy")
+                           for w in dict.fromkeys(m["gpu_weights"] for m in res["measurements"])
                            if (e := [abs(m["error"]) for m in res["measurements"]
                                      if m["role"] == role and m["gpu_weights"] == w])))
     budget = REPO_ROOT / MOE_BUDGET
@@ -157,8 +157,10 @@ def kt_estimate_table() -> list[str]:
         out.append("- GPU weights: \"checkpoint\", a random checkpoint on disk whose layers' routers are drawn apart; "
                    "\"dummy\", SGLang's --load-format dummy, which gives every layer the same router (each layer's "
                    f"recorded routing correlates {r['corr_with_layer0_median']:.2f} with the first's: a token's CPU "
-                   "share does not average out over the layers, so one request's rate moves with its prompt; "
-                   "`benchmarks/results/gpu/kt-estimate.md`)")
+                   "share does not average out over the layers, so one request's rate moves with its prompt); "
+                   "\"dummy by name\", the same with each parameter seeded by its name (each layer's router its own: "
+                   "`VRAMKIT_DUMMY_SEED_BY_NAME=1`), where every figure was faster than the estimate "
+                   "(`benchmarks/results/gpu/kt-estimate.md`)")
     rss = [q for q in res["points"] if q.get("rss_after_start_bytes")]
     if rss:
         out.append("- host RAM (all experts as kt-kernel holds them + SGLang's own, + the mapped checkpoint for FP8) "

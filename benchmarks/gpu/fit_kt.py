@@ -158,6 +158,16 @@ POINTS = (
             rss_end_read=True, note=ANCHOR_SWEEP + f"; THP {thp}; every decode the median of 3 rounds",
             gpu_checkpoint="gptq", kv_splits=32)
       for tag, folder, thp in (("thp-a", "thp-a", "always"), ("thp-b", "thp-b", "madvise"), ("thp-c", "thp-b", "always"))),
+    # 2026-11-27, tenth session, three machines (STEPS="setup seedcheck mf90 lbest16", "setup mf90 layers-pair",
+    # "setup layers-pair"; DUMMY_BY_NAME=1: dummy weights seeded by parameter name, each layer's router its own): the
+    # GPTQ split at mem_fraction 0.85 (88 GPU experts) and 0.90 (96), 10 and 12 KT threads; its whole-layer twins are
+    # not scored (the estimate plans N experts in every layer); every decode the median of 3 rounds
+    *(Point(f"int8-amx-16g-gptq-seed-{tag}", "held-out", f"{B}{pt}.json", f"{B}{pt}.probe.json",
+            f"{B}{pt.split('/')[0]}/membw-anchor.json", {"kt_method": "AMXINT8"}, rss_end_read=True,
+            note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq", kv_splits=32)
+      for tag, pt in (("a", "seed/k16-wna16-seed"), ("b85", "seed-mf90/k16-wna16-mf85"),
+                      ("b90", "seed-mf90/k16-wna16-mf90"), ("b-t10", "seed-mf90/k16-wna16-split-t10"),
+                      ("c-t10", "seed-layers/k16-wna16-split-t10"), ("c-t12", "seed-layers/k16-wna16-split-t12"))),
 )
 
 # SGLang's batch-1 decode attention on the GPU host with 8 and with 32 KV splits, measured without KT: the same server
@@ -322,14 +332,17 @@ def main() -> int:
 
 
 def gpu_weights(p: Point, run: dict | None = None) -> str:
-    """What the GPU side served: "dummy" (SGLang's --load-format dummy: every layer's router the same, moe-budget.md)
-    or "checkpoint" (a random checkpoint on disk, tools/make_random_checkpoint.py: each layer's drawn apart), from
-    the `vramkit up` arguments its point JSON (`run`, read here when not given) keeps."""
+    """What the GPU side served: "dummy" (SGLang's --load-format dummy: every layer's router the same, moe-budget.md),
+    "dummy by name" (the same with the kt_compat adapter's VRAMKIT_DUMMY_SEED_BY_NAME=1: each layer's drawn apart) or
+    "checkpoint" (a random checkpoint on disk, tools/make_random_checkpoint.py: each layer's drawn apart), from the
+    `vramkit up` arguments and environment its point JSON (`run`, read here when not given) keeps."""
     if p.weights is not None:
         return p.weights
-    args = (run or load(p.point))["vramkit_up_args"] if p.point else []
-    dummy = "--load-format" in args and args[args.index("--load-format") + 1] == "dummy"
-    return "dummy" if dummy else "checkpoint"
+    r = (run or load(p.point)) if p.point else {}
+    args = r.get("vramkit_up_args", [])
+    if not ("--load-format" in args and args[args.index("--load-format") + 1] == "dummy"):
+        return "checkpoint"
+    return "dummy by name" if "VRAMKIT_DUMMY_SEED_BY_NAME=1" in r.get("env", []) else "dummy"
 
 
 def compute() -> dict:
@@ -435,7 +448,7 @@ def markdown(res: dict) -> str:
             lines.append(f"\n{role}: {len(errs)} measurements, worst |error| {max(errs):.1%}, mean {sum(errs) / len(errs):.1%}")
     lines.append("\nby the GPU side's weights:")
     for role in ("fit", "held-out"):
-        for w in ("checkpoint", "dummy"):
+        for w in dict.fromkeys(r["gpu_weights"] for r in res["measurements"]):
             errs = [abs(r["error"]) for r in res["measurements"] if r["role"] == role and r["gpu_weights"] == w]
             if errs:
                 lines.append(f"- {role}, {w}: {len(errs)} measurements, worst |error| {max(errs):.1%}, mean "
@@ -447,8 +460,11 @@ def markdown(res: dict) -> str:
                   f"{routing:.2f} with layer 0's (median; moe-budget.md). A token then goes to nearly the same experts "
                   "in all 48 layers instead of averaging over 48 draws, so one request's rate can move with its prompt "
                   "more than with layers that route apart (derived; the checkpoint runs recorded no routing). Each row is one request (or a median of three) and the estimate is the mean over "
-                  "prompts, so the dummy rows' error carries that spread. The driver's seedcheck step "
-                  "(DUMMY_BY_NAME=1: each layer seeded apart) has not run yet."]
+                  "prompts, so the dummy rows' error carries that spread. \"dummy by name\" is the same load with the "
+                  "kt_compat adapter's VRAMKIT_DUMMY_SEED_BY_NAME=1 (each parameter drawn by its name: each layer's "
+                  "router its own, the routing's correlation with layer 0's near 0, the prompt span 1.07x; "
+                  "moe-budget.md): those rows are all faster than the estimate, so its error there is the estimate's "
+                  "own, not the prompt's."]
     lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan "
               "| larger of RSS after start and RSS once the probe ended / plan |", "| --- | --- | --- | --- | --- | --- |"]
     for q in res["points"]:

@@ -49,6 +49,9 @@ _PROMPT = ("the kit's rate depends on the request's prompt (moe-budget.md, the p
            "6 servers, the fastest 1.65x the slowest at one depth, 92 % of them on the same side of their server's "
            "mean), each depth is another prompt, and the estimate assumes uniform routing")
 _Q8 = "LLAMAFILE_Q8_0's decode right after an 8K prompt at 16 GiB: 0.68-0.80x the estimate (see below)"
+_SEEDED = ("with each layer's router its own (dummy weights seeded by name) the prompt moves a request's rate by 1.07x "
+           "at most (moe-budget.md), yet every figure of the GPTQ split is 14-36 % faster than the estimate: not the "
+           "prompt, the estimate's pessimism for AMXINT8 beside int4 GPU experts")
 KNOWN_MISSES = {
     "int8-amx-16g-c": "the first AMXINT8 server run (-22.6 % after 512 tokens): " + _INT8,
     "int8-amx-16g-t6": _INT8,
@@ -74,6 +77,9 @@ KNOWN_MISSES = {
     "int8-amx-16g-gptq-thp-a": _INT8 + "; " + _PROMPT,
     "int8-amx-16g-gptq-thp-b": _INT8 + "; " + _PROMPT,
     "int8-amx-16g-gptq-thp-c": _INT8 + "; " + _PROMPT,
+    # 2026-11-27, tenth session (moe-budget/seed, seed-mf90, seed-layers): the GPTQ split on dummy weights seeded by
+    # name, 0.85 and 0.90, 10 and 12 KT threads, three machines
+    **{f"int8-amx-16g-gptq-seed-{t}": _INT8 + "; " + _SEEDED for t in ("a", "b85", "b90", "b-t10", "c-t10", "c-t12")},
     # AMXINT4 at 16 GiB, the anchor session: its first decode after start (28.8 tok/s) was slower than its own decode
     # after 8K (34.6; 1.43x the estimate): scored since 2026-11-27 (see below), within 6 % at 8K and 30K
     "int4-amx-16g-b": "the first decode after start of one session: " + _PROMPT,
@@ -118,8 +124,29 @@ def test_the_plan_prints_the_measured_spread_for_a_method_the_estimate_misses():
             continue
         lo, hi = m.estimate_spread
         assert lo == pytest.approx(min(ratios), abs=0.01) and hi == pytest.approx(max(ratios), abs=0.01), (name, ratios)
-        if "every run on SGLang's dummy weights" in (m.spread_note or ""):     # the note's claim, run by run
-            assert {r["gpu_weights"] for r in result()["measurements"] if methods[r["point"]] == name} == {"dummy"}
+        if "every run on dummy weights" in (m.spread_note or ""):     # the note's claims, run by run
+            rows = [r for r in result()["measurements"] if methods[r["point"]] == name]
+            assert {r["gpu_weights"] for r in rows} <= {"dummy", "dummy by name"}
+            apart = [1 / (1 + r["error"]) for r in rows if r["gpu_weights"] == "dummy by name"]
+            assert f"{min(apart):.2f}-{max(apart):.2f}x it" in m.spread_note and min(apart) > 1
+
+
+# Readings of the server tree's RSS (moe_point.tree_rss: after start, once the probe ended) that fell in its lower
+# state. The GPTQ split's tree read 37.2-37.6 GiB in every reading until 2026-11-27's seventh session and 31.3-31.8 GiB
+# in some since (the seed runs: both states on one machine, one config); the sampler that sums the processes naming
+# sglang once a second never passed 31.9 GiB in those runs, so the 5.9 GiB is in a process of the tree without
+# sglang in its name (not identified). The plan follows the higher state: over by 15-17 % on these readings.
+RSS_LOWER_STATE = {"int8-amx-16g-gptq-seed-b85": ("after", "peak"), "int8-amx-16g-gptq-seed-b90": ("after",),
+                   "int8-amx-16g-gptq-seed-b-t10": ("after", "peak"), "int8-amx-16g-gptq-seed-c-t12": ("after", "peak")}
+
+
+# KV pools the plan misses by more than 2 %, each with why (the test fails the day one is met)
+KV_MISSES = {
+    # mem_fraction 0.90, 96 GPTQ-Int4 GPU experts a layer: the replayed load reserves 12.254 GiB where SGLang's log says
+    # 12.23 (one allocator segment more, +0.2 %), and the pool left beside 1.53 GiB of reserve is only 1.54 GiB, so 24 MB
+    # is 1.6 % of it: -2.07 % (698 tokens of 33,651), on each of the three such servers
+    **{f"int8-amx-16g-gptq-seed-{t}": 0.025 for t in ("b90", "c-t10", "c-t12")},
+}
 
 
 def test_memory_within_the_bars_on_every_run():
@@ -127,11 +154,27 @@ def test_memory_within_the_bars_on_every_run():
         if "weights_gib" not in q:
             continue
         assert abs(q["plan_weights_gib"] / q["weights_gib"] - 1) < 0.03, q["name"]
-        assert abs(q["plan_kv_tokens"] / q["kv_tokens"] - 1) < 0.02, q["name"]
-        if q.get("rss_after_start_bytes"):
-            assert abs(q["rss_error"]) < 0.10, q["name"]
-        if q.get("rss_peak_bytes"):
-            assert abs(q["rss_peak_error"]) < 0.10, q["name"]
+        kv = abs(q["plan_kv_tokens"] / q["kv_tokens"] - 1)
+        assert (0.02 <= kv < KV_MISSES[q["name"]]) if q["name"] in KV_MISSES else kv < 0.02, q["name"]
+        low = RSS_LOWER_STATE.get(q["name"], ())
+        for which, key in (("after", "rss_error"), ("peak", "rss_peak_error")):
+            if q.get(key) is None:
+                continue
+            if which in low:        # the plan over, never under, and by no more than the 5.9 GiB state
+                assert 0.10 <= q[key] < 0.20, q["name"]
+            else:
+                assert abs(q[key]) < 0.10, q["name"]
+
+
+def test_the_rss_lower_state_is_one_of_two_on_the_same_config():
+    """Each RSS_LOWER_STATE run's config (GPTQ split, AMXINT8, mem_fraction, threads) also read the higher state, on
+    another run or in its other reading, within 10 % of the plan: the two states, not a drifting estimate."""
+    pts = {q["name"]: q for q in result()["points"]}
+    high = [q for q in pts.values() if q["name"].startswith("int8-amx-16g-gptq") and q.get("rss_peak_error") is not None
+            and abs(q["rss_peak_error"]) < 0.10]
+    for name in RSS_LOWER_STATE:
+        assert any(h["gpu_experts"] == pts[name]["gpu_experts"] and h["plan_rss_bytes"] == pts[name]["plan_rss_bytes"]
+                   for h in high), name
 
 
 def test_a_decode_slower_than_its_own_longer_context_one_is_noted_and_scored():
@@ -151,11 +194,14 @@ def test_each_run_s_gpu_weights_are_what_its_server_log_says():
     """fit_kt.gpu_weights reads `vramkit up`'s arguments; where the trimmed server log kept SGLang's own load_format,
     the two agree (a dummy run labelled "checkpoint" would hide the proxy's repeated routers, moe-budget.md)."""
     import re
-    seen = {"checkpoint": 0, "dummy": 0}
+    seen = {"checkpoint": 0, "dummy": 0, "dummy by name": 0}
     for p in fit_kt.POINTS:
         w = fit_kt.gpu_weights(p)
         seen[w] += 1
         evidence = fit_kt.RES / p.point.replace(".json", ".evidence.txt") if p.point else None
-        if evidence is not None and evidence.exists() and (m := re.search(r"load_format='(\w+)'", evidence.read_text())):
-            assert (m.group(1) == "dummy") == (w == "dummy"), p.name
-    assert seen["checkpoint"] >= 5 and seen["dummy"] >= 20        # both kinds among the committed runs
+        text = evidence.read_text() if evidence is not None and evidence.exists() else ""
+        if m := re.search(r"load_format='(\w+)'", text):
+            assert (m.group(1) == "dummy") == w.startswith("dummy"), p.name
+            # the adapter's own line when it seeded by name (vramkit_kt_compat.patch_dummy_loader)
+            assert ("dummy weights seeded by parameter name" in text) == (w == "dummy by name"), p.name
+    assert seen["checkpoint"] >= 5 and seen["dummy"] >= 20 and seen["dummy by name"] >= 6   # every kind committed
