@@ -414,12 +414,16 @@ def compute() -> dict:
     return result
 
 
-def _dummy_layer_routing() -> float | None:
-    """moe-budget.json's median correlation of each layer's recorded routing with layer 0's (None before it exists)."""
+def _dummy_layer_routing() -> tuple[float, float, float] | None:
+    """moe-budget.json's median correlation of each layer's recorded routing with layer 0's, on SGLang's one-seed dummy
+    weights and on those seeded by name, and the latter's prompt span (None before it exists)."""
     path = RES / "moe-budget.json"
     if not path.exists():
         return None
-    return json.loads(path.read_text()).get("dummy_layer_routing", {}).get("corr_with_layer0_median")
+    d = json.loads(path.read_text())
+    seeded = d["seeded"]
+    return (d["dummy_layer_routing"]["corr_with_layer0_median"], seeded["layer_routing"]["corr_with_layer0_median"],
+            seeded["prompt_span"]["kit_split"])
 
 
 def markdown(res: dict) -> str:
@@ -453,7 +457,8 @@ def markdown(res: dict) -> str:
             if errs:
                 lines.append(f"- {role}, {w}: {len(errs)} measurements, worst |error| {max(errs):.1%}, mean "
                              f"{sum(errs) / len(errs):.1%}")
-    if (routing := _dummy_layer_routing()) is not None:
+    if (routing_all := _dummy_layer_routing()) is not None:
+        routing, routing_apart, span = routing_all
         lines += ["", "GPU weights: \"checkpoint\" is a random checkpoint on disk (tools/make_random_checkpoint.py: "
                   "each layer's router drawn apart); \"dummy\" is SGLang's --load-format dummy, which seeds every "
                   "parameter alike and so gives every layer the same router: each layer's recorded routing correlates "
@@ -462,7 +467,7 @@ def markdown(res: dict) -> str:
                   "more than with layers that route apart (derived; the checkpoint runs recorded no routing). Each row is one request (or a median of three) and the estimate is the mean over "
                   "prompts, so the dummy rows' error carries that spread. \"dummy by name\" is the same load with the "
                   "kt_compat adapter's VRAMKIT_DUMMY_SEED_BY_NAME=1 (each parameter drawn by its name: each layer's "
-                  "router its own, the routing's correlation with layer 0's near 0, the prompt span 1.07x; "
+                  f"routing correlates {routing_apart:.2f} with layer 0's and the prompt span is {span:.2f}x; "
                   "moe-budget.md): those rows are all faster than the estimate, so its error there is the estimate's "
                   "own, not the prompt's."]
     lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan "

@@ -324,6 +324,12 @@ def _relative(points: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], list
     return rel
 
 
+def _span(rel: dict[tuple[str, str], list[float]]) -> float:
+    """The fastest prompt's median over the slowest's (_relative's values), at the depth where it is widest."""
+    return max(max(m) / min(m) for m in ([statistics.median(v) for k, v in rel.items() if k[0] == group]
+                                            for group, _ in DEPTHS))
+
+
 def _prompt_table() -> tuple[list[str], dict]:
     kit, llama = _relative(PROMPT_KIT), _relative(PROMPT_LLAMA)
     out = ["| depth | prompt | kit: rate / its server's mean at that depth, median (min-max) over "
@@ -334,13 +340,6 @@ def _prompt_table() -> tuple[list[str], dict]:
         out.append(f"| {k[0]} | {k[1]} | {statistics.median(v):.2f} ({v[0]:.2f}-{v[-1]:.2f}) | "
                    + (f"{statistics.median(w):.2f} ({w[0]:.2f}-{w[-1]:.2f})" if w else "-") + " |")
 
-    def span(rel: dict) -> float:   # the fastest prompt's median over the slowest's, widest depth
-        worst = 0.0
-        for group, _ in DEPTHS:
-            med = [statistics.median(v) for k, v in rel.items() if k[0] == group]
-            worst = max(worst, max(med) / min(med))
-        return worst
-
     def agree(rel: dict) -> float:   # share of the kit's servers on the same side of their mean as the median
         n = ok = 0
         for v in rel.values():
@@ -348,7 +347,7 @@ def _prompt_table() -> tuple[list[str], dict]:
             ok += sum((x >= 1) == side for x in v)
             n += len(v)
         return ok / n
-    return out, {"kit_span": span(kit), "llama_span": span(llama), "kit_agree": agree(kit)}
+    return out, {"kit_span": _span(kit), "llama_span": _span(llama), "kit_agree": agree(kit)}
 
 
 def render() -> str:
@@ -517,21 +516,18 @@ def _seeded() -> dict:
     """The kit's best 16 GiB point on dummy weights seeded by name: how alike its layers route, how much the prompt
     still sets the pace, llama.cpp's best beside it on the same machine, mem_fraction 0.90 against 0.85, and whole
     layers against the split at 10 and 12 KT threads (each lever paired by prompt on one machine, _paired)."""
-    def span(rel: dict) -> float:       # the fastest prompt's median over the slowest's, widest depth
-        return max(max(m) / min(m) for m in ([statistics.median(v) for k, v in rel.items() if k[0] == g]
-                                                for g, _ in DEPTHS))
     kit, llama = _figures("seed", "k16-wna16-seed"), _figures("seed", "llama-16-best")
-    better = {"decode_tok_s": max, "decode_tok_s_8k": max, "ttft_30k_s": min, "aggregate_4_streams_tok_s": max}
     return {
         "layer_routing": layer_routing((load(DIR / "seed" / "seedcheck-counts.json") or {})["logical_count"]),
-        "prompt_span": {"kit_split": round(span(_relative(SEED_SPLIT)), 2), "kit_servers": len(SEED_SPLIT),
-                        "kit_whole_layers": round(span(_relative(tuple(("seed-layers", f"k16-wna16-layers-t{t}")
-                                                                         for t in SEED_THREADS))), 2),
-                        "llamacpp": round(span(_relative((("seed", "llama-16-best"),))), 2)},
+        "prompt_span": {"kit_split": round(_span(_relative(SEED_SPLIT)), 2), "kit_servers": len(SEED_SPLIT),
+                        "kit_whole_layers": round(_span(_relative(tuple(("seed-layers", f"k16-wna16-layers-t{t}")
+                                                                          for t in SEED_THREADS))), 2),
+                        "llamacpp": round(_span(_relative((("seed", "llama-16-best"),))), 2)},
         "against_llamacpp": {"kit": "k16-wna16-seed (mem_fraction 0.85, 12 KT threads)",
                              "llamacpp": "llama-16-best (--n-cpu-moe 11; --fit on not run here)",
                              "kit_figures": kit, "llamacpp_figures": llama,
-                             "ratio": {k: round(kit[k] / llama[k], 2) for k in better},
+                             "ratio": {k: round(kit[k] / llama[k], 2) for k in
+                                       ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")},
                              "paired": _paired((("seed", "k16-wna16-seed"),), (("seed", "llama-16-best"),))},
         "mem_fraction_090": {"paired_with_085": _paired((("seed-mf90", "k16-wna16-mf90"),),
                                                         (("seed-mf90", "k16-wna16-mf85"),)),
