@@ -276,6 +276,7 @@ ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "t
                "post_kv_misc_mib", "attention_backend_mib", "decode_graph_mib", "activation_factor",
                "runtime_margin_mib", "hicache_host_reserve_mib", "pinned_gpu_map_mib_per_gib",
                "kt_cpu_read_efficiency", "kt_layer_sync_us", "kt_attention_read_gbs", "kt_sglang_host_mib",
+               "kt_whole_layer_step_us",
                "kt_reserved_cores", "kt_build_cpu_time_avx512", "kt_build_cpu_time_avx2")
 
 
@@ -311,6 +312,7 @@ def engine() -> Engine:
                        layer_sync_s=float(c["kt_layer_sync_us"]) * 1e-6,
                        attention_read_bytes_s=float(c["kt_attention_read_gbs"]) * 1e9,
                        sglang_host_bytes=int(c["kt_sglang_host_mib"] * mib),
+                       whole_layer_step_s=float(c["kt_whole_layer_step_us"]) * 1e-6,
                        reserved_cores=int(c["kt_reserved_cores"]),
                        build_cpu_time=(("avx512", float(c["kt_build_cpu_time_avx512"])),
                                        ("avx2", float(c["kt_build_cpu_time_avx2"])))),

@@ -128,7 +128,8 @@ def kt_estimate_table() -> list[str]:
     c = res["constants"]
     by = {q["name"]: q for q in res["points"]}
     out = [f"Fitted (config/engine.toml): CPU read efficiency {c['kt_cpu_read_efficiency']}, per-layer sync "
-           f"{c['kt_layer_sync_us']} us, batch-1 attention read {c['kt_attention_read_gbs']} GB/s; measured: "
+           f"{c['kt_layer_sync_us']} us, batch-1 attention read {c['kt_attention_read_gbs']} GB/s, whole layers' GPU "
+           f"step {c['kt_whole_layer_step_us']} us (fitted on one whole-layer run); measured: "
            f"SGLang's own host RAM {c['kt_sglang_host_mib'] / 1024:.1f} GiB. Data: `{KT_ESTIMATE}` "
            "(`benchmarks/gpu/fit_kt.py`).", "",
            "| run | used to fit? | GPU weights | CPU experts, build | GPU experts, threads | decode at | measured "

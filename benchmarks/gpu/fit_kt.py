@@ -168,6 +168,25 @@ POINTS = (
       for tag, pt in (("a", "seed/k16-wna16-seed"), ("b85", "seed-mf90/k16-wna16-mf85"),
                       ("b90", "seed-mf90/k16-wna16-mf90"), ("b-t10", "seed-mf90/k16-wna16-split-t10"),
                       ("c-t10", "seed-layers/k16-wna16-split-t10"), ("c-t12", "seed-layers/k16-wna16-split-t12"))),
+    # Whole layers (kt_gpu_layers = "auto", the adapter's VRAMKIT_KT_GPU_LAYERS): the estimate's own term for them,
+    # the GPU side's step (kt_whole_layer_step_us), fitted on seed-layers' 12-thread server alone; the other
+    # whole-layer servers held out. Not scored: the GPTQ checkpoint's at 14 KT threads (moe-vs-llamacpp-gptq/
+    # k16-gptq-layers: the oversubscription stall the adapter warns about, 7.7 ms a CPU layer) and the deferred twins
+    Point("layers-int8-amx-16g-gptq-seed-t12", "fit", f"{B}seed-layers/k16-wna16-layers-t12.json",
+          f"{B}seed-layers/k16-wna16-layers-t12.probe.json", f"{B}seed-layers/membw-anchor.json", {"kt_method": "AMXINT8"},
+          rss_end_read=True, note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq",
+          kv_splits=32),
+    Point("layers-int8-amx-16g-gptq-seed-t10", "held-out", f"{B}seed-layers/k16-wna16-layers-t10.json",
+          f"{B}seed-layers/k16-wna16-layers-t10.probe.json", f"{B}seed-layers/membw-anchor.json", {"kt_method": "AMXINT8"},
+          rss_end_read=True, note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq",
+          kv_splits=32),
+    Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
+          f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
+          rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
+    Point("layers-int4-amx-16g", "held-out", "moe-vs-llamacpp/k16-layers.json", "moe-vs-llamacpp/k16-layers.probe.json",
+          "moe-vs-llamacpp/membw-anchor.json", {"kt_method": "AMXINT4"}, rss_end_read=True, note=ANCHOR_SWEEP),
+    Point("layers-int8-amx-16g", "held-out", Q + "k16-int8-layers.json", Q + "k16-int8-layers.probe.json",
+          Q + "membw-anchor.json", {"kt_method": "AMXINT8"}, rss_end_read=True, note=ANCHOR_SWEEP, kv_splits=32),
 )
 
 # SGLang's batch-1 decode attention on the GPU host with 8 and with 32 KV splits, measured without KT: the same server
@@ -201,6 +220,8 @@ def run_knobs(run: dict | None, p: Point) -> dict:
                 knobs[key] = cast(args[args.index(flag) + 1])
     knobs.setdefault("kt_cpuinfer", threads_ran(p))
     knobs.setdefault("mem_fraction", fraction_ran(run, p))
+    if run and "VRAMKIT_KT_GPU_LAYERS=auto" in run.get("env", []):      # the adapter's whole layers
+        knobs["kt_gpu_layers"] = "auto"
     if p.point and (RES / p.point.replace(".json", ".plan.json")).exists():
         ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
         if "num_gpu_experts" in ran:
@@ -282,8 +303,8 @@ def terms(pl: Plan, context: int, kv_splits: int = 8) -> dict:
     assert h is not None
     return {"gpu_s": h.decode_gpu_s, "gpu_experts_s": h.decode_gpu_experts_s,
             "cpu_bytes": h.cpu_bytes_per_token * h.decode_cpu_time_factor,   # a lesser build: measured slowdown
-            "read": h.host_read_bytes_s, "layers": h.moe_layers, "kv_bytes": context * pl.kv_bytes_per_token,
-            "kv_splits": kv_splits}
+            "read": h.host_read_bytes_s, "layers": h.moe_layers - h.gpu_layers,   # the layers that sync
+            "kv_bytes": context * pl.kv_bytes_per_token, "kv_splits": kv_splits, "gpu_layers": h.gpu_layers}
 
 
 def attention_read_by_splits() -> dict[int, float]:
@@ -305,10 +326,16 @@ def attention_read_by_splits() -> dict[int, float]:
 def predict(t: dict, k: kt.KtConstants, splits_rate: dict[int, float] | None = None) -> float:
     """tok/s: the fitted constants; a server with 32 KV splits reads its KV at the rate measured for 32 (the fit's
     points all ran SGLang's default 8, whose rate is the fitted constant)."""
+    return 1.0 / (_seconds_but_step(t, k, splits_rate) + (k.whole_layer_step_s if t.get("gpu_layers") else 0.0))
+
+
+def _seconds_but_step(t: dict, k: kt.KtConstants, splits_rate: dict[int, float] | None) -> float:
+    """A token's seconds without the whole-layer step (kt_hybrid.DecodeEstimate.seconds): under whole layers nothing
+    on the GPU overlaps a CPU layer's experts."""
     attn = k.attention_read_bytes_s if t.get("kv_splits", 8) == 8 else (splits_rate or {})[t["kv_splits"]]
-    s = t["gpu_s"] + t["kv_bytes"] / attn \
-        + max(t["gpu_experts_s"], t["cpu_bytes"] / (t["read"] * k.cpu_read_efficiency)) + t["layers"] * k.layer_sync_s
-    return 1.0 / s
+    cpu = t["cpu_bytes"] / (t["read"] * k.cpu_read_efficiency)
+    experts = t["gpu_experts_s"] + cpu if t.get("gpu_layers") else max(t["gpu_experts_s"], cpu)
+    return t["gpu_s"] + t["kv_bytes"] / attn + experts + t["layers"] * k.layer_sync_s
 
 
 def fit(rows: list[dict]) -> tuple[float, float, float]:
@@ -359,7 +386,8 @@ def compute() -> dict:
             rows.append({"point": p.name, "role": p.role, "gpu_weights": weights, **m,
                          "t": terms(pl, m["context"], p.kv_splits)})
         rec = {"name": p.name, "role": p.role, "method": h.kt_method, "build": p.build, "gpu_experts": h.num_gpu_experts,
-               "threads": h.cpuinfer_threads, "note": p.note, "host_experts_bytes": h.host_experts_bytes,
+               "threads": h.cpuinfer_threads, "gpu_layers": h.gpu_layers, "note": p.note,
+               "host_experts_bytes": h.host_experts_bytes,
                "host_checkpoint_bytes": h.host_checkpoint_bytes, "host_pinned_bytes": h.host_pinned_bytes}
         if run:
             lf = run["log_figures_gib"]
@@ -382,14 +410,18 @@ def compute() -> dict:
     for r in rows:
         longer = [q["tok_s"] for q in rows if q["point"] == r["point"] and q["context"] > r["context"]]
         r["inconsistent"] = bool(longer) and r["tok_s"] < 0.9 * max(longer)
-    fitted = [r for r in rows if r["role"] == "fit"]
+    fitted = [r for r in rows if r["role"] == "fit" and not r["t"]["gpu_layers"]]
     eff, sync, attn = fit(fitted)
     own = [q["rss_after_start_bytes"] - q["host_experts_bytes"] - q["host_checkpoint_bytes"] - q["host_pinned_bytes"]
-           for q in points if q["role"] == "fit" and q.get("rss_after_start_bytes")]
+           for q in points if q["role"] == "fit" and not q["gpu_layers"] and q.get("rss_after_start_bytes")]
     sglang_host = sum(own) / len(own)
     k = replace(base, cpu_read_efficiency=eff, layer_sync_s=sync, attention_read_bytes_s=attn,
                 sglang_host_bytes=int(sglang_host))
     splits_rate = attention_read_by_splits()
+    # whole layers' own term: the mean of what the fitted whole-layer run's seconds leave over the split's terms
+    left = [1.0 / r["tok_s"] - _seconds_but_step(r["t"], k, splits_rate)
+            for r in rows if r["role"] == "fit" and r["t"]["gpu_layers"]]
+    k = replace(k, whole_layer_step_s=sum(left) / len(left))
     for r in rows:
         r["kv_splits"] = r["t"]["kv_splits"]
         r["plan_tok_s"] = predict(r.pop("t"), k, splits_rate)
@@ -405,7 +437,8 @@ def compute() -> dict:
         "what": "hybrid MoE decode estimate: fitted constants and the error on fitted and held-out runs (issue 18)",
         "script": "benchmarks/gpu/fit_kt.py",
         "constants": {"kt_cpu_read_efficiency": round(eff, 3), "kt_layer_sync_us": round(sync * 1e6, 1),
-                      "kt_attention_read_gbs": round(attn / 1e9, 1), "kt_sglang_host_mib": round(sglang_host / 2**20)},
+                      "kt_attention_read_gbs": round(attn / 1e9, 1), "kt_sglang_host_mib": round(sglang_host / 2**20),
+                      "kt_whole_layer_step_us": round(k.whole_layer_step_s * 1e6, 1)},
         "attention_read_gbs_measured_by_kv_splits": {str(n): round(v / 1e9, 1) for n, v in splits_rate.items()},
         "fitted_on": sorted({r["point"] for r in rows if r["role"] == "fit"}),
         "held_out": sorted({r["point"] for r in rows if r["role"] == "held-out"}),
@@ -432,7 +465,9 @@ def markdown(res: dict) -> str:
              "Written by `benchmarks/gpu/fit_kt.py` from the committed KT runs on the H100 host (Qwen3-Coder-30B-A3B, "
              "random-weight FP8 checkpoint, card emulated at 16/24 GB). Constants (config/engine.toml): CPU read "
              f"efficiency {c['kt_cpu_read_efficiency']}, per-layer sync {c['kt_layer_sync_us']} us, attention read "
-             f"{c['kt_attention_read_gbs']} GB/s, SGLang's own host RAM {c['kt_sglang_host_mib']} MiB.", "",
+             f"{c['kt_attention_read_gbs']} GB/s, SGLang's own host RAM {c['kt_sglang_host_mib']} MiB; whole layers "
+             f"only, the GPU side's step {c['kt_whole_layer_step_us']} us, fitted on the one whole-layer run marked "
+             "fit (the three above on the split's fitted runs alone).", "",
              "Attention with 32 KV splits (config/sglang.toml's GPU-host flags since 2026-11-27; the fitted runs ran "
              "SGLang's default 8): measured without KT on one machine, the same 24 GiB server with 8 and with 32 "
              "splits (moe-vs-llamacpp-gptq/run3/), the extra step after 8K and 30K over the extra KV read: "

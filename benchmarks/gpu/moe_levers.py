@@ -467,7 +467,7 @@ def q8_peer_line(out_dir: Path) -> str:
     by = {q["name"]: q for q in est.get("points", [])}
     kit = sorted(m["tok_s"] for m in est.get("measurements", []) if m["context"] < 1024
                  and (q := by.get(m["point"])) and q["method"] == "AMXINT8" and q["build"] == "amx"
-                 and q["gpu_experts"] == 43)
+                 and q["gpu_experts"] == 43 and not q.get("gpu_layers"))      # the split, as the preset serves
     kit_said = (f", against the preset's measured {kit[0]:.1f}-{kit[-1]:.1f} tok/s ({len(kit)} sessions, "
                 "kt-estimate.json)" if kit else "")
     return (f"- accuracy: llama.cpp's rows above run a Q4_K_M file, whose experts err {err['Q4_K_M (llama.cpp)']:.1f} % "

@@ -226,6 +226,16 @@ def test_the_readme_quotes_the_committed_placement_and_whole_layer_runs():
         assert said in readme, said
 
 
+def test_the_whole_layer_speed_the_plan_quotes_is_the_committed_run_s():
+    """kt_hybrid.WHOLE_LAYER_SPEED (the plan's whole-layer alternative) carries moe-budget.json's paired medians."""
+    from vramkit.core.plan import kt_hybrid as kt
+    d = json.loads((catalog.CONFIG_DIR.parent / "benchmarks" / "results" / "gpu" / "moe-budget.json").read_text())
+    w = d["seeded"]["whole_layers"]["12"]
+    assert (f"{w['paired_with_split']['single_median']:.2f}x the split single-stream, "
+            f"{w['paired_with_split']['four_median']:.2f}x at 4 streams, {w['host_rss_peak_gb']:.0f} GB of host RAM "
+            f"against {w['split_host_rss_peak_gb']:.0f}") in kt.WHOLE_LAYER_SPEED
+
+
 def test_the_moe_preset_takes_the_memory_fraction_its_run_measured_faster_and_within_the_card():
     """config/presets.toml's moe mem_fraction is the one moe-budget/seed-mf90 ran against 0.85 on one machine: faster
     request by request, and its peak through a 30K prompt under the emulated 16 GiB (17.18 GB)."""

@@ -737,3 +737,39 @@ def test_a_chunk_kt_kernels_amx_classes_abort_on_is_refused(method, chunk, refus
     assert bool(bad) == refused
     if refused:
         assert not p.fits and bad[0].kind == "sglang" and f"--chunked-prefill {chunk // 32 * 32}" in bad[0]
+
+
+# --- whole layers on the GPU (kt_gpu_layers = "auto", the kit's adapter) -----------------------------------------
+def test_whole_layers_hold_only_the_cpu_layers_in_host_ram_and_sync_only_there():
+    """The same GPU experts as whole layers: kt-kernel holds the CPU's layers only (the H100-host RSS: 13 GB against
+    34, moe-budget.md), so a 30 GiB desktop that cannot hold every layer's experts fits; the estimate syncs on the
+    CPU's layers and adds the fitted whole-layer step; the split plan offers it as an alternative."""
+    t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=30 * GiB)
+    k = Knobs(**catalog.presets()["moe"].knobs)
+    m, e = catalog.model(FP8_MODEL), catalog.engine()
+    split = plan(m, t, k, e)
+    whole = plan(m, t, replace(k, kt_gpu_layers="auto"), e, with_alternatives=False)
+    hs, hw = split.hybrid, whole.hybrid
+    assert hs is not None and hw is not None and hs.gpu_layers == 0
+    assert hw.num_gpu_experts == hs.num_gpu_experts and hw.gpu_layers == hs.num_gpu_experts * 48 // 128 > 0
+    assert hw.host_experts_bytes * 48 == hs.host_experts_bytes * (48 - hw.gpu_layers)
+    assert not split.fits and [r.kind for r in split.reasons] == ["host_ram"] and whole.fits
+    assert hw.decode_sync_s == pytest.approx((48 - hw.gpu_layers) * e.kt.layer_sync_s)
+    seconds = (hw.decode_gpu_s + hw.decode_context_s + hw.decode_gpu_experts_s + hw.decode_cpu_experts_s
+               + hw.decode_sync_s + e.kt.whole_layer_step_s)      # nothing on the GPU overlaps a CPU layer
+    assert hw.decode_tok_s == pytest.approx(1 / seconds)
+    assert any("whole layers, the last" in n and kt.WHOLE_LAYER_SPREAD_NOTE in n for n in whole.notes)
+    alt = [a for a in split.alternatives if a.knobs == {"kt_gpu_layers": "auto"}]
+    assert len(alt) == 1 and alt[0].fits and kt.WHOLE_LAYER_SPEED in alt[0].cost
+
+
+def test_whole_layers_reach_the_server_only_where_planned():
+    from vramkit.launch import hybrid
+    t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=64 * GiB)
+    k = Knobs(**catalog.presets()["moe"].knobs)
+    for layers, env in (("off", {}), ("auto", {"VRAMKIT_KT_GPU_LAYERS": "auto"})):
+        hy = hybrid.for_plan(plan(catalog.model(FP8_MODEL), t, replace(k, kt_gpu_layers=layers), catalog.engine(),
+                                  with_alternatives=False))
+        assert hy is not None and hy.adapter_env() == env
+        assert {k_: v for k_, v in hy.native_env().items() if k_.startswith("VRAMKIT_")} == env
+        assert len(hy.compose_parts("services/sglang-kt")["extra_env"]) == len(env)

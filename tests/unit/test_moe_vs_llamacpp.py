@@ -85,6 +85,13 @@ def test_whole_layer_placement_takes_the_experts_n_per_layer_would():
         compat.gpu_layers("47-48", 48, 128, None)
 
 
+def test_the_plan_counts_whole_layers_as_the_adapter_places_them():
+    """kt_hybrid.whole_gpu_layers (the plan) and the adapter's gpu_layers("auto") (the server) agree on every N."""
+    from vramkit.core.plan import kt_hybrid as kt
+    for n in range(0, 129):
+        assert kt.whole_gpu_layers(n, 48, 128) == len(compat.gpu_layers("auto", 48, 128, n)), n
+
+
 def test_whole_layers_warn_for_a_gptq_checkpoint_with_too_many_kt_threads_not_for_fp8():
     gptq = json.loads((REPO / "config/models/qwen3-30b-a3b-gptq-int4/config.json").read_text())
     fp8 = json.loads((REPO / "config/models/qwen3-coder-30b-a3b-instruct/config.json").read_text())

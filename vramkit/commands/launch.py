@@ -99,7 +99,9 @@ def cmd_up(args) -> int:
     if spec.dry_run:
         con.print("[bold]DRY RUN[/bold]: nothing started. It would run:")
         if spec.runtime == "native":
-            print(steps.shell_line(prep.native))
+            hy = prep.resolved.hybrid
+            adapter = hy.adapter_env() if hy is not None else {}      # the kt-kernel adapter's settings
+            print("".join(f"{k}={v} " for k, v in adapter.items()) + steps.shell_line(prep.native))
         else:
             print(f"# {prep.paths['compose']}\n{prep.compose_text}")
             print(f"docker compose -f {prep.paths['compose']} up -d")

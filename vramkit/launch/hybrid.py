@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vramkit import catalog
+from vramkit.core.plan import knobs as knob_decl
 from vramkit.core.plan import kt_hybrid as kt
 from vramkit.core.plan.knobs import SGLANG_FLAGS
 from vramkit.launch import reference
@@ -23,6 +24,7 @@ KT_COMPAT_DIR = KT_SERVICE_DIR / "kt_compat"
 KT_CONTAINER_DIR = "/kt-weights"
 KT_PLACEMENT_INSIDE = "/kt-placement.json"
 PLACEMENT_DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"   # "0": kt_compat's placement dispatch off (its docstring)
+LAYERS_ENV = knob_decl.by_name()["kt_gpu_layers"].env        # whole layers on the GPU (kt_compat's docstring)
 # The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
 # `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
 REFERENCE_HOST = kt.HostCpu(isa=reference.HOST_CPU_ISA, isa_source=reference.HOST_CPU_LABEL,
@@ -153,7 +155,8 @@ class Hybrid:
                              if self.here_isa == "avx2" and m in kt.AVX2_SOURCE else ""))
         out = [("cpu-isa", *cpu), *([self.placement_check()] if self.placement else []),
                ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
-                f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer, {m}) + "
+                f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer"
+                + (f" of the {hp.moe_layers - hp.gpu_layers} CPU layers" if hp.gpu_layers else "") + f", {m}) + "
                 f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available")]
         gguf = kt.KT_METHODS[m].gguf_type
         where = f"none at {self.weight_path}" if self.weight_path else "no --kt-weight-path given"
@@ -188,7 +191,10 @@ class Hybrid:
                                      else f"{self.plan.kt_method} layout")
                                   + "), read into host RAM by kt-kernel at start",)
                 + ((f"{Path(self.placement).resolve()}:{KT_PLACEMENT_INSIDE}:ro  # which experts sit on the GPU "
-                    "(vramkit kt-placement)",) if self.placement else ())}
+                    "(vramkit kt-placement)",) if self.placement else ()),
+                "extra_env": tuple(f"{k}: {v}  # the last {self.plan.gpu_layers} MoE layers' experts all on the "
+                                   "GPU, the rest's on the CPU (--kt-gpu-layers auto)"
+                                   for k, v in self.adapter_env().items())}
 
     def native_env(self) -> dict[str, str]:
         """The kt-kernel adapter on the server's path (its sitecustomize installs the import hook); the build the
@@ -197,7 +203,13 @@ class Hybrid:
         env = {"PYTHONPATH": str(KT_COMPAT_DIR) + (os.pathsep + old if old else "")}
         if self.plan.kt_variant and self.here_isa and self.plan.kt_variant != kt.KT_VARIANT[self.here_isa]:
             env["KT_KERNEL_CPU_VARIANT"] = self.plan.kt_variant
-        return env
+        return env | self.adapter_env()
+
+    def adapter_env(self) -> dict[str, str]:
+        """The kt-kernel adapter's settings the plan chose, for the native server and the container alike: whole
+        layers on the GPU (kt_gpu_layers = "auto"); none for SGLang's own split."""
+        assert LAYERS_ENV is not None
+        return {LAYERS_ENV: "auto"} if self.plan.gpu_layers else {}
 
     def to_json(self) -> dict:
         return {"weight_path": self.weight_path, "this_host_isa": self.here_isa, "placement": self.placement}

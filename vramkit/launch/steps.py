@@ -95,6 +95,7 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
                            image=kt.get("image", v.sglang_image), argv=argv + kt.get("args", []), gpu_ids=gpu_ids,
                            port=catalog.sglang().port, model_mount=mount, build_context=kt.get("build_context"),
                            build_args=kt.get("build_args"), extra_volumes=kt.get("extra_volumes", ()),
+                           extra_env=kt.get("extra_env", ()),
                            source_note=f"Rendered by `vramkit up` for preset {resolved.preset or 'custom'}.")
     return native, compose
 

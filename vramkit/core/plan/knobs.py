@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
-from vramkit.core.plan.kt_hybrid import KT_METHODS, MOE_KERNELS
+from vramkit.core.plan.kt_hybrid import KT_GPU_LAYERS, KT_METHODS, MOE_KERNELS
 
 # "32k" tokens on the command line is 32 x 1024, as model cards and SGLang's own logs count context windows
 TOKENS_PER_K = 1024
@@ -40,6 +40,7 @@ class KnobSpec:
     choices: tuple[str, ...] = ()
     also: tuple[Any, ...] = ()        # values accepted beyond the range (SGLang's specials: -1, "auto")
     sglang_flag: str | None = None    # the flag it renders to (None: the planner's input only)
+    env: str | None = None            # the server environment variable it sets instead of a flag (the kit's adapter)
     render: Render | None = None      # default: [sglang_flag, str(value)] unless the value is None
     old_names: tuple[str, ...] = ()   # earlier preset keys / CLI spellings, still read with a warning
     default: Any = None
@@ -240,6 +241,12 @@ class Knobs:
         "auto", int, "threads", "CPU expert threads; auto = physical cores of the server cpuset (`make "
         "optimize`) minus a quarter of them (at least 2) for SGLang's own processes", minimum=1, also=("auto",),
         sglang_flag="--kt-cpuinfer", render=lambda v, p: _kt("--kt-cpuinfer", v, p))
+    kt_gpu_layers: str = knob(
+        "off", str, "", "where the GPU's experts sit: off = experts 0..N-1 of every MoE layer (SGLang's own split); "
+        "auto = the same number of experts as whole layers (the last N x layers / experts), as llama.cpp's "
+        "--n-cpu-moe places them: only the CPU's layers pay a round trip and kt-kernel holds only their experts in "
+        "host RAM (the kit's kt-kernel adapter, services/sglang-kt/kt_compat)", choices=KT_GPU_LAYERS,
+        env="VRAMKIT_KT_GPU_LAYERS")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
         sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))
@@ -276,7 +283,8 @@ def doc_table(cls: type = Knobs, width: int = 110) -> list[str]:
     """The knob table for config/presets.toml (comment lines), from the declarations."""
     decl = specs(cls)
     head = ("key", "unit", "valid values", "SGLang flag")
-    rows = [(s.preset_key, s.unit or "-", s.range_text(), s.sglang_flag or "(the planner's only)") for s in decl]
+    rows = [(s.preset_key, s.unit or "-", s.range_text(),
+             s.sglang_flag or (f"env {s.env}" if s.env else "(the planner's only)")) for s in decl]
     w = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
 
     def line(r: tuple[str, ...]) -> str:

@@ -277,6 +277,26 @@ def check_model(model: ModelSpec, method: str) -> None:
 # SGLang's moe_wna16 method (`--quantization moe_wna16`: the same int4 files, the triton kernel; linear layers stay
 # on marlin), which takes GPTQ without act-order at 4 or 8 bits and AWQ at 4 (moe_wna16.py is_moe_wna16_compatible).
 MOE_KERNELS = ("auto", "marlin", "wna16")
+# Where the GPU's experts sit (the kt_gpu_layers knob; the kit's adapter reads VRAMKIT_KT_GPU_LAYERS): "off" = experts
+# 0..N-1 of every MoE layer, SGLang's own split; "auto" = whole layers, the last N x layers // experts of them
+KT_GPU_LAYERS = ("off", "auto")
+
+
+# The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
+# kt-estimate.md: four servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4 and AMXINT8, 10-14 threads; fitted on a fifth),
+# rounded outward; tests/unit/test_kt_estimate.py holds it to the data
+WHOLE_LAYER_SPREAD = (0.60, 1.05)
+WHOLE_LAYER_SPREAD_NOTE = "all but one within 16 %; one decode after 30K at 0.61x"
+# Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
+# section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
+WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
+                     "0.99x at 4 streams, 13 GB of host RAM against 34 (moe-budget.md)")
+
+
+def whole_gpu_layers(num_gpu_experts: int, moe_layers: int, num_experts: int) -> int:
+    """The MoE layers whose experts all sit on the GPU under kt_gpu_layers = "auto": the same GPU memory for experts
+    as N per layer, rounded down to whole layers (services/sglang-kt/kt_compat: gpu_layers("auto", ...))."""
+    return num_gpu_experts * moe_layers // num_experts
 INT_MOE = ("gptq", "awq")
 
 
@@ -480,6 +500,7 @@ class KtConstants:
     layer_sync_s: float              # F: per MoE layer and token
     attention_read_bytes_s: float    # F: KV read rate of batch-1 decode attention
     sglang_host_bytes: int           # measured: SGLang's own host RAM beside kt-kernel's experts
+    whole_layer_step_s: float = 0.0  # F: whole layers only, the GPU side's step beyond its bandwidth terms
     reserved_cores: int = 2          # SGLang's scheduler and its HTTP/tokenizer process keep a core each
     build_cpu_time: tuple[tuple[str, float], ...] = ()   # measured: CPU-expert time of a build / the AMX build's
 
@@ -521,8 +542,15 @@ class DecodeEstimate:
     cpu_bytes_per_token: int
     cpu_time_factor: float = 1.0
 
+    gpu_layers: int = 0              # whole layers on the GPU (kt_gpu_layers = "auto"); 0: N experts in every layer
+    step_s: float = 0.0              # whole layers: the GPU side's fitted step (KtConstants.whole_layer_step_s)
+
     @property
     def seconds(self) -> float:
+        """Split: the GPU's experts run while the CPU's do. Whole layers: a CPU layer's experts are all on the CPU,
+        so nothing on the GPU overlaps them, and only the CPU's layers sync."""
+        if self.gpu_layers:
+            return self.gpu_s + self.context_s + self.gpu_experts_s + self.cpu_experts_s + self.sync_s + self.step_s
         return self.gpu_s + self.context_s + max(self.gpu_experts_s, self.cpu_experts_s) + self.sync_s
 
     @property
@@ -533,13 +561,15 @@ class DecodeEstimate:
 def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_each: int, threads: int,
                     context: int, kv_bytes_per_token: float, gpu_non_expert_read: int, gpu_expert_read: int,
                     gpu_bandwidth_bytes_s: float, host: HostCpu, k: KtConstants,
-                    build: str | None = None) -> DecodeEstimate:
+                    build: str | None = None, gpu_layers: int = 0) -> DecodeEstimate:
     """One token at batch 1 with `context` tokens before it (the module docstring derives it); `build`: the
-    kt-kernel build (CPU_ISAS) the CPU experts run on (a lesser one is slower: KtConstants.build_cpu_time)."""
+    kt-kernel build (CPU_ISAS) the CPU experts run on (a lesser one is slower: KtConstants.build_cpu_time);
+    `gpu_layers`: whole layers on the GPU (kt_gpu_layers = "auto"), 0 for N experts in every layer."""
     moe = model.moe
     assert moe is not None
+    cpu_layers = moe.num_moe_layers - gpu_layers
     cpu_share = (moe.num_experts - num_gpu_experts) / moe.num_experts
-    cpu_bytes = int(moe.top_k * cpu_share * moe.num_moe_layers * cpu_expert_bytes_each)
+    cpu_bytes = int(moe.top_k * (cpu_layers if gpu_layers else cpu_share * moe.num_moe_layers) * cpu_expert_bytes_each)
     read = host.read_at(threads)
     slow = k.cpu_time_factor(build)
     attn_rate = min(k.attention_read_bytes_s, gpu_bandwidth_bytes_s)
@@ -547,8 +577,9 @@ def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_
         gpu_s=gpu_non_expert_read / gpu_bandwidth_bytes_s, context_s=context * kv_bytes_per_token / attn_rate,
         gpu_experts_s=gpu_expert_read / gpu_bandwidth_bytes_s,
         cpu_experts_s=slow * cpu_bytes / (read * k.cpu_read_efficiency) if cpu_bytes else 0.0,
-        sync_s=moe.num_moe_layers * k.layer_sync_s if cpu_bytes else 0.0, host_read_bytes_s=read,
-        cpu_bytes_per_token=cpu_bytes, cpu_time_factor=slow)
+        sync_s=(cpu_layers if gpu_layers else moe.num_moe_layers) * k.layer_sync_s if cpu_bytes else 0.0,
+        host_read_bytes_s=read, cpu_bytes_per_token=cpu_bytes, cpu_time_factor=slow, gpu_layers=gpu_layers,
+        step_s=k.whole_layer_step_s if gpu_layers else 0.0)
 
 
 # --- the plan's hybrid section ----------------------------------------------------------------------------------
@@ -588,6 +619,7 @@ class HybridSection:
     layer_offload_gib: int | None
     cpu_cores: int = 0               # the physical cores the threads were derived from
     cpu_cores_source: str = ""       # where that count came from (--host-cores, or this machine's, labelled)
+    gpu_layers: int = 0              # kt_gpu_layers = "auto": whole MoE layers on the GPU (the last ones); 0: split
 
     @property
     def host_ram_bytes(self) -> int:

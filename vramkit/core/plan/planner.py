@@ -558,7 +558,11 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                            f"give --kt-cpuinfer {kt.cpuinfer_threads(host.physical_cores, k.reserved_cores)} or "
                            "less, or leave it to the plan", Exit.BAD_INPUT)
     each = kt.cpu_expert_bytes(model, planned)
-    experts_host = moe.num_experts * moe.num_moe_layers * each      # every expert: kt-kernel keeps all of them
+    # whole layers (kt_gpu_layers = "auto"): the GPU's layers are built without KT, so kt-kernel holds the CPU's
+    # layers only; split: every expert of every layer, the GPU's share included (ktransformers #2084)
+    gpu_layers = kt.whole_gpu_layers(n, moe.num_moe_layers, moe.num_experts) if knobs.kt_gpu_layers == "auto" else 0
+    kt_layers = moe.num_moe_layers - gpu_layers
+    experts_host = moe.num_experts * kt_layers * each
     chunk = knobs.chunked_prefill if knobs.chunked_prefill and knobs.chunked_prefill > 0 else 8192
     pinned = 2 * 2 * chunk * model.hidden_size * 2 * 2      # KExpertsCPUBuffer: in + out, 2 slots, bf16
     meth = kt.KT_METHODS[planned]
@@ -581,7 +585,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                                   context=context, kv_bytes_per_token=cell,
                                   gpu_non_expert_read=gpu_read - gpu_expert_read,
                                   gpu_expert_read=gpu_expert_read, gpu_bandwidth_bytes_s=gpu.bandwidth_bytes_s,
-                                  host=host, k=k, build=build)
+                                  host=host, k=k, build=build, gpu_layers=gpu_layers)
 
     d = estimate(knobs.context)
     by_context = tuple((c, round(estimate(c).tok_s, 2)) for c in HYBRID_CONTEXTS if c < knobs.context)
@@ -603,7 +607,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         decode_cpu_time_factor=d.cpu_time_factor,
         decode_tok_s=d.tok_s, decode_context_tokens=knobs.context, decode_tok_s_by_context=by_context,
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
-        cpu_cores_source=host.cores_source)
+        cpu_cores_source=host.cores_source, gpu_layers=gpu_layers)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
     if (bad_split := kt.split_problem(model, n)) is not None:
@@ -615,20 +619,27 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     if hp.lossy:
         notes.append(kt.lossy_note(planned, kt.checkpoint_format(model)))
     if target.host_ram_available_bytes is not None and hp.host_ram_bytes > target.host_ram_available_bytes:
-        reasons.append(Reason("host_ram", f"host RAM: kt-kernel holds all {moe.num_experts} experts of each MoE layer "
-                              f"({bytes2human(experts_host)} as {planned}) + {bytes2human(k.sglang_host_bytes)} for "
-                              f"SGLang's own > {bytes2human(target.host_ram_available_bytes)} available"))
+        reasons.append(Reason("host_ram", f"host RAM: kt-kernel holds all {moe.num_experts} experts of each "
+                              + (f"of its {kt_layers} CPU layers" if gpu_layers else "MoE layer")
+                              + f" ({bytes2human(experts_host)} as {planned}) + {bytes2human(k.sglang_host_bytes)} "
+                              f"for SGLang's own > {bytes2human(target.host_ram_available_bytes)} available"))
     short = "; ".join(f"~{t:.0f} at {c:,}" for c, t in by_context)
     notes.append(
-        f"hybrid MoE: {n} of {moe.num_experts} experts/layer on the GPU, the rest on {threads} CPU threads "
+        (f"hybrid MoE: whole layers, the last {gpu_layers} of {moe.num_moe_layers} MoE layers' experts on the GPU "
+         f"(as {n} of {moe.num_experts} per layer would take), the other {kt_layers} layers' on {threads} CPU threads "
+         if gpu_layers else
+         f"hybrid MoE: {n} of {moe.num_experts} experts/layer on the GPU, the rest on {threads} CPU threads ")
         + (f"(of {host.physical_cores} physical cores, {host.cores_source}) " if host.cores_source else "") +
         f"({planned}{', lossy' if hp.lossy else ''}); host RAM {bytes2human(hp.host_ram_bytes)} (all experts as "
-        f"kt-kernel holds them + SGLang's own"
+        "kt-kernel holds them" + (", the CPU layers' only" if gpu_layers else "") + " + SGLang's own"
         + (f"; the checkpoint's {bytes2human(checkpoint)} of pages come on top, reclaimable" if checkpoint else "")
         + f"); decode ~{d.tok_s:.0f} tok/s at {knobs.context:,} tokens of context" + (f" ({short})" if short else "")
         + f": an estimate (derived terms, fitted constants; host read {d.host_read_bytes_s / 1e9:.0f} GB/s at "
           f"{threads} threads, {host.read_source})"
-        + (f"; for {planned} it misses: held-out runs decoded {spread[0]:.2f}-{spread[1]:.2f}x it, "
+        + (f"; whole layers' own term fitted on one run: held-out runs decoded {kt.WHOLE_LAYER_SPREAD[0]:.2f}-"
+           f"{kt.WHOLE_LAYER_SPREAD[1]:.2f}x it, {kt.WHOLE_LAYER_SPREAD_NOTE} (benchmarks/results/gpu/kt-estimate.md)"
+           if gpu_layers else
+           f"; for {planned} it misses: held-out runs decoded {spread[0]:.2f}-{spread[1]:.2f}x it, "
            f"{meth.spread_note} (benchmarks/results/gpu/kt-estimate.md)" if (spread := meth.estimate_spread) else "")
         + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
            if off_tok_s else ""))
@@ -705,6 +716,7 @@ CHANGE_WORDS: dict[str, Callable[[Any], str]] = {
     "tp": lambda v: f"{v} GPUs with tensor parallelism ({_flag('tp')} {v})",
     "max_running": lambda v: f"{_flag('max_running')} {v}",
     "kt_method": lambda v: f"experts in host RAM ({_flag('kt_method')} {v}, {_flag('kt_num_gpu_experts')} auto)",
+    "kt_gpu_layers": lambda v: f"whole layers on the GPU (--kt-gpu-layers {v})",
 }
 
 
@@ -790,6 +802,11 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         trial("experts beyond the GPU's share computed by the CPU from host RAM: decode ~{tok_s} tok/s (an estimate, "
               "fitted; {p.hybrid.method_note}); host RAM {p.hybrid.host_ram_bytes_text}; pool {p.kv_pool_tokens:,} "
               "tokens", kt_method=reader, **cap)
+    if knobs.kt_method and knobs.kt_gpu_layers == "off" and base.hybrid is not None:
+        # the same GPU experts as whole layers: kt-kernel then holds only the CPU's layers in host RAM
+        trial("the same GPU experts as whole layers (the kit's kt-kernel adapter): only the CPU's layers sync; host "
+              "RAM {p.hybrid.host_ram_bytes_text}; decode ~{tok_s} tok/s (an estimate, its own term fitted on one "
+              "run); " + kt.WHOLE_LAYER_SPEED, kt_gpu_layers="auto")
     if knobs.tp == 1:
         trial("needs a second card of this size; weights and KV split per rank; decode ceiling "
               "{tok_s} tok/s per rank-bandwidth", tp=2)

@@ -81,12 +81,14 @@ def _q(s: str) -> str:
 def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, p: Plan, image: str,
                  argv: list[str], gpu_ids: list[int], source_note: str, port: int,
                  model_mount: tuple[str, str] | None = None, build_context: str | None = None,
-                 build_args: dict[str, str] | None = None, extra_volumes: tuple[str, ...] = ()) -> str:
+                 build_args: dict[str, str] | None = None, extra_volumes: tuple[str, ...] = (),
+                 extra_env: tuple[str, ...] = ()) -> str:
     """One compose file for one preset: the SGLang service with every odd setting explained.
     `model_mount` (host folder, container path): a folder model, bind-mounted read-only; argv's
     --model-path names the container path. `build_context`: the image is built from that folder (the
     hybrid MoE image, services/sglang-kt), with `build_args` (its KT_KERNEL where the CPU needs another
-    release than the Dockerfile's); `extra_volumes`: "host:container:mode  # why" lines (KT's CPU-expert folder)."""
+    release than the Dockerfile's); `extra_volumes`: "host:container:mode  # why" lines (KT's CPU-expert folder);
+    `extra_env`: "NAME: value  # why" lines (the kit's kt-kernel adapter's settings)."""
     mount = ""
     if model_mount:
         mount = (f"\n      - {_q(f'{model_mount[0]}:{model_mount[1]}:ro')}"
@@ -103,6 +105,7 @@ def compose_yaml(*, project: str, preset: str, model: ModelSpec, gpu_name: str, 
     elif build_context:
         build = f"    build: {build_context}{why}"
     more = "".join(f"      - {v}\n" for v in extra_volumes)
+    env_more = "".join(f"      {e}\n" for e in extra_env)
     return f"""\
 # {source_note}
 # Plan: {model.name} on {gpu_name}: weights {p.weights_bytes / 2**30:.2f} GiB, KV pool {p.kv_pool_tokens:,} tokens,
@@ -120,7 +123,7 @@ services:
       HF_TOKEN: ${{HF_TOKEN:-}}  # from your shell, never written here; gated models (Llama) need it
       HF_HOME: /root/.cache/huggingface
       TVM_FFI_CACHE_DIR: /root/.cache/tvm-ffi  # SGLang's JIT kernels (GPTQ marlin: minutes to build) survive restarts
-    volumes:
+{env_more}    volumes:
       - ${{VRAMKIT_HF_CACHE:-~/.cache/huggingface}}:/root/.cache/huggingface  # model weights, downloaded once
       - vramkit-jit-cache:/root/.cache/tvm-ffi{mount}
 {more}    ipc: host  # SGLang's tokenizer, scheduler and detokenizer processes share tensors through /dev/shm
