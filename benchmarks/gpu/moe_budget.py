@@ -679,8 +679,10 @@ def _findings(sw: dict) -> list[str]:
         f"{z['whole_layers']['10']['paired_with_split']['single_median']:.2f}x the split at 10 threads and "
         f"{z['whole_layers']['12']['paired_with_split']['single_median']:.2f}x at 12, 4 streams "
         f"{z['whole_layers']['10']['paired_with_split']['four_median']:.2f}x and "
-        f"{z['whole_layers']['12']['paired_with_split']['four_median']:.2f}x, with a third of the host RAM. They stay "
-        "an opt-in lever, not planned yet; the adapter warns when whole layers meet a float16 checkpoint with "
+        f"{z['whole_layers']['12']['paired_with_split']['four_median']:.2f}x, with a third of the host RAM. The plan "
+        "now plans them on request (--kt-gpu-layers auto: the CPU layers' experts in host RAM, the estimate's own "
+        "whole-layer term, kt-estimate.md) and offers them beside a split; the adapter warns when whole layers meet "
+        "a float16 checkpoint with "
         "more KT threads than 12 of every 16 physical cores (14 stalled; 12 ran). The 4-stream profile's start "
         "segfaulted in the profiler (layers-t10/k16-wna16-layers-t10-prof.fail.txt), as two kcores servers did.",
         f"- **The preset (FP8 + AMXINT8)** spends {pre['period_ms']:.1f} ms: {pre['gpu_busy_ms']:.1f} ms of kernels, "
