@@ -297,6 +297,8 @@ def whole_gpu_layers(num_gpu_experts: int, moe_layers: int, num_experts: int) ->
     """The MoE layers whose experts all sit on the GPU under kt_gpu_layers = "auto": the same GPU memory for experts
     as N per layer, rounded down to whole layers (services/sglang-kt/kt_compat: gpu_layers("auto", ...))."""
     return num_gpu_experts * moe_layers // num_experts
+
+
 INT_MOE = ("gptq", "awq")
 
 
