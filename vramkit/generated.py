@@ -266,14 +266,17 @@ def _measured_budget() -> list[str]:
                f"(llama.cpp {z['prompt_span']['llamacpp']:.2f}x). On those weights, same machine: the split beside "
                f"llama.cpp's --n-cpu-moe 11 decoded {a['decode_tok_s']:.2f}x at depth 0, {a['decode_tok_s_8k']:.2f}x "
                f"after 8K and {a['aggregate_4_streams_tok_s']:.2f}x at 4 streams, and answered a 30K prompt in "
-               f"{a['ttft_30k_s']:.2f}x its time; mem_fraction 0.90 decoded "
+               f"{a['ttft_30k_s']:.2f}x its time (at the preset's new mem_fraction 0.90, the same machine: "
+               f"{a9['decode_tok_s']:.2f}x, {a9['decode_tok_s_8k']:.2f}x, {a9['aggregate_4_streams_tok_s']:.2f}x, "
+               f"{a9['ttft_30k_s']:.2f}x); mem_fraction 0.90 decoded "
                f"{f['paired_with_085']['single_median']:.2f}x 0.85 paired by prompt "
                f"({f['paired_with_085']['four_median']:.2f}x at 4 streams; peak {f['peak_vram_gb']['0.90']:.2f} GB of "
                "17.18), so the moe preset takes 0.90; whole layers' experts on the GPU decoded "
                f"{w['single_median']:.2f}x the split at 12 KT threads ({w['four_median']:.2f}x at 4 streams) with "
                f"{wl['host_rss_peak_gb']:.0f} GB of host RAM against {wl['split_host_rss_peak_gb']:.0f}."
                if (r := d.get("dummy_layer_routing")) and (z := d.get("seeded"))
-               and (a := z["against_llamacpp"]["ratio"]) and (f := z["mem_fraction_090"])
+               and (a := z["against_llamacpp"]["ratio"]) and (a9 := z["against_llamacpp"]["ratio_090"])
+               and (f := z["mem_fraction_090"])
                and (wl := z["whole_layers"]["12"]) and (w := wl["paired_with_split"]) else "")
             + (" The host levers, one machine, each request against the same seeded request on the 14-thread servers: "
                + ", ".join(f"{t} threads {x['single_median']:.2f}x single-stream, {x['four_median']:.2f}x at 4 "

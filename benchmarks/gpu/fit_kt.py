@@ -158,7 +158,7 @@ POINTS = (
             rss_end_read=True, note=ANCHOR_SWEEP + f"; THP {thp}; every decode the median of 3 rounds",
             gpu_checkpoint="gptq", kv_splits=32)
       for tag, folder, thp in (("thp-a", "thp-a", "always"), ("thp-b", "thp-b", "madvise"), ("thp-c", "thp-b", "always"))),
-    # 2026-11-27, tenth session, three machines (STEPS="setup seedcheck mf90 lbest16", "setup mf90 layers-pair",
+    # 2026-11-27, tenth session, two machines (STEPS="setup seedcheck mf90 lbest16", "setup mf90 layers-pair",
     # "setup layers-pair"; DUMMY_BY_NAME=1: dummy weights seeded by parameter name, each layer's router its own): the
     # GPTQ split at mem_fraction 0.85 (88 GPU experts) and 0.90 (96), 10 and 12 KT threads; its whole-layer twins are
     # not scored (the estimate plans N experts in every layer); every decode the median of 3 rounds

@@ -494,7 +494,7 @@ def _whole_layers_t10() -> dict:
 
 
 # Dummy weights seeded by parameter name (the driver's DUMMY_BY_NAME=1: the kt_compat adapter's
-# VRAMKIT_DUMMY_SEED_BY_NAME), so each layer routes on its own as a trained model's would; three machines, 2026-11-27
+# VRAMKIT_DUMMY_SEED_BY_NAME), so each layer routes on its own as a trained model's would; two machines, 2026-11-27
 SEED_SPLIT = (("seed", "k16-wna16-seed"), ("seed-mf90", "k16-wna16-mf85"), ("seed-mf90", "k16-wna16-mf90"),
               ("seed-mf90", "k16-wna16-split-t10"), ("seed-layers", "k16-wna16-split-t10"),
               ("seed-layers", "k16-wna16-split-t12"))        # every per-layer split server among them
@@ -528,7 +528,12 @@ def _seeded() -> dict:
                              "kit_figures": kit, "llamacpp_figures": llama,
                              "ratio": {k: round(kit[k] / llama[k], 2) for k in
                                        ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")},
-                             "paired": _paired((("seed", "k16-wna16-seed"),), (("seed", "llama-16-best"),))},
+                             "paired": _paired((("seed", "k16-wna16-seed"),), (("seed", "llama-16-best"),)),
+                             # the preset's 0.90 on the same machine, later (seed-mf90 ran on it right after)
+                             "ratio_090": {k: round(_figures("seed-mf90", "k16-wna16-mf90")[k] / llama[k], 2) for k in
+                                           ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s",
+                                            "aggregate_4_streams_tok_s")},
+                             "paired_090": _paired((("seed-mf90", "k16-wna16-mf90"),), (("seed", "llama-16-best"),))},
         "mem_fraction_090": {"paired_with_085": _paired((("seed-mf90", "k16-wna16-mf90"),),
                                                         (("seed-mf90", "k16-wna16-mf85"),)),
                              "peak_vram_gb": {f: _gb("seed-mf90", f"k16-wna16-mf{f[2:]}", "peak_vram_bytes")
@@ -576,22 +581,27 @@ def _seeded_lines() -> list[str]:
         "Every kit point here ran with VRAMKIT_DUMMY_SEED_BY_NAME=1 (the driver's DUMMY_BY_NAME=1): each parameter "
         "drawn by its name, so each layer's router is its own. GPTQ-Int4 split on moe_wna16, AMXINT8 CPU experts, "
         "medians of 3 rounds; the kit's servers chose 12 KT threads unless the row says otherwise. mem_fraction 0.90 "
-        "gives 96 GPU experts a layer (0.85: 88). Three machines of the same kind: seed (with llama.cpp), seed-mf90, "
-        "seed-layers. Three points of seed's run ran without the ballast (a call without carry took the staged "
+        "gives 96 GPU experts a layer (0.85: 88). Two machines of the same kind: seed (with llama.cpp) and seed-mf90 "
+        "one after the other on the first (the second's setup found the first's KT layout in place), seed-layers on "
+        "the second. Three points of seed's run ran without the ballast (a call without carry took the staged "
         "ballast.py away) and are not kept; the driver now stops when the ballast does not hold.", "",
         *table, "",
         f"- **Each layer routes on its own:** the recorded routing of each layer correlates "
         f"{lr['corr_with_layer0_median']:.2f} with layer 0's (median; lowest {lr['corr_with_layer0_min']:.2f}), "
         f"against {_layer_routing()['corr_with_layer0_median']:.2f} with SGLang's one seed (hot/).",
         f"- **The prompt no longer sets the pace:** the fastest prompt over the slowest at the same depth, medians over "
-        f"{sp['kit_servers']} split servers on 3 machines, is {sp['kit_split']:.2f}x (whole layers "
+        f"{sp['kit_servers']} split servers on 2 machines, is {sp['kit_split']:.2f}x (whole layers "
         f"{sp['kit_whole_layers']:.2f}x, llama.cpp {sp['llamacpp']:.2f}x), against {_prompt_table()[1]['kit_span']:.2f}x "
         "with SGLang's one seed: that spread was the proxy's, not the split's.",
         f"- **Beside llama.cpp on the same machine** (its best --n-cpu-moe; --fit on did not run there): "
         f"{al['ratio']['decode_tok_s']:.2f}x at depth 0, {al['ratio']['decode_tok_s_8k']:.2f}x after 8K, "
         f"{al['ratio']['aggregate_4_streams_tok_s']:.2f}x at 4 streams, and a 30K prompt answered in "
         f"{al['ratio']['ttft_30k_s']:.2f}x llama.cpp's time at this --n-cpu-moe; paired by prompt "
-        f"{pair(al['paired'])}. With one seed (med3, another machine, against llama.cpp's best of --fit and "
+        f"{pair(al['paired'])}. The moe preset's new 0.90 (seed-mf90, the same machine right after): "
+        f"{al['ratio_090']['decode_tok_s']:.2f}x at depth 0, {al['ratio_090']['decode_tok_s_8k']:.2f}x after 8K, "
+        f"{al['ratio_090']['aggregate_4_streams_tok_s']:.2f}x at 4 streams, a 30K prompt in "
+        f"{al['ratio_090']['ttft_30k_s']:.2f}x the time; paired {pair(al['paired_090'])}. With one seed (med3, another "
+        "machine, against llama.cpp's best of --fit and "
         f"--n-cpu-moe) the split was {summary_medians['decode_tok_s']:.2f}x / {summary_medians['decode_tok_s_8k']:.2f}x "
         "at depth 0 / 8K: routing as a trained model's does not close the gap.",
         f"- **mem_fraction 0.90** (one machine): {pair(mf['paired_with_085'])} against 0.85; peak "

@@ -79,7 +79,7 @@ KNOWN_MISSES = {
     "int8-amx-16g-gptq-thp-b": _INT8 + "; " + _PROMPT,
     "int8-amx-16g-gptq-thp-c": _INT8 + "; " + _PROMPT,
     # 2026-11-27, tenth session (moe-budget/seed, seed-mf90, seed-layers): the GPTQ split on dummy weights seeded by
-    # name, 0.85 and 0.90, 10 and 12 KT threads, three machines
+    # name, 0.85 and 0.90, 10 and 12 KT threads, two machines
     **{f"int8-amx-16g-gptq-seed-{t}": _INT8 + "; " + _SEEDED for t in ("a", "b85", "b90", "b-t10", "c-t10", "c-t12")},
     # whole layers, the preset's FP8 GPU experts + AMXINT8 (moe-vs-llamacpp-q8/k16-int8-layers): within 9 % after 512
     # tokens and 8K; after 30K it decoded 18.5 tok/s, 0.54x its own decode after 8K (34.4), where the split server of
