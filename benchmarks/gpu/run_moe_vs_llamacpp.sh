@@ -73,13 +73,19 @@
 # SGLang's dummy weights repeat across layers (one seed for every parameter: every layer's router is the same, and
 # each layer's recorded routing correlates 0.98 with layer 0's, moe-budget/hot/expert-counts.json), so a token goes to
 # nearly the same experts in all 48 layers. DUMMY_BY_NAME=1 seeds each parameter by its name (the kt_compat adapter's
-# VRAMKIT_DUMMY_SEED_BY_NAME) on every kit point of the run. Its check, not run yet (~10 min):
-# DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup seedcheck"; then hot and layers-pair again with it.
-# The idle memory at mem_fraction 0.85 given to experts (0.90 against 0.85, one machine, not run yet; ~7 min):
+# VRAMKIT_DUMMY_SEED_BY_NAME) on every kit point of the run. Its check (~10 min):
+# DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup seedcheck".
+# The idle memory at mem_fraction 0.85 given to experts (0.90 against 0.85, one machine; ~7 min):
 # STAGE=.stage-w16 REPEAT=3 STEPS="setup mf90".
 # llama.cpp's best 16 GiB server alone, beside a run's kit points (~4 min): STEPS="... lbest16".
-# Whole layers against the split at the same threads, one machine, 3 rounds, 10 and 12 threads (not run yet; ~13 min):
+# Whole layers against the split at the same threads, one machine, 3 rounds, 10 and 12 threads (~13 min):
 # STAGE=.stage-w16 REPEAT=3 STEPS="setup layers-pair" (LP_THREADS: the counts).
+# Ran 2026-11-27, tenth session, every kit point with DUMMY_BY_NAME=1 (moe-budget/seed, seed-mf90, seed-layers):
+# STEPS="setup seedcheck mf90 lbest16", then "setup mf90 layers-pair" LP_THREADS=10 on the same machine (its first
+# call's mf90 and layers points ran without the ballast: every call must carry the staging folder), then
+# "setup layers-pair" LP_THREADS="10 12" on a second. Not run yet with it: hot, hotctl, and whole layers on the FP8
+# checkpoint (the preset's default model, whose default stays the split until this runs; ~7 min):
+# DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup fp8-layers".
 # The placement lever (vramkit kt-placement; ran 2026-11-27, ninth session: moe-budget/hot): SGLang's
 # expert-distribution recorder on prompts kept apart from the probe's (--seed-offset), each layer's most-routed experts
 # put in the GPU's slots (--kt-placement: SGLang's --init-expert-location), then the probe's own prompts with the
@@ -155,7 +161,7 @@ need_llama=; { has llama-16 || has lbest16 || has llama-24 || has med3 || has me
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -635,6 +641,12 @@ if has amxint8 || has amxint8-levers; then
   has amxint8 && kit k16-int8 16 "$FULL" -- $KIT8
   has amxint8-levers && kit k16-int8-layers-defer2 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT8 \
     --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --kt-max-deferred-experts-per-token 2"
+fi
+if has fp8-layers; then  # the preset as planned (FP8 GPU experts, AMXINT8, the plan's threads) with the split and with
+  # whole layers through the planner's own knob (--kt-gpu-layers auto), one machine, paired by prompt
+  ballast 16
+  kit k16-int8-split 16 "$FULL" -- $KIT8
+  kit k16-int8-whole 16 "$FULL" -- $KIT8 --kt-gpu-layers auto
 fi
 if has threads; then  # the estimate's thread and card terms on held-out runs (issue 18 item 5): 6 and 14 KT threads
   ballast 16
