@@ -39,6 +39,27 @@ def tree_rss(pid: int, field: str = "rss") -> int:
         return 0
 
 
+def tree_rss_by_process(pid: int) -> list[dict]:
+    """Each process of the server's tree: pid, name, the start of its command line, RSS and shared bytes. The tree's
+    sum read either ~37 or ~31 GiB for one config on one machine while the sampler of processes naming sglang never
+    passed 31.9 (kt-estimate.md, RSS_LOWER_STATE in tests/unit/test_kt_estimate.py): this says which process it is."""
+    import psutil
+    try:
+        p = psutil.Process(pid)
+        procs = [p, *p.children(recursive=True)]
+    except psutil.Error:
+        return []
+    out = []
+    for x in procs:
+        try:
+            m = x.memory_info()
+            out.append({"pid": x.pid, "name": x.name(), "cmdline": " ".join(x.cmdline())[:120], "rss": m.rss,
+                        "shared": m.shared})
+        except psutil.Error:
+            continue
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", required=True)
@@ -73,6 +94,7 @@ def main() -> int:
         pid = int(state.get("pid") or 0)
         res["host_rss_after_start_bytes"] = tree_rss(pid)
         res["host_rss_after_start_shared_bytes"] = tree_rss(pid, "shared")
+        res["host_rss_after_start_by_process"] = tree_rss_by_process(pid)
         if a.wait_file is not None:
             t_wait = time.time()
             while not a.wait_file.exists() and time.time() - t_wait < 1200:
@@ -90,6 +112,7 @@ def main() -> int:
             res["bench_rc"] = b.returncode
         res["host_rss_peak_bytes"] = tree_rss(pid)       # the name is historical: the RSS once the probe ended
         res["host_rss_end_shared_bytes"] = tree_rss(pid, "shared")
+        res["host_rss_end_by_process"] = tree_rss_by_process(pid)
     sampler.stop()
     # PeakSampler's once-a-second host reading, from before the start to here: the highest RSS summed over the
     # processes naming sglang (the server tree, load buffers included)

@@ -244,3 +244,29 @@ def test_the_8_bit_pairing_sets_the_kits_8_bit_points_against_llama_cpp_on_q8_0(
     for f in pts.glob("llama-q8-*"):                                # the kit's side alone is no 8-bit comparison
         f.unlink()
     assert report.compare(pts, 16, session.Q8) is None
+
+
+def test_the_point_records_each_process_of_the_server_tree():
+    """moe_point.tree_rss_by_process: every process of the tree (the parent and its child here) with its RSS, summing
+    to tree_rss, so a run shows which process holds the RSS state the sampler does not see (RSS_LOWER_STATE)."""
+    import subprocess
+    import time
+    point = _load("moe_point", REPO / "benchmarks" / "gpu" / "moe_point.py")
+    child = "import time; time.sleep(20)"
+    p = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                          f"'-c', {child!r}]); time.sleep(20)"])
+    try:
+        import psutil
+        for _ in range(100):
+            if psutil.Process(p.pid).children():
+                break
+            time.sleep(0.05)
+        rows = point.tree_rss_by_process(p.pid)
+        assert len(rows) == 2 and rows[0]["pid"] == p.pid and all(r["rss"] > 0 and r["name"] for r in rows)
+        assert "time.sleep(20)" in rows[1]["cmdline"]
+        assert abs(sum(r["rss"] for r in rows) - point.tree_rss(p.pid)) < 4 << 20     # the same tree, read again
+    finally:
+        for c in psutil.Process(p.pid).children(recursive=True):
+            c.kill()
+        p.kill()
+        p.wait()
