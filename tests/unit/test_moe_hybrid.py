@@ -773,3 +773,21 @@ def test_whole_layers_reach_the_server_only_where_planned():
         assert hy is not None and hy.adapter_env() == env
         assert {k_: v for k_, v in hy.native_env().items() if k_.startswith("VRAMKIT_")} == env
         assert len(hy.compose_parts("services/sglang-kt")["extra_env"]) == len(env)
+
+
+def test_the_host_ram_check_names_whole_layers_where_they_would_fit():
+    """`vramkit up`'s kt-host-ram check on a split that does not fit the host's RAM: where the same GPU experts as
+    whole layers would, it says so with their need, which is the whole-layer plan's own host RAM."""
+    from vramkit.launch import hybrid
+    t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=64 * GiB)
+    k = Knobs(**catalog.presets()["moe"].knobs)
+    split = plan(catalog.model(FP8_MODEL), t, k, catalog.engine(), with_alternatives=False)
+    whole = plan(catalog.model(FP8_MODEL), t, replace(k, kt_gpu_layers="auto"), catalog.engine(),
+                 with_alternatives=False)
+    hy = hybrid.for_plan(split)
+    assert hy is not None and split.hybrid is not None and whole.hybrid is not None
+    ram = {n: (ok, text) for n, ok, text in hy.checks(30 * GiB)}["kt-host-ram"]
+    assert not ram[0] and f"--kt-gpu-layers auto ({whole.hybrid.gpu_layers} whole layers on the GPU) needs " \
+        f"{whole.hybrid.host_ram_bytes / GiB:.1f} GiB" in ram[1]
+    too_small = {n: text for n, _, text in hy.checks(20 * GiB)}["kt-host-ram"]     # neither fits: no way out named
+    assert "--kt-gpu-layers" not in too_small

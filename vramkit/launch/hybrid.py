@@ -153,11 +153,18 @@ class Hybrid:
                           + (f" -> --kt-method {other[0]} runs here" if other else
                              f": {kt.source_build_text(m, self.here_isa)}"
                              if self.here_isa == "avx2" and m in kt.AVX2_SOURCE else ""))
+        ram_ok = host_ram_available >= hp.host_ram_bytes
+        whole = kt.whole_gpu_layers(hp.num_gpu_experts, hp.moe_layers, hp.num_experts)
+        # the split's way out: the same GPU experts as whole layers, kt-kernel holding the CPU's layers only
+        whole_need = hp.host_ram_bytes - hp.host_experts_bytes * whole // hp.moe_layers
         out = [("cpu-isa", *cpu), *([self.placement_check()] if self.placement else []),
-               ("kt-host-ram", host_ram_available >= hp.host_ram_bytes,
+               ("kt-host-ram", ram_ok,
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer"
                 + (f" of the {hp.moe_layers - hp.gpu_layers} CPU layers" if hp.gpu_layers else "") + f", {m}) + "
-                f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available")]
+                f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available"
+                + (f" -> {knob_decl.by_name()['kt_gpu_layers'].cli_flag} auto ({whole} whole layers on the GPU) "
+                   f"needs {whole_need / 2**30:.1f} GiB"
+                   if not ram_ok and not hp.gpu_layers and whole and whole_need <= host_ram_available else ""))]
         gguf = kt.KT_METHODS[m].gguf_type
         where = f"none at {self.weight_path}" if self.weight_path else "no --kt-weight-path given"
         if gguf:
