@@ -326,16 +326,17 @@ def attention_read_by_splits() -> dict[int, float]:
 def predict(t: dict, k: kt.KtConstants, splits_rate: dict[int, float] | None = None) -> float:
     """tok/s: the fitted constants; a server with 32 KV splits reads its KV at the rate measured for 32 (the fit's
     points all ran SGLang's default 8, whose rate is the fitted constant)."""
-    return 1.0 / (_seconds_but_step(t, k, splits_rate) + (k.whole_layer_step_s if t.get("gpu_layers") else 0.0))
+    return _estimate(t, k, splits_rate, k.whole_layer_step_s).tok_s
 
 
-def _seconds_but_step(t: dict, k: kt.KtConstants, splits_rate: dict[int, float] | None) -> float:
-    """A token's seconds without the whole-layer step (kt_hybrid.DecodeEstimate.seconds): under whole layers nothing
-    on the GPU overlaps a CPU layer's experts."""
+def _estimate(t: dict, k: kt.KtConstants, splits_rate: dict[int, float] | None, step_s: float) -> kt.DecodeEstimate:
+    """The plan's own DecodeEstimate from a run's terms and these constants (its `seconds` says what overlaps); the
+    whole-layer step given apart, so the fit can leave it out."""
     attn = k.attention_read_bytes_s if t.get("kv_splits", 8) == 8 else (splits_rate or {})[t["kv_splits"]]
-    cpu = t["cpu_bytes"] / (t["read"] * k.cpu_read_efficiency)
-    experts = t["gpu_experts_s"] + cpu if t.get("gpu_layers") else max(t["gpu_experts_s"], cpu)
-    return t["gpu_s"] + t["kv_bytes"] / attn + experts + t["layers"] * k.layer_sync_s
+    return kt.DecodeEstimate(gpu_s=t["gpu_s"], context_s=t["kv_bytes"] / attn, gpu_experts_s=t["gpu_experts_s"],
+                             cpu_experts_s=t["cpu_bytes"] / (t["read"] * k.cpu_read_efficiency),
+                             sync_s=t["layers"] * k.layer_sync_s, host_read_bytes_s=t["read"],
+                             cpu_bytes_per_token=int(t["cpu_bytes"]), gpu_layers=t.get("gpu_layers", 0), step_s=step_s)
 
 
 def fit(rows: list[dict]) -> tuple[float, float, float]:
@@ -419,7 +420,7 @@ def compute() -> dict:
                 sglang_host_bytes=int(sglang_host))
     splits_rate = attention_read_by_splits()
     # whole layers' own term: the mean of what the fitted whole-layer run's seconds leave over the split's terms
-    left = [1.0 / r["tok_s"] - _seconds_but_step(r["t"], k, splits_rate)
+    left = [1.0 / r["tok_s"] - _estimate(r["t"], k, splits_rate, 0.0).seconds
             for r in rows if r["role"] == "fit" and r["t"]["gpu_layers"]]
     k = replace(k, whole_layer_step_s=sum(left) / len(left))
     for r in rows:

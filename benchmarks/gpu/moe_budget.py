@@ -517,6 +517,8 @@ def _seeded() -> dict:
     still sets the pace, llama.cpp's best beside it on the same machine, mem_fraction 0.90 against 0.85, and whole
     layers against the split at 10 and 12 KT threads (each lever paired by prompt on one machine, _paired)."""
     kit, llama = _figures("seed", "k16-wna16-seed"), _figures("seed", "llama-16-best")
+    mf = {f: _figures("seed-mf90", f"k16-wna16-mf{f[2:]}") for f in ("0.85", "0.90")}
+    ratios = ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")
     return {
         "layer_routing": layer_routing((load(DIR / "seed" / "seedcheck-counts.json") or {})["logical_count"]),
         "prompt_span": {"kit_split": round(_span(_relative(SEED_SPLIT)), 2), "kit_servers": len(SEED_SPLIT),
@@ -526,19 +528,16 @@ def _seeded() -> dict:
         "against_llamacpp": {"kit": "k16-wna16-seed (mem_fraction 0.85, 12 KT threads)",
                              "llamacpp": "llama-16-best (--n-cpu-moe 11; --fit on not run here)",
                              "kit_figures": kit, "llamacpp_figures": llama,
-                             "ratio": {k: round(kit[k] / llama[k], 2) for k in
-                                       ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")},
+                             "ratio": {k: round(kit[k] / llama[k], 2) for k in ratios},
                              "paired": _paired((("seed", "k16-wna16-seed"),), (("seed", "llama-16-best"),)),
                              # the preset's 0.90 on the same machine, later (seed-mf90 ran on it right after)
-                             "ratio_090": {k: round(_figures("seed-mf90", "k16-wna16-mf90")[k] / llama[k], 2) for k in
-                                           ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s",
-                                            "aggregate_4_streams_tok_s")},
+                             "ratio_090": {k: round(mf["0.90"][k] / llama[k], 2) for k in ratios},
                              "paired_090": _paired((("seed-mf90", "k16-wna16-mf90"),), (("seed", "llama-16-best"),))},
         "mem_fraction_090": {"paired_with_085": _paired((("seed-mf90", "k16-wna16-mf90"),),
                                                         (("seed-mf90", "k16-wna16-mf85"),)),
                              "peak_vram_gb": {f: _gb("seed-mf90", f"k16-wna16-mf{f[2:]}", "peak_vram_bytes")
                                               for f in ("0.85", "0.90")},
-                             "figures": {f: _figures("seed-mf90", f"k16-wna16-mf{f[2:]}") for f in ("0.85", "0.90")}},
+                             "figures": mf},
         "whole_layers": {str(t): {"paired_with_split": _paired((("seed-layers", f"k16-wna16-layers-t{t}"),),
                                                                (("seed-layers", f"k16-wna16-split-t{t}"),)),
                                   "figures": _figures("seed-layers", f"k16-wna16-layers-t{t}"),
@@ -548,7 +547,7 @@ def _seeded() -> dict:
                                                                 "host_rss_peak_bytes")}
                          for t in SEED_THREADS},
         "split_12_vs_10_threads": _paired((("seed-layers", "k16-wna16-split-t12"),), (("seed-layers", "k16-wna16-split-t10"),)),
-        "same_server_two_machines": {"seed-mf90": _figures("seed-mf90", "k16-wna16-mf90")["decode_tok_s"],
+        "same_server_two_machines": {"seed-mf90": mf["0.90"]["decode_tok_s"],
                                      "seed-layers": _figures("seed-layers", "k16-wna16-split-t12")["decode_tok_s"]},
     }
 

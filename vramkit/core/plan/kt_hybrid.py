@@ -579,7 +579,7 @@ def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_
         gpu_s=gpu_non_expert_read / gpu_bandwidth_bytes_s, context_s=context * kv_bytes_per_token / attn_rate,
         gpu_experts_s=gpu_expert_read / gpu_bandwidth_bytes_s,
         cpu_experts_s=slow * cpu_bytes / (read * k.cpu_read_efficiency) if cpu_bytes else 0.0,
-        sync_s=(cpu_layers if gpu_layers else moe.num_moe_layers) * k.layer_sync_s if cpu_bytes else 0.0,
+        sync_s=cpu_layers * k.layer_sync_s if cpu_bytes else 0.0,      # the layers with a KT wrapper
         host_read_bytes_s=read, cpu_bytes_per_token=cpu_bytes, cpu_time_factor=slow, gpu_layers=gpu_layers,
         step_s=k.whole_layer_step_s if gpu_layers else 0.0)
 
