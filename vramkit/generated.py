@@ -94,7 +94,10 @@ def presets_table() -> list[str]:
             short = dict(hy.decode_tok_s_by_context).get(512, hy.decode_tok_s)
             offload = (f" vs a ~{hy.layer_offload_decode_tok_s:.1f} tok/s ceiling with layer offload"
                        if hy.layer_offload_decode_tok_s else "")
-            what.append(f"{hy.num_gpu_experts} experts/layer on the GPU, the rest in host RAM on "
+            where = (f"the experts of {hy.gpu_layers} of {hy.moe_layers} MoE layers on the GPU (whole layers, as "
+                     f"{hy.num_gpu_experts} a layer would take)" if hy.gpu_layers else
+                     f"{hy.num_gpu_experts} experts/layer on the GPU")
+            what.append(f"{where}, the rest in host RAM on "
                         f"{hy.cpuinfer_threads} threads ({hy.kt_method}, host RAM {hy.host_ram_bytes / GiB:.1f} GiB; "
                         f"decode ~{short:.0f} tok/s "
                         f"at 512 tokens, an estimate with fitted constants, for {REFERENCE_HOST.isa_source} at "
@@ -206,11 +209,13 @@ def moe_vs_llamacpp_table() -> list[str]:
             modes = sorted(set(ll.get("mode_of_each", {}).values()))
             st = k["settings"]
             experts = st["gpu_expert_dtype"]             # "GPTQ-Int4 (group 128, moe_wna16 triton MoE)"
-            kit = (f"{st['kt_num_gpu_experts']} {experts} GPU experts per layer planned, {st['kt_method']} on the CPU"
+            whole = any("GPU_LAYERS" in e for e in st["env"] or []) or "--kt-gpu-layers auto" in st["vramkit_up"]
+            gpu_layers = st["kt_num_gpu_experts"] * 48 // 128       # the adapter's auto: N x layers // experts
+            kit = ((f"whole layers: the experts of {gpu_layers} of 48 MoE layers {experts} on the GPU, the other "
+                    f"{48 - gpu_layers} layers' {st['kt_method']} on the CPU" if whole else
+                    f"{st['kt_num_gpu_experts']} {experts} GPU experts per layer planned, {st['kt_method']} on the CPU")
                    if st.get("kt_method") else f"every {experts} expert on the GPU, no hybrid mode")
-            levers = [t for t, on in (("whole layers on the GPU", any("GPU_LAYERS" in e for e in st["env"] or [])),
-                                      ("2 deferred experts", "deferred-experts-per-token 2" in st["vramkit_up"]))
-                      if on]
+            levers = ["2 deferred experts"] if "deferred-experts-per-token 2" in st["vramkit_up"] else []
             notes.append(f"{card}: {bud['vramkit']['measured_ms_per_token_depth0']} ms against "
                          f"{bud['llamacpp']['measured_ms_per_token_depth0']} ms (kit: {st['point']}, {kit}"
                          + "".join(f", {t}" for t in levers) + f"; llama.cpp: the best per row of "
@@ -241,9 +246,12 @@ def _measured_budget() -> list[str]:
         return []
     d = json.loads(path.read_text())
     k, ll, m = d["kit"], d["llamacpp"], d["medians_of_3"]
+    row = ((_comparisons().get("moe-vs-llamacpp-16g") or {}).get("engines", {}).get("vramkit") or {}) \
+        .get("settings", {})
     return ["", f"Where a 16 GiB token goes, measured (`{GPU_RESULTS}/moe-budget.md`: SGLang's profiler over 32 "
                 "decode steps; llama.cpp's --n-cpu-moe swept): the kit's GPTQ-Int4 split as planned "
-                f"({k['point']}; the table's row adds 2 deferred experts) {k['step_ms']:.1f} ms = "
+                f"({k['point']}" + (f"; the table's row is {row['point']}" if row.get("point", k["point"]) != k["point"]
+                                    else "") + f") {k['step_ms']:.1f} ms = "
                 f"{k['gpu_kernels_ms']:.1f} ms of GPU kernels + {k['handoff_ms']:.1f} ms handing {k['moe_layers']} "
                 f"layers' CPU experts over through kt-kernel's host nodes + {k['wait_ms']:.1f} ms waiting for them + "
                 f"{k['other_gaps_ms']:.1f} ms of shorter gaps; llama.cpp at --n-cpu-moe {ll['n_cpu_moe']} "
@@ -274,6 +282,14 @@ def _measured_budget() -> list[str]:
                "17.18), so the moe preset takes 0.90; whole layers' experts on the GPU decoded "
                f"{w['single_median']:.2f}x the split at 12 KT threads ({w['four_median']:.2f}x at 4 streams) with "
                f"{wl['host_rss_peak_gb']:.0f} GB of host RAM against {wl['split_host_rss_peak_gb']:.0f}."
+               + (f" On a third machine the moe preset's own FP8 checkpoint with whole layers decoded "
+                  f"{fp['paired_whole_with_split']['single_median']:.2f}x the split paired by prompt "
+                  f"({fp['whole_figures']['decode_tok_s']:.1f} against {fp['split_figures']['decode_tok_s']:.1f} "
+                  f"tok/s at depth 0; {fp['paired_whole_with_split']['four_median']:.2f}x at 4 streams), took "
+                  f"{fp['whole_figures']['ttft_8k_s'] / fp['split_figures']['ttft_8k_s']:.2f}x the time to a first "
+                  f"token after 8K, and held {fp['whole_host_rss_peak_gb']:.1f} GB of host RAM against "
+                  f"{fp['split_host_rss_peak_gb']:.1f}: the preset now places whole layers (`--kt-gpu-layers off` "
+                  "gives the split back)." if (fp := z.get("best16", {}).get("fp8")) else "")
                if (r := d.get("dummy_layer_routing")) and (z := d.get("seeded"))
                and (a := z["against_llamacpp"]["ratio"]) and (a9 := z["against_llamacpp"]["ratio_090"])
                and (f := z["mem_fraction_090"])
@@ -290,12 +306,15 @@ def _measured_budget() -> list[str]:
 
 
 PEER_ACCURACY = "benchmarks/results/gpu/peer-accuracy/accuracy-cpu.json"
+WHOLE_ROW = "GPTQ_INT4 layers 1-3 (GPU) + AMXINT8<-FP8 layer 0 (CPU)"     # the proxy's 4 layers, 3 of them on the GPU
 KIT_ACCURACY = "benchmarks/results/gpu/kt-llamafile/accuracy-cpu.json"     # the same proxy's single-method rows
 PEER_ROWS = (("llama.cpp's Q4_K_M experts", "Q4_K_M (llama.cpp)"),
              ("the kit's 16 GB preset as served (43 FP8 GPU experts, AMXINT8 from FP8 on the CPU)",
               "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"),
-             ("the kit's fastest 16 GB row without its deferral (88 GPTQ-Int4 GPU experts, round to nearest)",
+             ("the kit's GPTQ-Int4 split (88 GPTQ-Int4 GPU experts a layer, round to nearest)",
               "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)"),
+             ("its fastest 16 GB row (whole layers: three quarters of the layers' experts GPTQ-Int4 on the GPU, the "
+              "rest AMXINT8 on the CPU)", WHOLE_ROW),
              ("its 24 GB row (every expert GPTQ-Int4)", "GPTQ_INT4 (GPU)"),
              ("llama.cpp at Q8_0", "Q8_0 (llama.cpp)"))
 
@@ -334,12 +353,15 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
     """The 16 GB choice in one paragraph: speed from the committed 16 GiB comparisons (Q4_K_M and Q8_0 peers),
     error from the accuracy proxy; every figure read from those files."""
     q4, q8 = comparisons.get("moe-vs-llamacpp-16g"), comparisons.get("moe-vs-llamacpp-q8-16g")
-    keys = ("FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)", "Q4_K_M (llama.cpp)",
-            "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)")
-    if not (q4 and q8) or not all(k in rows for k in keys):
+    if not (q4 and q8):
         return []
     k8, l8 = q8["engines"]["vramkit"], q8["engines"]["llamacpp"]
     k4, l4 = q4["engines"]["vramkit"], q4["engines"]["llamacpp"]
+    whole = any("GPU_LAYERS" in e for e in k4["settings"]["env"] or [])      # the row's placement: its proxy row
+    keys = ("FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)", "Q4_K_M (llama.cpp)",
+            WHOLE_ROW if whole else "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)")
+    if not all(k in rows for k in keys):
+        return []
     if not all(e.get("decode_tok_s") for e in (k8, l8, k4, l4)):
         return []
     e_pre, e_q8, e_q4, e_gptq = (_mean_error(rows[k]) for k in keys)
@@ -356,8 +378,9 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
                 f"{k8['aggregate_4_streams_tok_s'] / l8['aggregate_4_streams_tok_s']:.2f}x llama.cpp's rate. "
                 f"llama.cpp on a Q4_K_M file decodes {l4['decode_tok_s']:.1f} tok/s, "
                 f"{l4['decode_tok_s'] / k8['decode_tok_s']:.1f}x the preset, at {e_q4:.1f} %; the kit's fastest 16 GB "
-                f"configuration ({k4['settings']['point']}) {k4['decode_tok_s']:.1f} tok/s at {e_gptq:.1f} % before "
-                "its deferred experts, which change the computation further."]
+                f"configuration ({k4['settings']['point']}) {k4['decode_tok_s']:.1f} tok/s at {e_gptq:.1f} %"
+                + (", before its deferred experts, which change the computation further." if
+                   "deferred-experts-per-token" in k4["settings"]["vramkit_up"] else ".")]
 
 
 def settings_table() -> list[str]:

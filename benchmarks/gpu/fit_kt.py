@@ -220,8 +220,16 @@ def run_knobs(run: dict | None, p: Point) -> dict:
                 knobs[key] = cast(args[args.index(flag) + 1])
     knobs.setdefault("kt_cpuinfer", threads_ran(p))
     knobs.setdefault("mem_fraction", fraction_ran(run, p))
-    if run and "VRAMKIT_KT_GPU_LAYERS=auto" in run.get("env", []):      # the adapter's whole layers
-        knobs["kt_gpu_layers"] = "auto"
+    # the adapter's whole layers: by its environment or the knob's flag; every other committed run split each layer
+    # (the moe preset's default until 2026-11-27's eleventh session; the driver passes --kt-gpu-layers off since)
+    args = (run or {}).get("vramkit_up_args", [])
+    whole = run and ("VRAMKIT_KT_GPU_LAYERS=auto" in run.get("env", [])
+                     or "--kt-gpu-layers" in args and args[args.index("--kt-gpu-layers") + 1] == "auto")
+    knobs.setdefault("kt_gpu_layers", "auto" if whole else "off")
+    # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else moe_wna16: what auto gave every hybrid
+    # GPTQ run until whole layers took marlin, 2026-11-27's eleventh session)
+    if p.gpu_checkpoint == "gptq":
+        knobs.setdefault("moe_kernel", args[args.index("--moe-kernel") + 1] if "--moe-kernel" in args else "wna16")
     if p.point and (RES / p.point.replace(".json", ".plan.json")).exists():
         ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
         if "num_gpu_experts" in ran:

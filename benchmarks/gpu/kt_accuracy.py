@@ -429,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-formats", default="", help="e.g. GPTQ_INT4: every expert in that GPU format, by torch")
     ap.add_argument("--split", default="", help="e.g. FP8:43:AMXINT8<-FP8: a served split, experts 0..N-1 on the GPU "
                                                 "in that format (FP8 or GPTQ_INT4, by torch), the rest by kt-kernel")
+    ap.add_argument("--whole-layers", default="", help="e.g. GPTQ_INT4:3:AMXINT8<-FP8: the last 3 layers' experts "
+                    "all in the GPU's format, the others' all through kt-kernel (VRAMKIT_KT_GPU_LAYERS=auto)")
     ap.add_argument("--lm-head-std", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -444,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     model = Model(cfg, a.layers, a.device, a.seed, a.lm_head_std)
     tokens = torch.randint(0, cfg["vocab_size"], (a.positions,), generator=torch.Generator().manual_seed(a.seed + 1))
     tokens = tokens.to(a.device)
-    kt = Kt(a.threads) if a.methods.strip() or a.split.strip() else None
+    kt = Kt(a.threads) if a.methods.strip() or a.split.strip() or a.whole_layers.strip() else None
     res: dict = {
         "what": "kt-kernel CPU MoE methods vs a bf16 all-GPU reference; RANDOM-WEIGHT PROXY of Qwen3-Coder-30B-A3B "
                 f"(its layer shape, cut to {a.layers} layers): real checkpoints have outliers that random ones lack",
@@ -492,9 +494,16 @@ def main(argv: list[str] | None = None) -> int:
             ggml_specs = [f"{x.strip()} (llama.cpp)" for x in a.ggml_layouts.split(",") if x.strip()]
             splits = {f"{g} 0-{int(n) - 1} (GPU) + {c} (CPU)": (g, int(n), c)
                       for g, n, c in (x.strip().split(":") for x in a.split.split(",") if x.strip())}
+            # whole layers (the adapter's VRAMKIT_KT_GPU_LAYERS=auto): the last N layers' experts all in the GPU's
+            # format, the first layers' all through kt-kernel
+            def span(lo: int, hi: int) -> str:
+                return f"layer {lo}" if lo == hi else f"layers {lo}-{hi}"
+            wholes = {f"{g} {span(a.layers - int(n), a.layers - 1)} (GPU) + {c} {span(0, a.layers - int(n) - 1)} "
+                      "(CPU)": (g, int(n), c)
+                      for g, n, c in (x.strip().split(":") for x in a.whole_layers.split(",") if x.strip())}
             gpu_rows = [f"{x.strip()} (GPU)" for x in a.gpu_formats.split(",") if x.strip()]
             for spec in ([] if a.no_fp8_gpu else ["FP8 (GPU)"]) + [m.strip() for m in a.methods.split(",") if m.strip()] \
-                    + ggml_specs + list(splits) + [g for g in gpu_rows if g != "FP8 (GPU)"]:
+                    + ggml_specs + list(splits) + list(wholes) + [g for g in gpu_rows if g != "FP8 (GPU)"]:
                 t1 = time.time()
                 row: dict = {}
                 try:
@@ -512,6 +521,15 @@ def main(argv: list[str] | None = None) -> int:
                         row = {"path": f"as the server splits it: experts 0..{n_gpu - 1} of each layer in {gpu_fmt} "
                                        f"by torch (the GPU's values), the rest by kt-kernel's {method} from "
                                        f"{source or 'bf16'} (its own mask skips the GPU's)",
+                               "kernel_class": cpu[0].cls_name}
+                    elif spec in wholes:
+                        gpu_fmt, n_gpu_layers, cpu_spec = wholes[spec]
+                        first = a.layers - n_gpu_layers
+                        cpu = kt_layers(cpu_spec, work)
+                        layers_fn = cpu[:first] + gpu_layers(gpu_fmt)[first:]
+                        row = {"path": f"whole layers as the adapter places them: layers {first}..{a.layers - 1} with "
+                                       f"every expert in {gpu_fmt} by torch (the GPU's values), layers 0..{first - 1} "
+                                       f"with every expert by kt-kernel's {cpu_spec}",
                                "kernel_class": cpu[0].cls_name}
                     else:
                         layers_fn = kt_layers(spec, work)

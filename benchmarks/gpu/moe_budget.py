@@ -549,6 +549,35 @@ def _seeded() -> dict:
         "split_12_vs_10_threads": _paired((("seed-layers", "k16-wna16-split-t12"),), (("seed-layers", "k16-wna16-split-t10"),)),
         "same_server_two_machines": {"seed-mf90": mf["0.90"]["decode_tok_s"],
                                      "seed-layers": _figures("seed-layers", "k16-wna16-split-t12")["decode_tok_s"]},
+        "best16": _best16(),
+        "marlin_whole_layers": {
+            "paired_with_wna16": _paired((("marlin", "k16-marlin-layers-t12"),), (("marlin", "k16-wna16-layers-t12"),)),
+            "figures": _figures("marlin", "k16-marlin-layers-t12"),
+            "wna16_figures": _figures("marlin", "k16-wna16-layers-t12"),
+            "peak_vram_gb": _gb("marlin", "k16-marlin-layers-t12", "peak_vram_bytes"),
+            "wna16_peak_vram_gb": _gb("marlin", "k16-wna16-layers-t12", "peak_vram_bytes")},
+    }
+
+
+def _best16() -> dict:
+    """A third machine (best16): the kit's best configuration (GPTQ whole layers, 12 threads, 0.90) beside both of
+    llama.cpp's modes, its deferred-experts twin, and the preset's FP8 checkpoint with whole layers against the split."""
+    f = "best16"
+    kit = _figures(f, "k16-wna16-layers-t12")
+    return {
+        "kit_figures": kit,
+        "llamacpp_figures": {m: _figures(f, f"llama-16-{m}") for m in ("fit", "best")},
+        "paired_with_llamacpp": {m: _paired(((f, "k16-wna16-layers-t12"),), ((f, f"llama-16-{m}"),))
+                                 for m in ("fit", "best")},
+        "deferred_2": {"paired": _paired(((f, "k16-wna16-layers-t12-defer2"),), ((f, "k16-wna16-layers-t12"),)),
+                       "figures": _figures(f, "k16-wna16-layers-t12-defer2")},
+        "fp8": {"paired_whole_with_split": _paired(((f, "k16-int8-whole"),), ((f, "k16-int8-split"),)),
+                "paired_split_with_whole": _paired(((f, "k16-int8-split"),), ((f, "k16-int8-whole"),)),
+                "whole_figures": _figures(f, "k16-int8-whole"), "split_figures": _figures(f, "k16-int8-split"),
+                "whole_host_rss_peak_gb": _gb(f, "k16-int8-whole", "host_rss_peak_bytes"),
+                "split_host_rss_peak_gb": _gb(f, "k16-int8-split", "host_rss_peak_bytes"),
+                "whole_peak_vram_gb": _gb(f, "k16-int8-whole", "peak_vram_bytes"),
+                "split_peak_vram_gb": _gb(f, "k16-int8-split", "peak_vram_bytes")},
     }
 
 
@@ -616,6 +645,57 @@ def _seeded_lines() -> list[str]:
         f"- **The machine moves the absolute rate:** the same server (0.90, 12 threads, split) decoded "
         f"{two['seed-mf90']:.1f} tok/s on seed-mf90 and {two['seed-layers']:.1f} on seed-layers at depth 0; only "
         "ratios from one machine are read as a lever's.",
+        *_best16_lines(z["best16"]),
+        *_marlin_lines(z["marlin_whole_layers"]),
+    ]
+
+
+def _marlin_lines(m: dict) -> list[str]:
+    x, f, w = m["paired_with_wna16"], m["figures"], m["wna16_figures"]
+    return [
+        "", "A fourth machine (marlin: STEPS=\"setup kmarlin\"), every kit point seeded by name, medians of 3 rounds:",
+        "",
+        f"- **Whole layers on SGLang's marlin MoE** (`--moe-kernel marlin`; no layer is split, and a CPU layer skips "
+        f"its GPU kernel in the adapter, so marlin never meets the masked ids that crash it in a split layer): "
+        f"{x['single_median']:.2f}x moe_wna16's whole layers paired by prompt ({x['single_faster']:.0%} of "
+        f"{x['single_pairs']} requests faster), {x['four_median']:.2f}x at 4 streams; {f['decode_tok_s']:.1f} against "
+        f"{w['decode_tok_s']:.1f} tok/s at depth 0, {f['decode_tok_s_8k']:.1f} against {w['decode_tok_s_8k']:.1f} "
+        f"after 8K, TTFT for 30K {f['ttft_30k_s']:.2f} s against {w['ttft_30k_s']:.2f}; GPU peak "
+        f"{m['peak_vram_gb']:.2f} GB against {m['wna16_peak_vram_gb']:.2f} (the plan gave marlin 34 GPU layers, "
+        "moe_wna16 36). The plan's --moe-kernel auto now picks marlin under whole layers. Not run beside llama.cpp "
+        "(that machine's first call was lost): this machine decoded the moe_wna16 point at "
+        f"{w['decode_tok_s']:.1f} tok/s where best16's did {_figures('best16', 'k16-wna16-layers-t12')['decode_tok_s']:.1f}.",
+    ]
+
+
+def _best16_lines(b: dict) -> list[str]:
+    def pair(x: dict) -> str:
+        return (f"{x['single_median']:.2f}x ({x['single_faster']:.0%} of {x['single_pairs']} requests faster), "
+                f"4 streams {x['four_median']:.2f}x")
+    k, lf, lb, fp = b["kit_figures"], b["llamacpp_figures"]["fit"], b["llamacpp_figures"]["best"], b["fp8"]
+    w, s = fp["whole_figures"], fp["split_figures"]
+    return [
+        "", "A third machine (best16: `run_moe_vs_llamacpp.sh` STEPS=\"setup best16 fp8-layers\", then \"ldefer\"), "
+        "every kit point seeded by name, medians of 3 rounds:", "",
+        f"- **The kit's best beside llama.cpp:** whole layers, GPTQ-Int4 on moe_wna16, AMXINT8, 12 threads, 0.90 "
+        f"decoded {k['decode_tok_s']:.1f} tok/s at depth 0 and {k['decode_tok_s_8k']:.1f} after 8K against llama.cpp's "
+        f"--fit {lf['decode_tok_s']:.1f} / {lf['decode_tok_s_8k']:.1f} and --n-cpu-moe 11 {lb['decode_tok_s']:.1f} / "
+        f"{lb['decode_tok_s_8k']:.1f}; after a 30K prompt {k['decode_tok_s_30k']:.1f} against "
+        f"{lf['decode_tok_s_30k']:.1f} / {lb['decode_tok_s_30k']:.1f}; TTFT for 30K {k['ttft_30k_s']:.2f} s against "
+        f"{lf['ttft_30k_s']:.2f} / {lb['ttft_30k_s']:.2f}; 4 streams {k['aggregate_4_streams_tok_s']:.1f} against "
+        f"{lf['aggregate_4_streams_tok_s']:.1f} / {lb['aggregate_4_streams_tok_s']:.1f} tok/s. Paired by prompt: "
+        f"{pair(b['paired_with_llamacpp']['fit'])} against --fit, {pair(b['paired_with_llamacpp']['best'])} against "
+        "--n-cpu-moe 11 (the pairs span depth 0, 8K and 30K; the table's depth-0 medians are lower).",
+        f"- **2 deferred experts on it:** {pair(b['deferred_2']['paired'])} (it changes the computation: "
+        "kt-accuracy.md), so the comparison's headline stays without it.",
+        f"- **The preset's FP8 checkpoint, whole layers against the split** (the plan's own --kt-gpu-layers auto; "
+        f"AMXINT8, the plan's 12 threads): {pair(fp['paired_whole_with_split'])}; {w['decode_tok_s']:.1f} against "
+        f"{s['decode_tok_s']:.1f} tok/s at depth 0; TTFT for 8K {w['ttft_8k_s']:.2f} s against {s['ttft_8k_s']:.2f}, "
+        f"for 30K {w['ttft_30k_s']:.2f} against {s['ttft_30k_s']:.2f}; host RSS at peak {fp['whole_host_rss_peak_gb']:.1f} "
+        f"GB against {fp['split_host_rss_peak_gb']:.1f}; GPU peak {fp['whole_peak_vram_gb']:.2f} against "
+        f"{fp['split_peak_vram_gb']:.2f} GB. The moe preset now places whole layers (kt_gpu_layers = \"auto\"): a "
+        "little faster per token, slower to a first token, and 10 GB less host RAM, which is what lets a 32 GB "
+        "desktop run it at all.",
     ]
 
 

@@ -14,8 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from moe_session import (  # noqa: E402
     EXPERTS,
     METRICS,
+    Q4,
     RESULTS,
     ROOT,
+    bench_rows,
     disturbed,
     fmt,
     kit_point,
@@ -423,6 +425,9 @@ def measured_budget_line() -> list[str]:
             "plus the part of the wait the CPU's read does not explain.", ""]
 
 
+BENCH_SESSION = "moe-vs-llamacpp-wna16"     # llama-bench's sweep at 16 and 24 GiB, one session (--n-cpu-moe 11 / 0)
+
+
 def q8_peer_line(out_dir: Path) -> str:
     """llama.cpp on a Q8_0 file, derived from its own committed Q4_K_M points, and the accuracy figures that make it
     the closest peer in accuracy (peer-accuracy/, peer_accuracy.py)."""
@@ -432,8 +437,11 @@ def q8_peer_line(out_dir: Path) -> str:
     err = proxy_errors()
     if not all(cfgs.values()) or err is None:
         return "- the 8-bit peer (llama.cpp on a Q8_0 file): not derived (a committed comparison is missing)"
-    tg = {b: next((r["tok_s"] for r in c["llamacpp_bench"] if r["test"] == "tg128" and r["depth"] == 0
-                   and r["threads"] == 14), None) for b, c in cfgs.items()}
+    # llama-bench's rows: the comparison's own, else (a session that ran llama-server alone, best16) those of the
+    # session that swept llama.cpp at that card with llama-bench (moe-vs-llamacpp-wna16)
+    benches = {b: c["llamacpp_bench"] or bench_rows(RESULTS / BENCH_SESSION, b, Q4) for b, c in cfgs.items()}
+    tg = {b: next((r["tok_s"] for r in rows if r["test"] == "tg128" and r["depth"] == 0 and r["threads"] == 14), None)
+          for b, rows in benches.items()}
     n4 = {b: c["engines"]["llamacpp"]["settings"]["n_cpu_moe_swept_best"] for b, c in cfgs.items()}
     cfg = json.loads((ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json").read_text())
 

@@ -66,7 +66,8 @@ class Pairing:
 Q4 = Pairing("moe-vs-llamacpp", "llama-{b}", "a Q4_K_M-typed GGUF (tools/make_random_gguf.py, 17.3 GiB)",
              ("k{b}", "k{b}-gptq", "k{b}-gptq-kv32", "k{b}-wna16", "16:k{b}-layers", "16:k{b}-layers-defer2",
               "16:k16-gptq-layers", "16:k16-gptq-layers-defer2", "16:k16-wna16-defer2", "16:k16-wna16-layers",
-              "16:k16-wna16-layers-defer2"))
+              "16:k16-wna16-layers-defer2",
+              "16:k16-wna16-layers-t12", "16:k16-wna16-layers-t12-defer2"))
 # the 8-bit class (benchmarks/results/gpu/peer-accuracy/): the kit's FP8 GPU experts + AMXINT8 CPU experts, no deferral,
 # against llama.cpp on a Q8_0 file (run_moe_vs_llamacpp.sh STEPS="setup llama-q8")
 Q8 = Pairing("moe-vs-llamacpp-q8", "llama-q8-{b}", "a Q8_0 GGUF (tools/make_random_gguf.py --type Q8_0, 30.3 GiB)",
@@ -116,13 +117,15 @@ def kit_point(res: Path, name: str) -> dict | None:
     # the plan's split row (none: the plan holds every expert on the GPU, no KT) and SGLang's own load line
     m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / (\d+)\s*\S\s*per MoE layer; CPU: (\w+)", up)
     evd = res / f"{name}.evidence.txt"
-    fmt_ = gpu_experts(name, up, evd.read_text(errors="replace") if evd.exists() else "")
+    evd_text = evd.read_text(errors="replace") if evd.exists() else ""
+    fmt_ = gpu_experts(name, up, evd_text)
     return {"name": name, "figures": probe_figures(probe if isinstance(probe, dict) else None),
             "kt_method": m.group(3) if m else None,
             "gpu_expert_dtype": fmt_[0] if fmt_ else None, "activations": fmt_[1] if fmt_ else None,
             "vramkit_up_args": point.get("vramkit_up_args"), "env": point.get("env"),
             "planned_gpu_experts_per_layer": int(m.group(1)) if m else EXPERTS,
-            "sglang_command": cmd, "start_s": point.get("start_s"), "peak_vram_bytes": point.get("peak_vram_bytes"),
+            "sglang_command": cmd, "server_args": next((ln for ln in evd_text.splitlines() if "server_args" in ln), ""),
+            "start_s": point.get("start_s"), "peak_vram_bytes": point.get("peak_vram_bytes"),
             "host_rss_after_start_bytes": point.get("host_rss_after_start_bytes"),
             "log_figures_gib": point.get("log_figures_gib"), "probe_date": (probe or {}).get("date")}
 

@@ -166,10 +166,31 @@ def kit_weights(p: dict) -> str:
                   else ", every expert on the GPU (the plan drops the hybrid mode: no KT)")
 
 
+def _server_setting(point: dict, key: str) -> int | None:
+    """A KT setting the server ran with, as SGLang's own ServerArgs line in its log says (kt_cpuinfer=12), else as
+    its command line does (--kt-cpuinfer 12)."""
+    m = (re.search(rf"\b{key}=(\d+)", point.get("server_args") or "")
+         or re.search(rf"--{key.replace('_', '-')}[ =](\d+)", point.get("sglang_command") or ""))
+    return int(m.group(1)) if m else None
+
+
+def deferred(point: dict) -> bool:
+    """Whether the server ran with deferred experts (--kt-max-deferred-experts-per-token above 0)."""
+    return bool(_server_setting(point, "kt_max_deferred_experts_per_token")
+                or re.search(r"--kt-max-deferred-experts-per-token[ =][1-9]", " ".join(point.get("vramkit_up_args") or [])))
+
+
+def kt_threads(point: dict) -> int | None:
+    """The KT threads the server ran with."""
+    return _server_setting(point, "kt_cpuinfer")
+
+
 def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
     kits = [p for p in (kit_point(res, n) for n in pairing.kits(budget)) if p and not disturbed(res, p["name"], budget)]
     full = [p for p in kits if all(p["figures"][k] for k in METRICS)]
-    kit_best = best(full)
+    # the headline is the best point that computes what the checkpoint says: a deferred expert lands one layer late
+    # (kt-accuracy.md), so such a point stays among the other points
+    kit_best = best([p for p in full if not deferred(p)]) or best(full)
     lname = pairing.llama.format(b=budget)
     fit = llama_point(res, f"{lname}-fit")
     sweep = llama_point(res, f"{lname}-best")
@@ -196,7 +217,9 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
                + (f"; each figure the median of {repeats} rounds with fresh prompts (moe_probe.py --repeat)"
                   if (repeats := rounds(res, budget)) > 1 else "") + ". "
                "vramkit: the best configuration measured with every figure (the moe preset as planned for the "
-               "checkpoint, or with a lever: whole layers on the GPU, 2 deferred experts); llama.cpp: its best per "
+               "checkpoint, or with a lever: whole layers on the GPU, other KT threads; a point with deferred "
+               "experts, which changes the computation, only where no other has every figure); llama.cpp: its "
+               "best per "
                "figure over --fit and --n-cpu-moe "
                "(swept down to the lowest that starts)",
         "engines": {},
@@ -208,7 +231,7 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
             "more": {key: k["figures"][key] for key in ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k")},
             "settings": {"point": k["name"], "vramkit_up": "vramkit up --runtime native " + " ".join(k["vramkit_up_args"] or []),
                          "env": k["env"], "kt_num_gpu_experts": k["planned_gpu_experts_per_layer"],
-                         "kt_cpuinfer": threads if k["kt_method"] else 0, "kt_method": k["kt_method"],
+                         "kt_cpuinfer": kt_threads(k) if k["kt_method"] else 0, "kt_method": k["kt_method"],
                          "gpu_expert_dtype": k["gpu_expert_dtype"], "activations": k["activations"]},
             "start_s": k["start_s"], "peak_vram_bytes": k["peak_vram_bytes"],
             "host_rss_after_start_bytes": k["host_rss_after_start_bytes"], "log_figures_gib": k["log_figures_gib"],
@@ -253,6 +276,15 @@ def ratios(c: dict) -> dict:
             "goal": "decode >= 1.0 at depth 0 and 8K, TTFT ratio >= 1.0, aggregate >= 2.0"}
 
 
+def cpu_layers(settings: dict) -> int | None:
+    """With whole layers on the GPU (the adapter's VRAMKIT_KT_GPU_LAYERS=auto): the MoE layers whose experts the
+    CPU computes, the plan's per-layer GPU share taken as whole layers (96 of 128 a layer: 36 of 48 layers on the
+    GPU); None for the per-layer split."""
+    if not any("VRAMKIT_KT_GPU_LAYERS" in x for x in settings.get("env") or []):
+        return None
+    return 48 - (settings.get("kt_num_gpu_experts") or 0) * 48 // 128
+
+
 def budgets(c: dict, res: Path, budget: int) -> dict:
     """Per-token time at batch 1: measured (1000 / decode tok/s; llama-bench's tg128 beside llama-server's), and
     for the kit the share the fitted per-layer sync accounts for (derived: MoE layers with CPU experts x
@@ -270,9 +302,7 @@ def budgets(c: dict, res: Path, budget: int) -> dict:
     if k and "vramkit" in out:
         import tomllib
         sync_us = tomllib.loads((ROOT / "config" / "engine.toml").read_text()).get("kt_layer_sync_us")
-        layers = 48 if k["settings"]["kt_method"] else 0          # no KT: no CPU round trip at all
-        if layers and k["settings"]["env"] and any("VRAMKIT_KT_GPU_LAYERS" in x for x in k["settings"]["env"]):
-            layers = 48 - (k["settings"].get("kt_num_gpu_experts") or 0) * 48 // 128
+        layers = (cpu_layers(k["settings"]) or 48) if k["settings"]["kt_method"] else 0   # no KT: no round trip
         if sync_us and layers:
             out["vramkit"]["derived_sync_ms"] = round(layers * float(sync_us) / 1000, 2)
             out["vramkit"]["derived_sync_note"] = (f"derived: {layers} MoE layers with CPU experts x {sync_us} us "
@@ -309,8 +339,12 @@ def markdown(c: dict) -> str:
         s = k["settings"]
         lines.append(f"- vramkit ({s['point']}): `{s['vramkit_up']}`"
                      + (f" with {', '.join(s['env'])}" if s["env"] else "")
-                     + (f"; planned {s['kt_num_gpu_experts']} GPU experts per layer ({s['gpu_expert_dtype']}), "
-                        f"KT {s['kt_method']} on the CPU, {s['kt_cpuinfer']} threads" if s["kt_method"] else
+                     + ((f"; whole layers: the experts of {48 - cl} of 48 MoE layers on the GPU "
+                         f"({s['gpu_expert_dtype']}; the plan's share, {s['kt_num_gpu_experts']} of 128 a layer, "
+                         f"as whole layers), those of {cl} on the CPU, KT {s['kt_method']}, {s['kt_cpuinfer']} threads"
+                         if (cl := cpu_layers(s)) is not None else
+                         f"; planned {s['kt_num_gpu_experts']} GPU experts per layer ({s['gpu_expert_dtype']}), "
+                         f"KT {s['kt_method']} on the CPU, {s['kt_cpuinfer']} threads") if s["kt_method"] else
                         f"; every expert on the GPU ({s['gpu_expert_dtype']}): the plan holds them all beside the "
                         "pool and drops the hybrid mode (no kt-kernel, no CPU round trip)"))
         for p in k.get("other_points", []):

@@ -31,10 +31,12 @@ ROWS = (
                                                  "GPU, 85 converted to AMXINT8 on the CPU"),
     ("AMXINT8<-FP8", "kit", "every expert AMXINT8 converted from the FP8 checkpoint (the preset's CPU side alone)"),
     ("LLAMAFILE_Q8_0<-FP8", "kit", "the AVX2 method: Q8_0 blocks from the FP8 checkpoint"),
-    ("GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)", "here", "**the kit's fastest 16 GB row** (k16-wna16): 88 GPTQ-Int4 "
+    ("GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)", "here", "the kit's GPTQ-Int4 split (k16-wna16): 88 GPTQ-Int4 "
                                                        "experts per layer on the GPU (round to nearest, group 128: a "
-                                                       "real GPTQ checkpoint is better), 40 AMXINT8 on the CPU; its "
-                                                       "2 deferred experts are not in this row"),
+                                                       "real GPTQ checkpoint is better), 40 AMXINT8 on the CPU"),
+    ("GPTQ_INT4 layers 1-3 (GPU) + AMXINT8<-FP8 layer 0 (CPU)", "here",
+     "**the kit's fastest 16 GB row** (k16-wna16-layers-t12): whole layers, the experts of 36 of 48 layers GPTQ-Int4 "
+     "on the GPU (round to nearest), the first 12 layers' AMXINT8 on the CPU; here 3 of the proxy's 4 layers"),
     ("GPTQ_INT4 (GPU)", "here", "**the kit's 24 GB row** (k24-gptq-kv32): every expert GPTQ-Int4 on the GPU (round to "
                                 "nearest, group 128), no hybrid mode"),
     ("RAWINT4", "here", "kt-kernel 0.5.1's group-wise int4 (AMXInt4_KGroup_MOE, group 32, bf16 scales; Kimi-K2's form; "
@@ -109,7 +111,7 @@ def findings(ran: dict[str, dict]) -> list[str]:
     """What the table says, its figures computed here from the rows."""
     e = {name: layer_error(r) for name, r in ran.items()}
     preset, peer = "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q4_K_M (llama.cpp)"
-    fast, q8 = "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)"
+    fast, q8 = "GPTQ_INT4 layers 1-3 (GPU) + AMXINT8<-FP8 layer 0 (CPU)", "Q8_0 (llama.cpp)"
     if not {preset, peer, fast, q8, "FP8 (GPU)", "RAWINT4", "GPTQ_INT4 (GPU)"} <= set(e):
         return []
     amx4 = 100 * layer_error(load(RES / "kt-accuracy.json")["methods"]["AMXINT4"])
@@ -118,7 +120,7 @@ def findings(ran: dict[str, dict]) -> list[str]:
             f"- llama.cpp's Q4_K_M experts err {e[peer] / e[preset]:.1f}x as much as the kit's 16 GB preset as served "
             f"({100 * e[peer]:.2f} % against {100 * e[preset]:.2f} %): the speed comparison sets a 4.5-bit file against "
             "the kit's 8-bit default, so its 16 GB rows are not like for like in accuracy.",
-            f"- The kit's fastest 16 GB row (GPTQ-Int4 on the GPU) errs {e[fast] / e[peer]:.1f}x as much as Q4_K_M "
+            f"- The kit's fastest 16 GB row (whole layers, GPTQ-Int4 on the GPU) errs {e[fast] / e[peer]:.1f}x as much as Q4_K_M "
             f"({100 * e[fast]:.2f} %): round-to-nearest int4 with one scale per 128 weights against Q4_K's scale and "
             "minimum per 32 (and Q6_K down on half the layers). A real GPTQ checkpoint narrows this; the proxy "
             "cannot say by how much.",
@@ -178,10 +180,11 @@ def readme() -> str:
         ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --ggml-layouts Q8_0 $G --out /tmp/q8.json",
         ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --split 'FP8:43:AMXINT8<-FP8' --out /tmp/s1.json",
         ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --split 'GPTQ_INT4:88:AMXINT8<-FP8' --out /tmp/s2.json",
+        ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --whole-layers 'GPTQ_INT4:3:AMXINT8<-FP8' --out /tmp/w3.json",
         ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A RAWINT4 --out /tmp/r4.json",
         ".venv/bin/python benchmarks/gpu/kt_accuracy.py $A '' --gpu-formats GPTQ_INT4 --out /tmp/g4.json",
         ".venv/bin/python benchmarks/gpu/peer_accuracy.py --add /tmp/q4.json /tmp/q8.json /tmp/s1.json /tmp/s2.json "
-        "/tmp/r4.json /tmp/g4.json",
+        "/tmp/w3.json /tmp/r4.json /tmp/g4.json",
         "```", "",
         "Written by `benchmarks/gpu/peer_accuracy.py`.", ""])
 

@@ -84,8 +84,9 @@
 # STEPS="setup seedcheck mf90 lbest16", then "setup mf90 layers-pair" LP_THREADS=10 on the same machine (its first
 # call's mf90 and layers points ran without the ballast: every call must carry the staging folder), then
 # "setup layers-pair" LP_THREADS="10 12" on a second. Not run yet with it: hot, hotctl, and whole layers on the FP8
-# checkpoint (the preset's default model, whose default stays the split until this runs; ~7 min):
-# DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup fp8-layers".
+# checkpoint (the preset's default model; ~7 min): DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup fp8-layers".
+# Ran 2026-11-27, eleventh session, on one machine with best16 (the main table's 16 GiB row: the kit's best beside
+# llama.cpp's --fit and --n-cpu-moe 11) and then ldefer: moe-budget/best16; the moe preset places whole layers since.
 # The placement lever (vramkit kt-placement; ran 2026-11-27, ninth session: moe-budget/hot): SGLang's
 # expert-distribution recorder on prompts kept apart from the probe's (--seed-offset), each layer's most-routed experts
 # put in the GPU's slots (--kt-placement: SGLang's --init-expert-location), then the probe's own prompts with the
@@ -157,13 +158,13 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has kmarlin; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has kmarlin; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -202,11 +203,13 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-{ has llama-16 || has lbest16 || has best16 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has llama-16 || has lbest16 || has best16 || has lmarlin || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
-GQ=$CK/gptqcfg; KITG="--preset moe --model-path $GQ --load-format dummy"
+# every step's kit points start from the split (--kt-gpu-layers off; the moe preset places whole layers since
+# 2026-11-27, eleventh session): a whole-layer point adds --env VRAMKIT_KT_GPU_LAYERS=auto or --kt-gpu-layers auto
+GQ=$CK/gptqcfg; KITG="--preset moe --kt-gpu-layers off --model-path $GQ --load-format dummy"
 [ -n "$need_gptq" ] && mkdir -p $GQ && python3 -c "
 import json, sys; sys.path.insert(0, 'benchmarks/gpu'); from fit_kt import gptq_coder_config
 json.dump(gptq_coder_config(), open('$GQ/config.json', 'w'), indent=2)"
@@ -241,8 +244,8 @@ Q8=$CK/qwen3-coder-30b-a3b-q8_0-random.gguf
 q8_gguf() {  # the experts as a random Q8_0 GGUF of the exact shape (LLAMAFILE_Q8_0's --kt-weight-path), written once
   [ -f $Q8 ] || python3 tools/make_random_gguf.py $MODEL_CFG $Q8 --type Q8_0 > "$RES/gguf-q8_0.json" 2> "$RES/logs/gguf-q8_0.err"
 }
-KIT="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt-weight-path $KT"
-KIT8="--preset moe --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
+KIT="--preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt-weight-path $KT"
+KIT8="--preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
 FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64 --repeat ${REPEAT:-1} ${PROBE_EXTRA:-}"
 SHORT="--new-tokens 128 --streams 1 --ttft 8192 --ttft-new-tokens 64"
 # the recorder as kt-placement wants it (one spelling: vramkit/adapters/expert_dump.py)
@@ -584,6 +587,24 @@ if has best16; then  # the main table's 16 GiB row on one machine: the kit's bes
     --kt-weight-path $KT8 --kt-cpuinfer 12
   lpair 16 11
 fi
+if has lmarlin; then  # whole layers with the GPU layers on SGLang's marlin MoE (the 24 GiB kernel: 229.7 against
+  # moe_wna16's 169.2 tok/s there), beside the same point on moe_wna16, paired by prompt; then llama.cpp's pair for the
+  # table if it wins (~17 min with the build). A CPU layer skips its GPU kernel in the adapter, so marlin never sees the
+  # masked ids that crash it in a split layer
+  ballast 16
+  kit k16-wna16-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 \
+    --kt-cpuinfer 12
+  kit k16-marlin-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --moe-kernel marlin --kt-method AMXINT8 \
+    --kt-weight-path $KT8 --kt-cpuinfer 12
+  lpair 16 11
+fi
+if has kmarlin; then  # lmarlin's two kit points alone, marlin first (no llama.cpp build: ~10 min)
+  ballast 16
+  kit k16-marlin-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --moe-kernel marlin --kt-method AMXINT8 \
+    --kt-weight-path $KT8 --kt-cpuinfer 12
+  kit k16-wna16-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 \
+    --kt-cpuinfer 12
+fi
 if has ldefer; then  # best16's kit point with 2 deferred experts a token (SGLang's --kt-max-deferred-experts-per-token:
   # a CPU layer's last experts are added one layer later, so the GPU need not wait for them; changes the outputs) (~4 min)
   ballast 16
@@ -603,7 +624,7 @@ fi
 if has hotcheck || has hcref; then  # does a placement keep the outputs? (the comment at the top of this file)
   C4=$CK/fp8-4l
   # the servers' common arguments; 64 GPU experts a layer unless a step says otherwise
-  K4="--preset moe --model-path $C4 --kt-method FP8 --kt-weight-path $C4"
+  K4="--preset moe --kt-gpu-layers off --model-path $C4 --kt-method FP8 --kt-weight-path $C4"
   GL="--streams '' --ttft '' --greedy-logprobs 8"
   # the adapter's dispatch: on (=1, what ran on 2026-11-27 when it was opt-in; the default since) or off (=0, SGLang as
   # pinned: the unplaced baseline and the rounding reference ran without it)
@@ -699,7 +720,7 @@ print(k.__version__, k.__cpu_variant__)' 2>&1 | tail -1)"
   step "kt-kernel 0.7.0 avx2, kernel level: $(grep -h '"method"' "$RES/logs/kt070-avx2-bench.txt" | cut -c1-200 | tr '\n' ' ')"
   ballast 16
   kit k16-q8-avx2-070 16 "--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens 64 --repeat ${REPEAT:-1}" \
-    --env "PYTHONPATH=/tmp/kt070:$PYTHONPATH" -- --preset moe --model-path $FP8 --load-format dummy --cpu-isa avx2 \
+    --env "PYTHONPATH=/tmp/kt070:$PYTHONPATH" -- --preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --cpu-isa avx2 \
     --kt-weight-path $Q8
 fi
 if has llamafile || has llamafile24 || has llamafile30k; then  # issue 18 item 4: LLAMAFILE_Q8_0, kt-kernel's llamafile backend reading a
@@ -708,7 +729,7 @@ if has llamafile || has llamafile24 || has llamafile30k; then  # issue 18 item 4
   # build), then on the amx build this CPU picks (the same llamafile kernels, compiled for it)
   q8_gguf
   step "GGUF Q8_0: $(cat "$RES/gguf-q8_0.json" 2>/dev/null) $(tail -2 "$RES/logs/gguf-q8_0.err" 2>/dev/null) ($(elapsed) s)"
-  KITQ8="--preset moe --model-path $FP8 --load-format dummy --kt-method LLAMAFILE_Q8_0 --kt-weight-path $Q8"
+  KITQ8="--preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --kt-method LLAMAFILE_Q8_0 --kt-weight-path $Q8"
   MID="--new-tokens 128 --streams 1,4 --ttft 512,8192 --ttft-new-tokens 64"
   if has llamafile; then
     ballast 16

@@ -46,21 +46,22 @@ def _extra(tp: int, **knobs) -> str:
                                source_note="integration test", port=PORT)
 
 
-def _moe_whole_layers() -> str:
-    """The moe preset with kt_gpu_layers = "auto": the kt-kernel adapter's variable in the service's environment."""
+def _moe_split() -> str:
+    """The moe preset with kt_gpu_layers = "off" (its default is whole layers): no adapter variable in the service's
+    environment."""
     from dataclasses import replace
 
     from vramkit.launch import hybrid
     m, preset = catalog.model("qwen3-coder-30b-a3b-instruct-fp8"), catalog.preset("moe")
     target = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB,
                     host=hybrid.REFERENCE_HOST)
-    p = plan(m, target, replace(Knobs(**preset.knobs), kt_gpu_layers="auto"), catalog.engine(),
+    p = plan(m, target, replace(Knobs(**preset.knobs), kt_gpu_layers="off"), catalog.engine(),
              with_alternatives=False)
     hy = hybrid.for_plan(p)
-    assert hy is not None and p.hybrid is not None and p.hybrid.gpu_layers > 0
+    assert hy is not None and p.hybrid is not None and p.hybrid.gpu_layers == 0
     kt = hy.compose_parts("services/sglang-kt")
     argv = render.sglang_args(m, p, model_path=m.hf_id, host="0.0.0.0", port=PORT) + kt["args"]
-    return render.compose_yaml(project="vramkit-moe-layers", preset="moe", model=m, gpu_name="rtx-5060-ti-16gb", p=p,
+    return render.compose_yaml(project="vramkit-moe-split", preset="moe", model=m, gpu_name="rtx-5060-ti-16gb", p=p,
                                image=kt["image"], argv=argv, gpu_ids=[0], port=PORT, build_context=kt["build_context"],
                                build_args=kt["build_args"], extra_volumes=kt["extra_volumes"],
                                extra_env=kt["extra_env"], source_note="integration test")
@@ -71,7 +72,7 @@ def _texts() -> dict[str, str]:
     out = {p.name: t for p, t in launch.compose_files().items()}
     out["tp2-fp8"] = _extra(2, kv_dtype="fp8_e5m2", mem_fraction=0.8)
     out["offload-2"] = _extra(1, mem_fraction=0.8, cpu_offload_gib=2)
-    out["moe-whole-layers"] = _moe_whole_layers()
+    out["moe-split"] = _moe_split()
     return out
 
 
@@ -112,7 +113,8 @@ def test_compose_resolves_as_issue_2_asks(tmp_path, name):
     assert SECRET not in TEXTS[name]                                    # ... never written in the file
     assert svc["cpuset"] == "0-3"
     # the kt-kernel adapter's whole layers: set where the plan chose them, and nowhere else
-    assert svc["environment"].get("VRAMKIT_KT_GPU_LAYERS") == ("auto" if name == "moe-whole-layers" else None)
+    assert svc["environment"].get("VRAMKIT_KT_GPU_LAYERS") == ("auto" if name == "docker-compose.qwen-moe.yml"
+                                                                else None)
     # the command survives YAML and interpolation byte for byte (the YaRN JSON has quotes and braces)
     if "--json-model-override-args" in cmd:
         override = json.loads(cmd[cmd.index("--json-model-override-args") + 1])

@@ -28,13 +28,15 @@ def _load(name: str, rel: str):
 
 
 def _moe_plan():
-    """The moe preset with AMXINT8 on the H100 host's free memory at 16 GiB: a hybrid plan (43 GPU experts a layer)."""
+    """The moe preset with AMXINT8 on the H100 host's free memory at 16 GiB, split (a placement's plan: 43 GPU
+    experts a layer)."""
     from vramkit.core.plan.planner import Knobs, Target, plan
     from vramkit.launch import hybrid
     model = catalog.model(MOE)
     return model, plan(model, Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * 2**30),
                                      host=hybrid.REFERENCE_HOST, host_ram_available_bytes=128 * 2**30),
-                       Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT8"})), catalog.engine(),
+                       Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT8", "kt_gpu_layers": "off"})),
+                       catalog.engine(),
                        with_alternatives=False)
 
 
@@ -236,6 +238,23 @@ def test_the_whole_layer_speed_the_plan_quotes_is_the_committed_run_s():
             f"against {w['split_host_rss_peak_gb']:.0f}") in kt.WHOLE_LAYER_SPEED
 
 
+def test_the_split_speed_the_plan_quotes_is_the_committed_run_s_and_the_preset_takes_the_faster_placement():
+    """kt_hybrid.SPLIT_SPEED (the plan's split alternative under the moe preset's whole layers) carries moe-budget/
+    best16's pair on the preset's own checkpoint, and the preset places whole layers because that run decoded them
+    faster with less host RAM."""
+    from vramkit.core.plan import kt_hybrid as kt
+    d = json.loads((catalog.CONFIG_DIR.parent / "benchmarks" / "results" / "gpu" / "moe-budget.json").read_text())
+    fp = d["seeded"]["best16"]["fp8"]
+    sp, w, s = fp["paired_split_with_whole"], fp["whole_figures"], fp["split_figures"]
+    assert (f"{sp['single_median']:.2f}x single-stream, {sp['four_median']:.2f}x at 4 streams, a first token "
+            f"{s['ttft_8k_s'] / w['ttft_8k_s']:.2f}x the time after 8K and {s['ttft_30k_s'] / w['ttft_30k_s']:.2f}x "
+            f"after 30K, {fp['split_host_rss_peak_gb']:.1f} GB of host RAM against {fp['whole_host_rss_peak_gb']:.1f}"
+            ) in kt.SPLIT_SPEED
+    assert catalog.preset("moe").knobs["kt_gpu_layers"] == "auto"
+    assert fp["paired_whole_with_split"]["single_median"] > 1
+    assert fp["whole_host_rss_peak_gb"] < fp["split_host_rss_peak_gb"]
+
+
 def test_the_moe_preset_takes_the_memory_fraction_its_run_measured_faster_and_within_the_card():
     """config/presets.toml's moe mem_fraction is the one moe-budget/seed-mf90 ran against 0.85 on one machine: faster
     request by request, and its peak through a 30K prompt under the emulated 16 GiB (17.18 GB)."""
@@ -251,13 +270,31 @@ def test_a_placement_for_a_plan_without_the_hybrid_mode_is_said_unused():
     not silently dropped and not refused (a script may pass it to every card size)."""
     from vramkit.core.plan.request import PlanRequest
     from vramkit.launch.resolve import resolve
-    r = resolve(PlanRequest(preset="moe", gpu="h100-80gb", host_ram_gib=64, kt_placement="p.json"))
+    r = resolve(PlanRequest(preset="moe", gpu="h100-80gb", host_ram_gib=64, kt_placement="p.json",
+                            knobs={"kt_gpu_layers": "off"}))
     assert r.hybrid is None and any("--kt-placement p.json not used" in n for n in r.plan.notes)
-    small = resolve(PlanRequest(preset="moe", gpu="rtx-4060-ti-16gb", host_ram_gib=64, kt_placement="p.json"))
+    assert any("--kt-gpu-layers off not used" in n for n in r.plan.notes)       # asked for, so said too
+    assert not any("--kt-gpu-layers" in n for n in resolve(PlanRequest(preset="moe", gpu="h100-80gb")).plan.notes)
+    small = resolve(PlanRequest(preset="moe", gpu="rtx-4060-ti-16gb", host_ram_gib=64, kt_placement="p.json",
+                                knobs={"kt_gpu_layers": "off"}))
     assert small.hybrid is not None and small.hybrid.placement == "p.json"
     said = [n for n in small.plan.notes if "--kt-placement" in n]       # used, and what the estimate leaves out
     assert len(said) == 1 and f"first {small.plan.hybrid.num_gpu_experts} experts" in said[0]
     assert "does not count the placement" in said[0]
+
+
+def test_a_placement_under_the_preset_s_whole_layers_is_refused_before_start(tmp_path):
+    """The moe preset places whole layers: a GPU layer holds all its experts and a CPU layer none, so a map of which
+    experts sit on the GPU within a layer has nothing to place; the check fails and names the split."""
+    from vramkit.core.plan.request import PlanRequest
+    from vramkit.launch.resolve import resolve
+    f = tmp_path / "p.json"
+    f.write_text(kp.sglang_json([list(range(128))] * catalog.model(MOE).num_layers))
+    r = resolve(PlanRequest(preset="moe", gpu="rtx-4060-ti-16gb", host_ram_gib=64, kt_placement=str(f)))
+    assert r.plan.hybrid.gpu_layers > 0 and not any("--kt-placement" in n for n in r.plan.notes)
+    name, ok, detail = r.hybrid.placement_check()
+    assert (name, ok) == ("kt-placement", False) and detail.endswith(
+        "-> add --kt-gpu-layers off (the split) or start without --kt-placement")
 
 
 def test_the_check_counts_a_layer_whose_gpu_experts_are_only_reordered_as_unmoved(tmp_path, monkeypatch):

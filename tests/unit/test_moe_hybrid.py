@@ -92,7 +92,7 @@ def _probe(name: str) -> dict:
 
 
 def _h100_plan(method: str, n_gpu="auto", host: kt.HostCpu = H100_HOST, **knobs):
-    knobs = {"mem_fraction": 0.85} | knobs        # the preset's fraction when those runs ran (0.90 since)
+    knobs = {"mem_fraction": 0.85, "kt_gpu_layers": "off"} | knobs   # the preset as those runs ran (0.90, whole layers since)
     k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": method, "kt_num_gpu_experts": n_gpu} | knobs))
     t = Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * GiB), host=host,
                host_ram_available_bytes=100 * GiB)
@@ -146,7 +146,9 @@ def test_a_card_that_holds_every_expert_gets_no_hybrid_mode():
     assert any("every expert fits on the GPU" in n and "--kt-method AMXINT8 dropped" in n for n in p24.notes)
     assert p24.decode_tok_s_ceiling and p24.decode_tok_s == p24.decode_tok_s_ceiling
     assert p24.knobs.moe_kernel == "marlin" and "--quantization" not in sglang_args(model, p24, model_path="m", port=1)
-    p16 = plan(model, t("rtx-5060-ti-16gb"), k, catalog.engine(), with_alternatives=False)
+    # with N experts in every layer (the split) ...
+    ks = replace(k, kt_gpu_layers="off")
+    p16 = plan(model, t("rtx-5060-ti-16gb"), ks, catalog.engine(), with_alternatives=False)
     assert p16.hybrid is not None and 0 < p16.hybrid.num_gpu_experts < 128
     # ... which SGLang's marlin MoE kernel cannot run (moe-vs-llamacpp-gptq/k16-gptq.evidence.txt): the split
     # layers run on moe_wna16's triton kernel, which skips the CPU experts' masked ids
@@ -157,15 +159,23 @@ def test_a_card_that_holds_every_expert_gets_no_hybrid_mode():
     assert not any("this checkpoint is" in n for n in fp8_plan_notes(k, t))
     args = sglang_args(model, p16, model_path="m", port=1)
     assert args[args.index("--quantization") + 1] == "moe_wna16"
-    marlin = plan(model, t("rtx-5060-ti-16gb"), replace(k, moe_kernel="marlin"), catalog.engine(),
+    marlin = plan(model, t("rtx-5060-ti-16gb"), replace(ks, moe_kernel="marlin"), catalog.engine(),
                   with_alternatives=False)
     assert not marlin.fits and [r.kind for r in marlin.reasons] == ["sglang"] and "--moe-kernel wna16" in \
         marlin.reasons[0]
     # moe_wna16 keeps the checkpoint's packing (no marlin repack): the same experts, not more bytes
-    same_n = plan(model, t("rtx-5060-ti-16gb"), replace(k, moe_kernel="marlin",
+    same_n = plan(model, t("rtx-5060-ti-16gb"), replace(ks, moe_kernel="marlin",
                                                        kt_num_gpu_experts=p16.hybrid.num_gpu_experts),
                   catalog.engine(), with_alternatives=False)
     assert p16.weights_by_component["experts"] <= same_n.weights_by_component["experts"]
+    # the preset's whole layers split no layer: marlin (it decoded 1.05x moe_wna16 there, moe-budget/marlin), and
+    # an asked marlin is not refused
+    whole = plan(model, t("rtx-5060-ti-16gb"), k, catalog.engine(), with_alternatives=False)
+    assert whole.fits and whole.hybrid.gpu_layers > 0 and whole.knobs.moe_kernel == "marlin"
+    assert "--quantization" not in sglang_args(model, whole, model_path="m", port=1)
+    assert not any("moe_wna16" in n for n in whole.notes)
+    assert plan(model, t("rtx-5060-ti-16gb"), replace(k, moe_kernel="marlin"), catalog.engine(),
+                with_alternatives=False).fits
     fp8 = plan(catalog.model(FP8_MODEL), t("rtx-5060-ti-16gb"), k, catalog.engine(), with_alternatives=False)
     assert fp8.fits and fp8.hybrid is not None and fp8.knobs.moe_kernel is None   # SGLang has no choice there
     with pytest.raises(VramkitError, match="moe_wna16.*GPTQ/AWQ"):
@@ -488,7 +498,7 @@ def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
     assert main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60", "--host-ram-gib", "64",
                  "--cpu-isa", "amx", "--host-cores", "16", "--kt-cpuinfer", "14"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "FITS" in out and "experts/layer on the GPU" in out
+    assert "FITS" in out and "hybrid MoE: whole layers, the last 16 of 48 MoE layers' experts on the GPU" in out
     assert "an estimate (derived terms, fitted constants" in out and "with layer offload" in out
     assert "bandwidth ceiling" not in out
     assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 44" in out   # at the preset's 0.90
@@ -625,7 +635,7 @@ def test_a_moe_that_does_not_fit_is_offered_the_hybrid_mode_first(capsys):
 
 
 def test_host_ram_counts_sglang_beside_the_experts():
-    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT4"}))
+    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT4", "kt_gpu_layers": "off"}))   # the split
     model = catalog.model(FP8_MODEL)
 
     def fits(avail: int) -> bool:
@@ -745,10 +755,11 @@ def test_whole_layers_hold_only_the_cpu_layers_in_host_ram_and_sync_only_there()
     34, moe-budget.md), so a 30 GiB desktop that cannot hold every layer's experts fits; the estimate syncs on the
     CPU's layers and adds the fitted whole-layer step; the split plan offers it as an alternative."""
     t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=30 * GiB)
-    k = Knobs(**catalog.presets()["moe"].knobs)
+    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_gpu_layers": "off"}))
     m, e = catalog.model(FP8_MODEL), catalog.engine()
     split = plan(m, t, k, e)
     whole = plan(m, t, replace(k, kt_gpu_layers="auto"), e, with_alternatives=False)
+    assert catalog.presets()["moe"].knobs["kt_gpu_layers"] == "auto"      # the preset's own placement
     hs, hw = split.hybrid, whole.hybrid
     assert hs is not None and hw is not None and hs.gpu_layers == 0
     assert hw.num_gpu_experts == hs.num_gpu_experts and hw.gpu_layers == hs.num_gpu_experts * 48 // 128 > 0
@@ -761,6 +772,10 @@ def test_whole_layers_hold_only_the_cpu_layers_in_host_ram_and_sync_only_there()
     assert any("whole layers, the last" in n and kt.WHOLE_LAYER_SPREAD_NOTE in n for n in whole.notes)
     alt = [a for a in split.alternatives if a.knobs == {"kt_gpu_layers": "auto"}]
     assert len(alt) == 1 and alt[0].fits and kt.WHOLE_LAYER_SPEED in alt[0].cost
+    # and the way back: a whole-layer plan names the split with its host RAM (the split plan's own) and its cost
+    back = [n for n in whole.notes if n.startswith("--kt-gpu-layers off:")]
+    assert len(back) == 1 and kt.SPLIT_SPEED in back[0] and f"host RAM {hs.host_ram_bytes / GiB:.2f} GiB" in back[0]
+    assert not any("--kt-gpu-layers off" in n for n in split.notes)
 
 
 def test_whole_layers_reach_the_server_only_where_planned():
@@ -780,7 +795,7 @@ def test_the_host_ram_check_names_whole_layers_where_they_would_fit():
     whole layers would, it says so with their need, which is the whole-layer plan's own host RAM."""
     from vramkit.launch import hybrid
     t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=64 * GiB)
-    k = Knobs(**catalog.presets()["moe"].knobs)
+    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_gpu_layers": "off"}))
     split = plan(catalog.model(FP8_MODEL), t, k, catalog.engine(), with_alternatives=False)
     whole = plan(catalog.model(FP8_MODEL), t, replace(k, kt_gpu_layers="auto"), catalog.engine(),
                  with_alternatives=False)

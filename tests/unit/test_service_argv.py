@@ -33,8 +33,10 @@ def _clean_env(monkeypatch, tmp_path):
 def up_argv(capsys, preset: str) -> list[str]:
     assert main(["up", "--preset", preset, "--runtime", "native", *COMMON]) == 0
     out = capsys.readouterr().out
-    line = next(ln for ln in out.splitlines() if ln.startswith(sys.executable + " -m sglang.launch_server"))
-    return shlex.split(line)
+    words = next(w for ln in out.splitlines() if " -m sglang.launch_server" in ln for w in [shlex.split(ln)])
+    env = [w for w in words if "=" in w and w.split("=")[0].isupper() and w.startswith("VRAMKIT_")]
+    assert words[:len(env)] == env       # the adapter's settings lead the line; the unit has them as Environment=
+    return words[len(env):]
 
 
 def unit_argv(capsys, tmp_path, preset: str) -> list[str]:
@@ -59,6 +61,7 @@ def test_the_moe_unit_carries_the_weights_and_the_adapter(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "--kt-weight-path /srv/kt/weights" in out
     assert "PYTHONPATH=" in out and "services/sglang-kt/kt_compat" in out
+    assert "VRAMKIT_KT_GPU_LAYERS=auto" in out              # the preset's whole layers reach the unit too
 
 
 def test_install_refuses_where_up_refuses(capsys, tmp_path):

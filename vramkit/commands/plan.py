@@ -138,13 +138,16 @@ def render_plan(r: Resolved):
                     f"at {h.decode_context_tokens:,} tokens of context; derived terms, fitted constants "
                     f"(config/engine.toml kt_*); not a ceiling")
         rows[12] = ("host RAM", bytes2human(h.host_ram_bytes),
-                    f"all {h.num_experts} experts x {h.moe_layers} layers as {h.kt_method} "
+                    f"all {h.num_experts} experts x {h.moe_layers - h.gpu_layers} "
+                    + ("CPU layers" if h.gpu_layers else "layers") + f" as {h.kt_method} "
                     f"({bytes2human(h.host_experts_bytes)}) + SGLang's own "
                     f"({bytes2human(h.host_sglang_bytes)}, measured)")
         rows.insert(2, ("experts on GPU / CPU", f"{h.num_gpu_experts} / {h.num_experts - h.num_gpu_experts}",
                         f"per MoE layer; CPU: {h.kt_method} on {h.cpuinfer_threads} threads "
                         f"({h.cpu_cores} cores, {h.cpu_cores_source}), "
-                        f"{h.cpu_isa or 'no AVX2'} ({h.cpu_isa_source})"))
+                        f"{h.cpu_isa or 'no AVX2'} ({h.cpu_isa_source})"
+                        + (f"; as whole layers: the experts of the last {h.gpu_layers} of {h.moe_layers} all on the "
+                           "GPU, the others' all on the CPU" if h.gpu_layers else "")))
     for row in rows:
         t.add_row(*row)
     verdict = Text("FITS" if p.fits else "DOES NOT FIT", style="bold green" if p.fits else "bold red")

@@ -91,7 +91,7 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
         runs += [(preset_model, host_gpu, 15.31, {"kt_method": m})
                  for m in ("FP8", "AMXINT4", "AMXINT8", "LLAMAFILE_Q8_0")]
         # GPTQ-Int4 experts split per layer run on SGLang's moe_wna16 (--quantization moe_wna16 beside --kt-*)
-        runs += [(catalog.model(GPTQ_MOE), host_gpu, 15.31, {"kt_method": "AMXINT8"})]
+        runs += [(catalog.model(GPTQ_MOE), host_gpu, 15.31, {"kt_method": "AMXINT8", "kt_gpu_layers": "off"})]
         for model, gpu, free_gib, over in runs:
             knobs = Knobs(**(preset.knobs | over))
             host = h100_host if free_gib else hybrid.REFERENCE_HOST

@@ -25,6 +25,7 @@ KT_CONTAINER_DIR = "/kt-weights"
 KT_PLACEMENT_INSIDE = "/kt-placement.json"
 PLACEMENT_DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"   # "0": kt_compat's placement dispatch off (its docstring)
 LAYERS_ENV = knob_decl.by_name()["kt_gpu_layers"].env        # whole layers on the GPU (kt_compat's docstring)
+LAYERS_FLAG = knob_decl.by_name()["kt_gpu_layers"].cli_flag
 # The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
 # `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
 REFERENCE_HOST = kt.HostCpu(isa=reference.HOST_CPU_ISA, isa_source=reference.HOST_CPU_LABEL,
@@ -117,6 +118,10 @@ class Hybrid:
         from vramkit.core.plan import kt_placement as kp
         from vramkit.errors import VramkitError
         where = str(self.placement)
+        if self.plan.gpu_layers:    # whole layers: a GPU layer holds every expert, a CPU layer none to choose
+            return ("kt-placement", False, f"{where} places experts within each layer, and this plan puts whole "
+                                           f"layers' experts on the GPU -> add {LAYERS_FLAG} off (the split) or "
+                                           "start without --kt-placement")
         try:
             text = Path(where).read_text()
         except OSError as e:
@@ -162,7 +167,7 @@ class Hybrid:
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer"
                 + (f" of the {hp.moe_layers - hp.gpu_layers} CPU layers" if hp.gpu_layers else "") + f", {m}) + "
                 f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available"
-                + (f" -> {knob_decl.by_name()['kt_gpu_layers'].cli_flag} auto ({whole} whole layers on the GPU) "
+                + (f" -> {LAYERS_FLAG} auto ({whole} whole layers on the GPU) "
                    f"needs {whole_need / 2**30:.1f} GiB"
                    if not ram_ok and not hp.gpu_layers and whole and whole_need <= host_ram_available else ""))]
         gguf = kt.KT_METHODS[m].gguf_type

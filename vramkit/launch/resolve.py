@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from vramkit import catalog
 from vramkit.core.model.spec import GpuSpec, ModelSpec
 from vramkit.core.plan import kt_placement as kp
-from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.knobs import Knobs, by_name
 from vramkit.core.plan.planner import Plan, Target, plan, unasked_context
 from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
@@ -79,10 +79,14 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
     p = plan(model, target, knobs_obj, engine, candidates=tuple(catalog.models().values()))
     if context_note:
         p = replace(p, notes=(context_note, *p.notes))
+    layers_asked = dict(request.knobs).get("kt_gpu_layers")
+    if layers_asked is not None and p.hybrid is None and model.moe is not None:   # said, as --kt-placement is
+        p = replace(p, notes=(*p.notes, f"{by_name()['kt_gpu_layers'].cli_flag} {layers_asked} not used: this plan "
+                                        "keeps every expert on the GPU (no hybrid MoE mode)"))
     if request.kt_placement and p.hybrid is None:     # said, not refused: a script may pass it to every card size
         p = replace(p, notes=(*p.notes, f"--kt-placement {request.kt_placement} not used: this plan keeps every "
                                         "expert on the GPU (no hybrid MoE mode)"))
-    elif request.kt_placement and p.hybrid is not None:
+    elif request.kt_placement and p.hybrid is not None and not p.hybrid.gpu_layers:   # whole layers: its check refuses
         p = replace(p, notes=(*p.notes, f"--kt-placement {request.kt_placement}: the first {p.hybrid.num_gpu_experts} "
                                         "experts of each of its rows sit on the GPU (SGLang's --init-expert-location; "
                                         "the kit's kt-kernel adapter maps the router's ids to them); the decode "

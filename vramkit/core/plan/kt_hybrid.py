@@ -291,6 +291,11 @@ WHOLE_LAYER_SPREAD_NOTE = "all but one within 16 %; one decode after 30K at 0.61
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
                      "0.99x at 4 streams, 13 GB of host RAM against 34 (moe-budget.md)")
+# The split against whole layers on the moe preset's own checkpoint (FP8, AMXINT8, 12 threads), one machine
+# (moe-budget/best16; tests/unit/test_kt_placement.py holds it to moe-budget.json)
+SPLIT_SPEED = ("measured on the H100 host, the FP8 checkpoint at 16 GiB, 12 KT threads, against whole layers: 0.97x "
+               "single-stream, 1.00x at 4 streams, a first token 0.86x the time after 8K and 0.94x after 30K, 34.6 GB "
+               "of host RAM against 24.6 (moe-budget.md)")
 
 
 def whole_gpu_layers(num_gpu_experts: int, moe_layers: int, num_experts: int) -> int:
@@ -315,11 +320,15 @@ def wna16_problem(model: ModelSpec) -> str | None:
     return None
 
 
-def moe_kernel(model: ModelSpec, asked: str | None, num_gpu_experts: int | None) -> tuple[ModelSpec, str | None]:
+def moe_kernel(model: ModelSpec, asked: str | None, num_gpu_experts: int | None,
+               whole_layers: bool = False) -> tuple[ModelSpec, str | None]:
     """(the model with its experts' GPU layout set, the kernel to render: "marlin" / "wna16", None where SGLang
     has no choice). `asked`: the knob (None, as a resolved plan holds it where there was no choice: auto).
-    `num_gpu_experts`: the hybrid mode's N per layer (None: no hybrid mode). auto = moe_wna16 where a layer's
-    experts are split between the GPU and the CPU and it can run them, marlin otherwise."""
+    `num_gpu_experts`: the hybrid mode's N per layer (None: no hybrid mode). `whole_layers`: kt_gpu_layers = "auto",
+    where no layer is split (a GPU layer is SGLang's own MoE over every expert, a CPU layer skips its GPU kernel in
+    the adapter). auto = moe_wna16 where a layer's experts are split between the GPU and the CPU and it can run
+    them, marlin otherwise: with whole layers marlin decoded 1.05x moe_wna16 paired by prompt, 1.09x at 4 streams
+    (H100 host at 16 GiB, moe-budget/marlin)."""
     asked = asked or "auto"
     if asked not in MOE_KERNELS:
         raise VramkitError(f"--moe-kernel {asked!r} is not one of {', '.join(MOE_KERNELS)}",
@@ -330,7 +339,7 @@ def moe_kernel(model: ModelSpec, asked: str | None, num_gpu_experts: int | None)
                            Exit.BAD_INPUT)
     if q is None or q.method not in INT_MOE or moe is None:
         return model, None
-    split = num_gpu_experts is not None and 0 < num_gpu_experts < moe.num_experts
+    split = num_gpu_experts is not None and 0 < num_gpu_experts < moe.num_experts and not whole_layers
     kernel = asked if asked != "auto" else "wna16" if split and wna16_problem(model) is None else "marlin"
     return replace(model, quantization=replace(q, moe_kernel=kernel)), kernel
 

@@ -323,7 +323,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
             knobs = replace(knobs, kt_method=None, kt_cpuinfer="auto")
             n_gpu_experts = None
     # the GPU kernel of GPTQ/AWQ experts (it sets their layout): moe_wna16 where a layer is split, as SGLang needs
-    model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel, n_gpu_experts)
+    model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel, n_gpu_experts, knobs.kt_gpu_layers == "auto")
     if moe_kernel == "wna16":
         notes.append(kt.wna16_note(model, asked=knobs.moe_kernel == "wna16"))
     comps = weight_components(model, tp, mxfp4, gpu_experts=n_gpu_experts)
@@ -516,7 +516,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     need = knobs.context * max(1, knobs.concurrency)
 
     def kv_tokens(n: int) -> int:
-        priced, _ = kt.moe_kernel(model, knobs.moe_kernel, n)
+        priced, _ = kt.moe_kernel(model, knobs.moe_kernel, n, knobs.kt_gpu_layers == "auto")
         load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=n))
         weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
@@ -612,7 +612,9 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         cpu_cores_source=host.cores_source, gpu_layers=gpu_layers)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
-    if (bad_split := kt.split_problem(model, n)) is not None:
+    # whole layers split no layer: a GPU layer is SGLang's own MoE over every expert, a CPU layer skips its GPU
+    # kernel (the adapter), so an asked marlin is not refused there
+    if not gpu_layers and (bad_split := kt.split_problem(model, n)) is not None:
         reasons.append(Reason("sglang", bad_split))
     if (bad_chunk := kt.chunk_problem(planned, knobs.chunked_prefill)) is not None:
         reasons.append(Reason("sglang", bad_chunk))
@@ -645,6 +647,10 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
            f"{meth.spread_note} (benchmarks/results/gpu/kt-estimate.md)" if (spread := meth.estimate_spread) else "")
         + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
            if off_tok_s else ""))
+    if gpu_layers:      # the way back, with what it holds: kt-kernel keeps every layer's experts under the split
+        split_ram = hp.host_ram_bytes + moe.num_experts * gpu_layers * each
+        notes.append(f"{by_name()['kt_gpu_layers'].cli_flag} off: the same GPU experts in every layer (SGLang's own "
+                     f"split), host RAM {bytes2human(split_ram)}; " + kt.SPLIT_SPEED)
     return hp
 
 def gpu_known(target: Target) -> bool:
@@ -718,7 +724,8 @@ CHANGE_WORDS: dict[str, Callable[[Any], str]] = {
     "tp": lambda v: f"{v} GPUs with tensor parallelism ({_flag('tp')} {v})",
     "max_running": lambda v: f"{_flag('max_running')} {v}",
     "kt_method": lambda v: f"experts in host RAM ({_flag('kt_method')} {v}, {_flag('kt_num_gpu_experts')} auto)",
-    "kt_gpu_layers": lambda v: f"whole layers on the GPU ({by_name()['kt_gpu_layers'].cli_flag} {v})",
+    "kt_gpu_layers": lambda v: ("whole layers on the GPU" if v == "auto" else "N experts in every layer")
+    + f" ({by_name()['kt_gpu_layers'].cli_flag} {v})",
 }
 
 
