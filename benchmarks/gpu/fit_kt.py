@@ -180,6 +180,17 @@ POINTS = (
           f"{B}seed-layers/k16-wna16-layers-t10.probe.json", f"{B}seed-layers/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq",
           kv_splits=32),
+    # 2026-11-27, eleventh session (moe-budget/best16, one machine, seeded by name, medians of 3 rounds): the kit's
+    # best beside llama.cpp (GPTQ whole layers, 12 threads) and the preset's FP8 checkpoint split and as whole layers;
+    # then moe-budget/marlin, another machine: whole layers on moe_wna16 and on marlin
+    *(Point(f"{tag}", "held-out", f"{B}{pt}.json", f"{B}{pt}.probe.json", f"{B}{pt.split('/')[0]}/membw-anchor.json",
+            {"kt_method": "AMXINT8"}, rss_end_read=True, note=ANCHOR_SWEEP + "; every decode the median of 3 rounds",
+            gpu_checkpoint=ck, kv_splits=32)
+      for tag, pt, ck in (("int8-amx-16g-fp8-seed-d", "best16/k16-int8-split", "fp8"),
+                          ("layers-int8-amx-16g-fp8-seed-d", "best16/k16-int8-whole", "fp8"),
+                          ("layers-int8-amx-16g-gptq-seed-d-t12", "best16/k16-wna16-layers-t12", "gptq"),
+                          ("layers-int8-amx-16g-gptq-seed-e-t12", "marlin/k16-wna16-layers-t12", "gptq"),
+                          ("layers-int8-amx-16g-gptq-marlin-seed-e-t12", "marlin/k16-marlin-layers-t12", "gptq"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -208,6 +219,12 @@ def target_for(p: Point, free_bytes: int) -> Target:
                   host_ram_available_bytes=120 * GiB)
 
 
+def last_flag(args: list[str], flag: str) -> str | None:
+    """A flag's value as argparse keeps it: the last one given (the driver's base arguments, then a point's own)."""
+    at = [i for i, a in enumerate(args[:-1]) if a == flag]
+    return args[at[-1] + 1] if at else None
+
+
 def run_knobs(run: dict | None, p: Point) -> dict:
     """The knobs a run was started with: the point's, its `vramkit up` --kt-* flags, and the GPU experts the kit
     rendered for it (its plan JSON beside the point, when there is one: what ran, whatever today's planner says)."""
@@ -223,13 +240,12 @@ def run_knobs(run: dict | None, p: Point) -> dict:
     # the adapter's whole layers: by its environment or the knob's flag; every other committed run split each layer
     # (the moe preset's default until 2026-11-27's eleventh session; the driver passes --kt-gpu-layers off since)
     args = (run or {}).get("vramkit_up_args", [])
-    whole = run and ("VRAMKIT_KT_GPU_LAYERS=auto" in run.get("env", [])
-                     or "--kt-gpu-layers" in args and args[args.index("--kt-gpu-layers") + 1] == "auto")
+    whole = run and ("VRAMKIT_KT_GPU_LAYERS=auto" in run.get("env", []) or last_flag(args, "--kt-gpu-layers") == "auto")
     knobs.setdefault("kt_gpu_layers", "auto" if whole else "off")
     # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else moe_wna16: what auto gave every hybrid
     # GPTQ run until whole layers took marlin, 2026-11-27's eleventh session)
     if p.gpu_checkpoint == "gptq":
-        knobs.setdefault("moe_kernel", args[args.index("--moe-kernel") + 1] if "--moe-kernel" in args else "wna16")
+        knobs.setdefault("moe_kernel", last_flag(args, "--moe-kernel") or "wna16")
     if p.point and (RES / p.point.replace(".json", ".plan.json")).exists():
         ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
         if "num_gpu_experts" in ran:

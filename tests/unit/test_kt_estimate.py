@@ -85,6 +85,11 @@ KNOWN_MISSES = {
     # tokens and 8K; after 30K it decoded 18.5 tok/s, 0.54x its own decode after 8K (34.4), where the split server of
     # the same session decoded 31.5 (within 10 %): that one request, not the whole-layer term
     "layers-int8-amx-16g": "one decode after 30K at half the same server's rate after 8K: " + _PROMPT,
+    # 2026-11-27, eleventh session (moe-budget/best16): the preset's FP8 checkpoint + AMXINT8 on weights seeded by name,
+    # split and as whole layers, one machine, 12 threads: both decode 1.16-1.30x the estimate at every depth, the
+    # direction of every AMXINT8 miss above (the GPTQ whole-layer servers of the same machine are within 7 %)
+    "int8-amx-16g-fp8-seed-d": _INT8 + "; " + _SEEDED,
+    "layers-int8-amx-16g-fp8-seed-d": _INT8 + "; " + _SEEDED,
     # AMXINT4 at 16 GiB, the anchor session: its first decode after start (28.8 tok/s) was slower than its own decode
     # after 8K (34.6; 1.43x the estimate): scored since 2026-11-27 (see below), within 6 % at 8K and 30K
     "int4-amx-16g-b": "the first decode after start of one session: " + _PROMPT,
@@ -136,6 +141,9 @@ def test_the_plan_prints_the_measured_spread_for_a_method_the_estimate_misses():
             assert f"{min(apart):.2f}-{max(apart):.2f}x it" in m.spread_note and min(apart) > 1
 
 
+FP8_WHOLE_SEEDED = "layers-int8-amx-16g-fp8-seed-d"
+
+
 def test_the_plan_prints_the_whole_layer_spread_it_measured():
     """kt_hybrid.WHOLE_LAYER_SPREAD (printed beside a whole-layer estimate) is the held-out whole-layer runs'
     measured/estimate range rounded outward to 0.01, and the one fitted run is within 5 %."""
@@ -146,13 +154,17 @@ def test_the_plan_prints_the_whole_layer_spread_it_measured():
     lo, hi = kt.WHOLE_LAYER_SPREAD
     assert lo == pytest.approx(min(ratios), abs=0.01) and hi == pytest.approx(max(ratios), abs=0.01), ratios
     assert lo <= min(ratios) and max(ratios) <= hi
-    assert "all but one within 16 %" in kt.WHOLE_LAYER_SPREAD_NOTE and sorted(ratios)[1] >= 0.84   # the note's words
+    # the note's words: the FP8 checkpoint's seeded run apart (faster than estimated, as its split twin), the rest
+    fp8 = [1 / (1 + r["error"]) for r in rows if r["role"] == "held-out" and r["point"] == FP8_WHOLE_SEEDED]
+    rest = sorted(1 / (1 + r["error"]) for r in rows if r["role"] == "held-out" and r["point"] != FP8_WHOLE_SEEDED)
+    said = (f"one decode after 30K at {rest[0]:.2f}x; the FP8 checkpoint's per-layer-seeded run {min(fp8):.2f}-"
+            f"{max(fp8):.2f}x (faster, as its split twin); the other {len(rest) - 1} decodes {rest[1]:.2f}-{rest[-1]:.2f}x")
+    assert kt.WHOLE_LAYER_SPREAD_NOTE == said
     readme = " ".join((fit_kt.ROOT / "README.md").read_text().split())
     step_ms = result()["constants"]["kt_whole_layer_step_us"] / 1000
-    assert (f"fitted on that one 12-thread run ({step_ms:.2f} ms a token): the four other whole-layer runs" in readme
-            and len(layers) == 5)
-    assert (f"decoded {sorted(ratios)[1]:.2f}-{max(ratios):.2f}x the estimate but one decode after 30K at "
-            f"{min(ratios):.2f}x") in readme
+    assert (f"fitted on that one 12-thread run ({step_ms:.2f} ms a token): the {len(layers) - 1} other whole-layer "
+            "runs") in readme
+    assert f"decoded {min(ratios):.2f}-{max(ratios):.2f}x the estimate: {said}" in readme
     assert all(abs(r["error"]) < 0.05 for r in rows if r["role"] == "fit")
 
 
@@ -160,11 +172,15 @@ def test_the_plan_prints_the_whole_layer_spread_it_measured():
 # state. The GPTQ split's tree read 37.2-37.6 GiB in every reading until 2026-11-27's seventh session and 31.3-31.8 GiB
 # in some since (the seed runs: both states on one machine, one config; whole layers the same, 16.9 and 11.0 GiB); the
 # sampler that sums the processes naming sglang once a second never passed 31.9 GiB in those split runs, so the
-# ~5.9 GiB is in a process of the tree without sglang in its name (not identified). The plan follows the higher state:
-# 4-6.5 GiB over these readings.
+# ~5.9 GiB is in a process of the tree without sglang in its name: torch inductor's compile-worker pool (identified
+# 2026-11-27, eleventh session, from moe_point's per-process readings: test_the_two_rss_states_are_the_compile_pool).
+# The plan follows the higher state: 4-6.5 GiB over these readings.
 RSS_LOWER_STATE = {"int8-amx-16g-gptq-seed-b85": ("after", "peak"), "int8-amx-16g-gptq-seed-b90": ("after",),
                    "int8-amx-16g-gptq-seed-b-t10": ("after", "peak"), "int8-amx-16g-gptq-seed-c-t12": ("after", "peak"),
                    "layers-int8-amx-16g-gptq-seed-t12": ("after", "peak")}
+# A server that never starts that pool (whole layers on marlin: no triton MoE kernel to compile) reads the lower state
+# in both readings; the plan, fitted with the pool in SGLang's own share, is over by about the pool
+RSS_NO_COMPILE_POOL = {"layers-int8-amx-16g-gptq-marlin-seed-e-t12": ("after", "peak")}
 
 
 # KV pools the plan misses by more than 2 %, each with why (the test fails the day one is met)
@@ -177,7 +193,11 @@ KV_MISSES = {
     # split's 11.42 (the same session), and the plan keeps the split's layout (N experts in every layer), so its pool is
     # 4,702 tokens short: -12.2 %, on the safe side (with the GPTQ-Int4 checkpoint the two loads differ by 0.04 GiB
     # and the whole-layer pools are within 0.7 %)
-    "layers-int4-amx-16g": 0.13, "layers-int8-amx-16g": 0.13,
+    "layers-int4-amx-16g": 0.13, "layers-int8-amx-16g": 0.13, "layers-int8-amx-16g-fp8-seed-d": 0.13,
+    # whole layers on marlin (93 experts a layer -> 34 whole layers): the plan replays marlin's N-per-layer load, 2.2 %
+    # over the log's weights, and the pool beside it is 14.2 % short, on the safe side (its GPU peak: 16.20 GB against
+    # the moe_wna16 twin's 16.38)
+    "layers-int8-amx-16g-gptq-marlin-seed-e-t12": 0.15,
 }
 
 
@@ -188,7 +208,7 @@ def test_memory_within_the_bars_on_every_run():
         assert abs(q["plan_weights_gib"] / q["weights_gib"] - 1) < 0.03, q["name"]
         kv = abs(q["plan_kv_tokens"] / q["kv_tokens"] - 1)
         assert (0.02 <= kv < KV_MISSES[q["name"]]) if q["name"] in KV_MISSES else kv < 0.02, q["name"]
-        low = RSS_LOWER_STATE.get(q["name"], ())
+        low = RSS_LOWER_STATE.get(q["name"], RSS_NO_COMPILE_POOL.get(q["name"], ()))
         for which, key, read in (("after", "rss_error", "rss_after_start_bytes"), ("peak", "rss_peak_error",
                                                                                   "rss_peak_bytes")):
             if q.get(key) is None:
@@ -208,6 +228,23 @@ def test_the_rss_lower_state_is_one_of_two_on_the_same_config():
     for name in RSS_LOWER_STATE:
         assert any(h["gpu_experts"] == pts[name]["gpu_experts"] and h["plan_rss_bytes"] == pts[name]["plan_rss_bytes"]
                    and h["gpu_layers"] == pts[name]["gpu_layers"] for h in high), name
+
+
+def _pool(rel: str, reading: str) -> tuple[int, int]:
+    """(processes, RSS bytes) of torch inductor's compile workers in one reading of a point's server tree."""
+    d = json.loads((fit_kt.RES / f"moe-budget/{rel}.json").read_text())
+    pool = [p for p in d[f"host_rss_{reading}_by_process"] if "torch/_inductor/compile_worker" in p["cmdline"]]
+    return len(pool), sum(p["rss"] for p in pool)
+
+
+def test_the_two_rss_states_are_the_compile_pool():
+    """The tree's two RSS states: right after start a moe_wna16 server holds torch inductor's compile-worker pool (one
+    worker and a subprocess per CPU of the 16-core host, started to compile its triton kernels); by the probe's end the
+    subprocesses are gone, which is the ~5.9 GiB between the states. The marlin server compiles nothing there."""
+    for rel in ("best16/k16-wna16-layers-t12", "marlin/k16-wna16-layers-t12"):
+        (n0, b0), (n1, b1) = _pool(rel, "after_start"), _pool(rel, "end")
+        assert (n0, n1) == (17, 1) and 5.5 * GiB <= b0 - b1 <= 6.2 * GiB, (rel, b0, b1)
+    assert _pool("marlin/k16-marlin-layers-t12", "after_start") == _pool("marlin/k16-marlin-layers-t12", "end") == (0, 0)
 
 
 def test_a_decode_slower_than_its_own_longer_context_one_is_noted_and_scored():
