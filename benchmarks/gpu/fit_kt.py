@@ -20,6 +20,7 @@ it equals this fit and that every held-out run is within the issue's bars.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -250,6 +251,10 @@ def run_knobs(run: dict | None, p: Point) -> dict:
         ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
         if "num_gpu_experts" in ran:
             knobs.setdefault("kt_num_gpu_experts", int(ran["num_gpu_experts"]))
+    elif p.point and (up := RES / p.point.replace(".json", ".up.txt")).exists():     # `vramkit up`'s plan table
+        m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / \d+", up.read_text(errors="replace"))
+        if m:
+            knobs.setdefault("kt_num_gpu_experts", int(m.group(1)))
     return knobs
 
 

@@ -501,7 +501,8 @@ def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
     assert "FITS" in out and "hybrid MoE: whole layers, the last 16 of 48 MoE layers' experts on the GPU" in out
     assert "an estimate (derived terms, fitted constants" in out and "with layer offload" in out
     assert "bandwidth ceiling" not in out
-    assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 44" in out   # at the preset's 0.90
+    # at the preset's 0.90: 16 whole layers, rendered as the largest N the adapter turns into 16 (45 x 48 // 128)
+    assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 45" in out
     assert "AMXINT8 is lossy" in out and "kt-accuracy.md" in out     # the converted default says so
 
 
@@ -510,8 +511,8 @@ def test_plan_json_has_the_hybrid_figures(capsys):
                  "--host-ram-gib", "64", "--cpu-isa", "amx"]) == 0
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
-    assert d["fits"] and h["num_gpu_experts"] == 44 and h["kt_method"] == "AMXINT8" and h["lossy"]
-    assert d["knobs"]["kt_num_gpu_experts"] == 44 and d["knobs"]["kt_cpuinfer"] != "auto"
+    assert d["fits"] and h["num_gpu_experts"] == 45 and h["gpu_layers"] == 16 and h["kt_method"] == "AMXINT8"
+    assert h["lossy"] and d["knobs"]["kt_num_gpu_experts"] == 45 and d["knobs"]["kt_cpuinfer"] != "auto"
     assert h["decode_tok_s"] > 10 * h["layer_offload_decode_tok_s"]
     assert d["decode_tok_s_ceiling"] is None       # a fitted estimate is not a bandwidth ceiling
     assert h["host_read_source"] == "--host-read-gbs" and h["cpu_isa_source"] == "--cpu-isa"
@@ -762,7 +763,9 @@ def test_whole_layers_hold_only_the_cpu_layers_in_host_ram_and_sync_only_there()
     assert catalog.presets()["moe"].knobs["kt_gpu_layers"] == "auto"      # the preset's own placement
     hs, hw = split.hybrid, whole.hybrid
     assert hs is not None and hw is not None and hs.gpu_layers == 0
-    assert hw.num_gpu_experts == hs.num_gpu_experts and hw.gpu_layers == hs.num_gpu_experts * 48 // 128 > 0
+    # planned as the adapter loads them (all of a GPU layer's experts, none of a CPU layer's), at least the split's
+    # share as whole layers, rendered as the N the adapter turns into that many
+    assert hw.gpu_layers == hw.num_gpu_experts * 48 // 128 >= hs.num_gpu_experts * 48 // 128 > 0
     assert hw.host_experts_bytes * 48 == hs.host_experts_bytes * (48 - hw.gpu_layers)
     assert not split.fits and [r.kind for r in split.reasons] == ["host_ram"] and whole.fits
     assert hw.decode_sync_s == pytest.approx((48 - hw.gpu_layers) * e.kt.layer_sync_s)
@@ -806,3 +809,14 @@ def test_the_host_ram_check_names_whole_layers_where_they_would_fit():
         f"{whole.hybrid.host_ram_bytes / GiB:.1f} GiB" in ram[1]
     too_small = {n: text for n, _, text in hy.checks(20 * GiB)}["kt-host-ram"]     # neither fits: no way out named
     assert "--kt-gpu-layers" not in too_small
+
+
+def test_whole_layers_are_planned_as_the_adapter_loads_them():
+    """kt.gpu_expert_counts: every expert of the last N x layers // experts decoder layers, none of the others (the
+    adapter's auto), which weight_layout sums as it sums N in every layer; the split keeps N."""
+    from vramkit.core.memory.costs import weight_components
+    m = catalog.model(FP8_MODEL)
+    counts = kt.gpu_expert_counts(45, m.num_layers, 128, True)
+    assert counts == (0,) * 32 + (128,) * 16 and kt.gpu_expert_counts(45, m.num_layers, 128, False) == 45
+    one = weight_components(m, gpu_experts=1)["experts"]           # one expert in each of the 48 layers
+    assert weight_components(m, gpu_experts=counts)["experts"] == 16 * 128 * one // 48

@@ -13,7 +13,7 @@ KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e
 
 
 def weight_components(model: ModelSpec, tp: int = 1, mxfp4_backend: str = "triton_kernels",
-                      gpu_experts: int | None = None) -> dict[str, int]:
+                      gpu_experts: int | tuple[int, ...] | None = None) -> dict[str, int]:
     """Checkpoint bytes per TP rank by component (core/model/arch.py lists every tensor). Column-parallel linears
     split their outputs, row-parallel their inputs, the vocabulary is split; norms, routers are replicated;
     every routed expert is on every rank with its intermediate size split (the hybrid MoE mode: the

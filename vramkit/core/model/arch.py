@@ -111,7 +111,7 @@ def mxfp4_backend_for(compute_capability: tuple[int, int] | None) -> str:
 
 class _Builder:
     def __init__(self, model: ModelSpec, tp: int, sm_count: int = CALIBRATION_HOST_SMS,
-                 mxfp4_backend: str = "triton_kernels", gpu_experts: int | None = None):
+                 mxfp4_backend: str = "triton_kernels", gpu_experts: int | tuple[int, ...] | None = None):
         self.m, self.tp, self.sms = model, max(1, tp), sm_count
         self.gpu_experts = gpu_experts
         self.mxfp4 = mxfp4_backend
@@ -332,7 +332,9 @@ def _mlp(b: _Builder, i: int) -> list[Param]:
     router = b.linear("router", f"{p}.gate", h, moe.num_experts, bias=moe.router_bias, quant=False)
     # SGLang's KTransformers path (kt_ep_wrapper.KTEPWrapperMethod.create_weights): the wrapped GPU method
     # creates the fused tensors for experts 0..N-1 only; the router still scores all of them
-    num = moe.num_experts if b.gpu_experts is None else b.gpu_experts
+    # (whole layers, the kit's adapter: one count per decoder layer, all or none)
+    num = moe.num_experts if b.gpu_experts is None else \
+        b.gpu_experts[i] if isinstance(b.gpu_experts, tuple) else b.gpu_experts
     experts = b.experts(f"{p}.experts", num, h, moe.expert_intermediate // tp)
     out = router + experts if m.mla is not None else experts + router
     if moe.shared_intermediate:
@@ -372,10 +374,11 @@ _LAYOUTS_MAX = 2048
 
 
 def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = CALIBRATION_HOST_SMS,
-                  mxfp4_backend: str = "triton_kernels", gpu_experts: int | None = None) -> WeightLayout:
+                  mxfp4_backend: str = "triton_kernels",
+                  gpu_experts: int | tuple[int, ...] | None = None) -> WeightLayout:
     """Every parameter per rank, in module order. `gpu_experts`: the KTransformers hybrid mode's N (routed
-    experts per MoE layer on the GPU; None = all of them). Memoized: ModelSpec holds a dict (rope_scaling), so
-    the key is its repr, which spells every field."""
+    experts per MoE layer on the GPU; None = all of them), or one count per decoder layer (whole layers).
+    Memoized: ModelSpec holds a dict (rope_scaling), so the key is its repr, which spells every field."""
     key = (repr(model), tp, context_len, sm_count, mxfp4_backend, gpu_experts)
     layout = _LAYOUTS.get(key)
     if layout is None:
@@ -386,7 +389,7 @@ def weight_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int = C
 
 
 def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mxfp4_backend: str,
-                  gpu_experts: int | None) -> WeightLayout:
+                  gpu_experts: int | tuple[int, ...] | None) -> WeightLayout:
     b = _Builder(model, tp, sm_count, mxfp4_backend, gpu_experts)
     h = model.hidden_size
     emb = vocab_rank(model, b.tp) * h * model.dtype_bytes

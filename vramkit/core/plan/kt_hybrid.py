@@ -305,6 +305,17 @@ def whole_gpu_layers(num_gpu_experts: int, moe_layers: int, num_experts: int) ->
     return num_gpu_experts * moe_layers // num_experts
 
 
+def gpu_expert_counts(num_gpu_experts: int, num_layers: int, num_experts: int,
+                      whole_layers: bool) -> int | tuple[int, ...]:
+    """What the GPU allocates for experts, as core/model/arch.py's weight_layout takes it: N in every MoE layer, or
+    with whole layers every expert of the last N x layers // experts decoder layers and none of the others (the
+    adapter builds a GPU layer without KT and gives a CPU layer 0 GPU experts; services/sglang-kt/kt_compat)."""
+    if not whole_layers:
+        return num_gpu_experts
+    first = num_layers - whole_gpu_layers(num_gpu_experts, num_layers, num_experts)
+    return tuple(num_experts if i >= first else 0 for i in range(num_layers))
+
+
 INT_MOE = ("gptq", "awq")
 
 

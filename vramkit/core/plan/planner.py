@@ -326,8 +326,10 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel, n_gpu_experts, knobs.kt_gpu_layers == "auto")
     if moe_kernel == "wna16":
         notes.append(kt.wna16_note(model, asked=knobs.moe_kernel == "wna16"))
-    comps = weight_components(model, tp, mxfp4, gpu_experts=n_gpu_experts)
-    layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=n_gpu_experts)
+    counts = None if n_gpu_experts is None or model.moe is None else kt.gpu_expert_counts(
+        n_gpu_experts, model.num_layers, model.moe.num_experts, knobs.kt_gpu_layers == "auto")
+    comps = weight_components(model, tp, mxfp4, gpu_experts=counts)
+    layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=counts)
     layer_sizes = layout.layer_bytes
     layer_bytes = sum(layer_sizes)
     if offload_req == "auto":
@@ -516,8 +518,10 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     need = knobs.context * max(1, knobs.concurrency)
 
     def kv_tokens(n: int) -> int:
-        priced, _ = kt.moe_kernel(model, knobs.moe_kernel, n, knobs.kt_gpu_layers == "auto")
-        load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=n))
+        whole = knobs.kt_gpu_layers == "auto"
+        priced, _ = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
+        counts = kt.gpu_expert_counts(n, model.num_layers, e, whole)
+        load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts))
         weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
 
@@ -560,8 +564,9 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     each = kt.cpu_expert_bytes(model, planned)
     # whole layers (kt_gpu_layers = "auto"): the GPU's layers are built without KT, so kt-kernel holds the CPU's
     # layers only; split: every expert of every layer, the GPU's share included (ktransformers #2084). The GPU side
-    # stays planned as N experts in every layer, the same count within one layer's rounding (measured on the H100
-    # host: the GPTQ-Int4 load 0.04 GiB over the split's, the FP8 one 0.19 GiB under; kt-estimate.md)
+    # is planned as the adapter loads it (kt.gpu_expert_counts: all of a GPU layer's experts, none of a CPU
+    # layer's), which the H100 host's loads follow: the GPTQ-Int4 one 0.04 GiB over the split's, the FP8 one 0.19
+    # GiB under it, where N experts in every layer had planned FP8's pool 12 % short (kt-estimate.md)
     gpu_layers = kt.whole_gpu_layers(n, moe.num_moe_layers, moe.num_experts) if knobs.kt_gpu_layers == "auto" else 0
     kt_layers = moe.num_moe_layers - gpu_layers
     experts_host = moe.num_experts * kt_layers * each
