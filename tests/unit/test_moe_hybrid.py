@@ -503,6 +503,7 @@ def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
     assert "bandwidth ceiling" not in out
     # at the preset's 0.90: 16 whole layers, rendered as the largest N the adapter turns into 16 (45 x 48 // 128)
     assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 45" in out
+    assert "in the server's environment: VRAMKIT_KT_GPU_LAYERS=auto" in out     # what turns 45 into 16 layers
     assert "AMXINT8 is lossy" in out and "kt-accuracy.md" in out     # the converted default says so
 
 
@@ -513,6 +514,7 @@ def test_plan_json_has_the_hybrid_figures(capsys):
     h = d["hybrid"]
     assert d["fits"] and h["num_gpu_experts"] == 45 and h["gpu_layers"] == 16 and h["kt_method"] == "AMXINT8"
     assert h["lossy"] and d["knobs"]["kt_num_gpu_experts"] == 45 and d["knobs"]["kt_cpuinfer"] != "auto"
+    assert d["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto"}
     assert h["decode_tok_s"] > 10 * h["layer_offload_decode_tok_s"]
     assert d["decode_tok_s_ceiling"] is None       # a fitted estimate is not a bandwidth ceiling
     assert h["host_read_source"] == "--host-read-gbs" and h["cpu_isa_source"] == "--cpu-isa"

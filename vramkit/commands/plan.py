@@ -189,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
             con.print(item)
         # shell-quoted: pasted into a shell, a JSON override stays one argument
         con.print("[bold]SGLang arguments:[/bold] " + escape(shell_line(plan_args(r))), soft_wrap=True)
+        if r.hybrid is not None and (env := r.hybrid.adapter_env()):     # the kit's adapter reads these, not SGLang
+            con.print("[bold]in the server's environment:[/bold] "
+                      + escape(" ".join(f"{k}={v}" for k, v in env.items())), soft_wrap=True)
     return 0 if r.plan.fits else int(Exit.NO_FIT)
 
 

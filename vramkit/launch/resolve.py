@@ -199,4 +199,5 @@ def plan_json(r: Resolved) -> dict:
     d["sglang_args"] = plan_args(r)
     if r.hybrid is not None:
         d["hybrid"] |= r.hybrid.to_json()
+        d["server_env"] = r.hybrid.adapter_env()      # the kit's adapter's settings (VRAMKIT_KT_GPU_LAYERS)
     return d
