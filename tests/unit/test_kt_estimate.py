@@ -86,7 +86,7 @@ KNOWN_MISSES = {
     # the same session decoded 31.5 (within 10 %): that one request, not the whole-layer term
     "layers-int8-amx-16g": "one decode after 30K at half the same server's rate after 8K: " + _PROMPT,
     # 2026-11-27, eleventh session (moe-budget/best16): the preset's FP8 checkpoint + AMXINT8 on weights seeded by name,
-    # split and as whole layers, one machine, 12 threads: both decode 1.16-1.30x the estimate at every depth, the
+    # split and as whole layers, one machine, 12 threads: both decode 1.19-1.30x the estimate at every depth, the
     # direction of every AMXINT8 miss above (the GPTQ whole-layer servers of the same machine are within 7 %)
     "int8-amx-16g-fp8-seed-d": _INT8 + "; " + _SEEDED,
     "layers-int8-amx-16g-fp8-seed-d": _INT8 + "; " + _SEEDED,
