@@ -368,9 +368,15 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
     fp8 = rows.get("FP8 (GPU)")         # the FP8 checkpoint alone, every expert on the GPU, the same proxy
     r = k8["decode_tok_s"] / l8["decode_tok_s"]
     pace = "about as fast as" if abs(1 - r) <= 0.2 else f"at {r:.2f}x the rate of"   # the kit's spread: a fifth
+    budget = REPO_ROOT / MOE_BUDGET
+    fp = (json.loads(budget.read_text()).get("seeded", {}).get("best16", {}).get("fp8") if budget.exists() else None)
+    now = (f" The preset now places whole layers, which decoded "
+           f"{fp['paired_whole_with_split']['single_median']:.2f}x that split paired by prompt on another machine "
+           f"({fp['paired_whole_with_split']['four_median']:.2f}x at 4 streams; `moe-budget/best16`)."
+           if fp else "")
     return ["", f"**Which to run on a 16 GB card** (the rows above, the proxy's errors beside them): the kit's preset "
-                f"({k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error) decodes one stream {pace} "
-                f"llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which errs "
+                f"(its Q8_0-peer row, split: {k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error) decodes "
+                f"one stream {pace} llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which errs "
                 + ("less" if e_q8 < e_pre else "more")
                 + (f" (the FP8 checkpoint on its own errs {_mean_error(fp8):.1f} %)" if fp8 else "")
                 + f" and answers a 30K-token prompt in {l8['ttft_30k_s']:.1f} s against {k8['ttft_30k_s']:.1f}; "
@@ -380,7 +386,7 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
                 f"{l4['decode_tok_s'] / k8['decode_tok_s']:.1f}x the preset, at {e_q4:.1f} %; the kit's fastest 16 GB "
                 f"configuration ({k4['settings']['point']}) {k4['decode_tok_s']:.1f} tok/s at {e_gptq:.1f} %"
                 + (", before its deferred experts, which change the computation further." if
-                   "deferred-experts-per-token" in k4["settings"]["vramkit_up"] else ".")]
+                   "deferred-experts-per-token" in k4["settings"]["vramkit_up"] else ".") + now]
 
 
 def settings_table() -> list[str]:

@@ -39,13 +39,15 @@ def test_the_16_gb_choice_is_worded_from_the_comparisons(tmp_path, monkeypatch):
     res = generated.REPO_ROOT / "benchmarks" / "results" / "gpu"
     dst = tmp_path / "benchmarks" / "results" / "gpu"
     for rel in ("moe-vs-llamacpp-16g.json", "moe-vs-llamacpp-q8-16g.json", "peer-accuracy/accuracy-cpu.json",
-                "kt-llamafile/accuracy-cpu.json"):
+                "kt-llamafile/accuracy-cpu.json", "moe-budget.json"):
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(res / rel, dst / rel)
     monkeypatch.setattr(generated, "REPO_ROOT", tmp_path)
     text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
     q8 = json.loads((dst / "moe-vs-llamacpp-q8-16g.json").read_text())
-    assert "about as fast as" in text and f"({q8['engines']['vramkit']['decode_tok_s']:.1f} tok/s," in text
+    assert "about as fast as" in text and f"split: {q8['engines']['vramkit']['decode_tok_s']:.1f} tok/s," in text
+    fp = json.loads((dst / "moe-budget.json").read_text())["seeded"]["best16"]["fp8"]["paired_whole_with_split"]
+    assert f"The preset now places whole layers, which decoded {fp['single_median']:.2f}x that split" in text
     q8["engines"]["vramkit"]["decode_tok_s"] = 0.5 * q8["engines"]["llamacpp"]["decode_tok_s"]
     (dst / "moe-vs-llamacpp-q8-16g.json").write_text(json.dumps(q8))
     text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
