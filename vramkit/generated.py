@@ -376,7 +376,8 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
            if fp else "")
     return ["", f"**Which to run on a 16 GB card** (the rows above, the proxy's errors beside them): the kit's preset "
                 f"(its Q8_0-peer row, split: {k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error) decodes "
-                f"one stream {pace} llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which errs "
+                f"one stream {pace} llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which "
+                "errs "
                 + ("less" if e_q8 < e_pre else "more")
                 + (f" (the FP8 checkpoint on its own errs {_mean_error(fp8):.1f} %)" if fp8 else "")
                 + f" and answers a 30K-token prompt in {l8['ttft_30k_s']:.1f} s against {k8['ttft_30k_s']:.1f}; "
