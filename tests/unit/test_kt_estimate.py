@@ -178,7 +178,7 @@ def test_the_plan_prints_the_whole_layer_spread_it_measured():
 RSS_LOWER_STATE = {"int8-amx-16g-gptq-seed-b85": ("after", "peak"), "int8-amx-16g-gptq-seed-b90": ("after",),
                    "int8-amx-16g-gptq-seed-b-t10": ("after", "peak"), "int8-amx-16g-gptq-seed-c-t12": ("after", "peak"),
                    "layers-int8-amx-16g-gptq-seed-t12": ("after", "peak")}
-# A server that never starts that pool (whole layers on marlin: no triton MoE kernel to compile) reads the lower state
+# A server that never starts that pool (whole layers on marlin, measured once) reads the lower state
 # in both readings; the plan, fitted with the pool in SGLang's own share, is over by about the pool
 RSS_NO_COMPILE_POOL = {"layers-int8-amx-16g-gptq-marlin-seed-e-t12": ("after", "peak")}
 
@@ -237,8 +237,10 @@ def _pool(rel: str, reading: str) -> tuple[int, int]:
 
 def test_the_two_rss_states_are_the_compile_pool():
     """The tree's two RSS states: right after start a moe_wna16 server holds torch inductor's compile-worker pool (one
-    worker and a subprocess per CPU of the 16-core host, started to compile its triton kernels); by the probe's end the
-    subprocesses are gone, which is the ~5.9 GiB between the states. The marlin server compiles nothing there."""
+    worker and a subprocess per CPU of the 16-core host: inductor's, behind a torch.compile'd function; SGLang
+    0.5.15.post1's MoE path has several, kt_ep_wrapper.py's mask_cpu_expert_ids and topk.py's, and which one each
+    config runs was not traced); by the probe's end the subprocesses are gone, which is the ~5.9 GiB between the
+    states. The marlin whole-layer server started none."""
     for rel in ("best16/k16-wna16-layers-t12", "marlin/k16-wna16-layers-t12"):
         (n0, b0), (n1, b1) = _pool(rel, "after_start"), _pool(rel, "end")
         assert (n0, n1) == (17, 1) and 5.5 * GiB <= b0 - b1 <= 6.2 * GiB, (rel, b0, b1)
