@@ -159,9 +159,8 @@ class Hybrid:
                              f": {kt.source_build_text(m, self.here_isa)}"
                              if self.here_isa == "avx2" and m in kt.AVX2_SOURCE else ""))
         ram_ok = host_ram_available >= hp.host_ram_bytes
-        whole = kt.whole_gpu_layers(hp.num_gpu_experts, hp.moe_layers, hp.num_experts)
         # the split's way out: the same GPU experts as whole layers, kt-kernel holding the CPU's layers only
-        whole_need = hp.host_ram_bytes - hp.host_experts_bytes * whole // hp.moe_layers
+        whole, whole_need = hp.other_placement
         out = [("cpu-isa", *cpu), *([self.placement_check()] if self.placement else []),
                ("kt-host-ram", ram_ok,
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer"

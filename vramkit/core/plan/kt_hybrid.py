@@ -658,6 +658,17 @@ class HybridSection:
         """The server tree's RSS right after start: the need plus the mapped checkpoint pages."""
         return self.host_ram_bytes + self.host_checkpoint_bytes
 
+    @property
+    def other_placement(self) -> tuple[int, int]:
+        """(whole GPU layers, host RAM) of the same GPU experts placed the other way: a split's as whole layers
+        (kt-kernel then holds the CPU's layers only), whole layers' as N in every layer (every layer's experts)."""
+        cpu_layers = self.moe_layers - self.gpu_layers
+        one_layer = self.host_experts_bytes // cpu_layers if cpu_layers else 0     # one layer's experts, as held
+        if self.gpu_layers:
+            return 0, self.host_ram_bytes + one_layer * self.gpu_layers
+        whole = whole_gpu_layers(self.num_gpu_experts, self.moe_layers, self.num_experts)
+        return whole, self.host_ram_bytes - one_layer * whole
+
 
 def parse_cpu_isa(raw: object) -> str:
     """--cpu-isa: one of CPU_ISAS (one line and exit 64 otherwise)."""

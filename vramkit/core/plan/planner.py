@@ -653,9 +653,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
            if off_tok_s else ""))
     if gpu_layers:      # the way back, with what it holds: kt-kernel keeps every layer's experts under the split
-        split_ram = hp.host_ram_bytes + moe.num_experts * gpu_layers * each
         notes.append(f"{by_name()['kt_gpu_layers'].cli_flag} off: the same GPU experts in every layer (SGLang's own "
-                     f"split), host RAM {bytes2human(split_ram)}; " + kt.SPLIT_SPEED)
+                     f"split), host RAM {bytes2human(hp.other_placement[1])}; " + kt.SPLIT_SPEED)
     return hp
 
 def gpu_known(target: Target) -> bool:
