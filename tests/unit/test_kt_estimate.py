@@ -144,6 +144,13 @@ def test_the_plan_prints_the_measured_spread_for_a_method_the_estimate_misses():
 FP8_WHOLE_SEEDED = "layers-int8-amx-16g-fp8-seed-d"
 
 
+def test_the_methods_the_plan_calls_measured_with_whole_layers_ran_with_them():
+    """kt_hybrid.WHOLE_LAYER_METHODS (a whole-layer plan with any other method says it is unmeasured) is exactly the
+    CPU methods of the committed whole-layer servers."""
+    from vramkit.core.plan import kt_hybrid as kt
+    assert set(kt.WHOLE_LAYER_METHODS) == {q["method"] for q in result()["points"] if q["gpu_layers"]}
+
+
 def test_the_plan_prints_the_whole_layer_spread_it_measured():
     """kt_hybrid.WHOLE_LAYER_SPREAD (printed beside a whole-layer estimate) is the held-out whole-layer runs'
     measured/estimate range rounded outward to 0.01, and the one fitted run is within 5 %."""

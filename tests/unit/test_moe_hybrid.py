@@ -534,6 +534,11 @@ def test_plan_preset_moe_for_a_desktop_cpu(capsys, isa):
     assert rc == 0 and h["cpu_isa"] == isa and h["kt_kernel"] == v.kt_kernel_for(isa)
     assert h["kt_method"] == ("AMXINT8" if isa == "avx512" else "LLAMAFILE_Q8_0")
     assert h["kt_variant"] == ("avx512_bf16" if isa == "avx512" else "avx2") and h["lossy"]
+    # the preset's whole layers ran with AMXINT8, not with LLAMAFILE_Q8_0: the avx2 plan says so and names the split
+    unmeasured = [n for n in d["notes"] if n.startswith("whole layers with")]
+    assert unmeasured == ([] if isa == "avx512" else ["whole layers with LLAMAFILE_Q8_0 were not run on a GPU (AMXINT4 "
+                          "and AMXINT8 were: benchmarks/results/gpu/kt-estimate.md); --kt-gpu-layers off gives the "
+                          "split, as LLAMAFILE_Q8_0 was measured"])
 
 
 def test_deepseek_v2_lite_plans_with_bf16_cpu_experts(capsys):

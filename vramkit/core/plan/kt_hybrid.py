@@ -292,6 +292,9 @@ WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.61x; the FP8 checkpoint's 
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
                      "0.99x at 4 streams, 13 GB of host RAM against 34 (moe-budget.md)")
+# The CPU methods run with whole layers on the GPU host (fit_kt.py's whole-layer points; tests/unit/test_kt_estimate.py
+# holds this to them): a whole-layer plan with another method says it is unmeasured
+WHOLE_LAYER_METHODS = ("AMXINT4", "AMXINT8")
 # The split against whole layers on the moe preset's own checkpoint (FP8, AMXINT8, 12 threads), one machine
 # (moe-budget/best16; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 SPLIT_SPEED = ("measured on the H100 host, the FP8 checkpoint at 16 GiB, 12 KT threads, against whole layers: 0.97x "
