@@ -823,7 +823,8 @@ def test_whole_layers_are_planned_as_the_adapter_loads_them():
     adapter's auto), which weight_layout sums as it sums N in every layer; the split keeps N."""
     from vramkit.core.memory.costs import weight_components
     m = catalog.model(FP8_MODEL)
-    counts = kt.gpu_expert_counts(45, m.num_layers, 128, True)
-    assert counts == (0,) * 32 + (128,) * 16 and kt.gpu_expert_counts(45, m.num_layers, 128, False) == 45
+    counts = kt.gpu_expert_counts(m, 45, True)
+    assert counts == (0,) * 32 + (128,) * 16 and kt.gpu_expert_counts(m, 45, False) == 45
+    assert kt.whole_moe_layers(m, 45) == 16
     one = weight_components(m, gpu_experts=1)["experts"]           # one expert in each of the 48 layers
     assert weight_components(m, gpu_experts=counts)["experts"] == 16 * 128 * one // 48

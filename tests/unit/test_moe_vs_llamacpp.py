@@ -90,6 +90,14 @@ def test_the_plan_counts_whole_layers_as_the_adapter_places_them():
     from vramkit.core.plan import kt_hybrid as kt
     for n in range(0, 129):
         assert kt.whole_gpu_layers(n, 48, 128) == len(compat.gpu_layers("auto", 48, 128, n)), n
+    # a model with a dense first layer (DeepSeek-V2-Lite: 27 decoder layers, 26 MoE, 64 experts): the adapter counts
+    # decoder layers, and the plan's GPU layers are the MoE ones among them, its layout the same layers' experts
+    from vramkit import catalog
+    m = catalog.model("deepseek-v2-lite-chat")
+    for n in range(0, 65):
+        gpu = compat.gpu_layers("auto", m.num_layers, 64, n)
+        assert kt.whole_moe_layers(m, n) == sum(m.moe.moe_layers[i] for i in gpu), n
+        assert {i for i, c in enumerate(kt.gpu_expert_counts(m, n, True)) if c} == gpu, n
 
 
 def test_whole_layers_warn_for_a_gptq_checkpoint_with_too_many_kt_threads_not_for_fp8():

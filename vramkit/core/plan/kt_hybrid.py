@@ -308,15 +308,38 @@ def whole_gpu_layers(num_gpu_experts: int, moe_layers: int, num_experts: int) ->
     return num_gpu_experts * moe_layers // num_experts
 
 
-def gpu_expert_counts(num_gpu_experts: int, num_layers: int, num_experts: int,
-                      whole_layers: bool) -> int | tuple[int, ...]:
+def gpu_expert_counts(model: ModelSpec, num_gpu_experts: int, whole_layers: bool) -> int | tuple[int, ...]:
     """What the GPU allocates for experts, as core/model/arch.py's weight_layout takes it: N in every MoE layer, or
     with whole layers every expert of the last N x layers // experts decoder layers and none of the others (the
-    adapter builds a GPU layer without KT and gives a CPU layer 0 GPU experts; services/sglang-kt/kt_compat)."""
+    adapter counts decoder layers, builds a GPU layer without KT and gives a CPU layer 0 GPU experts;
+    services/sglang-kt/kt_compat)."""
+    assert model.moe is not None
     if not whole_layers:
         return num_gpu_experts
-    first = num_layers - whole_gpu_layers(num_gpu_experts, num_layers, num_experts)
-    return tuple(num_experts if i >= first else 0 for i in range(num_layers))
+    first = _first_gpu_layer(model, num_gpu_experts)
+    return tuple(model.moe.num_experts if i >= first else 0 for i in range(model.num_layers))
+
+
+def _first_gpu_layer(model: ModelSpec, num_gpu_experts: int) -> int:
+    """The adapter's first whole GPU layer: it counts decoder layers (kt_compat gpu_layers("auto", ...))."""
+    assert model.moe is not None
+    return model.num_layers - whole_gpu_layers(num_gpu_experts, model.num_layers, model.moe.num_experts)
+
+
+def whole_moe_layers(model: ModelSpec, num_gpu_experts: int) -> int:
+    """The MoE layers these GPU experts make as whole layers: those among the adapter's last N x decoder layers //
+    experts (gpu_expert_counts'; a dense decoder layer among them holds no experts)."""
+    assert model.moe is not None
+    return sum(model.moe.moe_layers[_first_gpu_layer(model, num_gpu_experts):])
+
+
+def splits_layers(model: ModelSpec, num_gpu_experts: int | None, whole_layers: bool) -> bool:
+    """Whether the hybrid mode splits a layer's experts between the GPU and the CPU: N per layer, 0 < N < experts;
+    whole layers split none (a GPU layer is SGLang's own MoE over every expert, a CPU layer skips its GPU kernel in
+    the adapter)."""
+    moe = model.moe
+    return moe is not None and num_gpu_experts is not None and 0 < num_gpu_experts < moe.num_experts \
+        and not whole_layers
 
 
 INT_MOE = ("gptq", "awq")
@@ -339,9 +362,8 @@ def moe_kernel(model: ModelSpec, asked: str | None, num_gpu_experts: int | None,
                whole_layers: bool = False) -> tuple[ModelSpec, str | None]:
     """(the model with its experts' GPU layout set, the kernel to render: "marlin" / "wna16", None where SGLang
     has no choice). `asked`: the knob (None, as a resolved plan holds it where there was no choice: auto).
-    `num_gpu_experts`: the hybrid mode's N per layer (None: no hybrid mode). `whole_layers`: kt_gpu_layers = "auto",
-    where no layer is split (a GPU layer is SGLang's own MoE over every expert, a CPU layer skips its GPU kernel in
-    the adapter). auto = moe_wna16 where a layer's experts are split between the GPU and the CPU and it can run
+    `num_gpu_experts`: the hybrid mode's N per layer (None: no hybrid mode). `whole_layers`: kt_gpu_layers = "auto".
+    auto = moe_wna16 where a layer's experts are split between the GPU and the CPU (splits_layers) and it can run
     them, marlin otherwise: with whole layers marlin decoded 1.05x moe_wna16 paired by prompt, 1.09x at 4 streams
     (H100 host at 16 GiB, moe-budget/marlin)."""
     asked = asked or "auto"
@@ -354,7 +376,7 @@ def moe_kernel(model: ModelSpec, asked: str | None, num_gpu_experts: int | None,
                            Exit.BAD_INPUT)
     if q is None or q.method not in INT_MOE or moe is None:
         return model, None
-    split = num_gpu_experts is not None and 0 < num_gpu_experts < moe.num_experts and not whole_layers
+    split = splits_layers(model, num_gpu_experts, whole_layers)
     kernel = asked if asked != "auto" else "wna16" if split and wna16_problem(model) is None else "marlin"
     return replace(model, quantization=replace(q, moe_kernel=kernel)), kernel
 
@@ -370,11 +392,12 @@ def wna16_note(model: ModelSpec, *, asked: bool) -> str:
             f"files on the triton MoE kernel; linear layers stay on marlin): {why}")
 
 
-def split_problem(model: ModelSpec, num_gpu_experts: int) -> str | None:
-    """Why SGLang cannot split this checkpoint's experts N per layer on the kernel planned (None: it can)."""
+def split_problem(model: ModelSpec, num_gpu_experts: int, whole_layers: bool) -> str | None:
+    """Why SGLang cannot split this checkpoint's experts N per layer on the kernel planned (None: it can, or no
+    layer is split)."""
     q, moe = model.quantization, model.moe
     if q is None or q.method not in INT_MOE or q.moe_kernel != "marlin" or moe is None \
-            or not 0 < num_gpu_experts < moe.num_experts:
+            or not splits_layers(model, num_gpu_experts, whole_layers):
         return None
     why = wna16_problem(model)
     return (f"{q.method.upper()} experts split {num_gpu_experts} GPU / {moe.num_experts - num_gpu_experts} CPU per "
@@ -646,6 +669,7 @@ class HybridSection:
     cpu_cores: int = 0               # the physical cores the threads were derived from
     cpu_cores_source: str = ""       # where that count came from (--host-cores, or this machine's, labelled)
     gpu_layers: int = 0              # kt_gpu_layers = "auto": whole MoE layers on the GPU (the last ones); 0: split
+    as_whole_layers: int = 0         # the MoE layers the same GPU experts make as whole layers (whole_moe_layers)
 
     @property
     def host_ram_bytes(self) -> int:
@@ -669,8 +693,7 @@ class HybridSection:
         one_layer = self.host_experts_bytes // cpu_layers if cpu_layers else 0     # one layer's experts, as held
         if self.gpu_layers:
             return 0, self.host_ram_bytes + one_layer * self.gpu_layers
-        whole = whole_gpu_layers(self.num_gpu_experts, self.moe_layers, self.num_experts)
-        return whole, self.host_ram_bytes - one_layer * whole
+        return self.as_whole_layers, self.host_ram_bytes - one_layer * self.as_whole_layers
 
 
 def parse_cpu_isa(raw: object) -> str:

@@ -327,7 +327,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     if moe_kernel == "wna16":
         notes.append(kt.wna16_note(model, asked=knobs.moe_kernel == "wna16"))
     counts = None if n_gpu_experts is None or model.moe is None else kt.gpu_expert_counts(
-        n_gpu_experts, model.num_layers, model.moe.num_experts, knobs.kt_gpu_layers == "auto")
+        model, n_gpu_experts, knobs.kt_gpu_layers == "auto")
     comps = weight_components(model, tp, mxfp4, gpu_experts=counts)
     layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=counts)
     layer_sizes = layout.layer_bytes
@@ -520,7 +520,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     def kv_tokens(n: int) -> int:
         whole = knobs.kt_gpu_layers == "auto"
         priced, _ = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
-        counts = kt.gpu_expert_counts(n, model.num_layers, e, whole)
+        counts = kt.gpu_expert_counts(model, n, whole)
         load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts))
         weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
@@ -567,7 +567,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     # is planned as the adapter loads it (kt.gpu_expert_counts: all of a GPU layer's experts, none of a CPU
     # layer's), which the H100 host's loads follow: the GPTQ-Int4 one 0.04 GiB over the split's, the FP8 one 0.19
     # GiB under it, where N experts in every layer had planned FP8's pool 12 % short (kt-estimate.md)
-    gpu_layers = kt.whole_gpu_layers(n, moe.num_moe_layers, moe.num_experts) if knobs.kt_gpu_layers == "auto" else 0
+    as_whole = kt.whole_moe_layers(model, n)
+    gpu_layers = as_whole if knobs.kt_gpu_layers == "auto" else 0
     kt_layers = moe.num_moe_layers - gpu_layers
     experts_host = moe.num_experts * kt_layers * each
     chunk = knobs.chunked_prefill if knobs.chunked_prefill and knobs.chunked_prefill > 0 else 8192
@@ -614,12 +615,10 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         decode_cpu_time_factor=d.cpu_time_factor,
         decode_tok_s=d.tok_s, decode_context_tokens=knobs.context, decode_tok_s_by_context=by_context,
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
-        cpu_cores_source=host.cores_source, gpu_layers=gpu_layers)
+        cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
-    # whole layers split no layer: a GPU layer is SGLang's own MoE over every expert, a CPU layer skips its GPU
-    # kernel (the adapter), so an asked marlin is not refused there
-    if not gpu_layers and (bad_split := kt.split_problem(model, n)) is not None:
+    if (bad_split := kt.split_problem(model, n, bool(gpu_layers))) is not None:
         reasons.append(Reason("sglang", bad_split))
     if (bad_chunk := kt.chunk_problem(planned, knobs.chunked_prefill)) is not None:
         reasons.append(Reason("sglang", bad_chunk))
