@@ -209,10 +209,9 @@ def moe_vs_llamacpp_table() -> list[str]:
             modes = sorted(set(ll.get("mode_of_each", {}).values()))
             st = k["settings"]
             experts = st["gpu_expert_dtype"]             # "GPTQ-Int4 (group 128, moe_wna16 triton MoE)"
-            whole = any("GPU_LAYERS" in e for e in st["env"] or []) or "--kt-gpu-layers auto" in st["vramkit_up"]
-            gpu_layers = st["kt_num_gpu_experts"] * 48 // 128       # the adapter's auto: N x layers // experts
-            kit = ((f"whole layers: the experts of {gpu_layers} of 48 MoE layers {experts} on the GPU, the other "
-                    f"{48 - gpu_layers} layers' {st['kt_method']} on the CPU" if whole else
+            g = st["gpu_layers"]        # whole layers on the GPU as the report counted them; 0: the split
+            kit = ((f"whole layers: the experts of {g} MoE layers {experts} on the GPU, the others' "
+                    f"{st['kt_method']} on the CPU" if g else
                     f"{st['kt_num_gpu_experts']} {experts} GPU experts per layer planned, {st['kt_method']} on the CPU")
                    if st.get("kt_method") else f"every {experts} expert on the GPU, no hybrid mode")
             levers = ["2 deferred experts"] if "deferred-experts-per-token 2" in st["vramkit_up"] else []

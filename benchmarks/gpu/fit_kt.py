@@ -28,6 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from moe_session import last_flag, ran_whole_layers  # noqa: E402
+
 from vramkit import catalog  # noqa: E402
 from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
 from vramkit.core.plan.planner import Knobs, Plan, Target, plan  # noqa: E402
@@ -220,12 +223,6 @@ def target_for(p: Point, free_bytes: int) -> Target:
                   host_ram_available_bytes=120 * GiB)
 
 
-def last_flag(args: list[str], flag: str) -> str | None:
-    """A flag's value as argparse keeps it: the last one given (the driver's base arguments, then a point's own)."""
-    at = [i for i, a in enumerate(args[:-1]) if a == flag]
-    return args[at[-1] + 1] if at else None
-
-
 def run_knobs(run: dict | None, p: Point) -> dict:
     """The knobs a run was started with: the point's, its `vramkit up` --kt-* flags, and the GPU experts the kit
     rendered for it (its plan JSON beside the point, when there is one: what ran, whatever today's planner says)."""
@@ -238,11 +235,8 @@ def run_knobs(run: dict | None, p: Point) -> dict:
                 knobs[key] = cast(args[args.index(flag) + 1])
     knobs.setdefault("kt_cpuinfer", threads_ran(p))
     knobs.setdefault("mem_fraction", fraction_ran(run, p))
-    # the adapter's whole layers: by its environment or the knob's flag; every other committed run split each layer
-    # (the moe preset's default until 2026-11-27's eleventh session; the driver passes --kt-gpu-layers off since)
     args = (run or {}).get("vramkit_up_args", [])
-    whole = run and ("VRAMKIT_KT_GPU_LAYERS=auto" in run.get("env", []) or last_flag(args, "--kt-gpu-layers") == "auto")
-    knobs.setdefault("kt_gpu_layers", "auto" if whole else "off")
+    knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args) else "off")
     # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else moe_wna16: what auto gave every hybrid
     # GPTQ run until whole layers took marlin, 2026-11-27's eleventh session)
     if p.gpu_checkpoint == "gptq":

@@ -87,6 +87,20 @@ def bench_rows(res: Path, budget: int, pairing: Pairing = Q4) -> list[dict]:
 
 
 EXPERTS = 128           # per MoE layer of the shape every point here runs
+MOE_LAYERS = 48         # its MoE layers (every decoder layer)
+
+
+def last_flag(args: list[str], flag: str) -> str | None:
+    """A flag's value as argparse keeps it: the last one given (the driver's base arguments, then a point's own)."""
+    at = [i for i, a in enumerate(args[:-1]) if a == flag]
+    return args[at[-1] + 1] if at else None
+
+
+def ran_whole_layers(env: list[str] | None, args: list[str] | None) -> bool:
+    """Whether a kit point ran whole layers on the GPU: the adapter's VRAMKIT_KT_GPU_LAYERS=auto in its environment
+    or the knob's flag; every point without either split each layer (the moe preset's default until 2026-11-27's
+    eleventh session; the driver passes --kt-gpu-layers off since)."""
+    return "VRAMKIT_KT_GPU_LAYERS=auto" in (env or []) or last_flag(args or [], "--kt-gpu-layers") == "auto"
 # SGLang's "Load weight end ... quant=X" -> the GPU experts' format and the activations' dtype (the config's)
 GPU_EXPERTS = {"fp8": ("FP8 (block 128)", "bfloat16"), "gptq": ("GPTQ-Int4 (group 128, marlin MoE)", "float16")}
 WNA16_EXPERTS = ("GPTQ-Int4 (group 128, moe_wna16 triton MoE)", "float16")

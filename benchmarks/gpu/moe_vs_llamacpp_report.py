@@ -25,8 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from moe_levers import INT8_DIR, LEVERS_DIR, levers  # noqa: E402
 from moe_session import (  # noqa: E402
+    EXPERTS,
     LOWER_IS_BETTER,
     METRICS,
+    MOE_LAYERS,
     PAIRINGS,
     Q4,
     RESULTS,
@@ -39,7 +41,11 @@ from moe_session import (  # noqa: E402
     kit_point,
     llama_point,
     load,
+    ran_whole_layers,
 )
+
+sys.path.insert(0, str(ROOT))
+from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
 
 SGLANG_LINES = re.compile(
     r"Load weight (begin|end)|KV Cache is allocated|max_total_num_tokens|Memory pool end|Capture cuda graph (begin|end)"
@@ -231,6 +237,7 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
             "more": {key: k["figures"][key] for key in ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k")},
             "settings": {"point": k["name"], "vramkit_up": "vramkit up --runtime native " + " ".join(k["vramkit_up_args"] or []),
                          "env": k["env"], "kt_num_gpu_experts": k["planned_gpu_experts_per_layer"],
+                         "gpu_layers": gpu_layers(k),
                          "kt_cpuinfer": kt_threads(k) if k["kt_method"] else 0, "kt_method": k["kt_method"],
                          "gpu_expert_dtype": k["gpu_expert_dtype"], "activations": k["activations"]},
             "start_s": k["start_s"], "peak_vram_bytes": k["peak_vram_bytes"],
@@ -276,13 +283,12 @@ def ratios(c: dict) -> dict:
             "goal": "decode >= 1.0 at depth 0 and 8K, TTFT ratio >= 1.0, aggregate >= 2.0"}
 
 
-def cpu_layers(settings: dict) -> int | None:
-    """With whole layers on the GPU (the adapter's VRAMKIT_KT_GPU_LAYERS=auto): the MoE layers whose experts the
-    CPU computes, the plan's per-layer GPU share taken as whole layers (96 of 128 a layer: 36 of 48 layers on the
-    GPU); None for the per-layer split."""
-    if not any("VRAMKIT_KT_GPU_LAYERS" in x for x in settings.get("env") or []):
-        return None
-    return 48 - (settings.get("kt_num_gpu_experts") or 0) * 48 // 128
+def gpu_layers(point: dict) -> int:
+    """The MoE layers a kit point ran whole on the GPU (ran_whole_layers): the plan's per-layer GPU share as the
+    adapter takes it (96 of 128 a layer: 36 of 48 layers); 0 for the per-layer split."""
+    if not point["kt_method"] or not ran_whole_layers(point["env"], point["vramkit_up_args"]):
+        return 0
+    return kt.whole_gpu_layers(point["planned_gpu_experts_per_layer"], MOE_LAYERS, EXPERTS)
 
 
 def budgets(c: dict, res: Path, budget: int) -> dict:
@@ -302,7 +308,7 @@ def budgets(c: dict, res: Path, budget: int) -> dict:
     if k and "vramkit" in out:
         import tomllib
         sync_us = tomllib.loads((ROOT / "config" / "engine.toml").read_text()).get("kt_layer_sync_us")
-        layers = (cpu_layers(k["settings"]) or 48) if k["settings"]["kt_method"] else 0   # no KT: no round trip
+        layers = MOE_LAYERS - k["settings"]["gpu_layers"] if k["settings"]["kt_method"] else 0  # no KT: no trip
         if sync_us and layers:
             out["vramkit"]["derived_sync_ms"] = round(layers * float(sync_us) / 1000, 2)
             out["vramkit"]["derived_sync_note"] = (f"derived: {layers} MoE layers with CPU experts x {sync_us} us "
@@ -339,10 +345,10 @@ def markdown(c: dict) -> str:
         s = k["settings"]
         lines.append(f"- vramkit ({s['point']}): `{s['vramkit_up']}`"
                      + (f" with {', '.join(s['env'])}" if s["env"] else "")
-                     + ((f"; whole layers: the experts of {48 - cl} of 48 MoE layers on the GPU "
-                         f"({s['gpu_expert_dtype']}; the plan's share, {s['kt_num_gpu_experts']} of 128 a layer, "
-                         f"as whole layers), those of {cl} on the CPU, KT {s['kt_method']}, {s['kt_cpuinfer']} threads"
-                         if (cl := cpu_layers(s)) is not None else
+                     + ((f"; whole layers: the experts of {g} of {MOE_LAYERS} MoE layers on the GPU "
+                         f"({s['gpu_expert_dtype']}; the plan's share, {s['kt_num_gpu_experts']} of {EXPERTS} a layer, "
+                         f"as whole layers), those of {MOE_LAYERS - g} on the CPU, KT {s['kt_method']}, "
+                         f"{s['kt_cpuinfer']} threads" if (g := s["gpu_layers"]) else
                          f"; planned {s['kt_num_gpu_experts']} GPU experts per layer ({s['gpu_expert_dtype']}), "
                          f"KT {s['kt_method']} on the CPU, {s['kt_cpuinfer']} threads") if s["kt_method"] else
                         f"; every expert on the GPU ({s['gpu_expert_dtype']}): the plan holds them all beside the "
