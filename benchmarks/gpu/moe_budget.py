@@ -40,6 +40,7 @@ Every figure is a measurement; the closing list says which lines are derived fro
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from functools import cache
@@ -581,14 +582,24 @@ def _best16() -> dict:
     }
 
 
+def _pair_text(x: dict) -> str:
+    """A lever's paired figures (_paired) in words."""
+    return (f"{x['single_median']:.2f}x ({x['single_faster']:.0%} of {x['single_pairs']} requests faster), "
+            f"4 streams {x['four_median']:.2f}x")
+
+
+def _whole_layers_ran(folder: str, point: str) -> int:
+    """The whole GPU layers a server ran, as the adapter's load line in its trimmed evidence says."""
+    m = re.search(r"\((\d+) layers, no CPU round trip\)", (DIR / folder / f"{point}.evidence.txt").read_text())
+    assert m, (folder, point)
+    return int(m.group(1))
+
+
 def _seeded_lines() -> list[str]:
     z = _seeded()
     lr, sp, al, mf, wl = (z["layer_routing"], z["prompt_span"], z["against_llamacpp"], z["mem_fraction_090"],
                           z["whole_layers"])
 
-    def pair(x: dict) -> str:
-        return (f"{x['single_median']:.2f}x ({x['single_faster']:.0%} of {x['single_pairs']} requests faster), "
-                f"4 streams {x['four_median']:.2f}x")
     rows = [("seed", "k16-wna16-seed", "per-layer split, mem_fraction 0.85, 12 threads"),
             ("seed", "llama-16-best", "llama.cpp --n-cpu-moe 11 (the same machine)"),
             ("seed-mf90", "k16-wna16-mf85", "per-layer split, 0.85, 12 threads"),
@@ -625,23 +636,23 @@ def _seeded_lines() -> list[str]:
         f"{al['ratio']['decode_tok_s']:.2f}x at depth 0, {al['ratio']['decode_tok_s_8k']:.2f}x after 8K, "
         f"{al['ratio']['aggregate_4_streams_tok_s']:.2f}x at 4 streams, and a 30K prompt answered in "
         f"{al['ratio']['ttft_30k_s']:.2f}x llama.cpp's time at this --n-cpu-moe; paired by prompt "
-        f"{pair(al['paired'])}. The moe preset's new 0.90 (seed-mf90, the same machine right after): "
+        f"{_pair_text(al['paired'])}. The moe preset's new 0.90 (seed-mf90, the same machine right after): "
         f"{al['ratio_090']['decode_tok_s']:.2f}x at depth 0, {al['ratio_090']['decode_tok_s_8k']:.2f}x after 8K, "
         f"{al['ratio_090']['aggregate_4_streams_tok_s']:.2f}x at 4 streams, a 30K prompt in "
-        f"{al['ratio_090']['ttft_30k_s']:.2f}x the time; paired {pair(al['paired_090'])}. With one seed (med3, another "
+        f"{al['ratio_090']['ttft_30k_s']:.2f}x the time; paired {_pair_text(al['paired_090'])}. With one seed (med3, another "
         "machine, against llama.cpp's best of --fit and "
         f"--n-cpu-moe) the split was {summary_medians['decode_tok_s']:.2f}x / {summary_medians['decode_tok_s_8k']:.2f}x "
         "at depth 0 / 8K: routing as a trained model's does not close the gap.",
-        f"- **mem_fraction 0.90** (one machine): {pair(mf['paired_with_085'])} against 0.85; peak "
+        f"- **mem_fraction 0.90** (one machine): {_pair_text(mf['paired_with_085'])} against 0.85; peak "
         f"{mf['peak_vram_gb']['0.90']:.2f} GB through the 30K prompt against {mf['peak_vram_gb']['0.85']:.2f} (the "
         f"card: 17.18 GB); TTFT for 30K {mf['figures']['0.90']['ttft_30k_s']:.2f} s against "
         f"{mf['figures']['0.85']['ttft_30k_s']:.2f}. The moe preset now takes 0.90.",
         *[f"- **Whole layers at {t} KT threads** (seed-layers, paired with the split at the same threads): "
-          f"{pair(w['paired_with_split'])}; {w['figures']['decode_tok_s']:.1f} against "
+          f"{_pair_text(w['paired_with_split'])}; {w['figures']['decode_tok_s']:.1f} against "
           f"{w['split_figures']['decode_tok_s']:.1f} tok/s at depth 0, TTFT for 30K {w['figures']['ttft_30k_s']:.2f} s "
           f"against {w['split_figures']['ttft_30k_s']:.2f}; host RSS at peak {w['host_rss_peak_gb']:.1f} GB against "
           f"{w['split_host_rss_peak_gb']:.1f} (kt-kernel holds only the CPU layers' experts)." for t, w in wl.items()],
-        f"- **The split at 12 threads against 10** (seed-layers): {pair(z['split_12_vs_10_threads'])}.",
+        f"- **The split at 12 threads against 10** (seed-layers): {_pair_text(z['split_12_vs_10_threads'])}.",
         f"- **The machine moves the absolute rate:** the same server (0.90, 12 threads, split) decoded "
         f"{two['seed-mf90']:.1f} tok/s on seed-mf90 and {two['seed-layers']:.1f} on seed-layers at depth 0; only "
         "ratios from one machine are read as a lever's.",
@@ -661,17 +672,15 @@ def _marlin_lines(m: dict) -> list[str]:
         f"{x['single_pairs']} requests faster), {x['four_median']:.2f}x at 4 streams; {f['decode_tok_s']:.1f} against "
         f"{w['decode_tok_s']:.1f} tok/s at depth 0, {f['decode_tok_s_8k']:.1f} against {w['decode_tok_s_8k']:.1f} "
         f"after 8K, TTFT for 30K {f['ttft_30k_s']:.2f} s against {w['ttft_30k_s']:.2f}; GPU peak "
-        f"{m['peak_vram_gb']:.2f} GB against {m['wna16_peak_vram_gb']:.2f} (the plan gave marlin 34 GPU layers, "
-        "moe_wna16 36). The plan's --moe-kernel auto now picks marlin under whole layers. Not run beside llama.cpp "
+        f"{m['peak_vram_gb']:.2f} GB against {m['wna16_peak_vram_gb']:.2f} (the plan gave marlin "
+        f"{_whole_layers_ran('marlin', 'k16-marlin-layers-t12')} GPU layers, moe_wna16 "
+        f"{_whole_layers_ran('marlin', 'k16-wna16-layers-t12')}). The plan's --moe-kernel auto now picks marlin under whole layers. Not run beside llama.cpp "
         "(that machine's first call was lost): this machine decoded the moe_wna16 point at "
         f"{w['decode_tok_s']:.1f} tok/s where best16's did {_figures('best16', 'k16-wna16-layers-t12')['decode_tok_s']:.1f}.",
     ]
 
 
 def _best16_lines(b: dict) -> list[str]:
-    def pair(x: dict) -> str:
-        return (f"{x['single_median']:.2f}x ({x['single_faster']:.0%} of {x['single_pairs']} requests faster), "
-                f"4 streams {x['four_median']:.2f}x")
     k, lf, lb, fp = b["kit_figures"], b["llamacpp_figures"]["fit"], b["llamacpp_figures"]["best"], b["fp8"]
     w, s = fp["whole_figures"], fp["split_figures"]
     return [
@@ -684,12 +693,12 @@ def _best16_lines(b: dict) -> list[str]:
         f"{lf['decode_tok_s_30k']:.1f} / {lb['decode_tok_s_30k']:.1f}; TTFT for 30K {k['ttft_30k_s']:.2f} s against "
         f"{lf['ttft_30k_s']:.2f} / {lb['ttft_30k_s']:.2f}; 4 streams {k['aggregate_4_streams_tok_s']:.1f} against "
         f"{lf['aggregate_4_streams_tok_s']:.1f} / {lb['aggregate_4_streams_tok_s']:.1f} tok/s. Paired by prompt: "
-        f"{pair(b['paired_with_llamacpp']['fit'])} against --fit, {pair(b['paired_with_llamacpp']['best'])} against "
+        f"{_pair_text(b['paired_with_llamacpp']['fit'])} against --fit, {_pair_text(b['paired_with_llamacpp']['best'])} against "
         "--n-cpu-moe 11 (the pairs span depth 0, 8K and 30K; the table's depth-0 medians are lower).",
-        f"- **2 deferred experts on it:** {pair(b['deferred_2']['paired'])} (it changes the computation: "
+        f"- **2 deferred experts on it:** {_pair_text(b['deferred_2']['paired'])} (it changes the computation: "
         "kt-accuracy.md), so the comparison's headline stays without it.",
         f"- **The preset's FP8 checkpoint, whole layers against the split** (the plan's own --kt-gpu-layers auto; "
-        f"AMXINT8, the plan's 12 threads): {pair(fp['paired_whole_with_split'])}; {w['decode_tok_s']:.1f} against "
+        f"AMXINT8, the plan's 12 threads): {_pair_text(fp['paired_whole_with_split'])}; {w['decode_tok_s']:.1f} against "
         f"{s['decode_tok_s']:.1f} tok/s at depth 0; TTFT for 8K {w['ttft_8k_s']:.2f} s against {s['ttft_8k_s']:.2f}, "
         f"for 30K {w['ttft_30k_s']:.2f} against {s['ttft_30k_s']:.2f}; host RSS at peak {fp['whole_host_rss_peak_gb']:.1f} "
         f"GB against {fp['split_host_rss_peak_gb']:.1f}; GPU peak {fp['whole_peak_vram_gb']:.2f} against "
