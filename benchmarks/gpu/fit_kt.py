@@ -164,8 +164,8 @@ POINTS = (
       for tag, folder, thp in (("thp-a", "thp-a", "always"), ("thp-b", "thp-b", "madvise"), ("thp-c", "thp-b", "always"))),
     # 2026-11-27, tenth session, two machines (STEPS="setup seedcheck mf90 lbest16", "setup mf90 layers-pair",
     # "setup layers-pair"; DUMMY_BY_NAME=1: dummy weights seeded by parameter name, each layer's router its own): the
-    # GPTQ split at mem_fraction 0.85 (88 GPU experts) and 0.90 (96), 10 and 12 KT threads; its whole-layer twins are
-    # not scored (the estimate plans N experts in every layer); every decode the median of 3 rounds
+    # GPTQ split at mem_fraction 0.85 (88 GPU experts) and 0.90 (96), 10 and 12 KT threads (their whole-layer twins
+    # below); every decode the median of 3 rounds
     *(Point(f"int8-amx-16g-gptq-seed-{tag}", "held-out", f"{B}{pt}.json", f"{B}{pt}.probe.json",
             f"{B}{pt.split('/')[0]}/membw-anchor.json", {"kt_method": "AMXINT8"}, rss_end_read=True,
             note=ANCHOR_SWEEP + "; every decode the median of 3 rounds", gpu_checkpoint="gptq", kv_splits=32)
@@ -227,15 +227,13 @@ def run_knobs(run: dict | None, p: Point) -> dict:
     """The knobs a run was started with: the point's, its `vramkit up` --kt-* flags, and the GPU experts the kit
     rendered for it (its plan JSON beside the point, when there is one: what ran, whatever today's planner says)."""
     knobs = dict(p.knobs)
-    if run:
-        args = run.get("vramkit_up_args", [])
-        for flag, key, cast in (("--kt-method", "kt_method", str), ("--kt-cpuinfer", "kt_cpuinfer", int),
-                                ("--kt-num-gpu-experts", "kt_num_gpu_experts", int)):
-            if flag in args:
-                knobs[key] = cast(args[args.index(flag) + 1])
+    args = (run or {}).get("vramkit_up_args", [])
+    for flag, key, cast in (("--kt-method", "kt_method", str), ("--kt-cpuinfer", "kt_cpuinfer", int),
+                            ("--kt-num-gpu-experts", "kt_num_gpu_experts", int)):
+        if (value := last_flag(args, flag)) is not None:
+            knobs[key] = cast(value)
     knobs.setdefault("kt_cpuinfer", threads_ran(p))
     knobs.setdefault("mem_fraction", fraction_ran(run, p))
-    args = (run or {}).get("vramkit_up_args", [])
     knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args) else "off")
     # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else moe_wna16: what auto gave every hybrid
     # GPTQ run until whole layers took marlin, 2026-11-27's eleventh session)
@@ -269,10 +267,8 @@ FRACTION_BEFORE = 0.85
 def fraction_ran(run: dict | None, p: Point) -> float:
     """The mem_fraction_static the server ran: its `vramkit up --mem-fraction`, else its log's server_args (the trimmed
     evidence), else the preset's value when it ran (FRACTION_BEFORE)."""
-    import re
-    args = (run or {}).get("vramkit_up_args", [])
-    if "--mem-fraction" in args:
-        return float(args[args.index("--mem-fraction") + 1])
+    if (asked := last_flag((run or {}).get("vramkit_up_args", []), "--mem-fraction")) is not None:
+        return float(asked)
     ev = RES / p.point.replace(".json", ".evidence.txt") if p.point else None
     m = re.search(r"mem_fraction_static=([0-9.]+)", ev.read_text()) if ev is not None and ev.exists() else None
     return float(m.group(1)) if m else FRACTION_BEFORE
@@ -390,8 +386,7 @@ def gpu_weights(p: Point, run: dict | None = None) -> str:
     if p.weights is not None:
         return p.weights
     r = (run or load(p.point)) if p.point else {}
-    args = r.get("vramkit_up_args", [])
-    if not ("--load-format" in args and args[args.index("--load-format") + 1] == "dummy"):
+    if last_flag(r.get("vramkit_up_args", []), "--load-format") != "dummy":
         return "checkpoint"
     return "dummy by name" if "VRAMKIT_DUMMY_SEED_BY_NAME=1" in r.get("env", []) else "dummy"
 
