@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from moe_session import last_flag, ran_whole_layers  # noqa: E402
+from moe_session import last_flag, plan_split, ran_whole_layers  # noqa: E402
 
 from vramkit import catalog  # noqa: E402
 from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
@@ -243,10 +243,9 @@ def run_knobs(run: dict | None, p: Point) -> dict:
         ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
         if "num_gpu_experts" in ran:
             knobs.setdefault("kt_num_gpu_experts", int(ran["num_gpu_experts"]))
-    elif p.point and (up := RES / p.point.replace(".json", ".up.txt")).exists():     # `vramkit up`'s plan table
-        m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / \d+", up.read_text(errors="replace"))
-        if m:
-            knobs.setdefault("kt_num_gpu_experts", int(m.group(1)))
+    elif p.point and (up := RES / p.point.replace(".json", ".up.txt")).exists() \
+            and (split := plan_split(up.read_text(errors="replace"))):      # `vramkit up`'s plan table
+        knobs.setdefault("kt_num_gpu_experts", split[0])
     return knobs
 
 

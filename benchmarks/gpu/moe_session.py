@@ -121,6 +121,13 @@ def gpu_experts(name: str, up: str, evd: str) -> tuple[str, str] | None:
     return fmt_
 
 
+def plan_split(up: str) -> tuple[int, str] | None:
+    """(GPU experts per MoE layer, KT method) from `vramkit up`'s plan table; None where the plan holds every expert
+    on the GPU (no hybrid row)."""
+    m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / (\d+)\s*\S\s*per MoE layer; CPU: (\w+)", up)
+    return (int(m.group(1)), m.group(3)) if m else None
+
+
 def kit_point(res: Path, name: str) -> dict | None:
     point = load(res / f"{name}.json")
     if not isinstance(point, dict) or point.get("up_rc") != 0:
@@ -129,15 +136,15 @@ def kit_point(res: Path, name: str) -> dict | None:
     up = (res / f"{name}.up.txt").read_text(errors="replace") if (res / f"{name}.up.txt").exists() else ""
     cmd = next((ln.strip() for ln in up.splitlines() if "sglang.launch_server" in ln), "")
     # the plan's split row (none: the plan holds every expert on the GPU, no KT) and SGLang's own load line
-    m = re.search(r"experts on GPU / CPU\s*\S\s*(\d+) / (\d+)\s*\S\s*per MoE layer; CPU: (\w+)", up)
+    split = plan_split(up)
     evd = res / f"{name}.evidence.txt"
     evd_text = evd.read_text(errors="replace") if evd.exists() else ""
     fmt_ = gpu_experts(name, up, evd_text)
     return {"name": name, "figures": probe_figures(probe if isinstance(probe, dict) else None),
-            "kt_method": m.group(3) if m else None,
+            "kt_method": split[1] if split else None,
             "gpu_expert_dtype": fmt_[0] if fmt_ else None, "activations": fmt_[1] if fmt_ else None,
             "vramkit_up_args": point.get("vramkit_up_args"), "env": point.get("env"),
-            "planned_gpu_experts_per_layer": int(m.group(1)) if m else EXPERTS,
+            "planned_gpu_experts_per_layer": split[0] if split else EXPERTS,
             "sglang_command": cmd, "server_args": next((ln for ln in evd_text.splitlines() if "server_args" in ln), ""),
             "start_s": point.get("start_s"), "peak_vram_bytes": point.get("peak_vram_bytes"),
             "host_rss_after_start_bytes": point.get("host_rss_after_start_bytes"),
