@@ -587,23 +587,15 @@ if has best16; then  # the main table's 16 GiB row on one machine: the kit's bes
     --kt-weight-path $KT8 --kt-cpuinfer 12
   lpair 16 11
 fi
-if has lmarlin; then  # whole layers with the GPU layers on SGLang's marlin MoE (the 24 GiB kernel: 229.7 against
-  # moe_wna16's 169.2 tok/s there), beside the same point on moe_wna16, paired by prompt; then llama.cpp's pair for the
-  # table if it wins (~17 min with the build). A CPU layer skips its GPU kernel in the adapter, so marlin never sees the
-  # masked ids that crash it in a split layer
+if has lmarlin || has kmarlin; then  # whole layers with the GPU layers on SGLang's marlin MoE (the 24 GiB kernel: 229.7
+  # against moe_wna16's 169.2 tok/s there), then the same point on moe_wna16, paired by prompt (kmarlin: these two alone,
+  # no llama.cpp build, ~10 min; ran 2026-11-27, eleventh session: moe-budget/marlin). A CPU layer skips its GPU kernel
+  # in the adapter, so marlin never sees the masked ids that crash it in a split layer
   ballast 16
-  kit k16-wna16-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 \
-    --kt-cpuinfer 12
-  kit k16-marlin-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --moe-kernel marlin --kt-method AMXINT8 \
-    --kt-weight-path $KT8 --kt-cpuinfer 12
-  lpair 16 11
-fi
-if has kmarlin; then  # lmarlin's two kit points alone, marlin first (no llama.cpp build: ~10 min)
-  ballast 16
-  kit k16-marlin-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --moe-kernel marlin --kt-method AMXINT8 \
-    --kt-weight-path $KT8 --kt-cpuinfer 12
-  kit k16-wna16-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 \
-    --kt-cpuinfer 12
+  KL="--kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 12"
+  kit k16-marlin-layers-t12 16 "$FULL" -- $KITG $KL --moe-kernel marlin
+  kit k16-wna16-layers-t12 16 "$FULL" -- $KITG $KL
+  has lmarlin && lpair 16 11     # lmarlin: llama.cpp's pair beside them, for the table (~17 min with the build)
 fi
 if has ldefer; then  # best16's kit point with 2 deferred experts a token (SGLang's --kt-max-deferred-experts-per-token:
   # a CPU layer's last experts are added one layer later, so the GPU need not wait for them; changes the outputs) (~4 min)
