@@ -14,6 +14,13 @@ writes KT's own quantized CPU-expert layout (for --kt-method AMXINT4/AMXINT8) th
 random experts, or with --from the experts of a downloaded checkpoint (bf16 or block FP8): the conversion
 the `moe` preset needs once per model (KT_WEIGHT_PATH=KT_DIR).
 
+    python3 tools/make_random_checkpoint.py CONFIG_DIR KT_DIR --kt-layout RAWINT4 [--from GPTQ_DIR]
+
+writes kt-kernel's group-wise int4 form (--kt-method RAWINT4: ``model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj
+.weight_packed`` / ``weight_scale``, one safetensors file per layer): with --from, a symmetric GPTQ-Int4 checkpoint's
+own values repacked (vramkit/core/model/kt_repack.py; no kt-kernel needed), else random nibbles 1..15 with a scale
+of 2e-4 (a weight's RMS ~1e-3, as SGLang's dummy weights).
+
 Values are kept small and finite so a forward pass stays finite: bf16 ~ N(0, 0.02), norms 1, FP8 codes
 with |x| <= 1.875 (no NaN code) and a block scale of 0.01. Random bytes are drawn once into a pool and
 sliced, so a 30 GB checkpoint costs memcpy and disk time, not RNG time. Needs torch and safetensors (the
@@ -32,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vramkit.core import progress  # noqa: E402
 from vramkit.core.model import checkpoint as cl  # noqa: E402
+from vramkit.errors import VramkitError  # noqa: E402
 
 POOL_ELEMS = 1 << 26          # 64 Mi values per pool: large enough that neighbouring tensors differ
 FP8_MAGNITUDE_MASK = 0xBF     # e4m3fn S.EEEE.MMM: clearing the top exponent bit keeps |x| <= 1.875, no NaN
@@ -99,6 +107,69 @@ def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, 
 
 
 KT_QUANT_METHODS = ("AMXINT4", "AMXINT8")
+KT_LAYOUTS = KT_QUANT_METHODS + ("RAWINT4",)
+RAWINT4_SCALE = 2e-4
+
+
+def _safetensors_reader(source: Path):
+    """name -> tensor over a checkpoint folder (sharded through its index, or its one file)."""
+    from safetensors import safe_open
+    index = json.loads((source / "model.safetensors.index.json").read_text())["weight_map"] \
+        if (source / "model.safetensors.index.json").is_file() else None
+    handles: dict = {}
+
+    def get(name: str):
+        file = index.get(name) if index else next(p.name for p in source.glob("*.safetensors"))
+        if file is None:
+            return None
+        if file not in handles:
+            handles[file] = safe_open(str(source / file), "pt")
+        return handles[file].get_tensor(name)
+    return get
+
+
+def write_rawint4_layout(config_dir: Path, out_dir: Path, layers: int | None = None, seed: int = 1,
+                         source: Path | None = None) -> dict:
+    """kt-kernel's RAWINT4 files for every MoE layer (the first `layers` decoder layers): a GPTQ-Int4 checkpoint's
+    experts repacked value for value (`source`), or random ones."""
+    import torch
+    from safetensors.torch import save_file
+
+    from vramkit.core.model import kt_repack
+    cfg = json.loads(((source or config_dir) / "config.json").read_text())
+    n_layers = layers if layers is not None else int(cfg["num_hidden_layers"])
+    e, h, inter = int(cfg["num_experts"]), int(cfg["hidden_size"]), int(cfg["moe_intermediate_size"])
+    group = kt_repack.check_gptq(cfg.get("quantization_config") or {}, str(source)) if source is not None else 0
+    get = _safetensors_reader(source) if source is not None else None
+    g = torch.Generator().manual_seed(seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0, written, raised, weights = time.time(), 0, 0, 0
+    moe_layers = [i for i in range(n_layers) if cl.is_moe_layer(cfg, i)]
+    print(f"writing {len(moe_layers)} MoE layers x {e} experts as RAWINT4 into {out_dir} "
+          f"({'repacked from ' + str(source) if source else 'random experts'})", file=sys.stderr, flush=True)
+    for done, i in enumerate(moe_layers, 1):
+        tensors = {}
+        for x in range(e):
+            for proj, (n, k) in (("gate", (inter, h)), ("up", (inter, h)), ("down", (h, inter))):
+                name = f"model.layers.{i}.mlp.experts.{x}.{proj}_proj"
+                if get is not None:
+                    packed, scale, r = kt_repack.gptq_to_rawint4(get(name + ".qweight"), get(name + ".scales"),
+                                                                 group, g_idx=get(name + ".g_idx"))
+                    raised, weights = raised + r, weights + n * k
+                else:
+                    nib = torch.randint(1, 16, (n, k), dtype=torch.int32, generator=g)
+                    packed = kt_repack._pack(nib)
+                    scale = torch.full((n, k // 32), RAWINT4_SCALE, dtype=torch.bfloat16)
+                tensors[name + ".weight_packed"], tensors[name + ".weight_scale"] = packed, scale
+        path = out_dir / f"rawint4-layer-{i:03d}.safetensors"
+        save_file(tensors, str(path), metadata={"format": "pt"})
+        written += path.stat().st_size
+        del tensors
+        print("  " + progress.steps_line("layer", done, len(moe_layers), time.time() - t0, written),
+              file=sys.stderr, flush=True)
+    return {"out": str(out_dir), "kt_method": "RAWINT4", "layers": n_layers, "bytes": written,
+            "source": str(source) if source else "random", "seconds": round(time.time() - t0, 1),
+            **({"raised_from_minus_8": raised, "share_raised": round(raised / weights, 6)} if weights else {})}
 
 
 def checkpoint_experts(source: Path, layer: int, num_experts: int):
@@ -180,22 +251,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, help="keep only the first N decoder layers (smoke tests)")
     ap.add_argument("--jobs", type=int, default=4, help="shards written at once")
     ap.add_argument("--shard-gib", type=float, default=4.0)
-    ap.add_argument("--kt-layout", choices=KT_QUANT_METHODS,
+    ap.add_argument("--kt-layout", choices=KT_LAYOUTS,
                     help="write KT's quantized CPU-expert layout into OUT_DIR instead (needs kt_kernel)")
     ap.add_argument("--kt-threads", type=int, default=8)
     ap.add_argument("--from", dest="source", type=Path, help="with --kt-layout: convert this checkpoint folder's "
-                                                             "experts (bf16 or block FP8) instead of random ones")
+                                                             "experts (bf16 or block FP8; RAWINT4: GPTQ-Int4) "
+                                                             "instead of random ones")
     a = ap.parse_args(argv)
     if not (a.config_dir / "config.json").is_file():
         print(f"make_random_checkpoint: no config.json in {a.config_dir} -> pass a folder holding one", file=sys.stderr)
         return 65
     try:
-        info = (write_kt_layout(a.config_dir, a.out_dir, a.kt_layout, a.kt_threads, a.layers, source=a.source)
+        info = (write_rawint4_layout(a.config_dir, a.out_dir, a.layers, source=a.source)
+                if a.kt_layout == "RAWINT4"
+                else write_kt_layout(a.config_dir, a.out_dir, a.kt_layout, a.kt_threads, a.layers, source=a.source)
                 if a.kt_layout
                 else write(a.config_dir, a.out_dir, a.format, a.layers, a.jobs, int(a.shard_gib * 2**30)))
     except ValueError as e:
         print(f"make_random_checkpoint: {e}", file=sys.stderr)
         return 64
+    except VramkitError as e:
+        print(e.line(), file=sys.stderr)
+        return int(e.code)
     print(json.dumps(info))
     return 0
 

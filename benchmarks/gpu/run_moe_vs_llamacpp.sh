@@ -158,13 +158,13 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has raw4 || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has kmarlin; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has kmarlin || has raw4 || has kraw4; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has kmarlin; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -203,7 +203,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-{ has llama-16 || has lbest16 || has best16 || has lmarlin || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has llama-16 || has lbest16 || has best16 || has lmarlin || has raw4 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -596,6 +596,26 @@ if has lmarlin || has kmarlin; then  # whole layers with the GPU layers on SGLan
   kit k16-marlin-layers-t12 16 "$FULL" -- $KITG $KL --moe-kernel marlin
   kit k16-wna16-layers-t12 16 "$FULL" -- $KITG $KL
   has lmarlin && lpair 16 11     # lmarlin: llama.cpp's pair beside them, for the table (~17 min with the build)
+fi
+if has raw4 || has kraw4; then  # the GPTQ checkpoint's own int4 values on the CPU too (RAWINT4, kt_repack): whole
+  # layers on marlin, beside the same server with AMXINT8 CPU layers, paired by prompt; raw4 adds llama.cpp's pair for
+  # the table (~20 min with the build; kraw4: the two kit points alone)
+  KR4=$CK/kt-raw4
+  # does the AMX build compute the nibble 0 (-8) right? (the avx512_bf16 build does not: kt-rawint4/)
+  KT_KERNEL_CPU_VARIANT=amx timeout 300 python3 benchmarks/gpu/kt_rawint4_check.py --threads 8 \
+    --out "$RES/rawint4-check-amx.json" > "$RES/logs/rawint4-check-amx.txt" 2>&1
+  step "RAWINT4 check (amx): $(grep -E '^(as_|nibble)' "$RES/logs/rawint4-check-amx.txt" | tr '\n' ' ' | head -c 600)"
+  # the CPU layers' files only (the plan puts 13 of 48 on the CPU; 16 written)
+  [ -f $KR4/rawint4-layer-015.safetensors ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $KR4 \
+    --kt-layout RAWINT4 --layers 16 > "$RES/kt-raw4.json" 2> "$RES/logs/kt-raw4.err"
+  step "KT RAWINT4 files: $(tail -1 "$RES/kt-raw4.json") ($(elapsed) s)"
+  pack
+  ballast 16
+  kit k16-marlin-layers-raw4-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --kt-method RAWINT4 \
+    --kt-weight-path $KR4 --kt-cpuinfer 12
+  kit k16-marlin-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 \
+    --kt-cpuinfer 12
+  has raw4 && lpair 16 11
 fi
 if has ldefer; then  # best16's kit point with 2 deferred experts a token (SGLang's --kt-max-deferred-experts-per-token:
   # a CPU layer's last experts are added one layer later, so the GPU need not wait for them; changes the outputs) (~4 min)

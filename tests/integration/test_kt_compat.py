@@ -29,6 +29,7 @@ torch: Any = None
 kt_kernel: Any = None
 vramkit_kt_compat: Any = None
 IDS: Any = None
+IDS_LIST = [[0, 5, 40, 41, 100, 127, 31, 32], [1, 2, 3, 4, 6, 7, 8, 9], [120, 121, 122, 123, 124, 125, 126, 33]]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,8 +45,7 @@ def _kt_kernel():
         pytest.skip(f"kt-kernel 0.5.1 not importable here ({e}): make setup-kt-test")
     if kt_kernel.__cpu_variant__ not in ("amx", "avx512_bf16"):
         pytest.skip(f"this CPU gets kt-kernel's {kt_kernel.__cpu_variant__} build: no FP8/INT kernels")
-    IDS = torch.tensor([[0, 5, 40, 41, 100, 127, 31, 32], [1, 2, 3, 4, 6, 7, 8, 9],
-                        [120, 121, 122, 123, 124, 125, 126, 33]])
+    IDS = torch.tensor(IDS_LIST)
 
 
 # The model's config with its experts narrowed: all 128 experts and top-8 as in the model, hidden 1024 and
@@ -222,3 +222,104 @@ def test_the_avx2_release_runs_fp8_experts_on_its_avx2_build_as_sglang_calls_it(
     assert out[1].abs().max() == 0                       # every expert of token 1 is a GPU expert
     for b in (0, 2):
         assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.02
+
+
+# --- RAWINT4: a GPTQ-Int4 checkpoint's own values on kt-kernel's group-wise int4 kernel (issue 18) -------------------
+GPTQ_GROUP = 128
+
+
+@pytest.fixture(scope="module")
+def gptq_layer(tmp_path_factory, narrow_cfg) -> Path:
+    """Layer 0's experts as a symmetric GPTQ-Int4 checkpoint writes them (qweight, fp16 scales, trivial g_idx), every
+    nibble drawn 0..15 (so -8s among them), beside the narrowed config with Qwen's GPTQ quantization_config."""
+    from safetensors.torch import save_file
+
+    from vramkit.core.model import kt_repack
+    out = tmp_path_factory.mktemp("gptq")
+    cfg = json.loads((narrow_cfg / "config.json").read_text()) | {"num_hidden_layers": 1, "quantization_config": {
+        "quant_method": "gptq", "bits": 4, "group_size": GPTQ_GROUP, "sym": True, "desc_act": False}}
+    (out / "config.json").write_text(json.dumps(cfg))
+    g = torch.Generator().manual_seed(3)
+    tensors = {}
+    for e in range(E):
+        for proj, (n, k) in (("gate", (I, H)), ("up", (I, H)), ("down", (H, I))):
+            name = f"model.layers.0.mlp.experts.{e}.{proj}_proj"
+            nib = torch.randint(0, 16, (k, n), generator=g, dtype=torch.int32)
+            tensors[name + ".qweight"] = kt_repack._pack(nib.T.contiguous()).T.contiguous()
+            tensors[name + ".scales"] = (torch.rand(k // GPTQ_GROUP, n, generator=g) * 4e-3 + 1e-3).half()
+            tensors[name + ".g_idx"] = (torch.arange(k) // GPTQ_GROUP).to(torch.int32)
+    save_file(tensors, str(out / "model.safetensors"))
+    return out
+
+
+ROUTED = sorted({int(e) for e in IDS_LIST for e in e})   # the experts the tests' tokens are routed to
+
+
+def rawint4_experts(folder: Path):
+    """The experts a RAWINT4 folder stands for, those the tokens use (kt-kernel's own loader reads the folder;
+    kt_repack decodes): {expert: f32 [out, in]} per projection, indexed as reference() indexes them."""
+    from kt_kernel.utils.loader import CompressedSafeTensorLoader
+
+    from vramkit.core.model import kt_repack
+    got = CompressedSafeTensorLoader(str(folder)).load_experts("model.layers.0")
+    return [{e: kt_repack.rawint4_values(got[n][e], got[n + "_scale"][e]) for e in ROUTED}
+            for n in ("gate", "up", "down")]
+
+
+def rawint4_run(folder: Path, n_gpu: int):
+    from kt_kernel.utils.amx import NativeMoEWrapper
+    NativeMoEWrapper._native_loader_instance = None    # one loader per process in kt-kernel (a server has one method)
+    w = sglang_style(folder, "RAWINT4", n_gpu)
+    w.load_weights(torch.arange(E, dtype=torch.long))
+    torch.manual_seed(0)
+    x, weights = torch.randn(3, H).to(torch.bfloat16), torch.rand(3, K)
+    return run_cpu_experts(w, x, IDS, weights), x, weights
+
+
+def test_rawint4_repacked_from_gptq_runs_as_sglang_calls_it(narrow_cfg, gptq_layer, tmp_path):
+    """The writer repacks the GPTQ checkpoint (-8 raised to -7), kt-kernel's loader reads the files, and the kernel
+    computes the CPU experts of those values through the adapter, the GPU's experts skipped."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_random_checkpoint import write_rawint4_layout
+
+    from vramkit.core.model import kt_repack
+    info = write_rawint4_layout(narrow_cfg, tmp_path, 1, source=gptq_layer)
+    assert info["raised_from_minus_8"] > 0 and 0.05 < info["share_raised"] < 0.075     # 1 nibble of 16 drawn
+    n_gpu = 32
+    out, x, weights = rawint4_run(tmp_path, n_gpu)
+    experts = rawint4_experts(tmp_path)
+    ref = reference(experts, x, IDS, weights, n_gpu)
+    assert out[1].abs().max() == 0
+    for b in (0, 2):
+        assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.03
+    # the -8s, and only them, moved by more than the scales' fp16 -> bf16 rounding (2^-9 of a value)
+    for p, got in zip(("gate", "up", "down"), experts, strict=True):
+        for e in ROUTED[:4]:
+            want = kt_repack.gptq_values(*_gptq(gptq_layer, e, p), GPTQ_GROUP)
+            moved = (got[e] - want).abs() > want.abs() * 2 ** -7
+            assert torch.equal(moved, kt_repack._unpack(_gptq(gptq_layer, e, p)[0], 0).T == 0), (p, e)
+
+
+def _gptq(folder: Path, e: int, proj: str):
+    from safetensors import safe_open
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        name = f"model.layers.0.mlp.experts.{e}.{proj}_proj"
+        return f.get_tensor(name + ".qweight"), f.get_tensor(name + ".scales")
+
+
+def test_kt_kernels_rawint4_still_computes_minus_8_wrong(gptq_layer, tmp_path):
+    """Why the repack raises -8 (kt_repack.NIBBLE_FLOOR): with the nibble 0 kept, kt-kernel 0.5.1's output is far
+    from the values it was given. If this fails, kt-kernel computes -8 right: drop the floor (RAWINT4 exact)."""
+    from safetensors.torch import save_file
+
+    from vramkit.core.model import kt_repack
+    tensors = {}
+    for e in range(E):
+        for p in ("gate", "up", "down"):
+            packed, scale, _ = kt_repack.gptq_to_rawint4(*_gptq(gptq_layer, e, p), GPTQ_GROUP, floor=0)
+            name = f"model.layers.0.mlp.experts.{e}.{p}_proj"
+            tensors[name + ".weight_packed"], tensors[name + ".weight_scale"] = packed, scale
+    save_file(tensors, str(tmp_path / "kept.safetensors"))
+    out, x, weights = rawint4_run(tmp_path, 0)
+    ref = reference(rawint4_experts(tmp_path), x, IDS, weights, 0)
+    assert all((out[b] - ref[b]).norm() / ref[b].norm() > 0.3 for b in range(3))

@@ -828,3 +828,67 @@ def test_whole_layers_are_planned_as_the_adapter_loads_them():
     assert kt.whole_moe_layers(m, 45) == 16
     one = weight_components(m, gpu_experts=1)["experts"]           # one expert in each of the 48 layers
     assert weight_components(m, gpu_experts=counts)["experts"] == 16 * 128 * one // 48
+
+
+# --- RAWINT4: the GPTQ checkpoint's own int4 values on the CPU (benchmarks/results/gpu/kt-rawint4/) --------------------
+RAW4 = ROOT / "benchmarks/results/gpu/kt-rawint4"
+
+
+def test_rawint4_is_made_from_a_gptq_checkpoint_only(capsys):
+    rc = main(["plan", "--preset", "moe", "--kt-method", "RAWINT4", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx"])
+    err = capsys.readouterr().err
+    assert rc == 64 and "made from a gptq_int4 checkpoint" in err and "Traceback" not in err
+    gptq = catalog.model("qwen3-30b-a3b-gptq-int4")
+    q = gptq.quantization
+    for bad in (replace(q, desc_act=True), replace(q, sym=False), replace(q, group_size=48)):
+        with pytest.raises(VramkitError) as e:
+            kt.check_model(replace(gptq, quantization=bad), "RAWINT4")
+        assert e.value.code == Exit.UNSUPPORTED_MODEL and "no RAWINT4 form" in e.value.what
+    kt.check_model(gptq, "RAWINT4")
+
+
+def test_rawint4_holds_4_5_bits_a_weight_in_host_ram():
+    m = catalog.model("qwen3-30b-a3b-gptq-int4")
+    params = 3 * m.hidden_size * m.moe.expert_intermediate
+    assert kt.cpu_expert_bytes(m, "RAWINT4") * 8 == params * 4.5
+    assert kt.cpu_expert_bytes(m, "RAWINT4") < 0.6 * kt.cpu_expert_bytes(m, "AMXINT8")
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def test_rawint4s_plan_quotes_its_run_and_its_loss(capsys):
+    """The plan's words on RAWINT4 are the committed figures: the server's decode and first tokens (run1/), the
+    AMXINT8 whole-layer servers it is set beside (moe-budget best16 and marlin), the kernel check's loss."""
+    rc = main(["plan", "--preset", "moe", "--model", "qwen3-30b-a3b-gptq-int4", "--kt-method", "RAWINT4",
+               "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx", "--host-cores", "16"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 0 and "RAWINT4 is lossy" in out and "prefills ~15x slower" in out
+    note = kt.KT_METHODS["RAWINT4"].speed_note
+    probe = json.loads((RAW4 / "run1/k16-marlin-layers-raw4-t12.probe.json").read_text())
+    decode = next(d for d in probe["decode"] if d["streams"] == 1)
+    assert f"{decode['per_stream_tok_s']:.1f} tok/s" in note
+    ttft = {t["prompt_tokens"]: t["ttft_s"] for t in probe["ttft"]}
+    assert f"{ttft[512]:.2f} s after 512" in note and f"{ttft[8192]:.1f} s after 8K" in note
+    amx = {n: json.loads((ROOT / f"benchmarks/results/gpu/moe-budget/{n}.probe.json").read_text())
+           for n in ("best16/k16-wna16-layers-t12", "marlin/k16-marlin-layers-t12")}
+    decodes = sorted(next(d for d in p["decode"] if d["streams"] == 1)["per_stream_tok_s"] for p in amx.values())
+    assert f"{decodes[0]:.1f}-{decodes[1]:.1f}" in note
+    best = {t["prompt_tokens"]: t["ttft_s"] for t in amx["best16/k16-wna16-layers-t12"]["ttft"]}
+    assert f"{best[512]:.2f} s and {best[8192]:.1f} s" in note
+    assert ttft[8192] / best[8192] > 14            # "~15x"
+    check = json.loads((RAW4 / "rawint4-check-avx512-dev-host.json").read_text())["cases"]
+    acc = kt.KT_METHODS["RAWINT4"].accuracy
+    assert f"{check['kit_repack/group32']['repack_only']['batch_64']:.1%}" in acc
+    assert f"{check['kit_repack/group32']['share_raised_to_minus_7']:.2%}" in acc
+    assert f"{check['nibble0_kept/group32']['kernel_vs_gptq']['batch_64']:.0%}" in acc
+    amx_check = json.loads((RAW4 / "rawint4-check-amx.json").read_text())["rel_l2"]
+    assert amx_check["as_quantized/group32"]["batch_64"] > 0.5 > amx_check["nibble0_clamped/group32"]["batch_64"]
+
+
+def test_rawint4_on_a_cpu_whose_build_was_not_run_is_replaced():
+    """Only the AMX build ran RAWINT4 in a server: on an AVX-512 CPU the plan takes another method, saying why."""
+    m, why = kt.resolve_method(catalog.model("qwen3-30b-a3b-gptq-int4"), "RAWINT4", "avx512", "0.5.1")
+    assert m != "RAWINT4" and "RAWINT4 has no kernels" in why
+    assert kt.resolve_method(catalog.model("qwen3-30b-a3b-gptq-int4"), "RAWINT4", "amx", "0.5.1")[0] == "RAWINT4"

@@ -152,11 +152,15 @@ def test_the_parser_test_sees_every_case():
     expected |= {f"{p.name}-gpu-host-{m}" for p in kt for m in ("FP8", "AMXINT4", "AMXINT8", "LLAMAFILE_Q8_0")}
     # and the GPTQ-Int4 checkpoint split per layer, which renders --quantization moe_wna16 beside the --kt-* flags
     expected |= {f"{p.name}-gpu-host-AMXINT8-gptq" for p in kt}
+    # and its own int4 values repacked for the CPU (RAWINT4), whole layers on marlin: no --quantization flag
+    expected |= {f"{p.name}-gpu-host-RAWINT4-gptq" for p in kt}
     # and the preset with a placement file (`vramkit kt-placement`: SGLang's --init-expert-location)
     expected |= {f"{p.name}-gpu-host-AMXINT8-placement" for p in kt}
     assert kt and ids == expected
     gptq = next(c for c in all_launch_cases() if c.case_id.endswith("-gpu-host-AMXINT8-gptq"))
     assert gptq.argv[gptq.argv.index("--quantization") + 1] == "moe_wna16" and "--kt-method" in gptq.argv
+    raw4 = next(c for c in all_launch_cases() if c.case_id.endswith("-gpu-host-RAWINT4-gptq"))
+    assert raw4.argv[raw4.argv.index("--kt-method") + 1] == "RAWINT4" and "--quantization" not in raw4.argv
 
 
 # ----------------------------------------------------------------------------------------------

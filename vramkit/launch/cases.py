@@ -92,6 +92,8 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
                  for m in ("FP8", "AMXINT4", "AMXINT8", "LLAMAFILE_Q8_0")]
         # GPTQ-Int4 experts split per layer run on SGLang's moe_wna16 (--quantization moe_wna16 beside --kt-*)
         runs += [(catalog.model(GPTQ_MOE), host_gpu, 15.31, {"kt_method": "AMXINT8", "kt_gpu_layers": "off"})]
+        # and its own int4 values repacked for the CPU (RAWINT4), whole layers on marlin
+        runs += [(catalog.model(GPTQ_MOE), host_gpu, 15.31, {"kt_method": "RAWINT4"})]
         for model, gpu, free_gib, over in runs:
             knobs = Knobs(**(preset.knobs | over))
             host = h100_host if free_gib else hybrid.REFERENCE_HOST
@@ -99,7 +101,8 @@ def _hybrid_cases(engine, port: int) -> Iterator[LaunchCaseSpec]:
                             host_ram_available_bytes=128 * GiB, host=host)
             p = plan(model, target, knobs, engine, with_alternatives=False)
             weights = {"AMXINT4": "/tmp/ck/kt-int4", "AMXINT8": "/tmp/ck/kt-int8",
-                       "LLAMAFILE_Q8_0": "/tmp/ck/q8_0.gguf"}.get(over.get("kt_method", ""))
+                       "LLAMAFILE_Q8_0": "/tmp/ck/q8_0.gguf",
+                       "RAWINT4": "/tmp/ck/kt-raw4"}.get(over.get("kt_method", ""))
             hy = hybrid.for_plan(p, weights)
             if hy is None:      # a card that holds every expert: planned without the hybrid mode, rendered so
                 assert p.hybrid is None and p.knobs.kt_method is None and not free_gib

@@ -230,7 +230,8 @@ class Knobs:
     kt_method: str | None = knob(
         None, str, "", "MoE experts beyond the GPU's share run on the CPU (SGLang's KTransformers path, "
         "kt-kernel), in this format: FP8 / BF16 / GPTQ_INT4 read from the checkpoint, AMXINT4 / AMXINT8 from KT's "
-        "converted layout, LLAMAFILE_Q8_0 from a Q8_0 GGUF (--kt-weight-path); one the CPU (--cpu-isa) cannot run "
+        "converted layout, RAWINT4 repacked from a GPTQ-Int4 checkpoint, LLAMAFILE_Q8_0 from a Q8_0 GGUF "
+        "(--kt-weight-path); one the CPU (--cpu-isa) cannot run "
         "is replaced, with a note", choices=KT_METHOD_CHOICES, sglang_flag="--kt-method",
         render=lambda v, _p: ["--kt-method", KT_METHODS[v].sglang_method] if v else [])
     kt_num_gpu_experts: int | str = knob(

@@ -65,10 +65,17 @@ class KtMethod:
     # a lossy method measured elsewhere than ACCURACY_TABLE's "X<-FP8" rows: what the plan says, and where
     accuracy: str = ""
     accuracy_table: str = ""
+    made_from: str | None = None    # a converted layout made only from this checkpoint format (None: from any)
+    speed_note: str = ""            # what its measured runs say beside the estimate (a plan with it prints it)
 
     @property
     def sglang_method(self) -> str:
         return self.sglang_name or self.name
+
+    def serves(self, fmt: str) -> bool:
+        """Whether this method serves a checkpoint of this format (checkpoint_format): reads it, or a layout made
+        from it."""
+        return self.reads in (fmt, None) and self.made_from in (fmt, None)
 
     @property
     def kt_kernels(self) -> bool:
@@ -100,6 +107,21 @@ KT_METHODS = {m.name: m for m in (
                       "4.66% and AMXINT8 converted from FP8 at 5.38% in the same run; 1.57% from bf16 weights "
                       "(random-weight proxy, reference and kernels on a CPU)",
              accuracy_table="benchmarks/results/gpu/kt-llamafile/accuracy-cpu.md"),
+    # kt-kernel's RAWINT4 (AMXInt4_KGroup_MOE, Kimi-K2's group-wise int4): a symmetric GPTQ-Int4 checkpoint's own
+    # nibbles and scales repacked (core/model/kt_repack.py), so the CPU reads the values the GPU's experts hold but
+    # for the -8s, which its kernel computes wrong and the repack raises to -7; 4.5 bits a weight, AMXINT8's 8.1.
+    # Opt-in: its prefill is an order of magnitude slower (speed_note).
+    KtMethod("RAWINT4", None, True, "the GPTQ-Int4 checkpoint's own int4 values repacked for kt-kernel's group-wise "
+             "int4 kernel, -8 raised to -7 and scales rounded to bf16 (make kt-convert)", made_from="gptq_int4",
+             accuracy="4.1% MoE-layer output error against the GPTQ values as they are, from the 0.35% of weights "
+                      "at -8 (kt-kernel's kernel puts a layer's output 65% off when it keeps them); a round-to-nearest "
+                      "GPTQ proxy, kernel and reference on a CPU",
+             accuracy_table="benchmarks/results/gpu/kt-rawint4/README.md",
+             speed_note="RAWINT4 ran once on the H100 host (16 GiB, whole layers on marlin, 13 CPU layers, 12 "
+                        "threads): decode 79.2 tok/s after 512 tokens, as AMXINT8's 76.4-77.8 on other machines "
+                        "of that host, but a first token took 2.75 s after 512 tokens and 38.5 s after 8K against "
+                        "AMXINT8's 0.24 s and 2.3 s: kt-kernel's group-wise int4 prefills ~15x slower "
+                        "(benchmarks/results/gpu/kt-rawint4/); for long prompts --kt-method AMXINT8"),
 )}
 # Where each method's error was measured (kt-kernel's own kernels against a bf16 all-GPU reference, a
 # random-weight proxy of Qwen3-Coder-30B-A3B): what a plan with a lossy method points at.
@@ -114,11 +136,16 @@ ACCURACY_TABLE = "benchmarks/results/gpu/kt-accuracy.md"
 # only: no AVX-512 instruction in it, and each of these methods' kernels ran its forward against numpy under QEMU's
 # Haswell CPU (kt-isa.md). Its other builds are not the kit's (AVX-512 and AMX CPUs get 0.5.1): not listed.
 # A release not listed is read as the newest listed one below it.
+# RAWINT4: kt-kernel 0.5.1's kernel computes the nibble 0 (-8) wrong in its amx and avx512_bf16 builds alike
+# (benchmarks/gpu/kt_rawint4_check.py: the GPU host's AMX CPU and the dev host's AVX-512 one,
+# benchmarks/results/gpu/kt-rawint4/), which the kit's repack avoids; only the AMX build ran it in a server.
+RAWINT4_BUILDS: tuple[str, ...] = ("amx",)
 KT_BUILDS: dict[str, dict[str, tuple[str, ...]]] = {
     "0.5.1": {"FP8": ("avx512", "amx"), "BF16": ("avx512", "amx"), "GPTQ_INT4": (),
-              "AMXINT4": ("avx512", "amx"), "AMXINT8": ("avx512", "amx"), "LLAMAFILE_Q8_0": ("avx512", "amx")},
+              "AMXINT4": ("avx512", "amx"), "AMXINT8": ("avx512", "amx"), "LLAMAFILE_Q8_0": ("avx512", "amx"),
+              "RAWINT4": RAWINT4_BUILDS},
     "0.7.0": {"FP8": ("avx2",), "BF16": ("avx2",), "GPTQ_INT4": ("avx2",), "AMXINT4": (), "AMXINT8": (),
-              "LLAMAFILE_Q8_0": ("avx2",)},
+              "LLAMAFILE_Q8_0": ("avx2",), "RAWINT4": ()},
 }
 # What a plan on a release says beside its method: where the kit has run that release's build in a server on a GPU
 # (by method), and what stands for it otherwise.
@@ -162,7 +189,7 @@ def chunk_problem(method: str, chunk: int | None) -> str | None:
 
 # When the asked method cannot run on the CPU: the first of these that reads the checkpoint and runs there
 # (most accurate first: the checkpoint's own values before a conversion).
-METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "LLAMAFILE_Q8_0", "AMXINT8", "AMXINT4")
+METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "RAWINT4", "LLAMAFILE_Q8_0", "AMXINT8", "AMXINT4")
 
 
 def lossy_note(method: str, source: str = "fp8") -> str:
@@ -187,7 +214,7 @@ def source_build_method(model: ModelSpec, isa: str) -> str | None:
     if isa != "avx2":
         return None
     fmt = checkpoint_format(model)
-    return next((m for m in AVX2_SOURCE if KT_METHODS[m].reads in (fmt, None)), None)
+    return next((m for m in AVX2_SOURCE if KT_METHODS[m].serves(fmt)), None)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -264,6 +291,16 @@ def check_model(model: ModelSpec, method: str) -> None:
                            "multiple",
                            _reader_hint(model), Exit.UNSUPPORTED_MODEL)
     need, have = KT_METHODS[method].reads, checkpoint_format(model)
+    made = KT_METHODS[method].made_from
+    if made is not None and made != have:
+        raise VramkitError(f"--kt-method {method} is made from a {made} checkpoint's own tensors; {model.name} is "
+                           f"{have}", f"{_reader_hint(model)}, or pick the {made} model", Exit.BAD_INPUT)
+    q = model.quantization
+    if method == "RAWINT4" and q is not None and (not q.sym or q.desc_act or q.group_size <= 0 or q.group_size % 32):
+        raise VramkitError(f"--kt-method RAWINT4: {model.name}'s GPTQ experts ("
+                           + ("zero points" if not q.sym else "act-order" if q.desc_act else f"group {q.group_size}")
+                           + ") have no RAWINT4 form (symmetric int4 in groups of a multiple of 32)",
+                           "--kt-method AMXINT8, converted from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
     if need is not None and need != have:
         raise VramkitError(f"--kt-method {method} reads a {need} checkpoint; {model.name} is {have}",
                            f"{_reader_hint(model)}, or pick the {need} model", Exit.BAD_INPUT)
@@ -434,7 +471,7 @@ def resolve_method(model: ModelSpec, asked: str, isa: str, kt_kernel: str) -> tu
     need = needed_build(asked, kt_kernel)
     fmt = checkpoint_format(model)
     for m in preference(isa):
-        if KT_METHODS[m].reads in (fmt, None) and runs_on(m, isa, kt_kernel):
+        if KT_METHODS[m].serves(fmt) and runs_on(m, isa, kt_kernel):
             return m, (f"{asked} has no kernels in {kk}'s {isa} build (it needs {need}): planned with {m} "
                        f"instead, which runs on the {KT_VARIANT[build_for(m, isa, kt_kernel)]} build"
                        + release_note(kt_kernel, m))
@@ -480,6 +517,8 @@ def cpu_expert_bytes(model: ModelSpec, method: str) -> int:
         return params // 32 * 34
     if method == "BF16":
         return params * 2
+    if method == "RAWINT4":               # int4 + one bf16 scale per 32 weights along each row (kt_repack)
+        return params // 2 + 2 * (params // 32)
     if method == "FP8":
         q = model.quantization
         bn, bk = q.weight_block if q is not None and q.weight_block else (128, 128)

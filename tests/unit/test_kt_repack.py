@@ -1,0 +1,86 @@
+"""A GPTQ-Int4 Linear repacked into kt-kernel's RAWINT4 form (vramkit/core/model/kt_repack.py): value for value but
+for the -8s the kernel computes wrong, and the one-line refusals for the GPTQ checkpoints it has no form for."""
+from __future__ import annotations
+
+import pytest
+
+from vramkit.core.model import kt_repack
+from vramkit.errors import Exit, VramkitError
+
+torch = pytest.importorskip("torch")
+
+K, N, GROUP = 256, 64, 128
+
+
+def gptq(seed: int = 0) -> tuple:
+    """A GPTQ Linear as AutoGPTQ writes it: every nibble 0..15 drawn (so -8s among them), fp16 scales."""
+    g = torch.Generator().manual_seed(seed)
+    nib = torch.randint(0, 16, (K, N), generator=g, dtype=torch.int32)
+    qweight = kt_repack._pack(nib.T.contiguous()).T.contiguous()           # [K/8, N], along K
+    scales = (torch.rand(K // GROUP, N, generator=g) * 0.01 + 0.001).to(torch.float16)
+    return nib, qweight, scales
+
+
+def test_repack_keeps_every_value_but_the_minus_eights():
+    nib, qweight, scales = gptq()
+    packed, scale, raised = kt_repack.gptq_to_rawint4(qweight, scales, GROUP)
+    assert packed.shape == (N, K // 8) and packed.dtype == torch.int32
+    assert scale.shape == (N, K // 32) and scale.dtype == torch.bfloat16
+    minus8 = (nib == 0).T                                                    # [N, K]
+    assert raised == int(minus8.sum()) > 0
+    got, want = kt_repack.rawint4_values(packed, scale), kt_repack.gptq_values(qweight, scales, GROUP)
+    step = scales.float().T.repeat_interleave(GROUP, 1)                      # each weight's group scale
+    # the scales' fp16 -> bf16 rounding: at most 2^-9 of a value
+    assert torch.allclose(got[~minus8], want[~minus8], rtol=2 ** -8, atol=0)
+    # a -8 becomes -7: one step of its group's scale up (and -7 x the bf16 rounding of the scale: <= 7 x 2^-9)
+    assert torch.allclose((got - want)[minus8], step[minus8], rtol=2 ** -5, atol=0)
+
+
+def test_floor_zero_keeps_the_minus_eights():
+    nib, qweight, scales = gptq(1)
+    packed, scale, raised = kt_repack.gptq_to_rawint4(qweight, scales, GROUP, floor=0)
+    assert raised == 0
+    assert torch.allclose(kt_repack.rawint4_values(packed, scale), kt_repack.gptq_values(qweight, scales, GROUP),
+                          rtol=2 ** -8, atol=0)
+
+
+def test_wider_out_groups_repeat_the_scale():
+    _, qweight, scales = gptq(2)
+    _, s32, _ = kt_repack.gptq_to_rawint4(qweight, scales, GROUP, 32)
+    _, s128, _ = kt_repack.gptq_to_rawint4(qweight, scales, GROUP, 128)
+    assert torch.equal(s32, s128.repeat_interleave(4, 1))
+
+
+def test_act_order_g_idx_is_refused():
+    _, qweight, scales = gptq()
+    g_idx = (torch.arange(K) // GROUP).flip(0).to(torch.int32)
+    with pytest.raises(VramkitError) as e:
+        kt_repack.gptq_to_rawint4(qweight, scales, GROUP, g_idx=g_idx)
+    assert e.value.code == Exit.UNSUPPORTED_MODEL and "act-order" in e.value.what
+    kt_repack.gptq_to_rawint4(qweight, scales, GROUP, g_idx=(torch.arange(K) // GROUP).to(torch.int32))
+
+
+def test_mismatched_tensors_are_one_line():
+    _, qweight, scales = gptq()
+    with pytest.raises(VramkitError) as e:
+        kt_repack.gptq_to_rawint4(qweight, scales[:1], GROUP)
+    assert e.value.code == Exit.BAD_INPUT and "\n" not in e.value.line()
+
+
+@pytest.mark.parametrize("quant, word", [
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "8 bits"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, "awq"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": False}, "zero points"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True}, "act-order"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 48}, "group size 48"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": -1}, "group size -1"),
+])
+def test_checkpoints_without_a_rawint4_form_are_refused(quant, word):
+    with pytest.raises(VramkitError) as e:
+        kt_repack.check_gptq(quant, "ckpt")
+    assert e.value.code == Exit.UNSUPPORTED_MODEL and word in e.value.what
+
+
+def test_qwen_gptq_config_is_taken():
+    assert kt_repack.check_gptq({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True,
+                                 "desc_act": False}, "ckpt") == 128

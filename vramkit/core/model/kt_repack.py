@@ -1,0 +1,99 @@
+"""A GPTQ-Int4 checkpoint's experts in kt-kernel's group-wise int4 form (RAWINT4), value for value (issue 18).
+
+kt-kernel 0.5.1's RAWINT4 method (AMXInt4_KGroup_MOE, written for Kimi-K2's compressed-tensors int4) reads per
+expert matrix [N out, K in]:
+- ``weight_packed`` int32 [N, K/8]: 8 consecutive values of a row per int32, lowest nibble first, each value
+  stored plus 8 (the nibble 8 is 0);
+- ``weight_scale`` bf16 [N, K/group]: one scale per group of K, the group read from the scales' width.
+A symmetric GPTQ checkpoint (AutoGPTQ's layout, as SGLang reads it) holds per Linear:
+- ``qweight`` int32 [K/8, N]: 8 consecutive values of a column per int32, lowest nibble first, stored plus 8;
+- ``scales`` fp16 [K/group, N];
+- ``qzeros``, which SGLang ignores for ``sym: true`` (the zero is 8: marlin's uint4b8 type), and ``g_idx``,
+  trivial without act-order.
+So the same nibbles, transposed and re-packed along K, with the scales transposed: w = (q - 8) x scale in both.
+Two changes of value:
+- kt-kernel 0.5.1's kernel computes the nibble 0 (-8) wrong, in its AMX and AVX-512 builds alike (a layer's
+  output 65 % off with 0.35 % of the weights at -8, 1.3 % with none; benchmarks/results/gpu/kt-rawint4/), and
+  symmetric GPTQ uses -8 (AutoGPTQ: round(w / scale) + 8 with scale = 2 max|w| / 15). The repack raises it to -7
+  (`NIBBLE_FLOOR`): those weights move by one step of their group's scale;
+- the scales' rounding from fp16 to bf16 (8 bits of mantissa against 11: at most 2^-9 of a group's scale).
+Pure: torch tensors in, torch tensors out; imported only by the tools that write or check the files (torch at import).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vramkit.errors import Exit, VramkitError
+
+NIBBLES = 8                     # int4 values per int32
+NIBBLE_FLOOR = 1                # the lowest nibble kt-kernel's RAWINT4 kernel computes right (-7)
+
+
+def _unpack(packed: torch.Tensor, dim: int) -> torch.Tensor:
+    """int32 -> its 8 nibbles (0..15) along a new axis after `dim`, lowest first, merged into `dim`."""
+    parts = torch.stack([(packed >> (4 * j)) & 15 for j in range(NIBBLES)], dim + 1)
+    shape = list(packed.shape)
+    shape[dim] *= NIBBLES
+    return parts.reshape(shape)
+
+
+def _pack(values: torch.Tensor) -> torch.Tensor:
+    """[..., K] nibbles (0..15) -> [..., K/8] int32, 8 consecutive values each, lowest nibble first."""
+    v = values.to(torch.int32).reshape(*values.shape[:-1], values.shape[-1] // NIBBLES, NIBBLES)
+    out = torch.zeros(v.shape[:-1], dtype=torch.int32)
+    for j in range(NIBBLES):
+        out |= v[..., j] << (4 * j)
+    return out
+
+
+def check_gptq(quant: dict[str, Any], where: str) -> int:
+    """The group size of a GPTQ quantization_config RAWINT4 reproduces exactly; one line and exit 65 otherwise."""
+    bits, group = int(quant.get("bits", 0)), int(quant.get("group_size", -1))
+    if str(quant.get("quant_method", "")).lower() != "gptq" or bits != 4:
+        raise VramkitError(f"{where}: RAWINT4 is made from a 4-bit GPTQ checkpoint; this one is "
+                           f"{quant.get('quant_method')} at {bits} bits",
+                           "use --kt-layout AMXINT8 (converted from bf16/FP8), or the GPTQ-Int4 checkpoint",
+                           Exit.UNSUPPORTED_MODEL)
+    if not quant.get("sym", True) or quant.get("desc_act", False):
+        raise VramkitError(f"{where}: a GPTQ checkpoint with {'act-order' if quant.get('desc_act') else 'zero points'}"
+                           " has no RAWINT4 form (symmetric, group-ordered int4 only)",
+                           "use --kt-layout AMXINT8 from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
+    if group <= 0 or group % 32:
+        raise VramkitError(f"{where}: GPTQ group size {group} is not a multiple of 32 (RAWINT4's group)",
+                           "use --kt-layout AMXINT8 from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
+    return group
+
+
+def gptq_to_rawint4(qweight: torch.Tensor, scales: torch.Tensor, group: int, out_group: int = 32,
+                    g_idx: torch.Tensor | None = None, floor: int = NIBBLE_FLOOR
+                    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """One Linear: GPTQ (qweight [K/8, N] int32, scales [K/group, N]) -> RAWINT4 (weight_packed [N, K/8] int32,
+    weight_scale [N, K/out_group] bf16), each scale repeated over the out_group-wide groups inside its group, and
+    how many weights were raised from -8 to -7 (`floor` 0 keeps them: the kernel check's control)."""
+    k = qweight.shape[0] * NIBBLES
+    if scales.shape != (k // group, qweight.shape[1]) or group % out_group:
+        raise VramkitError(f"GPTQ tensors qweight {tuple(qweight.shape)} / scales {tuple(scales.shape)} do not "
+                           f"match group {group}", "check the checkpoint's quantization_config", Exit.BAD_INPUT)
+    if g_idx is not None and not torch.equal(g_idx.to(torch.int64), torch.arange(k) // group):
+        raise VramkitError("a GPTQ g_idx out of group order (act-order) has no RAWINT4 form",
+                           "use --kt-layout AMXINT8 from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
+    nibbles = _unpack(qweight, 0)                                  # [K, N]
+    raised = int((nibbles < floor).sum())
+    packed = _pack(nibbles.clamp_min(floor).T.contiguous())        # [N, K/8]
+    scale = scales.T.float().repeat_interleave(group // out_group, dim=1)
+    return packed, scale.to(torch.bfloat16).contiguous(), raised
+
+
+def rawint4_values(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The weights a RAWINT4 pair stands for, f32 [N, K] (tests and checks)."""
+    q = _unpack(packed, 1).float() - 8                              # [N, K]
+    group = q.shape[1] // scale.shape[1]
+    return (q.view(q.shape[0], -1, group) * scale.float()[..., None]).reshape(q.shape)
+
+
+def gptq_values(qweight: torch.Tensor, scales: torch.Tensor, group: int) -> torch.Tensor:
+    """The weights a symmetric GPTQ pair stands for as SGLang computes them, f32 [N, K]."""
+    q = _unpack(qweight, 0).float() - 8                             # [K, N]
+    return (q.view(-1, group, q.shape[1]) * scales.float()[:, None, :]).reshape(q.shape).T
