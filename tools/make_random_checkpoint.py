@@ -149,18 +149,18 @@ def write_rawint4_layout(config_dir: Path, out_dir: Path, layers: int | None = N
           f"({'repacked from ' + str(source) if source else 'random experts'})", file=sys.stderr, flush=True)
     for done, i in enumerate(moe_layers, 1):
         tensors = {}
-        for x in range(e):
-            for proj, (n, k) in (("gate", (inter, h)), ("up", (inter, h)), ("down", (h, inter))):
-                name = f"model.layers.{i}.mlp.experts.{x}.{proj}_proj"
-                if get is not None:
-                    packed, scale, r = kt_repack.gptq_to_rawint4(get(name + ".qweight"), get(name + ".scales"),
-                                                                 group, g_idx=get(name + ".g_idx"))
-                    raised, weights = raised + r, weights + n * k
-                else:
-                    nib = torch.randint(1, 16, (n, k), dtype=torch.int32, generator=g)
-                    packed = kt_repack._pack(nib)
-                    scale = torch.full((n, k // 32), RAWINT4_SCALE, dtype=torch.bfloat16)
-                tensors[name + ".weight_packed"], tensors[name + ".weight_scale"] = packed, scale
+        for proj, (n, k) in (("gate", (inter, h)), ("up", (inter, h)), ("down", (h, inter))):
+            names = [f"model.layers.{i}.mlp.experts.{x}.{proj}_proj" for x in range(e)]
+            if get is not None:     # every expert's projection at once (kt_repack.gptq_experts_to_rawint4)
+                packed, scale, r = kt_repack.gptq_experts_to_rawint4(
+                    [get(m + ".qweight") for m in names], [get(m + ".scales") for m in names], group,
+                    [get(m + ".g_idx") for m in names])
+                raised, weights = raised + r, weights + e * n * k
+            else:
+                packed = list(kt_repack._pack(torch.randint(1, 16, (e, n, k), dtype=torch.int32, generator=g)))
+                scale = [torch.full((n, k // 32), RAWINT4_SCALE, dtype=torch.bfloat16)] * e
+            for m, p, sc in zip(names, packed, scale, strict=True):
+                tensors[m + ".weight_packed"], tensors[m + ".weight_scale"] = p.contiguous(), sc.clone()
         path = out_dir / f"rawint4-layer-{i:03d}.safetensors"
         save_file(tensors, str(path), metadata={"format": "pt"})
         written += path.stat().st_size

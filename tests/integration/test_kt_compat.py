@@ -300,11 +300,16 @@ def test_rawint4_repacked_from_gptq_runs_as_sglang_calls_it(narrow_cfg, gptq_lay
             assert torch.equal(moved, kt_repack._unpack(_gptq(gptq_layer, e, p)[0], 0).T == 0), (p, e)
 
 
+GPTQ_FILES: dict = {}
+
+
 def _gptq(folder: Path, e: int, proj: str):
-    from safetensors import safe_open
-    with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        name = f"model.layers.0.mlp.experts.{e}.{proj}_proj"
-        return f.get_tensor(name + ".qweight"), f.get_tensor(name + ".scales")
+    """(qweight, scales) of one expert's projection in the gptq_layer checkpoint (read once per test run)."""
+    if folder not in GPTQ_FILES:
+        from safetensors.torch import load_file
+        GPTQ_FILES[folder] = load_file(str(folder / "model.safetensors"))
+    name = f"model.layers.0.mlp.experts.{e}.{proj}_proj"
+    return GPTQ_FILES[folder][name + ".qweight"], GPTQ_FILES[folder][name + ".scales"]
 
 
 def test_kt_kernels_rawint4_still_computes_minus_8_wrong(gptq_layer, tmp_path):
@@ -314,11 +319,12 @@ def test_kt_kernels_rawint4_still_computes_minus_8_wrong(gptq_layer, tmp_path):
 
     from vramkit.core.model import kt_repack
     tensors = {}
-    for e in range(E):
-        for p in ("gate", "up", "down"):
-            packed, scale, _ = kt_repack.gptq_to_rawint4(*_gptq(gptq_layer, e, p), GPTQ_GROUP, floor=0)
-            name = f"model.layers.0.mlp.experts.{e}.{p}_proj"
-            tensors[name + ".weight_packed"], tensors[name + ".weight_scale"] = packed, scale
+    for p in ("gate", "up", "down"):
+        names = [f"model.layers.0.mlp.experts.{e}.{p}_proj" for e in range(E)]
+        qs, ss = zip(*(_gptq(gptq_layer, e, p) for e in range(E)), strict=True)
+        packed, scale, _ = kt_repack.gptq_experts_to_rawint4(list(qs), list(ss), GPTQ_GROUP, floor=0)
+        for name, pk, sc in zip(names, packed, scale, strict=True):
+            tensors[name + ".weight_packed"], tensors[name + ".weight_scale"] = pk, sc
     save_file(tensors, str(tmp_path / "kept.safetensors"))
     out, x, weights = rawint4_run(tmp_path, 0)
     ref = reference(rawint4_experts(tmp_path), x, IDS, weights, 0)

@@ -84,3 +84,15 @@ def test_checkpoints_without_a_rawint4_form_are_refused(quant, word):
 def test_qwen_gptq_config_is_taken():
     assert kt_repack.check_gptq({"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True,
                                  "desc_act": False}, "ckpt") == 128
+
+
+def test_a_layer_at_once_is_each_expert_alone():
+    experts = [gptq(s) for s in range(3)]
+    packed, scale, raised = kt_repack.gptq_experts_to_rawint4([q for _, q, _ in experts], [s for _, _, s in experts],
+                                                              GROUP, [None, (torch.arange(K) // GROUP), None])
+    assert raised == sum(int((n == 0).sum()) for n, _, _ in experts)
+    for (_, q, s), p, sc in zip(experts, packed, scale, strict=True):
+        one = kt_repack.gptq_to_rawint4(q, s, GROUP)
+        assert torch.equal(p, one[0]) and torch.equal(sc, one[1])
+    with pytest.raises(VramkitError):
+        kt_repack.gptq_experts_to_rawint4([experts[0][1]], [experts[0][2]], GROUP, [torch.zeros(K, dtype=torch.int32)])

@@ -892,3 +892,21 @@ def test_rawint4_on_a_cpu_whose_build_was_not_run_is_replaced():
     m, why = kt.resolve_method(catalog.model("qwen3-30b-a3b-gptq-int4"), "RAWINT4", "avx512", "0.5.1")
     assert m != "RAWINT4" and "RAWINT4 has no kernels" in why
     assert kt.resolve_method(catalog.model("qwen3-30b-a3b-gptq-int4"), "RAWINT4", "amx", "0.5.1")[0] == "RAWINT4"
+
+
+def test_the_rawint4_kernel_table_is_the_benchs():
+    """kt-rawint4/README.md's kernel table (and the main README's figures) are kernel-bench-t12.json's runs."""
+    runs = {r["method"]: r for r in json.loads((RAW4 / "kernel-bench-t12.json").read_text())["runs"]}
+    table = (RAW4 / "README.md").read_text()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    m = catalog.model("qwen3-30b-a3b-gptq-int4")
+    for method in ("AMXINT8", "RAWINT4"):
+        r = runs[method]
+        ms, layer = r["cpu_ms_per_token_median"], r["cpu_ms_per_token_median"] / 48
+        read = 8 * kt.cpu_expert_bytes(m, method) / (layer / 1e3) / 1e9
+        row = f"| {method} | {8 * kt.cpu_expert_bytes(m, method) / 1e6:.1f} MB | {ms:.1f} | {layer:.2f} ms | " \
+              f"{read:.0f} GB/s | {r['prefill_tok_s']:.0f} tok/s |"
+        assert row in table, row
+        assert f"{layer:.2f} ms in {method}" in readme and f"{read:.0f}" in readme
+    speedup = runs["AMXINT8"]["cpu_ms_per_token_median"] / runs["RAWINT4"]["cpu_ms_per_token_median"]
+    assert f"{speedup:.2f}x" in table and f"{speedup:.2f}x" in readme

@@ -66,6 +66,12 @@ def check_gptq(quant: dict[str, Any], where: str) -> int:
     return group
 
 
+def _check_g_idx(g_idx: torch.Tensor | None, k: int, group: int) -> None:
+    if g_idx is not None and not torch.equal(g_idx.to(torch.int64), torch.arange(k) // group):
+        raise VramkitError("a GPTQ g_idx out of group order (act-order) has no RAWINT4 form",
+                           "use --kt-layout AMXINT8 from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
+
+
 def gptq_to_rawint4(qweight: torch.Tensor, scales: torch.Tensor, group: int, out_group: int = 32,
                     g_idx: torch.Tensor | None = None, floor: int = NIBBLE_FLOOR
                     ) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -76,14 +82,24 @@ def gptq_to_rawint4(qweight: torch.Tensor, scales: torch.Tensor, group: int, out
     if scales.shape != (k // group, qweight.shape[1]) or group % out_group:
         raise VramkitError(f"GPTQ tensors qweight {tuple(qweight.shape)} / scales {tuple(scales.shape)} do not "
                            f"match group {group}", "check the checkpoint's quantization_config", Exit.BAD_INPUT)
-    if g_idx is not None and not torch.equal(g_idx.to(torch.int64), torch.arange(k) // group):
-        raise VramkitError("a GPTQ g_idx out of group order (act-order) has no RAWINT4 form",
-                           "use --kt-layout AMXINT8 from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
+    _check_g_idx(g_idx, k, group)
     nibbles = _unpack(qweight, 0)                                  # [K, N]
     raised = int((nibbles < floor).sum())
     packed = _pack(nibbles.clamp_min(floor).T.contiguous())        # [N, K/8]
     scale = scales.T.float().repeat_interleave(group // out_group, dim=1)
     return packed, scale.to(torch.bfloat16).contiguous(), raised
+
+
+def gptq_experts_to_rawint4(qweights: list[torch.Tensor], scales: list[torch.Tensor], group: int,
+                            g_idxs: list[torch.Tensor | None] | None = None, floor: int = NIBBLE_FLOOR
+                            ) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+    """gptq_to_rawint4 over one projection of every expert of a layer at once (their columns side by side: one
+    unpack and pack instead of one per expert); per expert (weight_packed, weight_scale), and the -8s raised."""
+    for g_idx in g_idxs or []:
+        _check_g_idx(g_idx, qweights[0].shape[0] * NIBBLES, group)
+    packed, scale, raised = gptq_to_rawint4(torch.cat(qweights, 1), torch.cat(scales, 1), group, floor=floor)
+    n = [q.shape[1] for q in qweights]
+    return [t.contiguous() for t in packed.split(n)], [t.contiguous() for t in scale.split(n)], raised
 
 
 def rawint4_values(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
