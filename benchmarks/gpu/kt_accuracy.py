@@ -21,6 +21,8 @@ the same weights the way each method's loader hands them over:
              preset's one-time conversion does)
   LLAMAFILE_Q8_0  llama.cpp's Q8_0 blocks (32 int8 + one f16 scale; the gguf package's quantizer) through
              kt-kernel's llamafile backend (class MOE), as a Q8_0 GGUF of the model hands them over
+  LLAMAFILE_Q4_K  the same backend on llama.cpp's Q4_K blocks (its own quantizer, KT_GGML_LIB=libggml-base.so
+             from build_ggml.sh), every expert matrix Q4_K (Q4_K_M's Q6_K down tensors left out)
   RAWINT4    symmetric int4 per group of 32 with bf16 scales (Kimi-K2's compressed-tensors form), through
              AMXInt4_KGroup_MOE: kt-kernel 0.5.1's one group-wise int4 class
   GPTQ_INT4  symmetric int4, group 128, in GPTQ's layout (qweight [K/8, N], scales [K/128, N]), rounded to
@@ -57,6 +59,7 @@ CONFIG = ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json"
 FP8_BLOCK = 128
 GPTQ_GROUP = 128
 RAWINT4_GROUP = 32         # Kimi-K2's compressed-tensors int4 (kt-kernel's RAWINT4 reads its group from the scales)
+LLAMAFILE_TYPES = {"LLAMAFILE_Q8_0": "Q8_0", "LLAMAFILE_Q4_K": "Q4_K"}   # kt-kernel's llamafile MOE, by ggml type
 QUANT_CONFIG = {"FP8": (8, FP8_BLOCK), "GPTQ_INT4": (4, GPTQ_GROUP), "RAWINT4": (4, RAWINT4_GROUP)}  # bits, group
 
 
@@ -239,7 +242,7 @@ class Kt:
                  "AMXINT8": ("AMXInt8_MOE",), "AMXINT4": ("AMXInt4_MOE",), "RAWINT4": ("AMXInt4_KGroup_MOE",),
                  "GPTQ_INT4": (("AVXVNNI256GPTQInt4_MOE", "AVX2GPTQInt4_MOE")
                                if os.environ.get("KT_GPTQ_INT4_BACKEND", "") != "avx2" else ("AVX2GPTQInt4_MOE",)),
-                 "LLAMAFILE_Q8_0": ("MOE",)}
+                 "LLAMAFILE_Q8_0": ("MOE",), "LLAMAFILE_Q4_K": ("MOE",)}
         for name in order[method]:
             if hasattr(m, name):
                 return name, getattr(m, name)
@@ -267,20 +270,33 @@ class KtLayer:
             c.layer_idx, c.pool, c.max_len = layer, kt.cpu.backend_, max_len
             return c
 
-        if method == "LLAMAFILE_Q8_0":
+        if method in LLAMAFILE_TYPES:
             # kt_kernel/utils/llamafile.py's load_weights, the GGUF's tensors handed over in memory: llama.cpp's
-            # Q8_0 blocks (gguf's own quantizer) of ffn_{gate,up}_exps [E][inter][h] and ffn_down_exps [E][h][inter]
+            # blocks of ffn_{gate,up}_exps [E][inter][h] and ffn_down_exps [E][h][inter]; Q8_0 from gguf's own
+            # quantizer, Q4_K from llama.cpp's (ggml_quantize_chunk, KT_GGML_LIB: build_ggml.sh's libggml-base.so)
             import numpy as np
-            from gguf.constants import GGMLQuantizationType
-            from gguf.quants import quantize
-            qs = [torch.from_numpy(np.ascontiguousarray(quantize(t.float().numpy(), GGMLQuantizationType.Q8_0)))
-                  for t in (gate, up, down)]
+            kind = LLAMAFILE_TYPES[method]
+            if kind == "Q8_0":
+                from gguf.constants import GGMLQuantizationType
+                from gguf.quants import quantize
+
+                def blocks(t: torch.Tensor):
+                    return quantize(t.float().numpy(), GGMLQuantizationType.Q8_0)
+            else:
+                from ggml_quant import Ggml
+                if not os.environ.get("KT_GGML_LIB"):
+                    raise RuntimeError(f"{method}: set KT_GGML_LIB to libggml-base.so (benchmarks/gpu/build_ggml.sh)")
+                ggml = Ggml(os.environ["KT_GGML_LIB"])
+
+                def blocks(t: torch.Tensor):
+                    return ggml.quantize(t.float().numpy(), kind)
+            qs = [torch.from_numpy(np.ascontiguousarray(blocks(t))) for t in (gate, up, down)]
             self.keep += qs
             gt = ext.kvcache.ggml_type
             c = config()
             c.m_block, c.group_min_len, c.group_max_len = 32, 10, max(1, max_len)
             c.gate_proj, c.up_proj, c.down_proj = (q.data_ptr() for q in qs)
-            c.gate_type = c.up_type = c.down_type = gt.Q8_0
+            c.gate_type = c.up_type = c.down_type = getattr(gt, kind)
             c.hidden_type = gt.BF16
             self.moe = cls(c)
         elif method in ("AMXINT4", "AMXINT8"):

@@ -158,7 +158,7 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has raw4 || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
@@ -616,6 +616,19 @@ if has raw4 || has kraw4; then  # the GPTQ checkpoint's own int4 values on the C
   kit k16-marlin-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 \
     --kt-cpuinfer 12
   has raw4 && lpair 16 11
+fi
+if has kbench; then  # the CPU layers' kernels alone, 12 threads, no server (~3 min after the llama.cpp build): kt-kernel's
+  # llamafile backend on llama.cpp's own Q4_K blocks (its libggml-base.so, built with llama-bench, quantizes them)
+  # beside AMXINT8, LLAMAFILE_Q8_0 and RAWINT4 (kt-rawint4/kernel-bench-t12.json: 0.76 and 0.60 ms a layer; llama.cpp's
+  # Q4_K CPU layer 0.41 ms in its own server): is kt-kernel's path to llama.cpp's per-layer time a Q4_K GGUF?
+  ballast_off
+  for i in $(seq 120); do [ -f $BUILT ] || [ -f $W/build-rc.txt ] && break; sleep 5; done
+  KT_GGML_LIB=$(ls $BIN/libggml-base.so $LL/build/ggml/src/libggml-base.so 2>/dev/null | head -1) \
+    KT_KERNEL_CPU_VARIANT=amx timeout 900 python3 benchmarks/gpu/kt_decode_bench.py \
+    --methods AMXINT8,LLAMAFILE_Q4_K,LLAMAFILE_Q8_0,RAWINT4 --threads 12 --gpu-experts 0 --layers 8 --tokens 24 \
+    --prefill 512 --out "$RES/kernel-bench-q4k-t12.json" > "$RES/logs/kernel-bench-q4k.txt" 2>&1
+  step "kernels: $(grep '^{' "$RES/logs/kernel-bench-q4k.txt" | cut -c1-220 | tr '\n' ' ')"
+  pack
 fi
 if has ldefer; then  # best16's kit point with 2 deferred experts a token (SGLang's --kt-max-deferred-experts-per-token:
   # a CPU layer's last experts are added one layer later, so the GPU need not wait for them; changes the outputs) (~4 min)
