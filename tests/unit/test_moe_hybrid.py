@@ -910,3 +910,11 @@ def test_the_rawint4_kernel_table_is_the_benchs():
         assert f"{layer:.2f} ms in {method}" in readme and f"{read:.0f}" in readme
     speedup = runs["AMXINT8"]["cpu_ms_per_token_median"] / runs["RAWINT4"]["cpu_ms_per_token_median"]
     assert f"{speedup:.2f}x" in table and f"{speedup:.2f}x" in readme
+
+
+def test_the_q4k_check_the_readme_quotes():
+    res = json.loads((ROOT / "benchmarks/results/gpu/kt-llamafile/q4k-check-dev-host.json").read_text())["rel_l2"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"a layer {res['LLAMAFILE_Q4_K']:.1%} from the values they decode to, its Q8_0 {res['LLAMAFILE_Q8_0']:.1%}" \
+        .replace("%", " %") in readme
+    assert res["LLAMAFILE_Q4_K"] < 0.03          # the kernel computes the blocks (the format's error left out)
