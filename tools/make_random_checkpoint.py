@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vramkit.core import progress  # noqa: E402
 from vramkit.core.model import checkpoint as cl  # noqa: E402
-from vramkit.errors import VramkitError  # noqa: E402
+from vramkit.errors import Exit, VramkitError  # noqa: E402
 
 POOL_ELEMS = 1 << 26          # 64 Mi values per pool: large enough that neighbouring tensors differ
 FP8_MAGNITUDE_MASK = 0xBF     # e4m3fn S.EEEE.MMM: clearing the top exponent bit keeps |x| <= 1.875, no NaN
@@ -112,18 +112,26 @@ RAWINT4_SCALE = 2e-4
 
 
 def _safetensors_reader(source: Path):
-    """name -> tensor over a checkpoint folder (sharded through its index, or its one file)."""
+    """name -> tensor over a checkpoint folder (sharded through its index, or its one file); a name it lacks, or a
+    folder with no safetensors, is one line and exit 21 (unsupported model)."""
     from safetensors import safe_open
     index = json.loads((source / "model.safetensors.index.json").read_text())["weight_map"] \
         if (source / "model.safetensors.index.json").is_file() else None
+    files = sorted(p.name for p in source.glob("*.safetensors"))
+    if not index and len(files) != 1:
+        raise VramkitError(f"{source}: {len(files)} safetensors files and no model.safetensors.index.json",
+                           "pass the downloaded checkpoint folder", Exit.UNSUPPORTED_MODEL)
     handles: dict = {}
 
-    def get(name: str):
-        file = index.get(name) if index else next(p.name for p in source.glob("*.safetensors"))
-        if file is None:
-            return None
-        if file not in handles:
+    def get(name: str, optional: bool = False):
+        file = index.get(name) if index else files[0]
+        if file is not None and file not in handles:
             handles[file] = safe_open(str(source / file), "pt")
+        if file is None or name not in handles[file].keys():
+            if optional:
+                return None
+            raise VramkitError(f"{source}: no tensor {name} (a Qwen-MoE GPTQ checkpoint's expert naming)",
+                               "pass the GPTQ-Int4 checkpoint of this model", Exit.UNSUPPORTED_MODEL)
         return handles[file].get_tensor(name)
     return get
 
@@ -142,9 +150,11 @@ def write_rawint4_layout(config_dir: Path, out_dir: Path, layers: int | None = N
     group = kt_repack.check_gptq(cfg.get("quantization_config") or {}, str(source)) if source is not None else 0
     get = _safetensors_reader(source) if source is not None else None
     g = torch.Generator().manual_seed(seed)
+    moe_layers = [i for i in range(n_layers) if cl.is_moe_layer(cfg, i)]
+    if get is not None and moe_layers:      # the source's naming checked before anything is written
+        get(f"model.layers.{moe_layers[0]}.mlp.experts.0.gate_proj.qweight")
     out_dir.mkdir(parents=True, exist_ok=True)
     t0, written, raised, weights = time.time(), 0, 0, 0
-    moe_layers = [i for i in range(n_layers) if cl.is_moe_layer(cfg, i)]
     print(f"writing {len(moe_layers)} MoE layers x {e} experts as RAWINT4 into {out_dir} "
           f"({'repacked from ' + str(source) if source else 'random experts'})", file=sys.stderr, flush=True)
     for done, i in enumerate(moe_layers, 1):
@@ -154,10 +164,10 @@ def write_rawint4_layout(config_dir: Path, out_dir: Path, layers: int | None = N
             if get is not None:     # every expert's projection at once (kt_repack.gptq_experts_to_rawint4)
                 packed, scale, r = kt_repack.gptq_experts_to_rawint4(
                     [get(m + ".qweight") for m in names], [get(m + ".scales") for m in names], group,
-                    [get(m + ".g_idx") for m in names])
+                    [get(m + ".g_idx", optional=True) for m in names])
                 raised, weights = raised + r, weights + e * n * k
             else:
-                packed = list(kt_repack._pack(torch.randint(1, 16, (e, n, k), dtype=torch.int32, generator=g)))
+                packed = list(kt_repack.pack(torch.randint(1, 16, (e, n, k), dtype=torch.int32, generator=g)))
                 scale = [torch.full((n, k // 32), RAWINT4_SCALE, dtype=torch.bfloat16)] * e
             for m, p, sc in zip(names, packed, scale, strict=True):
                 tensors[m + ".weight_packed"], tensors[m + ".weight_scale"] = p.contiguous(), sc.clone()

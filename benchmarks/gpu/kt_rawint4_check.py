@@ -108,7 +108,7 @@ def main() -> int:
             case["error"] = f"{type(e).__name__}: {e}"[:300]
         res["cases"][name] = case
         print(name, case, flush=True)
-    res["share_of_minus_8"] = round(sum(int((kt_repack._unpack(qw, 0) == 0).sum()) for n in PROJ
+    res["share_of_minus_8"] = round(sum(int((kt_repack.unpack(qw, 0) == 0).sum()) for n in PROJ
                                         for qw, _ in gptq[n]) / weights, 5)
     a.out.write_text(json.dumps(res, indent=1) + "\n")
     return 0

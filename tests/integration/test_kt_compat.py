@@ -245,7 +245,7 @@ def gptq_layer(tmp_path_factory, narrow_cfg) -> Path:
         for proj, (n, k) in (("gate", (I, H)), ("up", (I, H)), ("down", (H, I))):
             name = f"model.layers.0.mlp.experts.{e}.{proj}_proj"
             nib = torch.randint(0, 16, (k, n), generator=g, dtype=torch.int32)
-            tensors[name + ".qweight"] = kt_repack._pack(nib.T.contiguous()).T.contiguous()
+            tensors[name + ".qweight"] = kt_repack.pack(nib.T.contiguous()).T.contiguous()
             tensors[name + ".scales"] = (torch.rand(k // GPTQ_GROUP, n, generator=g) * 4e-3 + 1e-3).half()
             tensors[name + ".g_idx"] = (torch.arange(k) // GPTQ_GROUP).to(torch.int32)
     save_file(tensors, str(out / "model.safetensors"))
@@ -297,7 +297,7 @@ def test_rawint4_repacked_from_gptq_runs_as_sglang_calls_it(narrow_cfg, gptq_lay
         for e in ROUTED[:4]:
             want = kt_repack.gptq_values(*_gptq(gptq_layer, e, p), GPTQ_GROUP)
             moved = (got[e] - want).abs() > want.abs() * 2 ** -7
-            assert torch.equal(moved, kt_repack._unpack(_gptq(gptq_layer, e, p)[0], 0).T == 0), (p, e)
+            assert torch.equal(moved, kt_repack.unpack(_gptq(gptq_layer, e, p)[0], 0).T == 0), (p, e)
 
 
 GPTQ_FILES: dict = {}

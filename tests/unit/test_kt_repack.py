@@ -16,7 +16,7 @@ def gptq(seed: int = 0) -> tuple:
     """A GPTQ Linear as AutoGPTQ writes it: every nibble 0..15 drawn (so -8s among them), fp16 scales."""
     g = torch.Generator().manual_seed(seed)
     nib = torch.randint(0, 16, (K, N), generator=g, dtype=torch.int32)
-    qweight = kt_repack._pack(nib.T.contiguous()).T.contiguous()           # [K/8, N], along K
+    qweight = kt_repack.pack(nib.T.contiguous()).T.contiguous()           # [K/8, N], along K
     scales = (torch.rand(K // GROUP, N, generator=g) * 0.01 + 0.001).to(torch.float16)
     return nib, qweight, scales
 
@@ -96,3 +96,46 @@ def test_a_layer_at_once_is_each_expert_alone():
         assert torch.equal(p, one[0]) and torch.equal(sc, one[1])
     with pytest.raises(VramkitError):
         kt_repack.gptq_experts_to_rawint4([experts[0][1]], [experts[0][2]], GROUP, [torch.zeros(K, dtype=torch.int32)])
+
+
+def test_the_writer_repacks_a_gptq_folder_and_refuses_others_in_one_line(tmp_path, capsys):
+    """tools/make_random_checkpoint.py --kt-layout RAWINT4 --from: a GPTQ folder's experts, or one line and exit 21."""
+    import json
+    import sys
+
+    from safetensors.torch import load_file, save_file
+
+    from vramkit import catalog
+    sys.path.insert(0, str(catalog.CONFIG_DIR.parent / "tools"))
+    from make_random_checkpoint import main
+    cfg = {"num_hidden_layers": 1, "num_experts": 2, "hidden_size": K, "moe_intermediate_size": N,
+           "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": GROUP, "sym": True}}
+    src = tmp_path / "gptq"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps(cfg))
+    tensors, nibs = {}, {}
+    for e in range(2):
+        for proj, (n, k) in (("gate", (N, K)), ("up", (N, K)), ("down", (K, N))):
+            nib = torch.randint(0, 16, (k, n), generator=torch.Generator().manual_seed(e), dtype=torch.int32)
+            name = f"model.layers.0.mlp.experts.{e}.{proj}_proj"
+            tensors[name + ".qweight"] = kt_repack.pack(nib.T.contiguous()).T.contiguous()
+            tensors[name + ".scales"] = torch.full((k // GROUP, n), 0.01, dtype=torch.float16)
+            nibs[name] = nib
+    save_file(tensors, str(src / "model.safetensors"))
+    out = tmp_path / "kt"
+    assert main([str(src), str(out), "--kt-layout", "RAWINT4", "--from", str(src)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["raised_from_minus_8"] == sum(int((n == 0).sum()) for n in nibs.values())
+    got = load_file(str(out / "rawint4-layer-000.safetensors"))
+    for name, nib in nibs.items():
+        assert torch.equal(kt_repack.unpack(got[name + ".weight_packed"], 1), nib.T.clamp_min(1))
+    # a folder without the expert tensors, and an FP8 config: one line each, exit 21 (unsupported model), no traceback
+    (src / "model.safetensors").unlink()
+    save_file({"x": torch.zeros(1)}, str(src / "model.safetensors"))
+    assert main([str(src), str(tmp_path / "kt2"), "--kt-layout", "RAWINT4", "--from", str(src)]) == Exit.UNSUPPORTED_MODEL
+    err = capsys.readouterr().err
+    assert "no tensor model.layers.0.mlp.experts.0.gate_proj.qweight" in err and err.count("\n") == 1
+    assert not (tmp_path / "kt2").exists()                  # nothing written before the check
+    (src / "config.json").write_text(json.dumps(cfg | {"quantization_config": {"quant_method": "fp8"}}))
+    assert main([str(src), str(tmp_path / "kt3"), "--kt-layout", "RAWINT4", "--from", str(src)]) == Exit.UNSUPPORTED_MODEL
+    assert "RAWINT4 is made from a 4-bit GPTQ checkpoint" in capsys.readouterr().err

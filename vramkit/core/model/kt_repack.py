@@ -1,4 +1,4 @@
-"""A GPTQ-Int4 checkpoint's experts in kt-kernel's group-wise int4 form (RAWINT4), value for value (issue 18).
+"""A GPTQ-Int4 checkpoint's experts in kt-kernel's group-wise int4 form (RAWINT4), value for value but -8 (issue 18).
 
 kt-kernel 0.5.1's RAWINT4 method (AMXInt4_KGroup_MOE, written for Kimi-K2's compressed-tensors int4) reads per
 expert matrix [N out, K in]:
@@ -31,7 +31,7 @@ NIBBLES = 8                     # int4 values per int32
 NIBBLE_FLOOR = 1                # the lowest nibble kt-kernel's RAWINT4 kernel computes right (-7)
 
 
-def _unpack(packed: torch.Tensor, dim: int) -> torch.Tensor:
+def unpack(packed: torch.Tensor, dim: int) -> torch.Tensor:
     """int32 -> its 8 nibbles (0..15) along a new axis after `dim`, lowest first, merged into `dim`."""
     parts = torch.stack([(packed >> (4 * j)) & 15 for j in range(NIBBLES)], dim + 1)
     shape = list(packed.shape)
@@ -39,7 +39,7 @@ def _unpack(packed: torch.Tensor, dim: int) -> torch.Tensor:
     return parts.reshape(shape)
 
 
-def _pack(values: torch.Tensor) -> torch.Tensor:
+def pack(values: torch.Tensor) -> torch.Tensor:
     """[..., K] nibbles (0..15) -> [..., K/8] int32, 8 consecutive values each, lowest nibble first."""
     v = values.to(torch.int32).reshape(*values.shape[:-1], values.shape[-1] // NIBBLES, NIBBLES)
     out = torch.zeros(v.shape[:-1], dtype=torch.int32)
@@ -49,7 +49,8 @@ def _pack(values: torch.Tensor) -> torch.Tensor:
 
 
 def check_gptq(quant: dict[str, Any], where: str) -> int:
-    """The group size of a GPTQ quantization_config RAWINT4 reproduces exactly; one line and exit 65 otherwise."""
+    """The group size of a GPTQ quantization_config RAWINT4 reproduces; one line and exit 21 (unsupported model)
+    otherwise."""
     bits, group = int(quant.get("bits", 0)), int(quant.get("group_size", -1))
     if str(quant.get("quant_method", "")).lower() != "gptq" or bits != 4:
         raise VramkitError(f"{where}: RAWINT4 is made from a 4-bit GPTQ checkpoint; this one is "
@@ -83,9 +84,9 @@ def gptq_to_rawint4(qweight: torch.Tensor, scales: torch.Tensor, group: int, out
         raise VramkitError(f"GPTQ tensors qweight {tuple(qweight.shape)} / scales {tuple(scales.shape)} do not "
                            f"match group {group}", "check the checkpoint's quantization_config", Exit.BAD_INPUT)
     _check_g_idx(g_idx, k, group)
-    nibbles = _unpack(qweight, 0)                                  # [K, N]
+    nibbles = unpack(qweight, 0)                                  # [K, N]
     raised = int((nibbles < floor).sum())
-    packed = _pack(nibbles.clamp_min(floor).T.contiguous())        # [N, K/8]
+    packed = pack(nibbles.clamp_min(floor).T.contiguous())        # [N, K/8]
     scale = scales.T.float().repeat_interleave(group // out_group, dim=1)
     return packed, scale.to(torch.bfloat16).contiguous(), raised
 
@@ -104,12 +105,12 @@ def gptq_experts_to_rawint4(qweights: list[torch.Tensor], scales: list[torch.Ten
 
 def rawint4_values(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The weights a RAWINT4 pair stands for, f32 [N, K] (tests and checks)."""
-    q = _unpack(packed, 1).float() - 8                              # [N, K]
+    q = unpack(packed, 1).float() - 8                              # [N, K]
     group = q.shape[1] // scale.shape[1]
     return (q.view(q.shape[0], -1, group) * scale.float()[..., None]).reshape(q.shape)
 
 
 def gptq_values(qweight: torch.Tensor, scales: torch.Tensor, group: int) -> torch.Tensor:
     """The weights a symmetric GPTQ pair stands for as SGLang computes them, f32 [N, K]."""
-    q = _unpack(qweight, 0).float() - 8                             # [K, N]
+    q = unpack(qweight, 0).float() - 8                             # [K, N]
     return (q.view(-1, group, q.shape[1]) * scales.float()[:, None, :]).reshape(q.shape).T
