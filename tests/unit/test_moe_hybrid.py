@@ -918,3 +918,21 @@ def test_the_q4k_check_the_readme_quotes():
     assert f"a layer {res['LLAMAFILE_Q4_K']:.1%} from the values they decode to, its Q8_0 {res['LLAMAFILE_Q8_0']:.1%}" \
         .replace("%", " %") in readme
     assert res["LLAMAFILE_Q4_K"] < 0.03          # the kernel computes the blocks (the format's error left out)
+
+
+def test_the_16g_token_budget_the_readme_derives():
+    """README: the kit's 16 GiB token ~ llama.cpp's all-GPU step + its CPU layers at the kernel bench's AMXINT8 time,
+    against the measured whole-layer servers (best16 on moe_wna16: 12 CPU layers; marlin: 13)."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    budget = (ROOT / "benchmarks/results/gpu/moe-budget.md").read_text()
+    assert "3.9 ms with every expert on the GPU" in budget and "0.41 ms for each of the 11 layers" in budget
+    layer = {r["method"]: r for r in json.loads((RAW4 / "kernel-bench-t12.json").read_text())["runs"]}["AMXINT8"]
+    per_layer = layer["cpu_ms_per_token_median"] / 48
+    lo, hi = 3.9 + 12 * per_layer, 3.9 + 13 * per_layer
+    measured = [1000 / next(d for d in json.loads((ROOT / f"benchmarks/results/gpu/moe-budget/{n}.probe.json")
+                                                  .read_text())["decode"] if d["streams"] == 1)["per_stream_tok_s"]
+                for n in ("best16/k16-wna16-layers-t12", "marlin/k16-marlin-layers-t12")]
+    assert f"{lo:.1f}-{hi:.1f} ms, against {min(measured):.2f}-{max(measured):.1f} measured" in readme
+    assert all(abs(m - d) / m < 0.06 for m, d in zip(sorted(measured), (lo, hi), strict=True))
+    fast = 3.9 + 13 * 0.41
+    assert f"~{fast:.1f} ms (~{1000 / fast:.0f} tok/s" in readme
