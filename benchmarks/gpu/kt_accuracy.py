@@ -205,6 +205,19 @@ def kgroup_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return pack_nibbles(q, 3), scale.to(torch.bfloat16)
 
 
+def one_layer_case(experts: int, hidden: int, inter: int, top_k: int, tokens: int = 64, seed: int = 0):
+    """A MoE layer's random experts ({gate, up, down} bf16 ~ N(0, 0.02)) and `tokens` routed inputs (x, ids, weights):
+    the one-layer kernel checks' case (kt_rawint4_check.py, kt_llamafile_check.py)."""
+    g = torch.Generator().manual_seed(seed)
+    w = {n: (torch.randn(*s, generator=g) * 0.02).to(torch.bfloat16)
+         for n, s in (("gate", (experts, inter, hidden)), ("up", (experts, inter, hidden)),
+                      ("down", (experts, hidden, inter)))}
+    x = torch.randn(tokens, hidden, generator=g).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(experts, generator=g)[:top_k] for _ in range(tokens)])
+    wts = torch.softmax(torch.randn(tokens, top_k, generator=g), -1)
+    return w, x, ids, wts
+
+
 # --- kt-kernel, called directly ----------------------------------------------------------------------------------
 def load_kt_ext(site: str | None = None):
     """kt-kernel's compiled extension, picked by the package's own _cpu_detect (KT_KERNEL_CPU_VARIANT, then

@@ -31,12 +31,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    g = torch.Generator().manual_seed(0)
-    w = {n: (torch.randn(*s, generator=g) * 0.02).to(torch.bfloat16)
-         for n, s in (("gate", (E, INTER, H)), ("up", (E, INTER, H)), ("down", (E, H, INTER)))}
-    x = torch.randn(64, H, generator=g).to(torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, generator=g)[:TOPK] for _ in range(64)])
-    wts = torch.softmax(torch.randn(64, TOPK, generator=g), -1)
+    w, x, ids, wts = ka.one_layer_case(E, H, INTER, TOPK)
     ggml = Ggml(os.environ["KT_GGML_LIB"])
     kt = ka.Kt(a.threads)
     res = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "kt_kernel": kt.version, "variant": kt.variant,

@@ -67,15 +67,11 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
-    g = torch.Generator().manual_seed(0)
-    w = {n: (torch.randn(*s, generator=g) * 0.02).to(torch.bfloat16)
-         for n, s in zip(PROJ, ((E, INTER, H), (E, INTER, H), (E, H, INTER)), strict=True)}
+    w, x, ids, wts = ka.one_layer_case(E, H, INTER, TOPK)
+    wts = wts.float()
     gptq = {n: [(qw, sc.to(torch.float16)) for qw, sc in (ka.gptq_rtn(t[e]) for e in range(E))] for n, t in w.items()}
     ref_w = {n: torch.stack([kt_repack.gptq_values(qw, sc, GROUP) for qw, sc in gptq[n]]).to(torch.bfloat16)
              for n in PROJ}
-    x = torch.randn(64, H, generator=g).to(torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, generator=g)[:TOPK] for _ in range(64)])
-    wts = torch.softmax(torch.randn(64, TOPK, generator=g), -1).float()
     kt = ka.Kt(a.threads)
     weights = sum(qw.numel() * 8 for n in PROJ for qw, _ in gptq[n])
     res = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "kt_kernel": kt.version, "variant": kt.variant,
