@@ -91,9 +91,9 @@ def fp8_experts(fp8_layer):
     return checkpoint_experts(fp8_layer, 0, E)
 
 
-def sglang_style(path: Path, method: str, n_gpu: int):
+def sglang_style(path: Path, method: str, n_gpu: int, experts: int = E):
     """Exactly SGLang 0.5.15.post1's call (kt_ep_wrapper.KTEPWrapperMethod.create_weights)."""
-    return kt_kernel.KTMoEWrapper(layer_idx=0, num_experts=E, num_experts_per_tok=K, hidden_size=H,
+    return kt_kernel.KTMoEWrapper(layer_idx=0, num_experts=experts, num_experts_per_tok=K, hidden_size=H,
                                   moe_intermediate_size=I, num_gpu_experts=n_gpu, cpuinfer_threads=2,
                                   threadpool_count=1, weight_path=str(path), chunked_prefill_size=512, method=method,
                                   max_deferred_experts_per_token=0)
@@ -226,6 +226,10 @@ def test_the_avx2_release_runs_fp8_experts_on_its_avx2_build_as_sglang_calls_it(
 
 # --- RAWINT4: a GPTQ-Int4 checkpoint's own values on kt-kernel's group-wise int4 kernel (issue 18) -------------------
 GPTQ_GROUP = 128
+# a quarter of the experts (the kernel's path is the same; a quarter of the bytes to write, load and repack), and
+# tokens routed among them: token 1's all below RAW4_GPU (on the GPU), token 2's all above
+E4, RAW4_GPU = 32, 10
+IDS4_LIST = [[0, 5, 20, 21, 10, 31, 11, 12], [1, 2, 3, 4, 6, 7, 8, 9], [24, 25, 26, 27, 28, 29, 30, 13]]
 
 
 @pytest.fixture(scope="module")
@@ -236,12 +240,13 @@ def gptq_layer(tmp_path_factory, narrow_cfg) -> Path:
 
     from vramkit.core.model import kt_repack
     out = tmp_path_factory.mktemp("gptq")
-    cfg = json.loads((narrow_cfg / "config.json").read_text()) | {"num_hidden_layers": 1, "quantization_config": {
+    cfg = json.loads((narrow_cfg / "config.json").read_text()) | {"num_hidden_layers": 1, "num_experts": E4,
+                                                                   "quantization_config": {
         "quant_method": "gptq", "bits": 4, "group_size": GPTQ_GROUP, "sym": True, "desc_act": False}}
     (out / "config.json").write_text(json.dumps(cfg))
     g = torch.Generator().manual_seed(3)
     tensors = {}
-    for e in range(E):
+    for e in range(E4):
         for proj, (n, k) in (("gate", (I, H)), ("up", (I, H)), ("down", (H, I))):
             name = f"model.layers.0.mlp.experts.{e}.{proj}_proj"
             nib = torch.randint(0, 16, (k, n), generator=g, dtype=torch.int32)
@@ -252,7 +257,7 @@ def gptq_layer(tmp_path_factory, narrow_cfg) -> Path:
     return out
 
 
-ROUTED = sorted({int(e) for e in IDS_LIST for e in e})   # the experts the tests' tokens are routed to
+ROUTED = sorted({int(e) for e in IDS4_LIST for e in e})   # the experts the tests' tokens are routed to
 
 
 def rawint4_experts(folder: Path):
@@ -269,11 +274,11 @@ def rawint4_experts(folder: Path):
 def rawint4_run(folder: Path, n_gpu: int):
     from kt_kernel.utils.amx import NativeMoEWrapper
     NativeMoEWrapper._native_loader_instance = None    # one loader per process in kt-kernel (a server has one method)
-    w = sglang_style(folder, "RAWINT4", n_gpu)
-    w.load_weights(torch.arange(E, dtype=torch.long))
+    w = sglang_style(folder, "RAWINT4", n_gpu, E4)
+    w.load_weights(torch.arange(E4, dtype=torch.long))
     torch.manual_seed(0)
     x, weights = torch.randn(3, H).to(torch.bfloat16), torch.rand(3, K)
-    return run_cpu_experts(w, x, IDS, weights), x, weights
+    return run_cpu_experts(w, x, torch.tensor(IDS4_LIST), weights), x, weights
 
 
 def test_rawint4_repacked_from_gptq_runs_as_sglang_calls_it(narrow_cfg, gptq_layer, tmp_path):
@@ -285,10 +290,9 @@ def test_rawint4_repacked_from_gptq_runs_as_sglang_calls_it(narrow_cfg, gptq_lay
     from vramkit.core.model import kt_repack
     info = write_rawint4_layout(narrow_cfg, tmp_path, 1, source=gptq_layer)
     assert info["raised_from_minus_8"] > 0 and 0.05 < info["share_raised"] < 0.075     # 1 nibble of 16 drawn
-    n_gpu = 32
-    out, x, weights = rawint4_run(tmp_path, n_gpu)
+    out, x, weights = rawint4_run(tmp_path, RAW4_GPU)
     experts = rawint4_experts(tmp_path)
-    ref = reference(experts, x, IDS, weights, n_gpu)
+    ref = reference(experts, x, torch.tensor(IDS4_LIST), weights, RAW4_GPU)
     assert out[1].abs().max() == 0
     for b in (0, 2):
         assert (out[b] - ref[b]).norm() / ref[b].norm() < 0.03
@@ -320,12 +324,12 @@ def test_kt_kernels_rawint4_still_computes_minus_8_wrong(gptq_layer, tmp_path):
     from vramkit.core.model import kt_repack
     tensors = {}
     for p in ("gate", "up", "down"):
-        names = [f"model.layers.0.mlp.experts.{e}.{p}_proj" for e in range(E)]
-        qs, ss = zip(*(_gptq(gptq_layer, e, p) for e in range(E)), strict=True)
+        names = [f"model.layers.0.mlp.experts.{e}.{p}_proj" for e in range(E4)]
+        qs, ss = zip(*(_gptq(gptq_layer, e, p) for e in range(E4)), strict=True)
         packed, scale, _ = kt_repack.gptq_experts_to_rawint4(list(qs), list(ss), GPTQ_GROUP, floor=0)
         for name, pk, sc in zip(names, packed, scale, strict=True):
             tensors[name + ".weight_packed"], tensors[name + ".weight_scale"] = pk, sc
     save_file(tensors, str(tmp_path / "kept.safetensors"))
     out, x, weights = rawint4_run(tmp_path, 0)
-    ref = reference(rawint4_experts(tmp_path), x, IDS, weights, 0)
+    ref = reference(rawint4_experts(tmp_path), x, torch.tensor(IDS4_LIST), weights, 0)
     assert all((out[b] - ref[b]).norm() / ref[b].norm() > 0.3 for b in range(3))
