@@ -611,10 +611,12 @@ if has raw4 || has kraw4; then  # the GPTQ checkpoint's own int4 values on the C
   step "KT RAWINT4 files: $(tail -1 "$RES/kt-raw4.json") ($(elapsed) s)"
   pack
   ballast 16
-  kit k16-marlin-layers-raw4-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --kt-method RAWINT4 \
-    --kt-weight-path $KR4 --kt-cpuinfer 12
+  # the AMXINT8 twin first, and RAWINT4 without the 30K first token (ran 2026-11-27, twelfth session: 38.5 s after
+  # 8K, so ~2.5 min a 30K request; kt-rawint4/run1)
   kit k16-marlin-layers-t12 16 "$FULL" -- $KITG --kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 \
     --kt-cpuinfer 12
+  kit k16-marlin-layers-raw4-t12 16 "${FULL/--ttft 512,8192,30000/--ttft 512,8192}" -- $KITG --kt-gpu-layers auto \
+    --kt-method RAWINT4 --kt-weight-path $KR4 --kt-cpuinfer 12
   has raw4 && lpair 16 11
 fi
 if has kbench; then  # the CPU layers' kernels alone, 12 threads, no server (~3 min after the llama.cpp build): kt-kernel's
