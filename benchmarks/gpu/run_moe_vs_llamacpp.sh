@@ -579,6 +579,20 @@ if has lbest16; then  # llama.cpp's best 16 GiB server alone (--n-cpu-moe 11, ev
     echo 11 > "$RES/llama-16-best-ncmoe.txt"; pack
   else step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"; fi
 fi
+if has kbench; then  # the CPU layers' kernels alone, 12 threads, no server (~3 min; it waits for the llama.cpp build, as the kit's
+  # first probe would, so it runs before the steps below): kt-kernel's
+  # llamafile backend on llama.cpp's own Q4_K blocks (its libggml-base.so, built with llama-bench, quantizes them)
+  # beside AMXINT8, LLAMAFILE_Q8_0 and RAWINT4 (kt-rawint4/kernel-bench-t12.json: 0.76 and 0.60 ms a layer; llama.cpp's
+  # Q4_K CPU layer 0.41 ms in its own server): is kt-kernel's path to llama.cpp's per-layer time a Q4_K GGUF?
+  ballast_off
+  for i in $(seq 120); do [ -f $BUILT ] || [ -f $W/build-rc.txt ] && break; sleep 5; done
+  KT_GGML_LIB=$(ls $BIN/libggml-base.so $LL/build/ggml/src/libggml-base.so 2>/dev/null | head -1) \
+    KT_KERNEL_CPU_VARIANT=amx timeout 900 python3 benchmarks/gpu/kt_decode_bench.py \
+    --methods AMXINT8,LLAMAFILE_Q4_K,LLAMAFILE_Q8_0,RAWINT4 --threads 12 --gpu-experts 0 --layers 8 --tokens 24 \
+    --prefill 512 --out "$RES/kernel-bench-q4k-t12.json" > "$RES/logs/kernel-bench-q4k.txt" 2>&1
+  step "kernels: $(grep '^{' "$RES/logs/kernel-bench-q4k.txt" | cut -c1-220 | tr '\n' ' ')"
+  pack
+fi
 if has best16; then  # the main table's 16 GiB row on one machine: the kit's best configuration (GPTQ-Int4 on moe_wna16,
   # AMXINT8, whole layers on the GPU, 12 KT threads, mem_fraction 0.90: 1.32x the split on moe-budget/seed-layers) beside
   # llama.cpp's --fit and --n-cpu-moe 11 (~14 min with REPEAT=3)
@@ -618,19 +632,6 @@ if has raw4 || has kraw4; then  # the GPTQ checkpoint's own int4 values on the C
   kit k16-marlin-layers-raw4-t12 16 "${FULL/--ttft 512,8192,30000/--ttft 512,8192}" -- $KITG --kt-gpu-layers auto \
     --kt-method RAWINT4 --kt-weight-path $KR4 --kt-cpuinfer 12
   has raw4 && lpair 16 11
-fi
-if has kbench; then  # the CPU layers' kernels alone, 12 threads, no server (~3 min after the llama.cpp build): kt-kernel's
-  # llamafile backend on llama.cpp's own Q4_K blocks (its libggml-base.so, built with llama-bench, quantizes them)
-  # beside AMXINT8, LLAMAFILE_Q8_0 and RAWINT4 (kt-rawint4/kernel-bench-t12.json: 0.76 and 0.60 ms a layer; llama.cpp's
-  # Q4_K CPU layer 0.41 ms in its own server): is kt-kernel's path to llama.cpp's per-layer time a Q4_K GGUF?
-  ballast_off
-  for i in $(seq 120); do [ -f $BUILT ] || [ -f $W/build-rc.txt ] && break; sleep 5; done
-  KT_GGML_LIB=$(ls $BIN/libggml-base.so $LL/build/ggml/src/libggml-base.so 2>/dev/null | head -1) \
-    KT_KERNEL_CPU_VARIANT=amx timeout 900 python3 benchmarks/gpu/kt_decode_bench.py \
-    --methods AMXINT8,LLAMAFILE_Q4_K,LLAMAFILE_Q8_0,RAWINT4 --threads 12 --gpu-experts 0 --layers 8 --tokens 24 \
-    --prefill 512 --out "$RES/kernel-bench-q4k-t12.json" > "$RES/logs/kernel-bench-q4k.txt" 2>&1
-  step "kernels: $(grep '^{' "$RES/logs/kernel-bench-q4k.txt" | cut -c1-220 | tr '\n' ' ')"
-  pack
 fi
 if has ldefer; then  # best16's kit point with 2 deferred experts a token (SGLang's --kt-max-deferred-experts-per-token:
   # a CPU layer's last experts are added one layer later, so the GPU need not wait for them; changes the outputs) (~4 min)
