@@ -54,6 +54,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from vramkit.core.model import kt_repack  # noqa: E402  (the nibble packing and GPTQ's values, as the kit repacks them)
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json"
 FP8_BLOCK = 128
@@ -177,21 +180,8 @@ def gptq_rtn(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     k, n = wt.shape
     g = wt.view(k // GPTQ_GROUP, GPTQ_GROUP, n)
     scale = (g.abs().amax(1) / 7.5).clamp_min(1e-12)              # [K/128, N]; GPTQ sym: 2*max/15
-    q = (torch.round(g / scale[:, None, :]) + 8).clamp(0, 15).to(torch.int32).view(k // 8, 8, n)
-    return pack_nibbles(q, 1), scale
-
-
-def pack_nibbles(q: torch.Tensor, dim: int) -> torch.Tensor:
-    """int32 values 0..15, 8 of them along `dim` -> one int32 each, the first in the lowest nibble (`dim` drops)."""
-    packed = torch.zeros_like(q.select(dim, 0))
-    for j in range(8):
-        packed |= q.select(dim, j) << (4 * j)
-    return packed
-
-
-def unpack_nibbles(packed: torch.Tensor, dim: int) -> torch.Tensor:
-    """pack_nibbles undone: the 8 values of each int32 along a new axis `dim`."""
-    return torch.stack([(packed >> (4 * j)) & 15 for j in range(8)], dim)
+    q = (torch.round(g / scale[:, None, :]) + 8).clamp(0, 15).to(torch.int32).view(k, n)
+    return kt_repack.pack(q, 0), scale
 
 
 def kgroup_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,8 +191,8 @@ def kgroup_int4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     e, n, k = w.shape
     g = w.float().view(e, n, k // RAWINT4_GROUP, RAWINT4_GROUP)
     scale = (g.abs().amax(-1) / 7.0).clamp_min(1e-8)
-    q = (torch.round(g / scale[..., None]).clamp(-8, 7) + 8).to(torch.int32).view(e, n, k // 8, 8)
-    return pack_nibbles(q, 3), scale.to(torch.bfloat16)
+    q = (torch.round(g / scale[..., None]).clamp(-8, 7) + 8).to(torch.int32).view(e, n, k)
+    return kt_repack.pack(q), scale.to(torch.bfloat16)
 
 
 def one_layer_case(experts: int, hidden: int, inter: int, top_k: int, tokens: int = 64, seed: int = 0):
@@ -387,13 +377,7 @@ def ggml_layers(model: Model, layout: str, lib: Path | None, n_layers: int) -> t
 
 def gptq_dequant(w: torch.Tensor) -> torch.Tensor:
     """[E, N, K] bf16 -> the values of its GPTQ-Int4 RTN form (gptq_rtn per expert), bf16 [E, N, K]."""
-    out = torch.empty_like(w)
-    for e in range(w.shape[0]):
-        packed, scale = gptq_rtn(w[e])
-        q = unpack_nibbles(packed, 1).reshape(-1, packed.shape[1])                       # [K, N]
-        vals = (q.float() - 8).view(scale.shape[0], GPTQ_GROUP, -1) * scale[:, None, :]
-        out[e] = vals.reshape(-1, packed.shape[1]).T.to(torch.bfloat16)
-    return out
+    return torch.stack([kt_repack.gptq_values(*gptq_rtn(x), GPTQ_GROUP) for x in w]).to(torch.bfloat16)
 
 
 GPU_FORMATS = {"FP8": lambda w: fp8_dequant(*fp8_block(w)), "GPTQ_INT4": gptq_dequant}

@@ -250,7 +250,7 @@ def gptq_layer(tmp_path_factory, narrow_cfg) -> Path:
         for proj, (n, k) in (("gate", (I, H)), ("up", (I, H)), ("down", (H, I))):
             name = f"model.layers.0.mlp.experts.{e}.{proj}_proj"
             nib = torch.randint(0, 16, (k, n), generator=g, dtype=torch.int32)
-            tensors[name + ".qweight"] = kt_repack.pack(nib.T.contiguous()).T.contiguous()
+            tensors[name + ".qweight"] = kt_repack.pack(nib, 0)
             tensors[name + ".scales"] = (torch.rand(k // GPTQ_GROUP, n, generator=g) * 4e-3 + 1e-3).half()
             tensors[name + ".g_idx"] = (torch.arange(k) // GPTQ_GROUP).to(torch.int32)
     save_file(tensors, str(out / "model.safetensors"))

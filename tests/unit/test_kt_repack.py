@@ -16,7 +16,7 @@ def gptq(seed: int = 0) -> tuple:
     """A GPTQ Linear as AutoGPTQ writes it: every nibble 0..15 drawn (so -8s among them), fp16 scales."""
     g = torch.Generator().manual_seed(seed)
     nib = torch.randint(0, 16, (K, N), generator=g, dtype=torch.int32)
-    qweight = kt_repack.pack(nib.T.contiguous()).T.contiguous()           # [K/8, N], along K
+    qweight = kt_repack.pack(nib, 0)                                      # [K/8, N], along K
     scales = (torch.rand(K // GROUP, N, generator=g) * 0.01 + 0.001).to(torch.float16)
     return nib, qweight, scales
 
@@ -118,7 +118,7 @@ def test_the_writer_repacks_a_gptq_folder_and_refuses_others_in_one_line(tmp_pat
         for proj, (n, k) in (("gate", (N, K)), ("up", (N, K)), ("down", (K, N))):
             nib = torch.randint(0, 16, (k, n), generator=torch.Generator().manual_seed(e), dtype=torch.int32)
             name = f"model.layers.0.mlp.experts.{e}.{proj}_proj"
-            tensors[name + ".qweight"] = kt_repack.pack(nib.T.contiguous()).T.contiguous()
+            tensors[name + ".qweight"] = kt_repack.pack(nib, 0)
             tensors[name + ".scales"] = torch.full((k // GROUP, n), 0.01, dtype=torch.float16)
             nibs[name] = nib
     save_file(tensors, str(src / "model.safetensors"))
@@ -139,3 +139,10 @@ def test_the_writer_repacks_a_gptq_folder_and_refuses_others_in_one_line(tmp_pat
     (src / "config.json").write_text(json.dumps(cfg | {"quantization_config": {"quant_method": "fp8"}}))
     assert main([str(src), str(tmp_path / "kt3"), "--kt-layout", "RAWINT4", "--from", str(src)]) == Exit.UNSUPPORTED_MODEL
     assert "RAWINT4 is made from a 4-bit GPTQ checkpoint" in capsys.readouterr().err
+
+
+def test_pack_along_either_axis_is_unpack_undone():
+    nib, qweight, _ = gptq(4)
+    assert torch.equal(kt_repack.unpack(qweight, 0), nib)                    # GPTQ: along K, the first axis
+    assert torch.equal(kt_repack.pack(nib.T), kt_repack.pack(nib, 0).T)      # RAWINT4: along a row
+    assert torch.equal(kt_repack.unpack(kt_repack.pack(nib.T), 1), nib.T)

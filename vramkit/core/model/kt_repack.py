@@ -39,13 +39,15 @@ def unpack(packed: torch.Tensor, dim: int) -> torch.Tensor:
     return parts.reshape(shape)
 
 
-def pack(values: torch.Tensor) -> torch.Tensor:
-    """[..., K] nibbles (0..15) -> [..., K/8] int32, 8 consecutive values each, lowest nibble first."""
-    v = values.to(torch.int32).reshape(*values.shape[:-1], values.shape[-1] // NIBBLES, NIBBLES)
-    out = torch.zeros(v.shape[:-1], dtype=torch.int32)
+def pack(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """unpack undone: nibbles (0..15) -> int32, 8 consecutive values along `dim` each, lowest nibble first (`dim`
+    shrinks 8x; RAWINT4 packs along a row's last axis, GPTQ's qweight along its first)."""
+    v = values.to(torch.int32).movedim(dim, -1)
+    v = v.reshape(*v.shape[:-1], v.shape[-1] // NIBBLES, NIBBLES)
+    out = torch.zeros(v.shape[:-1], dtype=torch.int32, device=v.device)
     for j in range(NIBBLES):
         out |= v[..., j] << (4 * j)
-    return out
+    return out.movedim(-1, dim).contiguous()
 
 
 def check_gptq(quant: dict[str, Any], where: str) -> int:
@@ -86,7 +88,7 @@ def gptq_to_rawint4(qweight: torch.Tensor, scales: torch.Tensor, group: int, out
     _check_g_idx(g_idx, k, group)
     nibbles = unpack(qweight, 0)                                  # [K, N]
     raised = int((nibbles < floor).sum())
-    packed = pack(nibbles.clamp_min(floor).T.contiguous())        # [N, K/8]
+    packed = pack(nibbles.clamp_min(floor).T)                     # [N, K/8]
     scale = scales.T.float().repeat_interleave(group // out_group, dim=1)
     return packed, scale.to(torch.bfloat16).contiguous(), raised
 
