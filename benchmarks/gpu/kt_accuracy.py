@@ -257,7 +257,10 @@ class KtLayer:
 
     def __init__(self, kt: Kt, method: str, layer: int, gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor,
                  max_len: int, workdir: str, source: str = "bf16", top_k: int = 8, qdev: str = "cpu",
-                 gpu_experts: int = 0):
+                 gpu_experts: int = 0, rawint4: dict | None = None):
+        """`rawint4` (RAWINT4 only): the experts' (weight_packed, weight_scale) per projection, as a repacked
+        checkpoint hands them over (kt_repack), instead of kgroup_int4 of gate/up/down (which then give the shape);
+        the group is read from the scales' width, as kt-kernel's own RAWINT4 loader reads it."""
         e, inter, h = gate.shape
         self.kt, self.h, self.keep = kt, h, []
         self.cls_name, cls = kt.cls(method)
@@ -321,6 +324,9 @@ class KtLayer:
             if method == "BF16":
                 ws = [[t[x].contiguous() for x in range(e)] for t in (gate, up, down)]
                 ss = [[None] * e] * 3
+            elif method == "RAWINT4" and rawint4 is not None:
+                ws = [[p for p, _ in rawint4[n]] for n in ("gate", "up", "down")]
+                ss = [[sc for _, sc in rawint4[n]] for n in ("gate", "up", "down")]
             elif method in ("FP8", "RAWINT4"):          # whole [E, ...] tensors -> (values, scales) per expert
                 quant = fp8_block if method == "FP8" else kgroup_int4
                 per = [tuple(x.cpu() for x in quant(t.to(qdev))) for t in (gate, up, down)]
@@ -342,6 +348,8 @@ class KtLayer:
             if method in QUANT_CONFIG:
                 c.quant_config.bits, c.quant_config.group_size = QUANT_CONFIG[method]
                 c.quant_config.zero_point = False
+            if method == "RAWINT4":             # kt_kernel/utils/amx.py NativeMoEWrapper: hidden // scale width
+                c.quant_config.group_size = h // ss[0][0].shape[1]
             self.moe = cls(c)
         kt.cpu.submit(self.moe.load_weights_task(self.p2l.data_ptr()))
         kt.cpu.sync()

@@ -32,31 +32,6 @@ E, H, INTER, TOPK, GROUP = 16, 2048, 768, 8, 128
 PROJ = ("gate", "up", "down")
 
 
-def kernel_layer(kt: ka.Kt, packed: dict, max_len: int):
-    """AMXInt4_KGroup_MOE over per-expert (weight_packed, weight_scale) lists, as kt-kernel's RAWINT4 loads them."""
-    ext = kt.ext
-    mask, p2l = torch.zeros(E, dtype=torch.bool), torch.arange(E)
-    c = ext.moe.MOEConfig(E, TOPK, H, INTER, mask.data_ptr())
-    c.layer_idx, c.pool, c.max_len = 0, kt.cpu.backend_, max_len
-    c.gate_projs, c.up_projs, c.down_projs = ([[p.data_ptr() for p, _ in packed[n]]] for n in PROJ)
-    c.gate_scales, c.up_scales, c.down_scales = ([[s.data_ptr() for _, s in packed[n]]] for n in PROJ)
-    group = H // packed["gate"][0][1].shape[1]
-    c.quant_config.bits, c.quant_config.group_size, c.quant_config.zero_point = 4, group, False
-    moe = ext.moe.AMXInt4_KGroup_MOE(c)
-    kt.cpu.submit(moe.load_weights_task(p2l.data_ptr()))
-    kt.cpu.sync()
-
-    def run(x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
-        b = x.shape[0]
-        out = torch.zeros(b, H, dtype=torch.bfloat16)
-        bsz = torch.tensor([b], dtype=torch.int32)
-        kt.cpu.submit(moe.forward_task(bsz.data_ptr(), TOPK, ids.data_ptr(), wts.data_ptr(), x.data_ptr(),
-                                       out.data_ptr(), False))
-        kt.cpu.sync()
-        return out
-    return run, (moe, packed, mask, p2l)
-
-
 def torch_layer(packed: dict):
     w = {n: torch.stack([kt_repack.rawint4_values(p, s) for p, s in packed[n]]).to(torch.bfloat16) for n in PROJ}
     return lambda x, ids, wts: ka.Model.moe_torch(w["gate"], w["up"], w["down"], x, ids, wts)
@@ -77,6 +52,7 @@ def main() -> int:
     res = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "kt_kernel": kt.version, "variant": kt.variant,
            "so": Path(kt.so).name, "shape": f"{E} experts of {INTER} x {H}, top-{TOPK}, GPTQ group {GROUP} (round "
            "to nearest, symmetric)", "cases": {}}
+    layers: list = []
 
     def batches(f, ref) -> dict:
         return {f"batch_{b}": round(ka.rel_l2(f(x[:b].contiguous(), ids[:b].contiguous(), wts[:b].contiguous()),
@@ -95,7 +71,8 @@ def main() -> int:
                 raised += r
         case: dict = {"share_raised_to_minus_7": round(raised / weights, 5)}
         try:
-            run, _keep = kernel_layer(kt, packed, 64)
+            run = ka.KtLayer(kt, "RAWINT4", 0, w["gate"], w["up"], w["down"], 64, "/tmp", rawint4=packed)
+            layers.append(run)      # kept: kt-kernel's MOE classes are not freed mid-run (kt_llamafile_check.py)
             case["kernel_vs_gptq"] = batches(run, gptq_ref)
             if floor:
                 case["repack_only"] = batches(torch_layer(packed), gptq_ref)
