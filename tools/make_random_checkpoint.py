@@ -130,8 +130,8 @@ def _safetensors_reader(source: Path):
         if file is None or name not in handles[file].keys():
             if optional:
                 return None
-            raise VramkitError(f"{source}: no tensor {name} (a Qwen-MoE GPTQ checkpoint's expert naming)",
-                               "pass the GPTQ-Int4 checkpoint of this model", Exit.UNSUPPORTED_MODEL)
+            raise VramkitError(f"{source}: no tensor {name} (the Qwen-MoE naming this tool reads)",
+                               "pass the downloaded checkpoint folder of this model", Exit.UNSUPPORTED_MODEL)
         return handles[file].get_tensor(name)
     return get
 
@@ -182,20 +182,12 @@ def write_rawint4_layout(config_dir: Path, out_dir: Path, layers: int | None = N
             **({"raised_from_minus_8": raised, "share_raised": round(raised / weights, 6)} if weights else {})}
 
 
-def checkpoint_experts(source: Path, layer: int, num_experts: int):
+def checkpoint_experts(source: Path, layer: int, num_experts: int, get=None):
     """One layer's experts from a Hugging Face checkpoint folder as bf16 stacks (gate [E,I,H], up [E,I,H],
-    down [E,H,I]); block-FP8 tensors are dequantized with their weight_scale_inv (128x128 blocks)."""
+    down [E,H,I]); block-FP8 tensors are dequantized with their weight_scale_inv (128x128 blocks). `get`: the
+    folder's _safetensors_reader, opened once for every layer (one is opened here without it)."""
     import torch
-    from safetensors import safe_open
-    index = json.loads((source / "model.safetensors.index.json").read_text())["weight_map"] \
-        if (source / "model.safetensors.index.json").is_file() else None
-    handles: dict = {}
-
-    def get(name: str):
-        file = index[name] if index else next(p.name for p in source.glob("*.safetensors"))
-        if file not in handles:
-            handles[file] = safe_open(str(source / file), "pt")
-        return handles[file].get_tensor(name)
+    get = get or _safetensors_reader(source)
 
     def weight(name: str):
         w = get(name + ".weight")
@@ -228,6 +220,7 @@ def write_kt_layout(config_dir: Path, out_dir: Path, method: str, threads: int, 
     cfg = json.loads((config_dir / "config.json").read_text())
     n_layers = layers if layers is not None else int(cfg["num_hidden_layers"])
     e, h, inter = int(cfg["num_experts"]), int(cfg["hidden_size"]), int(cfg["moe_intermediate_size"])
+    get = _safetensors_reader(source) if source is not None else None     # the folder's files, opened once
     out_dir.mkdir(parents=True, exist_ok=True)
     pools = Pools(seed)
     t0 = time.time()
@@ -239,7 +232,7 @@ def write_kt_layout(config_dir: Path, out_dir: Path, method: str, threads: int, 
                          hidden_size=h, moe_intermediate_size=inter, gpu_experts_mask=None,
                          cpuinfer_threads=threads, threadpool_count=1, weight_path=str(out_dir),
                          chunked_prefill_size=512, method=method)
-        mats = checkpoint_experts(source, i, e) if source is not None else \
+        mats = checkpoint_experts(source, i, e, get) if source is not None else \
             [pools.tensor(cl.TensorSpec("x", shape, "bf16", "expert"))
              for shape in ((e, inter, h), (e, inter, h), (e, h, inter))]
         w.load_weights_from_tensors(*mats, torch.arange(e, dtype=torch.long))
