@@ -168,7 +168,7 @@ def write_rawint4_layout(config_dir: Path, out_dir: Path, layers: int | None = N
                 raised, weights = raised + r, weights + e * n * k
             else:
                 packed = list(kt_repack.pack(torch.randint(1, 16, (e, n, k), dtype=torch.int32, generator=g)))
-                scale = [torch.full((n, k // 32), RAWINT4_SCALE, dtype=torch.bfloat16)] * e
+                scale = [torch.full((n, k // cl.RAWINT4_GROUP), RAWINT4_SCALE, dtype=torch.bfloat16)] * e
             for m, p, sc in zip(names, packed, scale, strict=True):
                 tensors[m + ".weight_packed"], tensors[m + ".weight_scale"] = p.contiguous(), sc.clone()
         path = out_dir / f"rawint4-layer-{i:03d}.safetensors"

@@ -56,12 +56,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from vramkit.core.model import kt_repack  # noqa: E402  (the nibble packing and GPTQ's values, as the kit repacks them)
+from vramkit.core.model.checkpoint import RAWINT4_GROUP  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json"
 FP8_BLOCK = 128
 GPTQ_GROUP = 128
-RAWINT4_GROUP = 32         # Kimi-K2's compressed-tensors int4 (kt-kernel's RAWINT4 reads its group from the scales)
 LLAMAFILE_TYPES = {"LLAMAFILE_Q8_0": "Q8_0", "LLAMAFILE_Q4_K": "Q4_K"}   # kt-kernel's llamafile MOE, by ggml type
 QUANT_CONFIG = {"FP8": (8, FP8_BLOCK), "GPTQ_INT4": (4, GPTQ_GROUP), "RAWINT4": (4, RAWINT4_GROUP)}  # bits, group
 

@@ -137,3 +137,19 @@ def shard(tensors: list[TensorSpec], max_shard_bytes: int) -> list[list[TensorSp
 
 def shard_name(k: int, n: int) -> str:
     return f"model-{k + 1:05d}-of-{n:05d}.safetensors"
+
+
+# kt-kernel's RAWINT4 kernel's scale group (groups of 128 give NaN: benchmarks/results/gpu/kt-rawint4/)
+RAWINT4_GROUP = 32
+
+
+def rawint4_problem(method: str, bits: int, group: int, sym: bool, desc_act: bool) -> str | None:
+    """Why a checkpoint's quantization has no RAWINT4 form (None: core/model/kt_repack.py repacks it): the planner
+    (--kt-method RAWINT4) and the repack (its checkpoint's config) ask this one rule."""
+    if method != "gptq" or bits != 4:
+        return f"RAWINT4 is made from a 4-bit GPTQ checkpoint; this one is {method} at {bits} bits"
+    why = ("zero points" if not sym else "act-order" if desc_act else
+           f"group size {group}" if group <= 0 or group % RAWINT4_GROUP else None)
+    return None if why is None else (f"GPTQ with {why} has no RAWINT4 form (symmetric int4, no act-order, groups of "
+                                     f"a multiple of {RAWINT4_GROUP})")
+

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from vramkit.core.model.checkpoint import RAWINT4_GROUP, rawint4_problem
 from vramkit.errors import Exit, VramkitError
 
 NIBBLES = 8                     # int4 values per int32
@@ -52,20 +53,13 @@ def pack(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 def check_gptq(quant: dict[str, Any], where: str) -> int:
     """The group size of a GPTQ quantization_config RAWINT4 reproduces; one line and exit 21 (unsupported model)
-    otherwise."""
-    bits, group = int(quant.get("bits", 0)), int(quant.get("group_size", -1))
-    if str(quant.get("quant_method", "")).lower() != "gptq" or bits != 4:
-        raise VramkitError(f"{where}: RAWINT4 is made from a 4-bit GPTQ checkpoint; this one is "
-                           f"{quant.get('quant_method')} at {bits} bits",
-                           "use --kt-layout AMXINT8 (converted from bf16/FP8), or the GPTQ-Int4 checkpoint",
+    otherwise (checkpoint.rawint4_problem, the planner's rule too)."""
+    group = int(quant.get("group_size", -1))
+    why = rawint4_problem(str(quant.get("quant_method", "")).lower(), int(quant.get("bits", 0)), group,
+                          bool(quant.get("sym", True)), bool(quant.get("desc_act", False)))
+    if why is not None:
+        raise VramkitError(f"{where}: {why}", "use --kt-layout AMXINT8 from the bf16 or FP8 checkpoint",
                            Exit.UNSUPPORTED_MODEL)
-    if not quant.get("sym", True) or quant.get("desc_act", False):
-        raise VramkitError(f"{where}: a GPTQ checkpoint with {'act-order' if quant.get('desc_act') else 'zero points'}"
-                           " has no RAWINT4 form (symmetric, group-ordered int4 only)",
-                           "use --kt-layout AMXINT8 from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
-    if group <= 0 or group % 32:
-        raise VramkitError(f"{where}: GPTQ group size {group} is not a multiple of 32 (RAWINT4's group)",
-                           "use --kt-layout AMXINT8 from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
     return group
 
 
@@ -75,7 +69,7 @@ def _check_g_idx(g_idx: torch.Tensor | None, k: int, group: int) -> None:
                            "use --kt-layout AMXINT8 from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
 
 
-def gptq_to_rawint4(qweight: torch.Tensor, scales: torch.Tensor, group: int, out_group: int = 32,
+def gptq_to_rawint4(qweight: torch.Tensor, scales: torch.Tensor, group: int, out_group: int = RAWINT4_GROUP,
                     g_idx: torch.Tensor | None = None, floor: int = NIBBLE_FLOOR
                     ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """One Linear: GPTQ (qweight [K/8, N] int32, scales [K/group, N]) -> RAWINT4 (weight_packed [N, K/8] int32,

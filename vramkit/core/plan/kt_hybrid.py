@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from vramkit.core.model.checkpoint import rawint4_problem
 from vramkit.core.model.spec import ModelSpec
 from vramkit.errors import Exit, VramkitError
 
@@ -296,10 +297,9 @@ def check_model(model: ModelSpec, method: str) -> None:
         raise VramkitError(f"--kt-method {method} is made from a {made} checkpoint's own tensors; {model.name} is "
                            f"{have}", f"{_reader_hint(model)}, or pick the {made} model", Exit.BAD_INPUT)
     q = model.quantization
-    if method == "RAWINT4" and q is not None and (not q.sym or q.desc_act or q.group_size <= 0 or q.group_size % 32):
-        raise VramkitError(f"--kt-method RAWINT4: {model.name}'s GPTQ experts ("
-                           + ("zero points" if not q.sym else "act-order" if q.desc_act else f"group {q.group_size}")
-                           + ") have no RAWINT4 form (symmetric int4 in groups of a multiple of 32)",
+    if method == "RAWINT4" and q is not None and \
+            (why := rawint4_problem(q.method, q.bits, q.group_size, q.sym, q.desc_act)) is not None:
+        raise VramkitError(f"--kt-method RAWINT4: {model.name}: {why}",
                            "--kt-method AMXINT8, converted from the bf16 or FP8 checkpoint", Exit.UNSUPPORTED_MODEL)
     if need is not None and need != have:
         raise VramkitError(f"--kt-method {method} reads a {need} checkpoint; {model.name} is {have}",
