@@ -887,6 +887,20 @@ def test_rawint4s_plan_quotes_its_run_and_its_loss(capsys):
     assert amx_check["as_quantized/group32"]["batch_64"] > 0.5 > amx_check["nibble0_clamped/group32"]["batch_64"]
 
 
+def test_a_whole_layer_run_outside_the_estimate_is_committed_and_ran_whole_layers():
+    """KtMethod.whole_layer_run (a whole-layer plan then quotes the method's speed_note, not "not run"): the folder
+    holds a server that `vramkit up` started with whole layers, with that method (its plan and checks, as `up` printed
+    them)."""
+    for name, m in kt.KT_METHODS.items():
+        if m.whole_layer_run:
+            assert name not in kt.WHOLE_LAYER_METHODS and m.speed_note
+            ups = list((ROOT / m.whole_layer_run).glob("*.up.txt"))
+            assert ups, m.whole_layer_run
+            text = " ".join(ups[0].read_text().split())
+            assert f"--kt-method {name} on kt-kernel" in text and "hybrid MoE: whole layers" in text
+            assert "healthy after" in text
+
+
 def test_rawint4_on_a_cpu_whose_build_was_not_run_is_replaced():
     """Only the AMX build ran RAWINT4 in a server: on an AVX-512 CPU the plan takes another method, saying why."""
     m, why = kt.resolve_method(catalog.model("qwen3-30b-a3b-gptq-int4"), "RAWINT4", "avx512", "0.5.1")

@@ -68,6 +68,9 @@ class KtMethod:
     accuracy_table: str = ""
     made_from: str | None = None    # a converted layout made only from this checkpoint format (None: from any)
     speed_note: str = ""            # what its measured runs say beside the estimate (a plan with it prints it)
+    # a committed server run with whole layers that is not among the estimate's points (WHOLE_LAYER_METHODS): a
+    # whole-layer plan then quotes speed_note instead of calling the method unmeasured there
+    whole_layer_run: str = ""
 
     @property
     def sglang_method(self) -> str:
@@ -122,7 +125,8 @@ KT_METHODS = {m.name: m for m in (
                         "threads): decode 79.2 tok/s after 512 tokens, as AMXINT8's 76.4-77.8 on other machines "
                         "of that host, but a first token took 2.75 s after 512 tokens and 38.5 s after 8K against "
                         "AMXINT8's 0.24 s and 2.3 s: kt-kernel's group-wise int4 prefills ~15x slower "
-                        "(benchmarks/results/gpu/kt-rawint4/); for long prompts --kt-method AMXINT8"),
+                        "(benchmarks/results/gpu/kt-rawint4/); for long prompts --kt-method AMXINT8",
+             whole_layer_run="benchmarks/results/gpu/kt-rawint4/run1"),
 )}
 # Where each method's error was measured (kt-kernel's own kernels against a bf16 all-GPU reference, a
 # random-weight proxy of Qwen3-Coder-30B-A3B): what a plan with a lossy method points at.

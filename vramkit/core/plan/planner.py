@@ -653,7 +653,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
            if off_tok_s else ""))
     if meth.speed_note:
         notes.append(meth.speed_note)
-    if gpu_layers and planned not in kt.WHOLE_LAYER_METHODS and not meth.speed_note:
+    if gpu_layers and planned not in kt.WHOLE_LAYER_METHODS and not meth.whole_layer_run:
         notes.append(f"whole layers with {planned} were not run on a GPU ({' and '.join(kt.WHOLE_LAYER_METHODS)} "
                      f"were: benchmarks/results/gpu/kt-estimate.md); {by_name()['kt_gpu_layers'].cli_flag} off gives "
                      f"the split, as {planned} was measured")
