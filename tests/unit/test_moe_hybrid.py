@@ -23,6 +23,11 @@ RUNS = ROOT / "benchmarks/results/gpu/moe"
 GiB = 2**30
 
 
+def one_stream_tok_s(probe: dict) -> float:
+    """A committed probe's single-stream decode (moe_probe.py: the median round's per-stream rate)."""
+    return next(d["per_stream_tok_s"] for d in probe["decode"] if d["streams"] == 1)
+
+
 # --- checkpoint layout -----------------------------------------------------------------------------
 def test_fp8_layout_has_qwen3_moe_names_shapes_and_block_scales():
     t = {s.name: s for s in cl.checkpoint_tensors(CFG, "fp8")}
@@ -437,7 +442,7 @@ def test_the_moe_preset_default_meets_the_speed_goal_and_is_the_most_accurate_ba
     speed, ttft8k = {}, {}
     for m, f in PRESET_POINTS.items():
         probe = json.loads((res / f).read_text())
-        speed[m] = next(d["per_stream_tok_s"] for d in probe["decode"] if d["streams"] == 1)
+        speed[m] = one_stream_tok_s(probe)
         ttft8k[m] = next(r["ttft_s"] for r in probe["ttft"] if r["prompt_tokens"] == 8192 and r["ok"])
     row = {}
     for name, r in acc.items():       # "AMXINT8<-FP8": converted from the FP8 checkpoint, what the preset does
@@ -480,8 +485,7 @@ def test_kt_threads_on_every_physical_core_are_refused(threads, capsys):
     """Measured on the H100 host (moe-vs-llamacpp-q8/k16-int8-t16): 16 KT threads on 16 physical cores decoded 1.7
     tok/s against 36.1 at 14. The estimate cannot price that collapse, so the plan refuses instead of guessing."""
     d = ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-q8"           # the figures the refusal quotes are the data's
-    rate = {n: next(x["per_stream_tok_s"] for x in json.loads((d / f"{n}.probe.json").read_text())["decode"]
-                    if x["streams"] == 1) for n in ("k16-int8-t16", "k16-int8")}
+    rate = {n: one_stream_tok_s(json.loads((d / f"{n}.probe.json").read_text())) for n in ("k16-int8-t16", "k16-int8")}
     assert f"decoded {rate['k16-int8-t16']:.1f} tok/s against {rate['k16-int8']:.1f} at 14" in kt.oversubscribed(16, 16)
     assert _h100_plan("AMXINT8", kt_cpuinfer=15).hybrid.cpuinfer_threads == 15      # one core left: planned
     with pytest.raises(VramkitError) as e:
@@ -854,10 +858,6 @@ def test_rawint4_holds_4_5_bits_a_weight_in_host_ram():
     assert kt.cpu_expert_bytes(m, "RAWINT4") < 0.6 * kt.cpu_expert_bytes(m, "AMXINT8")
 
 
-def _median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
-
-
 def test_rawint4s_plan_quotes_its_run_and_its_loss(capsys):
     """The plan's words on RAWINT4 are the committed figures: the server's decode and first tokens (run1/), the
     AMXINT8 whole-layer servers it is set beside (moe-budget best16 and marlin), the kernel check's loss."""
@@ -867,13 +867,12 @@ def test_rawint4s_plan_quotes_its_run_and_its_loss(capsys):
     assert rc == 0 and "RAWINT4 is lossy" in out and "prefills ~15x slower" in out
     note = kt.KT_METHODS["RAWINT4"].speed_note
     probe = json.loads((RAW4 / "run1/k16-marlin-layers-raw4-t12.probe.json").read_text())
-    decode = next(d for d in probe["decode"] if d["streams"] == 1)
-    assert f"{decode['per_stream_tok_s']:.1f} tok/s" in note
+    assert f"{one_stream_tok_s(probe):.1f} tok/s" in note
     ttft = {t["prompt_tokens"]: t["ttft_s"] for t in probe["ttft"]}
     assert f"{ttft[512]:.2f} s after 512" in note and f"{ttft[8192]:.1f} s after 8K" in note
     amx = {n: json.loads((ROOT / f"benchmarks/results/gpu/moe-budget/{n}.probe.json").read_text())
            for n in ("best16/k16-wna16-layers-t12", "marlin/k16-marlin-layers-t12")}
-    decodes = sorted(next(d for d in p["decode"] if d["streams"] == 1)["per_stream_tok_s"] for p in amx.values())
+    decodes = sorted(one_stream_tok_s(p) for p in amx.values())
     assert f"{decodes[0]:.1f}-{decodes[1]:.1f}" in note
     best = {t["prompt_tokens"]: t["ttft_s"] for t in amx["best16/k16-wna16-layers-t12"]["ttft"]}
     assert f"{best[512]:.2f} s and {best[8192]:.1f} s" in note
@@ -943,8 +942,8 @@ def test_the_16g_token_budget_the_readme_derives():
     layer = {r["method"]: r for r in json.loads((RAW4 / "kernel-bench-t12.json").read_text())["runs"]}["AMXINT8"]
     per_layer = layer["cpu_ms_per_token_median"] / 48
     lo, hi = 3.9 + 12 * per_layer, 3.9 + 13 * per_layer
-    measured = [1000 / next(d for d in json.loads((ROOT / f"benchmarks/results/gpu/moe-budget/{n}.probe.json")
-                                                  .read_text())["decode"] if d["streams"] == 1)["per_stream_tok_s"]
+    measured = [1000 / one_stream_tok_s(json.loads((ROOT / f"benchmarks/results/gpu/moe-budget/{n}.probe.json")
+                                                   .read_text()))
                 for n in ("best16/k16-wna16-layers-t12", "marlin/k16-marlin-layers-t12")]
     assert f"{lo:.1f}-{hi:.1f} ms, against {min(measured):.2f}-{max(measured):.1f} measured" in readme
     assert all(abs(m - d) / m < 0.06 for m, d in zip(sorted(measured), (lo, hi), strict=True))
