@@ -323,11 +323,12 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
             knobs = replace(knobs, kt_method=None, kt_cpuinfer="auto")
             n_gpu_experts = None
     # the GPU kernel of GPTQ/AWQ experts (it sets their layout): moe_wna16 where a layer is split, as SGLang needs
-    model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel, n_gpu_experts, knobs.kt_gpu_layers == "auto")
+    whole_layers = knobs.kt_gpu_layers == "auto"
+    model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel, n_gpu_experts, whole_layers)
     if moe_kernel == "wna16":
         notes.append(kt.wna16_note(model, asked=knobs.moe_kernel == "wna16"))
     counts = None if n_gpu_experts is None or model.moe is None else kt.gpu_expert_counts(
-        model, n_gpu_experts, knobs.kt_gpu_layers == "auto")
+        model, n_gpu_experts, whole_layers)
     comps = weight_components(model, tp, mxfp4, gpu_experts=counts)
     layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=counts)
     layer_sizes = layout.layer_bytes
@@ -517,8 +518,9 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         return n
     need = knobs.context * max(1, knobs.concurrency)
 
+    whole = knobs.kt_gpu_layers == "auto"
+
     def kv_tokens(n: int) -> int:
-        whole = knobs.kt_gpu_layers == "auto"
         priced, _ = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
         counts = kt.gpu_expert_counts(model, n, whole)
         load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts))
