@@ -13,7 +13,9 @@ ffn_gate_exps and ffn_up_exps; Q6_K for ffn_down_exps on the layers `use_more_bi
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +46,13 @@ class Ggml:
         rows, n = src.shape
         row_bytes = self.lib.ggml_row_size(t, n)
         dst = np.empty((rows, row_bytes), dtype=np.uint8)
-        written = self.lib.ggml_quantize_chunk(t, src.ctypes.data, dst.ctypes.data, 0, rows, n, None)
+        # row chunks on every core: ctypes lets go of the GIL, and ggml_quantize_chunk writes the rows from `start`
+        # (an element offset) on, so the chunks' blocks land where one call would put them (Q4_K: ~70 s a layer of
+        # the coder's experts on one core)
+        step = max(1, -(-rows // (os.cpu_count() or 1)))
+        with ThreadPoolExecutor() as pool:
+            written = sum(pool.map(lambda r0: self.lib.ggml_quantize_chunk(
+                t, src.ctypes.data, dst.ctypes.data, r0 * n, min(step, rows - r0), n, None), range(0, rows, step)))
         if written != dst.nbytes:
             raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes of {dst.nbytes} ({kind}, {rows}x{n})")
         return dst.reshape(*w.shape[:-1], row_bytes)

@@ -47,6 +47,8 @@ def main() -> int:
     res = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "gpu_experts": a.gpu_experts, "layers": a.layers,
            "tokens": a.tokens, "moe_layers_per_token": MOE_LAYERS, "runs": []}
     out = res["runs"]
+    res["host"] = host()
+    alive: list[KtLayer] = []
     # one folder for the whole run: AMXINT4/8 layouts converted at the first thread count are read by the later
     # ones (the server reads a layout `make kt-convert` wrote with nproc threads)
     work = tempfile.mkdtemp(prefix="ktbench-")
@@ -87,6 +89,8 @@ def main() -> int:
                         layer(xs, ids, w)
                     per_layer = (time.perf_counter() - t2) / a.layers
                     row["prefill_tok_s"] = round(a.prefill / (per_layer * MOE_LAYERS), 1)
+                if method.startswith("LLAMAFILE"):
+                    alive += layers    # kt-kernel 0.5.1 frees a llamafile MOE wrong: the next one's heap breaks
                 del layers
             except Exception as ex:
                 row["error"] = f"{type(ex).__name__}: {ex}"[:300]
@@ -95,6 +99,14 @@ def main() -> int:
             a.out.write_text(json.dumps(res, indent=1))
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def host() -> dict:
+    """The machine the figures belong to: CPU model, cores this process may use, torch and the card if any."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), "unknown")
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 if __name__ == "__main__":

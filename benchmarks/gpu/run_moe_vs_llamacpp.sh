@@ -584,6 +584,8 @@ if has kbench; then  # the CPU layers' kernels alone, 12 threads, no server (~3 
   # llamafile backend on llama.cpp's own Q4_K blocks (its libggml-base.so, built with llama-bench, quantizes them)
   # beside AMXINT8, LLAMAFILE_Q8_0 and RAWINT4 (kt-rawint4/kernel-bench-t12.json: 0.76 and 0.60 ms a layer; llama.cpp's
   # Q4_K CPU layer 0.41 ms in its own server): is kt-kernel's path to llama.cpp's per-layer time a Q4_K GGUF?
+  # Answered 2026-11-27 (thirteenth session) by the bench alone on a CPU-only ggml (build_ggml.sh), outside this
+  # driver: no, 0.66 ms a layer against AMXINT8's 0.63 on that machine (kt-llamafile/README.md)
   ballast_off
   for i in $(seq 120); do [ -f $BUILT ] || [ -f $W/build-rc.txt ] && break; sleep 5; done
   KT_GGML_LIB=$(ls $BIN/libggml-base.so $LL/build/ggml/src/libggml-base.so 2>/dev/null | head -1) \

@@ -933,6 +933,32 @@ def test_the_q4k_check_the_readme_quotes():
     assert res["LLAMAFILE_Q4_K"] < 0.03          # the kernel computes the blocks (the format's error left out)
 
 
+def test_the_q4k_kernel_bench_the_readmes_quote():
+    """kt-llamafile/README.md's Q4_K table and the main README's figures are the two kernel-bench JSONs' runs."""
+    lf = ROOT / "benchmarks/results/gpu/kt-llamafile"
+    table = (lf / "README.md").read_text()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    m = catalog.model("qwen3-30b-a3b-gptq-int4")
+    q4k_bytes = 3 * m.hidden_size * m.moe.expert_intermediate * 144 // 256       # block_q4_K: 144 B a 256 weights
+    per_layer = {}
+    for f, method, n_bytes in (("kernel-bench-amxint8-t12.json", "AMXINT8", kt.cpu_expert_bytes(m, "AMXINT8")),
+                               ("kernel-bench-q4k-t12.json", "LLAMAFILE_Q4_K", q4k_bytes)):
+        res = json.loads((lf / f).read_text())
+        r = next(r for r in res["runs"] if r["method"] == method)
+        assert r["threads"] == 12 and r["variant"] == "amx" and res["gpu_experts"] == 0
+        ms = r["cpu_ms_per_token_median"]
+        per_layer[method] = layer = ms / 48
+        held = res["layers"] * 128 * n_bytes / 1e9
+        row = f"| `{f}` | {method} | {res['layers']} ({held:.1f} GB) | {8 * n_bytes / 1e6:.1f} MB | {ms:.1f} | " \
+              f"{layer:.2f} ms | {8 * n_bytes / (layer / 1e3) / 1e9:.0f} GB/s | {r['prefill_tok_s']:.0f} tok/s |"
+        assert row in table, row
+        assert f"{r['prefill_tok_s']:.0f}" in readme
+    q4k, int8 = per_layer["LLAMAFILE_Q4_K"], per_layer["AMXINT8"]
+    assert f"a Q4_K layer took {q4k:.2f} ms against AMXINT8's {int8:.2f} ms there, {q4k / 0.41:.1f}x llama.cpp's 0.41" \
+        in readme
+    assert q4k > 0.41 * 1.3      # the README's verdict: no kt-kernel path at llama.cpp's per-layer time
+
+
 def test_the_16g_token_budget_the_readme_derives():
     """README: the kit's 16 GiB token ~ llama.cpp's all-GPU step + its CPU layers at the kernel bench's AMXINT8 time,
     against the measured whole-layer servers (best16 on moe_wna16: 12 CPU layers; marlin: 13)."""
