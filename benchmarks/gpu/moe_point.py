@@ -27,37 +27,37 @@ from vramkit.adapters.state import state_dir  # noqa: E402
 from vramkit.core import sglang_log  # noqa: E402
 
 
-def tree_rss(pid: int, field: str = "rss") -> int:
-    """A psutil memory_info field summed over the server's process tree: "rss", or "shared" (its file-backed and
-    shared-memory pages, RssFile + RssShmem on Linux: kt-kernel's weights where it maps them; the rest is anonymous,
-    what transparent huge pages can back)."""
-    import psutil
-    try:
-        p = psutil.Process(pid)
-        return sum(getattr(x.memory_info(), field) for x in [p, *p.children(recursive=True)])
-    except psutil.Error:
-        return 0
-
-
-def tree_rss_by_process(pid: int) -> list[dict]:
-    """Each process of the server's tree: pid, name, the start of its command line, RSS and shared bytes. The tree's
-    sum read either ~37 or ~31 GiB for one config on one machine while the sampler of processes naming sglang never
-    passed 31.9 (kt-estimate.md, RSS_LOWER_STATE in tests/unit/test_kt_estimate.py): this says which process it is."""
+def tree_memory(pid: int) -> dict:
+    """One walk of the server's process tree: each process (pid, name, the start of its command line, RSS and
+    shared bytes) and the tree's sums. "shared" is the file-backed and shared-memory pages (RssFile + RssShmem on
+    Linux: kt-kernel's weights where it maps them; the rest is anonymous, what transparent huge pages can back). The
+    tree's sum read either ~37 or ~31 GiB for one config on one machine while the sampler of processes naming sglang
+    never passed 31.9 (kt-estimate.md, RSS_LOWER_STATE in tests/unit/test_kt_estimate.py): the rows say which
+    process it is. A process that ends mid-walk is left out; a tree that is gone reads zero."""
     import psutil
     try:
         p = psutil.Process(pid)
         procs = [p, *p.children(recursive=True)]
     except psutil.Error:
-        return []
-    out = []
+        procs = []
+    rows = []
     for x in procs:
         try:
             m = x.memory_info()
-            out.append({"pid": x.pid, "name": x.name(), "cmdline": " ".join(x.cmdline())[:120], "rss": m.rss,
-                        "shared": m.shared})
+            rows.append({"pid": x.pid, "name": x.name(), "cmdline": " ".join(x.cmdline())[:120], "rss": m.rss,
+                         "shared": m.shared})
         except psutil.Error:
             continue
-    return out
+    return {"rss": sum(r["rss"] for r in rows), "shared": sum(r["shared"] for r in rows), "by_process": rows}
+
+
+def record_memory(res: dict, when: str, pid: int) -> None:
+    """A tree reading into a point's JSON under its historical keys (`when`: "after_start" or "end"; the end's RSS
+    sum is host_rss_peak_bytes, the RSS once the probe ended)."""
+    m = tree_memory(pid)
+    res["host_rss_after_start_bytes" if when == "after_start" else "host_rss_peak_bytes"] = m["rss"]
+    res[f"host_rss_{when}_shared_bytes"] = m["shared"]
+    res[f"host_rss_{when}_by_process"] = m["by_process"]
 
 
 def main() -> int:
@@ -92,9 +92,7 @@ def main() -> int:
         state = json.loads(sf.read_text())
     if up.returncode == 0:
         pid = int(state.get("pid") or 0)
-        res["host_rss_after_start_bytes"] = tree_rss(pid)
-        res["host_rss_after_start_shared_bytes"] = tree_rss(pid, "shared")
-        res["host_rss_after_start_by_process"] = tree_rss_by_process(pid)
+        record_memory(res, "after_start", pid)
         if a.wait_file is not None:
             t_wait = time.time()
             while not a.wait_file.exists() and time.time() - t_wait < 1200:
@@ -110,9 +108,7 @@ def main() -> int:
                                capture_output=True, text=True, timeout=600)
             (a.out / f"{a.name}.bench.txt").write_text(b.stdout[-20000:] + "\n--- stderr ---\n" + b.stderr[-5000:])
             res["bench_rc"] = b.returncode
-        res["host_rss_peak_bytes"] = tree_rss(pid)       # the name is historical: the RSS once the probe ended
-        res["host_rss_end_shared_bytes"] = tree_rss(pid, "shared")
-        res["host_rss_end_by_process"] = tree_rss_by_process(pid)
+        record_memory(res, "end", pid)
     sampler.stop()
     # PeakSampler's once-a-second host reading, from before the start to here: the highest RSS summed over the
     # processes naming sglang (the server tree, load buffers included)

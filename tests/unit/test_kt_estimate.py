@@ -175,7 +175,7 @@ def test_the_plan_prints_the_whole_layer_spread_it_measured():
     assert all(abs(r["error"]) < 0.05 for r in rows if r["role"] == "fit")
 
 
-# Readings of the server tree's RSS (moe_point.tree_rss: after start, once the probe ended) that fell in its lower
+# Readings of the server tree's RSS (moe_point.tree_memory: after start, once the probe ended) that fell in its lower
 # state. The GPTQ split's tree read 37.2-37.6 GiB in every reading until 2026-11-27's seventh session and 31.3-31.8 GiB
 # in some since (the seed runs: both states on one machine, one config; whole layers the same, 16.9 and 11.0 GiB); the
 # sampler that sums the processes naming sglang once a second never passed 31.9 GiB in those split runs, so the

@@ -255,8 +255,9 @@ def test_the_8_bit_pairing_sets_the_kits_8_bit_points_against_llama_cpp_on_q8_0(
 
 
 def test_the_point_records_each_process_of_the_server_tree():
-    """moe_point.tree_rss_by_process: every process of the tree (the parent and its child here) with its RSS, summing
-    to tree_rss, so a run shows which process holds the RSS state the sampler does not see (RSS_LOWER_STATE)."""
+    """moe_point.record_memory: every process of the tree (the parent and its child here) with its RSS, and the sums
+    of that same walk, so a run shows which process holds the RSS state the sampler does not see (RSS_LOWER_STATE);
+    a tree that is gone reads zero, not an error."""
     import subprocess
     import time
     point = _load("moe_point", REPO / "benchmarks" / "gpu" / "moe_point.py")
@@ -269,10 +270,15 @@ def test_the_point_records_each_process_of_the_server_tree():
             if psutil.Process(p.pid).children():
                 break
             time.sleep(0.05)
-        rows = point.tree_rss_by_process(p.pid)
+        res: dict = {}
+        point.record_memory(res, "after_start", p.pid)
+        rows = res["host_rss_after_start_by_process"]
         assert len(rows) == 2 and rows[0]["pid"] == p.pid and all(r["rss"] > 0 and r["name"] for r in rows)
         assert "time.sleep(20)" in rows[1]["cmdline"]
-        assert abs(sum(r["rss"] for r in rows) - point.tree_rss(p.pid)) < 4 << 20     # the same tree, read again
+        assert res["host_rss_after_start_bytes"] == sum(r["rss"] for r in rows) > 0
+        assert res["host_rss_after_start_shared_bytes"] == sum(r["shared"] for r in rows)
+        point.record_memory(res, "end", 2 ** 22 + 7)               # no such process (pid_max is 2^22 at most)
+        assert res["host_rss_peak_bytes"] == 0 and res["host_rss_end_by_process"] == []
     finally:
         for c in psutil.Process(p.pid).children(recursive=True):
             c.kill()
