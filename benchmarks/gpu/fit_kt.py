@@ -195,6 +195,16 @@ POINTS = (
                           ("layers-int8-amx-16g-gptq-seed-d-t12", "best16/k16-wna16-layers-t12", "gptq"),
                           ("layers-int8-amx-16g-gptq-seed-e-t12", "marlin/k16-wna16-layers-t12", "gptq"),
                           ("layers-int8-amx-16g-gptq-marlin-seed-e-t12", "marlin/k16-marlin-layers-t12", "gptq"))),
+    # 2026-11-27, twelfth session (kt-rawint4/run1, seeded by name, medians of 3 rounds): whole layers on marlin with
+    # RAWINT4 CPU layers (the GPTQ checkpoint's own int4 values, kt_repack). Its point JSON and server log went with
+    # the machine; the run's knobs and the free memory are its `vramkit up` output's (up.txt: the plan's NVML reading
+    # at start, 15.33 GiB, where the other points take SGLang's "avail mem" at load, 0.02 GiB lower on this ballast)
+    Point("layers-raw4-amx-16g-gptq-marlin-seed-t12", "held-out", None,
+          "kt-rawint4/run1/k16-marlin-layers-raw4-t12.probe.json", "anchor/membw.json",
+          {"kt_method": "RAWINT4", "kt_cpuinfer": 12, "mem_fraction": 0.90, "kt_gpu_layers": "auto",
+           "moe_kernel": "marlin", "kt_num_gpu_experts": 95}, free_gib=15.33, weights="dummy by name",
+          note=ANCHOR_SWEEP + "; every decode the median of 3 rounds; started through vramkit up, its point JSON lost",
+          gpu_checkpoint="gptq", kv_splits=32),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -390,6 +400,24 @@ def gpu_weights(p: Point, run: dict | None = None) -> str:
     return "dummy by name" if "VRAMKIT_DUMMY_SEED_BY_NAME=1" in r.get("env", []) else "dummy"
 
 
+def _apart_by_method(res: dict) -> str:
+    """Which way the held-out "dummy by name" rows miss, per placement and CPU method: "the split's 29 rows (AMXINT8)
+    all faster than the estimate, whole layers' AMXINT8 7 of 9 slower, ..." (whole layers have their own fitted step;
+    RAWINT4's kernel reads below the host's bandwidth: kt-rawint4/README.md)."""
+    kind = {q["name"]: ("whole layers' " if q["gpu_layers"] else "the split's ") + q["method"] for q in res["points"]}
+    rows: dict[str, list[float]] = {}
+    for r in res["measurements"]:
+        if r["role"] == "held-out" and r["gpu_weights"] == "dummy by name":
+            rows.setdefault(kind[r["point"]], []).append(r["error"])
+    said = []
+    for k, errs in rows.items():
+        slower = sum(e > 0 for e in errs)
+        way = ("all faster than the estimate" if not slower else "all slower than it" if slower == len(errs) else
+               f"{slower} slower than it, {len(errs) - slower} faster")
+        said.append(f"{k} {len(errs)} rows {way}")
+    return ", ".join(said)
+
+
 def compute() -> dict:
     """The fit and every comparison, as the JSON this script writes."""
     base = catalog.engine().kt
@@ -521,8 +549,8 @@ def markdown(res: dict) -> str:
                   "prompts, so the dummy rows' error carries that spread. \"dummy by name\" is the same load with the "
                   "kt_compat adapter's VRAMKIT_DUMMY_SEED_BY_NAME=1 (each parameter drawn by its name: each layer's "
                   f"routing correlates {routing_apart:.2f} with layer 0's and the prompt span is {span:.2f}x; "
-                  "moe-budget.md): those rows are all faster than the estimate, so its error there is the estimate's "
-                  "own, not the prompt's."]
+                  f"moe-budget.md): {_apart_by_method(res)}; there a row's error is the estimate's own, not the "
+                  "prompt's."]
     lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan "
               "| larger of RSS after start and RSS once the probe ended / plan |", "| --- | --- | --- | --- | --- | --- |"]
     for q in res["points"]:

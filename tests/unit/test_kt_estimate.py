@@ -282,3 +282,14 @@ def test_each_run_s_gpu_weights_are_what_its_server_log_says():
             # the adapter's own line when it seeded by name (vramkit_kt_compat.patch_dummy_loader)
             assert ("dummy weights seeded by parameter name" in text) == (w == "dummy by name"), p.name
     assert seen["checkpoint"] >= 5 and seen["dummy"] >= 20 and seen["dummy by name"] >= 6   # every kind committed
+
+
+def test_the_rawint4_readme_quotes_its_held_out_rows():
+    """kt-rawint4/README.md's estimate line is the held-out RAWINT4 run's rows of the fit's data."""
+    rows = [m for m in result()["measurements"] if m["point"] == "layers-raw4-amx-16g-gptq-marlin-seed-t12"]
+    assert [m["role"] for m in rows] == ["held-out", "held-out"]
+    text = " ".join((fit_kt.RES / "kt-rawint4" / "README.md").read_text().split())
+    (a, b) = rows
+    assert (f"{a['plan_tok_s']:.1f} and {b['plan_tok_s']:.1f} tok/s after {a['context']} and {b['context']:,} tokens "
+            f"against {a['tok_s']:.1f} and {b['tok_s']:.1f} measured ({a['error']:+.1%}, {b['error']:+.1%})"
+            .replace("%", " %")) in text

@@ -68,9 +68,6 @@ class KtMethod:
     accuracy_table: str = ""
     made_from: str | None = None    # a converted layout made only from this checkpoint format (None: from any)
     speed_note: str = ""            # what its measured runs say beside the estimate (a plan with it prints it)
-    # a committed server run with whole layers that is not among the estimate's points (WHOLE_LAYER_METHODS): a
-    # whole-layer plan then quotes speed_note instead of calling the method unmeasured there
-    whole_layer_run: str = ""
 
     @property
     def sglang_method(self) -> str:
@@ -125,8 +122,7 @@ KT_METHODS = {m.name: m for m in (
                         "threads): decode 79.2 tok/s after 512 tokens, as AMXINT8's 76.4-77.8 on other machines "
                         "of that host, but a first token took 2.75 s after 512 tokens and 38.5 s after 8K against "
                         "AMXINT8's 0.24 s and 2.3 s: kt-kernel's group-wise int4 prefills ~15x slower "
-                        "(benchmarks/results/gpu/kt-rawint4/); for long prompts --kt-method AMXINT8",
-             whole_layer_run="benchmarks/results/gpu/kt-rawint4/run1"),
+                        "(benchmarks/results/gpu/kt-rawint4/); for long prompts --kt-method AMXINT8"),
 )}
 # Where each method's error was measured (kt-kernel's own kernels against a bf16 all-GPU reference, a
 # random-weight proxy of Qwen3-Coder-30B-A3B): what a plan with a lossy method points at.
@@ -324,18 +320,19 @@ KT_GPU_LAYERS = ("off", "auto")
 
 
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
-# kt-estimate.md: eight servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4 and AMXINT8, 10-14 threads; fitted on a ninth),
+# kt-estimate.md: nine servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8 and RAWINT4, 10-14 threads; fitted on a
+# tenth),
 # rounded outward; tests/unit/test_kt_estimate.py holds it to the data
 WHOLE_LAYER_SPREAD = (0.60, 1.28)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.61x; the FP8 checkpoint's per-layer-seeded run 1.19-1.27x "
-                           "(faster, as its split twin); the other 19 decodes 0.85-1.19x")
+                           "(faster, as its split twin); the other 21 decodes 0.85-1.19x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
                      "0.99x at 4 streams, 13 GB of host RAM against 34 (moe-budget.md)")
 # The CPU methods run with whole layers on the GPU host (fit_kt.py's whole-layer points; tests/unit/test_kt_estimate.py
 # holds this to them): a whole-layer plan with another method says it is unmeasured
-WHOLE_LAYER_METHODS = ("AMXINT4", "AMXINT8")
+WHOLE_LAYER_METHODS = ("AMXINT4", "AMXINT8", "RAWINT4")
 # The split against whole layers on the moe preset's own checkpoint (FP8, AMXINT8, 12 threads), one machine
 # (moe-budget/best16; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 SPLIT_SPEED = ("measured on the H100 host, the FP8 checkpoint at 16 GiB, 12 KT threads, against whole layers: 0.97x "

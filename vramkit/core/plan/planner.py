@@ -655,8 +655,10 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
            if off_tok_s else ""))
     if meth.speed_note:
         notes.append(meth.speed_note)
-    if gpu_layers and planned not in kt.WHOLE_LAYER_METHODS and not meth.whole_layer_run:
-        notes.append(f"whole layers with {planned} were not run on a GPU ({' and '.join(kt.WHOLE_LAYER_METHODS)} "
+    if gpu_layers and planned not in kt.WHOLE_LAYER_METHODS:
+        *most, last = kt.WHOLE_LAYER_METHODS
+        run = f"{', '.join(most)} and {last}"
+        notes.append(f"whole layers with {planned} were not run on a GPU ({run} "
                      f"were: benchmarks/results/gpu/kt-estimate.md); {by_name()['kt_gpu_layers'].cli_flag} off gives "
                      f"the split, as {planned} was measured")
     if gpu_layers:      # the way back, with what it holds: kt-kernel keeps every layer's experts under the split
