@@ -400,10 +400,10 @@ def gpu_weights(p: Point, run: dict | None = None) -> str:
     return "dummy by name" if "VRAMKIT_DUMMY_SEED_BY_NAME=1" in r.get("env", []) else "dummy"
 
 
-def _apart_by_method(res: dict) -> str:
-    """Which way the held-out "dummy by name" rows miss, per placement and CPU method: "the split's 29 rows (AMXINT8)
-    all faster than the estimate, whole layers' AMXINT8 7 of 9 slower, ..." (whole layers have their own fitted step;
-    RAWINT4's kernel reads below the host's bandwidth: kt-rawint4/README.md)."""
+def _seeded_misses(res: dict) -> str:
+    """Which way the held-out "dummy by name" rows miss, per placement and CPU method, in words: "the split's AMXINT8
+    21 rows all faster than the estimate, whole layers' AMXINT8 15 rows 7 slower than it, 8 faster, ..." (whole
+    layers have their own fitted step; RAWINT4's kernel reads below the host's bandwidth: kt-rawint4/README.md)."""
     kind = {q["name"]: ("whole layers' " if q["gpu_layers"] else "the split's ") + q["method"] for q in res["points"]}
     rows: dict[str, list[float]] = {}
     for r in res["measurements"]:
@@ -549,7 +549,7 @@ def markdown(res: dict) -> str:
                   "prompts, so the dummy rows' error carries that spread. \"dummy by name\" is the same load with the "
                   "kt_compat adapter's VRAMKIT_DUMMY_SEED_BY_NAME=1 (each parameter drawn by its name: each layer's "
                   f"routing correlates {routing_apart:.2f} with layer 0's and the prompt span is {span:.2f}x; "
-                  f"moe-budget.md): {_apart_by_method(res)}; there a row's error is the estimate's own, not the "
+                  f"moe-budget.md): {_seeded_misses(res)}; there a row's error is the estimate's own, not the "
                   "prompt's."]
     lines += ["", "| run | role | weights GiB log / plan | KV tokens log / plan | host RSS after start / plan "
               "| larger of RSS after start and RSS once the probe ended / plan |", "| --- | --- | --- | --- | --- | --- |"]

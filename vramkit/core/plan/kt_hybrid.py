@@ -320,9 +320,8 @@ KT_GPU_LAYERS = ("off", "auto")
 
 
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
-# kt-estimate.md: nine servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8 and RAWINT4, 10-14 threads; fitted on a
-# tenth),
-# rounded outward; tests/unit/test_kt_estimate.py holds it to the data
+# kt-estimate.md: nine servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8 and RAWINT4, 10-14 threads; fitted
+# on a tenth), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
 WHOLE_LAYER_SPREAD = (0.60, 1.28)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.61x; the FP8 checkpoint's per-layer-seeded run 1.19-1.27x "
                            "(faster, as its split twin); the other 21 decodes 0.85-1.19x")
