@@ -961,3 +961,46 @@ def test_the_16g_token_budget_the_readme_derives():
     assert all(abs(m - d) / m < 0.06 for m, d in zip(sorted(measured), (lo, hi), strict=True))
     fast = 3.9 + 13 * 0.41
     assert f"~{fast:.1f} ms (~{1000 / fast:.0f} tok/s" in readme
+
+
+def test_sglang_s_own_host_ram_follows_the_compile_workers_a_host_starts():
+    """kt_hybrid.COMPILE_WORKER_BYTES is one torch compile worker's RSS as the per-process readings measured it (the
+    16-CPU host's 16 workers right after start, gone by the probe's end), and a plan for a server with another CPU
+    count moves SGLang's own host RAM by min(32, CPUs) - 16 of them; a host whose count is not known keeps the
+    measured figure."""
+    per_worker = []
+    for rel in ("best16/k16-int8-split", "best16/k16-int8-whole", "best16/k16-wna16-layers-t12",
+                "best16/k16-wna16-layers-t12-defer2", "marlin/k16-wna16-layers-t12"):
+        d = json.loads((ROOT / f"benchmarks/results/gpu/moe-budget/{rel}.json").read_text())
+        pool = [[r["rss"] for r in d[f"host_rss_{w}_by_process"] if "torch/_inductor/compile_worker" in r["cmdline"]]
+                for w in ("after_start", "end")]
+        assert len(pool[0]) - len(pool[1]) == kt.MEASURED_HOST_CPUS, rel      # min(32, 16) workers, then quiesced
+        per_worker.append((sum(pool[0]) - sum(pool[1])) / kt.MEASURED_HOST_CPUS)
+    assert kt.COMPILE_WORKER_BYTES == round(sum(per_worker) / len(per_worker), -6)
+    w = kt.COMPILE_WORKER_BYTES / GiB
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"{16 * w:.1f} GiB right after start are torch inductor's compile workers, one per CPU the server may use "
+            f"up to 32 (torch's rule; 16 of {w:.2f} GiB each") in readme
+    assert f"a 32-thread desktop plans {16 * w:.1f} GiB more, an 8-thread one {8 * w:.1f} GiB less" in readme
+    measured = _h100_plan("AMXINT8").hybrid
+    assert measured.host_sglang_bytes == catalog.engine().kt.sglang_host_bytes
+    assert measured.host_sglang_source == "measured"
+    for cpus, workers in ((16, 0), (8, -8), (24, 8), (64, 16)):
+        h = _h100_plan("AMXINT8", host=replace(H100_HOST, cpus=cpus)).hybrid
+        assert h.host_sglang_bytes - measured.host_sglang_bytes == workers * kt.COMPILE_WORKER_BYTES, cpus
+        assert h.host_ram_bytes - measured.host_ram_bytes == workers * kt.COMPILE_WORKER_BYTES
+        assert (h.host_sglang_source == "measured") == (workers == 0)
+        if workers:
+            assert h.host_sglang_source == (f"measured on 16 CPUs, {'+' if workers > 0 else '-'}"
+                                            f"{abs(workers) * kt.COMPILE_WORKER_BYTES / GiB:.1f} GiB of torch's "
+                                            f"compile workers for {cpus} here, derived")
+
+
+def test_this_host_s_plan_counts_its_server_cpus_and_another_host_s_does_not():
+    """launch.hybrid.host_cpu: this machine's plan takes the server cpuset's CPUs (torch's count: the affinity);
+    a plan for another host (--host-cores) leaves them unknown."""
+    import os
+
+    from vramkit.launch import hybrid
+    assert hybrid.host_cpu(cpu_isa="avx2").cpus == len(os.sched_getaffinity(0))
+    assert hybrid.host_cpu(cpu_isa="avx2", physical_cores=8).cpus is None

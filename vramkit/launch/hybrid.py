@@ -74,6 +74,7 @@ def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], 
     else:
         isa, isa_source = this_host_isa(), "this host's (/proc/cpuinfo)"
     read, read_source = _read_bandwidth(host_read)
+    n_cpus: int | None = None        # another host's: not known (SGLang's own host RAM as measured)
     if physical_cores is None:
         from vramkit.adapters.host import read_topology
         from vramkit.launch.steps import env_cpuset
@@ -81,10 +82,11 @@ def host_cpu(*, cpu_isa: str | None = None, host_read: tuple[tuple[int, float], 
         cpus = env_cpuset() or topo.allowed
         physical_cores, cores_source = max(1, len(topo.cores(cpus))), ("this machine's server cpuset (plan "
                                                                         "another host with --host-cores)")
+        n_cpus = len(cpus)
     else:
         cores_source = "--host-cores"
     return kt.HostCpu(isa=isa, isa_source=isa_source, read_bytes_s=read, read_source=read_source,
-                      physical_cores=physical_cores, cores_source=cores_source,
+                      physical_cores=physical_cores, cores_source=cores_source, cpus=n_cpus,
                       kt_kernel=catalog.versions().kt_kernel_for(isa))   # the release the kit installs there
 
 

@@ -565,6 +565,7 @@ class HostCpu:
     physical_cores: int                              # of the server's cpuset
     kt_kernel: str                                   # the kt-kernel release the server runs (config/versions.toml)
     cores_source: str = ""
+    cpus: int | None = None                          # logical CPUs the server may use (its cpuset); None: not known
 
     def read_at(self, threads: int) -> float:
         """Host read bandwidth at `threads`: the sweep interpolated linearly, flat past its last point, in
@@ -578,6 +579,27 @@ class HostCpu:
             if threads <= t1:
                 return b0 + (b1 - b0) * (threads - t0) / (t1 - t0)
         return pts[-1][1]
+
+
+# torch inductor's compile workers: a subprocess pool of min(32, CPUs the process may use) (torch/_inductor/config.py,
+# decide_compile_threads; torch._utils.cpu_count reads the affinity), started at the server's first torch.compile and
+# quiesced after it (compile_worker quiesce), so they count in the RSS right after start and are gone by the first
+# requests. On the 16-CPU H100 host a server tree held 17 such processes right after start and one by the probe's end
+# (moe-budget/best16 and marlin, moe_point's per-process readings; none on a marlin whole-layer server). SGLang's own
+# host RAM (kt_sglang_host_mib) was measured there, so another CPU count moves it by the workers it adds or drops.
+COMPILE_WORKERS_CAP = 32
+COMPILE_WORKER_BYTES = 394_000_000      # measured: one worker's RSS, the mean over those readings (held by a test)
+MEASURED_HOST_CPUS = 16                 # the CPUs of the host kt_sglang_host_mib was measured on
+
+
+def sglang_own_bytes(measured: int, cpus: int | None) -> tuple[int, str]:
+    """SGLang's own host RAM on a server with `cpus` CPUs: the measured figure, moved by the compile workers a host
+    with that many CPUs starts (None: the measured host's count), and where the figure comes from, in words."""
+    if cpus is None or min(cpus, COMPILE_WORKERS_CAP) == min(MEASURED_HOST_CPUS, COMPILE_WORKERS_CAP):
+        return measured, "measured"
+    moved = (min(cpus, COMPILE_WORKERS_CAP) - min(MEASURED_HOST_CPUS, COMPILE_WORKERS_CAP)) * COMPILE_WORKER_BYTES
+    return measured + moved, (f"measured on {MEASURED_HOST_CPUS} CPUs, {'+' if moved > 0 else '-'}"
+                              f"{abs(moved) / 2**30:.1f} GiB of torch's compile workers for {cpus} here, derived")
 
 
 @dataclass(frozen=True)
@@ -688,7 +710,7 @@ class HybridSection:
     kt_variant: str | None           # KT_KERNEL_CPU_VARIANT for this method on this CPU; None: no method runs
     kt_kernel: str                   # the kt-kernel release planned for
     host_experts_bytes: int          # every expert of every MoE layer, as kt-kernel holds it
-    host_sglang_bytes: int           # SGLang's own processes (measured, config/engine.toml)
+    host_sglang_bytes: int           # SGLang's own processes (measured, config/engine.toml; sglang_own_bytes)
     host_checkpoint_bytes: int       # mapped pages of the checkpoint (FP8/BF16/GPTQ_INT4) or GGUF (page cache)
     host_pinned_bytes: int           # kt-kernel's pinned transfer buffers
     host_read_bytes_s: float         # at cpuinfer_threads
@@ -709,6 +731,7 @@ class HybridSection:
     cpu_cores_source: str = ""       # where that count came from (--host-cores, or this machine's, labelled)
     gpu_layers: int = 0              # kt_gpu_layers = "auto": whole MoE layers on the GPU (the last ones); 0: split
     as_whole_layers: int = 0         # the MoE layers the same GPU experts make as whole layers (whole_moe_layers)
+    host_sglang_source: str = "measured"    # where host_sglang_bytes comes from, in words (sglang_own_bytes)
 
     @property
     def host_ram_bytes(self) -> int:

@@ -604,20 +604,22 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         off = plan(model, target, replace(knobs, kt_method=None, kt_num_gpu_experts="auto", kt_cpuinfer="auto",
                                           cpu_offload_gib="auto"), engine, with_alternatives=False)
         off_tok_s, off_gib = off.decode_tok_s_ceiling, int(off.knobs.cpu_offload_gib)
+    own, own_source = kt.sglang_own_bytes(k.sglang_host_bytes, host.cpus)
     hp = HybridSection(
         kt_method=planned, asked_method=asked, method_note=why, lossy=meth.lossy,
         num_gpu_experts=n, num_experts=moe.num_experts, moe_layers=moe.num_moe_layers, cpuinfer_threads=threads,
         cpu_isa=host.isa, cpu_isa_source=host.isa_source,
         kt_variant=kt.KT_VARIANT[kt.build_for(planned, host.isa, host.kt_kernel)] if method and host.isa else None,
         kt_kernel=host.kt_kernel,
-        host_experts_bytes=experts_host, host_sglang_bytes=k.sglang_host_bytes, host_checkpoint_bytes=checkpoint,
+        host_experts_bytes=experts_host, host_sglang_bytes=own, host_checkpoint_bytes=checkpoint,
         host_pinned_bytes=pinned, host_read_bytes_s=d.host_read_bytes_s, host_read_source=host.read_source,
         cpu_bytes_per_token=d.cpu_bytes_per_token, decode_gpu_s=d.gpu_s, decode_context_s=d.context_s,
         decode_gpu_experts_s=d.gpu_experts_s, decode_cpu_experts_s=d.cpu_experts_s, decode_sync_s=d.sync_s,
         decode_cpu_time_factor=d.cpu_time_factor,
         decode_tok_s=d.tok_s, decode_context_tokens=knobs.context, decode_tok_s_by_context=by_context,
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
-        cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole)
+        cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole,
+        host_sglang_source=own_source)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
     if (bad_split := kt.split_problem(model, n, bool(gpu_layers))) is not None:
@@ -631,7 +633,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     if target.host_ram_available_bytes is not None and hp.host_ram_bytes > target.host_ram_available_bytes:
         reasons.append(Reason("host_ram", f"host RAM: kt-kernel holds all {moe.num_experts} experts of each "
                               + (f"of its {kt_layers} CPU layers" if gpu_layers else "MoE layer")
-                              + f" ({bytes2human(experts_host)} as {planned}) + {bytes2human(k.sglang_host_bytes)} "
+                              + f" ({bytes2human(experts_host)} as {planned}) + {bytes2human(own)} "
                               f"for SGLang's own > {bytes2human(target.host_ram_available_bytes)} available"))
     short = "; ".join(f"~{t:.0f} at {c:,}" for c, t in by_context)
     notes.append(
