@@ -78,6 +78,8 @@
 # The idle memory at mem_fraction 0.85 given to experts (0.90 against 0.85, one machine; ~7 min):
 # STAGE=.stage-w16 REPEAT=3 STEPS="setup mf90".
 # llama.cpp's best 16 GiB server alone, beside a run's kit points (~4 min): STEPS="... lbest16".
+# Whether the server needs torch's compile-worker pool (written 2026-11-27, thirteenth session; not run yet): the preset
+# with TORCHINDUCTOR_COMPILE_THREADS=1 and without: DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup ctpool".
 # Whole layers against the split at the same threads, one machine, 3 rounds, 10 and 12 threads (~13 min):
 # STAGE=.stage-w16 REPEAT=3 STEPS="setup layers-pair" (LP_THREADS: the counts).
 # Ran 2026-11-27, tenth session, every kit point with DUMMY_BY_NAME=1 (moe-budget/seed, seed-mf90, seed-layers):
@@ -162,7 +164,7 @@ need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has r
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has kmarlin || has raw4 || has kraw4; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -711,6 +713,14 @@ if has fp8-layers; then  # the preset as planned (FP8 GPU experts, AMXINT8, the 
   # whole layers through the planner's own knob (--kt-gpu-layers auto), one machine, paired by prompt
   ballast 16
   kit k16-int8-split 16 "$FULL" -- $KIT8
+  kit k16-int8-whole 16 "$FULL" -- $KIT8 --kt-gpu-layers auto
+fi
+if has ctpool; then  # torch inductor's compile workers (min(32, CPUs): 16 of 0.37 GiB on this host right after start,
+  # moe-budget/best16's per-process readings; kt_hybrid.COMPILE_WORKER_BYTES): the preset as planned (FP8, whole
+  # layers) with TORCHINDUCTOR_COMPILE_THREADS=1 (inductor compiles in the server's own process, no pool) and without,
+  # one machine, paired by prompt: RSS right after start, start-up time (up.txt), every probe figure (~10 min)
+  ballast 16
+  kit k16-int8-whole-ct1 16 "$FULL" --env TORCHINDUCTOR_COMPILE_THREADS=1 -- $KIT8 --kt-gpu-layers auto
   kit k16-int8-whole 16 "$FULL" -- $KIT8 --kt-gpu-layers auto
 fi
 if has threads; then  # the estimate's thread and card terms on held-out runs (issue 18 item 5): 6 and 14 KT threads
