@@ -13,6 +13,9 @@
 #   ballast.py          ../shared/gpu/ballast.py
 #   overlay/            this branch's changed files, copied over the sent tree first (the device call sends
 #                       /work/main's tree, not the branch)
+# The .stage-w16 every later step names, from nothing (~1 min here; 8.9 MB): bash benchmarks/gpu/stage_kt_avx2.sh
+# .stage-w16 && bash benchmarks/gpu/stage_llama_src.sh .stage-w16 (kt/ with the 0.5.1 amx and 0.7.0 avx2 wheels,
+# whl/gguf, ballast.py, llama-src.tar.xz); without .gpu/tvm-ffi-cache.tar.* setup compiles the marlin kernels there.
 # Usage (repo root, GPU host):
 #   setsid nohup bash benchmarks/gpu/run_moe_vs_llamacpp.sh all > /tmp/mvl/driver.log 2>&1 &
 #   bash benchmarks/gpu/run_moe_vs_llamacpp.sh wait 540 [STEP-NAME: return early once that step begins]
