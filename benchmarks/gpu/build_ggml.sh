@@ -3,6 +3,8 @@
 # built on a CPU from the llama.cpp source that llama-cpp-python's sdist vendors (the same source as the GPU
 # host's llama-bench / llama-server: stage_llama_src.sh).
 #   bash benchmarks/gpu/build_ggml.sh DIR            # DIR/lib/libggml-base.so (~15 s on 2 cores)
+#   bash benchmarks/gpu/build_ggml.sh DIR cpu        # DIR/lib-native/: libggml-base + libggml-cpu built for THIS CPU
+#                                                    # (GGML_NATIVE, as llama.cpp builds itself), for ggml_moe_bench.py
 #   bash benchmarks/gpu/build_ggml.sh DIR check      # + llama-quantize (minutes), then checks that the Q4_K_M types
 #                                                    # ggml_quant.py and make_random_gguf.py give each tensor are
 #                                                    # the ones the real llama-quantize gives (DIR/check.txt)
@@ -20,6 +22,16 @@ if [ ! -d "$DIR/llama.cpp" ]; then
   else
     bash benchmarks/gpu/stage_llama_src.sh "$DIR/stage" && tar -xJf "$DIR/stage/llama-src.tar.xz" -C "$DIR"
   fi
+fi
+if [ "$MODE" = cpu ]; then    # the CPU backend as llama.cpp's own build has it: native ISA, its repack and AMX kernels
+  cmake -S "$DIR/llama.cpp" -B "$DIR/build-native" -G Ninja -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF > "$DIR/cmake-native.log" 2>&1 \
+    || { tail -20 "$DIR/cmake-native.log"; exit 1; }
+  nice ninja -C "$DIR/build-native" ggml-base ggml-cpu > "$DIR/ninja-native.log" 2>&1 || { tail -20 "$DIR/ninja-native.log"; exit 1; }
+  mkdir -p "$DIR/lib-native" && cp -L "$DIR"/build-native/bin/libggml-{base,cpu}.so "$DIR/lib-native/"
+  echo "$DIR/lib-native"
+  exit 0
 fi
 targets=ggml-base
 [ "$MODE" = check ] && targets="ggml-base llama-quantize"
