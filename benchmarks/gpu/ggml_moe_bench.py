@@ -103,6 +103,54 @@ def check(w: dict, x: np.ndarray, out: np.ndarray) -> float:
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
+def build(lib: Lib, seq: list[dict]) -> dict:
+    """A graph of the layers in `seq` (weights of each), llama.cpp's build_moe_ffn node list per layer, allocated:
+    its input x, each layer's ids and routing weights, the first layer's output and the last's."""
+    n_graph = 64 * len(seq)
+    ctx = lib.ggml_init(InitParams(lib.ggml_tensor_overhead() * 40 * len(seq)
+                                   + lib.ggml_graph_overhead_custom(n_graph, False), None, True))
+    x = lib.ggml_new_tensor_2d(ctx, F32, H, 1)
+    lib.ggml_set_input(x)
+    cur, ids, wts, first = x, [], [], None
+    for w in seq:
+        i_t, w_t = lib.ggml_new_tensor_2d(ctx, I32, TOPK, 1), lib.ggml_new_tensor_3d(ctx, F32, 1, TOPK, 1)
+        lib.ggml_set_input(i_t)
+        lib.ggml_set_input(w_t)
+        ids.append(i_t)
+        wts.append(w_t)
+        cur3 = lib.ggml_reshape_3d(ctx, lib.ggml_rms_norm(ctx, cur, EPS), H, 1, 1)     # the layer's ffn_norm
+        up = lib.ggml_mul_mat_id(ctx, w["up"], cur3, i_t)                   # [INTER, TOPK, 1]
+        gate = lib.ggml_mul_mat_id(ctx, w["gate"], cur3, i_t)
+        ex = lib.ggml_mul_mat_id(ctx, w["down"], lib.ggml_swiglu_split(ctx, gate, up), i_t)   # [H, TOPK, 1]
+        ex = lib.ggml_mul(ctx, ex, w_t)
+        views = [lib.ggml_view_2d(ctx, ex, H, 1, 4 * H * TOPK, 4 * H * k) for k in range(TOPK)]
+        cur = views[0]
+        for v in views[1:]:
+            cur = lib.ggml_add(ctx, cur, v)
+        if first is None:
+            first = cur
+            lib.ggml_set_output(first)       # kept apart by the allocator, read back for the check
+    lib.ggml_set_output(cur)
+    graph = lib.ggml_new_graph_custom(ctx, n_graph, False)
+    lib.ggml_build_forward_expand(graph, cur)
+    galloc = lib.ggml_gallocr_new(lib.ggml_backend_cpu_buffer_type())
+    if not lib.ggml_gallocr_alloc_graph(galloc, graph):
+        raise SystemExit("ggml_moe_bench: could not allocate the graph")
+    return {"graph": graph, "x": x, "ids": ids, "wts": wts, "first": first, "out": cur, "galloc": galloc}
+
+
+def set_inputs(lib: Lib, gr: dict, x: np.ndarray, routes: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    lib.ggml_backend_tensor_set(gr["x"], x.ctypes.data, 0, x.nbytes)
+    for i_t, w_t, (sel, r) in zip(gr["ids"], gr["wts"], routes, strict=True):
+        lib.ggml_backend_tensor_set(i_t, sel.ctypes.data, 0, sel.nbytes)
+        lib.ggml_backend_tensor_set(w_t, r.ctypes.data, 0, r.nbytes)
+
+
+def compute(lib: Lib, backend: int, gr: dict) -> None:
+    if lib.ggml_backend_graph_compute(backend, gr["graph"]) != 0:
+        raise SystemExit("ggml_moe_bench: graph compute failed")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib-dir", type=Path, required=True, help="libggml-base.so and libggml-cpu.so (build_ggml.sh cpu)")
@@ -113,6 +161,8 @@ def main() -> int:
                     help="the experts' ggml type: Q4_K (llama.cpp's Q4_K_M experts but the Q6_K down layers) or Q8_0")
     ap.add_argument("--buffer", choices=("auto", "cpu"), default="auto",
                     help="auto: llama.cpp's choice (CPU_REPACK where it has the type's kernels); cpu: the plain buffer")
+    ap.add_argument("--per-layer", action="store_true",
+                    help="one graph call a layer, the hidden state copied in and out (an adapter's way), not one a token")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     lib = Lib(a.lib_dir)
@@ -153,37 +203,12 @@ def main() -> int:
             decoded[-1][name] = dequantize(one, GGMLQuantizationType[a.type]).reshape(rows, cols).astype(np.float64)
     res["load_s"] = round(time.time() - t0, 1)
 
-    # one token through 48 layers: llama.cpp's build_moe_ffn node list per layer
-    n_graph = 64 * MOE_LAYERS
-    gctx = lib.ggml_init(InitParams(over * 40 * MOE_LAYERS + lib.ggml_graph_overhead_custom(n_graph, False), None, True))
-    x = lib.ggml_new_tensor_2d(gctx, F32, H, 1)
-    lib.ggml_set_input(x)
-    cur, ids, wts = x, [], []
-    for li in range(MOE_LAYERS):
-        w = layers[li % a.layers]
-        i_t, w_t = lib.ggml_new_tensor_2d(gctx, I32, TOPK, 1), lib.ggml_new_tensor_3d(gctx, F32, 1, TOPK, 1)
-        lib.ggml_set_input(i_t)
-        lib.ggml_set_input(w_t)
-        ids.append(i_t)
-        wts.append(w_t)
-        cur3 = lib.ggml_reshape_3d(gctx, lib.ggml_rms_norm(gctx, cur, EPS), H, 1, 1)     # the layer's ffn_norm
-        up = lib.ggml_mul_mat_id(gctx, w["up"], cur3, i_t)                  # [INTER, TOPK, 1]
-        gate = lib.ggml_mul_mat_id(gctx, w["gate"], cur3, i_t)
-        ex = lib.ggml_mul_mat_id(gctx, w["down"], lib.ggml_swiglu_split(gctx, gate, up), i_t)   # [H, TOPK, 1]
-        ex = lib.ggml_mul(gctx, ex, w_t)
-        views = [lib.ggml_view_2d(gctx, ex, H, 1, 4 * H * TOPK, 4 * H * k) for k in range(TOPK)]
-        cur = views[0]
-        for v in views[1:]:
-            cur = lib.ggml_add(gctx, cur, v)
-        if li == 0:
-            first = cur
-            lib.ggml_set_output(first)       # kept apart by the allocator, read back for the check
-    graph = lib.ggml_new_graph_custom(gctx, n_graph, False)
-    lib.ggml_build_forward_expand(graph, cur)
-    res["graph_nodes"] = lib.ggml_graph_n_nodes(graph)
-    galloc = lib.ggml_gallocr_new(lib.ggml_backend_cpu_buffer_type())
-    if not lib.ggml_gallocr_alloc_graph(galloc, graph):
-        raise SystemExit("ggml_moe_bench: could not allocate the graph")
+    # one token through 48 layers as one graph (llama.cpp), or --per-layer: one graph a layer, called 48 times with the
+    # hidden state copied in and out each time, as an adapter behind SGLang's KT wrapper would call it
+    graphs = ([build(lib, [layers[li % a.layers] for li in range(MOE_LAYERS)])] if not a.per_layer else
+              [build(lib, [lay]) for lay in layers])
+    res["graph_nodes"] = lib.ggml_graph_n_nodes(graphs[0]["graph"])
+    res["per_layer_calls"] = a.per_layer
 
     backend = lib.ggml_backend_cpu_init()
     for threads in (int(t) for t in a.threads.split(",")):
@@ -193,24 +218,35 @@ def main() -> int:
         lib.ggml_backend_cpu_set_n_threads(backend, threads)
         lib.ggml_backend_cpu_set_threadpool(backend, pool)
         per_token = []
+        hidden = np.empty(H, dtype=np.float32)
         for tok in range(a.tokens + 4):
             xin = (rng.standard_normal(H) * 0.1).astype(np.float32)
-            lib.ggml_backend_tensor_set(x, xin.ctypes.data, 0, xin.nbytes)
-            for i_t, w_t in zip(ids, wts, strict=True):
-                sel = rng.permutation(E)[:TOPK].astype(np.int32)
-                r = rng.random(TOPK).astype(np.float32)
+            routes = [(rng.permutation(E)[:TOPK].astype(np.int32), rng.random(TOPK).astype(np.float32))
+                      for _ in range(MOE_LAYERS)]
+            for _, r in routes:
                 r /= r.sum()
-                lib.ggml_backend_tensor_set(i_t, sel.ctypes.data, 0, sel.nbytes)
-                lib.ggml_backend_tensor_set(w_t, r.ctypes.data, 0, r.nbytes)
-            t1 = time.perf_counter()
-            if lib.ggml_backend_graph_compute(backend, graph) != 0:
-                raise SystemExit("ggml_moe_bench: graph compute failed")
+            if not a.per_layer:            # every input set before the clock starts: the graph alone is timed
+                gr = graphs[0]
+                set_inputs(lib, gr, xin, routes)
+                t1 = time.perf_counter()
+                compute(lib, backend, gr)
+            else:                          # the calls' own cost is part of it: inputs in, output out, per layer
+                t1 = time.perf_counter()
+                hidden[:] = xin
+                for li in range(MOE_LAYERS):
+                    gr = graphs[li % a.layers]
+                    set_inputs(lib, gr, hidden, routes[li:li + 1])
+                    compute(lib, backend, gr)
+                    lib.ggml_backend_tensor_get(gr["out"], hidden.ctypes.data, 0, hidden.nbytes)
             if tok >= 4:
                 per_token.append(time.perf_counter() - t1)
         per_token.sort()
         med = 1e3 * per_token[len(per_token) // 2]
-        got = np.empty(H, dtype=np.float32)                   # the last token's first layer, against numpy
-        lib.ggml_backend_tensor_get(first, got.ctypes.data, 0, got.nbytes)
+        if a.per_layer:                    # the last token's first layer, recomputed from its input for the check
+            set_inputs(lib, graphs[0], xin, routes[:1])
+            compute(lib, backend, graphs[0])
+        got = np.empty(H, dtype=np.float32)
+        lib.ggml_backend_tensor_get(graphs[0]["first"], got.ctypes.data, 0, got.nbytes)
         row = {"threads": threads, "cpu_ms_per_token_median": round(med, 3),
                "cpu_ms_per_token_min": round(1e3 * per_token[0], 3), "ms_per_layer": round(med / MOE_LAYERS, 4),
                "layer_rel_l2_vs_numpy": round(check(decoded[0], xin, got.astype(np.float64)), 5)}

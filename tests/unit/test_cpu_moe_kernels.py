@@ -18,6 +18,7 @@ def _per_layer(name: str, method: str | None = None) -> dict[int, float]:
 def test_the_readme_table_is_the_runs():
     table = (DIR / "README.md").read_text()
     for f, label, weights in (("ggml-q4k-dev-host.json", "ggml, Q4_K", "CPU_REPACK"),
+                              ("ggml-q4k-per-layer-dev-host.json", "ggml, Q4_K, called per layer", "CPU_REPACK"),
                               ("ggml-q4k-plain-dev-host.json", "ggml, Q4_K", "CPU"),
                               ("ggml-q8_0-dev-host.json", "ggml, Q8_0", "CPU")):
         res = json.loads((DIR / f).read_text())
@@ -40,3 +41,8 @@ def test_the_ratios_quoted_are_the_runs():
             f"Q8_0 layer {q8 / int8:.2f}x kt-kernel's AMXINT8 ({int8 / q8:.1f}x)")
     assert said in text
     assert f"{q4k:.2f} ms against {q4k_kt:.2f} ms" in readme and f"{q8:.2f} against {int8:.2f}" in readme
+    per_layer = _per_layer("ggml-q4k-per-layer-dev-host.json")
+    assert json.loads((DIR / "ggml-q4k-per-layer-dev-host.json").read_text())["per_layer_calls"] is True
+    assert f"({per_layer[1]:.2f} called layer by layer" in readme
+    cost = [1000 * (per_layer[t] - _per_layer("ggml-q4k-dev-host.json")[t]) for t in (1, 2)]
+    assert f"costs {cost[0]:.0f} us more at one thread and {cost[1]:.0f} us more at two" in text
