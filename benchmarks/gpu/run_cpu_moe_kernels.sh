@@ -22,6 +22,9 @@ for t in Q4_K Q8_0; do
   timeout 400 python3 benchmarks/gpu/ggml_moe_bench.py --lib-dir /tmp/gg/lib-native --type $t --threads "$THREADS" \
     --layers "$LAYERS" --out "$R/ggml-$t.json" > "$R/ggml-$t.txt" 2>&1
 done
+# called layer by layer, as the kit's adapter would call it (the pool wakes 48 times a token, not once)
+timeout 400 python3 benchmarks/gpu/ggml_moe_bench.py --lib-dir /tmp/gg/lib-native --type Q4_K --threads "$THREADS" \
+  --layers "$LAYERS" --per-layer --out "$R/ggml-Q4_K-per-layer.json" > "$R/ggml-Q4_K-per-layer.txt" 2>&1
 KT_GGML_LIB=/tmp/gg/lib-native/libggml-base.so KT_KERNEL_CPU_VARIANT=amx timeout 900 python3 \
   benchmarks/gpu/kt_decode_bench.py --methods AMXINT8,LLAMAFILE_Q4_K --threads "$THREADS" --gpu-experts 0 --layers "$LAYERS" \
   --tokens 24 --prefill 0 --out "$R/kt.json" > "$R/kt.txt" 2>&1
