@@ -4,17 +4,19 @@ CPU-expert path at llama.cpp's per-layer time, 0.41 ms in its server on the GPU 
     bash benchmarks/gpu/build_ggml.sh /tmp/ggml cpu        # libggml-base + libggml-cpu for this CPU (GGML_NATIVE)
     python3 benchmarks/gpu/ggml_moe_bench.py --lib-dir /tmp/ggml/lib-native --threads 12 --out R.json
 
-Qwen3-Coder-30B-A3B's MoE layer at full shape (128 experts of 2048 x 768, top-8; Q4_K, or --type Q8_0), --layers distinct layers
-cycled through 48 per token in ONE graph on a persistent thread pool, as llama.cpp computes a token (common.cpp
-attaches a ggml_threadpool). Each layer is the node list llama.cpp's build_moe_ffn gives a Qwen3-MoE layer at one
-token: mul_mat_id for up and gate, swiglu, mul_mat_id for down, the routing weights, the sum of the 8 experts' views
+Qwen3-Coder-30B-A3B's MoE layer at full shape (128 experts of 2048 x 768, top-8; Q4_K, or --type Q8_0), --layers
+distinct layers cycled through 48 per token in ONE graph on a persistent thread pool, as llama.cpp computes a token
+(common.cpp attaches a ggml_threadpool); --per-layer calls one graph a layer instead, the hidden state copied in and
+out each time, as the kit's adapter behind SGLang's KT wrapper would. Each layer is the node list llama.cpp's
+build_moe_ffn gives a Qwen3-MoE layer at one token: mul_mat_id for up and gate, swiglu, mul_mat_id for down, the routing weights, the sum of the 8 experts' views
 (after the layer's rms_norm, which keeps 48 chained layers' values in range).
 The weights sit in the buffer type llama.cpp gives CPU weights: CPU_REPACK where this CPU has its kernels (Q4_K ->
 q4_K_8x8 on AVX2 and up), else the plain CPU buffer (--buffer cpu forces that one). Random ids and routing weights per
-token and layer, set before each timed compute. Each tensor holds one expert's random Q4_K blocks (llama.cpp's own
-quantizer) repeated for its 128 experts: the kernels' work does not depend on the values, every expert still has
+token and layer, set before each timed compute. Each tensor holds one expert's random blocks of its type (llama.cpp's
+own quantizer) repeated for its 128 experts: the kernels' work does not depend on the values, every expert still has
 its own memory, and a layer's output can be checked against numpy on the decoded values (layer_rel_l2_vs_numpy:
-the activations' Q8_K rounding, no more). Reported: ms of CPU-expert work per token (48 layers) and per layer; no GPU, no server.
+the activations' Q8_K rounding, no more). Reported: ms of CPU-expert work per token (48 layers) and per layer; no
+GPU, no server.
 """
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ class Lib:
         "ggml_reshape_3d": (P, [P, P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]),
         "ggml_view_2d": (P, [P, P, ctypes.c_int64, ctypes.c_int64, ctypes.c_size_t, ctypes.c_size_t]),
         "ggml_mul_mat_id": (P, [P, P, P, P]), "ggml_swiglu_split": (P, [P, P, P]),
-        "ggml_set_output": (None, [P]), "ggml_mul": (P, [P, P, P]), "ggml_rms_norm": (P, [P, P, ctypes.c_float]), "ggml_add": (P, [P, P, P]), "ggml_set_input": (None, [P]),
+        "ggml_mul": (P, [P, P, P]), "ggml_add": (P, [P, P, P]), "ggml_rms_norm": (P, [P, P, ctypes.c_float]),
+        "ggml_set_input": (None, [P]), "ggml_set_output": (None, [P]),
         "ggml_nbytes": (ctypes.c_size_t, [P]), "ggml_new_graph_custom": (P, [P, ctypes.c_size_t, ctypes.c_bool]),
         "ggml_build_forward_expand": (None, [P, P]), "ggml_graph_n_nodes": (ctypes.c_int, [P]),
         "ggml_backend_cpu_buffer_type": (P, []), "ggml_backend_buft_name": (ctypes.c_char_p, [P]),
@@ -61,7 +64,8 @@ class Lib:
         "ggml_backend_tensor_get": (None, [P, P, ctypes.c_size_t, ctypes.c_size_t]),
         "ggml_gallocr_new": (P, [P]), "ggml_gallocr_alloc_graph": (ctypes.c_bool, [P, P]),
         "ggml_backend_graph_compute": (ctypes.c_int, [P, P]),
-        "ggml_backend_reg_dev_get": (P, [P, ctypes.c_size_t]), "ggml_backend_reg_get_proc_address": (P, [P, ctypes.c_char_p]),
+        "ggml_backend_reg_dev_get": (P, [P, ctypes.c_size_t]),
+        "ggml_backend_reg_get_proc_address": (P, [P, ctypes.c_char_p]),
         "ggml_threadpool_params_init": (None, [P, ctypes.c_int]),
         # libggml-cpu
         "ggml_backend_cpu_init": (P, []), "ggml_backend_cpu_set_n_threads": (None, [P, ctypes.c_int]),
@@ -153,7 +157,8 @@ def compute(lib: Lib, backend: int, gr: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib-dir", type=Path, required=True, help="libggml-base.so and libggml-cpu.so (build_ggml.sh cpu)")
+    ap.add_argument("--lib-dir", type=Path, required=True,
+                    help="libggml-base.so and libggml-cpu.so (build_ggml.sh DIR cpu)")
     ap.add_argument("--threads", default="12")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=24)
@@ -162,7 +167,8 @@ def main() -> int:
     ap.add_argument("--buffer", choices=("auto", "cpu"), default="auto",
                     help="auto: llama.cpp's choice (CPU_REPACK where it has the type's kernels); cpu: the plain buffer")
     ap.add_argument("--per-layer", action="store_true",
-                    help="one graph call a layer, the hidden state copied in and out (an adapter's way), not one a token")
+                    help="one graph call a layer, the hidden state copied in and out (an adapter's way), "
+                         "not one a token")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     lib = Lib(a.lib_dir)
