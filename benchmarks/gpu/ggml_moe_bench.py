@@ -11,12 +11,12 @@ out each time, as the kit's adapter behind SGLang's KT wrapper would. Each layer
 build_moe_ffn gives a Qwen3-MoE layer at one token: mul_mat_id for up and gate, swiglu, mul_mat_id for down, the
 routing weights, the sum of the 8 experts' views (after the layer's rms_norm, which keeps 48 chained layers' values in
 range). The weights sit in the buffer type llama.cpp gives CPU weights: CPU_REPACK where this CPU has its kernels
-(Q4_K -> q4_K_8x8 on AVX2 and up), else the plain CPU buffer (--buffer cpu forces that one). Random ids and routing weights per
-token and layer, set before each timed compute. Each tensor holds one expert's random blocks of its type (llama.cpp's
-own quantizer) repeated for its 128 experts: the kernels' work does not depend on the values, every expert still has
-its own memory, and a layer's output can be checked against numpy on the decoded values (layer_rel_l2_vs_numpy:
-the activations' Q8_K rounding, no more). Reported: ms of CPU-expert work per token (48 layers) and per layer; no
-GPU, no server.
+(Q4_K -> q4_K_8x8 on AVX2 and up), else the plain CPU buffer (--buffer cpu forces that one). Random ids and routing
+weights per token and layer, set before each timed compute. Each tensor holds one expert's random blocks of its type
+(llama.cpp's own quantizer) repeated for its 128 experts: the kernels' work does not depend on the values, every
+expert still has its own memory, and a layer's output can be checked against numpy on the decoded values
+(layer_rel_l2_vs_numpy: the activations' Q8_K rounding, no more). Reported: ms of CPU-expert work per token (48
+layers) and per layer; no GPU, no server.
 """
 from __future__ import annotations
 
