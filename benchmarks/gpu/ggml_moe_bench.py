@@ -107,27 +107,27 @@ def check(w: dict, x: np.ndarray, out: np.ndarray) -> float:
     return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
 
 
-def build(lib: Lib, seq: list[dict]) -> dict:
-    """A graph of the layers in `seq` (weights of each), llama.cpp's build_moe_ffn node list per layer, allocated:
-    its input x, each layer's ids and routing weights, the first layer's output and the last's."""
+def build(lib: Lib, seq: list[dict], n_tok: int = 1) -> dict:
+    """A graph of the layers in `seq` (weights of each) for `n_tok` tokens, llama.cpp's build_moe_ffn node list per
+    layer, allocated: its input x, each layer's ids and routing weights, the first layer's output and the last's."""
     n_graph = 64 * len(seq)
     ctx = lib.ggml_init(InitParams(lib.ggml_tensor_overhead() * 40 * len(seq)
                                    + lib.ggml_graph_overhead_custom(n_graph, False), None, True))
-    x = lib.ggml_new_tensor_2d(ctx, F32, H, 1)
+    x = lib.ggml_new_tensor_2d(ctx, F32, H, n_tok)
     lib.ggml_set_input(x)
     cur, ids, wts, first = x, [], [], None
     for w in seq:
-        i_t, w_t = lib.ggml_new_tensor_2d(ctx, I32, TOPK, 1), lib.ggml_new_tensor_3d(ctx, F32, 1, TOPK, 1)
+        i_t, w_t = lib.ggml_new_tensor_2d(ctx, I32, TOPK, n_tok), lib.ggml_new_tensor_3d(ctx, F32, 1, TOPK, n_tok)
         lib.ggml_set_input(i_t)
         lib.ggml_set_input(w_t)
         ids.append(i_t)
         wts.append(w_t)
-        cur3 = lib.ggml_reshape_3d(ctx, lib.ggml_rms_norm(ctx, cur, EPS), H, 1, 1)     # the layer's ffn_norm
+        cur3 = lib.ggml_reshape_3d(ctx, lib.ggml_rms_norm(ctx, cur, EPS), H, 1, n_tok)     # the layer's ffn_norm
         up = lib.ggml_mul_mat_id(ctx, w["up"], cur3, i_t)                   # [INTER, TOPK, 1]
         gate = lib.ggml_mul_mat_id(ctx, w["gate"], cur3, i_t)
         ex = lib.ggml_mul_mat_id(ctx, w["down"], lib.ggml_swiglu_split(ctx, gate, up), i_t)   # [H, TOPK, 1]
         ex = lib.ggml_mul(ctx, ex, w_t)
-        views = [lib.ggml_view_2d(ctx, ex, H, 1, 4 * H * TOPK, 4 * H * k) for k in range(TOPK)]
+        views = [lib.ggml_view_2d(ctx, ex, H, n_tok, 4 * H * TOPK, 4 * H * k) for k in range(TOPK)]
         cur = views[0]
         for v in views[1:]:
             cur = lib.ggml_add(ctx, cur, v)
@@ -169,6 +169,8 @@ def main() -> int:
     ap.add_argument("--per-layer", action="store_true",
                     help="one graph call a layer, the hidden state copied in and out (an adapter's way), "
                          "not one a token")
+    ap.add_argument("--prefill", type=int, default=512,
+                    help="tokens of one prompt chunk timed through each distinct layer, scaled to 48 (0: none)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     lib = Lib(a.lib_dir)
@@ -214,6 +216,8 @@ def main() -> int:
     graphs = ([build(lib, [layers[li % a.layers] for li in range(MOE_LAYERS)])] if not a.per_layer else
               [build(lib, [lay]) for lay in layers])
     res["graph_nodes"] = lib.ggml_graph_n_nodes(graphs[0]["graph"])
+    chunks = [build(lib, [lay], a.prefill) for lay in layers] if a.prefill else []
+    res["prefill_tokens"] = a.prefill
     res["per_layer_calls"] = a.per_layer
 
     backend = lib.ggml_backend_cpu_init()
@@ -253,9 +257,22 @@ def main() -> int:
             compute(lib, backend, graphs[0])
         got = np.empty(H, dtype=np.float32)
         lib.ggml_backend_tensor_get(graphs[0]["first"], got.ctypes.data, 0, got.nbytes)
+        prefill = {}
+        if chunks:      # one chunk through each distinct layer, as kt_decode_bench.py's prefill_tok_s
+            xs = (rng.standard_normal((a.prefill, H)) * 0.1).astype(np.float32)
+            spent = 0.0
+            for gr in chunks:
+                sel = np.stack([rng.permutation(E)[:TOPK] for _ in range(a.prefill)]).astype(np.int32)
+                r = rng.random((a.prefill, TOPK)).astype(np.float32)
+                r /= r.sum(-1, keepdims=True)
+                set_inputs(lib, gr, xs, [(sel, r)])
+                t2 = time.perf_counter()
+                compute(lib, backend, gr)
+                spent += time.perf_counter() - t2
+            prefill = {"prefill_tok_s": round(a.prefill / (spent / len(chunks) * MOE_LAYERS), 1)}
         row = {"threads": threads, "cpu_ms_per_token_median": round(med, 3),
                "cpu_ms_per_token_min": round(1e3 * per_token[0], 3), "ms_per_layer": round(med / MOE_LAYERS, 4),
-               "layer_rel_l2_vs_numpy": round(check(decoded[0], xin, got.astype(np.float64)), 5)}
+               "layer_rel_l2_vs_numpy": round(check(decoded[0], xin, got.astype(np.float64)), 5), **prefill}
         res["runs"].append(row)
         print(json.dumps(row), flush=True)
         a.out.write_text(json.dumps(res, indent=1))

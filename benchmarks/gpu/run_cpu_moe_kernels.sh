@@ -27,5 +27,5 @@ timeout 400 python3 benchmarks/gpu/ggml_moe_bench.py --lib-dir /tmp/gg/lib-nativ
   --layers "$LAYERS" --per-layer --out "$R/ggml-Q4_K-per-layer.json" > "$R/ggml-Q4_K-per-layer.txt" 2>&1
 KT_GGML_LIB=/tmp/gg/lib-native/libggml-base.so KT_KERNEL_CPU_VARIANT=amx timeout 900 python3 \
   benchmarks/gpu/kt_decode_bench.py --methods AMXINT8,LLAMAFILE_Q4_K --threads "$THREADS" --gpu-experts 0 --layers "$LAYERS" \
-  --tokens 24 --prefill 0 --out "$R/kt.json" > "$R/kt.txt" 2>&1
+  --tokens 24 --prefill 512 --out "$R/kt.json" > "$R/kt.txt" 2>&1
 grep -h '^{' "$R"/ggml-*.txt "$R"/kt.txt
