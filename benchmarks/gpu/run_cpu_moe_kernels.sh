@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU-expert kernels side by side on one CPU, no server, no GPU needed (~3-4 min on the GPU host): llama.cpp's ggml
+# The CPU-expert kernels side by side on one CPU, no server, no GPU needed (~4-5 min on the GPU host): llama.cpp's ggml
 # MoE layer (ggml_moe_bench.py: Q4_K in CPU_REPACK, Q8_0) and kt-kernel 0.5.1's (kt_decode_bench.py: AMXINT8,
 # LLAMAFILE_Q4_K), the same thread counts, 8 distinct layers each, one machine. On the dev host (2 cores) ggml's
 # layer took a ninth of kt-kernel's at one thread (benchmarks/results/gpu/cpu-moe-kernels/); this is the GPU host's
