@@ -63,6 +63,10 @@ CONFIG = ROOT / "config/models/qwen3-coder-30b-a3b-instruct/config.json"
 FP8_BLOCK = 128
 GPTQ_GROUP = 128
 LLAMAFILE_TYPES = {"LLAMAFILE_Q8_0": "Q8_0", "LLAMAFILE_Q4_K": "Q4_K"}   # kt-kernel's llamafile MOE, by ggml type
+# kt-kernel 0.5.1 frees a llamafile MOE wrong: once one is freed, making the next breaks the heap ("double free or
+# corruption", benchmarks/results/gpu/kt-llamafile/README.md). Every one made stays here, with its blocks, for the
+# process's life, so no caller has to keep its layers.
+_LLAMAFILE_ALIVE: list = []
 QUANT_CONFIG = {"FP8": (8, FP8_BLOCK), "GPTQ_INT4": (4, GPTQ_GROUP), "RAWINT4": (4, RAWINT4_GROUP)}  # bits, group
 
 
@@ -305,6 +309,7 @@ class KtLayer:
             c.gate_type = c.up_type = c.down_type = getattr(gt, kind)
             c.hidden_type = gt.BF16
             self.moe = cls(c)
+            _LLAMAFILE_ALIVE.append((self.moe, qs))
         elif method in ("AMXINT4", "AMXINT8"):
             path = os.path.join(workdir, f"{method}-{source}")
             self.converted_here = not os.path.isdir(os.path.join(path, f"_layer_{layer}"))

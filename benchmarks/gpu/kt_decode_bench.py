@@ -48,7 +48,6 @@ def main() -> int:
            "tokens": a.tokens, "moe_layers_per_token": MOE_LAYERS, "runs": []}
     out = res["runs"]
     res["host"] = host()
-    alive: list[KtLayer] = []
     # one folder for the whole run: AMXINT4/8 layouts converted at the first thread count are read by the later
     # ones (the server reads a layout `make kt-convert` wrote with nproc threads)
     work = tempfile.mkdtemp(prefix="ktbench-")
@@ -89,8 +88,6 @@ def main() -> int:
                         layer(xs, ids, w)
                     per_layer = (time.perf_counter() - t2) / a.layers
                     row["prefill_tok_s"] = round(a.prefill / (per_layer * MOE_LAYERS), 1)
-                if method.startswith("LLAMAFILE"):
-                    alive += layers    # kt-kernel 0.5.1 frees a llamafile MOE wrong: the next one's heap breaks
                 del layers
             except Exception as ex:
                 row["error"] = f"{type(ex).__name__}: {ex}"[:300]

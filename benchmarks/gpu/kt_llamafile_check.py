@@ -36,11 +36,9 @@ def main() -> int:
     kt = ka.Kt(a.threads)
     res = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "kt_kernel": kt.version, "variant": kt.variant,
            "ggml": ggml.version, "shape": f"{E} experts of {INTER} x {H}, top-{TOPK}, 64 tokens", "rel_l2": {}}
-    keep = []       # kt-kernel's llamafile MOE corrupts the heap when one is freed before the next is made
     for method, kind in ka.LLAMAFILE_TYPES.items():
         ref_w = {n: torch.from_numpy(ggml.roundtrip(t.float().numpy(), kind)).to(torch.bfloat16) for n, t in w.items()}
-        keep.append(ka.KtLayer(kt, method, 0, w["gate"], w["up"], w["down"], 64, "/tmp"))
-        out = keep[-1](x, ids, wts)
+        out = ka.KtLayer(kt, method, 0, w["gate"], w["up"], w["down"], 64, "/tmp")(x, ids, wts)
         ref = ka.Model.moe_torch(ref_w["gate"], ref_w["up"], ref_w["down"], x, ids, wts)
         res["rel_l2"][method] = round(ka.rel_l2(out, ref), 5)
         print(method, res["rel_l2"][method], flush=True)

@@ -152,4 +152,3 @@ def rawint4_problem(method: str, bits: int, group: int, sym: bool, desc_act: boo
            f"group size {group}" if group <= 0 or group % RAWINT4_GROUP else None)
     return None if why is None else (f"GPTQ with {why} has no RAWINT4 form (symmetric int4, no act-order, groups of "
                                      f"a multiple of {RAWINT4_GROUP})")
-

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from vramkit.core.model.checkpoint import rawint4_problem
+from vramkit.core.model.checkpoint import RAWINT4_GROUP, rawint4_problem
 from vramkit.core.model.spec import ModelSpec
 from vramkit.errors import Exit, VramkitError
 
@@ -517,8 +517,8 @@ def cpu_expert_bytes(model: ModelSpec, method: str) -> int:
         return params // 32 * 34
     if method == "BF16":
         return params * 2
-    if method == "RAWINT4":               # int4 + one bf16 scale per 32 weights along each row (kt_repack)
-        return params // 2 + 2 * (params // 32)
+    if method == "RAWINT4":               # int4 + one bf16 scale per group of a row (kt_repack)
+        return params // 2 + 2 * (params // RAWINT4_GROUP)
     if method == "FP8":
         q = model.quantization
         bn, bk = q.weight_block if q is not None and q.weight_block else (128, 128)
