@@ -4,7 +4,8 @@
 # host's llama-bench / llama-server: stage_llama_src.sh).
 #   bash benchmarks/gpu/build_ggml.sh DIR            # DIR/lib/libggml-base.so (~15 s on 2 cores)
 #   bash benchmarks/gpu/build_ggml.sh DIR cpu        # DIR/lib-native/: libggml-base + libggml-cpu built for THIS CPU
-#                                                    # (GGML_NATIVE, as llama.cpp builds itself), for ggml_moe_bench.py
+#                                                    # (GGML_NATIVE, as llama.cpp builds itself), for ggml_moe_bench.py,
+#                                                    # and libvramkit_ggml_experts.so (the kit's ggml CPU experts)
 #   bash benchmarks/gpu/build_ggml.sh DIR check      # + llama-quantize (minutes), then checks that the Q4_K_M types
 #                                                    # ggml_quant.py and make_random_gguf.py give each tensor are
 #                                                    # the ones the real llama-quantize gives (DIR/check.txt)
@@ -30,6 +31,10 @@ if [ "$MODE" = cpu ]; then    # the CPU backend as llama.cpp's own build has it:
     || { tail -20 "$DIR/cmake-native.log"; exit 1; }
   nice ninja -C "$DIR/build-native" ggml-base ggml-cpu > "$DIR/ninja-native.log" 2>&1 || { tail -20 "$DIR/ninja-native.log"; exit 1; }
   mkdir -p "$DIR/lib-native" && cp -L "$DIR"/build-native/bin/libggml-{base,cpu}.so "$DIR/lib-native/"
+  for l in base cpu; do ln -sf "libggml-$l.so" "$DIR/lib-native/libggml-$l.so.0"; done    # their sonames
+  # the kit's ggml CPU-expert shim (services/sglang-kt/kt_compat/ggml_experts.c), beside the libraries it links
+  cc -O2 -Wall -shared -fPIC services/sglang-kt/kt_compat/ggml_experts.c -I "$DIR/llama.cpp/ggml/include" \
+    -L "$DIR/lib-native" -lggml-base -lggml-cpu -Wl,-rpath,'$ORIGIN' -o "$DIR/lib-native/libvramkit_ggml_experts.so"
   echo "$DIR/lib-native"
   exit 0
 fi

@@ -163,13 +163,13 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -208,7 +208,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-{ has llama-16 || has lbest16 || has best16 || has lmarlin || has raw4 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has raw4 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -617,6 +617,28 @@ if has lmarlin || has kmarlin; then  # whole layers with the GPU layers on SGLan
   kit k16-marlin-layers-t12 16 "$FULL" -- $KITG $KL --moe-kernel marlin
   kit k16-wna16-layers-t12 16 "$FULL" -- $KITG $KL
   has lmarlin && lpair 16 11     # lmarlin: llama.cpp's pair beside them, for the table (~17 min with the build)
+fi
+if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
+  # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's
+  # AMXINT8), whole layers on marlin, beside the same server all on kt-kernel, then llama.cpp's pair (~25 min with the
+  # builds). Timed alone at 12 threads ggml's layer took 0.54 ms, kt-kernel's 0.76 (cpu-moe-kernels/)
+  STAGE=$S PY=python3 bash benchmarks/gpu/build_ggml.sh $W/gg cpu > "$RES/logs/build-ggml.txt" 2>&1
+  step "ggml + shim: $(tail -1 "$RES/logs/build-ggml.txt") ($(elapsed) s)"
+  timeout 300 python3 benchmarks/gpu/ggml_experts_check.py --lib-dir $W/gg/lib-native --threads 12 \
+    --out "$RES/ggml-experts-check.json" > "$RES/logs/ggml-experts-check.txt" 2>&1
+  step "ggml experts check: $(tail -1 "$RES/logs/ggml-experts-check.txt" | head -c 300)"
+  pack
+  ballast 16
+  KL="--kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 12"
+  GG="--env VRAMKIT_KT_GGML=$GGUF --env VRAMKIT_GGML_LIB_DIR=$W/gg/lib-native"
+  kit k16-marlin-layers-ggml-t12 16 "$FULL" $GG -- $KITG $KL --moe-kernel marlin
+  sleep 10      # the last server's memory back before the next plan reads NVML (2026-11-27: 0.35 GiB free, rc 13)
+  kit k16-marlin-layers-t12 16 "$FULL" -- $KITG $KL --moe-kernel marlin
+  # kt-kernel's 12 workers beside ggml's 12 threads on 16 cores: the same with 4 KT workers (the prompt's share)
+  sleep 10
+  kit k16-marlin-layers-ggml-kt4 16 "$FULL" $GG --env VRAMKIT_GGML_THREADS=12 -- $KITG \
+    --kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 4 --moe-kernel marlin
+  lpair 16 11
 fi
 if has raw4 || has kraw4; then  # the GPTQ checkpoint's own int4 values on the CPU too (RAWINT4, kt_repack): whole
   # layers on marlin, beside the same server with AMXINT8 CPU layers, paired by prompt; raw4 adds llama.cpp's pair for

@@ -19,6 +19,9 @@ experts): no CPU round trip at all. Every other layer has 0 GPU experts: its GPU
 its output is the CPU's alone. The last CPU layer defers nothing (its next layer has no KT wrapper to take
 the deferred share).
 
+Opt-in, experimental, with ``VRAMKIT_KT_GPU_LAYERS``: ``VRAMKIT_KT_GGML=<a GGUF of the model>`` runs the CPU layers'
+decode batches on llama.cpp's CPU MoE kernels (vramkit_ggml_experts.py says how and why).
+
 The placement dispatch (on unless ``VRAMKIT_KT_PLACEMENT_DISPATCH=0``): with a non-trivial
 ``--init-expert-location`` (`vramkit kt-placement`'s map), SGLang loads each logical expert into the physical slot
 the map gives and kt-kernel loads the CPU's slots the same way, but 0.5.15.post1's Qwen3-MoE passes no
@@ -51,6 +54,7 @@ SGLANG_TOPK = "sglang.srt.layers.moe.topk"
 DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"
 SGLANG_LOADER = "sglang.srt.model_loader.loader"
 DUMMY_ENV = "VRAMKIT_DUMMY_SEED_BY_NAME"
+GGML_ENV = "VRAMKIT_KT_GGML"
 
 
 def gpu_layers(spec: str, num_layers: int, num_experts: int, per_layer: int | None) -> frozenset[int]:
@@ -216,6 +220,13 @@ def patch_sglang_kt(module, spec: str) -> None:
             torch.cuda.synchronize()
             self.wrapper.load_weights(get_global_expert_location_metadata()
                                       .physical_to_logical_map_cpu[self.kt_config.layer_idx].contiguous())
+            if os.environ.get(GGML_ENV):      # opt-in: decode batches on llama.cpp's CPU kernels
+                import vramkit_ggml_experts
+                from sglang.srt.server_args import get_global_server_args
+                args = get_global_server_args()
+                self.wrapper = vramkit_ggml_experts.wrap(
+                    self.wrapper, self.kt_config.layer_idx, _hf_config(args), args.kt_cpuinfer,
+                    self.kt_config.max_deferred_experts_per_token or 0, args.init_expert_location != "trivial")
 
     def create_moe_runner(self, layer, moe_runner_config):
         if self.num_gpu_experts != 0:

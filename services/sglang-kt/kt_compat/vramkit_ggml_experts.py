@@ -1,0 +1,219 @@
+"""llama.cpp's CPU MoE kernels for the layers whose experts all sit in host RAM (issue 18; opt-in, experimental).
+
+With ``VRAMKIT_KT_GPU_LAYERS`` (whole layers' experts on the GPU, the rest all on the CPU) and
+``VRAMKIT_KT_GGML=<a GGUF of the same model>``, each CPU layer's KT wrapper is wrapped: a decode batch (at most
+``VRAMKIT_GGML_MAX_TOKENS`` tokens, 16 unless set) is computed by ggml, llama.cpp's CPU backend, on that GGUF's expert
+blocks (Q4_K_M: Q4_K gate/up, Q4_K or Q6_K down, the types and buffers llama.cpp gives them); a prompt chunk still goes
+to kt-kernel (its AMX prompt path). Why: timed alone on the GPU host at 12 threads, ggml's Q4_K layer took 0.54 ms
+where kt-kernel 0.5.1 takes 0.76 (AMXINT8) and 0.78 (its own Q4_K path) (benchmarks/results/gpu/cpu-moe-kernels/).
+
+How it runs: the layer's input, top-k ids and routing weights are copied into pinned buffers on SGLang's stream, a
+CUDA host function (``cuLaunchHostFunc``, as kt-kernel's ``submit_with_cuda_stream``) runs the shim's ``vk_run`` on
+them, and the output is copied back on the same stream, so SGLang's CUDA graphs capture all of it and a replay calls
+the C shim (ggml_experts.c) with no Python. The shim and ggml come from ``benchmarks/gpu/build_ggml.sh DIR cpu``
+(``VRAMKIT_GGML_LIB_DIR=DIR/lib-native``); ggml runs on its own thread pool of ``VRAMKIT_GGML_THREADS`` threads
+(--kt-cpuinfer's count unless set).
+
+Refused (ValueError, one line): deferred experts on a ggml layer (its next layer would wait on a share ggml never
+computes), an expert placement other than the trivial one (the GGUF holds experts in their logical order), a GGUF
+whose layer is missing or of another shape.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+
+GGUF_ENV = "VRAMKIT_KT_GGML"
+LIB_ENV = "VRAMKIT_GGML_LIB_DIR"
+THREADS_ENV = "VRAMKIT_GGML_THREADS"
+MAX_TOKENS_ENV = "VRAMKIT_GGML_MAX_TOKENS"
+REPORT_EVERY = 48 * 256          # a server-log line every 256 tokens of a 48-layer model's CPU layers
+PROJ = ("gate", "up", "down")
+
+
+class Shim:
+    """libvramkit_ggml_experts.so (ggml_experts.c), typed."""
+
+    P = ctypes.c_void_p
+    SIGS = {
+        "vk_engine_new": (P, [ctypes.c_int, ctypes.c_int, ctypes.c_long]),
+        "vk_layer_new": (P, [P] + [ctypes.c_int] * 7),
+        "vk_layer_set": (ctypes.c_int, [P, ctypes.c_int, P, ctypes.c_size_t]),
+        "vk_layer_repacked": (ctypes.c_int, [P, ctypes.c_int]),
+        "vk_job_new": (P, [P, ctypes.c_int, P, P, P, P]),
+        "vk_max_tokens": (ctypes.c_int, []),
+        "vk_run": (None, [P]),
+        "vk_stats": (None, [P, ctypes.POINTER(ctypes.c_long), ctypes.POINTER(ctypes.c_double)]),
+    }
+
+    def __init__(self, lib_dir: str | Path):
+        path = Path(lib_dir) / "libvramkit_ggml_experts.so"
+        if not path.is_file():
+            raise ValueError(f"{path} is missing: build it with benchmarks/gpu/build_ggml.sh DIR cpu and set "
+                             f"{LIB_ENV}=DIR/lib-native")
+        self.lib = ctypes.CDLL(str(path))      # RTLD_LOCAL: its ggml stays apart from kt-kernel's symbols
+        for name, (res, args) in self.SIGS.items():
+            fn = getattr(self.lib, name)
+            fn.restype, fn.argtypes = res, args
+            setattr(self, name, fn)
+        self.run_ptr = ctypes.cast(self.lib.vk_run, ctypes.c_void_p).value
+        self.max_tokens = self.vk_max_tokens()
+
+
+class Engine:
+    """The process's ggml backend and thread pool, and the layers loaded into it."""
+
+    def __init__(self, shim: Shim, threads: int, repack: bool = True, report_every: int = REPORT_EVERY):
+        self.shim = shim
+        self.threads = threads
+        self.ptr = shim.vk_engine_new(threads, int(repack), report_every)
+        if not self.ptr:
+            raise ValueError("ggml's CPU backend did not start")
+
+    def layer(self, blocks: dict[str, tuple[int, object]], experts: int, used: int, hidden: int, inter: int) -> int:
+        """A layer from its gate, up and down blocks: {name: (ggml type, a C-contiguous buffer)}."""
+        ptr = self.shim.vk_layer_new(self.ptr, experts, used, hidden, inter, *(blocks[p][0] for p in PROJ))
+        if not ptr:
+            raise ValueError("could not allocate a ggml layer's expert buffers (host RAM?)")
+        for i, p in enumerate(PROJ):
+            data = blocks[p][1]
+            addr = data.ctypes.data if hasattr(data, "ctypes") else data.data_ptr()
+            nbytes = data.nbytes if hasattr(data, "nbytes") else data.numel() * data.element_size()
+            if self.shim.vk_layer_set(ptr, i, addr, nbytes) != 0:
+                raise ValueError(f"the {p} blocks hold {nbytes} bytes, not the layer's shape")
+        return ptr
+
+    def stats(self) -> tuple[int, float]:
+        calls, ms = ctypes.c_long(), ctypes.c_double()
+        self.shim.vk_stats(self.ptr, ctypes.byref(calls), ctypes.byref(ms))
+        return calls.value, ms.value
+
+
+def gguf_blocks(reader, layer_idx: int, experts: int, hidden: int, inter: int) -> dict[str, tuple[int, object]]:
+    """One layer's expert blocks from a GGUF (llama.cpp's names), checked against the model's shape."""
+    by_name = {t.name: t for t in reader.tensors}
+    out = {}
+    for p in PROJ:
+        name = f"blk.{layer_idx}.ffn_{p}_exps.weight"
+        t = by_name.get(name)
+        if t is None:
+            raise ValueError(f"the GGUF has no {name}: it is not this model's")
+        want = (hidden, inter, experts) if p != "down" else (inter, hidden, experts)
+        if tuple(int(d) for d in t.shape) != want:
+            raise ValueError(f"{name} is {tuple(int(d) for d in t.shape)}, the model's is {want}")
+        out[p] = (int(t.tensor_type), t.data)
+    return out
+
+
+_ENGINE: list[Engine] = []
+_READER: list = []
+
+
+def engine(threads: int) -> Engine:
+    if not _ENGINE:
+        lib_dir = os.environ.get(LIB_ENV, "")
+        if not lib_dir:
+            raise ValueError(f"{GGUF_ENV} needs {LIB_ENV} (benchmarks/gpu/build_ggml.sh DIR cpu: DIR/lib-native)")
+        _ENGINE.append(Engine(Shim(lib_dir), threads))
+    return _ENGINE[0]
+
+
+def reader(path: str):
+    if not _READER:
+        if not Path(path).is_file():
+            raise ValueError(f"{GGUF_ENV}={path}: no such file")
+        from gguf import GGUFReader
+        _READER.append(GGUFReader(path))
+    return _READER[0]
+
+
+class GgmlExperts:
+    """Stands in for one CPU layer's KT wrapper: submit_forward / sync_forward as SGLang's KTEPWrapperMethod calls
+    them; a batch of at most `max_tokens` tokens goes to ggml, a larger one (a prompt chunk) to the KT wrapper."""
+
+    def __init__(self, kt, eng: Engine, layer_ptr: int, hidden: int, used: int, max_tokens: int):
+        self.kt = kt
+        self.eng = eng
+        self.layer_ptr = layer_ptr
+        self.hidden = hidden
+        self.used = used
+        self.max_tokens = max_tokens
+        self._bufs: dict[int, tuple] = {}
+        self._kt_pending = False
+
+    def load_weights(self, *args, **kwargs):
+        return self.kt.load_weights(*args, **kwargs)
+
+    def _buffers(self, n: int, device):
+        b = self._bufs.get(n)
+        if b is None:
+            import torch
+            x = torch.empty((n, self.hidden), dtype=torch.float32, pin_memory=True)
+            ids = torch.empty((n, self.used), dtype=torch.int32, pin_memory=True)
+            w = torch.empty((n, self.used), dtype=torch.float32, pin_memory=True)
+            out = torch.zeros((n, self.hidden), dtype=torch.float32, pin_memory=True)
+            out_gpu = torch.empty((n, self.hidden), dtype=torch.float32, device=device)
+            job = self.eng.shim.vk_job_new(self.layer_ptr, n, x.data_ptr(), ids.data_ptr(), w.data_ptr(),
+                                           out.data_ptr())
+            b = self._bufs[n] = (x, ids, w, out, out_gpu, job)
+        return b
+
+    def submit_forward(self, hidden_states, topk_ids, topk_weights, cuda_stream):
+        flat = hidden_states.view(-1, hidden_states.shape[-1])
+        n = flat.shape[0]
+        self._kt_pending = n > self.max_tokens
+        if self._kt_pending:
+            return self.kt.submit_forward(hidden_states, topk_ids, topk_weights, cuda_stream)
+        import torch
+        x, ids, w, _out, _out_gpu, job = self._buffers(n, flat.device)
+        x.copy_(flat.to(torch.float32), non_blocking=True)
+        ids.copy_(topk_ids.to(torch.int32), non_blocking=True)
+        w.copy_(topk_weights.to(torch.float32), non_blocking=True)
+        launch_host_func(cuda_stream, self.eng.shim.run_ptr, job)
+
+    def sync_forward(self, hidden_states, cuda_stream):
+        if self._kt_pending:
+            return self.kt.sync_forward(hidden_states, cuda_stream)
+        n = hidden_states.view(-1, hidden_states.shape[-1]).shape[0]
+        _x, _ids, _w, out, out_gpu, _job = self._bufs[n]
+        out_gpu.copy_(out, non_blocking=True)
+        return out_gpu.to(hidden_states.dtype)
+
+
+_CUDA: list = []
+
+
+def launch_host_func(stream: int, fn: int, arg: int) -> None:
+    """cuLaunchHostFunc(stream, fn, arg) through the driver API (one libcuda a process, whichever runtime made the
+    stream); under stream capture it becomes a host node of the graph."""
+    if not _CUDA:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuLaunchHostFunc.restype = ctypes.c_int
+        lib.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        _CUDA.append(lib)
+    rc = _CUDA[0].cuLaunchHostFunc(stream, fn, arg)
+    if rc != 0:
+        raise RuntimeError(f"cuLaunchHostFunc failed: CUresult {rc}")
+
+
+def wrap(kt, layer_idx: int, hf: dict, kt_threads: int | None, deferred: int, placed: bool) -> GgmlExperts:
+    """The KT wrapper of CPU layer `layer_idx`, wrapped to run its decode batches on ggml (the environment says
+    where the GGUF and the shim are)."""
+    if deferred:
+        raise ValueError(f"{GGUF_ENV}: layer {layer_idx} defers {deferred} experts a token; ggml layers defer none "
+                         "(drop --kt-max-deferred-experts-per-token)")
+    if placed:
+        raise ValueError(f"{GGUF_ENV} takes the trivial expert placement only (drop --init-expert-location)")
+    experts, used = int(hf["num_experts"]), int(hf["num_experts_per_tok"])
+    hidden, inter = int(hf["hidden_size"]), int(hf["moe_intermediate_size"])
+    threads = int(os.environ.get(THREADS_ENV) or kt_threads or os.cpu_count() or 1)
+    eng = engine(threads)
+    ptr = eng.layer(gguf_blocks(reader(os.environ[GGUF_ENV]), layer_idx, experts, hidden, inter),
+                    experts, used, hidden, inter)
+    max_tokens = min(int(os.environ.get(MAX_TOKENS_ENV) or 16), eng.shim.max_tokens)
+    repacked = [eng.shim.vk_layer_repacked(ptr, i) for i in range(3)]
+    print(f"vramkit_ggml_experts: layer {layer_idx}: ggml experts (gate/up/down repacked {repacked}, {threads} "
+          f"threads) for batches of <= {max_tokens} tokens, kt-kernel above", file=sys.stderr, flush=True)
+    return GgmlExperts(kt, eng, ptr, hidden, used, max_tokens)
