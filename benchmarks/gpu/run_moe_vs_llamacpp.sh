@@ -621,7 +621,8 @@ fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's
   # AMXINT8), whole layers on marlin, beside the same server all on kt-kernel, then llama.cpp's pair (~25 min with the
-  # builds). Timed alone at 12 threads ggml's layer took 0.54 ms, kt-kernel's 0.76 (cpu-moe-kernels/)
+  # builds). Timed alone at 12 threads ggml's layer took 0.54 ms, kt-kernel's 0.76 (cpu-moe-kernels/); in the server
+  # the two were even (2026-11-27, moe-vs-llamacpp-ggml/run2); the shim's log lines now say where ggml's time goes
   STAGE=$S PY=python3 bash benchmarks/gpu/build_ggml.sh $W/gg cpu > "$RES/logs/build-ggml.txt" 2>&1
   step "ggml + shim: $(tail -1 "$RES/logs/build-ggml.txt") ($(elapsed) s)"
   timeout 300 python3 benchmarks/gpu/ggml_experts_check.py --lib-dir $W/gg/lib-native --threads 12 \
@@ -632,10 +633,8 @@ if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the
   KL="--kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 12"
   GG="--env VRAMKIT_KT_GGML=$GGUF --env VRAMKIT_GGML_LIB_DIR=$W/gg/lib-native"
   kit k16-marlin-layers-ggml-t12 16 "$FULL" $GG -- $KITG $KL --moe-kernel marlin
-  sleep 10      # the last server's memory back before the next plan reads NVML (2026-11-27: 0.35 GiB free, rc 13)
   kit k16-marlin-layers-t12 16 "$FULL" -- $KITG $KL --moe-kernel marlin
   # kt-kernel's 12 workers beside ggml's 12 threads on 16 cores: the same with 4 KT workers (the prompt's share)
-  sleep 10
   kit k16-marlin-layers-ggml-kt4 16 "$FULL" $GG --env VRAMKIT_GGML_THREADS=12 -- $KITG \
     --kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 4 --moe-kernel marlin
   lpair 16 11

@@ -54,6 +54,15 @@ def alive(pid: int, *, reap: bool = True) -> bool:
         return True
 
 
+def tree_pids(pid: int) -> set[int]:
+    """`pid` and every process under it now (a server and its scheduler and detokenizer children)."""
+    try:
+        proc = psutil.Process(pid)
+        return {pid, *(c.pid for c in proc.children(recursive=True))}
+    except psutil.Error:
+        return {pid}
+
+
 def stop(pid: int, grace_s: float = 20.0) -> bool:
     """SIGTERM the process group, SIGKILL what is left after grace_s. True if something was running."""
     try:

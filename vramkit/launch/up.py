@@ -215,9 +215,10 @@ def teardown(pid: int | None, compose_path: Path | None) -> list[str]:
     return problems
 
 
-def down(name: str) -> bool:
+def down(name: str, say: Callable[[str], None] = print) -> bool:
     """Stop what vramkit recorded under `name` and drop the record; False when nothing was recorded.
-    When `docker compose down` fails, the error is raised and the record kept, so `down` can be run again."""
+    When `docker compose down` fails, the error is raised and the record kept, so `down` can be run again.
+    A native server's processes are waited for until the GPU no longer lists them (`gpu_released`)."""
     from vramkit.adapters import docker, process
     from vramkit.adapters.state import clear_running, read_running
     entries = read_running(name)
@@ -225,11 +226,43 @@ def down(name: str) -> bool:
         return False
     e = entries[0]
     if e.get("pid"):
+        pids = process.tree_pids(int(e["pid"]))
         process.stop(int(e["pid"]))
+        if not gpu_released(pids, timeout_s=RELEASE_WAIT_S):
+            say(f"vramkit: warning: the GPU still lists {name}'s processes {sorted(pids)} {RELEASE_WAIT_S:.0f} s "
+                "after they were stopped; a plan made now would see their memory as used (check nvidia-smi)")
     if e.get("compose_file"):
         docker.down(Path(e["compose_file"]))
     clear_running(name)
     return True
+
+
+RELEASE_WAIT_S = 60.0
+
+
+def gpu_released(pids: set[int], timeout_s: float = RELEASE_WAIT_S, poll_s: float = 0.5,
+                 clock: Callable[[], float] | None = None, sleep: Callable[[float], None] | None = None) -> bool:
+    """Wait until no GPU lists one of `pids`: True once none does, or when NVML cannot list processes (nothing to
+    wait on); False after timeout_s. The driver frees a stopped server's memory after its processes go, and a
+    plan read in between sees the card still full. On the H100 host (2026-11-27) a start right after `down` read
+    0.35 GiB free and was refused (benchmarks/results/gpu/moe-vs-llamacpp-ggml/run1)."""
+    import time
+
+    from vramkit.adapters import nvml
+    from vramkit.core.na import is_na
+    clock = clock or time.monotonic
+    sleep = sleep or time.sleep
+    deadline = clock() + timeout_s
+    while True:
+        snap = nvml.read_snapshot(with_processes=True)
+        if snap.unavailable is not None:
+            return True
+        listed = [g.processes for g in snap.gpus if not is_na(g.processes)]
+        if not listed or not {p.pid for procs in listed for p in procs} & pids:
+            return True
+        if clock() >= deadline:
+            return False
+        sleep(poll_s)
 
 
 def running() -> list[dict]:

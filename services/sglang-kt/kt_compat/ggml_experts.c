@@ -32,10 +32,14 @@ typedef struct vk_engine {
     ggml_backend_dev_t dev;
     ggml_backend_buffer_type_t repack;   // CPU_REPACK, or NULL where this build has none
     int n_threads;
-    // statistics: every vk_run, for the server log's evidence line
+    // statistics, for the server log's evidence lines: every vk_run, and a window of report_every calls (its compute
+    // time, and the time from one call's end to the next call's start where under 50 ms: the GPU's share between
+    // two CPU layers of a token, host-node hand-offs and copies included)
     long calls;
     double compute_ms;
     long report_every;
+    long win_calls, win_gaps;
+    double win_ms, win_gap_ms, last_end;
 } vk_engine;
 
 typedef struct vk_graph {
@@ -223,10 +227,22 @@ void vk_run(void *arg) {
         abort();
     }
     memcpy(j->out, g->out->data, sizeof(float) * (size_t) n * L->hidden);
-    e->compute_ms += now_ms() - t0;
-    if (++e->calls % (e->report_every > 0 ? e->report_every : 1) == 0 && e->report_every > 0) {
-        fprintf(stderr, "vramkit_ggml_experts: %ld layer calls, %.3f ms a call on %d threads\n", e->calls,
-                e->compute_ms / e->calls, e->n_threads);
+    double t1 = now_ms();
+    e->compute_ms += t1 - t0;
+    e->calls++;
+    e->win_calls++;
+    e->win_ms += t1 - t0;
+    if (e->last_end > 0 && t0 - e->last_end < 50.0) {
+        e->win_gaps++;
+        e->win_gap_ms += t0 - e->last_end;
+    }
+    e->last_end = t1;
+    if (e->report_every > 0 && e->win_calls >= e->report_every) {
+        fprintf(stderr, "vramkit_ggml_experts: calls %ld-%ld: %.3f ms a call computing on %d threads, %.3f ms between "
+                "calls (%ld gaps under 50 ms)\n", e->calls - e->win_calls + 1, e->calls, e->win_ms / e->win_calls,
+                e->n_threads, e->win_gaps ? e->win_gap_ms / e->win_gaps : 0.0, e->win_gaps);
+        e->win_calls = e->win_gaps = 0;
+        e->win_ms = e->win_gap_ms = 0.0;
     }
 }
 

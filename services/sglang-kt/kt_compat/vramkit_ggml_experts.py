@@ -29,7 +29,8 @@ GGUF_ENV = "VRAMKIT_KT_GGML"
 LIB_ENV = "VRAMKIT_GGML_LIB_DIR"
 THREADS_ENV = "VRAMKIT_GGML_THREADS"
 MAX_TOKENS_ENV = "VRAMKIT_GGML_MAX_TOKENS"
-REPORT_EVERY = 48 * 256          # a server-log line every 256 tokens of a 48-layer model's CPU layers
+REPORT_EVERY = 1024   # a server-log line every 1,024 layer calls (~80 tokens of 13 CPU layers): compute and gap times
+# (the first GPU run, 2026-11-27, printed every 12,288 and its probe ended before the first line)
 PROJ = ("gate", "up", "down")
 
 
