@@ -49,6 +49,10 @@
 # moe_wna16, the GPTQ split (2026-11-27, second session; moe-vs-llamacpp-wna16/): STAGE=.stage-w16 STEPS="setup llama-16
 # llama-24 wna16", one machine, 1,073 s: staging as .stage-thr but kt/ holds the wheel with only its amx extension (1.6 MB: the
 # 64 MiB carry), and .gpu/tvm-ffi-cache.tar.xz the marlin JIT cache.
+# llama.cpp's CPU kernels inside the server (the adapter's VRAMKIT_KT_GGML; 2026-11-27, fourteenth session, run2 of
+# moe-vs-llamacpp-ggml/): STAGE=.stage-gg STEPS="setup lggml" (staging: kt/ with the 0.5.1 wheel, whl/gguf, ballast.py,
+# llama-src.tar.xz; .gpu/tvm-ffi-cache.tar.xz, xz so the carry stays under 64 MiB); ~20 min held. More whole layers on
+# the GPU at 16 GiB (mem_fraction 0.92, 0.94 with 2048-token chunks; not run yet): STAGE=.stage-gg STEPS="setup lmf".
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
 # after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).
@@ -163,13 +167,13 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -208,7 +212,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-{ has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has raw4 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has raw4 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -617,6 +621,18 @@ if has lmarlin || has kmarlin; then  # whole layers with the GPU layers on SGLan
   kit k16-marlin-layers-t12 16 "$FULL" -- $KITG $KL --moe-kernel marlin
   kit k16-wna16-layers-t12 16 "$FULL" -- $KITG $KL
   has lmarlin && lpair 16 11     # lmarlin: llama.cpp's pair beside them, for the table (~17 min with the build)
+fi
+if has lmf; then  # more whole layers on the GPU at 16 GiB. At the preset's mem_fraction 0.90 the server left 1.40 GB idle
+  # after start (moe-vs-llamacpp-ggml/run1) and put 13 layers on the CPU where llama.cpp puts 11. `vramkit plan` gives
+  # 0.92 101 GPU experts a layer (37 GPU layers, 11 CPU, 0.91 GiB left for a 4096-token step) and 0.94 with
+  # 2048-token chunks 103 (38 GPU, 10 CPU). Derived from run1: ~0.68 ms a CPU layer in the server, so ~80 and ~85 tok/s
+  # against 72 at 0.90 and llama.cpp's 87.6. Then the 0.90 point and llama.cpp's pair (~20 min with the builds)
+  ballast 16
+  KL="--kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 12 --moe-kernel marlin"
+  kit k16-marlin-layers-mf92 16 "$FULL" -- $KITG $KL --mem-fraction 0.92
+  kit k16-marlin-layers-mf94-c2048 16 "$FULL" -- $KITG $KL --mem-fraction 0.94 --chunked-prefill 2048
+  kit k16-marlin-layers-t12 16 "$FULL" -- $KITG $KL
+  lpair 16 11
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's
