@@ -156,9 +156,10 @@ def test_down_stops_a_native_servers_tree_and_warns_when_the_gpu_keeps_it(tmp_pa
         seen = []
         monkeypatch.setattr(up, "gpu_released", lambda pids, timeout_s: seen.append(pids) or False)
         assert main(["down", "--name", "vramkit-n"]) == 0
-        out = capsys.readouterr().out
+        out = capsys.readouterr()
         assert len(seen[0]) == 2 and proc.pid in seen[0]           # the shell and its child, read before the stop
-        assert out.count("warning: the GPU still lists vramkit-n's processes") == 1 and "stopped vramkit-n" in out
+        assert out.err.startswith("vramkit: warning: the GPU still lists vramkit-n's processes")
+        assert out.err.count("\n") == 1 and "stopped vramkit-n" in out.out
         assert proc.wait(timeout=5) is not None and read_running("vramkit-n") == []
     finally:
         proc.kill()
