@@ -7,6 +7,7 @@ shows. --experts keeps the quantizing short on a small host; the shapes per expe
 
     bash benchmarks/gpu/build_ggml.sh /tmp/ggml cpu
     python benchmarks/gpu/ggml_experts_check.py --lib-dir /tmp/ggml/lib-native --out R.json
+    ... --threads 12 --full-layers 8      # + the shim's call at full shape, timed as ggml_moe_bench.py --per-layer
 """
 from __future__ import annotations
 
@@ -59,12 +60,44 @@ def reference(dec: dict[str, np.ndarray], x: np.ndarray, ids: np.ndarray, wts: n
     return out
 
 
+def time_full_shape(eng, g: Ggml, n_layers: int, rng, tokens: int = 24, experts: int = 128) -> dict:
+    """The shim's decode call at the coder's full shape, timed as ggml_moe_bench.py --per-layer times ggml's layer
+    (`n_layers` distinct Q4_K layers cycled through 48 a token, random routing, one token): each layer's tensors hold
+    one expert's blocks repeated for all 128 (the kernels' work does not depend on the values)."""
+    layers = []
+    for _ in range(n_layers):
+        blocks = {}
+        for proj, (rows, cols) in (("gate", (INTER, H)), ("up", (INTER, H)), ("down", (H, INTER))):
+            one = g.quantize((rng.standard_normal((rows, cols)) * 0.05).astype(np.float32), "Q4_K")
+            blocks[proj] = (GGML_TYPES["Q4_K"], np.ascontiguousarray(np.broadcast_to(one, (experts, *one.shape))))
+        layers.append(eng.layer(blocks, experts, TOPK, H, INTER))
+    x = (rng.standard_normal((1, H)) * 0.1).astype(np.float32)
+    ids, w = np.zeros((1, TOPK), dtype=np.int32), np.full((1, TOPK), 1 / TOPK, dtype=np.float32)
+    out = np.zeros((1, H), dtype=np.float32)
+    jobs = [eng.shim.vk_job_new(lay, 1, x.ctypes.data, ids.ctypes.data, w.ctypes.data, out.ctypes.data)
+            for lay in layers]
+    per_token = []
+    for t in range(tokens + 4):
+        routes = [rng.permutation(experts)[:TOPK].astype(np.int32) for _ in range(48)]
+        t0 = time.perf_counter()
+        for li in range(48):
+            ids[0] = routes[li]
+            eng.shim.vk_run(jobs[li % n_layers])
+        if t >= 4:
+            per_token.append(time.perf_counter() - t0)
+    per_token.sort()
+    return {"layers": n_layers, "experts": experts, "type": "Q4_K", "tokens": tokens,
+            "ms_per_layer": round(1e3 * per_token[len(per_token) // 2] / 48, 4)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib-dir", type=Path, required=True, help="build_ggml.sh DIR cpu: DIR/lib-native")
     ap.add_argument("--experts", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", default="1,2,4,9")
+    ap.add_argument("--full-layers", type=int, default=0,
+                    help="also time the decode call at full shape on this many distinct Q4_K layers (0: not)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -101,6 +134,9 @@ def main() -> int:
         row = {"tokens": n, "rel_l2_vs_numpy": round(err, 5), "ms_median": round(1e3 * sorted(times)[2], 3)}
         res["rows"].append(row)
         print(json.dumps(row), flush=True)
+    if a.full_layers:
+        res["full_shape"] = time_full_shape(eng, g, a.full_layers, rng)
+        print(json.dumps({"full_shape": res["full_shape"]}), flush=True)
     calls, ms = eng.stats()
     res["calls"], res["ok"] = calls, all(r["rel_l2_vs_numpy"] < 0.03 for r in res["rows"])
     a.out.write_text(json.dumps(res, indent=1) + "\n")

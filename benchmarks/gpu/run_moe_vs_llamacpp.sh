@@ -641,7 +641,7 @@ if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the
   # the two were even (2026-11-27, moe-vs-llamacpp-ggml/run2); the shim's log lines now say where ggml's time goes
   STAGE=$S PY=python3 bash benchmarks/gpu/build_ggml.sh $W/gg cpu > "$RES/logs/build-ggml.txt" 2>&1
   step "ggml + shim: $(tail -1 "$RES/logs/build-ggml.txt") ($(elapsed) s)"
-  timeout 300 python3 benchmarks/gpu/ggml_experts_check.py --lib-dir $W/gg/lib-native --threads 12 \
+  timeout 400 python3 benchmarks/gpu/ggml_experts_check.py --lib-dir $W/gg/lib-native --threads 12 --full-layers 8 \
     --out "$RES/ggml-experts-check.json" > "$RES/logs/ggml-experts-check.txt" 2>&1
   step "ggml experts check: $(tail -1 "$RES/logs/ggml-experts-check.txt" | head -c 300)"
   pack

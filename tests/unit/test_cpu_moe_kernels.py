@@ -104,3 +104,14 @@ def test_the_gpu_host_claims_are_the_runs():
     t14 = json.loads((DIR / "ggml-q4_k-t14-gpu-host.json").read_text())["runs"]
     assert f"ggml alone at 14 threads takes {t14[0]['ms_per_layer']:.2f} ms" in text and t14[0]["threads"] == 14
     assert _per_layer("kt-gpu-host.json", "AMXINT8")[16] > 10 * int8       # the 16-thread collapse the text names
+
+
+def test_the_shim_costs_what_the_bench_does():
+    text = " ".join((DIR / "README.md").read_text().split())
+    shim = {t: json.loads((DIR / f"ggml-experts-check-dev-host-t{t}.json").read_text()) for t in (1, 2)}
+    bench = _per_layer("ggml-q4k-per-layer-dev-host.json")
+    assert all(r["ok"] and r["threads"] == t and r["full_shape"]["experts"] == 128 for t, r in shim.items())
+    ms = {t: r["full_shape"]["ms_per_layer"] for t, r in shim.items()}
+    assert f"took {ms[1]:.2f} ms a layer at 1 thread and {ms[2]:.2f} at 2" in text
+    assert f"against the bench's {bench[1]:.2f} and {bench[2]:.2f}" in text
+    assert all(abs(ms[t] / bench[t] - 1) < 0.05 for t in (1, 2))
