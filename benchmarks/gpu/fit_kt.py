@@ -205,6 +205,14 @@ POINTS = (
            "moe_kernel": "marlin", "kt_num_gpu_experts": 95}, free_gib=15.33, weights="dummy by name",
           note=ANCHOR_SWEEP + "; every decode the median of 3 rounds; started through vramkit up, its point JSON lost",
           gpu_checkpoint="gptq", kv_splits=32),
+    # 2026-11-27, fourteenth session (moe-vs-llamacpp-ggml/run1 and run2, two machines, one round each, SGLang's one-seed
+    # dummy weights: a whole layer's CPU work does not depend on the routing): whole layers on marlin, AMXINT8, 12
+    # threads, each session's own host bandwidth sweep (membw-anchor.json)
+    *(Point(f"layers-int8-amx-16g-gptq-marlin-{tag}", "held-out", f"moe-vs-llamacpp-ggml/{run}/k16-marlin-layers-t12.json",
+            f"moe-vs-llamacpp-ggml/{run}/k16-marlin-layers-t12.probe.json", f"moe-vs-llamacpp-ggml/{run}/membw-anchor.json",
+            {"kt_method": "AMXINT8"}, rss_end_read=True, note="one round; host bandwidth measured that session",
+            gpu_checkpoint="gptq", kv_splits=32)
+      for tag, run in (("g1", "run1"), ("g2", "run2"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -434,7 +442,8 @@ def compute() -> dict:
         rec = {"name": p.name, "role": p.role, "method": h.kt_method, "build": p.build, "gpu_experts": h.num_gpu_experts,
                "threads": h.cpuinfer_threads, "gpu_layers": h.gpu_layers, "note": p.note,
                "host_experts_bytes": h.host_experts_bytes,
-               "host_checkpoint_bytes": h.host_checkpoint_bytes, "host_pinned_bytes": h.host_pinned_bytes}
+               "host_checkpoint_bytes": h.host_checkpoint_bytes, "host_pinned_bytes": h.host_pinned_bytes,
+               "compile_pool": h.compile_pool}
         if run:
             lf = run["log_figures_gib"]
             rec |= {"weights_gib": lf["weights"], "plan_weights_gib": pl.weights_bytes / GiB,
@@ -459,7 +468,8 @@ def compute() -> dict:
     fitted = [r for r in rows if r["role"] == "fit" and not r["t"]["gpu_layers"]]
     eff, sync, attn = fit(fitted)
     own = [q["rss_after_start_bytes"] - q["host_experts_bytes"] - q["host_checkpoint_bytes"] - q["host_pinned_bytes"]
-           for q in points if q["role"] == "fit" and not q["gpu_layers"] and q.get("rss_after_start_bytes")]
+           for q in points if q["role"] == "fit" and not q["gpu_layers"] and q.get("rss_after_start_bytes")
+           and q["compile_pool"]]
     sglang_host = sum(own) / len(own)
     k = replace(base, cpu_read_efficiency=eff, layer_sync_s=sync, attention_read_bytes_s=attn,
                 sglang_host_bytes=int(sglang_host))
@@ -474,8 +484,9 @@ def compute() -> dict:
         r["error"] = r["plan_tok_s"] / r["tok_s"] - 1
     for q in points:
         if q.get("rss_after_start_bytes"):
+            # SGLang's own as the plan gives it on the measured host: less the compile pool where none starts
             q["plan_rss_bytes"] = q["host_experts_bytes"] + q["host_checkpoint_bytes"] + q["host_pinned_bytes"] \
-                + k.sglang_host_bytes
+                + kt.sglang_own_bytes(k.sglang_host_bytes, None, q["compile_pool"])[0]
             q["rss_error"] = q["plan_rss_bytes"] / q["rss_after_start_bytes"] - 1
             if q.get("rss_peak_bytes"):
                 q["rss_peak_error"] = q["plan_rss_bytes"] / q["rss_peak_bytes"] - 1

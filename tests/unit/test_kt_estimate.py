@@ -185,9 +185,8 @@ def test_the_plan_prints_the_whole_layer_spread_it_measured():
 RSS_LOWER_STATE = {"int8-amx-16g-gptq-seed-b85": ("after", "peak"), "int8-amx-16g-gptq-seed-b90": ("after",),
                    "int8-amx-16g-gptq-seed-b-t10": ("after", "peak"), "int8-amx-16g-gptq-seed-c-t12": ("after", "peak"),
                    "layers-int8-amx-16g-gptq-seed-t12": ("after", "peak")}
-# A server that never starts that pool (whole layers on marlin, measured once) reads the lower state
-# in both readings; the plan, fitted with the pool in SGLang's own share, is over by about the pool
-RSS_NO_COMPILE_POOL = {"layers-int8-amx-16g-gptq-marlin-seed-e-t12": ("after", "peak")}
+# A server that never starts that pool (whole layers on marlin) is planned without it and with what it grows by
+# serving (kt_hybrid.starts_compile_pool, SERVING_GROWTH_BYTES): within the bars like every other run
 
 
 # KV pools the plan misses by more than 2 %, each with why (the test fails the day one is met)
@@ -203,6 +202,9 @@ KV_MISSES = {
     # 3.6 % OVER SGLang's (42,894 against 41,417 tokens): the one miss on the unsafe side, 70 MB, inside the runtime
     # margin the plan keeps (256 MiB)
     "layers-int8-amx-16g-gptq-marlin-seed-e-t12": 0.04,
+    # the same on two more machines, 95 experts a layer -> 35 whole layers (moe-vs-llamacpp-ggml/run1 and run2): 12.15
+    # GiB in the log against 12.09 planned, the pool 3.7 % over (36,622 against 35,315 tokens, 64 MB)
+    **{f"layers-int8-amx-16g-gptq-marlin-{t}": 0.04 for t in ("g1", "g2")},
 }
 
 
@@ -213,7 +215,7 @@ def test_memory_within_the_bars_on_every_run():
         assert abs(q["plan_weights_gib"] / q["weights_gib"] - 1) < 0.03, q["name"]
         kv = abs(q["plan_kv_tokens"] / q["kv_tokens"] - 1)
         assert (0.02 <= kv < KV_MISSES[q["name"]]) if q["name"] in KV_MISSES else kv < 0.02, q["name"]
-        low = RSS_LOWER_STATE.get(q["name"], RSS_NO_COMPILE_POOL.get(q["name"], ()))
+        low = RSS_LOWER_STATE.get(q["name"], ())
         for which, key, read in (("after", "rss_error", "rss_after_start_bytes"), ("peak", "rss_peak_error",
                                                                                   "rss_peak_bytes")):
             if q.get(key) is None:
@@ -293,3 +295,32 @@ def test_the_rawint4_readme_quotes_its_held_out_rows():
     assert (f"{a['plan_tok_s']:.1f} and {b['plan_tok_s']:.1f} tok/s after {a['context']} and {b['context']:,} tokens "
             f"against {a['tok_s']:.1f} and {b['tok_s']:.1f} measured ({a['error']:+.1%}, {b['error']:+.1%})"
             .replace("%", " %")) in text
+
+
+def test_a_server_without_the_compile_pool_is_planned_without_it_and_grows_as_measured():
+    """kt_hybrid.starts_compile_pool against the per-process readings: every server whose tree was read process by
+    process held the pool's 17 processes right after start unless it ran whole layers on marlin, which held none; and
+    SERVING_GROWTH_BYTES, measured on moe-budget/marlin's server, is what the two held-out marlin servers grew by."""
+    from vramkit.core.plan import kt_hybrid as kt
+    seen = 0
+    for p in fit_kt.POINTS:
+        run = fit_kt.load(p.point) if p.point else None
+        procs = (run or {}).get("host_rss_after_start_by_process")
+        if not procs:
+            continue
+        pool = sum("compile_worker" in q["cmdline"] for q in procs)
+        assert pool == (17 if fit_kt.plan_for(p)[0].hybrid.compile_pool else 0), p.name
+        seen += 1
+    assert seen >= 7
+    growth = {rel: fit_kt.load(rel) for rel in ("moe-budget/marlin/k16-marlin-layers-t12.json",
+                                                 "moe-vs-llamacpp-ggml/run1/k16-marlin-layers-t12.json",
+                                                 "moe-vs-llamacpp-ggml/run2/k16-marlin-layers-t12.json")}
+    grew = [r["host_rss_peak_bytes"] - r["host_rss_after_start_bytes"] for r in growth.values()]
+    assert grew[0] == kt.SERVING_GROWTH_BYTES and all(abs(g / grew[0] - 1) < 0.01 for g in grew[1:])
+    assert f"{grew[1]:,} and {grew[2]:,} bytes" in (fit_kt.ROOT / "vramkit/core/plan/kt_hybrid.py").read_text()
+    readme = " ".join((fit_kt.ROOT / "README.md").read_text().split())
+    pts = {q["name"]: q for q in result()["points"]}
+    under = [-pts[f"layers-int8-amx-16g-gptq-marlin-{t}"]["rss_peak_error"] for t in ("g1", "g2")]
+    assert f"{100 * under[0]:.1f} and {100 * under[1]:.1f} % under those servers' peaks" in readme
+    spread = max(abs(g / grew[0] - 1) for g in grew[1:])
+    assert f"two held out grew within {100 * spread:.1f} % of it" in readme

@@ -324,7 +324,7 @@ KT_GPU_LAYERS = ("off", "auto")
 # on a tenth), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
 WHOLE_LAYER_SPREAD = (0.60, 1.28)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.61x; the FP8 checkpoint's per-layer-seeded run 1.19-1.27x "
-                           "(faster, as its split twin); the other 21 decodes 0.85-1.19x")
+                           "(faster, as its split twin); the other 27 decodes 0.85-1.19x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
@@ -590,11 +590,37 @@ class HostCpu:
 COMPILE_WORKERS_CAP = 32
 COMPILE_WORKER_BYTES = 394_000_000      # measured: one worker's RSS, the mean over those readings (held by a test)
 MEASURED_HOST_CPUS = 16                 # the CPUs of the host kt_sglang_host_mib was measured on
+# What a server without the compile pool grows by while it serves, beyond its RSS right after start: measured on the
+# H100 host's marlin whole-layer server of moe-budget/marlin (its tree's RSS after start and at the probe's end);
+# held out, moe-vs-llamacpp-ggml/run1 and run2 grew 1,038,827,520 and 1,041,604,608 bytes (held by a test). A server
+# with the pool reads its peak right after start (the pool quiesces by the first requests), which the measured
+# kt_sglang_host_mib already is.
+SERVING_GROWTH_BYTES = 1_042_415_616
 
 
-def sglang_own_bytes(measured: int, cpus: int | None) -> tuple[int, str]:
-    """SGLang's own host RAM on a server with `cpus` CPUs: the measured figure, moved by the compile workers a host
-    with that many CPUs starts (None: the measured host's count), and where the figure comes from, in words."""
+def starts_compile_pool(model: ModelSpec, whole_layers: bool, gpu_layers: int) -> bool:
+    """Whether the server calls torch.compile, which starts inductor's compile pool (derived from SGLang 0.5.15.post1's
+    source: its only torch.compile'd functions on this path are kt_ep_wrapper.mask_cpu_expert_ids, which a split
+    layer calls, and the triton MoE runner's moe_sum_reduce_torch_compile, which FP8/BF16 and moe_wna16 experts on
+    the GPU call). Whole layers whose GPU layers run on marlin call neither. Measured on the H100 host: those servers
+    held none of the pool's 17 processes after start, every other server 17 (moe-budget/marlin,
+    moe-vs-llamacpp-ggml/run1 and run2)."""
+    q = model.quantization
+    marlin = q is not None and q.method in INT_MOE and q.moe_kernel == "marlin"    # (FP8 experts run triton)
+    return not (whole_layers and (gpu_layers == 0 or marlin))
+
+
+def sglang_own_bytes(measured: int, cpus: int | None, compile_pool: bool = True) -> tuple[int, str]:
+    """SGLang's own host RAM on a server with `cpus` CPUs at its peak: the measured figure, moved by the compile workers
+    a host with that many CPUs starts (None: the measured host's count); where the server starts no pool
+    (`starts_compile_pool`) the figure less the whole pool and plus what it grows by serving (its peak is then at the
+    end, not right after start); and where the figure comes from, in words."""
+    if not compile_pool:        # the pool is its workers and the process that spawned them
+        pool = (min(MEASURED_HOST_CPUS, COMPILE_WORKERS_CAP) + 1) * COMPILE_WORKER_BYTES
+        return measured - pool + SERVING_GROWTH_BYTES, (
+            f"measured on {MEASURED_HOST_CPUS} CPUs, less torch's compile pool ({pool / 2**30:.1f} GiB: nothing here "
+            f"calls torch.compile), plus what such a server grows by serving ({SERVING_GROWTH_BYTES / 2**30:.2f} GiB, "
+            "measured), derived")
     if cpus is None or min(cpus, COMPILE_WORKERS_CAP) == min(MEASURED_HOST_CPUS, COMPILE_WORKERS_CAP):
         return measured, "measured"
     moved = (min(cpus, COMPILE_WORKERS_CAP) - min(MEASURED_HOST_CPUS, COMPILE_WORKERS_CAP)) * COMPILE_WORKER_BYTES
@@ -732,6 +758,8 @@ class HybridSection:
     gpu_layers: int = 0              # kt_gpu_layers = "auto": whole MoE layers on the GPU (the last ones); 0: split
     as_whole_layers: int = 0         # the MoE layers the same GPU experts make as whole layers (whole_moe_layers)
     host_sglang_source: str = "measured"    # where host_sglang_bytes comes from, in words (sglang_own_bytes)
+    compile_pool: bool = True               # whether the server starts torch's compile pool (starts_compile_pool)
+    other_sglang_bytes: int | None = None   # SGLang's own under the other placement (other_placement); None: the same
 
     @property
     def host_ram_bytes(self) -> int:
@@ -753,9 +781,11 @@ class HybridSection:
         (kt-kernel then holds the CPU's layers only), whole layers' as N in every layer (every layer's experts)."""
         cpu_layers = self.moe_layers - self.gpu_layers
         one_layer = self.host_experts_bytes // cpu_layers if cpu_layers else 0     # one layer's experts, as held
+        own = (self.other_sglang_bytes if self.other_sglang_bytes is not None else self.host_sglang_bytes) \
+            - self.host_sglang_bytes                  # the compile pool one placement starts and the other not
         if self.gpu_layers:
-            return 0, self.host_ram_bytes + one_layer * self.gpu_layers
-        return self.as_whole_layers, self.host_ram_bytes - one_layer * self.as_whole_layers
+            return 0, self.host_ram_bytes + one_layer * self.gpu_layers + own
+        return self.as_whole_layers, self.host_ram_bytes - one_layer * self.as_whole_layers + own
 
 
 def parse_cpu_isa(raw: object) -> str:

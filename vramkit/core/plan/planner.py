@@ -604,7 +604,13 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         off = plan(model, target, replace(knobs, kt_method=None, kt_num_gpu_experts="auto", kt_cpuinfer="auto",
                                           cpu_offload_gib="auto"), engine, with_alternatives=False)
         off_tok_s, off_gib = off.decode_tok_s_ceiling, int(off.knobs.cpu_offload_gib)
-    own, own_source = kt.sglang_own_bytes(k.sglang_host_bytes, host.cpus)
+    pool = kt.starts_compile_pool(model, knobs.kt_gpu_layers == "auto", gpu_layers)
+    own, own_source = kt.sglang_own_bytes(k.sglang_host_bytes, host.cpus, pool)
+    # the other placement's (the plan's note on it): its own GPU MoE kernel, so its own compile pool or none
+    other_whole = knobs.kt_gpu_layers != "auto"
+    other_model, _ = kt.moe_kernel(model, knobs.moe_kernel, n, other_whole)
+    other_pool = kt.starts_compile_pool(other_model, other_whole, as_whole if other_whole else 0)
+    other_own = kt.sglang_own_bytes(k.sglang_host_bytes, host.cpus, other_pool)[0]
     hp = HybridSection(
         kt_method=planned, asked_method=asked, method_note=why, lossy=meth.lossy,
         num_gpu_experts=n, num_experts=moe.num_experts, moe_layers=moe.num_moe_layers, cpuinfer_threads=threads,
@@ -619,7 +625,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         decode_tok_s=d.tok_s, decode_context_tokens=knobs.context, decode_tok_s_by_context=by_context,
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
         cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole,
-        host_sglang_source=own_source)
+        host_sglang_source=own_source, compile_pool=pool, other_sglang_bytes=other_own)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
     if (bad_split := kt.split_problem(model, n, bool(gpu_layers))) is not None:
