@@ -124,3 +124,20 @@ def test_run1_against_llamacpp_reads_as_the_main_table_does():
     assert (RUNS / "run1" / "llama-16-best-ncmoe.txt").read_text().strip() == "11"
     refused = json.loads((RUNS / "run1" / "k16-wna16-layers-t12.json").read_text())
     assert refused["up_rc"] == 13 and "0.35 GiB" in (RUNS / "run1" / "k16-wna16-layers-t12.up.txt").read_text()
+
+
+def test_the_main_readme_reads_the_gap_from_these_runs():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    kit, best = _probe("run1", "k16-marlin-layers-t12"), _probe("run1", "llama-16-best")
+    ggml, kt = _probe("run2", "k16-marlin-layers-ggml-t12"), _probe("run2", "k16-marlin-layers-t12")
+    assert f"{kit['d1']:.1f} against {best['d1']:.1f} tok/s at depth 0 ({kit['d1'] / best['d1']:.2f}x)" in readme
+    assert f"({ggml['d1']:.2f} against {kt['d1']:.2f} tok/s)" in readme
+    kit_ms, llama_ms = 1000 / kit["d1"], 1000 / best["d1"]
+    gpu_kit, gpu_llama = 4.9, 3.9          # moe-budget.md's profiled GPU kernels; llama.cpp at --n-cpu-moe 0
+    assert f"the kit's {kit_ms:.2f} ms token is ~{gpu_kit} ms" in readme
+    assert f"plus 13 CPU layers at ~{(kit_ms - gpu_kit) / 13:.2f} ms" in readme
+    assert f"llama.cpp's {llama_ms:.2f} ms is {gpu_llama} ms" in readme
+    assert f"plus 11 CPU layers at ~{(llama_ms - gpu_llama) / 11:.2f} ms" in readme
+    budget = (ROOT / "benchmarks/results/gpu/moe-budget.md").read_text()
+    assert "| 1 | 120.7 (19.5-145.1) | 118.4 | 4.9 |" in budget        # the whole-layer profile's GPU kernels
+    assert "3.9 ms with every expert on the GPU (--n-cpu-moe 0)" in budget
