@@ -50,8 +50,11 @@
 # llama-24 wna16", one machine, 1,073 s: staging as .stage-thr but kt/ holds the wheel with only its amx extension (1.6 MB: the
 # 64 MiB carry), and .gpu/tvm-ffi-cache.tar.xz the marlin JIT cache.
 # llama.cpp's CPU kernels inside the server (the adapter's VRAMKIT_KT_GGML; 2026-11-27, fourteenth session, run2 of
-# moe-vs-llamacpp-ggml/): STAGE=.stage-gg STEPS="setup lggml" (staging: kt/ with the 0.5.1 wheel, whl/gguf, ballast.py,
-# llama-src.tar.xz; .gpu/tvm-ffi-cache.tar.xz, xz so the carry stays under 64 MiB); ~20 min held. More whole layers on
+# moe-vs-llamacpp-ggml/): STAGE=.stage-gg STEPS="setup lggml" (staging: .stage-w16 without its 0.7.0 wheel:
+# mkdir -p .stage-gg/kt .stage-gg/whl && ln .stage-w16/kt/kt_kernel-0.5.1-*.whl .stage-gg/kt/ && ln .stage-w16/whl/*
+# .stage-gg/whl/ && ln .stage-w16/ballast.py .stage-w16/llama-src.tar.xz .stage-gg/; and .gpu/tvm-ffi-cache.tar.xz, the
+# tvm-ffi-cache.tar.gz a gptq step leaves in $OUT recompressed with xz, 6.3 MB: the device counts the tree in its 64 MiB
+# carry and the gz did not fit); ~20 min held. More whole layers on
 # the GPU at 16 GiB (mem_fraction 0.92, 0.94 with 2048-token chunks; not run yet): STAGE=.stage-gg STEPS="setup lmf".
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
