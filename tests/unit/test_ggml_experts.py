@@ -141,3 +141,8 @@ def test_the_main_readme_reads_the_gap_from_these_runs():
     budget = (ROOT / "benchmarks/results/gpu/moe-budget.md").read_text()
     assert "| 1 | 120.7 (19.5-145.1) | 118.4 | 4.9 |" in budget        # the whole-layer profile's GPU kernels
     assert "3.9 ms with every expert on the GPU (--n-cpu-moe 0)" in budget
+
+    ttft24 = json.loads((ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-24g.json").read_text())["engines"]["vramkit"]
+    per_layer = (kit["ttft"][30000] - ttft24["ttft_30k_s"]) / 13
+    assert f"~{per_layer:.2f} s a CPU layer gives ~{ttft24['ttft_30k_s'] + 11 * per_layer:.1f} and " \
+        f"~{ttft24['ttft_30k_s'] + 10 * per_layer:.1f} s, against {kit['ttft'][30000]:.2f} at 13" in readme
