@@ -6,6 +6,8 @@ With ``VRAMKIT_KT_GPU_LAYERS`` (whole layers' experts on the GPU, the rest all o
 blocks (Q4_K_M: Q4_K gate/up, Q4_K or Q6_K down, the types and buffers llama.cpp gives them); a prompt chunk still goes
 to kt-kernel (its AMX prompt path). Why: timed alone on the GPU host at 12 threads, ggml's Q4_K layer took 0.54 ms
 where kt-kernel 0.5.1 takes 0.76 (AMXINT8) and 0.78 (its own Q4_K path) (benchmarks/results/gpu/cpu-moe-kernels/).
+Measured in the server it was even with AMXINT8 (73.25 against 72.61 tok/s, benchmarks/results/gpu/
+moe-vs-llamacpp-ggml/run2), holding 10 GB more host RAM: so it stays opt-in, and the plan does not count it.
 
 How it runs: the layer's input, top-k ids and routing weights are copied into pinned buffers on SGLang's stream, a
 CUDA host function (``cuLaunchHostFunc``, as kt-kernel's ``submit_with_cuda_stream``) runs the shim's ``vk_run`` on
