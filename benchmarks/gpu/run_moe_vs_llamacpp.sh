@@ -55,7 +55,7 @@
 # .stage-gg/whl/ && ln .stage-w16/ballast.py .stage-w16/llama-src.tar.xz .stage-gg/; and .gpu/tvm-ffi-cache.tar.xz, the
 # tvm-ffi-cache.tar.gz a gptq step leaves in $OUT recompressed with xz, 6.3 MB: the device counts the tree in its 64 MiB
 # carry and the gz did not fit); ~20 min held. More whole layers on
-# the GPU at 16 GiB (mem_fraction 0.92, 0.94 with 2048-token chunks; not run yet): STAGE=.stage-gg STEPS="setup lmf".
+# the GPU at 16 GiB (mem_fraction 0.93, 0.95 with 2048-token chunks; not run yet): STAGE=.stage-gg STEPS="setup lmf".
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
 # after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).
@@ -626,14 +626,15 @@ if has lmarlin || has kmarlin; then  # whole layers with the GPU layers on SGLan
   has lmarlin && lpair 16 11     # lmarlin: llama.cpp's pair beside them, for the table (~17 min with the build)
 fi
 if has lmf; then  # more whole layers on the GPU at 16 GiB. At the preset's mem_fraction 0.90 the server left 1.40 GB idle
-  # after start (moe-vs-llamacpp-ggml/run1) and put 13 layers on the CPU where llama.cpp puts 11. `vramkit plan` gives
-  # 0.92 101 GPU experts a layer (37 GPU layers, 11 CPU, 0.91 GiB left for a 4096-token step) and 0.94 with
-  # 2048-token chunks 103 (38 GPU, 10 CPU). Derived from run1: ~0.68 ms a CPU layer in the server, so ~80 and ~85 tok/s
-  # against 72 at 0.90 and llama.cpp's 87.6. Then the 0.90 point and llama.cpp's pair (~20 min with the builds)
+  # after start (moe-vs-llamacpp-ggml/run1) and put 13 layers on the CPU where llama.cpp puts 11. `vramkit plan` (this
+  # config, 15.31 GiB free) gives 0.93 101 GPU experts a layer (37 GPU layers, 11 CPU, 0.75 GiB left for a 4096-token
+  # step) and 0.95 with 2048-token chunks 103 (38 GPU, 10 CPU, 0.45 GiB for a 2048-token step). Derived from run1:
+  # ~0.69 ms a CPU layer in the server, so ~80 and ~85 tok/s against 72 at 0.90 and llama.cpp's 87.6. Then the 0.90
+  # point and llama.cpp's pair (~20 min with the builds)
   ballast 16
   KL="--kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 12 --moe-kernel marlin"
-  kit k16-marlin-layers-mf92 16 "$FULL" -- $KITG $KL --mem-fraction 0.92
-  kit k16-marlin-layers-mf94-c2048 16 "$FULL" -- $KITG $KL --mem-fraction 0.94 --chunked-prefill 2048
+  kit k16-marlin-layers-mf93 16 "$FULL" -- $KITG $KL --mem-fraction 0.93
+  kit k16-marlin-layers-mf95-c2048 16 "$FULL" -- $KITG $KL --mem-fraction 0.95 --chunked-prefill 2048
   kit k16-marlin-layers-t12 16 "$FULL" -- $KITG $KL
   lpair 16 11
 fi

@@ -146,3 +146,30 @@ def test_the_main_readme_reads_the_gap_from_these_runs():
     per_layer = (kit["ttft"][30000] - ttft24["ttft_30k_s"]) / 13
     assert f"~{per_layer:.2f} s a CPU layer gives ~{ttft24['ttft_30k_s'] + 11 * per_layer:.1f} and " \
         f"~{ttft24['ttft_30k_s'] + 10 * per_layer:.1f} s, against {kit['ttft'][30000]:.2f} at 13" in readme
+
+
+@pytest.mark.parametrize("frac, chunk, layers, left", [(0.90, 4096, 35, None), (0.93, 4096, 37, 0.75),
+                                                       (0.95, 2048, 38, 0.45)])
+def test_the_more_gpu_layers_the_readme_names_are_the_plan_s(tmp_path, capsys, frac, chunk, layers, left):
+    """The plan the README's gap paragraph and the driver's lmf step quote: the coder's GPTQ-Int4 shape (the config
+    the GPU host's runs load), 15.31 GiB free, whole layers on marlin, AMXINT8 on 12 threads; 0.90 is what run1 ran."""
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    from fit_kt import gptq_coder_config
+
+    from vramkit.cli import main
+    (tmp_path / "config.json").write_text(json.dumps(gptq_coder_config()))
+    rc = main(["plan", "--preset", "moe", "--model", str(tmp_path), "--gpu", "h100-80gb", "--gpu-free-gib", "15.31",
+               "--kt-gpu-layers", "auto", "--kt-method", "AMXINT8", "--kt-cpuinfer", "12", "--host-cores", "16",
+               "--host-ram-gib", "120", "--cpu-isa", "amx", "--mem-fraction", str(frac), "--chunked-prefill",
+               str(chunk), "--json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert rc == 0 and plan["fits"] and plan["hybrid"]["gpu_layers"] == layers
+    evidence = (RUNS / "run1" / "k16-marlin-layers-t12.evidence.txt").read_text()
+    assert "(35 layers, no CPU round trip)" in evidence            # what run1's server, at 0.90, placed
+    if left is not None:
+        readme = " ".join((ROOT / "README.md").read_text().split())
+        step = "4096" if chunk == 4096 else "2048"
+        assert f"{layers} GPU layers" in readme or f"chunks {layers}" in readme
+        assert f"{left:.2f} GiB" in readme and f"a {step}-token step" in readme
+        assert plan["startup_free_bytes"] / 2**30 == pytest.approx(left, abs=0.005)
