@@ -635,7 +635,12 @@ if has lmf; then  # more whole layers on the GPU at 16 GiB. At the preset's mem_
   KL="--kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 12 --moe-kernel marlin"
   kit k16-marlin-layers-mf93 16 "$FULL" -- $KITG $KL --mem-fraction 0.93
   kit k16-marlin-layers-mf95-c2048 16 "$FULL" -- $KITG $KL --mem-fraction 0.95 --chunked-prefill 2048
-  kit k16-marlin-layers-t12 16 "$FULL" -- $KITG $KL
+  # the 0.90 point's weight load under torch's memory recorder (the adapter's VRAMKIT_CUDA_SNAPSHOT): where marlin's
+  # unplaced 0.06-0.07 GiB sits (kt-estimate.md); the pickle stays here, its reading comes back
+  kit k16-marlin-layers-t12 16 "$FULL" --env VRAMKIT_CUDA_SNAPSHOT=$W/marlin-load -- $KITG $KL
+  python3 benchmarks/gpu/alloc_snapshot.py $W/marlin-load.gpu0.pickle --out "$RES/marlin-load-snapshot.json" \
+    > "$RES/logs/marlin-load-snapshot.txt" 2>&1
+  step "marlin load snapshot: $(head -c 300 "$RES/marlin-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
   lpair 16 11
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml

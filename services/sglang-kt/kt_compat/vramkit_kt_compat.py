@@ -32,6 +32,12 @@ back to the int32 the KT wrapper's GPU kernels take. Under the trivial map it pa
 Checked on the H100 host (2026-11-27, benchmarks/results/gpu/moe-budget/hotcheck/): outputs at kernel rounding of
 the unplaced server's with it, 3.5x further without it.
 
+Opt-in, for diagnosis only, ``VRAMKIT_CUDA_SNAPSHOT=<path prefix>``: the weight load (ModelRunner.load_model) runs
+under torch's CUDA memory-history recorder, and the snapshot at its end (after SGLang's own empty_cache, where it reads
+"mem usage") is dumped to ``<prefix>.gpu<N>.pickle``: every segment the caching allocator holds, its free blocks and
+each allocation's stack. benchmarks/gpu/alloc_snapshot.py reads it (the marlin load's 0.06-0.07 GiB that the planner's
+replay does not place, issue 18).
+
 Opt-in, for benchmarks only, ``VRAMKIT_DUMMY_SEED_BY_NAME=1``: ``--load-format dummy`` weights seeded by each
 parameter's name. SGLang 0.5.15.post1's dummy loader (model_loader/weight_utils.py initialize_dummy_weights) seeds
 every parameter with the same seed, 1234, so parameters of one shape hold the same values: every layer's router and
@@ -55,6 +61,8 @@ DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"
 SGLANG_LOADER = "sglang.srt.model_loader.loader"
 DUMMY_ENV = "VRAMKIT_DUMMY_SEED_BY_NAME"
 GGML_ENV = "VRAMKIT_KT_GGML"
+SGLANG_RUNNER = "sglang.srt.model_executor.model_runner"
+SNAPSHOT_ENV = "VRAMKIT_CUDA_SNAPSHOT"
 
 
 def gpu_layers(spec: str, num_layers: int, num_experts: int, per_layer: int | None) -> frozenset[int]:
@@ -305,6 +313,30 @@ def patch_dummy_loader(module) -> None:
     module._vramkit_dummy_patched = True
 
 
+def patch_model_runner(module, prefix: str) -> None:
+    """ModelRunner.load_model under torch's CUDA memory-history recorder, its snapshot dumped at the end (idempotent;
+    opt-in, the module docstring says why)."""
+    runner = module.ModelRunner
+    if getattr(runner, "_vramkit_snapshot", False):
+        return
+    orig = runner.load_model
+
+    def load_model(self, *args, **kwargs):
+        import torch
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            path = f"{prefix}.gpu{torch.cuda.current_device()}.pickle"
+            torch.cuda.memory._dump_snapshot(path)
+            torch.cuda.memory._record_memory_history(enabled=None)
+            print(f"vramkit_kt_compat: {SNAPSHOT_ENV}: the weight load's CUDA memory snapshot in {path}",
+                  file=sys.stderr, flush=True)
+
+    runner.load_model = load_model
+    runner._vramkit_snapshot = True
+
+
 def _patch_for(fullname: str):
     if fullname == TARGET:
         return patch
@@ -315,6 +347,8 @@ def _patch_for(fullname: str):
         return patch_sglang_topk
     if fullname == SGLANG_LOADER and os.environ.get(DUMMY_ENV) == "1":
         return patch_dummy_loader
+    if fullname == SGLANG_RUNNER and (prefix := os.environ.get(SNAPSHOT_ENV, "").strip()):
+        return lambda m: patch_model_runner(m, prefix)
     return None
 
 
@@ -345,7 +379,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 def install() -> None:
     """Patch kt_kernel, SGLang's KT wrapper and its TopK (the placement dispatch) when (or if already)
     imported; safe to call more than once."""
-    for name in (TARGET, SGLANG_KT, SGLANG_TOPK, SGLANG_LOADER):
+    for name in (TARGET, SGLANG_KT, SGLANG_TOPK, SGLANG_LOADER, SGLANG_RUNNER):
         after = _patch_for(name)
         if after is not None and name in sys.modules:
             after(sys.modules[name])

@@ -1,0 +1,79 @@
+"""Where a weight load's GPU memory went, from torch's CUDA memory snapshot (the adapter's VRAMKIT_CUDA_SNAPSHOT dumps
+one at the end of SGLang's ModelRunner.load_model; issue 18: the marlin MoE load holds 0.06-0.07 GiB that the
+planner's replay, core/memory/weight_load.py, does not place).
+
+    python benchmarks/gpu/alloc_snapshot.py SNAPSHOT.pickle [--out R.json]
+
+Reads the snapshot torch.cuda.memory._dump_snapshot writes (a pickled dict: "segments", each with its "blocks", and
+"device_traces") and reports: what the caching allocator reserves and what is allocated in it; the free space it keeps
+inside segments that are partly in use (empty_cache cannot give that back, so SGLang's "mem usage" counts it), segment
+by segment, with the allocation that shares each one; and the live bytes by the SGLang source line that allocated them
+(the first frame in sglang/, else the first frame). No GPU needed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+MiB = 1 << 20
+
+
+def site(frames: list[dict]) -> str:
+    """The allocating line: the first frame in SGLang's code, else the first frame, else "?"."""
+    for f in frames or ():
+        if "sglang/" in str(f.get("filename", "")):
+            return f"{f['filename'].split('sglang/', 1)[1]}:{f.get('line')} {f.get('name', '')}".strip()
+    if frames:
+        f = frames[0]
+        return f"{f.get('filename')}:{f.get('line')} {f.get('name', '')}".strip()
+    return "?"
+
+
+def analyse(snap: dict, min_free_mib: float = 1.0) -> dict:
+    segments = snap.get("segments", [])
+    reserved = sum(s["total_size"] for s in segments)
+    live: dict[str, int] = defaultdict(int)
+    holes = []
+    for s in segments:
+        active = [b for b in s["blocks"] if b["state"].startswith("active")]
+        free = sum(b["size"] for b in s["blocks"] if b["state"] == "inactive")
+        for b in active:
+            live[site(b.get("frames", []))] += b["size"]
+        if active and free >= min_free_mib * MiB:       # a hole empty_cache cannot release
+            biggest = max(active, key=lambda b: b["size"])
+            holes.append({"segment_mib": round(s["total_size"] / MiB, 2), "free_mib": round(free / MiB, 2),
+                          "shared_with": site(biggest.get("frames", [])), "segment_type": s.get("segment_type")})
+    allocated = sum(live.values())
+    holes.sort(key=lambda h: -h["free_mib"])
+    return {"segments": len(segments), "reserved_mib": round(reserved / MiB, 2),
+            "allocated_mib": round(allocated / MiB, 2),
+            "free_in_used_segments_mib": round(sum(h["free_mib"] for h in holes), 2),
+            "holes": holes[:40],
+            "live_by_site_mib": {k: round(v / MiB, 2) for k, v in sorted(live.items(), key=lambda kv: -kv[1])[:40]}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("snapshot", type=Path)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    try:
+        with a.snapshot.open("rb") as f:
+            snap = pickle.load(f)           # torch's own dump of this run, read back here
+    except (OSError, pickle.UnpicklingError, EOFError) as e:
+        print(f"alloc_snapshot: cannot read {a.snapshot}: {e}", file=sys.stderr)
+        return 2
+    res = analyse(snap)
+    text = json.dumps(res, indent=1)
+    if a.out:
+        a.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
