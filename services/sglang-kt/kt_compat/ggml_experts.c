@@ -131,7 +131,12 @@ vk_layer *vk_layer_new(vk_engine *e, int n_expert, int n_used, int hidden, int i
         L->repacked[i] = repack_supports(e, L->t[i], n_used);
         ggml_backend_buffer_type_t buft = L->repacked[i] ? e->repack : ggml_backend_cpu_buffer_type();
         L->bufs[i] = ggml_backend_buft_alloc_buffer(buft, ggml_backend_buft_get_alloc_size(buft, L->t[i]));
-        if (!L->bufs[i]) return NULL;
+        if (!L->bufs[i]) {               // out of host RAM: give back what this layer took
+            for (int j = 0; j < i; j++) ggml_backend_buffer_free(L->bufs[j]);
+            ggml_free(L->wctx);
+            free(L);
+            return NULL;
+        }
         ggml_backend_tensor_alloc(L->bufs[i], L->t[i], ggml_backend_buffer_get_base(L->bufs[i]));
         ggml_backend_buffer_set_usage(L->bufs[i], GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     }
