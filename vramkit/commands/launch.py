@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 import time
 from typing import Any
 
@@ -145,7 +146,7 @@ def print_autofit(con, prep: up.Prepared) -> None:
 
 def cmd_down(args) -> int:
     name = args.name or default_name(args)
-    if not up.down(name):
+    if not up.down(name, say=lambda line: print(line, file=sys.stderr)):
         print(f"vramkit: {name} is not running (nothing recorded); nothing to stop")
         return 0
     print(f"stopped {name}")

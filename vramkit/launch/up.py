@@ -215,10 +215,11 @@ def teardown(pid: int | None, compose_path: Path | None) -> list[str]:
     return problems
 
 
-def down(name: str, say: Callable[[str], None] | None = None) -> bool:
+def down(name: str, say: Callable[[str], None]) -> bool:
     """Stop what vramkit recorded under `name` and drop the record; False when nothing was recorded.
     When `docker compose down` fails, the error is raised and the record kept, so `down` can be run again.
-    A native server's processes are waited for until the GPU no longer lists them (`gpu_released`)."""
+    A native server's processes are waited for until the GPU no longer lists them (`gpu_released`); `say` gets the
+    warning when they outlast RELEASE_WAIT_S."""
     from vramkit.adapters import docker, process
     from vramkit.adapters.state import clear_running, read_running
     entries = read_running(name)
@@ -229,9 +230,8 @@ def down(name: str, say: Callable[[str], None] | None = None) -> bool:
         pids = process.tree_pids(int(e["pid"]))
         process.stop(int(e["pid"]))
         if not gpu_released(pids, timeout_s=RELEASE_WAIT_S):
-            (say or _warn)(f"vramkit: warning: the GPU still lists {name}'s processes {sorted(pids)} "
-                           f"{RELEASE_WAIT_S:.0f} s after they were stopped; a plan made now would see their memory "
-                           "as used (check nvidia-smi)")
+            say(f"vramkit: warning: the GPU still lists {name}'s processes {sorted(pids)} {RELEASE_WAIT_S:.0f} s "
+                "after they were stopped; a plan made now would see their memory as used (check nvidia-smi)")
     if e.get("compose_file"):
         docker.down(Path(e["compose_file"]))
     clear_running(name)
@@ -239,11 +239,6 @@ def down(name: str, say: Callable[[str], None] | None = None) -> bool:
 
 
 RELEASE_WAIT_S = 60.0
-
-
-def _warn(line: str) -> None:
-    import sys
-    print(line, file=sys.stderr)
 
 
 def gpu_released(pids: set[int], timeout_s: float = RELEASE_WAIT_S, poll_s: float = 0.5,

@@ -76,16 +76,14 @@ class Engine:
             raise ValueError("ggml's CPU backend did not start")
 
     def layer(self, blocks: dict[str, tuple[int, object]], experts: int, used: int, hidden: int, inter: int) -> int:
-        """A layer from its gate, up and down blocks: {name: (ggml type, a C-contiguous buffer)}."""
+        """A layer from its gate, up and down blocks: {name: (ggml type, a C-contiguous numpy array)}."""
         ptr = self.shim.vk_layer_new(self.ptr, experts, used, hidden, inter, *(blocks[p][0] for p in PROJ))
         if not ptr:
             raise ValueError("could not allocate a ggml layer's expert buffers (host RAM?)")
         for i, p in enumerate(PROJ):
             data = blocks[p][1]
-            addr = data.ctypes.data if hasattr(data, "ctypes") else data.data_ptr()
-            nbytes = data.nbytes if hasattr(data, "nbytes") else data.numel() * data.element_size()
-            if self.shim.vk_layer_set(ptr, i, addr, nbytes) != 0:
-                raise ValueError(f"the {p} blocks hold {nbytes} bytes, not the layer's shape")
+            if self.shim.vk_layer_set(ptr, i, data.ctypes.data, data.nbytes) != 0:
+                raise ValueError(f"the {p} blocks hold {data.nbytes} bytes, not the layer's shape")
         return ptr
 
     def stats(self) -> tuple[int, float]:
