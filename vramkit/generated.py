@@ -278,7 +278,8 @@ def _measured_budget() -> list[str]:
                f"{a9['ttft_30k_s']:.2f}x); mem_fraction 0.90 decoded "
                f"{f['paired_with_085']['single_median']:.2f}x 0.85 paired by prompt "
                f"({f['paired_with_085']['four_median']:.2f}x at 4 streams; peak {f['peak_vram_gb']['0.90']:.2f} GB of "
-               "17.18), so the moe preset takes 0.90; whole layers' experts on the GPU decoded "
+               "17.18), so the moe preset took 0.90 (0.93 since, `moe-vs-llamacpp-mf/`); whole layers' experts on "
+               "the GPU decoded "
                f"{w['single_median']:.2f}x the split at 12 KT threads ({w['four_median']:.2f}x at 4 streams) with "
                f"{wl['host_rss_peak_gb']:.0f} GB of host RAM against {wl['split_host_rss_peak_gb']:.0f}."
                + (f" On a third machine the moe preset's own FP8 checkpoint with whole layers decoded "
@@ -356,7 +357,7 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
         return []
     k8, l8 = q8["engines"]["vramkit"], q8["engines"]["llamacpp"]
     k4, l4 = q4["engines"]["vramkit"], q4["engines"]["llamacpp"]
-    whole = any("GPU_LAYERS" in e for e in k4["settings"]["env"] or [])      # the row's placement: its proxy row
+    whole = k4["settings"].get("gpu_layers", 0) > 0       # the row's placement (whole layers or split): its proxy row
     keys = ("FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)", "Q4_K_M (llama.cpp)",
             WHOLE_ROW if whole else "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)")
     if not all(k in rows for k in keys):

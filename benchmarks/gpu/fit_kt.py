@@ -213,6 +213,21 @@ POINTS = (
             {"kt_method": "AMXINT8"}, rss_end_read=True, note="one round; host bandwidth measured that session",
             gpu_checkpoint="gptq", kv_splits=32)
       for tag, run in (("g1", "run1"), ("g2", "run2"))),
+    # 2026-11-28, fifteenth session (moe-vs-llamacpp-mf/run1, one machine, one round each, SGLang's one-seed dummy
+    # weights): whole layers on marlin at mem_fraction 0.93 (37 GPU layers), 0.95 with 2048-token chunks (38) and 0.90
+    # (35, its weight load under torch's memory recorder); then moe-vs-llamacpp-preset, another machine: the moe preset
+    # as it comes (0.93), seeded by name
+    *(Point(f"layers-int8-amx-16g-gptq-marlin-{tag}", "held-out", f"moe-vs-llamacpp-mf/run1/{pt}.json",
+            f"moe-vs-llamacpp-mf/run1/{pt}.probe.json", "moe-vs-llamacpp-mf/run1/membw-anchor.json",
+            {"kt_method": "AMXINT8", **extra}, rss_end_read=True, note="one round; host bandwidth measured that session",
+            gpu_checkpoint="gptq", kv_splits=32)
+      for tag, pt, extra in (("mf93", "k16-marlin-layers-mf93", {}),
+                             ("mf95-c2048", "k16-marlin-layers-mf95-c2048", {"chunked_prefill": 2048}),
+                             ("g3", "k16-marlin-layers-t12", {}))),
+    Point("layers-int8-amx-16g-gptq-marlin-preset", "held-out", "moe-vs-llamacpp-preset/k16-preset.json",
+          "moe-vs-llamacpp-preset/k16-preset.probe.json", "moe-vs-llamacpp-preset/membw-anchor.json",
+          {"kt_method": "AMXINT8"}, rss_end_read=True, note="one round; the preset as it comes; seeded by name",
+          gpu_checkpoint="gptq", kv_splits=32),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -252,11 +267,16 @@ def run_knobs(run: dict | None, p: Point) -> dict:
             knobs[key] = cast(value)
     knobs.setdefault("kt_cpuinfer", threads_ran(p))
     knobs.setdefault("mem_fraction", fraction_ran(run, p))
-    knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args) else "off")
-    # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else moe_wna16: what auto gave every hybrid
-    # GPTQ run until whole layers took marlin, 2026-11-27's eleventh session)
+    ev = RES / p.point.replace(".json", ".evidence.txt") if p.point else None
+    logged = ev.read_text(errors="replace") if ev is not None and ev.exists() else ""
+    knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args, logged) else "off")
+    # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else the MoE method SGLang's log names for
+    # a GPU layer, else moe_wna16: what auto gave every hybrid GPTQ run until whole layers took marlin, 2026-11-27's
+    # eleventh session)
     if p.gpu_checkpoint == "gptq":
-        knobs.setdefault("moe_kernel", last_flag(args, "--moe-kernel") or "wna16")
+        said = re.search(r"quant_method=(GPTQMarlinMoEMethod|MoeWNA16Method)", logged)   # SGLang's own line, if any
+        knobs.setdefault("moe_kernel", last_flag(args, "--moe-kernel")
+                         or {"GPTQMarlinMoEMethod": "marlin", "MoeWNA16Method": "wna16"}.get(said.group(1) if said else "", "wna16"))
     if p.point and (RES / p.point.replace(".json", ".plan.json")).exists():
         ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
         if "num_gpu_experts" in ran:

@@ -67,7 +67,8 @@ Q4 = Pairing("moe-vs-llamacpp", "llama-{b}", "a Q4_K_M-typed GGUF (tools/make_ra
              ("k{b}", "k{b}-gptq", "k{b}-gptq-kv32", "k{b}-wna16", "16:k{b}-layers", "16:k{b}-layers-defer2",
               "16:k16-gptq-layers", "16:k16-gptq-layers-defer2", "16:k16-wna16-defer2", "16:k16-wna16-layers",
               "16:k16-wna16-layers-defer2",
-              "16:k16-wna16-layers-t12", "16:k16-wna16-layers-t12-defer2", "16:k16-marlin-layers-t12"))
+              "16:k16-wna16-layers-t12", "16:k16-wna16-layers-t12-defer2", "16:k16-marlin-layers-t12",
+              "16:k16-preset"))
 # the 8-bit class (benchmarks/results/gpu/peer-accuracy/): the kit's FP8 GPU experts + AMXINT8 CPU experts, no deferral,
 # against llama.cpp on a Q8_0 file (run_moe_vs_llamacpp.sh STEPS="setup llama-q8")
 Q8 = Pairing("moe-vs-llamacpp-q8", "llama-q8-{b}", "a Q8_0 GGUF (tools/make_random_gguf.py --type Q8_0, 30.3 GiB)",
@@ -96,11 +97,20 @@ def last_flag(args: list[str], flag: str) -> str | None:
     return args[at[-1] + 1] if at else None
 
 
-def ran_whole_layers(env: list[str] | None, args: list[str] | None) -> bool:
-    """Whether a kit point ran whole layers on the GPU: the adapter's VRAMKIT_KT_GPU_LAYERS=auto in its environment
-    or the knob's flag; every point without either split each layer (the moe preset's default until 2026-11-27's
-    eleventh session; the driver passes --kt-gpu-layers off since)."""
-    return "VRAMKIT_KT_GPU_LAYERS=auto" in (env or []) or last_flag(args or [], "--kt-gpu-layers") == "auto"
+def ran_whole_layers(env: list[str] | None, args: list[str] | None, evidence: str = "") -> bool:
+    """Whether a kit point ran whole layers on the GPU: the adapter's VRAMKIT_KT_GPU_LAYERS=auto in its environment,
+    the knob's flag, or the adapter's own placement line in the server log (a point that took the moe preset's
+    default, whole layers since 2026-11-27's eleventh session); every point without any of them split each layer
+    (the driver passes --kt-gpu-layers off to the others)."""
+    return ("VRAMKIT_KT_GPU_LAYERS=auto" in (env or []) or last_flag(args or [], "--kt-gpu-layers") == "auto"
+            or whole_gpu_layers_logged(evidence) is not None)
+
+
+def whole_gpu_layers_logged(evidence: str) -> int | None:
+    """The MoE layers the adapter put whole on the GPU, as its placement line in the server log says
+    ("... all on the GPU (37 layers, no CPU round trip)"); None where it did not place whole layers."""
+    m = re.search(r"VRAMKIT_KT_GPU_LAYERS=auto: experts of layers .* all on the GPU \((\d+) layers", evidence)
+    return int(m.group(1)) if m else None
 # SGLang's "Load weight end ... quant=X" -> the GPU experts' format and the activations' dtype (the config's)
 GPU_EXPERTS = {"fp8": ("FP8 (block 128)", "bfloat16"), "gptq": ("GPTQ-Int4 (group 128, marlin MoE)", "float16")}
 WNA16_EXPERTS = ("GPTQ-Int4 (group 128, moe_wna16 triton MoE)", "float16")
@@ -144,6 +154,7 @@ def kit_point(res: Path, name: str) -> dict | None:
             "kt_method": split[1] if split else None,
             "gpu_expert_dtype": fmt_[0] if fmt_ else None, "activations": fmt_[1] if fmt_ else None,
             "vramkit_up_args": point.get("vramkit_up_args"), "env": point.get("env"),
+            "gpu_layers_logged": whole_gpu_layers_logged(evd_text),
             "planned_gpu_experts_per_layer": split[0] if split else EXPERTS,
             "sglang_command": cmd, "server_args": next((ln for ln in evd_text.splitlines() if "server_args" in ln), ""),
             "start_s": point.get("start_s"), "peak_vram_bytes": point.get("peak_vram_bytes"),

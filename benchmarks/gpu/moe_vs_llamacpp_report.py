@@ -285,7 +285,10 @@ def ratios(c: dict) -> dict:
 
 def gpu_layers(point: dict) -> int:
     """The MoE layers a kit point ran whole on the GPU (ran_whole_layers): the plan's per-layer GPU share as the
-    adapter takes it (96 of 128 a layer: 36 of 48 layers); 0 for the per-layer split."""
+    adapter takes it (96 of 128 a layer: 36 of 48 layers), or the count its server log gives; 0 for the per-layer
+    split."""
+    if point.get("gpu_layers_logged") is not None and point["kt_method"]:
+        return point["gpu_layers_logged"]
     if not point["kt_method"] or not ran_whole_layers(point["env"], point["vramkit_up_args"]):
         return 0
     return kt.whole_gpu_layers(point["planned_gpu_experts_per_layer"], MOE_LAYERS, EXPERTS)

@@ -502,12 +502,12 @@ def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
     assert main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60", "--host-ram-gib", "64",
                  "--cpu-isa", "amx", "--host-cores", "16", "--kt-cpuinfer", "14"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "FITS" in out and "hybrid MoE: whole layers, the last 16 of 48 MoE layers' experts on the GPU" in out
+    assert "FITS" in out and "hybrid MoE: whole layers, the last 17 of 48 MoE layers' experts on the GPU" in out
     assert "an estimate (derived terms, fitted constants" in out and "with layer offload" in out
     assert "bandwidth ceiling" not in out
-    # at the preset's 0.90: 16 whole layers, rendered as the largest N the adapter turns into 16 (45 x 48 // 128)
-    assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 45" in out
-    assert "in the server's environment: VRAMKIT_KT_GPU_LAYERS=auto" in out     # what turns 45 into 16 layers
+    # at the preset's 0.93: 17 whole layers, rendered as the largest N the adapter turns into 17 (47 x 48 // 128)
+    assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 47" in out
+    assert "in the server's environment: VRAMKIT_KT_GPU_LAYERS=auto" in out     # what turns 47 into 17 layers
     assert "AMXINT8 is lossy" in out and "kt-accuracy.md" in out     # the converted default says so
 
 
@@ -516,8 +516,8 @@ def test_plan_json_has_the_hybrid_figures(capsys):
                  "--host-ram-gib", "64", "--cpu-isa", "amx"]) == 0
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
-    assert d["fits"] and h["num_gpu_experts"] == 45 and h["gpu_layers"] == 16 and h["kt_method"] == "AMXINT8"
-    assert h["lossy"] and d["knobs"]["kt_num_gpu_experts"] == 45 and d["knobs"]["kt_cpuinfer"] != "auto"
+    assert d["fits"] and h["num_gpu_experts"] == 47 and h["gpu_layers"] == 17 and h["kt_method"] == "AMXINT8"
+    assert h["lossy"] and d["knobs"]["kt_num_gpu_experts"] == 47 and d["knobs"]["kt_cpuinfer"] != "auto"
     assert d["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto"}
     assert h["decode_tok_s"] > 10 * h["layer_offload_decode_tok_s"]
     assert d["decode_tok_s_ceiling"] is None       # a fitted estimate is not a bandwidth ceiling
