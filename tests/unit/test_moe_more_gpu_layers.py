@@ -134,3 +134,24 @@ def test_fit_kt_plans_the_preset_point_on_marlin_from_its_log():
     est = json.loads((RES / "kt-estimate.json").read_text())
     row = next(q for q in est["points"] if q["name"] == p.name)
     assert abs(row["plan_weights_gib"] / row["weights_gib"] - 1) < 0.01
+
+
+def test_the_four_stream_bound_is_the_measured_runs_arithmetic():
+    """The README's derivation, from the committed comparison: distinct experts of 4 tokens under independent
+    routing, the CPU share of a batch-1 token (measured token time less the profiled GPU share), the bound it sets."""
+    c = json.loads((RES / "moe-vs-llamacpp-16g.json").read_text())
+    kit, ll = c["engines"]["vramkit"], c["engines"]["llamacpp"]
+    text = " ".join((MF / "README.md").read_text().split())
+    factor = 128 * (1 - (120 / 128) ** 4) / 8
+    cpu_kit = 1000 / kit["decode_tok_s"] - 4.9
+    cpu_ll = 1000 / ll["by_mode"]["--n-cpu-moe 11"]["decode_tok_s"] - 3.9
+    assert f"{128 * (1 - (120 / 128) ** 4):.1f} distinct experts, {factor:.2f}x" in text
+    assert f"{1000 / kit['decode_tok_s']:.2f} - 4.9 = {cpu_kit:.2f} ms" in text
+    assert f"~{cpu_kit * factor:.1f} ms a step" in text
+    assert f"~{4000 / (cpu_kit * factor):.0f} tok/s aggregate" in text
+    assert f"{cpu_ll:.2f} ms, so ~{cpu_ll * factor:.1f} ms and at most ~{4000 / (cpu_ll * factor):.0f} tok/s" in text
+    assert kit["aggregate_4_streams_tok_s"] < 4000 / (cpu_kit * factor)            # the bound holds on the run
+    assert ll["by_mode"]["--n-cpu-moe 11"]["aggregate_4_streams_tok_s"] < 4000 / (cpu_ll * factor)
+    goal = 2 * ll["aggregate_4_streams_tok_s"]
+    assert f"{goal:.1f} tok/s, a {4000 / goal:.1f} ms step" in text
+    assert f"at most {4000 / goal / factor:.2f} ms at batch 1" in text
