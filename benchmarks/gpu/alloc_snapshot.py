@@ -8,7 +8,9 @@ Reads the snapshot torch.cuda.memory._dump_snapshot writes (a pickled dict: "seg
 "device_traces") and reports: what the caching allocator reserves and what is allocated in it; the free space it keeps
 inside segments that are partly in use (empty_cache cannot give that back, so SGLang's "mem usage" counts it), segment
 by segment, with the allocation that shares each one; and the live bytes by the SGLang source line that allocated them
-(the first frame in sglang/, else the first frame). No GPU needed.
+(the first frame in sglang/, else the first frame); and, from the trace, the order in which segments were
+created against their addresses: PyTorch takes the lowest-addressed of equal free blocks, and the planner's replay
+assumes a newer segment lies higher. No GPU needed.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import json
 import pickle
 import sys
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 MiB = 1 << 20
@@ -56,6 +59,24 @@ def analyse(snap: dict, min_free_mib: float = 1.0) -> dict:
             "live_by_site_mib": {k: round(v / MiB, 2) for k, v in sorted(live.items(), key=lambda kv: -kv[1])[:40]}}
 
 
+def segment_order(snap: dict) -> dict:
+    """Whether each new segment lay above the one created before it (the replay's assumption: among equal free
+    blocks the older segment wins, PyTorch's rule being the lower address), and how many were given back mid-load
+    (empty_cache, after which CUDA may hand a lower address out again). From the recorded trace's segment events."""
+    events = [e for trace in snap.get("device_traces", []) for e in trace
+              if e.get("action") in ("segment_alloc", "segment_free")]
+    allocs = [e for e in events if e["action"] == "segment_alloc"]
+    higher = sum(1 for a, b in pairwise(allocs) if b["addr"] > a["addr"])
+    by_size: dict[int, list[int]] = defaultdict(list)   # equal-size segments, in the order they were created
+    for e in allocs:
+        by_size[e["size"]].append(e["addr"])
+    same = [(size, addrs) for size, addrs in by_size.items() if len(addrs) > 1]
+    return {"segment_allocs": len(allocs), "segment_frees": len(events) - len(allocs),
+            "created_above_the_previous": higher, "pairs": max(0, len(allocs) - 1),
+            "equal_size_groups": len(same),
+            "equal_size_groups_rising": sum(1 for _, a in same if all(y > x for x, y in pairwise(a)))}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("snapshot", type=Path)
@@ -67,7 +88,7 @@ def main() -> int:
     except (OSError, pickle.UnpicklingError, EOFError) as e:
         print(f"alloc_snapshot: cannot read {a.snapshot}: {e}", file=sys.stderr)
         return 2
-    res = analyse(snap)
+    res = analyse(snap) | {"segment_order": segment_order(snap)}
     text = json.dumps(res, indent=1)
     if a.out:
         a.out.write_text(text + "\n")

@@ -47,12 +47,25 @@ def test_totals_holes_and_sites():
         ("srt/layers/quantization/gptq/schemes/gptq_moe.py:181 create_weights", 40.0), ("?", 1.5)]
 
 
+def test_segment_order_says_whether_newer_segments_lie_higher():
+    """The trace's segment events: three created (two of 20 MiB, the second below the first), one given back."""
+    ev = lambda action, addr, size: {"action": action, "addr": addr, "size": size}   # noqa: E731
+    snap = {"segments": [], "device_traces": [[
+        ev("segment_alloc", 0x1000, 20 * MiB), ev("alloc", 0x1000, MiB), ev("segment_alloc", 0x9000, 192 * MiB),
+        ev("segment_free", 0x9000, 192 * MiB), ev("segment_alloc", 0x0500, 20 * MiB)]]}
+    order = alloc_snapshot.segment_order(snap)
+    assert order == {"segment_allocs": 3, "segment_frees": 1, "created_above_the_previous": 1, "pairs": 2,
+                     "equal_size_groups": 1, "equal_size_groups_rising": 0}
+    assert alloc_snapshot.segment_order(snapshot())["segment_allocs"] == 0     # no trace: nothing claimed
+
+
 def test_the_command_writes_its_json_and_refuses_an_unreadable_file(tmp_path):
     snap, out = tmp_path / "s.pickle", tmp_path / "r.json"
     snap.write_bytes(pickle.dumps(snapshot()))
     script = ROOT / "benchmarks" / "gpu" / "alloc_snapshot.py"
     ok = subprocess.run([sys.executable, str(script), str(snap), "--out", str(out)], capture_output=True, text=True)
-    assert ok.returncode == 0 and json.loads(out.read_text())["reserved_mib"] == 142
+    written = json.loads(out.read_text())
+    assert ok.returncode == 0 and written["reserved_mib"] == 142 and written["segment_order"]["pairs"] == 0
     (tmp_path / "bad.pickle").write_bytes(b"not a pickle")
     bad = subprocess.run([sys.executable, str(script), str(tmp_path / "bad.pickle")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("alloc_snapshot: cannot read") and bad.stderr.count("\n") == 1
