@@ -155,3 +155,30 @@ def test_the_four_stream_bound_is_the_measured_runs_arithmetic():
     goal = 2 * ll["aggregate_4_streams_tok_s"]
     assert f"{goal:.1f} tok/s, a {4000 / goal:.1f} ms step" in text
     assert f"at most {4000 / goal / factor:.2f} ms at batch 1" in text
+
+
+def test_the_gpu_prefill_derivation_is_the_committed_figures():
+    """The README's derived first token with the CPU layers' prompt on the GPU: the 24 GiB run's TTFT (every layer on
+    the GPU) plus the copies of 11 layers' GPTQ-Int4 experts per 4096-token chunk at the measured pinned copy rate."""
+    from vramkit.generated import _pinned_copy_gbs
+    c16 = json.loads((RES / "moe-vs-llamacpp-16g.json").read_text())
+    c24 = json.loads((RES / "moe-vs-llamacpp-24g.json").read_text())
+    import fit_kt
+
+    from vramkit.core.memory.weight_load import replay_load
+    from vramkit.core.model.arch import weight_layout
+    model = fit_kt.model_for(next(x for x in fit_kt.POINTS if x.name == "layers-int8-amx-16g-gptq-marlin-g3"))
+    priced, _ = kt.moe_kernel(model, "marlin", 95, True)      # 95 a layer as whole layers: 35 on the GPU
+    load = replay_load(weight_layout(priced, 1, 262144, 132, "triton_kernels",
+                                     gpu_experts=kt.gpu_expert_counts(model, 95, True)))
+    layer_gib = load.live_by_role["experts"] / 35 / 2**30   # one layer's GPTQ-Int4 experts as marlin holds them
+    chunks = -(-30000 // 4096)
+    copied = 11 * chunks * layer_gib * 2**30 / 1e9
+    rate = _pinned_copy_gbs()
+    text = " ".join((MF / "README.md").read_text().split())
+    assert f"11 layers x {chunks} chunks x {layer_gib:.2f} GiB = {copied:.1f} GB" in text
+    assert f"measured {rate:.1f} GB/s" in text and f"that is {copied / rate:.2f} s" in text
+    t24 = c24["engines"]["vramkit"]["ttft_30k_s"]
+    assert f"TTFT ~{t24 + copied / rate:.1f} s and ~{t24 + copied / 25:.1f} s against llama.cpp's " \
+        f"{c16['engines']['llamacpp']['ttft_30k_s']:.1f} s" in text
+    assert f"The kit's TTFT for 30K is {c16['engines']['vramkit']['ttft_30k_s']:.1f} s" in text
