@@ -334,3 +334,67 @@ def test_a_server_without_the_compile_pool_is_planned_without_it_and_grows_as_me
     assert f"{100 * under[0]:.1f} and {100 * under[1]:.1f} % under those servers' peaks" in readme
     spread = max(abs(g / grew[0] - 1) for g in grew[1:])
     assert f"two held out grew within {100 * spread:.1f} % of it" in readme
+
+
+# --- several requests at once: the aggregate estimate, derived from the batch-1 one --------------------------------
+def test_distinct_experts_grow_from_one_token_to_every_expert():
+    from vramkit.core.plan import kt_hybrid as kt
+    assert kt.distinct_expert_factor(128, 8, 1) == pytest.approx(1.0)
+    assert kt.distinct_expert_factor(128, 8, 4) == pytest.approx(29.123046875 / 8)
+    assert kt.distinct_expert_factor(128, 8, 10_000) == pytest.approx(128 / 8)        # all experts, read once
+    assert kt.distinct_expert_factor(128, 8, 2) < kt.distinct_expert_factor(128, 8, 3)
+
+
+def test_the_aggregate_pays_the_step_once_and_the_experts_by_the_tokens_names():
+    from vramkit.core.plan import kt_hybrid as kt
+    whole = kt.DecodeEstimate(gpu_s=0.004, context_s=0.0001, gpu_experts_s=0.002, cpu_experts_s=0.006, sync_s=0.003,
+                              host_read_bytes_s=1e11, cpu_bytes_per_token=1, gpu_layers=37, step_s=0.002)
+    f = kt.distinct_expert_factor(128, 8, 4)
+    assert whole.aggregate_tok_s(1, 128, 8) == pytest.approx(whole.tok_s)
+    assert whole.aggregate_tok_s(4, 128, 8) == pytest.approx(4 / (0.004 + 4 * 0.0001 + 0.008 * f + 0.003 + 0.002))
+    split = kt.DecodeEstimate(gpu_s=0.004, context_s=0.0001, gpu_experts_s=0.002, cpu_experts_s=0.006, sync_s=0.01,
+                              host_read_bytes_s=1e11, cpu_bytes_per_token=1)
+    assert split.aggregate_tok_s(4, 128, 8) == pytest.approx(4 / (0.004 + 0.0004 + 0.006 * f + 0.01))   # they overlap
+
+
+def test_the_printed_aggregate_spread_is_every_committed_four_stream_run():
+    """kt_hybrid.AGGREGATE_SPREAD (printed beside the plan's aggregate) is each method and placement's measured /
+    estimate range over the committed runs' 4-stream probes, rounded outward to 0.01, with the run count."""
+    import math
+
+    from vramkit.core.plan import kt_hybrid as kt
+    fours = result()["four_streams"]
+    assert len(fours) >= 40
+    got: dict[tuple[str, bool], list[float]] = {}
+    for r in fours:
+        got.setdefault((r["method"], bool(r["gpu_layers"])), []).append(r["tok_s"] / r["plan_tok_s"])
+    assert set(got) == set(kt.AGGREGATE_SPREAD)
+    for key, ratios in got.items():
+        lo, hi, n = kt.AGGREGATE_SPREAD[key]
+        assert (lo, hi, n) == (math.floor(min(ratios) * 100) / 100, math.ceil(max(ratios) * 100) / 100, len(ratios)), key
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    every = [x for v in got.values() for x in v]
+    wl = kt.AGGREGATE_SPREAD[("AMXINT8", True)]
+    assert (f"The {len(fours)} committed 4-stream runs measured {min(every):.2f}-{max(every):.2f}x it, AMXINT8 whole "
+            f"layers {wl[0]:.2f}-{wl[1]:.2f}x") in readme
+    # the preset's own configuration (AMXINT8 whole layers, GPTQ-Int4 on marlin) within 16 % either way
+    preset = [r for r in fours if "gptq-marlin" in r["point"] and r["method"] == "AMXINT8"]
+    assert len(preset) >= 6 and all(abs(r["tok_s"] / r["plan_tok_s"] - 1) < 0.16 for r in preset)
+
+
+def test_the_plan_gives_the_aggregate_at_max_running_and_none_for_one_request(capsys):
+    from vramkit.cli import main
+    args = ["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60", "--host-ram-gib", "64",
+            "--cpu-isa", "amx", "--host-cores", "16", "--json"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    h = d["hybrid"]
+    assert h["aggregate_streams"] == d["knobs"]["max_running"] == 4
+    assert h["decode_tok_s_by_context"][0][1] < h["aggregate_tok_s"] < 4 * h["decode_tok_s_by_context"][0][1]
+    said = next(n for n in d["notes"] if n.startswith("4 requests decoding together"))
+    lo, hi, n = fit_kt.kt.AGGREGATE_SPREAD[("AMXINT8", True)]
+    assert f"~{h['aggregate_tok_s']:.0f} tok/s in all" in said and f"{n} committed AMXINT8 whole-layer runs" in said
+    assert f"measured {lo:.2f}-{hi:.2f}x it" in said
+    assert main(args + ["--max-running", "1"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["hybrid"]["aggregate_tok_s"] is None and not any("decoding together" in x for x in one["notes"])

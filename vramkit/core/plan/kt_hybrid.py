@@ -693,6 +693,52 @@ class DecodeEstimate:
     def tok_s(self) -> float:
         return 1.0 / self.seconds
 
+    def aggregate_tok_s(self, streams: int, num_experts: int, top_k: int) -> float:
+        """Tokens a second of `streams` requests decoding together, each at this estimate's context (derived, no
+        constant of its own): one step reads each layer's experts that any of its tokens names, the expert terms
+        times distinct_expert_factor; each stream reads its own KV; the per-step terms (the GPU's other weights,
+        sync, the whole-layer step) are paid once."""
+        f = distinct_expert_factor(num_experts, top_k, streams)
+        experts = (self.gpu_experts_s + self.cpu_experts_s if self.gpu_layers
+                   else max(self.gpu_experts_s, self.cpu_experts_s)) * f
+        return streams / (self.gpu_s + streams * self.context_s + experts + self.sync_s + self.step_s)
+
+
+def distinct_expert_factor(num_experts: int, top_k: int, tokens: int) -> float:
+    """How many more experts `tokens` tokens name in one layer than one token does, each token's top_k drawn
+    independently and uniformly: num_experts x (1 - (1 - top_k / num_experts)^tokens) / top_k (3.64 for 4 tokens of
+    Qwen3-30B-A3B's 8 of 128). Trained routers are not uniform; the committed runs' dummy weights are."""
+    return num_experts * (1 - (1 - top_k / num_experts) ** tokens) / top_k
+
+
+# The aggregate estimate (DecodeEstimate.aggregate_tok_s) against every committed KT run's 4-stream probe (4 requests
+# after 512-token prompts; benchmarks/gpu/fit_kt.py, kt-estimate.md), as measured/estimate by CPU method and
+# placement: derived from the batch-1 estimate with nothing fitted to these runs, so all of them are held out.
+# (method, whole layers) -> (least, greatest measured / estimate, rounded outward to 0.01; runs). Where the CPU kernel
+# is not bound by the experts it reads at 4 tokens (AMXINT4, LLAMAFILE_Q8_0, RAWINT4: compute grows with the tokens)
+# the estimate is high; where it is (AMXINT8 split) low: the spread is printed beside every figure
+AGGREGATE_SPREAD: dict[tuple[str, bool], tuple[float, float, int]] = {
+    ("AMXINT4", False): (0.62, 0.99, 4),
+    ("AMXINT4", True): (0.73, 0.74, 1),
+    ("AMXINT8", False): (0.93, 1.39, 22),
+    ("AMXINT8", True): (0.70, 1.08, 14),
+    ("FP8", False): (0.80, 0.88, 2),
+    ("LLAMAFILE_Q8_0", False): (0.64, 0.84, 5),
+    ("RAWINT4", True): (0.57, 0.58, 1),
+}
+
+
+def aggregate_note(streams: int, tok_s: float, method: str, whole_layers: bool, factor: float) -> str:
+    """The plan's words for the aggregate estimate, with what the committed runs measured against it."""
+    measured = AGGREGATE_SPREAD.get((method, whole_layers))
+    where = f"{method} {'whole-layer' if whole_layers else 'split'}"
+    return (f"{streams} requests decoding together ~{tok_s:.0f} tok/s in all after 512-token prompts: derived from "
+            f"that estimate ({streams} tokens name {factor:.2f}x one token's experts, routing drawn uniformly; no "
+            "constant of its own); "
+            + (f"the {measured[2]} committed {where} run{'s' if measured[2] > 1 else ''} with 4 streams measured "
+               f"{measured[0]:.2f}-{measured[1]:.2f}x it" if measured else f"no {where} run measured it")
+            + " (benchmarks/results/gpu/kt-estimate.md)")
+
 
 def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_each: int, threads: int,
                     context: int, kv_bytes_per_token: float, gpu_non_expert_read: int, gpu_expert_read: int,
@@ -760,6 +806,8 @@ class HybridSection:
     host_sglang_source: str = "measured"    # where host_sglang_bytes comes from, in words (sglang_own_bytes)
     compile_pool: bool = True               # whether the server starts torch's compile pool (starts_compile_pool)
     other_sglang_bytes: int | None = None   # SGLang's own under the other placement (other_placement); None: the same
+    aggregate_streams: int = 0              # max_running requests decoding together (0: one at a time)
+    aggregate_tok_s: float | None = None    # their tok/s in all after 512-token prompts (aggregate_tok_s, derived)
 
     @property
     def host_ram_bytes(self) -> int:

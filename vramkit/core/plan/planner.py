@@ -537,6 +537,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
 
 
 HYBRID_CONTEXTS = (512, 8192)     # besides the target context, where the decode estimate is also given
+FOUR_STREAM_CONTEXT = 512 + 64     # the aggregate's depth: 512-token prompts, half of 128 decoded tokens (moe_probe.py)
 
 
 def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load: LoadResult,
@@ -604,6 +605,9 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         off = plan(model, target, replace(knobs, kt_method=None, kt_num_gpu_experts="auto", kt_cpuinfer="auto",
                                           cpu_offload_gib="auto"), engine, with_alternatives=False)
         off_tok_s, off_gib = off.decode_tok_s_ceiling, int(off.knobs.cpu_offload_gib)
+    # the requests SGLang runs at once (as a coding agent's parallel calls fill them), decoding together
+    streams = int(knobs.max_running or 1)
+    agg = estimate(FOUR_STREAM_CONTEXT).aggregate_tok_s(streams, moe.num_experts, moe.top_k) if streams > 1 else None
     pool = kt.starts_compile_pool(model, knobs.kt_gpu_layers == "auto", gpu_layers)
     own, own_source = kt.sglang_own_bytes(k.sglang_host_bytes, host.cpus, pool)
     # the other placement's (the plan's note on it): its own GPU MoE kernel, so its own compile pool or none
@@ -625,7 +629,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         decode_tok_s=d.tok_s, decode_context_tokens=knobs.context, decode_tok_s_by_context=by_context,
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
         cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole,
-        host_sglang_source=own_source, compile_pool=pool, other_sglang_bytes=other_own)
+        host_sglang_source=own_source, compile_pool=pool, other_sglang_bytes=other_own,
+        aggregate_streams=streams if agg is not None else 0, aggregate_tok_s=agg)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
     if (bad_split := kt.split_problem(model, n, bool(gpu_layers))) is not None:
@@ -661,6 +666,9 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
            f"{meth.spread_note} (benchmarks/results/gpu/kt-estimate.md)" if (spread := meth.estimate_spread) else "")
         + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
            if off_tok_s else ""))
+    if hp.aggregate_tok_s is not None:
+        notes.append(kt.aggregate_note(hp.aggregate_streams, hp.aggregate_tok_s, planned, bool(gpu_layers),
+                                       kt.distinct_expert_factor(moe.num_experts, moe.top_k, hp.aggregate_streams)))
     if meth.speed_note:
         notes.append(meth.speed_note)
     if gpu_layers and planned not in kt.WHOLE_LAYER_METHODS:
