@@ -57,7 +57,8 @@
 # carry and the gz did not fit); ~20 min held. More whole layers on
 # the GPU at 16 GiB (mem_fraction 0.93, 0.95 with 2048-token chunks; ran 2026-11-28, moe-vs-llamacpp-mf/run1, ~16 min):
 # STAGE=.stage-gg STEPS="setup lmf". The moe preset as it comes (0.93 since) beside llama.cpp, seeded weights:
-# DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup lpreset" (~12 min).
+# DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup lpreset" (~12 min; ran 2026-11-28, moe-vs-llamacpp-preset/). The two costs
+# of a CPU layer's prompt chunk on the GPU (gpu_prefill_bench.py; not run yet): STAGE=.stage-gg STEPS="setup gprefill".
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
 # after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).
@@ -178,7 +179,7 @@ need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
   || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -644,6 +645,15 @@ if has lmf; then  # more whole layers on the GPU at 16 GiB. At the preset's mem_
     > "$RES/logs/marlin-load-snapshot.txt" 2>&1
   step "marlin load snapshot: $(head -c 300 "$RES/marlin-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
   lpair 16 11
+fi
+if has gprefill; then  # the two costs of a CPU layer's prompt chunk on the GPU (the lever moe-vs-llamacpp-mf/README.md
+  # derives, not built): one layer's GPTQ-Int4 experts copied from pinned host RAM, SGLang's marlin MoE on 512-4096
+  # tokens; the whole card, no server (~1 min after setup)
+  ballast_off
+  timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --out "$RES/gpu-prefill-bench.json" \
+    > "$RES/logs/gpu-prefill-bench.txt" 2>&1
+  step "gpu prefill bench: $(tr '\n' ' ' < "$RES/gpu-prefill-bench.json" 2>/dev/null | head -c 400)"
+  pack
 fi
 if has lpreset; then  # the moe preset as it comes on the GPTQ config (mem_fraction 0.93 since 2026-11-28, whole layers on
   # marlin, AMXINT8, the plan's 12 KT threads): only the model, the dummy load and the KT layout's folder are given;
