@@ -33,7 +33,7 @@ from moe_session import last_flag, plan_split, ran_whole_layers  # noqa: E402
 
 from vramkit import catalog  # noqa: E402
 from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
-from vramkit.core.plan.planner import Knobs, Plan, Target, plan  # noqa: E402
+from vramkit.core.plan.planner import FOUR_STREAM_CONTEXT, Knobs, Plan, Target, plan  # noqa: E402
 
 GiB = 2**30
 RES = ROOT / "benchmarks" / "results" / "gpu"
@@ -351,10 +351,6 @@ def measurements(p: Point) -> list[dict]:
             out.append({"what": f"decode at depth {r['prompt_tokens']}",
                         "context": r["prompt_tokens"] + r["completion_tokens"] // 2, "tok_s": r["decode_tok_s"]})
     return out
-
-
-# moe_probe.py's 4-stream round: 4 requests of 512-token prompts decoding 128 tokens together, the mean depth 576
-FOUR_STREAM_CONTEXT = 512 + 128 // 2
 
 
 def four_streams(p: Point) -> float | None:
