@@ -25,6 +25,7 @@ KT_CONTAINER_DIR = "/kt-weights"
 KT_PLACEMENT_INSIDE = "/kt-placement.json"
 PLACEMENT_DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"   # "0": kt_compat's placement dispatch off (its docstring)
 LAYERS_ENV = knob_decl.by_name()["kt_gpu_layers"].env        # whole layers on the GPU (kt_compat's docstring)
+PREFILL_ENV = knob_decl.by_name()["kt_gpu_prefill"].env      # the CPU layers' prompt on the GPU (vramkit_gpu_prefill)
 LAYERS_FLAG = knob_decl.by_name()["kt_gpu_layers"].cli_flag
 # The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
 # `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
@@ -220,9 +221,12 @@ class Hybrid:
 
     def adapter_env(self) -> dict[str, str]:
         """The kt-kernel adapter's settings the plan chose, for the native server and the container alike: whole
-        layers on the GPU (kt_gpu_layers = "auto"); none for SGLang's own split."""
-        assert LAYERS_ENV is not None
-        return {LAYERS_ENV: "auto"} if self.plan.gpu_layers else {}
+        layers on the GPU (kt_gpu_layers = "auto"), and with them the GPU prompt path when planned (kt_gpu_prefill);
+        none for SGLang's own split."""
+        assert LAYERS_ENV is not None and PREFILL_ENV is not None
+        if not self.plan.gpu_layers:
+            return {}
+        return {LAYERS_ENV: "auto"} | ({PREFILL_ENV: str(self.plan.prefill_tokens)} if self.plan.prefill_tokens else {})
 
     def to_json(self) -> dict:
         return {"weight_path": self.weight_path, "this_host_isa": self.here_isa, "placement": self.placement}

@@ -32,6 +32,10 @@ back to the int32 the KT wrapper's GPU kernels take. Under the trivial map it pa
 Checked on the H100 host (2026-11-27, benchmarks/results/gpu/moe-budget/hotcheck/): outputs at kernel rounding of
 the unplaced server's with it, 3.5x further without it.
 
+Opt-in, experimental, with ``VRAMKIT_KT_GPU_LAYERS``: ``VRAMKIT_KT_GPU_PREFILL=<tokens>`` runs a CPU layer's forward of
+at least that many tokens (a prompt chunk) on the GPU, its GPTQ-Int4 experts copied in from pinned host RAM
+(vramkit_gpu_prefill.py says how and why; the planner's kt_gpu_prefill knob sets it and plans its memory).
+
 Opt-in, for diagnosis only, ``VRAMKIT_CUDA_SNAPSHOT=<path prefix>``: the weight load (ModelRunner.load_model) runs
 under torch's CUDA memory-history recorder, and the snapshot at its end (after SGLang's own empty_cache, where it reads
 "mem usage") is dumped to ``<prefix>.gpu<N>.pickle``: every segment the caching allocator holds, its free blocks and
@@ -218,6 +222,23 @@ def patch_sglang_kt(module, spec: str) -> None:
     orig_pwal = method.process_weights_after_loading
     orig_runner = method.create_moe_runner
     orig_apply = method.apply
+    prefill: dict = {}      # "engine": the GPU prefill (vramkit_gpu_prefill.GpuPrefill), None when off or refused
+
+    def gpu_prefill(kt_config):
+        if "engine" not in prefill:
+            import vramkit_gpu_prefill as gp
+            from sglang.srt.server_args import get_global_server_args
+            least, prefill["engine"] = gp.min_tokens(), None
+            if least is not None:
+                args = get_global_server_args()
+                hf = _hf_config(args)
+                why = gp.unsupported(hf, args.load_format, kt_config.max_deferred_experts_per_token or 0)
+                if why is not None:
+                    gp.say(f"{gp.ENV}={least} not used: {why}; prompt chunks stay on kt-kernel")
+                else:
+                    prefill["engine"] = gp.GpuPrefill(least, hf, args.model_path, args.load_format == "dummy")
+                    gp.say(f"{gp.ENV}={least}: forwards of {least}+ tokens run the CPU layers' experts on the GPU")
+        return prefill["engine"]
 
     def process_weights_after_loading(self, layer):
         if self.num_gpu_experts != 0:
@@ -226,8 +247,10 @@ def patch_sglang_kt(module, spec: str) -> None:
             import torch
             from sglang.srt.eplb.expert_location_dispatch import get_global_expert_location_metadata
             torch.cuda.synchronize()
-            self.wrapper.load_weights(get_global_expert_location_metadata()
-                                      .physical_to_logical_map_cpu[self.kt_config.layer_idx].contiguous())
+            order = get_global_expert_location_metadata().physical_to_logical_map_cpu[self.kt_config.layer_idx]
+            self.wrapper.load_weights(order.contiguous())
+            if os.environ.get("VRAMKIT_KT_GPU_PREFILL") and (engine := gpu_prefill(self.kt_config)) is not None:
+                engine.add_layer(self.kt_config.layer_idx, [int(e) for e in order.tolist()])
             if os.environ.get(GGML_ENV):      # opt-in: decode batches on llama.cpp's CPU kernels
                 import vramkit_ggml_experts
                 from sglang.srt.server_args import get_global_server_args
@@ -246,6 +269,9 @@ def patch_sglang_kt(module, spec: str) -> None:
             return orig_apply(self, layer, dispatch_output)
         from sglang.srt.layers.moe.token_dispatcher import StandardCombineInput
         x = dispatch_output.hidden_states
+        engine = prefill.get("engine")
+        if engine is not None and engine.wants(self.kt_config.layer_idx, x.shape[0]):
+            return engine.run(self.kt_config.layer_idx, dispatch_output, self.moe_runner_config)
         self.submit(layer, dispatch_output)
         return StandardCombineInput(hidden_states=self.sync(x).clone())
 

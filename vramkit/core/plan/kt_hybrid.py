@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from vramkit.core.memory.torch_alloc import CachingAllocator
+from vramkit.core.memory.weight_load import pinned_size
 from vramkit.core.model.checkpoint import RAWINT4_GROUP, rawint4_problem
 from vramkit.core.model.spec import ModelSpec
 from vramkit.errors import Exit, VramkitError
@@ -740,6 +742,43 @@ def aggregate_note(streams: int, tok_s: float, method: str, whole_layers: bool, 
             + " (benchmarks/results/gpu/kt-estimate.md)")
 
 
+# --- the CPU layers' prompt chunks on the GPU (kt_gpu_prefill; the adapter's vramkit_gpu_prefill.py) ------------------
+def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None) -> str | None:
+    """Why kt_gpu_prefill cannot run for this plan (None: it can): the adapter copies a CPU layer's GPTQ-Int4 experts
+    in marlin's layout, read from the checkpoint (symmetric, no act-order), into whole-layer CPU layers."""
+    q = model.quantization
+    if not whole_layers:
+        return "it needs whole layers on the GPU (--kt-gpu-layers auto): a split layer's GPU experts are its own"
+    if q is None or q.method != "gptq" or q.bits != 4:
+        return (f"{model.name}'s experts are {q.method if q else 'not quantized'}; the GPU prompt path runs "
+                "GPTQ-Int4 experts on SGLang's marlin MoE only")
+    if not q.sym or q.desc_act:
+        return "asymmetric or act-order GPTQ: SGLang's marlin MoE would need the zero points and permutation here"
+    if moe_kernel != "marlin":
+        return f"--moe-kernel {moe_kernel}: the GPU prompt path runs SGLang's marlin MoE"
+    return None
+
+
+def prefill_tensors(model: ModelSpec) -> tuple[int, ...]:
+    """One MoE layer's GPTQ-Int4 expert tensors as marlin holds them (w13 and w2 qweight, w13 and w2 scales; the
+    repack keeps each size): the adapter's GPU staging set and each CPU layer's pinned copy."""
+    moe, q = model.moe, model.quantization
+    assert moe is not None and q is not None
+    h, i, e = model.hidden_size, moe.expert_intermediate, moe.num_experts
+    g = q.group_size if q.group_size > 0 else h
+    return (e * h * 2 * i // 2, e * i * h // 2, e * (h // g) * 2 * i * 2, e * (i // g) * h * 2)
+
+
+def prefill_memory(model: ModelSpec, cpu_layers: int) -> tuple[int, int]:
+    """(GPU bytes, pinned host bytes) of the GPU prompt path: the staging set as the caching allocator reserves it on
+    its own (core/memory/torch_alloc.py; allocated after the weights, counted with them by SGLang), and each CPU
+    layer's copy as PyTorch's pinned host allocator rounds it (a power of two each)."""
+    a = CachingAllocator()
+    for n in prefill_tensors(model):
+        a.malloc(n)
+    return a.reserved, cpu_layers * sum(pinned_size(n) for n in prefill_tensors(model))
+
+
 def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_each: int, threads: int,
                     context: int, kv_bytes_per_token: float, gpu_non_expert_read: int, gpu_expert_read: int,
                     gpu_bandwidth_bytes_s: float, host: HostCpu, k: KtConstants,
@@ -806,13 +845,16 @@ class HybridSection:
     host_sglang_source: str = "measured"    # where host_sglang_bytes comes from, in words (sglang_own_bytes)
     compile_pool: bool = True               # whether the server starts torch's compile pool (starts_compile_pool)
     other_sglang_bytes: int | None = None   # SGLang's own under the other placement (other_placement); None: the same
+    host_prefill_bytes: int = 0             # kt_gpu_prefill: the CPU layers' GPTQ experts pinned (prefill_memory)
+    prefill_gpu_bytes: int = 0              # kt_gpu_prefill: its GPU staging set, counted with the weights
+    prefill_tokens: int = 0                 # kt_gpu_prefill: the least forward it takes (0: not planned)
     aggregate_streams: int = 0              # max_running requests decoding together (0: one at a time)
     aggregate_tok_s: float | None = None    # their tok/s in all after 512-token prompts (aggregate_tok_s, derived)
 
     @property
     def host_ram_bytes(self) -> int:
         """What the server needs of host RAM (the mapped checkpoint's pages are reclaimable: not counted)."""
-        return self.host_experts_bytes + self.host_sglang_bytes + self.host_pinned_bytes
+        return self.host_experts_bytes + self.host_sglang_bytes + self.host_pinned_bytes + self.host_prefill_bytes
 
     @property
     def host_ram_bytes_text(self) -> str:
@@ -831,8 +873,8 @@ class HybridSection:
         one_layer = self.host_experts_bytes // cpu_layers if cpu_layers else 0     # one layer's experts, as held
         own = (self.other_sglang_bytes if self.other_sglang_bytes is not None else self.host_sglang_bytes) \
             - self.host_sglang_bytes                  # the compile pool one placement starts and the other not
-        if self.gpu_layers:
-            return 0, self.host_ram_bytes + one_layer * self.gpu_layers + own
+        if self.gpu_layers:     # the split has no GPU prompt path (prefill_problem): its pinned copies go too
+            return 0, self.host_ram_bytes + one_layer * self.gpu_layers + own - self.host_prefill_bytes
         return self.as_whole_layers, self.host_ram_bytes - one_layer * self.as_whole_layers + own
 
 

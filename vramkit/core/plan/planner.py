@@ -308,20 +308,30 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     offload_req = knobs.cpu_offload_gib
     # the hybrid MoE mode (SGLang's KTransformers path): experts 0..N-1 of each MoE layer on the GPU
     n_gpu_experts: int | None = None
+    staging = 0
     if knobs.kt_method:
         kt.check_model(model, knobs.kt_method)
         if str(offload_req) != "0":
             raise VramkitError(f"--kt-method {knobs.kt_method} with --cpu-offload-gb {offload_req}: the hybrid MoE "
                                "mode keeps the other weights on the GPU", "drop one of them", Exit.BAD_INPUT)
-        n_gpu_experts = _gpu_experts(model, knobs, tp, rope_len, sms, mxfp4, free, frac, engine, kv)
+        # the GPU prompt path (kt_gpu_prefill): its staging set is allocated with the weights
+        if knobs.kt_gpu_prefill:
+            whole_asked = knobs.kt_gpu_layers == "auto"
+            cannot = kt.prefill_problem(model, whole_asked, kt.moe_kernel(model, knobs.moe_kernel, 0, whole_asked)[1])
+            if cannot is not None:
+                reasons.append(Reason("kt_gpu_prefill", f"{by_name()['kt_gpu_prefill'].cli_flag} "
+                                      f"{knobs.kt_gpu_prefill}: {cannot}; 0 leaves prompts on kt-kernel"))
+            else:
+                staging = kt.prefill_memory(model, 0)[0]
+        n_gpu_experts = _gpu_experts(model, knobs, tp, rope_len, sms, mxfp4, free, frac, engine, kv, staging)
         if knobs.kt_num_gpu_experts == "auto" and model.moe is not None and n_gpu_experts == model.moe.num_experts:
             # every expert fits beside the pool: the hybrid mode would only cost (kt-kernel still holds every
             # expert in host RAM, and SGLang's KT wrapper waits on the CPU once per MoE layer for no expert)
             notes.append(f"every expert fits on the GPU ({model.moe.num_experts} per MoE layer beside a KV pool "
                          f"for {max(1, knobs.concurrency)} x {knobs.context:,} tokens): planned without the hybrid "
                          f"MoE mode (--kt-method {knobs.kt_method} dropped: no kt-kernel, no CPU round trip per layer)")
-            knobs = replace(knobs, kt_method=None, kt_cpuinfer="auto")
-            n_gpu_experts = None
+            knobs = replace(knobs, kt_method=None, kt_cpuinfer="auto", kt_gpu_prefill=0)
+            n_gpu_experts, staging = None, 0
     # the GPU kernel of GPTQ/AWQ experts (it sets their layout): moe_wna16 where a layer is split, as SGLang needs
     whole_layers = knobs.kt_gpu_layers == "auto"
     model, moe_kernel = kt.moe_kernel(model, knobs.moe_kernel, n_gpu_experts, whole_layers)
@@ -341,7 +351,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     load = replay_load(layout, min(offload_req * GiB, layer_bytes))
     offloaded = load.offloaded_bytes
     # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
-    weights_gpu = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
+    weights_gpu = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging
 
     # 3. KV pool
     rest = (free - weights_gpu - engine.pre_kv) - free * (1 - frac)
@@ -455,7 +465,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     read_per_token = decode_read_bytes(model, load.live_by_role, 1, tp)
     hybrid = None
     if n_gpu_experts is not None:
-        hybrid = _hybrid_section(model, target, knobs, engine, n_gpu_experts, load, cell, tp, reasons, notes)
+        hybrid = _hybrid_section(model, target, knobs, engine, n_gpu_experts, load, cell, tp, reasons, notes,
+                                 staging)
     elif gpu is not None:
         link = target.link_bytes_s or gpu.pcie_bytes_s
         # the GPU-resident tensors after conversion; MoE: only the experts a step touches
@@ -505,7 +516,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
 
 def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: int, mxfp4: str, free: int,
-                 frac: float, engine: Engine, kv: KvLayout) -> int:
+                 frac: float, engine: Engine, kv: KvLayout, staging: int = 0) -> int:
     """The hybrid mode's N: the asked count, or ("auto") the largest whose KV pool still holds concurrency x
     context tokens, each candidate's weights replayed like any plan's (binary search: fewer GPU experts, more KV)."""
     assert model.moe is not None
@@ -524,7 +535,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         priced, _ = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
         counts = kt.gpu_expert_counts(model, n, whole)
         load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts))
-        weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
+        weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
 
     lo, hi = 0, e
@@ -541,7 +552,7 @@ FOUR_STREAM_CONTEXT = 512 + 64     # the aggregate's depth: 512-token prompts, h
 
 
 def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load: LoadResult,
-                    cell: int, tp: int, reasons: list[Reason], notes: list[str]) -> HybridSection:
+                    cell: int, tp: int, reasons: list[Reason], notes: list[str], staging: int = 0) -> HybridSection:
     """The CPU side of a hybrid plan (its GPU figures are the plan's own): the method this CPU runs, the
     threads, host RAM as kt-kernel holds every expert, the decode estimate and layer offload beside it."""
     moe, host, k, gpu = model.moe, target.host, engine.kt, target.gpu
@@ -630,6 +641,9 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
         cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole,
         host_sglang_source=own_source, compile_pool=pool, other_sglang_bytes=other_own,
+        host_prefill_bytes=kt.prefill_memory(model, kt_layers)[1] if staging and kt_layers else 0,
+        prefill_gpu_bytes=staging if kt_layers else 0,
+        prefill_tokens=knobs.kt_gpu_prefill if staging and kt_layers else 0,
         aggregate_streams=streams if agg is not None else 0, aggregate_tok_s=agg)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
@@ -666,6 +680,13 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
            f"{meth.spread_note} (benchmarks/results/gpu/kt-estimate.md)" if (spread := meth.estimate_spread) else "")
         + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
            if off_tok_s else ""))
+    if hp.prefill_gpu_bytes:
+        notes.append(f"prompt chunks of {knobs.kt_gpu_prefill:,}+ tokens run the {kt_layers} CPU layers' experts on "
+                     f"the GPU, copied in from pinned host RAM each chunk as llama.cpp does: a staging set of "
+                     f"{bytes2human(hp.prefill_gpu_bytes)} with the weights, {bytes2human(hp.host_prefill_bytes)} of "
+                     "pinned host RAM (experimental: built, not yet run on a GPU; the first token after 30K derived "
+                     "at ~3.6 s on the H100 host against 9.0 on kt-kernel, benchmarks/results/gpu/"
+                     "moe-vs-llamacpp-mf/README.md)")
     if hp.aggregate_tok_s is not None:
         notes.append(kt.aggregate_note(hp.aggregate_streams, hp.aggregate_tok_s, planned, bool(gpu_layers),
                                        kt.distinct_expert_factor(moe.num_experts, moe.top_k, hp.aggregate_streams)))

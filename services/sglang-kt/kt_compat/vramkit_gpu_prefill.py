@@ -1,0 +1,196 @@
+"""The CPU layers' prompt chunks on the GPU, as llama.cpp computes them (opt-in, experimental: the planner's
+kt_gpu_prefill knob sets VRAMKIT_KT_GPU_PREFILL=<least tokens>; issue 18).
+
+With whole layers (VRAMKIT_KT_GPU_LAYERS=auto) a CPU layer's experts live in host RAM and kt-kernel computes them, a
+prompt chunk too: ~6 of the 9 s the kit takes to a first token after 30K at 16 GiB
+(benchmarks/results/gpu/moe-vs-llamacpp-mf/README.md). Here each such layer also keeps its GPTQ-Int4 experts in
+marlin's layout in pinned host RAM (0.29 GiB a layer for Qwen3-30B-A3B). A forward of at least the set number of
+tokens copies them into one GPU staging set, shared by every CPU layer and allocated at load (SGLang counts it with
+the weights, and the planner plans it), and runs SGLang's own marlin MoE (fused_experts_none_to_marlin, what its GPU
+layers run) on them. Decode batches stay on kt-kernel.
+
+The weights: SGLang's loader skips every expert of a layer with no GPU experts (FusedMoE._weight_loader_physical),
+so they are read here from the checkpoint's safetensors (each expert's gate/up/down qweight and scales; symmetric
+GPTQ without act-order only, as the config says), in the server's physical expert order, and repacked by SGLang's
+gptq_marlin_moe_repack and marlin_moe_permute_scales as its GPTQ marlin MoE method does. With --load-format dummy
+they are random, as SGLang's dummy weights are.
+
+Built 2026-11-28 and not yet run on a GPU: the arithmetic and the checkpoint reading are tested on the CPU
+(tests/unit/test_gpu_prefill.py); the device step is run_moe_vs_llamacpp.sh's gprefill / lprefill.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+ENV = "VRAMKIT_KT_GPU_PREFILL"
+PACK = 8          # 4-bit values in an int32
+PROJ = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+
+
+def min_tokens(environ: dict | None = None) -> int | None:
+    """The least forward (tokens) whose CPU layers run on the GPU; None: off (unset or 0). A value that is not a
+    whole number >= 0 stops the server at start with one line."""
+    raw = (os.environ if environ is None else environ).get(ENV, "").strip()
+    if raw in ("", "0"):
+        return None
+    if not raw.isdigit():
+        raise SystemExit(f"vramkit_gpu_prefill: {ENV}={raw!r}: give the least prompt chunk (tokens) to run on the "
+                         "GPU, or 0 for off")
+    return int(raw)
+
+
+def unsupported(hf: dict, load_format: str, deferred: int) -> str | None:
+    """Why this server cannot run the path (None: it can): GPTQ-Int4 marlin experts only, symmetric and without
+    act-order, as SGLang's GPTQ marlin MoE reads them here; no deferred experts (their state spans layers)."""
+    q = hf.get("quantization_config") or {}
+    if q.get("quant_method") != "gptq" or int(q.get("bits", 0)) != 4:
+        return f"the checkpoint is {q.get('quant_method') or 'not quantized'}, not GPTQ-Int4"
+    if q.get("desc_act") or not q.get("sym", True):
+        return "act-order or asymmetric GPTQ (SGLang's marlin MoE needs their permutation and zero points here)"
+    if deferred:
+        return "deferred experts (--kt-max-deferred-experts-per-token) carry state from one layer to the next"
+    if load_format not in ("auto", "dummy", "safetensors"):
+        return f"--load-format {load_format}: the CPU layers' experts are read from safetensors files"
+    return None
+
+
+def shapes(hidden: int, inter: int, experts: int, group: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """One layer's FusedMoE GPTQ tensors as SGLang creates them (gptq/schemes/gptq_moe.py), before the repack, which
+    keeps each one's size: qweight int32 [E, K / 8, N], scales float16 [E, K / group, N]; w13 is gate | up."""
+    return {"w13_qweight": ((experts, hidden // PACK, 2 * inter), "int32"),
+            "w2_qweight": ((experts, inter // PACK, hidden), "int32"),
+            "w13_scales": ((experts, hidden // group, 2 * inter), "float16"),
+            "w2_scales": ((experts, inter // group, hidden), "float16")}
+
+
+def layer_bytes(hidden: int, inter: int, experts: int, group: int) -> dict[str, int]:
+    """Each tensor's bytes (the staging set's and each CPU layer's pinned copy's)."""
+    size = {"int32": 4, "float16": 2}
+    out = {}
+    for name, (shape, dtype) in shapes(hidden, inter, experts, group).items():
+        n = size[dtype]
+        for d in shape:
+            n *= d
+        out[name] = n
+    return out
+
+
+def expert_names(prefix: str, expert: int) -> dict[str, str]:
+    """The checkpoint names of one expert's GPTQ tensors (Qwen's layout: mlp.experts.<e>.<proj>.<tensor>)."""
+    return {f"{p}.{t}": f"{prefix}.experts.{expert}.{name}.{t}" for p, name in PROJ.items()
+            for t in ("qweight", "scales")}
+
+
+def assemble(read, prefix: str, order: list[int]) -> dict:
+    """One layer's w13/w2 qweight and scales from the checkpoint's per-expert linears, slot by slot in the server's
+    physical order (`order[slot]` = the logical expert): `read(name)` gives a CPU tensor. GPTQ stores a linear's
+    qweight as [K / 8, N] and its scales as [K / group, N], the layout FusedMoE loads as is (is_transposed)."""
+    import torch
+    out: dict = {k: [] for k in ("w13_qweight", "w2_qweight", "w13_scales", "w2_scales")}
+    for logical in order:
+        n = expert_names(prefix, logical)
+        for t in ("qweight", "scales"):
+            out[f"w13_{t}"].append(torch.cat([read(n[f"gate.{t}"]), read(n[f"up.{t}"])], dim=1))
+            out[f"w2_{t}"].append(read(n[f"down.{t}"]))
+    return {k: torch.stack(v) for k, v in out.items()}
+
+
+class Reader:
+    """Tensors by name from a checkpoint folder's safetensors files (the index's weight map, else every file)."""
+
+    def __init__(self, folder: str) -> None:
+        from safetensors import safe_open
+        root = Path(folder)
+        index = root / "model.safetensors.index.json"
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() \
+            else sorted(p.name for p in root.glob("*.safetensors"))
+        self._where: dict[str, object] = {}
+        self._open = []
+        for f in files:
+            h = safe_open(str(root / f), framework="pt")
+            self._open.append(h)
+            for name in h.keys():
+                self._where[name] = h
+
+    def __call__(self, name: str):
+        h = self._where.get(name)
+        if h is None:
+            raise KeyError(f"{name} is not in the checkpoint")
+        return h.get_tensor(name)
+
+
+def to_marlin(raw: dict, hidden: int, inter: int, group: int) -> dict:
+    """The repack SGLang's GPTQMarlinMoEKernel.process_weights_after_loading does, on the GPU, with its functions and
+    arguments (no act-order: empty sort indices)."""
+    import torch
+    from sglang.srt.hardware_backend.gpu.quantization.gptq_kernels import gptq_marlin_moe_repack
+    from sglang.srt.layers.quantization.marlin_utils import marlin_moe_permute_scales
+    w13, w2 = raw["w13_qweight"].cuda(), raw["w2_qweight"].cuda()
+    empty = torch.empty((w13.shape[0], 0), dtype=torch.int32, device=w13.device)
+    return {"w13_qweight": gptq_marlin_moe_repack(w13, empty, w13.shape[1] * PACK, w13.shape[2], 4),
+            "w2_qweight": gptq_marlin_moe_repack(w2, empty, w2.shape[1] * PACK, w2.shape[2], 4),
+            "w13_scales": marlin_moe_permute_scales(s=raw["w13_scales"].cuda(), size_k=inter,
+                                                    size_n=raw["w13_scales"].shape[2], group_size=group),
+            "w2_scales": marlin_moe_permute_scales(s=raw["w2_scales"].cuda(), size_k=raw["w2_scales"].shape[1] * group,
+                                                   size_n=raw["w2_scales"].shape[2], group_size=group)}
+
+
+class GpuPrefill:
+    """The staging set on the GPU and each CPU layer's pinned copy; `run` computes one forward on them."""
+
+    def __init__(self, least: int, hf: dict, model_path: str, dummy: bool) -> None:
+        self.least = least
+        self.hidden, self.inter = int(hf["hidden_size"]), int(hf["moe_intermediate_size"])
+        self.experts = int(hf["num_experts"])
+        self.group = int(hf["quantization_config"].get("group_size", 128))
+        self.model_path, self.dummy = model_path, dummy
+        self.host: dict[int, dict] = {}          # layer -> its tensors in pinned host RAM
+        self.stage: dict | None = None
+        self._reader: Reader | None = None
+
+    def add_layer(self, layer_idx: int, order: list[int]) -> None:
+        """The layer's experts into pinned host RAM (read and repacked, or random for a dummy load); the staging set
+        at the first layer, while SGLang still counts what the load allocates."""
+        import torch
+        if self.dummy:
+            gen = torch.Generator().manual_seed(1234 + layer_idx)
+            marlin = {}
+            for name, (shape, dtype) in shapes(self.hidden, self.inter, self.experts, self.group).items():
+                marlin[name] = (torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32, generator=gen)
+                                if dtype == "int32" else
+                                (torch.rand(shape, generator=gen) * 2e-3 - 1e-3).half())   # SGLang's dummy range
+            pinned = {k: v.pin_memory() for k, v in marlin.items()}
+        else:
+            if self._reader is None:
+                self._reader = Reader(self.model_path)
+            raw = assemble(self._reader, f"model.layers.{layer_idx}.mlp", order)
+            pinned = {k: v.cpu().pin_memory() for k, v in to_marlin(raw, self.hidden, self.inter, self.group).items()}
+            del raw
+        self.host[layer_idx] = pinned
+        if self.stage is None:
+            self.stage = {k: torch.empty_like(v, device="cuda") for k, v in pinned.items()}
+
+    def wants(self, layer_idx: int, tokens: int) -> bool:
+        return tokens >= self.least and layer_idx in self.host and self.stage is not None
+
+    def run(self, layer_idx: int, dispatch_output, runner_config):
+        """Copy the layer's experts in (on the current stream: the kernel below waits for them) and run SGLang's marlin
+        MoE on them; the StandardCombineInput SGLang's own GPU layers return."""
+        from sglang.srt.layers.moe.moe_runner.marlin import MarlinMoeQuantInfo, fused_experts_none_to_marlin
+        assert self.stage is not None
+        for name, t in self.host[layer_idx].items():
+            self.stage[name].copy_(t, non_blocking=True)
+        s = self.stage
+        empty = s["w13_qweight"].new_empty((self.experts, 0))
+        info = MarlinMoeQuantInfo(w13_qweight=s["w13_qweight"], w2_qweight=s["w2_qweight"], w13_scales=s["w13_scales"],
+                                  w2_scales=s["w2_scales"], w13_g_idx_sort_indices=empty, w2_g_idx_sort_indices=empty,
+                                  weight_bits=4, w13_g_idx=empty, w2_g_idx=empty, is_k_full=True,
+                                  global_num_experts=self.experts)
+        return fused_experts_none_to_marlin(dispatch_output, info, runner_config)
+
+
+def say(text: str) -> None:
+    print(f"vramkit_gpu_prefill: {text}", file=sys.stderr, flush=True)
