@@ -1,16 +1,17 @@
-"""The two costs of computing a CPU layer's prompt chunk on the GPU, as llama.cpp does (issue 18; the lever derived in
-benchmarks/results/gpu/moe-vs-llamacpp-mf/README.md, not built): copying one MoE layer's GPTQ-Int4 experts, already in
-marlin's layout, from pinned host RAM to the GPU, and running SGLang's own marlin MoE (fused_marlin_moe, the kernel
-its GPU layers run) on a chunk of T tokens.
+"""The adapter's GPU prompt path for a CPU layer (kt_gpu_prefill, services/sglang-kt/kt_compat/vramkit_gpu_prefill.py;
+issue 18, derived in benchmarks/results/gpu/moe-vs-llamacpp-mf/README.md), checked and timed without a server: one MoE
+layer's GPTQ-Int4 experts repacked by its to_marlin, copied from pinned host RAM, and run by GpuPrefill.run through
+SGLang's own marlin MoE (the kernel its GPU layers run) on a chunk of T tokens.
 
     python3 benchmarks/gpu/gpu_prefill_bench.py [--tokens 512,2048,4096] [--out R.json]
 
 On the GPU host, in the SGLang archive's environment (benchmarks/gpu/host_env.sh) after the marlin JIT prewarm: random
-weights of the coder's shape (128 experts, hidden 2048, expert intermediate 768, group 128, 4 bits), repacked by
-SGLang's gptq_marlin_moe_repack and marlin_moe_permute_scales as its GPTQ marlin MoE method does after loading, routing
-drawn uniformly (8 of 128 a token). Each figure is the median of --reps timed runs after 3 warm-ups (CUDA events).
-Writes the per-layer copy time and rate, the marlin time per chunk size, and the derived first token after a 30K
-prompt: the committed 24 GiB run's (every layer on the GPU) plus the copies of --cpu-layers layers per chunk.
+GPTQ weights of the coder's shape (128 experts, hidden 2048, expert intermediate 768, group 128, 4 bits, symmetric),
+routing drawn uniformly (8 of 128 a token). First a numeric check: 64 tokens through GpuPrefill.run against a float32
+reference computed from the raw GPTQ tensors (relative L2 error). Then each figure the median of --reps timed runs
+after 3 warm-ups (CUDA events): the copy alone (time and rate) and GpuPrefill.run (copy and marlin MoE) per chunk
+size, and the derived first token after a 30K prompt: the committed 24 GiB run's (every layer on the GPU) plus the
+copies of --cpu-layers layers per chunk.
 """
 from __future__ import annotations
 
@@ -51,51 +52,78 @@ def _median_ms(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def bench(tokens: list[int], reps: int) -> dict:
+def unpack_gptq(q, scales, group: int):
+    """A GPTQ-Int4 linear's weights [K, N] in float32 from its qweight [K / 8, N] (row r holds k = 8 r + j in bits
+    4 j..4 j + 3, AutoGPTQ's packing) and scales [K / group, N], symmetric: (value - 8) x scale."""
     import torch
-    from sglang.srt.hardware_backend.gpu.quantization.gptq_kernels import gptq_marlin_moe_repack
-    from sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe import fused_marlin_moe
-    from sglang.srt.layers.quantization.marlin_utils import marlin_make_workspace, marlin_moe_permute_scales
+    shifts = torch.arange(0, 32, 4, device=q.device, dtype=torch.int32)
+    nib = (q.unsqueeze(1) >> shifts.view(1, 8, 1)) & 0xF                   # [K / 8, 8, N]
+    w = nib.reshape(-1, q.shape[1]).float() - 8.0
+    return w * scales.float().repeat_interleave(group, dim=0)
+
+
+def reference(x, raw: dict, ids, weights, inter: int, group: int):
+    """The MoE layer in float32 from the raw GPTQ tensors: each token's top-k experts, silu(x gate) * (x up) down."""
+    import torch
+    out = torch.zeros(x.shape[0], raw["w2_qweight"].shape[2], device=x.device)
+    xf = x.float()
+    for e in ids.unique().tolist():
+        rows, slot = (ids == e).nonzero(as_tuple=True)
+        w13 = unpack_gptq(raw["w13_qweight"][e].to(x.device), raw["w13_scales"][e].to(x.device), group)
+        w2 = unpack_gptq(raw["w2_qweight"][e].to(x.device), raw["w2_scales"][e].to(x.device), group)
+        a = xf[rows] @ w13
+        act = torch.nn.functional.silu(a[:, :inter]) * a[:, inter:]
+        out.index_add_(0, rows, (act @ w2) * weights[rows, slot].unsqueeze(1))
+    return out
+
+
+def bench(tokens: list[int], reps: int) -> dict:
+    """The adapter's own path (vramkit_gpu_prefill: to_marlin, the pinned copy, GpuPrefill.run through SGLang's
+    fused_experts_none_to_marlin) on one random layer: checked against a float32 reference, then timed."""
+    import torch
+    sys.path.insert(0, str(ROOT / "services" / "sglang-kt" / "kt_compat"))
+    import vramkit_gpu_prefill as gp
+    from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
 
     e, h, i, g, k = SHAPE["experts"], SHAPE["hidden"], SHAPE["inter"], SHAPE["group"], SHAPE["top_k"]
+    gen = torch.Generator().manual_seed(0)
+    raw = {}
+    for name, (shape, dtype) in gp.shapes(h, i, e, g).items():
+        raw[name] = (torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32, generator=gen) if dtype == "int32"
+                     else (torch.rand(shape, generator=gen) * 2e-2 + 1e-3).half())
+    hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
+          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": g, "sym": True, "desc_act": False}}
+    engine = gp.GpuPrefill(1, hf, "", dummy=False)
+    engine.host[0] = {n: t.cpu().pin_memory() for n, t in gp.to_marlin(raw, h, i, g).items()}
+    engine.stage = {n: torch.empty_like(t, device="cuda") for n, t in engine.host[0].items()}
     dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(0)
-    qmax = 2**31 - 1
+    layer_bytes = sum(t.numel() * t.element_size() for t in engine.host[0].values())
 
-    def qweight(*shape: int) -> torch.Tensor:
-        return torch.randint(-qmax, qmax, shape, dtype=torch.int32, device=dev, generator=gen)
+    def inputs(t: int):
+        x = (torch.randn(t, h, generator=gen) * 0.1).half().to(dev)
+        logits = torch.randn(t, e, generator=gen).to(dev)
+        weights, ids = torch.softmax(logits, dim=-1).topk(k, dim=-1)
+        return x, StandardDispatchOutput(hidden_states=x, hidden_states_scale=None, topk_output=StandardTopKOutput(
+            topk_weights=weights, topk_ids=ids.to(torch.int32), router_logits=logits.half())), ids, weights
 
-    empty = torch.empty((e, 0), dtype=torch.int32, device=dev)     # no act-order: SGLang's empty g_idx / sort indices
-    # GPTQMarlinMoEKernel.process_weights_after_loading's calls, in its order and with its arguments
-    w13 = gptq_marlin_moe_repack(qweight(e, h // 8, 2 * i), empty, h, 2 * i, 4)
-    w2 = gptq_marlin_moe_repack(qweight(e, i // 8, h), empty, i, h, 4)
-    s13 = marlin_moe_permute_scales(s=(torch.rand(e, h // g, 2 * i, device=dev, generator=gen) * 1e-2).half(),
-                                    size_k=i, size_n=2 * i, group_size=g)
-    s2 = marlin_moe_permute_scales(s=(torch.rand(e, i // g, h, device=dev, generator=gen) * 1e-2).half(),
-                                   size_k=i, size_n=h, group_size=g)
-    stage = [w13, w2, s13, s2]                        # the GPU staging tensors, one layer's worth
-    host = [t.cpu().pin_memory() for t in stage]      # the CPU layer's copy in pinned host RAM
-    layer_bytes = sum(t.numel() * t.element_size() for t in host)
+    x, dispatch, ids, weights = inputs(64)
+    got = engine.run(0, dispatch, MoeRunnerConfig()).hidden_states.float()
+    ref = reference(x, raw, ids, weights, i, g)
+    out: dict = {"check_64_tokens": {"rel_l2": round(float((got - ref).norm() / ref.norm()), 5),
+                                     "ref_rms": float(ref.pow(2).mean().sqrt())}}
 
     def copy() -> None:
-        for dst, src in zip(stage, host, strict=True):
-            dst.copy_(src, non_blocking=True)
+        for name, t in engine.host[0].items():
+            engine.stage[name].copy_(t, non_blocking=True)
 
-    out: dict = {"layer_bytes": layer_bytes, "copy_ms": round(_median_ms(copy, reps), 3)}
+    out |= {"layer_bytes": layer_bytes, "copy_ms": round(_median_ms(copy, reps), 3)}
     out["copy_gbs"] = round(layer_bytes / (out["copy_ms"] / 1e3) / 1e9, 1)
-    workspace = marlin_make_workspace(dev, max_blocks_per_sm=4)
-    out["marlin_ms"] = {}
+    out["run_ms"] = {}          # GpuPrefill.run: the copy and the marlin MoE, as a prompt chunk pays them
     for t in tokens:
-        x = (torch.randn(t, h, device=dev, generator=gen) * 0.1).half()
-        logits = torch.randn(t, e, device=dev, generator=gen)
-        weights, ids = torch.softmax(logits, dim=-1).topk(k, dim=-1)
-
-        def moe(x=x, logits=logits, weights=weights, ids=ids) -> None:
-            fused_marlin_moe(hidden_states=x, w1=w13, w2=w2, w1_scale=s13, w2_scale=s2, gating_output=logits.half(),
-                             topk_weights=weights, topk_ids=ids.to(torch.int32), global_num_experts=e,
-                             g_idx1=empty, g_idx2=empty, sort_indices1=empty, sort_indices2=empty,
-                             workspace=workspace, num_bits=4, is_k_full=True)
-        out["marlin_ms"][str(t)] = round(_median_ms(moe, reps), 3)
+        _, dispatch, _, _ = inputs(t)
+        out["run_ms"][str(t)] = round(_median_ms(lambda d=dispatch: engine.run(0, d, MoeRunnerConfig()), reps), 3)
     out["device"] = torch.cuda.get_device_name(0)
     return out
 

@@ -58,7 +58,9 @@
 # the GPU at 16 GiB (mem_fraction 0.93, 0.95 with 2048-token chunks; ran 2026-11-28, moe-vs-llamacpp-mf/run1, ~16 min):
 # STAGE=.stage-gg STEPS="setup lmf". The moe preset as it comes (0.93 since) beside llama.cpp, seeded weights:
 # DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup lpreset" (~12 min; ran 2026-11-28, moe-vs-llamacpp-preset/). The two costs
-# of a CPU layer's prompt chunk on the GPU (gpu_prefill_bench.py; not run yet): STAGE=.stage-gg STEPS="setup gprefill".
+# of a CPU layer's prompt chunk on the GPU, the adapter's own path checked and timed without a server
+# (gpu_prefill_bench.py; not run yet): STAGE=.stage-gg STEPS="setup gprefill" (~3 min); then the server with it
+# beside the preset and llama.cpp: DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup gprefill lprefill" (~17 min).
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
 # after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).
@@ -173,13 +175,13 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
-  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
+  || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
 [ -n "$need_llama" ] && (
@@ -218,7 +220,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-{ has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has raw4 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has llama-24 || has med3 || has med16 || has profile || has k24lev; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -646,14 +648,22 @@ if has lmf; then  # more whole layers on the GPU at 16 GiB. At the preset's mem_
   step "marlin load snapshot: $(head -c 300 "$RES/marlin-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
   lpair 16 11
 fi
-if has gprefill; then  # the two costs of a CPU layer's prompt chunk on the GPU (the lever moe-vs-llamacpp-mf/README.md
-  # derives, not built): one layer's GPTQ-Int4 experts copied from pinned host RAM, SGLang's marlin MoE on 512-4096
-  # tokens; the whole card, no server (~1 min after setup)
+if has gprefill; then  # the adapter's GPU prompt path for a CPU layer (kt_gpu_prefill, vramkit_gpu_prefill.py) without
+  # a server: its repack, pinned copy and SGLang's marlin MoE checked against a float32 reference on 64 tokens, then
+  # timed on 512-4096 tokens; the whole card (~1 min after setup)
   ballast_off
   timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --out "$RES/gpu-prefill-bench.json" \
     > "$RES/logs/gpu-prefill-bench.txt" 2>&1
   step "gpu prefill bench: $(tr '\n' ' ' < "$RES/gpu-prefill-bench.json" 2>/dev/null | head -c 400)"
   pack
+fi
+if has lprefill; then  # the preset with the CPU layers' prompt on the GPU (--kt-gpu-prefill 256: forwards of 256+ tokens)
+  # beside the preset as it comes, then llama.cpp's pair; run with DUMMY_BY_NAME=1 (~14 min with the builds)
+  ballast 16
+  kit k16-prefill 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
+    --kt-gpu-prefill 256
+  kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
+  lpair 16 11
 fi
 if has lpreset; then  # the moe preset as it comes on the GPTQ config (mem_fraction 0.93 since 2026-11-28, whole layers on
   # marlin, AMXINT8, the plan's 12 KT threads): only the model, the dummy load and the KT layout's folder are given;

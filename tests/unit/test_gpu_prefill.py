@@ -1,0 +1,149 @@
+"""kt_gpu_prefill (issue 18, experimental): the plan's memory for the CPU layers' prompt on the GPU, its refusals, the
+adapter's environment, and the adapter's CPU-side pieces (services/sglang-kt/kt_compat/vramkit_gpu_prefill.py: the
+setting, the checkpoint reading and the tensor sizes, which must be the planner's). The copy and the marlin MoE run on
+the GPU host only (benchmarks/gpu/gpu_prefill_bench.py checks them there)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from vramkit import catalog
+from vramkit.cli import main
+from vramkit.core.plan import knobs as knob_decl
+from vramkit.core.plan import kt_hybrid as kt
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def gp():
+    spec = importlib.util.spec_from_file_location(
+        "vramkit_gpu_prefill", ROOT / "services" / "sglang-kt" / "kt_compat" / "vramkit_gpu_prefill.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def gptq_dir(tmp_path_factory):
+    from fit_kt import gptq_coder_config
+    d = tmp_path_factory.mktemp("gptq")
+    (d / "config.json").write_text(json.dumps(gptq_coder_config()))
+    return d
+
+
+def _plan(capsys, model: str, *extra: str) -> tuple[int, dict]:
+    rc = main(["plan", "--preset", "moe", "--model", model, "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx",
+               "--host-cores", "16", "--host-ram-gib", "64", "--json", *extra])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_the_staging_set_and_the_pinned_copies_are_planned(capsys, gptq_dir):
+    rc_off, off = _plan(capsys, str(gptq_dir))
+    rc_on, on = _plan(capsys, str(gptq_dir), "--kt-gpu-prefill", "256")
+    assert rc_off == rc_on == 0 and off["fits"] and on["fits"]
+    h, h0 = on["hybrid"], off["hybrid"]
+    # one layer's marlin tensors in a fresh allocator: 192 + 96 MiB of qweight in their own segments, both scales
+    # (6 and 3 MiB) in one 20 MiB segment
+    assert h["prefill_gpu_bytes"] == (192 + 96 + 20) * MiB and h["prefill_tokens"] == 256
+    cpu_layers = h["moe_layers"] - h["gpu_layers"]
+    assert h["host_prefill_bytes"] == cpu_layers * (256 + 128 + 8 + 4) * MiB   # each rounded to a power of two
+    # the staging set is weight memory: fewer GPU experts, the pool still holds the context
+    assert h["num_gpu_experts"] < h0["num_gpu_experts"] and on["kv_pool_tokens"] >= on["knobs"]["context"]
+    assert on["weights_bytes"] - off["weights_bytes"] < h["prefill_gpu_bytes"]     # one GPU layer's experts fewer
+    assert on["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "256"}
+    assert "VRAMKIT_KT_GPU_PREFILL" not in off["server_env"]
+    said = next(n for n in on["notes"] if n.startswith("prompt chunks of 256+ tokens"))
+    assert f"the {cpu_layers} CPU layers' experts on the GPU" in said and "not yet run on a GPU" in said
+
+
+@pytest.mark.parametrize("model, extra, said", [
+    ("qwen3-coder-30b-a3b-instruct-fp8", (), "experts are fp8"),
+    (None, ("--kt-gpu-layers", "off"), "needs whole layers"),
+    (None, ("--moe-kernel", "wna16"), "--moe-kernel wna16"),
+])
+def test_where_it_cannot_run_the_plan_refuses_and_says_why(capsys, gptq_dir, model, extra, said):
+    rc, d = _plan(capsys, model or str(gptq_dir), "--kt-gpu-prefill", "512", *extra)
+    assert rc == 10 and not d["fits"]
+    reason = next(r for r in d["reasons"] if "--kt-gpu-prefill 512" in r)
+    assert said in reason and "0 leaves prompts on kt-kernel" in reason
+
+
+def test_the_adapter_reads_the_knob_s_environment_name(gp):
+    assert gp.ENV == knob_decl.by_name()["kt_gpu_prefill"].env == "VRAMKIT_KT_GPU_PREFILL"
+    compat = (ROOT / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py").read_text()
+    assert f'"{gp.ENV}"' in compat
+
+
+def test_the_setting_is_a_whole_number_or_the_server_stops_in_one_line(gp):
+    assert gp.min_tokens({}) is None and gp.min_tokens({gp.ENV: "0"}) is None
+    assert gp.min_tokens({gp.ENV: " 256 "}) == 256
+    for bad in ("-1", "2k", "1.5"):
+        with pytest.raises(SystemExit) as e:
+            gp.min_tokens({gp.ENV: bad})
+        assert str(e.value).startswith("vramkit_gpu_prefill: ") and "\n" not in str(e.value)
+
+
+def test_the_adapter_s_sizes_are_the_planner_s(gp):
+    from fit_kt import gptq_coder_config
+
+    from vramkit.hf_config import parse_config
+    hf = gptq_coder_config()
+    model = parse_config(hf, name="gptqcfg")
+    sizes = gp.layer_bytes(hf["hidden_size"], hf["moe_intermediate_size"], hf["num_experts"],
+                           hf["quantization_config"]["group_size"])
+    assert tuple(sizes.values()) == kt.prefill_tensors(model) == (192 * MiB, 96 * MiB, 6 * MiB, 3 * MiB)
+    assert gp.unsupported(hf, "dummy", 0) is None
+    assert "act-order" in gp.unsupported(hf | {"quantization_config": hf["quantization_config"] | {"desc_act": True}},
+                                         "auto", 0)
+    assert "deferred" in gp.unsupported(hf, "auto", 2)
+    assert "not GPTQ-Int4" in gp.unsupported(json.loads((catalog.CONFIG_DIR / "models" /
+                                             "qwen3-coder-30b-a3b-instruct" / "config.json").read_text()), "auto", 0)
+
+
+def test_a_layer_is_assembled_from_the_checkpoint_in_the_server_s_expert_order(gp, tmp_path):
+    """GPTQ stores each linear's qweight [K / 8, N] and scales [K / group, N]; FusedMoE's w13 is gate | up along N,
+    slot s holds logical expert order[s]. Two safetensors files and their index, as a sharded checkpoint has."""
+    import torch
+    from safetensors.torch import save_file
+    h, i, g, e = 16, 8, 8, 3
+    tensors = {}
+    for x in range(e):
+        for p, (k, n) in {"gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}.items():
+            base = f"model.layers.5.mlp.experts.{x}.{p}"
+            tensors[f"{base}.qweight"] = torch.full((k // 8, n), 100 * x + len(p), dtype=torch.int32)
+            tensors[f"{base}.scales"] = torch.full((k // g, n), float(x + 1) / len(p), dtype=torch.float16)
+    names = sorted(tensors)
+    half = len(names) // 2
+    save_file({n: tensors[n] for n in names[:half]}, str(tmp_path / "a.safetensors"))
+    save_file({n: tensors[n] for n in names[half:]}, str(tmp_path / "b.safetensors"))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {n: "a.safetensors" if j < half else "b.safetensors" for j, n in enumerate(names)}}))
+    order = [2, 0, 1]
+    got = gp.assemble(gp.Reader(str(tmp_path)), "model.layers.5.mlp", order)
+    shapes = gp.shapes(h, i, e, g)
+    assert {k: tuple(v.shape) for k, v in got.items()} == {k: s for k, (s, _) in shapes.items()}
+    for slot, x in enumerate(order):
+        base = f"model.layers.5.mlp.experts.{x}"
+        assert torch.equal(got["w13_qweight"][slot], torch.cat([tensors[f"{base}.gate_proj.qweight"],
+                                                                tensors[f"{base}.up_proj.qweight"]], dim=1))
+        assert torch.equal(got["w2_scales"][slot], tensors[f"{base}.down_proj.scales"])
+    with pytest.raises(KeyError, match="not in the checkpoint"):
+        gp.assemble(gp.Reader(str(tmp_path)), "model.layers.6.mlp", [0])
+
+
+def test_the_image_carries_every_module_of_the_adapter():
+    """services/sglang-kt/Dockerfile copies each kt_compat module the server imports (the .pth line loads the first,
+    which imports the others on demand); sitecustomize is the native runtime's way in, not the image's."""
+    folder = ROOT / "services" / "sglang-kt" / "kt_compat"
+    docker = (ROOT / "services" / "sglang-kt" / "Dockerfile").read_text()
+    modules = sorted(p.name for p in folder.glob("*.py") if p.name != "sitecustomize.py")
+    assert "vramkit_gpu_prefill.py" in modules
+    for name in modules:
+        assert f"COPY kt_compat/{name} /opt/vramkit-kt/{name}" in docker, name
