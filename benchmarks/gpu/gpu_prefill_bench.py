@@ -52,25 +52,18 @@ def _median_ms(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def unpack_gptq(q, scales, group: int):
-    """A GPTQ-Int4 linear's weights [K, N] in float32 from its qweight [K / 8, N] (row r holds k = 8 r + j in bits
-    4 j..4 j + 3, AutoGPTQ's packing) and scales [K / group, N], symmetric: (value - 8) x scale."""
-    import torch
-    shifts = torch.arange(0, 32, 4, device=q.device, dtype=torch.int32)
-    nib = (q.unsqueeze(1) >> shifts.view(1, 8, 1)) & 0xF                   # [K / 8, 8, N]
-    w = nib.reshape(-1, q.shape[1]).float() - 8.0
-    return w * scales.float().repeat_interleave(group, dim=0)
-
-
 def reference(x, raw: dict, ids, weights, inter: int, group: int):
-    """The MoE layer in float32 from the raw GPTQ tensors: each token's top-k experts, silu(x gate) * (x up) down."""
+    """The MoE layer in float32 from the raw GPTQ tensors (their values as SGLang computes them: kt_repack.gptq_values,
+    symmetric around 8): each token's top-k experts, silu(x gate) * (x up) down, weighted."""
     import torch
+    sys.path.insert(0, str(ROOT))
+    from vramkit.core.model.kt_repack import gptq_values
     out = torch.zeros(x.shape[0], raw["w2_qweight"].shape[2], device=x.device)
     xf = x.float()
     for e in ids.unique().tolist():
         rows, slot = (ids == e).nonzero(as_tuple=True)
-        w13 = unpack_gptq(raw["w13_qweight"][e].to(x.device), raw["w13_scales"][e].to(x.device), group)
-        w2 = unpack_gptq(raw["w2_qweight"][e].to(x.device), raw["w2_scales"][e].to(x.device), group)
+        w13 = gptq_values(raw["w13_qweight"][e].to(x.device), raw["w13_scales"][e].to(x.device), group).T   # [K, N]
+        w2 = gptq_values(raw["w2_qweight"][e].to(x.device), raw["w2_scales"][e].to(x.device), group).T
         a = xf[rows] @ w13
         act = torch.nn.functional.silu(a[:, :inter]) * a[:, inter:]
         out.index_add_(0, rows, (act @ w2) * weights[rows, slot].unsqueeze(1))

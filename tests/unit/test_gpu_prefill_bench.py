@@ -43,28 +43,17 @@ def test_no_gpu_here_is_one_line_and_a_distinct_exit(tmp_path):
     assert bad.returncode == 2 and "whole numbers" in bad.stderr and bad.stderr.count("\n") == 1
 
 
-def test_the_reference_unpacks_gptq_as_autogptq_packs_it():
-    """The float32 reference the GPU check compares the adapter's path with: row r of a qweight holds k = 8 r + j in
-    bits 4 j..4 j + 3 (AutoGPTQ's pack), symmetric around 8, scaled by its group; and the layer sums each token's top-k
-    experts' silu(x gate) * (x up) down, weighted."""
+def test_the_reference_is_each_token_s_experts_weighted():
+    """The float32 reference the GPU check compares the adapter's path with: the layer sums each token's top-k
+    experts' silu(x gate) * (x up) down, weighted, from the raw GPTQ values (every nibble 9 here: weight +1)."""
     import torch
-    gen = torch.Generator().manual_seed(1)
-    k, n, g = 16, 3, 8
-    vals = torch.randint(0, 16, (k, n), generator=gen, dtype=torch.int64)
-    packed = torch.zeros(k // 8, n, dtype=torch.int64)
-    for j in range(8):
-        packed |= vals[j::8] << (4 * j)
-    q = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)     # int32 storage, high nibble signed
-    scales = torch.tensor([[0.5, 1.0, 2.0], [0.25, 0.125, 4.0]], dtype=torch.float16)
-    w = gpu_prefill_bench.unpack_gptq(q, scales, g)
-    assert torch.equal(w, (vals.float() - 8) * scales.float().repeat_interleave(g, dim=0))
-    # one expert, identity-like weights: the reference is silu(x gate) * (x up) down, times the routing weight
-    h, i = 16, 8
-    raw = {"w13_qweight": q.new_zeros((1, h // 8, 2 * i)), "w13_scales": torch.ones(1, h // g, 2 * i).half(),
-           "w2_qweight": q.new_zeros((1, i // 8, h)), "w2_scales": torch.ones(1, i // g, h).half()}
-    raw["w13_qweight"] += 0x99999999 - 2**32          # every value 9: weight +1
-    raw["w2_qweight"] += 0x99999999 - 2**32
+    h, i, g = 16, 8, 8
+    full = torch.full((), 0x99999999 - 2**32, dtype=torch.int32)
+    raw = {"w13_qweight": full.expand(1, h // 8, 2 * i).clone(), "w13_scales": torch.ones(1, h // g, 2 * i).half(),
+           "w2_qweight": full.expand(1, i // 8, h).clone(), "w2_scales": torch.ones(1, i // g, h).half()}
+    raw["w13_scales"][0, :, i:] = 0.5           # up at half the gate's weight
     x = torch.full((2, h), 0.01)
-    out = gpu_prefill_bench.reference(x, raw, torch.zeros(2, 1, dtype=torch.int64), torch.full((2, 1), 0.5), i, g)
-    a = torch.full((i,), 0.01 * h)
-    assert torch.allclose(out, (torch.nn.functional.silu(a) * a).sum().expand(2, h) * 0.5)
+    out = gpu_prefill_bench.reference(x, raw, torch.zeros(2, 1, dtype=torch.int64), torch.tensor([[0.5], [0.25]]), i, g)
+    gate = torch.full((i,), 0.01 * h)
+    act = torch.nn.functional.silu(gate) * gate * 0.5
+    assert torch.allclose(out, act.sum() * torch.tensor([[0.5], [0.25]]).expand(2, h))

@@ -104,9 +104,14 @@ class Reader:
     def __init__(self, folder: str) -> None:
         from safetensors import safe_open
         root = Path(folder)
+        if not root.is_dir():       # a Hugging Face id: the snapshot SGLang's loader downloaded into the cache
+            from huggingface_hub import snapshot_download
+            root = Path(snapshot_download(folder, local_files_only=True, allow_patterns=["*.safetensors", "*.json"]))
         index = root / "model.safetensors.index.json"
         files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() \
             else sorted(p.name for p in root.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"no safetensors files in {root}")
         self._where: dict[str, object] = {}
         self._open = []
         for f in files:
@@ -172,6 +177,12 @@ class GpuPrefill:
         self.host[layer_idx] = pinned
         if self.stage is None:
             self.stage = {k: torch.empty_like(v, device="cuda") for k, v in pinned.items()}
+
+    def drop(self) -> None:
+        """Give back what add_layer took (after a failure: the server goes on with every prompt on kt-kernel)."""
+        self.host.clear()
+        self.stage = None
+        self._reader = None
 
     def wants(self, layer_idx: int, tokens: int) -> bool:
         return tokens >= self.least and layer_idx in self.host and self.stage is not None

@@ -67,6 +67,7 @@ DUMMY_ENV = "VRAMKIT_DUMMY_SEED_BY_NAME"
 GGML_ENV = "VRAMKIT_KT_GGML"
 SGLANG_RUNNER = "sglang.srt.model_executor.model_runner"
 SNAPSHOT_ENV = "VRAMKIT_CUDA_SNAPSHOT"
+PREFILL_ENV = "VRAMKIT_KT_GPU_PREFILL"
 
 
 def gpu_layers(spec: str, num_layers: int, num_experts: int, per_layer: int | None) -> frozenset[int]:
@@ -249,8 +250,15 @@ def patch_sglang_kt(module, spec: str) -> None:
             torch.cuda.synchronize()
             order = get_global_expert_location_metadata().physical_to_logical_map_cpu[self.kt_config.layer_idx]
             self.wrapper.load_weights(order.contiguous())
-            if os.environ.get("VRAMKIT_KT_GPU_PREFILL") and (engine := gpu_prefill(self.kt_config)) is not None:
-                engine.add_layer(self.kt_config.layer_idx, [int(e) for e in order.tolist()])
+            if os.environ.get(PREFILL_ENV) and (engine := gpu_prefill(self.kt_config)) is not None:
+                try:
+                    engine.add_layer(self.kt_config.layer_idx, [int(e) for e in order.tolist()])
+                except Exception as exc:     # noqa: BLE001 -- any failure: off for every layer, the server goes on
+                    import vramkit_gpu_prefill as gp
+                    engine.drop()
+                    prefill["engine"] = None
+                    gp.say(f"layer {self.kt_config.layer_idx}: {type(exc).__name__}: {exc}; prompts stay on "
+                           "kt-kernel for every layer")
             if os.environ.get(GGML_ENV):      # opt-in: decode batches on llama.cpp's CPU kernels
                 import vramkit_ggml_experts
                 from sglang.srt.server_args import get_global_server_args
