@@ -147,3 +147,113 @@ def test_the_image_carries_every_module_of_the_adapter():
     assert "vramkit_gpu_prefill.py" in modules
     for name in modules:
         assert f"COPY kt_compat/{name} /opt/vramkit-kt/{name}" in docker, name
+
+
+def test_the_adapter_routes_prompt_chunks_to_the_gpu_path_and_falls_back_in_one_line(monkeypatch, capsys, tmp_path,
+                                                                                     gptq_dir):
+    """The wiring in vramkit_kt_compat (patch_sglang_kt with whole layers): one GpuPrefill per server, each CPU layer
+    added with the server's expert order after kt-kernel loads it, forwards of N+ tokens sent to it and shorter ones to
+    kt-kernel; a layer that fails to add turns the path off for every layer, said once. SGLang's modules are stood in
+    for (the pinned SGLang needs CUDA to import), and the GPU path is a recorder (its copy and kernel run on the GPU
+    host: gpu_prefill_bench.py)."""
+    import types
+    from dataclasses import dataclass
+
+    import torch
+    spec = importlib.util.spec_from_file_location(
+        "vramkit_kt_compat_prefill", ROOT / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py")
+    compat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compat)
+    gp_spec = importlib.util.spec_from_file_location(
+        "vramkit_gpu_prefill", ROOT / "services" / "sglang-kt" / "kt_compat" / "vramkit_gpu_prefill.py")
+    gp = importlib.util.module_from_spec(gp_spec)
+    gp_spec.loader.exec_module(gp)
+    made, added, ran = [], [], []
+
+    class Recorder:
+        def __init__(self, least, hf, model_path, dummy):
+            made.append((least, hf["num_experts"], model_path, dummy))
+            self.least = least
+
+        def add_layer(self, layer_idx, order):
+            if layer_idx == 13:
+                raise RuntimeError("CUDA out of memory")
+            added.append((layer_idx, order))
+
+        def drop(self):
+            added.append("dropped")
+
+        def wants(self, layer_idx, tokens):
+            return tokens >= self.least
+
+        def run(self, layer_idx, dispatch_output, runner_config):
+            ran.append((layer_idx, dispatch_output.hidden_states.shape[0], runner_config))
+            return "gpu"
+
+    monkeypatch.setattr(gp, "GpuPrefill", Recorder)
+    server = types.SimpleNamespace(model_path=str(gptq_dir), load_format="dummy", kt_cpuinfer=12,
+                                   init_expert_location="trivial", kt_num_gpu_experts=101)
+    order = {i: torch.arange(128).flip(0) for i in range(48)}
+    fakes = {n: types.ModuleType(n) for n in ("sglang", "sglang.srt", "sglang.srt.server_args", "sglang.srt.eplb",
+                                              "sglang.srt.eplb.expert_location_dispatch", "sglang.srt.layers",
+                                              "sglang.srt.layers.moe", "sglang.srt.layers.moe.token_dispatcher")}
+    fakes["sglang.srt.server_args"].get_global_server_args = lambda: server
+    fakes["sglang.srt.eplb.expert_location_dispatch"].get_global_expert_location_metadata = \
+        lambda: types.SimpleNamespace(physical_to_logical_map_cpu=order)
+    fakes["sglang.srt.layers.moe.token_dispatcher"].StandardCombineInput = lambda hidden_states: ("kt", hidden_states)
+    for name, mod in fakes.items() | {"vramkit_gpu_prefill": gp}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)     # the accelerator boundary
+    monkeypatch.setenv(gp.ENV, "256")
+
+    @dataclass(frozen=True)
+    class KTConfig:                                  # SGLang's fields the adapter reads and replaces
+        layer_idx: int
+        num_gpu_experts: int = 101
+        num_layers: int | None = None
+        max_deferred_experts_per_token: int | None = None
+
+    class KTEPWrapperMethod:                         # SGLang's method, as far as the adapter calls it
+        def __init__(self, layer_idx):
+            self.kt_config = KTConfig(layer_idx, num_gpu_experts=0, max_deferred_experts_per_token=0)
+            self.num_gpu_experts, self.tp_rank = 0, 0
+            self.wrapper = types.SimpleNamespace(load_weights=lambda o: None)
+
+        def process_weights_after_loading(self, layer):
+            raise AssertionError("a CPU layer never reaches SGLang's own")
+
+        def create_moe_runner(self, layer, cfg):
+            raise AssertionError("a CPU layer never reaches SGLang's own")
+
+        def apply(self, layer, dispatch_output):
+            raise AssertionError("a CPU layer never reaches SGLang's own")
+
+        def submit(self, layer, dispatch_output):
+            self.submitted = dispatch_output.hidden_states.shape[0]
+
+        def sync(self, x):
+            return x
+
+    module = types.SimpleNamespace(create_kt_config_from_server_args=lambda args, i: KTConfig(i),
+                                   KTEPWrapperMethod=KTEPWrapperMethod)
+    compat.patch_sglang_kt(module, "auto")
+    layers = [KTEPWrapperMethod(i) for i in (10, 11)]
+    for m in layers:
+        m.process_weights_after_loading(object())
+        m.create_moe_runner(object(), "runner-config")
+    assert made == [(256, 128, str(gptq_dir), True)]                  # one per server
+    assert added == [(10, list(range(127, -1, -1))), (11, list(range(127, -1, -1)))]
+    chunk = types.SimpleNamespace(hidden_states=torch.zeros(300, 4))
+    assert layers[0].apply(object(), chunk) == "gpu" and ran == [(10, 300, "runner-config")]
+    step = types.SimpleNamespace(hidden_states=torch.zeros(4, 4))      # a decode batch: kt-kernel's
+    out = layers[1].apply(object(), step)
+    assert out[0] == "kt" and layers[1].submitted == 4 and len(ran) == 1
+    err = capsys.readouterr().err
+    assert err.count("vramkit_gpu_prefill:") == 1 and "forwards of 256+ tokens" in err
+    # a layer that cannot be added: every layer back on kt-kernel, said in one line
+    failing = KTEPWrapperMethod(13)
+    failing.process_weights_after_loading(object())
+    failing.create_moe_runner(object(), "runner-config")
+    said = capsys.readouterr().err.strip().splitlines()
+    assert added[-1] == "dropped" and len(said) == 1 and "layer 13: RuntimeError: CUDA out of memory" in said[0]
+    assert layers[0].apply(object(), chunk)[0] == "kt" and len(ran) == 1
