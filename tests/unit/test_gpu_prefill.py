@@ -21,13 +21,18 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def gp():
-    spec = importlib.util.spec_from_file_location(
-        "vramkit_gpu_prefill", ROOT / "services" / "sglang-kt" / "kt_compat" / "vramkit_gpu_prefill.py")
+def _adapter(module: str, name: str | None = None):
+    """A fresh copy of one of the adapter's modules (services/sglang-kt/kt_compat), under `name` if given."""
+    spec = importlib.util.spec_from_file_location(name or module,
+                                                  ROOT / "services" / "sglang-kt" / "kt_compat" / f"{module}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="module")
+def gp():
+    return _adapter("vramkit_gpu_prefill")
 
 
 @pytest.fixture(scope="module")
@@ -160,14 +165,8 @@ def test_the_adapter_routes_prompt_chunks_to_the_gpu_path_and_falls_back_in_one_
     from dataclasses import dataclass
 
     import torch
-    spec = importlib.util.spec_from_file_location(
-        "vramkit_kt_compat_prefill", ROOT / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py")
-    compat = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compat)
-    gp_spec = importlib.util.spec_from_file_location(
-        "vramkit_gpu_prefill", ROOT / "services" / "sglang-kt" / "kt_compat" / "vramkit_gpu_prefill.py")
-    gp = importlib.util.module_from_spec(gp_spec)
-    gp_spec.loader.exec_module(gp)
+    compat = _adapter("vramkit_kt_compat", "vramkit_kt_compat_prefill")
+    gp = _adapter("vramkit_gpu_prefill")
     made, added, ran = [], [], []
 
     class Recorder:
