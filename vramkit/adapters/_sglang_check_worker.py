@@ -39,7 +39,14 @@ loader (`patch_dummy_loader`, VRAMKIT_DUMMY_SEED_BY_NAME). Answer: `"dummy": {"p
 "by_name_again": [...], "low", "high"}`, each list one fingerprint per name (the sum of its values and its first
 value) and low / high the extreme values the patched fill drew.
 
-Only stdlib and SGLang (with its dependencies) are imported here (the fourth request: the kit's adapter too).
+A fifth: `"gpu_prefill": {"adapter": "/path/vramkit_gpu_prefill.py"}` sends one forward through the kit's GPU prompt
+path (GpuPrefill.run) with CPU tensors, the marlin kernel's entry (fused_experts_none_to_marlin) replaced by a
+recorder: the payload it hands SGLang must be SGLang's own MarlinMoeQuantInfo, built with its fields. Answer:
+`"gpu_prefill": {"returned", "quant_info", "weight_bits", "global_num_experts", "g_idx_shape", "copied",
+"runner_config", "wants"}`.
+
+Only stdlib and SGLang (with its dependencies) are imported here (the fourth and fifth requests: the kit's adapter
+too).
 """
 from __future__ import annotations
 
@@ -333,6 +340,42 @@ def _dummy(req: dict) -> dict:
     return {"pinned": pinned, "by_name": by_name, "by_name_again": again, "low": low, "high": high}
 
 
+def _gpu_prefill(req: dict) -> dict:
+    import importlib.util
+
+    import sglang.srt.layers.moe.moe_runner.marlin as marlin
+    import torch
+    from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    spec = importlib.util.spec_from_file_location("vramkit_gpu_prefill", req["adapter"])
+    gp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gp)
+    hf = {"hidden_size": 64, "moe_intermediate_size": 32, "num_experts": 4,
+          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 16, "sym": True, "desc_act": False}}
+    engine = gp.GpuPrefill(8, hf, "", dummy=True)
+    engine.host[3] = {n: torch.full(shape, 7, dtype=getattr(torch, dtype)) for n, (shape, dtype)
+                      in gp.shapes(64, 32, 4, 16).items()}
+    engine.stage = {n: torch.zeros_like(t) for n, t in engine.host[3].items()}     # on the CPU here: no GPU
+    seen: dict = {}
+    orig = marlin.fused_experts_none_to_marlin
+    marlin.fused_experts_none_to_marlin = lambda d, q, r: seen.update(d=d, q=q, r=r) or "combined"
+    try:
+        weights, ids = torch.rand(16, 4).topk(2)
+        topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, 4))
+        out = engine.run(3, StandardDispatchOutput(hidden_states=torch.zeros(16, 64, dtype=torch.float16),
+                                                   hidden_states_scale=None, topk_output=topk), MoeRunnerConfig())
+    finally:
+        marlin.fused_experts_none_to_marlin = orig
+    q = seen["q"]
+    return {"returned": out, "quant_info": f"{type(q).__module__}.{type(q).__name__}", "weight_bits": q.weight_bits,
+            "global_num_experts": q.global_num_experts, "g_idx_shape": list(q.w13_g_idx.shape),
+            "copied": all(bool((engine.stage[n] == 7).all()) for n in engine.stage) and q.w13_qweight is
+            engine.stage["w13_qweight"], "runner_config": type(seen["r"]).__name__,
+            "wants": [engine.wants(3, 16), engine.wants(3, 7), engine.wants(4, 16)]}
+
+
 def main() -> int:
     serve = "--serve" in sys.argv[1:]
     request = {} if serve else json.loads(sys.stdin.read() or "{}")
@@ -385,9 +428,10 @@ def main() -> int:
 
         gguf = _gguf(request["gguf_files"]) if request.get("gguf_files") else None
         dummy = _dummy(request["dummy_weights"]) if request.get("dummy_weights") else None
+        prefill = _gpu_prefill(request["gpu_prefill"]) if request.get("gpu_prefill") else None
         json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
                    "results": results, "parses": parses} | ({"gguf": gguf} if gguf else {})
-                  | ({"dummy": dummy} if dummy else {}), real_stdout)
+                  | ({"dummy": dummy} if dummy else {}) | ({"gpu_prefill": prefill} if prefill else {}), real_stdout)
         real_stdout.write("\n")
         real_stdout.flush()
 
