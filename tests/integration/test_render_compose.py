@@ -67,12 +67,39 @@ def _moe_split() -> str:
                                extra_env=kt["extra_env"], source_note="integration test")
 
 
+def _moe_prefill() -> str:
+    """The moe preset on the coder's GPTQ-Int4 shape with the GPU prompt path (--kt-gpu-prefill 256): both adapter
+    variables in the service's environment."""
+    import sys
+    from dataclasses import replace
+    from pathlib import Path
+
+    from vramkit.hf_config import parse_config
+    from vramkit.launch import hybrid
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"))
+    from fit_kt import gptq_coder_config
+    m, preset = parse_config(gptq_coder_config(), name="gptqcfg"), catalog.preset("moe")
+    target = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB,
+                    host=hybrid.REFERENCE_HOST)
+    p = plan(m, target, replace(Knobs(**preset.knobs), kt_gpu_prefill=256), catalog.engine(), with_alternatives=False)
+    hy = hybrid.for_plan(p)
+    assert hy is not None and p.fits and p.hybrid is not None and p.hybrid.prefill_tokens == 256
+    kt = hy.compose_parts("services/sglang-kt")
+    argv = render.sglang_args(m, p, model_path="/models/gptq", host="0.0.0.0", port=PORT) + kt["args"]
+    return render.compose_yaml(project="vramkit-moe-prefill", preset="moe", model=m, gpu_name="rtx-5060-ti-16gb",
+                               p=p, image=kt["image"], argv=argv, gpu_ids=[0], port=PORT,
+                               build_context=kt["build_context"], build_args=kt["build_args"],
+                               extra_volumes=kt["extra_volumes"], extra_env=kt["extra_env"],
+                               source_note="integration test")
+
+
 def _texts() -> dict[str, str]:
     from vramkit.launch import compose_files as launch
     out = {p.name: t for p, t in launch.compose_files().items()}
     out["tp2-fp8"] = _extra(2, kv_dtype="fp8_e5m2", mem_fraction=0.8)
     out["offload-2"] = _extra(1, mem_fraction=0.8, cpu_offload_gib=2)
     out["moe-split"] = _moe_split()
+    out["moe-gptq-prefill"] = _moe_prefill()
     return out
 
 
@@ -113,8 +140,10 @@ def test_compose_resolves_as_issue_2_asks(tmp_path, name):
     assert SECRET not in TEXTS[name]                                    # ... never written in the file
     assert svc["cpuset"] == "0-3"
     # the kt-kernel adapter's whole layers: set where the plan chose them, and nowhere else
-    assert svc["environment"].get("VRAMKIT_KT_GPU_LAYERS") == ("auto" if name == "docker-compose.qwen-moe.yml"
-                                                                else None)
+    assert svc["environment"].get("VRAMKIT_KT_GPU_LAYERS") == ("auto" if name in ("docker-compose.qwen-moe.yml",
+                                                                                  "moe-gptq-prefill") else None)
+    # the GPU prompt path: only where asked for (--kt-gpu-prefill)
+    assert svc["environment"].get("VRAMKIT_KT_GPU_PREFILL") == ("256" if name == "moe-gptq-prefill" else None)
     # the command survives YAML and interpolation byte for byte (the YaRN JSON has quotes and braces)
     if "--json-model-override-args" in cmd:
         override = json.loads(cmd[cmd.index("--json-model-override-args") + 1])

@@ -206,9 +206,15 @@ class Hybrid:
                                   + "), read into host RAM by kt-kernel at start",)
                 + ((f"{Path(self.placement).resolve()}:{KT_PLACEMENT_INSIDE}:ro  # which experts sit on the GPU "
                     "(vramkit kt-placement)",) if self.placement else ()),
-                "extra_env": tuple(f"{k}: {v}  # the last {self.plan.gpu_layers} MoE layers' experts all on the "
-                                   "GPU, the rest's on the CPU (--kt-gpu-layers auto)"
-                                   for k, v in self.adapter_env().items())}
+                "extra_env": tuple(f"{k}: {v}  # {self._env_comment(k)}" for k, v in self.adapter_env().items())}
+
+    def _env_comment(self, name: str) -> str:
+        """What each of the adapter's settings does, for the compose file's reader."""
+        if name == PREFILL_ENV:
+            return (f"prompt chunks of {self.plan.prefill_tokens}+ tokens run the CPU layers' experts on the GPU "
+                    "(--kt-gpu-prefill, experimental)")
+        return (f"the last {self.plan.gpu_layers} MoE layers' experts all on the GPU, the rest's on the CPU "
+                "(--kt-gpu-layers auto)")
 
     def native_env(self) -> dict[str, str]:
         """The kt-kernel adapter on the server's path (its sitecustomize installs the import hook); the build the
