@@ -256,3 +256,16 @@ def test_the_adapter_routes_prompt_chunks_to_the_gpu_path_and_falls_back_in_one_
     said = capsys.readouterr().err.strip().splitlines()
     assert added[-1] == "dropped" and len(said) == 1 and "layer 13: RuntimeError: CUDA out of memory" in said[0]
     assert layers[0].apply(object(), chunk)[0] == "kt" and len(ran) == 1
+
+
+def test_where_there_is_no_cpu_layer_the_knob_is_said_unused(capsys, gptq_dir):
+    """A card that holds every expert (the 24 GB one for the GPTQ-Int4 coder) drops the hybrid mode, and a dense
+    model never has it: the knob is noted, not silently dropped and not refused (a script may pass it everywhere)."""
+    rc = main(["plan", "--preset", "moe", "--model", str(gptq_dir), "--gpu", "rtx-4090-24gb", "--cpu-isa", "amx",
+               "--host-cores", "16", "--host-ram-gib", "64", "--json", "--kt-gpu-prefill", "256"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["hybrid"] is None and "VRAMKIT_KT_GPU_PREFILL" not in (d.get("server_env") or {})
+    assert any("--kt-gpu-prefill 256 not used: every expert is on the GPU already" in n for n in d["notes"])
+    rc = main(["plan", "--preset", "optimized", "--json", "--kt-gpu-prefill", "256"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and any("--kt-gpu-prefill 256 not used" in n and "has none" in n for n in d["notes"])

@@ -309,6 +309,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # the hybrid MoE mode (SGLang's KTransformers path): experts 0..N-1 of each MoE layer on the GPU
     n_gpu_experts: int | None = None
     staging = 0
+    if knobs.kt_gpu_prefill and not knobs.kt_method:
+        notes.append(f"{by_name()['kt_gpu_prefill'].cli_flag} {knobs.kt_gpu_prefill} not used: it moves the hybrid "
+                     "MoE mode's CPU layers to the GPU for prompts, and this plan has none")
     if knobs.kt_method:
         kt.check_model(model, knobs.kt_method)
         if str(offload_req) != "0":
@@ -330,6 +333,9 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
             notes.append(f"every expert fits on the GPU ({model.moe.num_experts} per MoE layer beside a KV pool "
                          f"for {max(1, knobs.concurrency)} x {knobs.context:,} tokens): planned without the hybrid "
                          f"MoE mode (--kt-method {knobs.kt_method} dropped: no kt-kernel, no CPU round trip per layer)")
+            if knobs.kt_gpu_prefill:
+                notes.append(f"{by_name()['kt_gpu_prefill'].cli_flag} {knobs.kt_gpu_prefill} not used: every "
+                             "expert is on the GPU already")
             knobs = replace(knobs, kt_method=None, kt_cpuinfer="auto", kt_gpu_prefill=0)
             n_gpu_experts, staging = None, 0
     # the GPU kernel of GPTQ/AWQ experts (it sets their layout): moe_wna16 where a layer is split, as SGLang needs
