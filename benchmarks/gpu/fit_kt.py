@@ -23,6 +23,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,16 +268,15 @@ def run_knobs(run: dict | None, p: Point) -> dict:
             knobs[key] = cast(value)
     knobs.setdefault("kt_cpuinfer", threads_ran(p))
     knobs.setdefault("mem_fraction", fraction_ran(run, p))
-    ev = RES / p.point.replace(".json", ".evidence.txt") if p.point else None
-    logged = ev.read_text(errors="replace") if ev is not None and ev.exists() else ""
+    logged = evidence(p)
     knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args, logged) else "off")
     # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else the MoE method SGLang's log names for
     # a GPU layer, else moe_wna16: what auto gave every hybrid GPTQ run until whole layers took marlin, 2026-11-27's
     # eleventh session)
     if p.gpu_checkpoint == "gptq":
         said = re.search(r"quant_method=(GPTQMarlinMoEMethod|MoeWNA16Method)", logged)   # SGLang's own line, if any
-        knobs.setdefault("moe_kernel", last_flag(args, "--moe-kernel")
-                         or {"GPTQMarlinMoEMethod": "marlin", "MoeWNA16Method": "wna16"}.get(said.group(1) if said else "", "wna16"))
+        by_log = {"GPTQMarlinMoEMethod": "marlin", "MoeWNA16Method": "wna16"}.get(said.group(1) if said else "")
+        knobs.setdefault("moe_kernel", last_flag(args, "--moe-kernel") or by_log or "wna16")
     if p.point and (RES / p.point.replace(".json", ".plan.json")).exists():
         ran = load(p.point.replace(".json", ".plan.json")).get("hybrid") or {}
         if "num_gpu_experts" in ran:
@@ -287,12 +287,21 @@ def run_knobs(run: dict | None, p: Point) -> dict:
     return knobs
 
 
+def evidence(p: Point) -> str:
+    """The point's trimmed server log beside its JSON (NAME.evidence.txt), "" where it has none; read once."""
+    return _evidence(p.point)
+
+
+@cache
+def _evidence(point: str | None) -> str:
+    ev = RES / point.replace(".json", ".evidence.txt") if point else None
+    return ev.read_text(errors="replace") if ev is not None and ev.exists() else ""
+
+
 def threads_ran(p: Point) -> int:
     """The KT threads the server ran: its log's worker pool ("[numa:threads][0:N]" in the trimmed evidence), else
     the plan's rule when it ran (every committed point before 2026-11-27's seventh session: 16 cores - 2 = 14)."""
-    import re
-    ev = RES / p.point.replace(".json", ".evidence.txt") if p.point else None
-    m = re.search(r"\[numa:threads\]\[0:(\d+)\]", ev.read_text()) if ev is not None and ev.exists() else None
+    m = re.search(r"\[numa:threads\]\[0:(\d+)\]", evidence(p))
     return int(m.group(1)) if m else H100_CORES - 2
 
 
@@ -306,8 +315,7 @@ def fraction_ran(run: dict | None, p: Point) -> float:
     evidence), else the preset's value when it ran (FRACTION_BEFORE)."""
     if (asked := last_flag((run or {}).get("vramkit_up_args", []), "--mem-fraction")) is not None:
         return float(asked)
-    ev = RES / p.point.replace(".json", ".evidence.txt") if p.point else None
-    m = re.search(r"mem_fraction_static=([0-9.]+)", ev.read_text()) if ev is not None and ev.exists() else None
+    m = re.search(r"mem_fraction_static=([0-9.]+)", evidence(p))
     return float(m.group(1)) if m else FRACTION_BEFORE
 
 
