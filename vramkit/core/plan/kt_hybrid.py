@@ -769,14 +769,18 @@ def prefill_tensors(model: ModelSpec) -> tuple[int, ...]:
     return (e * h * 2 * i // 2, e * i * h // 2, e * (h // g) * 2 * i * 2, e * (i // g) * h * 2)
 
 
-def prefill_memory(model: ModelSpec, cpu_layers: int) -> tuple[int, int]:
-    """(GPU bytes, pinned host bytes) of the GPU prompt path: the staging set as the caching allocator reserves it on
-    its own (core/memory/torch_alloc.py; allocated after the weights, counted with them by SGLang), and each CPU
-    layer's copy as PyTorch's pinned host allocator rounds it (a power of two each)."""
+def prefill_staging_bytes(model: ModelSpec) -> int:
+    """The GPU prompt path's staging set as the caching allocator reserves it on its own (core/memory/torch_alloc.py;
+    allocated after the weights, counted with them by SGLang)."""
     a = CachingAllocator()
     for n in prefill_tensors(model):
         a.malloc(n)
-    return a.reserved, cpu_layers * sum(pinned_size(n) for n in prefill_tensors(model))
+    return a.reserved
+
+
+def prefill_pinned_bytes(model: ModelSpec, cpu_layers: int) -> int:
+    """The CPU layers' copies in host RAM, as PyTorch's pinned host allocator rounds them (a power of two each)."""
+    return cpu_layers * sum(pinned_size(n) for n in prefill_tensors(model))
 
 
 def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_each: int, threads: int,
@@ -845,7 +849,7 @@ class HybridSection:
     host_sglang_source: str = "measured"    # where host_sglang_bytes comes from, in words (sglang_own_bytes)
     compile_pool: bool = True               # whether the server starts torch's compile pool (starts_compile_pool)
     other_sglang_bytes: int | None = None   # SGLang's own under the other placement (other_placement); None: the same
-    host_prefill_bytes: int = 0             # kt_gpu_prefill: the CPU layers' GPTQ experts pinned (prefill_memory)
+    host_prefill_bytes: int = 0             # kt_gpu_prefill: the CPU layers' GPTQ experts pinned (prefill_pinned_bytes)
     prefill_gpu_bytes: int = 0              # kt_gpu_prefill: its GPU staging set, counted with the weights
     prefill_tokens: int = 0                 # kt_gpu_prefill: the least forward it takes (0: not planned)
     aggregate_streams: int = 0              # max_running requests decoding together (0: one at a time)

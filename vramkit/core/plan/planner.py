@@ -325,7 +325,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                 reasons.append(Reason("kt_gpu_prefill", f"{by_name()['kt_gpu_prefill'].cli_flag} "
                                       f"{knobs.kt_gpu_prefill}: {cannot}; 0 leaves prompts on kt-kernel"))
             else:
-                staging = kt.prefill_memory(model, 0)[0]
+                staging = kt.prefill_staging_bytes(model)
         n_gpu_experts = _gpu_experts(model, knobs, tp, rope_len, sms, mxfp4, free, frac, engine, kv, staging)
         if knobs.kt_num_gpu_experts == "auto" and model.moe is not None and n_gpu_experts == model.moe.num_experts:
             # every expert fits beside the pool: the hybrid mode would only cost (kt-kernel still holds every
@@ -590,6 +590,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     as_whole = kt.whole_moe_layers(model, n)
     gpu_layers = as_whole if knobs.kt_gpu_layers == "auto" else 0
     kt_layers = moe.num_moe_layers - gpu_layers
+    staged = staging if kt_layers else 0        # the GPU prompt path, where a CPU layer is left to serve
     experts_host = moe.num_experts * kt_layers * each
     chunk = knobs.chunked_prefill if knobs.chunked_prefill and knobs.chunked_prefill > 0 else 8192
     pinned = 2 * 2 * chunk * model.hidden_size * 2 * 2      # KExpertsCPUBuffer: in + out, 2 slots, bf16
@@ -647,9 +648,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
         cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole,
         host_sglang_source=own_source, compile_pool=pool, other_sglang_bytes=other_own,
-        host_prefill_bytes=kt.prefill_memory(model, kt_layers)[1] if staging and kt_layers else 0,
-        prefill_gpu_bytes=staging if kt_layers else 0,
-        prefill_tokens=knobs.kt_gpu_prefill if staging and kt_layers else 0,
+        host_prefill_bytes=kt.prefill_pinned_bytes(model, kt_layers) if staged else 0, prefill_gpu_bytes=staged,
+        prefill_tokens=knobs.kt_gpu_prefill if staged else 0,
         aggregate_streams=streams if agg is not None else 0, aggregate_tok_s=agg)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
