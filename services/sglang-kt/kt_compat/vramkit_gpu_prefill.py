@@ -21,6 +21,7 @@ Built 2026-11-28 and not yet run on a GPU: the arithmetic and the checkpoint rea
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -69,13 +70,8 @@ def shapes(hidden: int, inter: int, experts: int, group: int) -> dict[str, tuple
 def layer_bytes(hidden: int, inter: int, experts: int, group: int) -> dict[str, int]:
     """Each tensor's bytes (the staging set's and each CPU layer's pinned copy's)."""
     size = {"int32": 4, "float16": 2}
-    out = {}
-    for name, (shape, dtype) in shapes(hidden, inter, experts, group).items():
-        n = size[dtype]
-        for d in shape:
-            n *= d
-        out[name] = n
-    return out
+    tensors = shapes(hidden, inter, experts, group)
+    return {name: math.prod(shape) * size[dtype] for name, (shape, dtype) in tensors.items()}
 
 
 def expert_names(prefix: str, expert: int) -> dict[str, str]:
@@ -112,11 +108,9 @@ class Reader:
             else sorted(p.name for p in root.glob("*.safetensors"))
         if not files:
             raise FileNotFoundError(f"no safetensors files in {root}")
-        self._where: dict[str, object] = {}
-        self._open = []
+        self._where: dict[str, object] = {}      # tensor name -> its file's open handle (which keeps it open)
         for f in files:
             h = safe_open(str(root / f), framework="pt")
-            self._open.append(h)
             for name in h.keys():
                 self._where[name] = h
 
