@@ -52,22 +52,29 @@ def _median_ms(fn, reps: int) -> float:
     return statistics.median(times)
 
 
+class GptqExperts:
+    """One projection's experts as float32 [out, in], dequantized from raw GPTQ tensors when indexed (their values as
+    SGLang computes them: kt_repack.gptq_values, symmetric around 8); `rows` picks gate or up out of w13."""
+
+    def __init__(self, q, scales, group: int, device, rows: slice = slice(None)) -> None:
+        self.q, self.scales, self.group, self.device, self.rows = q, scales, group, device, rows
+
+    def __getitem__(self, e: int):
+        sys.path.insert(0, str(ROOT))
+        from vramkit.core.model.kt_repack import gptq_values
+        return gptq_values(self.q[e].to(self.device), self.scales[e].to(self.device), self.group)[self.rows]
+
+
 def reference(x, raw: dict, ids, weights, inter: int, group: int):
-    """The MoE layer in float32 from the raw GPTQ tensors (their values as SGLang computes them: kt_repack.gptq_values,
-    symmetric around 8): each token's top-k experts, silu(x gate) * (x up) down, weighted."""
+    """The MoE layer in float32 from the raw GPTQ tensors, by the kit's shared reference (kt_accuracy's
+    Model.moe_torch): each token's top-k experts, silu(x gate) * (x up) down, weighted."""
     import torch
-    sys.path.insert(0, str(ROOT))
-    from vramkit.core.model.kt_repack import gptq_values
-    out = torch.zeros(x.shape[0], raw["w2_qweight"].shape[2], device=x.device)
-    xf = x.float()
-    for e in ids.unique().tolist():
-        rows, slot = (ids == e).nonzero(as_tuple=True)
-        w13 = gptq_values(raw["w13_qweight"][e].to(x.device), raw["w13_scales"][e].to(x.device), group).T   # [K, N]
-        w2 = gptq_values(raw["w2_qweight"][e].to(x.device), raw["w2_scales"][e].to(x.device), group).T
-        a = xf[rows] @ w13
-        act = torch.nn.functional.silu(a[:, :inter]) * a[:, inter:]
-        out.index_add_(0, rows, (act @ w2) * weights[rows, slot].unsqueeze(1))
-    return out
+    from kt_accuracy import Model
+    d = x.device
+    gate = GptqExperts(raw["w13_qweight"], raw["w13_scales"], group, d, slice(0, inter))
+    up = GptqExperts(raw["w13_qweight"], raw["w13_scales"], group, d, slice(inter, None))
+    down = GptqExperts(raw["w2_qweight"], raw["w2_scales"], group, d)
+    return Model.moe_torch(gate, up, down, x.float(), ids, weights, out_dtype=torch.float32)
 
 
 def bench(tokens: list[int], reps: int) -> dict:

@@ -118,15 +118,18 @@ class Model:
         return ids, wts / wts.sum(-1, keepdim=True)
 
     @staticmethod
-    def moe_torch(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, x: torch.Tensor, ids: torch.Tensor,
-                  wts: torch.Tensor) -> torch.Tensor:
+    def moe_torch(gate, up, down, x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor,
+                  out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """Each token's top-k experts, silu(x gate^T) * (x up^T) down^T, weighted and summed in float32 (the layer's
+        output has x's width); gate/up/down are indexed by expert ([out, in] each: tensors, or anything that gives one
+        per index)."""
         y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
         for e in torch.unique(ids).tolist():
             tok, slot = (ids == e).nonzero(as_tuple=True)
             xs = x[tok]
             hmid = F.silu(xs @ gate[e].T) * (xs @ up[e].T)
             y.index_add_(0, tok, (hmid @ down[e].T).float() * wts[tok, slot][:, None])
-        return y.to(torch.bfloat16)
+        return y.to(out_dtype)
 
     def forward_deferred(self, tokens: torch.Tensor, deferred: int, gpu_experts: int) -> torch.Tensor:
         """SGLang's --kt-max-deferred-experts-per-token D (kt-kernel's BaseMoEWrapper.submit_forward): of each
