@@ -21,6 +21,7 @@ import math
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,6 +84,10 @@ def bench(tokens: list[int], reps: int) -> dict:
     import torch
     sys.path.insert(0, str(ROOT / "services" / "sglang-kt" / "kt_compat"))
     import vramkit_gpu_prefill as gp
+    try:    # what the server's start does first (flashinfer_comm_fusion): the archive's flashinfer.comm stops at its
+        import flashinfer.comm  # noqa: F401 -- cuTile part (no cuda.tile), its submodules SGLang's MoE imports stay
+    except ImportError:
+        pass
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
     from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
     from sglang.srt.layers.moe.topk import StandardTopKOutput
@@ -147,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError("no CUDA device here")
         res = bench(tokens, a.reps)
     except Exception as exc:       # noqa: BLE001 -- the GPU host's failure, written down for the run's record
+        traceback.print_exc()
         print(f"gpu_prefill_bench: {type(exc).__name__}: {exc}", file=sys.stderr)
         if a.out:
             a.out.write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")

@@ -121,19 +121,20 @@ class Reader:
         return h.get_tensor(name)
 
 
-def to_marlin(raw: dict, hidden: int, inter: int, group: int) -> dict:
+def to_marlin(raw: dict, hidden: int, inter: int, group: int, device: str = "cuda") -> dict:
     """The repack SGLang's GPTQMarlinMoEKernel.process_weights_after_loading does, on the GPU, with its functions and
-    arguments (no act-order: empty sort indices)."""
+    arguments (no act-order: empty sort indices). Its qweights come back [E, K / 16, 2N], each scale as it was."""
     import torch
     from sglang.srt.hardware_backend.gpu.quantization.gptq_kernels import gptq_marlin_moe_repack
     from sglang.srt.layers.quantization.marlin_utils import marlin_moe_permute_scales
-    w13, w2 = raw["w13_qweight"].cuda(), raw["w2_qweight"].cuda()
+    w13, w2 = raw["w13_qweight"].to(device), raw["w2_qweight"].to(device)
     empty = torch.empty((w13.shape[0], 0), dtype=torch.int32, device=w13.device)
     return {"w13_qweight": gptq_marlin_moe_repack(w13, empty, w13.shape[1] * PACK, w13.shape[2], 4),
             "w2_qweight": gptq_marlin_moe_repack(w2, empty, w2.shape[1] * PACK, w2.shape[2], 4),
-            "w13_scales": marlin_moe_permute_scales(s=raw["w13_scales"].cuda(), size_k=inter,
+            "w13_scales": marlin_moe_permute_scales(s=raw["w13_scales"].to(device), size_k=inter,
                                                     size_n=raw["w13_scales"].shape[2], group_size=group),
-            "w2_scales": marlin_moe_permute_scales(s=raw["w2_scales"].cuda(), size_k=raw["w2_scales"].shape[1] * group,
+            "w2_scales": marlin_moe_permute_scales(s=raw["w2_scales"].to(device),
+                                                   size_k=raw["w2_scales"].shape[1] * group,
                                                    size_n=raw["w2_scales"].shape[2], group_size=group)}
 
 
@@ -154,20 +155,19 @@ class GpuPrefill:
         """The layer's experts into pinned host RAM (read and repacked, or random for a dummy load); the staging set
         at the first layer, while SGLang still counts what the load allocates."""
         import torch
-        if self.dummy:
+        if self.dummy:     # random tensors in the checkpoint's layout, through the same repack as a real load
             gen = torch.Generator().manual_seed(1234 + layer_idx)
-            marlin = {}
+            raw = {}
             for name, (shape, dtype) in shapes(self.hidden, self.inter, self.experts, self.group).items():
-                marlin[name] = (torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32, generator=gen)
-                                if dtype == "int32" else
-                                (torch.rand(shape, generator=gen) * 2e-3 - 1e-3).half())   # SGLang's dummy range
-            pinned = {k: v.pin_memory() for k, v in marlin.items()}
+                raw[name] = (torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32, generator=gen)
+                             if dtype == "int32" else
+                             (torch.rand(shape, generator=gen) * 2e-3 - 1e-3).half())   # SGLang's dummy range
         else:
             if self._reader is None:
                 self._reader = Reader(self.model_path)
             raw = assemble(self._reader, f"model.layers.{layer_idx}.mlp", order)
-            pinned = {k: v.cpu().pin_memory() for k, v in to_marlin(raw, self.hidden, self.inter, self.group).items()}
-            del raw
+        pinned = {k: v.cpu().pin_memory() for k, v in to_marlin(raw, self.hidden, self.inter, self.group).items()}
+        del raw
         self.host[layer_idx] = pinned
         if self.stage is None:
             self.stage = {k: torch.empty_like(v, device="cuda") for k, v in pinned.items()}

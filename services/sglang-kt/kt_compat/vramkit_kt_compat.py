@@ -279,7 +279,14 @@ def patch_sglang_kt(module, spec: str) -> None:
         x = dispatch_output.hidden_states
         engine = prefill.get("engine")
         if engine is not None and engine.wants(self.kt_config.layer_idx, x.shape[0]):
-            return engine.run(self.kt_config.layer_idx, dispatch_output, self.moe_runner_config)
+            try:
+                return engine.run(self.kt_config.layer_idx, dispatch_output, self.moe_runner_config)
+            except Exception as exc:     # noqa: BLE001 -- any failure: off for every layer, this chunk on kt-kernel
+                import vramkit_gpu_prefill as gp
+                engine.drop()
+                prefill["engine"] = None
+                gp.say(f"layer {self.kt_config.layer_idx}: {type(exc).__name__}: {exc}; prompts stay on kt-kernel "
+                       "for every layer")
         self.submit(layer, dispatch_output)
         return StandardCombineInput(hidden_states=self.sync(x).clone())
 
