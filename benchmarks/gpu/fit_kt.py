@@ -267,6 +267,9 @@ def run_knobs(run: dict | None, p: Point) -> dict:
         if (value := last_flag(args, flag)) is not None:
             knobs[key] = cast(value)
     knobs.setdefault("kt_cpuinfer", threads_ran(p))
+    # the GPU prompt path: as the run asked (--kt-gpu-prefill), else off: every point before the preset's "auto"
+    # (2026-11-28, sixteenth session) ran without it
+    knobs.setdefault("kt_gpu_prefill", int(last_flag(args, "--kt-gpu-prefill") or 0))
     knobs.setdefault("mem_fraction", fraction_ran(run, p))
     logged = evidence(p)
     knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args, logged) else "off")

@@ -133,6 +133,14 @@ def bench(tokens: list[int], reps: int) -> dict:
     return out
 
 
+def failed(out: Path | None, what: str) -> int:
+    """One line on stderr, the same in --out's JSON, exit 3."""
+    print(f"gpu_prefill_bench: {what}", file=sys.stderr)
+    if out:
+        out.write_text(json.dumps({"error": what}) + "\n")
+    return 3
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", default="512,2048,4096", help="chunk sizes to time the marlin MoE at")
@@ -146,17 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"gpu_prefill_bench: --tokens {a.tokens!r}: give whole numbers separated by commas", file=sys.stderr)
         return 2
+    import torch
+    if not torch.cuda.is_available():
+        return failed(a.out, "RuntimeError: no CUDA device here")
     try:
-        import torch
-        if not torch.cuda.is_available():
-            raise RuntimeError("no CUDA device here")
         res = bench(tokens, a.reps)
     except Exception as exc:       # noqa: BLE001 -- the GPU host's failure, written down for the run's record
-        traceback.print_exc()
-        print(f"gpu_prefill_bench: {type(exc).__name__}: {exc}", file=sys.stderr)
-        if a.out:
-            a.out.write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
-        return 3
+        traceback.print_exc()      # with where it failed, for the driver's log
+        return failed(a.out, f"{type(exc).__name__}: {exc}")
     c24 = json.loads((ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-24g.json").read_text())
     ttft24 = c24["engines"]["vramkit"]["ttft_30k_s"]
     res |= {"shape": SHAPE, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

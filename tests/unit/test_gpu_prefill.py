@@ -50,7 +50,7 @@ def _plan(capsys, model: str, *extra: str) -> tuple[int, dict]:
 
 
 def test_the_staging_set_and_the_pinned_copies_are_planned(capsys, gptq_dir):
-    rc_off, off = _plan(capsys, str(gptq_dir))
+    rc_off, off = _plan(capsys, str(gptq_dir), "--kt-gpu-prefill", "0")
     rc_on, on = _plan(capsys, str(gptq_dir), "--kt-gpu-prefill", "256")
     assert rc_off == rc_on == 0 and off["fits"] and on["fits"]
     h, h0 = on["hybrid"], off["hybrid"]
@@ -65,7 +65,12 @@ def test_the_staging_set_and_the_pinned_copies_are_planned(capsys, gptq_dir):
     assert on["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "256"}
     assert "VRAMKIT_KT_GPU_PREFILL" not in off["server_env"]
     said = next(n for n in on["notes"] if n.startswith("prompt chunks of 256+ tokens"))
-    assert f"the {cpu_layers} CPU layers' experts on the GPU" in said and "not yet run on a GPU" in said
+    # the figures the note quotes are the committed pair's (same machine: the path on, then the preset without it)
+    run = ROOT / "benchmarks" / "results" / "gpu" / "moe-gpu-prefill" / "run2"
+    ttft = {name: next(r["ttft_s"] for r in json.loads((run / f"{name}.probe.json").read_text())["ttft"]
+                       if r["prompt_tokens"] == 30000) for name in ("k16-prefill", "k16-preset")}
+    assert f"the {cpu_layers} CPU layers' experts on the GPU" in said
+    assert f"after 30K in {ttft['k16-prefill']:.1f} s against {ttft['k16-preset']:.1f} with prompts on kt-kernel" in said
 
 
 @pytest.mark.parametrize("model, extra, said", [
@@ -154,13 +159,10 @@ def test_the_image_carries_every_module_of_the_adapter():
         assert f"COPY kt_compat/{name} /opt/vramkit-kt/{name}" in docker, name
 
 
-def test_the_adapter_routes_prompt_chunks_to_the_gpu_path_and_falls_back_in_one_line(monkeypatch, capsys, tmp_path,
-                                                                                     gptq_dir):
-    """The wiring in vramkit_kt_compat (patch_sglang_kt with whole layers): one GpuPrefill per server, each CPU layer
-    added with the server's expert order after kt-kernel loads it, forwards of N+ tokens sent to it and shorter ones to
-    kt-kernel; a layer that fails to add turns the path off for every layer, said once. SGLang's modules are stood in
-    for (the pinned SGLang needs CUDA to import), and the GPU path is a recorder (its copy and kernel run on the GPU
-    host: gpu_prefill_bench.py)."""
+def _wired(monkeypatch, gptq_dir):
+    """vramkit_kt_compat patched into stand-ins for SGLang's KT method (the pinned SGLang needs CUDA to import), its
+    GPU path a recorder (its copy and kernel run on the GPU host: gpu_prefill_bench.py) that fails to add layer 13 and
+    to run a forward of 999 tokens; returns (the KT method class, what the recorder saw)."""
     import types
     from dataclasses import dataclass
 
@@ -186,6 +188,8 @@ def test_the_adapter_routes_prompt_chunks_to_the_gpu_path_and_falls_back_in_one_
             return tokens >= self.least
 
         def run(self, layer_idx, dispatch_output, runner_config):
+            if dispatch_output.hidden_states.shape[0] == 999:
+                raise AssertionError("Hidden size mismatch w1")
             ran.append((layer_idx, dispatch_output.hidden_states.shape[0], runner_config))
             return "gpu"
 
@@ -236,6 +240,18 @@ def test_the_adapter_routes_prompt_chunks_to_the_gpu_path_and_falls_back_in_one_
     module = types.SimpleNamespace(create_kt_config_from_server_args=lambda args, i: KTConfig(i),
                                    KTEPWrapperMethod=KTEPWrapperMethod)
     compat.patch_sglang_kt(module, "auto")
+    return KTEPWrapperMethod, types.SimpleNamespace(made=made, added=added, ran=ran)
+
+
+def test_the_adapter_routes_prompt_chunks_to_the_gpu_path_and_falls_back_in_one_line(monkeypatch, capsys, gptq_dir):
+    """The wiring in vramkit_kt_compat (patch_sglang_kt with whole layers): one GpuPrefill per server, each CPU layer
+    added with the server's expert order after kt-kernel loads it, forwards of N+ tokens sent to it and shorter ones to
+    kt-kernel; a layer that fails to add turns the path off for every layer, said once."""
+    import types
+
+    import torch
+    KTEPWrapperMethod, seen = _wired(monkeypatch, gptq_dir)
+    made, added, ran = seen.made, seen.added, seen.ran
     layers = [KTEPWrapperMethod(i) for i in (10, 11)]
     for m in layers:
         m.process_weights_after_loading(object())
@@ -257,6 +273,24 @@ def test_the_adapter_routes_prompt_chunks_to_the_gpu_path_and_falls_back_in_one_
     assert added[-1] == "dropped" and len(said) == 1 and "layer 13: RuntimeError: CUDA out of memory" in said[0]
     assert layers[0].apply(object(), chunk)[0] == "kt" and len(ran) == 1
 
+def test_a_forward_that_fails_on_the_gpu_path_runs_on_kt_kernel_and_turns_it_off(monkeypatch, capsys, gptq_dir):
+    """A prompt chunk the GPU path cannot run (the GPU host's first run: a dummy layer's tensors in the wrong shape for
+    SGLang's marlin MoE, which crashed the server) goes to kt-kernel, and every later chunk too, said in one line."""
+    import types
+
+    import torch
+    KTEPWrapperMethod, seen = _wired(monkeypatch, gptq_dir)
+    layer = KTEPWrapperMethod(10)
+    layer.process_weights_after_loading(object())
+    layer.create_moe_runner(object(), "runner-config")
+    capsys.readouterr()
+    out = layer.apply(object(), types.SimpleNamespace(hidden_states=torch.zeros(999, 4)))
+    assert out[0] == "kt" and layer.submitted == 999 and seen.ran == [] and seen.added[-1] == "dropped"
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "layer 10: AssertionError: Hidden size mismatch w1; prompts stay on kt-kernel" in said[0]
+    assert layer.apply(object(), types.SimpleNamespace(hidden_states=torch.zeros(300, 4)))[0] == "kt"
+    assert seen.ran == [] and capsys.readouterr().err == ""
+
 
 def test_where_there_is_no_cpu_layer_the_knob_is_said_unused(capsys, gptq_dir):
     """A card that holds every expert (the 24 GB one for the GPTQ-Int4 coder) drops the hybrid mode, and a dense
@@ -269,3 +303,51 @@ def test_where_there_is_no_cpu_layer_the_knob_is_said_unused(capsys, gptq_dir):
     rc = main(["plan", "--preset", "optimized", "--json", "--kt-gpu-prefill", "256"])
     d = json.loads(capsys.readouterr().out)
     assert rc == 0 and any("--kt-gpu-prefill 256 not used" in n and "has none" in n for n in d["notes"])
+
+
+def test_auto_takes_the_path_where_it_runs_and_fits_and_says_why_not_elsewhere(capsys, gptq_dir):
+    """The moe preset's kt_gpu_prefill = "auto": on, at AUTO_PREFILL_TOKENS, for the GPTQ-Int4 coder with host RAM to
+    spare; off with a note for the preset's FP8 checkpoint (marlin runs GPTQ only) and where the pinned copies would
+    not fit in host RAM, where the same number asked outright is refused."""
+    rc, on = _plan(capsys, str(gptq_dir))
+    assert rc == 0 and on["fits"] and on["hybrid"]["prefill_tokens"] == kt.AUTO_PREFILL_TOKENS == 1024
+    assert on["server_env"]["VRAMKIT_KT_GPU_PREFILL"] == "1024" and on["knobs"]["kt_gpu_prefill"] == 1024
+    rc, fp8 = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8")
+    assert rc == 0 and fp8["fits"] and fp8["hybrid"]["prefill_tokens"] == 0
+    assert any(n.startswith("the GPU prompt path (--kt-gpu-prefill auto) is off: ") and "experts are fp8" in n
+               for n in fp8["notes"])
+    # host RAM between the plan without the pinned copies and the plan with them
+    need_on, need_off = on["hybrid"]["host_ram_bytes"], _plan(capsys, str(gptq_dir), "--kt-gpu-prefill", "0")[1][
+        "hybrid"]["host_ram_bytes"]
+    gib = f"{(need_on + need_off) / 2 / 2**30:.2f}"
+    rc, tight = _plan(capsys, str(gptq_dir), "--host-ram-gib", gib)
+    assert rc == 0 and tight["fits"] and tight["hybrid"]["prefill_tokens"] == 0
+    said = next(n for n in tight["notes"] if "(--kt-gpu-prefill auto) is off" in n)
+    assert "pinned for the GPU prompt path" in said and f"> {float(gib):.2f} GiB available" in said
+    rc, asked = _plan(capsys, str(gptq_dir), "--host-ram-gib", gib, "--kt-gpu-prefill", "1024")
+    assert not asked["fits"] and any(r.startswith("host RAM: ") for r in asked["reasons"])
+
+
+def test_auto_s_threshold_is_ahead_of_kt_kernel_from_the_committed_pair():
+    """AUTO_PREFILL_TOKENS against the measured pair it was derived from (moe-gpu-prefill/run2, same machine): the
+    GPU-only part of the path's 30K prompt (its TTFT less 8 chunks x 12 CPU layers' copy-and-run) leaves kt-kernel's
+    cost per token and CPU layer in the preset's TTFT (11 CPU layers); a layer's copy at PCIe 4 x16's ~25 GB/s pays
+    for itself from half the threshold or fewer tokens, at PCIe 3's ~12 GB/s from no more than it."""
+    run = ROOT / "benchmarks" / "results" / "gpu" / "moe-gpu-prefill" / "run2"
+    bench = json.loads((run / "gpu-prefill-bench.json").read_text())
+
+    def ttft(name):
+        return next(r["ttft_s"] for r in json.loads((run / f"{name}.probe.json").read_text())["ttft"]
+                    if r["prompt_tokens"] == 30000)
+
+    def cpu_layers(name):
+        placed = (run / f"{name}.evidence.txt").read_text()
+        return 48 - int(placed.split(" layers, no CPU round trip")[0].rsplit("(", 1)[1])
+
+    assert (cpu_layers("k16-prefill"), cpu_layers("k16-preset")) == (12, 11)
+    gpu_only = ttft("k16-prefill") - 8 * 12 * bench["run_ms"]["4096"] / 1e3
+    per_token_layer = (ttft("k16-preset") - gpu_only) / (30000 * 11)
+    assert 20e-6 < per_token_layer < 32e-6                                  # ~26 us (AMXINT8, 12 threads)
+    assert bench["check_64_tokens"]["rel_l2"] < 0.01 and bench["copy_gbs"] > 40
+    for link, most in ((25e9, kt.AUTO_PREFILL_TOKENS / 2), (12e9, kt.AUTO_PREFILL_TOKENS)):
+        assert bench["layer_bytes"] / link / per_token_layer <= most, link

@@ -248,12 +248,12 @@ class Knobs:
         "--n-cpu-moe places them: only the CPU's layers pay a round trip and kt-kernel holds only their experts in "
         "host RAM (the kit's kt-kernel adapter, services/sglang-kt/kt_compat)", choices=KT_GPU_LAYERS,
         env="VRAMKIT_KT_GPU_LAYERS")
-    kt_gpu_prefill: int = knob(
+    kt_gpu_prefill: int | str = knob(
         0, int, "tokens", "whole layers, GPTQ-Int4 experts on marlin: a forward of at least this many tokens (a "
         "prompt chunk) runs the CPU layers' experts on the GPU, copied in from pinned host RAM for each chunk as "
-        "llama.cpp does (planned: one layer's staging set on the GPU, the CPU layers' copies in host RAM; "
-        "experimental, not yet run on a GPU); 0 = off, prompts stay on kt-kernel", minimum=0,
-        env="VRAMKIT_KT_GPU_PREFILL")
+        "llama.cpp does (planned: one layer's staging set on the GPU, the CPU layers' copies in host RAM); 0 = off, "
+        "prompts stay on kt-kernel; auto = 1024 where the path can run and the plan fits with it, else off",
+        minimum=0, also=("auto",), env="VRAMKIT_KT_GPU_PREFILL")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
         sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))

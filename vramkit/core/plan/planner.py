@@ -263,6 +263,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
          candidates: tuple[ModelSpec, ...] = ()) -> Plan:
     """The plan; when it does not fit, `alternatives` re-plans each change (and each of `candidates`,
     other models the user could run instead)."""
+    if knobs.kt_gpu_prefill == "auto":
+        return _auto_prefill(model, target, knobs, engine, with_alternatives, candidates)
     reasons: list[Reason] = []
     notes: list[str] = []
     tp = max(1, knobs.tp)
@@ -521,6 +523,33 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
 
 
+def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, with_alternatives: bool,
+                  candidates: tuple[ModelSpec, ...]) -> Plan:
+    """kt_gpu_prefill = "auto": the GPU prompt path at AUTO_PREFILL_TOKENS where it can run and the plan fits with
+    it (its staging set on the GPU, its pinned copies in host RAM), else the plan without it and a note why."""
+    off = replace(knobs, kt_gpu_prefill=0)
+    if not knobs.kt_method:
+        return plan(model, target, off, engine, with_alternatives=with_alternatives, candidates=candidates)
+    whole = knobs.kt_gpu_layers == "auto"
+    why = kt.prefill_problem(model, whole, kt.moe_kernel(model, knobs.moe_kernel, 0, whole)[1])
+    if why is None:
+        on = plan(model, target, replace(knobs, kt_gpu_prefill=kt.AUTO_PREFILL_TOKENS), engine,
+                  with_alternatives=False)
+        if on.hybrid is None or not on.hybrid.prefill_gpu_bytes:
+            why = "the plan has no CPU layers"
+        elif on.fits:
+            return on
+        else:
+            why = (f"the plan does not fit with its {bytes2human(on.hybrid.prefill_gpu_bytes)} on the GPU and "
+                   f"{bytes2human(on.hybrid.host_prefill_bytes)} of pinned host RAM ({on.reasons[0]})")
+    base = plan(model, target, off, engine, with_alternatives=with_alternatives, candidates=candidates)
+    if base.hybrid is None:
+        return base
+    flag = by_name()["kt_gpu_prefill"].cli_flag
+    return replace(base, notes=(*base.notes, f"the GPU prompt path ({flag} auto) is off: {why}; prompt chunks run on "
+                                "kt-kernel"))
+
+
 def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: int, mxfp4: str, free: int,
                  frac: float, engine: Engine, kv: KvLayout, staging: int = 0) -> int:
     """The hybrid mode's N: the asked count, or ("auto") the largest whose KV pool still holds concurrency x
@@ -649,7 +678,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole,
         host_sglang_source=own_source, compile_pool=pool, other_sglang_bytes=other_own,
         host_prefill_bytes=kt.prefill_pinned_bytes(model, kt_layers) if staged else 0, prefill_gpu_bytes=staged,
-        prefill_tokens=knobs.kt_gpu_prefill if staged else 0,
+        prefill_tokens=int(knobs.kt_gpu_prefill) if staged else 0,
         aggregate_streams=streams if agg is not None else 0, aggregate_tok_s=agg)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
@@ -664,8 +693,10 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     if target.host_ram_available_bytes is not None and hp.host_ram_bytes > target.host_ram_available_bytes:
         reasons.append(Reason("host_ram", f"host RAM: kt-kernel holds all {moe.num_experts} experts of each "
                               + (f"of its {kt_layers} CPU layers" if gpu_layers else "MoE layer")
-                              + f" ({bytes2human(experts_host)} as {planned}) + {bytes2human(own)} "
-                              f"for SGLang's own > {bytes2human(target.host_ram_available_bytes)} available"))
+                              + f" ({bytes2human(experts_host)} as {planned}) + {bytes2human(own)} for SGLang's own"
+                              + (f" + {bytes2human(hp.host_prefill_bytes)} pinned for the GPU prompt path"
+                                 if hp.host_prefill_bytes else "")
+                              + f" > {bytes2human(target.host_ram_available_bytes)} available"))
     short = "; ".join(f"~{t:.0f} at {c:,}" for c, t in by_context)
     notes.append(
         (f"hybrid MoE: whole layers, the last {gpu_layers} of {moe.num_moe_layers} MoE layers' experts on the GPU "
@@ -690,9 +721,9 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         notes.append(f"prompt chunks of {knobs.kt_gpu_prefill:,}+ tokens run the {kt_layers} CPU layers' experts on "
                      f"the GPU, copied in from pinned host RAM each chunk as llama.cpp does: a staging set of "
                      f"{bytes2human(hp.prefill_gpu_bytes)} with the weights, {bytes2human(hp.host_prefill_bytes)} of "
-                     "pinned host RAM (experimental: built, not yet run on a GPU; the first token after 30K derived "
-                     "at ~3.6 s on the H100 host against 9.0 on kt-kernel, benchmarks/results/gpu/"
-                     "moe-vs-llamacpp-mf/README.md)")
+                     "pinned host RAM (measured on the H100 host at 16 GiB, one pair: the first token after 30K in "
+                     "3.7 s against 11.6 with prompts on kt-kernel, decode unchanged; benchmarks/results/gpu/"
+                     "moe-gpu-prefill/)")
     if hp.aggregate_tok_s is not None:
         notes.append(kt.aggregate_note(hp.aggregate_streams, hp.aggregate_tok_s, planned, bool(gpu_layers),
                                        kt.distinct_expert_factor(moe.num_experts, moe.top_k, hp.aggregate_streams)))
