@@ -1,7 +1,8 @@
 """The kit's GPU prompt path (kt_gpu_prefill, services/sglang-kt/kt_compat/vramkit_gpu_prefill.py) against the pinned
-SGLang's own classes, in the shared checker (.venv-sglang): the payload GpuPrefill.run hands SGLang's marlin MoE entry
-is SGLang's MarlinMoeQuantInfo built with its fields, over the staging tensors the layer's copy filled. The kernel
-itself runs on the GPU host only (benchmarks/gpu/gpu_prefill_bench.py), so its entry is recorded here, not run."""
+SGLang's own code, in the shared checker (.venv-sglang): a dummy layer added through SGLang's GPTQ marlin repack, and
+one forward handed to SGLang's marlin MoE entry with SGLang's MarlinMoeQuantInfo, which must pass fused_marlin_moe's
+shape checks (the GPU host's first run failed there: the dummy layer skipped the repack's layout). Only the kernels
+are stood in for; they run on the GPU host (benchmarks/gpu/gpu_prefill_bench.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,10 +12,14 @@ from vramkit.adapters import sglang_check
 ADAPTER = Path(__file__).resolve().parents[2] / "services" / "sglang-kt" / "kt_compat" / "vramkit_gpu_prefill.py"
 
 
-def test_the_prompt_path_hands_sglang_its_own_marlin_payload():
+def test_the_prompt_path_hands_sglang_its_own_marlin_payload_in_marlin_s_shapes():
     got = sglang_check.gpu_prefill_call(ADAPTER)
-    assert got["returned"] == "combined"                  # SGLang's entry's answer goes back to the layer as is
+    assert got["outcome"] == "past_shape_checks"          # fused_marlin_moe accepted every tensor it checks
     assert got["quant_info"] == "sglang.srt.layers.moe.moe_runner.marlin.MarlinMoeQuantInfo"
     assert got["weight_bits"] == 4 and got["global_num_experts"] == 4 and got["g_idx_shape"] == [4, 0]
-    assert got["copied"] and got["runner_config"] == "MoeRunnerConfig"
+    assert got["staged_is_passed"] and got["runner_config"] == "MoeRunnerConfig"
+    # hidden 256, intermediate 128: marlin's qweights are [E, K / 16, 2 N] after the repack, the scales as loaded
+    assert got["shapes"] == {"w13_qweight": [4, 16, 512], "w2_qweight": [4, 8, 512],
+                             "w13_scales": [4, 8, 256], "w2_scales": [4, 4, 256]}
+    assert got["bytes"] == got["planned_bytes"]           # the repack keeps each size: the planner's figures hold
     assert got["wants"] == [True, False, False]           # 16 tokens of an added layer; 7 tokens; a layer not added

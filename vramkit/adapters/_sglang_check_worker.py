@@ -39,11 +39,13 @@ loader (`patch_dummy_loader`, VRAMKIT_DUMMY_SEED_BY_NAME). Answer: `"dummy": {"p
 "by_name_again": [...], "low", "high"}`, each list one fingerprint per name (the sum of its values and its first
 value) and low / high the extreme values the patched fill drew.
 
-A fifth: `"gpu_prefill": {"adapter": "/path/vramkit_gpu_prefill.py"}` sends one forward through the kit's GPU prompt
-path (GpuPrefill.run) with CPU tensors, the marlin kernel's entry (fused_experts_none_to_marlin) replaced by a
-recorder: the payload it hands SGLang must be SGLang's own MarlinMoeQuantInfo, built with its fields. Answer:
-`"gpu_prefill": {"returned", "quant_info", "weight_bits", "global_num_experts", "g_idx_shape", "copied",
-"runner_config", "wants"}`.
+A fifth: `"gpu_prefill": {"adapter": "/path/vramkit_gpu_prefill.py"}` adds one dummy layer to the kit's GPU prompt
+path (GpuPrefill.add_layer, through SGLang's own GPTQ marlin repack) and sends one forward through it (GpuPrefill.run)
+into SGLang's marlin MoE entry, on CPU tensors: only the kernels are stood in for (the repack's per-expert kernel, the
+workspace's device query, the custom-op registration of fused_marlin_moe (its Python body runs), and
+moe_align_block_size, the first GPU work after fused_marlin_moe's shape checks, which
+stops the forward there). Answer: `"gpu_prefill": {"outcome", "quant_info", "weight_bits", "global_num_experts",
+"g_idx_shape", "staged_is_passed", "shapes", "planned_bytes", "bytes", "runner_config", "wants"}`.
 
 Only stdlib and SGLang (with its dependencies) are imported here (the fourth and fifth requests: the kit's adapter
 too).
@@ -340,10 +342,36 @@ def _dummy(req: dict) -> dict:
     return {"pinned": pinned, "by_name": by_name, "by_name_again": again, "low": low, "high": high}
 
 
-def _gpu_prefill(req: dict) -> dict:
+class _PastShapeChecks(Exception):
+    """Raised where SGLang's fused_marlin_moe has checked its tensors' shapes and would start the GPU's work."""
+
+
+def _undecorated(module):
+    """A fresh copy of one of SGLang's modules with its register_custom_op decorators left out: the Python functions
+    it registers as torch ops (for CUDA and meta tensors only), callable on CPU tensors."""
     import importlib.util
 
+    import sglang.srt.utils.custom_op as custom_op
+    orig = custom_op.register_custom_op
+    custom_op.register_custom_op = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
+    try:
+        spec = importlib.util.spec_from_file_location(f"_vramkit_{module.__name__.rsplit('.', 1)[1]}", module.__file__)
+        copy = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(copy)
+    finally:
+        custom_op.register_custom_op = orig
+    return copy
+
+
+def _gpu_prefill(req: dict) -> dict:
+    import functools
+    import importlib.util
+
+    import sglang.srt.hardware_backend.gpu.quantization.gptq_kernels as kernels
+    import sglang.srt.layers.moe.fused_moe_triton as fused
+    import sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe as fmm
     import sglang.srt.layers.moe.moe_runner.marlin as marlin
+    import sglang.srt.layers.quantization.marlin_utils as marlin_utils
     import torch
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
     from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
@@ -352,27 +380,58 @@ def _gpu_prefill(req: dict) -> dict:
     spec = importlib.util.spec_from_file_location("vramkit_gpu_prefill", req["adapter"])
     gp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gp)
-    hf = {"hidden_size": 64, "moe_intermediate_size": 32, "num_experts": 4,
-          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 16, "sym": True, "desc_act": False}}
+    h, i, e = 256, 128, 4
+    hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
+          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True, "desc_act": False}}
     engine = gp.GpuPrefill(8, hf, "", dummy=True)
-    engine.host[3] = {n: torch.full(shape, 7, dtype=getattr(torch, dtype)) for n, (shape, dtype)
-                      in gp.shapes(64, 32, 4, 16).items()}
-    engine.stage = {n: torch.zeros_like(t) for n, t in engine.host[3].items()}     # on the CPU here: no GPU
     seen: dict = {}
-    orig = marlin.fused_experts_none_to_marlin
-    marlin.fused_experts_none_to_marlin = lambda d, q, r: seen.update(d=d, q=q, r=r) or "combined"
+    orig_entry, orig_empty_like = marlin.fused_experts_none_to_marlin, torch.empty_like
+    orig_pin, orig_fmm = torch.Tensor.pin_memory, fmm.fused_marlin_moe
+    orig_repack, orig_align, orig_ws, orig_to_marlin = (kernels.gptq_marlin_repack, fused.moe_align_block_size,
+                                                        marlin_utils.marlin_make_workspace, gp.to_marlin)
+
+    def entry(d, q, r):
+        seen.update(d=d, q=q, r=r)
+        return orig_entry(d, q, r)
+
+    def align(*args, **kwargs):
+        raise _PastShapeChecks()
+
+    # the CPU stands in for the GPU: only the kernels are replaced (the repack's per-expert one by a scalar, so the
+    # layer's shapes are SGLang's own allocation), the adapter's dummy layer goes through its own add_layer
+    kernels.gptq_marlin_repack = lambda b, perm, size_k, size_n, bits: torch.zeros((), dtype=b.dtype)
+    gp.to_marlin = functools.partial(orig_to_marlin, device="cpu")
+    torch.empty_like = lambda t, *a, device=None, **kw: orig_empty_like(t, *a, **kw)
+    torch.Tensor.pin_memory = lambda self, *a, **kw: self
+    marlin_utils.marlin_make_workspace = lambda device, max_blocks_per_sm=1: torch.zeros(1, dtype=torch.int)
+    fused.moe_align_block_size = align
+    marlin.fused_experts_none_to_marlin = entry
+    fmm.fused_marlin_moe = _undecorated(fmm).fused_marlin_moe   # SGLang's Python body, not its CUDA-only op
     try:
-        weights, ids = torch.rand(16, 4).topk(2)
-        topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, 4))
-        out = engine.run(3, StandardDispatchOutput(hidden_states=torch.zeros(16, 64, dtype=torch.float16),
-                                                   hidden_states_scale=None, topk_output=topk), MoeRunnerConfig())
+        engine.add_layer(3, list(range(e)))
+        weights, ids = torch.rand(16, e).topk(2)
+        topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, e))
+        try:
+            engine.run(3, StandardDispatchOutput(hidden_states=torch.zeros(16, h, dtype=torch.float16),
+                                                 hidden_states_scale=None, topk_output=topk), MoeRunnerConfig())
+            outcome = "returned"
+        except _PastShapeChecks:
+            outcome = "past_shape_checks"
+        except AssertionError as exc:
+            outcome = f"AssertionError: {exc}"
     finally:
-        marlin.fused_experts_none_to_marlin = orig
+        kernels.gptq_marlin_repack, fused.moe_align_block_size = orig_repack, orig_align
+        marlin_utils.marlin_make_workspace, gp.to_marlin = orig_ws, orig_to_marlin
+        torch.empty_like, torch.Tensor.pin_memory = orig_empty_like, orig_pin
+        marlin.fused_experts_none_to_marlin, fmm.fused_marlin_moe = orig_entry, orig_fmm
     q = seen["q"]
-    return {"returned": out, "quant_info": f"{type(q).__module__}.{type(q).__name__}", "weight_bits": q.weight_bits,
-            "global_num_experts": q.global_num_experts, "g_idx_shape": list(q.w13_g_idx.shape),
-            "copied": all(bool((engine.stage[n] == 7).all()) for n in engine.stage) and q.w13_qweight is
-            engine.stage["w13_qweight"], "runner_config": type(seen["r"]).__name__,
+    return {"outcome": outcome, "quant_info": f"{type(q).__module__}.{type(q).__name__}",
+            "weight_bits": q.weight_bits, "global_num_experts": q.global_num_experts,
+            "g_idx_shape": list(q.w13_g_idx.shape), "staged_is_passed": q.w13_qweight is engine.stage["w13_qweight"],
+            "shapes": {n: list(t.shape) for n, t in engine.host[3].items()},
+            "planned_bytes": gp.layer_bytes(h, i, e, 32),
+            "bytes": {n: t.numel() * t.element_size() for n, t in engine.host[3].items()},
+            "runner_config": type(seen["r"]).__name__,
             "wants": [engine.wants(3, 16), engine.wants(3, 7), engine.wants(4, 16)]}
 
 
