@@ -59,8 +59,9 @@
 # STAGE=.stage-gg STEPS="setup lmf". The moe preset as it comes (0.93 since) beside llama.cpp, seeded weights:
 # DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup lpreset" (~12 min; ran 2026-11-28, moe-vs-llamacpp-preset/). The two costs
 # of a CPU layer's prompt chunk on the GPU, the adapter's own path checked and timed without a server
-# (gpu_prefill_bench.py; not run yet): STAGE=.stage-gg STEPS="setup gprefill" (~3 min); then the server with it
-# beside the preset and llama.cpp: DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup gprefill lprefill" (~17 min).
+# (gpu_prefill_bench.py): STAGE=.stage-gg STEPS="setup gprefill" (~3 min); then the server with it beside the preset
+# without it: DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup gprefill kprefill" (~12 min; ran 2026-11-28,
+# moe-gpu-prefill/run2), and with llama.cpp's pair: STEPS="setup lprefill" (~17 min; not run yet).
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
 # after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).
@@ -657,19 +658,16 @@ if has gprefill; then  # the adapter's GPU prompt path for a CPU layer (kt_gpu_p
   step "gpu prefill bench: $(tr '\n' ' ' < "$RES/gpu-prefill-bench.json" 2>/dev/null | head -c 400)"
   pack
 fi
-if has kprefill; then  # the same two kit points without llama.cpp's pair (no build: ~9 min after setup)
+if has kprefill || has lprefill; then  # the preset as it comes (kt_gpu_prefill = auto since 2026-11-28's sixteenth
+  # session: on this GPTQ config, prompt chunks of 1024+ tokens run the CPU layers on the GPU) beside the same preset
+  # with prompts on kt-kernel (--kt-gpu-prefill 0); lprefill adds llama.cpp's pair (~14 min with the builds; kprefill
+  # ~9 min after setup). Run with DUMMY_BY_NAME=1 as the main table's points. 2026-11-28 (moe-gpu-prefill/run2) ran
+  # kprefill before the preset took it: --kt-gpu-prefill 256 against the preset
   ballast 16
-  kit k16-prefill 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
-    --kt-gpu-prefill 256
   kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
-fi
-if has lprefill; then  # the preset with the CPU layers' prompt on the GPU (--kt-gpu-prefill 256: forwards of 256+ tokens)
-  # beside the preset as it comes, then llama.cpp's pair; run with DUMMY_BY_NAME=1 (~14 min with the builds)
-  ballast 16
-  kit k16-prefill 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
-    --kt-gpu-prefill 256
-  kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
-  lpair 16 11
+  kit k16-kt-prompts 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
+    --kt-gpu-prefill 0
+  if has lprefill; then lpair 16 11; fi
 fi
 if has lpreset; then  # the moe preset as it comes on the GPTQ config (mem_fraction 0.93 since 2026-11-28, whole layers on
   # marlin, AMXINT8, the plan's 12 KT threads): only the model, the dummy load and the KT layout's folder are given;

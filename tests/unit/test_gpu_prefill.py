@@ -351,3 +351,52 @@ def test_auto_s_threshold_is_ahead_of_kt_kernel_from_the_committed_pair():
     assert bench["check_64_tokens"]["rel_l2"] < 0.01 and bench["copy_gbs"] > 40
     for link, most in ((25e9, kt.AUTO_PREFILL_TOKENS / 2), (12e9, kt.AUTO_PREFILL_TOKENS)):
         assert bench["layer_bytes"] / link / per_token_layer <= most, link
+
+
+def test_the_readmes_quote_the_committed_runs(capsys, gptq_dir):
+    """The figures the README and the folder's README give for the GPU prompt path are the committed runs' own, and
+    the plans they quote are the planner's for the runs' conditions (15.31 GiB free at load, 16 cores, AMX)."""
+    res = ROOT / "benchmarks" / "results" / "gpu" / "moe-gpu-prefill"
+    top = " ".join((ROOT / "README.md").read_text().split())
+    folder = " ".join((res / "README.md").read_text().split())
+
+    def probe(run, name):
+        p = json.loads((res / run / f"{name}.probe.json").read_text())
+        ttft = {r["prompt_tokens"]: r["ttft_s"] for r in p["ttft"] if r["ok"]}
+        return ttft, {d["streams"]: d["aggregate_tok_s"] for d in p["decode"]}
+
+    on, on_dec = probe("run2", "k16-prefill")
+    off, off_dec = probe("run2", "k16-preset")
+    assert f"| TTFT, 30K-token prompt | **{on[30000]:.2f} s** | {off[30000]:.2f} s |" in top
+    assert f"| TTFT, 8K-token prompt | {on[8192]:.2f} s | {off[8192]:.2f} s |" in top
+    assert f"| decode, depth 0 | {on_dec[1]:.1f} tok/s | {off_dec[1]:.1f} tok/s |" in top
+    assert (f"| TTFT, 512 / 8K / 30K tokens | {on[512]:.2f} / {on[8192]:.2f} / **{on[30000]:.2f} s** | "
+            f"{off[512]:.2f} / {off[8192]:.2f} / {off[30000]:.2f} s |") in folder
+    assert f"| decode, 4 streams, in all | {on_dec[4]:.1f} tok/s | {off_dec[4]:.1f} tok/s |" in folder
+    rss = [json.loads((res / "run2" / f"{n}.json").read_text())["host_rss_after_start_bytes"] / 1e9
+           for n in ("k16-prefill", "k16-preset")]
+    planned = []
+    for tokens in ("256", "0"):
+        rc = main(["plan", "--preset", "moe", "--model", str(gptq_dir), "--gpu", "h100-80gb", "--gpu-free-gib", "15.31",
+                   "--host-cores", "16", "--host-ram-gib", "120", "--cpu-isa", "amx", "--kt-gpu-prefill", tokens,
+                   "--json"])
+        planned.append(json.loads(capsys.readouterr().out))
+        assert rc == 0
+    assert [p["hybrid"]["gpu_layers"] for p in planned] == [36, 37]
+    ram = [p["hybrid"]["host_ram_bytes"] / 1e9 for p in planned]
+    assert f"| host RSS after start (planned) | {rss[0]:.1f} GB ({ram[0]:.1f}) | {rss[1]:.1f} GB ({ram[1]:.1f}) |" in top
+    kv = [json.loads((res / "run2" / f"{n}.json").read_text())["log_figures_gib"]["kv_tokens"]
+          for n in ("k16-prefill", "k16-preset")]
+    assert f"| KV pool, tokens (the plan's) | {kv[0]:,} ({planned[0]['kv_pool_tokens']:,}) | {kv[1]:,} " \
+           f"({planned[1]['kv_pool_tokens']:,}) |" in folder
+    bench = json.loads((res / "run2" / "gpu-prefill-bench.json").read_text())
+    assert f"{bench['check_64_tokens']['rel_l2'] * 100:.2f} % relative error" in top
+    assert f"at {bench['copy_gbs']} GB/s" in top and f"{bench['copy_ms']:.1f} ms" in top
+    # run1: the preset and llama.cpp's pair on the other machine, and the bridge through the preset
+    pre1, _ = probe("run1", "k16-preset")
+    fit, _ = probe("run1", "llama-16-fit")
+    best, _ = probe("run1", "llama-16-best")
+    assert f"{fit[30000]:.2f} s with `--fit`, where the preset took {pre1[30000]:.2f} s" in top
+    bridged = on[30000] * pre1[30000] / off[30000] / min(fit[30000], best[30000])
+    assert f"~{bridged:.2f}x llama.cpp's" in top and f"~{bridged:.2f}x llama.cpp's best there" in folder
+    assert "AssertionError: Hidden size mismatch w1" in (res / "run1" / "k16-prefill.evidence.txt").read_text()
