@@ -229,6 +229,16 @@ POINTS = (
           "moe-vs-llamacpp-preset/k16-preset.probe.json", "moe-vs-llamacpp-preset/membw-anchor.json",
           {"kt_method": "AMXINT8"}, rss_end_read=True, note="one round; the preset as it comes; seeded by name",
           gpu_checkpoint="gptq", kv_splits=32),
+    # 2026-11-28, sixteenth session (moe-gpu-prefill/, two machines, one round each, seeded by name): the preset as it
+    # comes on each, and on run2's machine the preset with the CPU layers' prompt chunks on the GPU (--kt-gpu-prefill
+    # 256: one GPU layer fewer for its staging set, its pinned copies in host RAM)
+    *(Point(f"layers-int8-amx-16g-gptq-marlin-{tag}", "held-out", f"moe-gpu-prefill/{run}/{pt}.json",
+            f"moe-gpu-prefill/{run}/{pt}.probe.json", f"moe-gpu-prefill/{run}/membw-anchor.json",
+            {"kt_method": "AMXINT8"}, rss_end_read=True, note=f"one round; {what}; seeded by name",
+            gpu_checkpoint="gptq", kv_splits=32)
+      for tag, run, pt, what in (("preset-p1", "run1", "k16-preset", "the preset as it comes"),
+                                 ("preset-p2", "run2", "k16-preset", "the preset as it comes"),
+                                 ("prefill", "run2", "k16-prefill", "--kt-gpu-prefill 256"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -500,7 +510,7 @@ def compute() -> dict:
                "threads": h.cpuinfer_threads, "gpu_layers": h.gpu_layers, "note": p.note,
                "host_experts_bytes": h.host_experts_bytes,
                "host_checkpoint_bytes": h.host_checkpoint_bytes, "host_pinned_bytes": h.host_pinned_bytes,
-               "compile_pool": h.compile_pool}
+               "host_prefill_bytes": h.host_prefill_bytes, "compile_pool": h.compile_pool}
         if run:
             lf = run["log_figures_gib"]
             rec |= {"weights_gib": lf["weights"], "plan_weights_gib": pl.weights_bytes / GiB,
@@ -525,7 +535,7 @@ def compute() -> dict:
     fitted = [r for r in rows if r["role"] == "fit" and not r["t"]["gpu_layers"]]
     eff, sync, attn = fit(fitted)
     own = [q["rss_after_start_bytes"] - q["host_experts_bytes"] - q["host_checkpoint_bytes"] - q["host_pinned_bytes"]
-           for q in points if q["role"] == "fit" and not q["gpu_layers"] and q.get("rss_after_start_bytes")
+           - q["host_prefill_bytes"] for q in points if q["role"] == "fit" and not q["gpu_layers"] and q.get("rss_after_start_bytes")
            and q["compile_pool"]]
     sglang_host = sum(own) / len(own)
     k = replace(base, cpu_read_efficiency=eff, layer_sync_s=sync, attention_read_bytes_s=attn,
@@ -547,7 +557,7 @@ def compute() -> dict:
         if q.get("rss_after_start_bytes"):
             # SGLang's own as the plan gives it on the measured host: less the compile pool where none starts
             q["plan_rss_bytes"] = q["host_experts_bytes"] + q["host_checkpoint_bytes"] + q["host_pinned_bytes"] \
-                + kt.sglang_own_bytes(k.sglang_host_bytes, None, q["compile_pool"])[0]
+                + q["host_prefill_bytes"] + kt.sglang_own_bytes(k.sglang_host_bytes, None, q["compile_pool"])[0]
             q["rss_error"] = q["plan_rss_bytes"] / q["rss_after_start_bytes"] - 1
             if q.get("rss_peak_bytes"):
                 q["rss_peak_error"] = q["plan_rss_bytes"] / q["rss_peak_bytes"] - 1
