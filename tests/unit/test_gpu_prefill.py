@@ -1,4 +1,4 @@
-"""kt_gpu_prefill (issue 18, experimental): the plan's memory for the CPU layers' prompt on the GPU, its refusals, the
+"""kt_gpu_prefill (issue 18): the plan's memory for the CPU layers' prompt on the GPU, its refusals, the
 adapter's environment, and the adapter's CPU-side pieces (services/sglang-kt/kt_compat/vramkit_gpu_prefill.py: the
 setting, the checkpoint reading and the tensor sizes, which must be the planner's). The copy and the marlin MoE run on
 the GPU host only (benchmarks/gpu/gpu_prefill_bench.py checks them there)."""

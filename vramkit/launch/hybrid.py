@@ -212,7 +212,7 @@ class Hybrid:
         """What each of the adapter's settings does, for the compose file's reader."""
         if name == PREFILL_ENV:
             return (f"prompt chunks of {self.plan.prefill_tokens}+ tokens run the CPU layers' experts on the GPU "
-                    "(--kt-gpu-prefill, experimental)")
+                    "(--kt-gpu-prefill)")
         return (f"the last {self.plan.gpu_layers} MoE layers' experts all on the GPU, the rest's on the CPU "
                 "(--kt-gpu-layers auto)")
 

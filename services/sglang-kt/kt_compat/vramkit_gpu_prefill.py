@@ -1,5 +1,5 @@
-"""The CPU layers' prompt chunks on the GPU, as llama.cpp computes them (opt-in, experimental: the planner's
-kt_gpu_prefill knob sets VRAMKIT_KT_GPU_PREFILL=<least tokens>; issue 18).
+"""The CPU layers' prompt chunks on the GPU, as llama.cpp computes them (the planner's kt_gpu_prefill knob sets
+VRAMKIT_KT_GPU_PREFILL=<least tokens>; the moe preset's "auto" where it can run; issue 18).
 
 With whole layers (VRAMKIT_KT_GPU_LAYERS=auto) a CPU layer's experts live in host RAM and kt-kernel computes them, a
 prompt chunk too: ~6 of the 9 s the kit takes to a first token after 30K at 16 GiB
@@ -13,10 +13,14 @@ The weights: SGLang's loader skips every expert of a layer with no GPU experts (
 so they are read here from the checkpoint's safetensors (each expert's gate/up/down qweight and scales; symmetric
 GPTQ without act-order only, as the config says), in the server's physical expert order, and repacked by SGLang's
 gptq_marlin_moe_repack and marlin_moe_permute_scales as its GPTQ marlin MoE method does. With --load-format dummy
-they are random, as SGLang's dummy weights are.
+they are random, as SGLang's dummy weights are, and go through the same repack. Anything that fails, adding a layer
+or running a forward, turns the path off for every layer (the server goes on, prompts on kt-kernel) and says so once.
 
-Built 2026-11-28 and not yet run on a GPU: the arithmetic and the checkpoint reading are tested on the CPU
-(tests/unit/test_gpu_prefill.py); the device step is run_moe_vs_llamacpp.sh's gprefill / lprefill.
+Measured 2026-11-28 (benchmarks/results/gpu/moe-gpu-prefill/): the first token after 30K in 3.72 s against 11.58 on
+kt-kernel, the same machine at 16 GiB. The arithmetic and the checkpoint reading are tested on the CPU
+(tests/unit/test_gpu_prefill.py), the path against SGLang's own repack and shape checks in the SGLang check
+(tests/integration/test_gpu_prefill_sglang.py), its numbers against a float32 reference on the GPU host
+(gpu_prefill_bench.py).
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ back to the int32 the KT wrapper's GPU kernels take. Under the trivial map it pa
 Checked on the H100 host (2026-11-27, benchmarks/results/gpu/moe-budget/hotcheck/): outputs at kernel rounding of
 the unplaced server's with it, 3.5x further without it.
 
-Opt-in, experimental, with ``VRAMKIT_KT_GPU_LAYERS``: ``VRAMKIT_KT_GPU_PREFILL=<tokens>`` runs a CPU layer's forward of
+With ``VRAMKIT_KT_GPU_LAYERS``: ``VRAMKIT_KT_GPU_PREFILL=<tokens>`` runs a CPU layer's forward of
 at least that many tokens (a prompt chunk) on the GPU, its GPTQ-Int4 experts copied in from pinned host RAM
 (vramkit_gpu_prefill.py says how and why; the planner's kt_gpu_prefill knob sets it and plans its memory).
 
