@@ -400,3 +400,23 @@ def test_the_readmes_quote_the_committed_runs(capsys, gptq_dir):
     bridged = on[30000] * pre1[30000] / off[30000] / min(fit[30000], best[30000])
     assert f"~{bridged:.2f}x llama.cpp's" in top and f"~{bridged:.2f}x llama.cpp's best there" in folder
     assert "AssertionError: Hidden size mismatch w1" in (res / "run1" / "k16-prefill.evidence.txt").read_text()
+
+
+def test_the_plan_says_what_the_path_copies_over_the_card_s_link(capsys, gptq_dir):
+    """Each prompt chunk copies every CPU layer's experts over the link: the note's GiB, seconds and link are the
+    planner's layer tensors and the card's catalogued PCIe (labelled its spec); its measured figure is the bench's."""
+    rc, on = _plan(capsys, str(gptq_dir))
+    h = on["hybrid"]
+    cpu_layers = h["moe_layers"] - h["gpu_layers"]
+    from vramkit.hf_config import parse_config
+    model = parse_config(json.loads((gptq_dir / "config.json").read_text()), name="gptqcfg")
+    per_chunk = sum(kt.prefill_tensors(model)) * cpu_layers
+    link = catalog.gpu("rtx-5060-ti-16gb").pcie_bytes_s
+    said = next(n for n in on["notes"] if n.startswith("prompt chunks of"))
+    chunk = on["knobs"]["chunked_prefill"]
+    assert (f"each {chunk:,}-token chunk copies {per_chunk / 2**30:.2f} GiB over the link, ~{per_chunk / link:.2f} s at "
+            f"{link / 1e9:.0f} GB/s (GeForce RTX 5060 Ti 16GB's spec") in said
+    assert f"~{-(-32768 // chunk) * per_chunk / link:.1f} s of a 32,768-token prompt (derived)" in said
+    bench = json.loads((ROOT / "benchmarks/results/gpu/moe-gpu-prefill/run2/gpu-prefill-bench.json").read_text())
+    h100 = catalog.gpu("h100-80gb").pcie_bytes_s
+    assert f"pinned copies ran {bench['copy_gbs']} GB/s of its {h100 / 1e9:.0f}" in said

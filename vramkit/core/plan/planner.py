@@ -474,7 +474,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     hybrid = None
     if n_gpu_experts is not None:
         hybrid = _hybrid_section(model, target, knobs, engine, n_gpu_experts, load, cell, tp, reasons, notes,
-                                 staging)
+                                 staging, chunk)
     elif gpu is not None:
         link = target.link_bytes_s or gpu.pcie_bytes_s
         # the GPU-resident tensors after conversion; MoE: only the experts a step touches
@@ -550,6 +550,19 @@ def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine
                                 "kt-kernel"))
 
 
+def _prefill_copy_words(model: ModelSpec, target: Target, cpu_layers: int, chunk: int, context: int) -> str:
+    """What the GPU prompt path copies over this card's link: each chunk the CPU layers' experts (derived)."""
+    link = target.link_bytes_s
+    if not link or chunk <= 0:
+        return ""
+    per_chunk = sum(kt.prefill_tensors(model)) * cpu_layers
+    source = "measured" if target.pcie_bytes_s else \
+        f"{target.gpu.label if target.gpu else 'the card'}'s spec; the H100 host's pinned copies ran 50.6 GB/s of its 63"
+    return (f"; each {chunk:,}-token chunk copies {bytes2human(per_chunk)} over the link, ~{per_chunk / link:.2f} s at "
+            f"{link / 1e9:.0f} GB/s ({source}): ~{math.ceil(context / chunk) * per_chunk / link:.1f} s of a "
+            f"{context:,}-token prompt (derived)")
+
+
 def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: int, mxfp4: str, free: int,
                  frac: float, engine: Engine, kv: KvLayout, staging: int = 0) -> int:
     """The hybrid mode's N: the asked count, or ("auto") the largest whose KV pool still holds concurrency x
@@ -587,7 +600,8 @@ FOUR_STREAM_CONTEXT = 512 + 64     # the aggregate's depth: 512-token prompts, h
 
 
 def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load: LoadResult,
-                    cell: int, tp: int, reasons: list[Reason], notes: list[str], staging: int = 0) -> HybridSection:
+                    cell: int, tp: int, reasons: list[Reason], notes: list[str], staging: int = 0,
+                    chunk: int = 0) -> HybridSection:
     """The CPU side of a hybrid plan (its GPU figures are the plan's own): the method this CPU runs, the
     threads, host RAM as kt-kernel holds every expert, the decode estimate and layer offload beside it."""
     moe, host, k, gpu = model.moe, target.host, engine.kt, target.gpu
@@ -723,7 +737,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                      f"{bytes2human(hp.prefill_gpu_bytes)} with the weights, {bytes2human(hp.host_prefill_bytes)} of "
                      "pinned host RAM (measured on the H100 host at 16 GiB, one pair: the first token after 30K in "
                      "3.7 s against 11.6 with prompts on kt-kernel, decode unchanged; benchmarks/results/gpu/"
-                     "moe-gpu-prefill/)")
+                     "moe-gpu-prefill/)" + _prefill_copy_words(model, target, kt_layers, chunk, knobs.context))
     if hp.aggregate_tok_s is not None:
         notes.append(kt.aggregate_note(hp.aggregate_streams, hp.aggregate_tok_s, planned, bool(gpu_layers),
                                        kt.distinct_expert_factor(moe.num_experts, moe.top_k, hp.aggregate_streams)))
