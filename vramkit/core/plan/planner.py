@@ -556,8 +556,9 @@ def _prefill_copy_words(model: ModelSpec, target: Target, cpu_layers: int, chunk
     if not link or chunk <= 0:
         return ""
     per_chunk = sum(kt.prefill_tensors(model)) * cpu_layers
+    card = target.gpu.label if target.gpu else "the card"
     source = "measured" if target.pcie_bytes_s else \
-        f"{target.gpu.label if target.gpu else 'the card'}'s spec; the H100 host's pinned copies ran 50.6 GB/s of its 63"
+        f"{card}'s spec; the H100 host's pinned copies ran 50.6 GB/s of its 63"
     return (f"; each {chunk:,}-token chunk copies {bytes2human(per_chunk)} over the link, ~{per_chunk / link:.2f} s at "
             f"{link / 1e9:.0f} GB/s ({source}): ~{math.ceil(context / chunk) * per_chunk / link:.1f} s of a "
             f"{context:,}-token prompt (derived)")
