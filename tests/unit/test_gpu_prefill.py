@@ -312,6 +312,13 @@ def test_auto_takes_the_path_where_it_runs_and_fits_and_says_why_not_elsewhere(c
     rc, on = _plan(capsys, str(gptq_dir))
     assert rc == 0 and on["fits"] and on["hybrid"]["prefill_tokens"] == kt.AUTO_PREFILL_TOKENS == 1024
     assert on["server_env"]["VRAMKIT_KT_GPU_PREFILL"] == "1024" and on["knobs"]["kt_gpu_prefill"] == 1024
+    # what it costs, beside the same plan without it: the staging set's GPU layer and both decode estimates
+    _, zero = _plan(capsys, str(gptq_dir), "--kt-gpu-prefill", "0")
+    lost = zero["hybrid"]["gpu_layers"] - on["hybrid"]["gpu_layers"]
+    assert lost >= 1 and zero["hybrid"]["decode_tok_s"] > on["hybrid"]["decode_tok_s"]
+    assert any(n.startswith(f"the GPU prompt path (--kt-gpu-prefill auto) costs {lost} GPU layer")
+               and f"decode ~{on['hybrid']['decode_tok_s']:.0f} tok/s here against "
+               f"~{zero['hybrid']['decode_tok_s']:.0f} with --kt-gpu-prefill 0" in n for n in on["notes"])
     rc, fp8 = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8")
     assert rc == 0 and fp8["fits"] and fp8["hybrid"]["prefill_tokens"] == 0
     assert any(n.startswith("the GPU prompt path (--kt-gpu-prefill auto) is off: ") and "experts are fp8" in n

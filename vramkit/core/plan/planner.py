@@ -538,7 +538,7 @@ def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine
         if on.hybrid is None or not on.hybrid.prefill_gpu_bytes:
             why = "the plan has no CPU layers"
         elif on.fits:
-            return on
+            return _with_prefill_cost(on, plan(model, target, off, engine, with_alternatives=False))
         else:
             why = (f"the plan does not fit with its {bytes2human(on.hybrid.prefill_gpu_bytes)} on the GPU and "
                    f"{bytes2human(on.hybrid.host_prefill_bytes)} of pinned host RAM ({on.reasons[0]})")
@@ -562,6 +562,20 @@ def _prefill_copy_words(model: ModelSpec, target: Target, cpu_layers: int, chunk
     return (f"; each {chunk:,}-token chunk copies {bytes2human(per_chunk)} over the link, ~{per_chunk / link:.2f} s at "
             f"{link / 1e9:.0f} GB/s ({source}): ~{math.ceil(context / chunk) * per_chunk / link:.1f} s of a "
             f"{context:,}-token prompt (derived)")
+
+
+def _with_prefill_cost(on: Plan, off: Plan) -> Plan:
+    """The auto-chosen GPU prompt path's plan with what it costs beside the same plan without it: the GPU layers its
+    staging set takes and the decode estimates of both."""
+    a, b = on.hybrid, off.hybrid
+    if a is None or b is None or not off.fits or b.gpu_layers <= a.gpu_layers:
+        return on
+    lost, flag = b.gpu_layers - a.gpu_layers, by_name()["kt_gpu_prefill"].cli_flag
+    return replace(on, notes=(*on.notes, f"the GPU prompt path ({flag} auto) costs {lost} GPU layer"
+                              f"{'s' if lost > 1 else ''} for its staging set: decode ~{a.decode_tok_s:.0f} tok/s "
+                              f"here against ~{b.decode_tok_s:.0f} with {flag} 0 (estimates, at "
+                              f"{a.decode_context_tokens:,} tokens of context); 0 keeps the layer and prompts on "
+                              "kt-kernel"))
 
 
 def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: int, mxfp4: str, free: int,
