@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import os
 import re
 import shutil
@@ -30,10 +29,8 @@ H100 = "0, NVIDIA H100 80GB HBM3, 580.65.06"
 
 def _no_real_gpu() -> bool:
     # tests/gpu/conftest.py by its path: `import conftest` may find tests/conftest.py (the suite's, loaded first)
-    spec = importlib.util.spec_from_file_location("gpu_conftest", REPO / "tests" / "gpu" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    gpu_conftest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_conftest)
+    from repo_modules import load_module
+    gpu_conftest = load_module("tests/gpu/conftest.py", "gpu_conftest")
     return gpu_conftest.nvidia_gpu_evidence() is None
 
 

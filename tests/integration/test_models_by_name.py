@@ -157,17 +157,14 @@ def pinned_transformers(tmp_path_factory):
     imported there already; tests/conftest.py puts these tests in its worker): its version, its GGUF
     architectures, and the config it gives SGLang for two tiny Qwen2 GGUFs (tied, untied) written by
     tools/make_random_gguf.py."""
-    import importlib.util
 
     from vramkit.adapters import sglang_check
     python = sglang_check.checker_python()
     if not python.exists():
         pytest.fail(f"the SGLang checking environment is missing ({python}): run make setup-sglang-check",
                     pytrace=False)
-    spec = importlib.util.spec_from_file_location("make_random_gguf", Path(__file__).resolve().parents[2]
-                                                  / "tools" / "make_random_gguf.py")
-    writer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(writer)
+    from repo_modules import load_module
+    writer = load_module("tools/make_random_gguf.py")
     tmp = tmp_path_factory.mktemp("gguf")
     files = []
     for tie in (True, False):

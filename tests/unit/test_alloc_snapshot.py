@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from repo_modules import load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 import alloc_snapshot  # noqa: E402
@@ -76,14 +78,10 @@ def test_the_adapter_records_the_weight_load_only_when_asked(monkeypatch, tmp_pa
     """vramkit_kt_compat: VRAMKIT_CUDA_SNAPSHOT wraps SGLang's ModelRunner.load_model in torch's memory-history recorder
     and dumps its snapshot at the end, also when the load raises; unset, the runner is left alone. torch's CUDA calls
     are the hardware boundary, faked here."""
-    import importlib.util
     import types
 
     import torch
-    spec = importlib.util.spec_from_file_location(
-        "vramkit_kt_compat_snap", ROOT / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py")
-    compat = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compat)
+    compat = load_module("services/sglang-kt/kt_compat/vramkit_kt_compat.py", "vramkit_kt_compat_snap")
     calls = []
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *a, **k: calls.append(("record", k)))
     monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", lambda path: calls.append(("dump", path)))

@@ -92,8 +92,6 @@ def test_every_measured_start_is_predicted_safe(path):
 
 def test_readme_accuracy_table_is_current():
     """README.md's per-point accuracy table is generated from these files (benchmarks/gpu/accuracy_table.py)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("accuracy_table", ROOT / "benchmarks" / "gpu" / "accuracy_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from repo_modules import load_module
+    mod = load_module("benchmarks/gpu/accuracy_table.py")
     assert mod.main(["--check"]) == 0, "run: python3 benchmarks/gpu/accuracy_table.py --write"

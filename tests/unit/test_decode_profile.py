@@ -2,21 +2,18 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from repo_modules import load_module
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def dp():
-    spec = importlib.util.spec_from_file_location("decode_profile", REPO / "benchmarks" / "gpu" / "decode_profile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module("benchmarks/gpu/decode_profile.py")
 
 
 def _step(t0: float, corr: int, wait_us: float) -> list[dict]:
@@ -80,9 +77,7 @@ def test_sweep_fits_the_per_layer_cost_of_cpu_experts(dp):
 
 def test_the_committed_budget_report_is_generated_from_its_data():
     """benchmarks/results/gpu/moe-budget.md is moe_budget.py's output over moe-budget/ (medians, sweep, findings)."""
-    spec = importlib.util.spec_from_file_location("moe_budget", REPO / "benchmarks" / "gpu" / "moe_budget.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module("benchmarks/gpu/moe_budget.py")
     assert mod.main(["--check"]) == 0, "run: python3 benchmarks/gpu/moe_budget.py"
     text = mod.render()
     # the figures the findings quote come from the points: the kit's best step is its profiled period
@@ -96,9 +91,7 @@ def test_the_budget_tool_pairs_new_points_and_tells_repeated_routers_from_indepe
     recording whose layers share one router (SGLang's dummy weights) from one whose layers route apart."""
     import json
     import random
-    spec = importlib.util.spec_from_file_location("moe_budget", REPO / "benchmarks" / "gpu" / "moe_budget.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module("benchmarks/gpu/moe_budget.py")
     summary = json.loads((REPO / "benchmarks" / "results" / "gpu" / "moe-budget.json").read_text())
     assert mod.main(["pair", "hot", "k16-wna16-hot", "k16-wna16-triv"]) == 0
     assert json.loads(capsys.readouterr().out) == summary["placement_speed"]["other_prompts"]

@@ -4,12 +4,12 @@ The C shim itself runs in benchmarks/gpu/ggml_experts_check.py (it needs ggml bu
 minutes), on the dev host and on the GPU host before every server run of it."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_modules import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-ggml"
@@ -17,11 +17,7 @@ RUNS = ROOT / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-ggml"
 
 @pytest.fixture(scope="module")
 def vge():
-    spec = importlib.util.spec_from_file_location(
-        "vramkit_ggml_experts", ROOT / "services" / "sglang-kt" / "kt_compat" / "vramkit_ggml_experts.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module("services/sglang-kt/kt_compat/vramkit_ggml_experts.py")
 
 
 @pytest.fixture(scope="module")

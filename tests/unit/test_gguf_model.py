@@ -7,13 +7,12 @@ planned ones); the command is the real CLI.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from nvml_scenarios import run_cli
+from repo_modules import load_module
 
 from vramkit.errors import Exit
 
@@ -62,11 +61,7 @@ def test_a_gguf_sglang_loads_but_the_kit_has_not_measured_says_which_it_plans(tm
 
 
 # ---- planned: a dense Qwen2, written by the kit's random-GGUF writer in llama-quantize's layouts ----------------
-_spec = importlib.util.spec_from_file_location("make_random_gguf",
-                                               Path(__file__).resolve().parents[2] / "tools" / "make_random_gguf.py")
-writer = importlib.util.module_from_spec(_spec)
-sys.modules["make_random_gguf"] = writer
-_spec.loader.exec_module(writer)
+writer = load_module("tools/make_random_gguf.py", register=True)
 
 TINY = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,

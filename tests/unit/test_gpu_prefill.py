@@ -4,12 +4,12 @@ setting, the checkpoint reading and the tensor sizes, which must be the planner'
 the GPU host only (benchmarks/gpu/gpu_prefill_bench.py checks them there)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from repo_modules import load_module
 
 from vramkit import catalog
 from vramkit.cli import main
@@ -23,11 +23,7 @@ MiB = 1 << 20
 
 def _adapter(module: str, name: str | None = None):
     """A fresh copy of one of the adapter's modules (services/sglang-kt/kt_compat), under `name` if given."""
-    spec = importlib.util.spec_from_file_location(name or module,
-                                                  ROOT / "services" / "sglang-kt" / "kt_compat" / f"{module}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(f"services/sglang-kt/kt_compat/{module}.py", name)
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """benchmarks/gpu/render_reports.py regenerates the committed GPU bench plots and A/B tables from their JSONs."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
+
+from repo_modules import load_module
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results" / "gpu"
@@ -11,10 +12,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("render_reports", REPO / "benchmarks" / "gpu" / "render_reports.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module("benchmarks/gpu/render_reports.py")
 
 
 def test_regenerates_the_committed_reports(tmp_path, capsys):
@@ -45,9 +43,7 @@ def test_host_cache_ab_is_like_for_like():
 
 def test_moe_summary_is_what_its_data_says(tmp_path, monkeypatch):
     """benchmarks/gpu/moe_report.py: issue 12's table, from benchmarks/results/gpu/moe/ (regenerated = committed)."""
-    spec = importlib.util.spec_from_file_location("moe_report", REPO / "benchmarks" / "gpu" / "moe_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module("benchmarks/gpu/moe_report.py")
     monkeypatch.setattr(mod, "RES", tmp_path)
     assert mod.main() == 0
     assert (tmp_path / "moe-16g-summary.md").read_text() == (RESULTS / "moe-16g-summary.md").read_text()

@@ -19,12 +19,8 @@ MOE = "qwen3-coder-30b-a3b-instruct-fp8"
 
 
 def _load(name: str, rel: str):
-    """A module of the repository outside the package (a script, the server-side adapter), by its path."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(name, catalog.CONFIG_DIR.parent / rel)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from repo_modules import load_module
+    return load_module(rel, name)
 
 
 def _moe_plan():

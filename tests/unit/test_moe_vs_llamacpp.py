@@ -2,31 +2,23 @@
 the report's reading of a probe (benchmarks/gpu/run_moe_vs_llamacpp.sh runs them on the GPU host)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
+from repo_modules import load_module
 
 REPO = Path(__file__).resolve().parents[2]
 CFG = REPO / "config" / "models" / "qwen3-coder-30b-a3b-instruct"
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gguf_writer = _load("make_random_gguf", REPO / "tools" / "make_random_gguf.py")
-compat = _load("vramkit_kt_compat", REPO / "services" / "sglang-kt" / "kt_compat" / "vramkit_kt_compat.py")
-report = _load("moe_vs_llamacpp_report", REPO / "benchmarks" / "gpu" / "moe_vs_llamacpp_report.py")
+gguf_writer = load_module("tools/make_random_gguf.py", register=True)
+compat = load_module("services/sglang-kt/kt_compat/vramkit_kt_compat.py", register=True)
+report = load_module("benchmarks/gpu/moe_vs_llamacpp_report.py", register=True)
 session, levers = sys.modules["moe_session"], sys.modules["moe_levers"]      # the same modules the report imported
-probe = _load("moe_probe", REPO / "benchmarks" / "gpu" / "moe_probe.py")
+probe = load_module("benchmarks/gpu/moe_probe.py", register=True)
 
 
 def test_q4_k_m_layout_of_the_30b_coder_is_llama_quantizes():
@@ -260,7 +252,7 @@ def test_the_point_records_each_process_of_the_server_tree():
     a tree that is gone reads zero, not an error."""
     import subprocess
     import time
-    point = _load("moe_point", REPO / "benchmarks" / "gpu" / "moe_point.py")
+    point = load_module("benchmarks/gpu/moe_point.py", register=True)
     child = "import time; time.sleep(20)"
     p = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, "
                           f"'-c', {child!r}]); time.sleep(20)"])

@@ -1,11 +1,11 @@
 """benchmarks/gpu/peer_accuracy.py: llama.cpp's files and the kit's served splits, one proxy, one table (issue 18)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from repo_modules import load_module
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "benchmarks/results/gpu/peer-accuracy"
@@ -13,10 +13,7 @@ OUT = REPO / "benchmarks/results/gpu/peer-accuracy"
 
 @pytest.fixture(scope="module")
 def mod():
-    spec = importlib.util.spec_from_file_location("peer_accuracy", REPO / "benchmarks/gpu/peer_accuracy.py")
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return load_module("benchmarks/gpu/peer_accuracy.py")
 
 
 def test_the_committed_table_is_what_its_data_says(mod, tmp_path, monkeypatch):
