@@ -636,7 +636,8 @@ if has lmf; then  # more whole layers on the GPU at 16 GiB. At the preset's mem_
   # config, 15.31 GiB free) gives 0.93 101 GPU experts a layer (37 GPU layers, 11 CPU, 0.75 GiB left for a 4096-token
   # step) and 0.95 with 2048-token chunks 103 (38 GPU, 10 CPU, 0.45 GiB for a 2048-token step). Derived from run1:
   # ~0.69 ms a CPU layer in the server, so ~80 and ~85 tok/s against 72 at 0.90 and llama.cpp's 87.6. Then the 0.90
-  # point and llama.cpp's pair (~20 min with the builds)
+  # point and llama.cpp's pair (~20 min with the builds). (Since the marlin allowance, config/engine.toml, the plan
+  # gives 36 and 37 layers there, which a re-run places; run1 placed 37 and 38)
   ballast 16
   KL="--kt-gpu-layers auto --kt-method AMXINT8 --kt-weight-path $KT8 --kt-cpuinfer 12 --moe-kernel marlin"
   kit k16-marlin-layers-mf93 16 "$FULL" -- $KITG $KL --mem-fraction 0.93

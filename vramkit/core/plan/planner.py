@@ -73,6 +73,7 @@ class Engine:
     runtime_margin: int
     hicache_host_reserve: int
     pinned_gpu_map_per_gib: int = 0   # GPU memory per GiB of pinned host memory (its page tables)
+    marlin_moe_holes: int = 0         # free space a marlin GPTQ MoE repack leaves that the replay fills (measured)
     kt: kt.KtConstants | None = None  # the hybrid MoE mode's estimate (fitted; config/engine.toml kt_*)
 
     def pinned_map(self, pinned_host_bytes: int) -> int:
@@ -359,7 +360,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     load = replay_load(layout, min(offload_req * GiB, layer_bytes))
     offloaded = load.offloaded_bytes
     # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
-    weights_gpu = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging
+    weights_gpu = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging \
+        + _marlin_holes(model, moe_kernel, counts, staging, engine)
 
     # 3. KV pool
     rest = (free - weights_gpu - engine.pre_kv) - free * (1 - frac)
@@ -578,6 +580,19 @@ def _with_prefill_cost(on: Plan, off: Plan) -> Plan:
                               "kt-kernel"))
 
 
+def _marlin_holes(model: ModelSpec, moe_kernel: str | None, counts: int | tuple[int, ...] | None, staging: int,
+                  engine: Engine) -> int:
+    """The measured free space a GPTQ MoE load on marlin leaves that the replay fills (config/engine.toml), where any
+    expert is on the GPU (`counts`: the hybrid mode's GPU experts, None: all) and no GPU prompt-path staging set is
+    planned (it lands in that space)."""
+    q = model.quantization
+    if moe_kernel != "marlin" or staging or model.moe is None or q is None or q.method != "gptq":
+        return 0
+    if counts is not None and not (any(counts) if isinstance(counts, tuple) else counts):
+        return 0
+    return engine.marlin_moe_holes
+
+
 def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: int, mxfp4: str, free: int,
                  frac: float, engine: Engine, kv: KvLayout, staging: int = 0) -> int:
     """The hybrid mode's N: the asked count, or ("auto") the largest whose KV pool still holds concurrency x
@@ -595,10 +610,11 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     whole = knobs.kt_gpu_layers == "auto"
 
     def kv_tokens(n: int) -> int:
-        priced, _ = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
+        priced, kernel = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
         counts = kt.gpu_expert_counts(model, n, whole)
         load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts))
-        weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging
+        weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging \
+            + _marlin_holes(priced, kernel, counts, staging, engine)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
 
     lo, hi = 0, e
