@@ -392,3 +392,19 @@ def test_the_plan_gives_the_aggregate_at_max_running_and_none_for_one_request(ca
     assert main(args + ["--max-running", "1"]) == 0
     one = json.loads(capsys.readouterr().out)
     assert one["hybrid"]["aggregate_tok_s"] is None and not any("decoding together" in x for x in one["notes"])
+
+
+def test_the_marlin_allowance_is_set_on_one_run_and_holds_on_the_others():
+    """config/engine.toml's marlin_moe_holes_mib: the free space a marlin GPTQ MoE load leaves that the replay fills,
+    set on mf93 (its logged weights less the replay without it, to the log's 0.01 GiB) and held out on every other
+    whole-layer marlin run with no prompt-path staging set: each KV pool within 1 % since (3.6-4.0 % over before)."""
+    holes = catalog.engine().marlin_moe_holes
+    assert holes == 68 * 2**20
+    points = {q["name"]: q for q in result()["points"]}
+    mf93 = points["layers-int8-amx-16g-gptq-marlin-mf93"]
+    assert abs(mf93["weights_gib"] - mf93["plan_weights_gib"]) <= 0.006      # the replay + 68 MiB: the log's figure
+    assert mf93["weights_gib"] - (mf93["plan_weights_gib"] - holes / GiB) > 0.06  # the replay alone: 0.066 GiB short
+    held = [q for n, q in points.items() if "gptq-marlin" in n and n != mf93["name"] and not n.endswith("prefill")
+            and "kv_tokens" in q]
+    assert len(held) >= 8 and all(abs(q["plan_kv_tokens"] / q["kv_tokens"] - 1) < 0.01 for q in held), \
+        [(q["name"], q["plan_kv_tokens"], q["kv_tokens"]) for q in held]
