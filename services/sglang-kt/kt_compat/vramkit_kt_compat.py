@@ -241,6 +241,13 @@ def patch_sglang_kt(module, spec: str) -> None:
                     gp.say(f"{gp.ENV}={least}: forwards of {least}+ tokens run the CPU layers' experts on the GPU")
         return prefill["engine"]
 
+    def prefill_off(engine, layer_idx: int, exc: Exception) -> None:
+        """Any failure of the GPU prompt path: off for every layer (the server goes on, prompts on kt-kernel)."""
+        import vramkit_gpu_prefill as gp
+        engine.drop()
+        prefill["engine"] = None
+        gp.say(f"layer {layer_idx}: {type(exc).__name__}: {exc}; prompts stay on kt-kernel for every layer")
+
     def process_weights_after_loading(self, layer):
         if self.num_gpu_experts != 0:
             return orig_pwal(self, layer)
@@ -254,11 +261,7 @@ def patch_sglang_kt(module, spec: str) -> None:
                 try:
                     engine.add_layer(self.kt_config.layer_idx, [int(e) for e in order.tolist()])
                 except Exception as exc:     # noqa: BLE001 -- any failure: off for every layer, the server goes on
-                    import vramkit_gpu_prefill as gp
-                    engine.drop()
-                    prefill["engine"] = None
-                    gp.say(f"layer {self.kt_config.layer_idx}: {type(exc).__name__}: {exc}; prompts stay on "
-                           "kt-kernel for every layer")
+                    prefill_off(engine, self.kt_config.layer_idx, exc)
             if os.environ.get(GGML_ENV):      # opt-in: decode batches on llama.cpp's CPU kernels
                 import vramkit_ggml_experts
                 from sglang.srt.server_args import get_global_server_args
@@ -282,11 +285,7 @@ def patch_sglang_kt(module, spec: str) -> None:
             try:
                 return engine.run(self.kt_config.layer_idx, dispatch_output, self.moe_runner_config)
             except Exception as exc:     # noqa: BLE001 -- any failure: off for every layer, this chunk on kt-kernel
-                import vramkit_gpu_prefill as gp
-                engine.drop()
-                prefill["engine"] = None
-                gp.say(f"layer {self.kt_config.layer_idx}: {type(exc).__name__}: {exc}; prompts stay on kt-kernel "
-                       "for every layer")
+                prefill_off(engine, self.kt_config.layer_idx, exc)
         self.submit(layer, dispatch_output)
         return StandardCombineInput(hidden_states=self.sync(x).clone())
 
