@@ -425,3 +425,17 @@ def test_the_plan_says_what_the_path_copies_over_the_card_s_link(capsys, gptq_di
     bench = json.loads((ROOT / "benchmarks/results/gpu/moe-gpu-prefill/run2/gpu-prefill-bench.json").read_text())
     h100 = catalog.gpu("h100-80gb").pcie_bytes_s
     assert f"pinned copies ran {bench['copy_gbs']} GB/s of its {h100 / 1e9:.0f}" in said
+    # the step is the plan's own: with no chunk asked, SGLang's default for the card (not the KT buffer's 8192)
+    from dataclasses import replace
+
+    from vramkit.core.plan.planner import Target, plan, sglang_default_chunked_prefill
+    gpu = catalog.gpu("rtx-5060-ti-16gb")
+    knobs = replace(knob_decl.Knobs(**catalog.presets()["moe"].knobs), chunked_prefill=None, kt_gpu_prefill=1024)
+    host = kt.HostCpu(isa="amx", isa_source="--cpu-isa", read_bytes_s=((16, 60e9),), read_source="given",
+                      physical_cores=16, kt_kernel="0.5.1")
+    target = Target(gpu=gpu, host=host, host_ram_available_bytes=64 << 30)
+    got = plan(model, target, knobs,
+               catalog.engine(), with_alternatives=False)
+    step = sglang_default_chunked_prefill(gpu.memory_total_bytes)
+    assert step != 8192 and f"each {step:,}-token chunk copies" in next(n for n in got.notes
+                                                                         if n.startswith("prompt chunks of"))

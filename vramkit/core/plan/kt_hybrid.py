@@ -748,6 +748,8 @@ def aggregate_note(streams: int, tok_s: float, method: str, whole_layers: bool, 
 # ~26 us per token and CPU layer (12 threads). The copy pays for itself from ~240 tokens there, ~480 at PCIe 4 x16's ~25
 # GB/s, ~1,000 at PCIe 3's ~12: 1,024 is ahead on PCIe 4 and up, even on 3, and every full 4,096-token chunk takes it.
 AUTO_PREFILL_TOKENS = 1024
+
+
 def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None) -> str | None:
     """Why kt_gpu_prefill cannot run for this plan (None: it can): the adapter copies a CPU layer's GPTQ-Int4 experts
     in marlin's layout, read from the checkpoint (symmetric, no act-order), into whole-layer CPU layers."""

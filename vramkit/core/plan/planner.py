@@ -322,9 +322,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                                "mode keeps the other weights on the GPU", "drop one of them", Exit.BAD_INPUT)
         # the GPU prompt path (kt_gpu_prefill): its staging set is allocated with the weights
         if knobs.kt_gpu_prefill:
-            whole_asked = knobs.kt_gpu_layers == "auto"
-            cannot = kt.prefill_problem(model, whole_asked, kt.moe_kernel(model, knobs.moe_kernel, 0, whole_asked)[1])
-            if cannot is not None:
+            if (cannot := _prefill_problem(model, knobs)) is not None:
                 reasons.append(Reason("kt_gpu_prefill", f"{by_name()['kt_gpu_prefill'].cli_flag} "
                                       f"{knobs.kt_gpu_prefill}: {cannot}; 0 leaves prompts on kt-kernel"))
             else:
@@ -360,8 +358,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     load = replay_load(layout, min(offload_req * GiB, layer_bytes))
     offloaded = load.offloaded_bytes
     # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
-    weights_gpu = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging \
-        + _marlin_holes(model, moe_kernel, counts, staging, engine)
+    weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
 
     # 3. KV pool
     rest = (free - weights_gpu - engine.pre_kv) - free * (1 - frac)
@@ -476,7 +473,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     hybrid = None
     if n_gpu_experts is not None:
         hybrid = _hybrid_section(model, target, knobs, engine, n_gpu_experts, load, cell, tp, reasons, notes,
-                                 staging, chunk)
+                                 staging, step=chunk)
     elif gpu is not None:
         link = target.link_bytes_s or gpu.pcie_bytes_s
         # the GPU-resident tensors after conversion; MoE: only the experts a step touches
@@ -532,9 +529,7 @@ def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine
     off = replace(knobs, kt_gpu_prefill=0)
     if not knobs.kt_method:
         return plan(model, target, off, engine, with_alternatives=with_alternatives, candidates=candidates)
-    whole = knobs.kt_gpu_layers == "auto"
-    why = kt.prefill_problem(model, whole, kt.moe_kernel(model, knobs.moe_kernel, 0, whole)[1])
-    if why is None:
+    if (why := _prefill_problem(model, knobs)) is None:
         on = plan(model, target, replace(knobs, kt_gpu_prefill=kt.AUTO_PREFILL_TOKENS), engine,
                   with_alternatives=False)
         if on.hybrid is None or not on.hybrid.prefill_gpu_bytes:
@@ -550,6 +545,13 @@ def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine
     flag = by_name()["kt_gpu_prefill"].cli_flag
     return replace(base, notes=(*base.notes, f"the GPU prompt path ({flag} auto) is off: {why}; prompt chunks run on "
                                 "kt-kernel"))
+
+
+def _prefill_problem(model: ModelSpec, knobs: Knobs) -> str | None:
+    """Why the GPU prompt path cannot run with these knobs (kt.prefill_problem on the placement and MoE kernel they
+    ask for), None where it can."""
+    whole = knobs.kt_gpu_layers == "auto"
+    return kt.prefill_problem(model, whole, kt.moe_kernel(model, knobs.moe_kernel, 0, whole)[1])
 
 
 def _prefill_copy_words(model: ModelSpec, target: Target, cpu_layers: int, chunk: int, context: int) -> str:
@@ -578,6 +580,14 @@ def _with_prefill_cost(on: Plan, off: Plan) -> Plan:
                               f"here against ~{b.decode_tok_s:.0f} with {flag} 0 (estimates, at "
                               f"{a.decode_context_tokens:,} tokens of context); 0 keeps the layer and prompts on "
                               "kt-kernel"))
+
+
+def _weights_on_gpu(load: LoadResult, model: ModelSpec, moe_kernel: str | None,
+                    counts: int | tuple[int, ...] | None, staging: int, engine: Engine) -> int:
+    """SGLang's "Load weight end ... mem usage" for a replayed load: its reserve, the page tables of the pinned copies
+    it maps (they count while the weights load), the GPU prompt path's staging set and marlin's free space."""
+    return load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging \
+        + _marlin_holes(model, moe_kernel, counts, staging, engine)
 
 
 def _marlin_holes(model: ModelSpec, moe_kernel: str | None, counts: int | tuple[int, ...] | None, staging: int,
@@ -613,8 +623,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         priced, kernel = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
         counts = kt.gpu_expert_counts(model, n, whole)
         load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts))
-        weights = load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging \
-            + _marlin_holes(priced, kernel, counts, staging, engine)
+        weights = _weights_on_gpu(load, priced, kernel, counts, staging, engine)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
 
     lo, hi = 0, e
@@ -632,9 +641,10 @@ FOUR_STREAM_CONTEXT = 512 + 64     # the aggregate's depth: 512-token prompts, h
 
 def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load: LoadResult,
                     cell: int, tp: int, reasons: list[Reason], notes: list[str], staging: int = 0,
-                    chunk: int = 0) -> HybridSection:
+                    step: int = 0) -> HybridSection:
     """The CPU side of a hybrid plan (its GPU figures are the plan's own): the method this CPU runs, the
-    threads, host RAM as kt-kernel holds every expert, the decode estimate and layer offload beside it."""
+    threads, host RAM as kt-kernel holds every expert, the decode estimate and layer offload beside it. `staging`: the
+    GPU prompt path's staging set (0: none); `step`: the plan's largest prefill step, what the path copies for."""
     moe, host, k, gpu = model.moe, target.host, engine.kt, target.gpu
     assert moe is not None and knobs.kt_method
     if host is None or k is None:
@@ -768,7 +778,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                      f"{bytes2human(hp.prefill_gpu_bytes)} with the weights, {bytes2human(hp.host_prefill_bytes)} of "
                      "pinned host RAM (measured on the H100 host at 16 GiB, one pair: the first token after 30K in "
                      "3.7 s against 11.6 with prompts on kt-kernel, decode unchanged; benchmarks/results/gpu/"
-                     "moe-gpu-prefill/)" + _prefill_copy_words(model, target, kt_layers, chunk, knobs.context))
+                     "moe-gpu-prefill/)" + _prefill_copy_words(model, target, kt_layers, step, knobs.context))
     if hp.aggregate_tok_s is not None:
         notes.append(kt.aggregate_note(hp.aggregate_streams, hp.aggregate_tok_s, planned, bool(gpu_layers),
                                        kt.distinct_expert_factor(moe.num_experts, moe.top_k, hp.aggregate_streams)))
