@@ -234,11 +234,17 @@ POINTS = (
     # 256: one GPU layer fewer for its staging set, its pinned copies in host RAM)
     *(Point(f"layers-int8-amx-16g-gptq-marlin-{tag}", "held-out", f"moe-gpu-prefill/{run}/{pt}.json",
             f"moe-gpu-prefill/{run}/{pt}.probe.json", f"moe-gpu-prefill/{run}/membw-anchor.json",
-            {"kt_method": "AMXINT8"}, rss_end_read=True, note=f"one round; {what}; seeded by name",
+            {"kt_method": "AMXINT8", **extra}, rss_end_read=True, note=f"{rounds}; {what}; seeded by name",
             gpu_checkpoint="gptq", kv_splits=32)
-      for tag, run, pt, what in (("preset-p1", "run1", "k16-preset", "the preset as it comes"),
-                                 ("preset-p2", "run2", "k16-preset", "the preset as it comes"),
-                                 ("prefill", "run2", "k16-prefill", "--kt-gpu-prefill 256"))),
+      for tag, run, pt, rounds, what, extra in (
+          ("preset-p1", "run1", "k16-preset", "one round", "the preset as it comes", {}),
+          ("preset-p2", "run2", "k16-preset", "one round", "the preset as it comes", {}),
+          ("prefill", "run2", "k16-prefill", "one round", "--kt-gpu-prefill 256", {}),
+          # the seventeenth session (run3, a third machine): the preset as it comes, the path on by itself (auto), and
+          # with --kt-gpu-prefill 0, each the median of 3 starts; RSS and memory of the first start
+          ("preset-p3", "run3", "k16-preset", "median of 3 starts", "the preset as it comes, the path on (auto)",
+           {"kt_gpu_prefill": "auto"}),
+          ("kt-prompts-p3", "run3", "k16-kt-prompts", "median of 3 starts", "--kt-gpu-prefill 0", {}))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

@@ -137,6 +137,30 @@ def ttft_median(rounds: list[dict]) -> dict:
             "rounds": [{k: r[k] for k in ("ok", "ttft_s", "decode_tok_s", "completion_tokens", "error")} for r in rounds]}
 
 
+def merge_starts(probes: list[dict], how: str) -> dict:
+    """One point's probes from N separate server starts (each its own round) as one probe, each figure the median
+    over the starts as --repeat takes it within one start (decode_median, ttft_median), every round kept. A figure
+    missing from any start is left out: a median of fewer starts than the others would read as the same kind."""
+    if any(p.get("repeat", 1) != 1 for p in probes):
+        raise ValueError("merge_starts takes one round per start (moe_probe.py --repeat 1)")
+    first = probes[0]
+    out = {**{k: v for k, v in first.items() if k not in ("decode", "ttft")}, "repeat": len(probes),
+           "rounds_are": how, "dates": [p.get("date") for p in probes], "decode": [], "ttft": []}
+
+    def requests(d: dict) -> list[dict]:
+        return d.get("requests") or []
+    for d in first.get("decode", []):
+        same = [next((e for e in p.get("decode", []) if e.get("streams") == d["streams"]), None) for p in probes]
+        if all(same):
+            out["decode"].append(decode_median(d["streams"], [requests(e) for e in same]))
+    for t in first.get("ttft", []):
+        same = [next((e for e in p.get("ttft", []) if e.get("prompt_tokens") == t["prompt_tokens"]), None)
+                for p in probes]
+        if all(e and "ok" in e for e in same):
+            out["ttft"].append(ttft_median(same))
+    return out
+
+
 def greedy_point(url: str, seed: int, new: int) -> dict:
     """One greedy request with each generated token's id and log-probability (SGLang's return_logprob)."""
     import httpx

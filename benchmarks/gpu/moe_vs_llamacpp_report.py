@@ -3,6 +3,7 @@
     python3 benchmarks/gpu/moe_vs_llamacpp_report.py evidence RES_DIR      # on the GPU host (run_moe_vs_llamacpp.sh)
     python3 benchmarks/gpu/moe_vs_llamacpp_report.py report RES_DIR [--out benchmarks/results/gpu]
     python3 benchmarks/gpu/moe_vs_llamacpp_report.py int8 RES_DIR [--out benchmarks/results/gpu]
+    python3 benchmarks/gpu/moe_vs_llamacpp_report.py merge OUT_DIR RES_1 RES_2 RES_3   # then: report OUT_DIR
 
 `evidence` trims every server log in RES_DIR to the lines that show the expert split, the KT threads and the
 memory figures (SGLang's and llama.cpp's), as NAME.evidence.txt beside the point's JSON. `report` reads the
@@ -10,7 +11,9 @@ points run_moe_vs_llamacpp.sh wrote (moe_point.py / moe_probe.py JSON, llama-ben
 budget, moe-vs-llamacpp-{16,24}g.json / .md / .png, the evidence files beside them, and
 moe-vs-llamacpp-levers.md (what each kit lever gave at 16 GiB). `int8` takes another host session's points
 (STEPS="setup amxint8 amxint8-levers": the CPU experts in AMXINT8) into moe-vs-llamacpp-int8/ and rewrites the
-levers file, whose last section sets them beside FP8 and AMXINT4. Every number is a measurement from that run;
+levers file, whose last section sets them beside FP8 and AMXINT4. `merge` takes the same steps run N times on one
+machine, each point started afresh each time, into one session folder: every probe the median over the starts
+(moe_probe.merge_starts), the other files of the first start, each start's own files under rounds/rK/. Every number is a measurement from that run;
 the per-token budgets are labelled derived (1000 / decode tok/s, split by the fitted sync constant).
 """
 from __future__ import annotations
@@ -50,7 +53,7 @@ from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
 SGLANG_LINES = re.compile(
     r"Load weight (begin|end)|KV Cache is allocated|max_total_num_tokens|Memory pool end|Capture cuda graph (begin|end)"
     r"|avail mem|kt_|KTMoE|[Kk][Tt]ransformers|CPUInfer|cpuinfer|gpu_experts|num_gpu_experts|thread|numa|NUMA"
-    r"|vramkit_kt_compat|context_len|max_running_requests|chunked_prefill_size|AMX|amx|deferred|Load.*experts"
+    r"|vramkit_kt_compat|vramkit_gpu_prefill|context_len|max_running_requests|chunked_prefill_size|AMX|amx|deferred|Load.*experts"
     r"|memory|Memory|OOM|Error|error")
 LLAMA_LINES = re.compile(
     r"fit|overflow|offload|n_cpu_moe|buffer size|KV buffer|kv_unified|n_ctx|n_seq|n_batch|n_ubatch|flash_attn"
@@ -220,8 +223,8 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
                "decode_tok_s: 1 stream, 512-token prompt, 128 tokens, client-side 1/TPOT; decode_tok_s_8k: the "
                "64 tokens after an 8,192-token prompt; ttft_30k_s: a 30,000-token prompt; "
                "aggregate_4_streams_tok_s: 4 concurrent 512-token prompts, sum of per-stream decode rates"
-               + (f"; each figure the median of {repeats} rounds with fresh prompts (moe_probe.py --repeat)"
-                  if (repeats := rounds(res, budget)) > 1 else "") + ". "
+               + (f"; each figure the median of {repeats[0]} rounds: {repeats[1]}"
+                  if (repeats := rounds(res, budget))[0] > 1 else "") + ". "
                "vramkit: the best configuration measured with every figure (the moe preset as planned for the "
                "checkpoint, or with a lever: whole layers on the GPU, other KT threads; a point with deferred "
                "experts, which changes the computation, only where no other has every figure); llama.cpp: its "
@@ -261,10 +264,14 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
     return out
 
 
-def rounds(res: Path, budget: int) -> int:
-    """How many rounds each probe of this card's session ran (moe_probe.py --repeat; 1 before it existed)."""
-    probes = [load(p) for p in res.glob(f"*{budget}*.probe.json")]
-    return min((p.get("repeat", 1) for p in probes if isinstance(p, dict)), default=1)
+def rounds(res: Path, budget: int) -> tuple[int, str]:
+    """How many rounds each probe of this card's session ran, and how: within one start (moe_probe.py --repeat; 1
+    before it existed) or over separate starts (merge)."""
+    probes = [p for p in (load(f) for f in res.glob(f"*{budget}*.probe.json")) if isinstance(p, dict)]
+    n = min((p.get("repeat", 1) for p in probes), default=1)
+    how = {p.get("rounds_are") for p in probes} - {None}
+    return n, (how.pop() if len(how) == 1 and all(p.get("rounds_are") for p in probes)
+               else "fresh prompts within one start of each server (moe_probe.py --repeat)")
 
 
 def ratios(c: dict) -> dict:
@@ -475,11 +482,39 @@ def int8(res: Path, out_dir: Path) -> list[Path]:
     return [d, out_dir / "moe-vs-llamacpp-levers.md"]
 
 
+def merge(out: Path, runs: list[Path]) -> list[Path]:
+    """N host runs of the same steps (the driver's RES, moved aside between runs) into one session folder OUT."""
+    from moe_probe import merge_starts
+    runs = [untar(r) for r in runs]
+    how = (f"{len(runs)} separate starts of each server on one machine, back to back, the same prompts each time "
+           "(no prefix cache survives a start); each start's own files under rounds/")
+    out.mkdir(parents=True, exist_ok=True)
+    for k, r in enumerate(runs, 1):
+        shutil.copytree(r, out / "rounds" / f"r{k}", dirs_exist_ok=True)
+    if (runs[0] / "logs" / "site.txt").exists():
+        shutil.copy(runs[0] / "logs" / "site.txt", out / "site.txt")
+    written = []
+    for p in sorted(runs[0].glob("*")):
+        if not p.is_file():
+            continue
+        if p.name.endswith(".probe.json") and all((r / p.name).exists() for r in runs[1:]):
+            merged = merge_starts([load(r / p.name) for r in runs], how)
+            (out / p.name).write_text(json.dumps(merged, indent=1) + "\n")
+        else:
+            shutil.copy(p, out / p.name)
+        written.append(out / p.name)
+    return written
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("evidence", "report", "int8"):
-        print("usage: moe_vs_llamacpp_report.py evidence|report|int8 RES_DIR [--out DIR]", file=sys.stderr)
+    if len(argv) < 2 or argv[0] not in ("evidence", "report", "int8", "merge") or (argv[0] == "merge" and len(argv) < 4):
+        print("usage: moe_vs_llamacpp_report.py evidence|report|int8 RES_DIR [--out DIR] | merge OUT_DIR RES_1 RES_2 ...",
+              file=sys.stderr)
         return 64
     res = Path(argv[1])
+    if argv[0] == "merge":
+        print(f"{len(merge(res, [Path(a) for a in argv[2:]]))} files in {res}")
+        return 0
     if argv[0] == "evidence":
         for p in evidence(res):
             print(p)

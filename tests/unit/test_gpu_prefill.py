@@ -439,3 +439,48 @@ def test_the_plan_says_what_the_path_copies_over_the_card_s_link(capsys, gptq_di
     step = sglang_default_chunked_prefill(gpu.memory_total_bytes)
     assert step != 8192 and f"each {step:,}-token chunk copies" in next(n for n in got.notes
                                                                          if n.startswith("prompt chunks of"))
+
+
+def test_the_side_by_side_with_the_path_on_reads_as_its_starts():
+    """run3 (three starts, medians): the README's and the folder's rows are the merged probes' figures with the
+    starts' ranges; the main 16 GiB table is that run, with the path on and TTFT for 30K at or under llama.cpp's."""
+    run3 = ROOT / "benchmarks" / "results" / "gpu" / "moe-gpu-prefill" / "run3"
+    top = " ".join((ROOT / "README.md").read_text().split())
+    folder = " ".join((run3.parent / "README.md").read_text().split())
+
+    def fig(name, key, start=None):      # the probe's own figure, unrounded
+        p = json.loads(((run3 / "rounds" / f"r{start}" if start else run3) / f"{name}.probe.json").read_text())
+        if key == "decode_tok_s":
+            return next(d["per_stream_tok_s"] for d in p["decode"] if d["streams"] == 1)
+        n = {"ttft_30k_s": 30000, "decode_tok_s_30k": 30000}[key]
+        return next(t["decode_tok_s" if key.startswith("decode") else "ttft_s"] for t in p["ttft"]
+                    if t["prompt_tokens"] == n)
+
+    def cell(name, key, digits, unit="", bold=False):
+        lo, hi = (f(fig(name, key, k) for k in (1, 2, 3)) for f in (min, max))
+        mid = f"{fig(name, key):.{digits}f}{unit}"
+        return f"{f'**{mid}**' if bold else mid} ({lo:.{digits}f}-{hi:.{digits}f})"
+    names = ("k16-preset", "k16-kt-prompts", "llama-16-fit", "llama-16-best")
+    ttft = " | ".join(cell(n, "ttft_30k_s", 2, " s", bold=n == names[0]) for n in names)
+    assert f"| TTFT, 30K prompt | {ttft} |" in top and f"| TTFT, 30K tokens | {ttft} |" in folder
+    dec = f"{cell(names[0], 'decode_tok_s', 1, ' tok/s')} | " + " | ".join(cell(n, "decode_tok_s", 1) for n in names[1:])
+    assert f"| decode, depth 0 | {dec} |" in top and f"| decode, depth 0 | {dec} |" in folder
+    c = json.loads((ROOT / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-16g.json").read_text())
+    kit, r = c["engines"]["vramkit"], c["ratios"]
+    assert kit["settings"]["point"] == "k16-preset" and kit["settings"]["gpu_layers"] == 36
+    # the path on by the preset's auto, no flag given: the plan said so, and the server's pool and RSS are those of
+    # run2's server with --kt-gpu-prefill 256 (its staging set; its pinned copies), not those of the one without
+    assert "--kt-gpu-prefill" not in kit["settings"]["vramkit_up"]
+    plan = " ".join((run3 / "k16-preset.up.txt").read_text().split())
+    assert "prompt chunks of 1,024+ tokens run the 12 CPU layers' experts on the GPU" in plan
+    on, off = (json.loads((run3 / f"{n}.json").read_text()) for n in ("k16-preset", "k16-kt-prompts"))
+    with_path = json.loads((run3.parent / "run2" / "k16-prefill.json").read_text())
+    assert on["log_figures_gib"]["kv_tokens"] == with_path["log_figures_gib"]["kv_tokens"] \
+        < off["log_figures_gib"]["kv_tokens"]
+    assert on["host_rss_after_start_bytes"] - off["host_rss_after_start_bytes"] > 4e9
+    assert kit["ttft_30k_s"] == round(fig("k16-preset", "ttft_30k_s"), 3) and r["ttft_30k_llamacpp_over_kit"] >= 1.0
+    assert f"**The first token after 30K: {1 / r['ttft_30k_llamacpp_over_kit']:.2f}x llama.cpp's best**" in top
+    assert (f"Decode: {r['decode_vs_llamacpp']:.2f}x at depth 0, {r['decode_8k_vs_llamacpp']:.2f}x after 8K, "
+            f"{fig('k16-preset', 'decode_tok_s_30k') / max(fig(n, 'decode_tok_s_30k') for n in names[2:]):.2f}x "
+            "after 30K") in top
+    assert f"- 4 streams: {r['aggregate_4_vs_llamacpp']:.2f}x" in top

@@ -208,7 +208,11 @@ KV_MISSES = {
     # log's load with one layer fewer shows (part of it in the load's free holes), so the pool is planned 2.8 % UNDER
     # SGLang's (33,472 against 34,439 tokens): the safe side
     "layers-int8-amx-16g-gptq-marlin-prefill": 0.03,
+    # the same on run3's machine, the path on by the preset's auto: 33,472 against 34,439 again, -2.8 %
+    "layers-int8-amx-16g-gptq-marlin-preset-p3": 0.03,
 }
+# the runs with the GPU prompt path's staging set (the marlin allowance is not applied beside it)
+PREFILL_PATH = ("layers-int8-amx-16g-gptq-marlin-prefill", "layers-int8-amx-16g-gptq-marlin-preset-p3")
 
 
 def test_memory_within_the_bars_on_every_run():
@@ -404,7 +408,7 @@ def test_the_marlin_allowance_is_set_on_one_run_and_holds_on_the_others():
     mf93 = points["layers-int8-amx-16g-gptq-marlin-mf93"]
     assert abs(mf93["weights_gib"] - mf93["plan_weights_gib"]) <= 0.006      # the replay + 68 MiB: the log's figure
     assert mf93["weights_gib"] - (mf93["plan_weights_gib"] - holes / GiB) > 0.06  # the replay alone: 0.066 GiB short
-    held = [q for n, q in points.items() if "gptq-marlin" in n and n != mf93["name"] and not n.endswith("prefill")
+    held = [q for n, q in points.items() if "gptq-marlin" in n and n != mf93["name"] and n not in PREFILL_PATH
             and "kv_tokens" in q]
     assert len(held) >= 8 and all(abs(q["plan_kv_tokens"] / q["kv_tokens"] - 1) < 0.01 for q in held), \
         [(q["name"], q["plan_kv_tokens"], q["kv_tokens"]) for q in held]

@@ -16,6 +16,8 @@ from vramkit.core.plan.planner import Knobs, Target, plan
 ROOT = Path(__file__).resolve().parents[2]
 RES = ROOT / "benchmarks" / "results" / "gpu"
 MF = RES / "moe-vs-llamacpp-mf"
+# the comparison the lpreset run made, the main table until 2026-11-28's seventeenth session (moe-gpu-prefill/run3 since)
+PRESET_CMP = RES / "moe-vs-llamacpp-preset" / "comparison-16g.json"
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 
@@ -94,8 +96,8 @@ def test_run1_ratios_read_as_the_main_table_does():
             f"streams; at 0.95 with 2048-token chunks {b[0]:.2f}x, {b[1]:.2f}x, {b[2]:.2f}x and {b[3]:.2f}x") in text
 
 
-def test_the_preset_run_is_the_main_table_and_ran_the_preset_as_it_comes():
-    c = json.loads((RES / "moe-vs-llamacpp-16g.json").read_text())
+def test_the_preset_run_was_the_main_table_and_ran_the_preset_as_it_comes():
+    c = json.loads(PRESET_CMP.read_text())
     kit = c["engines"]["vramkit"]
     assert kit["settings"]["point"] == "k16-preset" and kit["settings"]["gpu_layers"] == 37
     up = kit["settings"]["vramkit_up"]
@@ -139,7 +141,7 @@ def test_fit_kt_plans_the_preset_point_on_marlin_from_its_log():
 def test_the_four_stream_bound_is_the_measured_runs_arithmetic():
     """The README's derivation, from the committed comparison: distinct experts of 4 tokens under independent
     routing, the CPU share of a batch-1 token (measured token time less the profiled GPU share), the bound it sets."""
-    c = json.loads((RES / "moe-vs-llamacpp-16g.json").read_text())
+    c = json.loads(PRESET_CMP.read_text())
     kit, ll = c["engines"]["vramkit"], c["engines"]["llamacpp"]
     text = " ".join((MF / "README.md").read_text().split())
     factor = 128 * (1 - (120 / 128) ** 4) / 8
@@ -161,7 +163,7 @@ def test_the_gpu_prefill_derivation_is_the_committed_figures():
     """The README's derived first token with the CPU layers' prompt on the GPU: the 24 GiB run's TTFT (every layer on
     the GPU) plus the copies of 11 layers' GPTQ-Int4 experts per 4096-token chunk at the measured pinned copy rate."""
     from vramkit.generated import _pinned_copy_gbs
-    c16 = json.loads((RES / "moe-vs-llamacpp-16g.json").read_text())
+    c16 = json.loads(PRESET_CMP.read_text())
     c24 = json.loads((RES / "moe-vs-llamacpp-24g.json").read_text())
     import fit_kt
 

@@ -276,3 +276,49 @@ def test_the_point_records_each_process_of_the_server_tree():
             c.kill()
         p.kill()
         p.wait()
+
+
+def test_the_three_start_session_regenerates_from_its_starts(tmp_path):
+    """moe-gpu-prefill/run3 (the main 16 GiB table's session) is `merge` of its three starts: every probe the median
+    of the starts' figures, the other files the first start's."""
+    run3 = REPO / "benchmarks" / "results" / "gpu" / "moe-gpu-prefill" / "run3"
+    starts = [run3 / "rounds" / f"r{k}" for k in (1, 2, 3)]
+    report.merge(tmp_path / "m", starts)
+    committed = sorted(p.name for p in run3.glob("*.probe.json"))
+    assert committed == ["k16-kt-prompts.probe.json", "k16-preset.probe.json", "llama-16-best.probe.json",
+                         "llama-16-fit.probe.json"]
+    for name in committed:
+        assert json.loads((tmp_path / "m" / name).read_text()) == json.loads((run3 / name).read_text()), name
+        merged = session.probe_figures(json.loads((run3 / name).read_text()))
+        each = [session.probe_figures(json.loads((s / name).read_text())) for s in starts]
+        for key in ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s"):
+            assert merged[key] == sorted(f[key] for f in each)[1], (name, key)
+    assert (tmp_path / "m" / "k16-preset.json").read_bytes() == (starts[0] / "k16-preset.json").read_bytes()
+    c = json.loads((REPO / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-16g.json").read_text())
+    assert c["evidence_dir"] == "moe-gpu-prefill/run3" and "median of 3 rounds: 3 separate starts" in c["how"]
+
+
+def _probe(decode: dict[int, list[float]], ttft: dict[int, float | None]) -> dict:
+    req = lambda rate: {"ok": True, "prompt_tokens": 512, "completion_tokens": 128, "ttft_s": 0.2,  # noqa: E731
+                        "latency_s": 1.0, "error": "", "decode_tok_s": rate}
+    return {"label": "x", "api": "sglang", "date": "d", "repeat": 1,
+            "decode": [{"streams": n, "requests": [req(r) for r in rates]} for n, rates in decode.items()],
+            "ttft": [{"ok": t is not None, "prompt_tokens": n, "completion_tokens": 64, "ttft_s": t, "latency_s": 1.0,
+                      "error": "" if t else "timeout", "decode_tok_s": 50.0 if t else None} for n, t in ttft.items()]}
+
+
+def test_merge_starts_takes_each_figure_s_median_and_keeps_a_failed_start_visible():
+    starts = [_probe({1: [80.0], 4: [30.0] * 4}, {30000: 3.7}), _probe({1: [70.0], 4: [35.0] * 4}, {30000: 3.6}),
+              _probe({1: [90.0], 4: [20.0] * 4}, {30000: None})]
+    m = probe.merge_starts(starts, "three starts")
+    assert m["repeat"] == 3 and m["rounds_are"] == "three starts"
+    one, four = m["decode"]
+    assert one["per_stream_tok_s"] == 80.0 and four["aggregate_tok_s"] == 120.0     # medians of 70/80/90, 80/120/140
+    assert [r["aggregate_tok_s"] for r in four["rounds"]] == [120.0, 140.0, 80.0]
+    (t,) = m["ttft"]
+    assert t["ok"] is False and session.probe_figures(m)["ttft_30k_s"] is None      # one start failed: no median
+    # a figure one start lacks is left out, not a median of fewer starts
+    m = probe.merge_starts([_probe({1: [80.0]}, {}), _probe({1: [70.0], 4: [30.0] * 4}, {})], "two")
+    assert [d["streams"] for d in m["decode"]] == [1]
+    with pytest.raises(ValueError, match="one round per start"):
+        probe.merge_starts([{**starts[0], "repeat": 3}, starts[1]], "x")
