@@ -61,7 +61,9 @@
 # of a CPU layer's prompt chunk on the GPU, the adapter's own path checked and timed without a server
 # (gpu_prefill_bench.py): STAGE=.stage-gg STEPS="setup gprefill" (~3 min); then the server with it beside the preset
 # without it: DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup gprefill kprefill" (~12 min; ran 2026-11-28,
-# moe-gpu-prefill/run2), and with llama.cpp's pair: STEPS="setup lprefill" (~17 min; not run yet).
+# moe-gpu-prefill/run2), and with llama.cpp's pair: STEPS="setup lprefill" (~12 min with the build; ran 2026-11-28,
+# seventeenth session, three times on one machine, $RES moved aside between runs (~5 min each after the first), merged
+# by `moe_vs_llamacpp_report.py merge` into moe-gpu-prefill/run3: the main 16 GiB table).
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
 # after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).
