@@ -748,6 +748,10 @@ def aggregate_note(streams: int, tok_s: float, method: str, whole_layers: bool, 
 # ~26 us per token and CPU layer (12 threads). The copy pays for itself from ~240 tokens there, ~480 at PCIe 4 x16's ~25
 # GB/s, ~1,000 at PCIe 3's ~12: 1,024 is ahead on PCIe 4 and up, even on 3, and every full 4,096-token chunk takes it.
 AUTO_PREFILL_TOKENS = 1024
+# The path measured (H100 host at 16 GiB, the moe preset on the coder's GPTQ-Int4 shape, medians of 3 starts on one
+# machine, benchmarks/results/gpu/moe-gpu-prefill/run3/): the first token after a 30K prompt with the path, without it
+# (--kt-gpu-prefill 0), and llama.cpp's best in the same run (tests/unit/test_gpu_prefill.py reads them from the run)
+PREFILL_TTFT_30K_S = {"path": 3.66, "kt-kernel": 9.85, "llama.cpp": 7.87}
 
 
 def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None) -> str | None:
