@@ -1,9 +1,10 @@
 """The adapter's GPU prompt path for a CPU layer (kt_gpu_prefill, services/sglang-kt/kt_compat/vramkit_gpu_prefill.py;
 issue 18, derived in benchmarks/results/gpu/moe-vs-llamacpp-mf/README.md), checked and timed without a server: one MoE
 layer's GPTQ-Int4 experts repacked by its to_marlin, copied from pinned host RAM, and run by GpuPrefill.run through
-SGLang's own marlin MoE (the kernel its GPU layers run) on a chunk of T tokens.
+SGLang's own marlin MoE (the kernel its GPU layers run) on a chunk of T tokens; with --format fp8 the same for block-FP8
+experts (the moe preset's checkpoint) on SGLang's triton MoE.
 
-    python3 benchmarks/gpu/gpu_prefill_bench.py [--tokens 512,2048,4096] [--out R.json]
+    python3 benchmarks/gpu/gpu_prefill_bench.py [--format gptq|fp8] [--tokens 512,2048,4096] [--out R.json]
 
 On the GPU host, in the SGLang archive's environment (benchmarks/gpu/host_env.sh) after the marlin JIT prewarm: random
 GPTQ weights of the coder's shape (128 experts, hidden 2048, expert intermediate 768, group 128, 4 bits, symmetric),
@@ -66,6 +67,31 @@ class GptqExperts:
         return gptq_values(self.q[e].to(self.device), self.scales[e].to(self.device), self.group)[self.rows]
 
 
+class Fp8Experts:
+    """One projection's experts as float32 [out, in], dequantized from block-FP8 tensors when indexed: each weight
+    times its [bn, bk] block's weight_scale_inv, as SGLang's block-FP8 linear reads them."""
+
+    def __init__(self, w, scale, block: tuple[int, int], device, rows: slice = slice(None)) -> None:
+        self.w, self.scale, self.block, self.device, self.rows = w, scale, block, device, rows
+
+    def __getitem__(self, e: int):
+        w = self.w[e].to(self.device).float()
+        bn, bk = self.block
+        s = self.scale[e].to(self.device).repeat_interleave(bn, 0)[: w.shape[0]].repeat_interleave(bk, 1)[:, : w.shape[1]]
+        return (w * s)[self.rows]
+
+
+def fp8_reference(x, raw: dict, ids, weights, inter: int, block: tuple[int, int]):
+    """The MoE layer in float32 from the block-FP8 tensors (no activation quantization), by the same reference."""
+    import torch
+    from kt_accuracy import Model
+    d = x.device
+    gate = Fp8Experts(raw["w13_weight"], raw["w13_weight_scale_inv"], block, d, slice(0, inter))
+    up = Fp8Experts(raw["w13_weight"], raw["w13_weight_scale_inv"], block, d, slice(inter, None))
+    down = Fp8Experts(raw["w2_weight"], raw["w2_weight_scale_inv"], block, d)
+    return Model.moe_torch(gate, up, down, x.float(), ids, weights, out_dtype=torch.float32)
+
+
 def reference(x, raw: dict, ids, weights, inter: int, group: int):
     """The MoE layer in float32 from the raw GPTQ tensors, by the kit's shared reference (kt_accuracy's
     Model.moe_torch): each token's top-k experts, silu(x gate) * (x up) down, weighted."""
@@ -78,9 +104,11 @@ def reference(x, raw: dict, ids, weights, inter: int, group: int):
     return Model.moe_torch(gate, up, down, x.float(), ids, weights, out_dtype=torch.float32)
 
 
-def bench(tokens: list[int], reps: int) -> dict:
-    """The adapter's own path (vramkit_gpu_prefill: to_marlin, the pinned copy, GpuPrefill.run through SGLang's
-    fused_experts_none_to_marlin) on one random layer: checked against a float32 reference, then timed."""
+def bench(tokens: list[int], reps: int, fmt: str = "gptq") -> dict:
+    """The adapter's own path on one random layer, checked against a float32 reference, then timed: GPTQ-Int4
+    (to_marlin, the pinned copy, GpuPrefill.run through SGLang's fused_experts_none_to_marlin) or block FP8 (the
+    adapter's own dummy layer, the pinned copy, GpuPrefill.run through SGLang's fused_experts_none_to_triton with
+    FP8 weights and activations)."""
     import torch
     sys.path.insert(0, str(ROOT / "services" / "sglang-kt" / "kt_compat"))
     import vramkit_gpu_prefill as gp
@@ -100,8 +128,15 @@ def bench(tokens: list[int], reps: int) -> dict:
                      else (torch.rand(shape, generator=gen) * 2e-2 + 1e-3).half())
     hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
           "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": g, "sym": True, "desc_act": False}}
-    engine = gp.GpuPrefill(1, hf, "", dummy=False)
-    engine.host[0] = {n: t.cpu().pin_memory() for n, t in gp.to_marlin(raw, h, i, g).items()}
+    if fmt == "fp8":
+        hf["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128],
+                                     "activation_scheme": "dynamic", "fmt": "e4m3"}
+        engine = gp.GpuPrefill(1, hf, "", dummy=True)
+        raw = engine._fp8_layer(0, list(range(e)))
+        engine.host[0] = {n: t.cpu().pin_memory() for n, t in raw.items()}
+    else:
+        engine = gp.GpuPrefill(1, hf, "", dummy=False)
+        engine.host[0] = {n: t.cpu().pin_memory() for n, t in gp.to_marlin(raw, h, i, g).items()}
     engine.stage = {n: torch.empty_like(t, device="cuda") for n, t in engine.host[0].items()}
     dev = torch.device("cuda")
     layer_bytes = sum(t.numel() * t.element_size() for t in engine.host[0].values())
@@ -115,7 +150,7 @@ def bench(tokens: list[int], reps: int) -> dict:
 
     x, dispatch, ids, weights = inputs(64)
     got = engine.run(0, dispatch, MoeRunnerConfig()).hidden_states.float()
-    ref = reference(x, raw, ids, weights, i, g)
+    ref = fp8_reference(x, raw, ids, weights, i, (128, 128)) if fmt == "fp8" else reference(x, raw, ids, weights, i, g)
     out: dict = {"check_64_tokens": {"rel_l2": round(float((got - ref).norm() / ref.norm()), 5),
                                      "ref_rms": float(ref.pow(2).mean().sqrt())}}
 
@@ -130,6 +165,7 @@ def bench(tokens: list[int], reps: int) -> dict:
         _, dispatch, _, _ = inputs(t)
         out["run_ms"][str(t)] = round(_median_ms(lambda d=dispatch: engine.run(0, d, MoeRunnerConfig()), reps), 3)
     out["device"] = torch.cuda.get_device_name(0)
+    out["format"] = fmt
     return out
 
 
@@ -147,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--cpu-layers", type=int, default=11, help="CPU layers of the 16 GiB preset (37 of 48 on the GPU)")
     ap.add_argument("--chunk", type=int, default=4096, help="the preset's chunked prefill")
+    ap.add_argument("--format", choices=("gptq", "fp8"), default="gptq",
+                    help="the experts' format: GPTQ-Int4 on marlin, or block FP8 (the moe preset's checkpoint) on triton")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     try:
@@ -158,13 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         return failed(a.out, "RuntimeError: no CUDA device here")
     try:
-        res = bench(tokens, a.reps)
+        res = bench(tokens, a.reps, a.format)
     except Exception as exc:       # noqa: BLE001 -- the GPU host's failure, written down for the run's record
         traceback.print_exc()      # with where it failed, for the driver's log
         return failed(a.out, f"{type(exc).__name__}: {exc}")
     c24 = json.loads((ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-24g.json").read_text())
     ttft24 = c24["engines"]["vramkit"]["ttft_30k_s"]
-    res |= {"shape": SHAPE, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    shape = SHAPE if a.format == "gptq" else {k: v for k, v in SHAPE.items() if k not in ("group", "bits")} | {
+        "block": [128, 128], "bits": 8}
+    res |= {"shape": shape, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "how": "benchmarks/gpu/gpu_prefill_bench.py: medians of CUDA-event timings after 3 warm-ups",
             "derived_ttft_30k": {"all_gpu_ttft_30k_s": ttft24, "source": "moe-vs-llamacpp-24g.json (measured)",
                                  **derived_ttft(ttft24, res["copy_ms"] / 1e3, a.cpu_layers, 30000, a.chunk)}}

@@ -661,6 +661,15 @@ if has gprefill; then  # the adapter's GPU prompt path for a CPU layer (kt_gpu_p
   step "gpu prefill bench: $(tr '\n' ' ' < "$RES/gpu-prefill-bench.json" 2>/dev/null | head -c 400)"
   pack
 fi
+if has gprefill8; then  # the same for block-FP8 experts (the moe preset's own checkpoint) on SGLang's triton MoE with FP8
+  # activations: the adapter's dummy layer, its pinned copy and GpuPrefill.run against a float32 reference, then timed;
+  # --cpu-layers: the FP8 preset's CPU layers on the emulated card with the path (its plan); ~1 min after setup
+  ballast_off
+  timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format fp8 --cpu-layers ${FP8_CPU_LAYERS:-31} \
+    --out "$RES/gpu-prefill-bench-fp8.json" > "$RES/logs/gpu-prefill-bench-fp8.txt" 2>&1
+  step "gpu prefill bench fp8: $(tr '\n' ' ' < "$RES/gpu-prefill-bench-fp8.json" 2>/dev/null | head -c 400)"
+  pack
+fi
 if has kprefill || has lprefill; then  # the preset as it comes (kt_gpu_prefill = auto since 2026-11-28's sixteenth
   # session: on this GPTQ config, prompt chunks of 1024+ tokens run the CPU layers on the GPU) beside the same preset
   # with prompts on kt-kernel (--kt-gpu-prefill 0); lprefill adds llama.cpp's pair (~14 min with the builds; kprefill

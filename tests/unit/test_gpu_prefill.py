@@ -69,7 +69,7 @@ def test_the_staging_set_and_the_pinned_copies_are_planned(capsys, gptq_dir):
 
 
 @pytest.mark.parametrize("model, extra, said", [
-    ("qwen3-coder-30b-a3b-instruct-fp8", (), "experts are fp8"),
+    ("qwen3-coder-30b-a3b-instruct", (), "experts are not quantized"),
     (None, ("--kt-gpu-layers", "off"), "needs whole layers"),
     (None, ("--moe-kernel", "wna16"), "--moe-kernel wna16"),
 ])
@@ -108,8 +108,16 @@ def test_the_adapter_s_sizes_are_the_planner_s(gp):
     assert "act-order" in gp.unsupported(hf | {"quantization_config": hf["quantization_config"] | {"desc_act": True}},
                                          "auto", 0)
     assert "deferred" in gp.unsupported(hf, "auto", 2)
-    assert "not GPTQ-Int4" in gp.unsupported(json.loads((catalog.CONFIG_DIR / "models" /
-                                             "qwen3-coder-30b-a3b-instruct" / "config.json").read_text()), "auto", 0)
+    assert "neither GPTQ-Int4 nor block FP8" in gp.unsupported(json.loads((catalog.CONFIG_DIR / "models" /
+                                               "qwen3-coder-30b-a3b-instruct" / "config.json").read_text()), "auto", 0)
+    # the block-FP8 checkpoint (the moe preset's default): the checkpoint's tensors as they are, no repack
+    fp8 = json.loads((catalog.CONFIG_DIR / "models" / "qwen3-coder-30b-a3b-instruct-fp8" / "config.json").read_text())
+    assert gp.unsupported(fp8, "auto", 0) is None and gp.fp8_block(fp8) == (128, 128)
+    sizes = gp.fp8_layer_bytes(fp8["hidden_size"], fp8["moe_intermediate_size"], fp8["num_experts"], (128, 128))
+    assert tuple(sizes.values()) == kt.prefill_tensors(parse_config(fp8, name="fp8")) \
+        == (384 * MiB, 192 * MiB, 128 * 12 * 16 * 4, 128 * 16 * 6 * 4)
+    static = fp8 | {"quantization_config": fp8["quantization_config"] | {"activation_scheme": "static"}}
+    assert "neither GPTQ-Int4 nor block FP8" in gp.unsupported(static, "auto", 0)
 
 
 def test_a_layer_is_assembled_from_the_checkpoint_in_the_server_s_expert_order(gp, tmp_path):
@@ -141,6 +149,50 @@ def test_a_layer_is_assembled_from_the_checkpoint_in_the_server_s_expert_order(g
         assert torch.equal(got["w2_scales"][slot], tensors[f"{base}.down_proj.scales"])
     with pytest.raises(KeyError, match="not in the checkpoint"):
         gp.assemble(gp.Reader(str(tmp_path)), "model.layers.6.mlp", [0])
+
+
+def test_an_fp8_layer_is_assembled_as_fusedmoe_loads_it(gp, tmp_path):
+    """Block FP8 stores each linear's weight [out, in] (float8_e4m3fn) and weight_scale_inv [out / 128, in / 128]
+    (float32); FusedMoE's w13 stacks gate over up along out, slot s holds logical expert order[s]."""
+    import torch
+    from safetensors.torch import save_file
+    h, i, e = 256, 128, 3
+    tensors = {}
+    for x in range(e):
+        for p, (n, k) in {"gate_proj": (i, h), "up_proj": (i, h), "down_proj": (h, i)}.items():
+            base = f"model.layers.5.mlp.experts.{x}.{p}"
+            tensors[f"{base}.weight"] = torch.full((n, k), 0.25 * (x + 1), dtype=torch.float8_e4m3fn)
+            tensors[f"{base}.weight_scale_inv"] = torch.full((-(-n // 128), -(-k // 128)), float(x + len(p)))
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    order = [2, 0, 1]
+    got = gp.fp8_assemble(gp.Reader(str(tmp_path)), "model.layers.5.mlp", order)
+    assert {k: tuple(v.shape) for k, v in got.items()} == {k: s for k, (s, _) in gp.fp8_shapes(h, i, e, (128, 128)).items()}
+    for slot, x in enumerate(order):
+        base = f"model.layers.5.mlp.experts.{x}"
+        assert torch.equal(got["w13_weight"][slot].float(), torch.cat([tensors[f"{base}.gate_proj.weight"],
+                                                                       tensors[f"{base}.up_proj.weight"]]).float())
+        assert torch.equal(got["w2_weight_scale_inv"][slot], tensors[f"{base}.down_proj.weight_scale_inv"])
+    # a dummy layer: the same shapes, finite e4m3 values below 1.0 (no NaN code), scales ~1e-3
+    hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
+          "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}}
+    dummy = gp.GpuPrefill(8, hf, "", dummy=True)._fp8_layer(5, order)
+    assert {k: tuple(v.shape) for k, v in dummy.items()} == {k: tuple(v.shape) for k, v in got.items()}
+    w = dummy["w13_weight"].float()
+    assert torch.isfinite(w).all() and w.abs().max() < 1 and (w < 0).any() and (w > 0).any()
+    assert 1e-4 <= float(dummy["w2_weight_scale_inv"].min()) and float(dummy["w2_weight_scale_inv"].max()) <= 1.1e-3
+
+
+def test_the_fp8_checkpoint_s_path_is_planned_when_asked_and_said_unmeasured(capsys):
+    """The preset's FP8 checkpoint with --kt-gpu-prefill 1024: its staging set is one layer's block-FP8 tensors in a
+    fresh allocator, the pinned copies each rounded to a power of two, and the note says it has not run on a GPU."""
+    rc, d = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--kt-gpu-prefill", "1024")
+    assert rc == 0 and d["fits"], d["reasons"]
+    h = d["hybrid"]
+    cpu_layers = h["moe_layers"] - h["gpu_layers"]
+    assert h["prefill_gpu_bytes"] == (384 + 192 + 2) * MiB     # both scales (96 and 48 KiB) in one 2 MiB small segment
+    assert h["host_prefill_bytes"] == cpu_layers * (512 * MiB + 256 * MiB + 128 * 1024 + 64 * 1024)
+    said = next(n for n in d["notes"] if n.startswith("prompt chunks of 1,024+ tokens"))
+    assert "its fp8 experts on SGLang's triton MoE: not run in a server on a GPU yet" in said
 
 
 def test_the_image_carries_every_module_of_the_adapter():
@@ -316,8 +368,8 @@ def test_auto_takes_the_path_where_it_runs_and_fits_and_says_why_not_elsewhere(c
                f"~{zero['hybrid']['decode_tok_s']:.0f} with --kt-gpu-prefill 0" in n for n in on["notes"])
     rc, fp8 = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8")
     assert rc == 0 and fp8["fits"] and fp8["hybrid"]["prefill_tokens"] == 0
-    assert any(n.startswith("the GPU prompt path (--kt-gpu-prefill auto) is off: ") and "experts are fp8" in n
-               for n in fp8["notes"])
+    assert any(n.startswith("the GPU prompt path (--kt-gpu-prefill auto) is off: ") and "its fp8 experts' path has "
+               "not run in a server on a GPU yet (--kt-gpu-prefill 1024 turns it on)" in n for n in fp8["notes"])
     # host RAM between the plan without the pinned copies and the plan with them
     need_on, need_off = on["hybrid"]["host_ram_bytes"], _plan(capsys, str(gptq_dir), "--kt-gpu-prefill", "0")[1][
         "hybrid"]["host_ram_bytes"]

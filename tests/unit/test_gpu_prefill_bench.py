@@ -57,3 +57,23 @@ def test_the_reference_is_each_token_s_experts_weighted():
     gate = torch.full((i,), 0.01 * h)
     act = torch.nn.functional.silu(gate) * gate * 0.5
     assert torch.allclose(out, act.sum() * torch.tensor([[0.5], [0.25]]).expand(2, h))
+
+
+def test_the_fp8_reference_dequantizes_each_block_by_its_own_scale():
+    """--format fp8's reference: each [128, 128] block of a weight times its weight_scale_inv entry, as SGLang's
+    block-FP8 kernels read them; two blocks with different scales must give different rows."""
+    import torch
+    h, i = 256, 128
+    raw = {"w13_weight": torch.ones(1, 2 * i, h).to(torch.float8_e4m3fn),
+           "w13_weight_scale_inv": torch.tensor([[[1.0, 3.0], [0.5, 0.5]]]),      # gate blocks: 1 | 3; up: 0.5
+           "w2_weight": torch.ones(1, h, i).to(torch.float8_e4m3fn),
+           "w2_weight_scale_inv": torch.tensor([[[2.0], [0.0]]])}                   # down rows 128+: 0
+    gate = gpu_prefill_bench.Fp8Experts(raw["w13_weight"], raw["w13_weight_scale_inv"], (128, 128), "cpu",
+                                        slice(0, i))[0]
+    assert gate[0, :128].eq(1).all() and gate[0, 128:].eq(3).all()
+    x = torch.full((1, h), 0.01)
+    out = gpu_prefill_bench.fp8_reference(x, raw, torch.zeros(1, 1, dtype=torch.int64), torch.ones(1, 1), i, (128, 128))
+    g = 0.01 * (128 * 1 + 128 * 3)
+    u = 0.01 * h * 0.5
+    act = torch.nn.functional.silu(torch.tensor(g)) * u
+    assert torch.allclose(out[0, :128], act * i * 2) and out[0, 128:].eq(0).all()

@@ -4,10 +4,12 @@ VRAMKIT_KT_GPU_PREFILL=<least tokens>; the moe preset's "auto" where it can run;
 With whole layers (VRAMKIT_KT_GPU_LAYERS=auto) a CPU layer's experts live in host RAM and kt-kernel computes them, a
 prompt chunk too: ~6 of the 9 s the kit takes to a first token after 30K at 16 GiB
 (benchmarks/results/gpu/moe-vs-llamacpp-mf/README.md). Here each such layer also keeps its GPTQ-Int4 experts in
-marlin's layout in pinned host RAM (0.29 GiB a layer for Qwen3-30B-A3B). A forward of at least the set number of
-tokens copies them into one GPU staging set, shared by every CPU layer and allocated at load (SGLang counts it with
-the weights, and the planner plans it), and runs SGLang's own marlin MoE (fused_experts_none_to_marlin, what its GPU
-layers run) on them. Decode batches stay on kt-kernel.
+marlin's layout in pinned host RAM (0.29 GiB a layer for Qwen3-30B-A3B), or its block-FP8 experts as the checkpoint
+has them (0.56 GiB). A forward of at least the set number of tokens copies them into one GPU staging set, shared by
+every CPU layer and allocated at load (SGLang counts it with the weights, and the planner plans it), and runs SGLang's
+own MoE on them, what its GPU layers run: marlin (fused_experts_none_to_marlin) for GPTQ-Int4, the triton MoE with
+block-FP8 weights and dynamic FP8 activations (fused_experts_none_to_triton) for FP8. Decode batches stay on
+kt-kernel.
 
 The weights: SGLang's loader skips every expert of a layer with no GPU experts (FusedMoE._weight_loader_physical),
 so they are read here from the checkpoint's safetensors (each expert's gate/up/down qweight and scales; symmetric
@@ -47,13 +49,26 @@ def min_tokens(environ: dict | None = None) -> int | None:
     return int(raw)
 
 
-def unsupported(hf: dict, load_format: str, deferred: int) -> str | None:
-    """Why this server cannot run the path (None: it can): GPTQ-Int4 marlin experts only, symmetric and without
-    act-order, as SGLang's GPTQ marlin MoE reads them here; no deferred experts (their state spans layers)."""
+def fp8_block(hf: dict) -> tuple[int, int] | None:
+    """The checkpoint's FP8 weight block [n, k] where its experts are block-quantized FP8 with dynamic activation
+    scales (Qwen's and DeepSeek's FP8 releases: weight_block_size [128, 128]), else None."""
     q = hf.get("quantization_config") or {}
-    if q.get("quant_method") != "gptq" or int(q.get("bits", 0)) != 4:
-        return f"the checkpoint is {q.get('quant_method') or 'not quantized'}, not GPTQ-Int4"
-    if q.get("desc_act") or not q.get("sym", True):
+    block = q.get("weight_block_size")
+    if q.get("quant_method") != "fp8" or not block or len(block) != 2 \
+            or q.get("activation_scheme", "dynamic") != "dynamic":
+        return None
+    return int(block[0]), int(block[1])
+
+
+def unsupported(hf: dict, load_format: str, deferred: int) -> str | None:
+    """Why this server cannot run the path (None: it can): GPTQ-Int4 experts, symmetric and without act-order, as
+    SGLang's GPTQ marlin MoE reads them here, or block-FP8 experts as SGLang's triton MoE runs them; no deferred
+    experts (their state spans layers)."""
+    q = hf.get("quantization_config") or {}
+    if fp8_block(hf) is None and (q.get("quant_method") != "gptq" or int(q.get("bits", 0)) != 4):
+        return (f"the checkpoint is {q.get('quant_method') or 'not quantized'}, neither GPTQ-Int4 nor block FP8 with "
+                "dynamic activation scales")
+    if q.get("quant_method") == "gptq" and (q.get("desc_act") or not q.get("sym", True)):
         return "act-order or asymmetric GPTQ (SGLang's marlin MoE needs their permutation and zero points here)"
     if deferred:
         return "deferred experts (--kt-max-deferred-experts-per-token) carry state from one layer to the next"
@@ -76,6 +91,35 @@ def layer_bytes(hidden: int, inter: int, experts: int, group: int) -> dict[str, 
     size = {"int32": 4, "float16": 2}
     tensors = shapes(hidden, inter, experts, group)
     return {name: math.prod(shape) * size[dtype] for name, (shape, dtype) in tensors.items()}
+
+
+def fp8_shapes(hidden: int, inter: int, experts: int, block: tuple[int, int]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """One layer's FusedMoE block-FP8 tensors as SGLang creates them (Fp8MoEMethod.create_weights) and runs them on
+    CUDA (no repack): weight float8_e4m3fn [E, N, K], weight_scale_inv float32 [E, ceil(N / bn), ceil(K / bk)]."""
+    bn, bk = block
+    return {"w13_weight": ((experts, 2 * inter, hidden), "float8_e4m3fn"),
+            "w2_weight": ((experts, hidden, inter), "float8_e4m3fn"),
+            "w13_weight_scale_inv": ((experts, -(-2 * inter // bn), -(-hidden // bk)), "float32"),
+            "w2_weight_scale_inv": ((experts, -(-hidden // bn), -(-inter // bk)), "float32")}
+
+
+def fp8_layer_bytes(hidden: int, inter: int, experts: int, block: tuple[int, int]) -> dict[str, int]:
+    size = {"float8_e4m3fn": 1, "float32": 4}
+    return {name: math.prod(shape) * size[dtype]
+            for name, (shape, dtype) in fp8_shapes(hidden, inter, experts, block).items()}
+
+
+def fp8_assemble(read, prefix: str, order: list[int]) -> dict:
+    """One layer's block-FP8 w13/w2 and their scales from the checkpoint's per-expert linears ([out, in] each, as
+    FusedMoE loads them), slot by slot in the server's physical order; w13 is gate over up."""
+    import torch
+    out: dict = {k: [] for k in ("w13_weight", "w2_weight", "w13_weight_scale_inv", "w2_weight_scale_inv")}
+    for logical in order:
+        base = f"{prefix}.experts.{logical}"
+        for t, suffix in (("weight", "weight"), ("weight_scale_inv", "weight_scale_inv")):
+            out[f"w13_{t}"].append(torch.cat([read(f"{base}.gate_proj.{suffix}"), read(f"{base}.up_proj.{suffix}")]))
+            out[f"w2_{t}"].append(read(f"{base}.down_proj.{suffix}"))
+    return {k: torch.stack(v) for k, v in out.items()}
 
 
 def expert_names(prefix: str, expert: int) -> dict[str, str]:
@@ -149,6 +193,7 @@ class GpuPrefill:
         self.least = least
         self.hidden, self.inter = int(hf["hidden_size"]), int(hf["moe_intermediate_size"])
         self.experts = int(hf["num_experts"])
+        self.block = fp8_block(hf)              # block FP8 (SGLang's triton MoE), else GPTQ-Int4 (its marlin MoE)
         self.group = int(hf["quantization_config"].get("group_size", 128))
         self.model_path, self.dummy = model_path, dummy
         self.host: dict[int, dict] = {}          # layer -> its tensors in pinned host RAM
@@ -159,22 +204,46 @@ class GpuPrefill:
         """The layer's experts into pinned host RAM (read and repacked, or random for a dummy load); the staging set
         at the first layer, while SGLang still counts what the load allocates."""
         import torch
-        if self.dummy:     # random tensors in the checkpoint's layout, through the same repack as a real load
-            gen = torch.Generator().manual_seed(1234 + layer_idx)
-            raw = {}
-            for name, (shape, dtype) in shapes(self.hidden, self.inter, self.experts, self.group).items():
-                raw[name] = (torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32, generator=gen)
-                             if dtype == "int32" else
-                             (torch.rand(shape, generator=gen) * 2e-3 - 1e-3).half())   # SGLang's dummy range
+        if self.block is not None:
+            pinned = {k: v.cpu().pin_memory() for k, v in self._fp8_layer(layer_idx, order).items()}
         else:
-            if self._reader is None:
-                self._reader = Reader(self.model_path)
-            raw = assemble(self._reader, f"model.layers.{layer_idx}.mlp", order)
-        pinned = {k: v.cpu().pin_memory() for k, v in to_marlin(raw, self.hidden, self.inter, self.group).items()}
-        del raw
+            pinned = {k: v.cpu().pin_memory() for k, v in
+                      to_marlin(self._gptq_layer(layer_idx, order), self.hidden, self.inter, self.group).items()}
         self.host[layer_idx] = pinned
         if self.stage is None:
             self.stage = {k: torch.empty_like(v, device="cuda") for k, v in pinned.items()}
+
+    def _reader_for(self) -> Reader:
+        if self._reader is None:
+            self._reader = Reader(self.model_path)
+        return self._reader
+
+    def _gptq_layer(self, layer_idx: int, order: list[int]) -> dict:
+        """The layer's raw GPTQ tensors (the checkpoint's layout, before the repack): read, or random for a dummy
+        load in SGLang's dummy range (the repack then treats them as a real load's)."""
+        import torch
+        if not self.dummy:
+            return assemble(self._reader_for(), f"model.layers.{layer_idx}.mlp", order)
+        gen = torch.Generator().manual_seed(1234 + layer_idx)
+        return {name: (torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32, generator=gen) if dtype == "int32"
+                       else (torch.rand(shape, generator=gen) * 2e-3 - 1e-3).half())
+                for name, (shape, dtype) in shapes(self.hidden, self.inter, self.experts, self.group).items()}
+
+    def _fp8_layer(self, layer_idx: int, order: list[int]) -> dict:
+        """The layer's block-FP8 tensors as SGLang's GPU layers hold them (no repack on CUDA): read, or random for a
+        dummy load: e4m3 codes below 1.0 in magnitude with either sign (codes 0x00-0x37: no NaN, drawn as bytes),
+        scales ~1e-3, so the weights have SGLang's dummy magnitude."""
+        import torch
+        if not self.dummy:
+            return fp8_assemble(self._reader_for(), f"model.layers.{layer_idx}.mlp", order)
+        assert self.block is not None
+        gen = torch.Generator().manual_seed(1234 + layer_idx)
+
+        def codes(shape):
+            mag = torch.randint(0, 0x38, shape, dtype=torch.uint8, generator=gen)
+            return (mag | (torch.randint(0, 2, shape, dtype=torch.uint8, generator=gen) << 7)).view(torch.float8_e4m3fn)
+        return {name: codes(shape) if dtype != "float32" else torch.rand(shape, generator=gen) * 1e-3 + 1e-4
+                for name, (shape, dtype) in fp8_shapes(self.hidden, self.inter, self.experts, self.block).items()}
 
     def drop(self) -> None:
         """Give back what add_layer took (after a failure: the server goes on with every prompt on kt-kernel)."""
@@ -186,13 +255,19 @@ class GpuPrefill:
         return tokens >= self.least and layer_idx in self.host and self.stage is not None
 
     def run(self, layer_idx: int, dispatch_output, runner_config):
-        """Copy the layer's experts in (on the current stream: the kernel below waits for them) and run SGLang's marlin
-        MoE on them; the StandardCombineInput SGLang's own GPU layers return."""
-        from sglang.srt.layers.moe.moe_runner.marlin import MarlinMoeQuantInfo, fused_experts_none_to_marlin
+        """Copy the layer's experts in (on the current stream: the kernel below waits for them) and run SGLang's own
+        MoE on them (marlin for GPTQ-Int4, triton for block FP8); the StandardCombineInput its GPU layers return."""
         assert self.stage is not None
         for name, t in self.host[layer_idx].items():
             self.stage[name].copy_(t, non_blocking=True)
         s = self.stage
+        if self.block is not None:
+            from sglang.srt.layers.moe.moe_runner.triton import TritonMoeQuantInfo, fused_experts_none_to_triton
+            info = TritonMoeQuantInfo(w13_weight=s["w13_weight"], w2_weight=s["w2_weight"], use_fp8_w8a8=True,
+                                      w13_scale=s["w13_weight_scale_inv"], w2_scale=s["w2_weight_scale_inv"],
+                                      block_shape=list(self.block))
+            return fused_experts_none_to_triton(dispatch_output, info, runner_config)
+        from sglang.srt.layers.moe.moe_runner.marlin import MarlinMoeQuantInfo, fused_experts_none_to_marlin
         empty = s["w13_qweight"].new_empty((self.experts, 0))
         info = MarlinMoeQuantInfo(w13_qweight=s["w13_qweight"], w2_qweight=s["w2_qweight"], w13_scales=s["w13_scales"],
                                   w2_scales=s["w2_scales"], w13_g_idx_sort_indices=empty, w2_g_idx_sort_indices=empty,

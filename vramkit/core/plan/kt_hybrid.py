@@ -754,15 +754,37 @@ AUTO_PREFILL_TOKENS = 1024
 PREFILL_TTFT_30K_S = {"path": 3.66, "kt-kernel": 9.85, "llama.cpp": 7.87}
 
 
+def prefill_format(model: ModelSpec) -> str | None:
+    """The expert format the GPU prompt path would copy: "gptq" (GPTQ-Int4, SGLang's marlin MoE), "fp8" (block FP8,
+    its triton MoE), None (neither)."""
+    q = model.quantization
+    if q is not None and q.method == "fp8" and q.weight_block is not None:
+        return "fp8"
+    if q is not None and q.method == "gptq" and q.bits == 4:
+        return "gptq"
+    return None
+
+
+# the formats whose path ran in a server on a GPU (benchmarks/results/gpu/moe-gpu-prefill/): "auto" takes only these;
+# a number given runs the others too, and the plan says they are not measured
+PREFILL_MEASURED = ("gptq",)
+
+
 def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None) -> str | None:
-    """Why kt_gpu_prefill cannot run for this plan (None: it can): the adapter copies a CPU layer's GPTQ-Int4 experts
-    in marlin's layout, read from the checkpoint (symmetric, no act-order), into whole-layer CPU layers."""
+    """Why kt_gpu_prefill cannot run for this plan (None: it can): the adapter copies a CPU layer's experts, read from
+    the checkpoint, into whole-layer CPU layers: GPTQ-Int4 (symmetric, no act-order) in marlin's layout, or block FP8
+    as the checkpoint has them."""
     q = model.quantization
     if not whole_layers:
         return "it needs whole layers on the GPU (--kt-gpu-layers auto): a split layer's GPU experts are its own"
-    if q is None or q.method != "gptq" or q.bits != 4:
-        return (f"{model.name}'s experts are {q.method if q else 'not quantized'}; the GPU prompt path runs "
-                "GPTQ-Int4 experts on SGLang's marlin MoE only")
+    if prefill_format(model) == "fp8":
+        return None
+    if prefill_format(model) is None:
+        return (f"{model.name}'s experts are {q.method if q else 'not quantized'}"
+                + (" per tensor" if q is not None and q.method == "fp8" else "")
+                + "; the GPU prompt path runs GPTQ-Int4 experts on SGLang's marlin MoE and block-FP8 experts on its "
+                "triton MoE")
+    assert q is not None
     if not q.sym or q.desc_act:
         return "asymmetric or act-order GPTQ: SGLang's marlin MoE would need the zero points and permutation here"
     if moe_kernel != "marlin":
@@ -771,11 +793,16 @@ def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None
 
 
 def prefill_tensors(model: ModelSpec) -> tuple[int, ...]:
-    """One MoE layer's GPTQ-Int4 expert tensors as marlin holds them (w13 and w2 qweight, w13 and w2 scales; the
-    repack keeps each size): the adapter's GPU staging set and each CPU layer's pinned copy."""
+    """One MoE layer's expert tensors as the path holds them, the adapter's GPU staging set and each CPU layer's
+    pinned copy: GPTQ-Int4 as marlin does (w13 and w2 qweight, w13 and w2 scales; the repack keeps each size), block
+    FP8 as the checkpoint has them (w13 and w2 float8 weights, their float32 block scales)."""
     moe, q = model.moe, model.quantization
     assert moe is not None and q is not None
     h, i, e = model.hidden_size, moe.expert_intermediate, moe.num_experts
+    if prefill_format(model) == "fp8":
+        assert q.weight_block is not None
+        bn, bk = q.weight_block
+        return (e * 2 * i * h, e * h * i, e * -(-2 * i // bn) * -(-h // bk) * 4, e * -(-h // bn) * -(-i // bk) * 4)
     g = q.group_size if q.group_size > 0 else h
     return (e * h * 2 * i // 2, e * i * h // 2, e * (h // g) * 2 * i * 2, e * (i // g) * h * 2)
 

@@ -529,7 +529,10 @@ def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine
     off = replace(knobs, kt_gpu_prefill=0)
     if not knobs.kt_method:
         return plan(model, target, off, engine, with_alternatives=with_alternatives, candidates=candidates)
-    if (why := _prefill_problem(model, knobs)) is None:
+    if (why := _prefill_problem(model, knobs)) is None and kt.prefill_format(model) not in kt.PREFILL_MEASURED:
+        why = (f"its {kt.prefill_format(model)} experts' path has not run in a server on a GPU yet "
+               f"({by_name()['kt_gpu_prefill'].cli_flag} {kt.AUTO_PREFILL_TOKENS} turns it on)")
+    if why is None:
         on = plan(model, target, replace(knobs, kt_gpu_prefill=kt.AUTO_PREFILL_TOKENS), engine,
                   with_alternatives=False)
         if on.hybrid is None or not on.hybrid.prefill_gpu_bytes:
@@ -777,11 +780,15 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         notes.append(f"prompt chunks of {knobs.kt_gpu_prefill:,}+ tokens run the {kt_layers} CPU layers' experts on "
                      f"the GPU, copied in from pinned host RAM each chunk as llama.cpp does: a staging set of "
                      f"{bytes2human(hp.prefill_gpu_bytes)} with the weights, {bytes2human(hp.host_prefill_bytes)} of "
-                     "pinned host RAM (measured on the H100 host at 16 GiB, medians of 3 starts: the first token "
-                     f"after 30K in {ttft['path']:.2f} s against {ttft['kt-kernel']:.2f} with prompts on kt-kernel and "
-                     f"{ttft['llama.cpp']:.2f} for llama.cpp's best in the same run, decode within the starts' spread; "
-                     "benchmarks/results/gpu/moe-gpu-prefill/run3/)"
-                     + _prefill_copy_words(model, target, kt_layers, step, knobs.context))
+                     "pinned host RAM ("
+                     + ("measured on the H100 host at 16 GiB, medians of 3 starts: the first token "
+                        f"after 30K in {ttft['path']:.2f} s against {ttft['kt-kernel']:.2f} with prompts on kt-kernel "
+                        f"and {ttft['llama.cpp']:.2f} for llama.cpp's best in the same run, decode within the starts' "
+                        "spread; benchmarks/results/gpu/moe-gpu-prefill/run3/"
+                        if (fmt := kt.prefill_format(model)) in kt.PREFILL_MEASURED else
+                        f"its {fmt} experts on SGLang's triton MoE: not run in a server on a GPU yet; the GPTQ-Int4 "
+                        "path's measurements are in benchmarks/results/gpu/moe-gpu-prefill/")
+                     + ")" + _prefill_copy_words(model, target, kt_layers, step, knobs.context))
     if hp.aggregate_tok_s is not None:
         notes.append(kt.aggregate_note(hp.aggregate_streams, hp.aggregate_tok_s, planned, bool(gpu_layers),
                                        kt.distinct_expert_factor(moe.num_experts, moe.top_k, hp.aggregate_streams)))
