@@ -129,10 +129,17 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq") -> dict:
     hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
           "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": g, "sym": True, "desc_act": False}}
     if fmt == "fp8":
+        # the triton MoE reads the server's arguments (its deterministic-inference switch), which a server sets:
+        # here ServerArgs with its fields' defaults, without its start-up checks (no model to read)
+        from sglang.srt.runtime_context import get_context
+        from sglang.srt.server_args import ServerArgs
+        get_context().set_server_args(ServerArgs.__new__(ServerArgs))
         hf["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128],
                                      "activation_scheme": "dynamic", "fmt": "e4m3"}
         engine = gp.GpuPrefill(1, hf, "", dummy=True)
-        raw = engine._fp8_layer(0, list(range(e)))
+        raw = engine._fp8_layer(0, list(range(e)))     # the adapter's dummy codes; scales as large as the GPTQ
+        for name in ("w13_weight_scale_inv", "w2_weight_scale_inv"):   # check's, so fp16 outputs stay normal
+            raw[name] = torch.rand(raw[name].shape, generator=gen) * 2e-2 + 1e-3
         engine.host[0] = {n: t.cpu().pin_memory() for n, t in raw.items()}
     else:
         engine = gp.GpuPrefill(1, hf, "", dummy=False)
@@ -149,10 +156,14 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq") -> dict:
             topk_weights=weights, topk_ids=ids.to(torch.int32), router_logits=logits.half())), ids, weights
 
     x, dispatch, ids, weights = inputs(64)
+    # the reference first, from a copy of the input: the path must not have written over it (2026-11-28's first fp8
+    # run wrote its output over x through SGLang's in-place default, and the reference then read the output)
+    x0 = x.clone()
     got = engine.run(0, dispatch, MoeRunnerConfig()).hidden_states.float()
-    ref = fp8_reference(x, raw, ids, weights, i, (128, 128)) if fmt == "fp8" else reference(x, raw, ids, weights, i, g)
+    out_kept = bool(torch.equal(x, x0))
+    ref = fp8_reference(x0, raw, ids, weights, i, (128, 128)) if fmt == "fp8" else reference(x0, raw, ids, weights, i, g)
     out: dict = {"check_64_tokens": {"rel_l2": round(float((got - ref).norm() / ref.norm()), 5),
-                                     "ref_rms": float(ref.pow(2).mean().sqrt())}}
+                                     "ref_rms": float(ref.pow(2).mean().sqrt()), "input_kept": out_kept}}
 
     def copy() -> None:
         for name, t in engine.host[0].items():

@@ -63,7 +63,9 @@
 # without it: DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup gprefill kprefill" (~12 min; ran 2026-11-28,
 # moe-gpu-prefill/run2), and with llama.cpp's pair: STEPS="setup lprefill" (~12 min with the build; ran 2026-11-28,
 # seventeenth session, three times on one machine, $RES moved aside between runs (~5 min each after the first), merged
-# by `moe_vs_llamacpp_report.py merge` into moe-gpu-prefill/run3: the main 16 GiB table).
+# by `moe_vs_llamacpp_report.py merge` into moe-gpu-prefill/run3: the main 16 GiB table). The same bench for block-FP8
+# experts (the moe preset's checkpoint, SGLang's triton MoE): STAGE=.stage-gg STEPS="setup gprefill8" (~1.5 min; ran
+# 2026-11-28, seventeenth session, moe-gpu-prefill/fp8-bench/, its numeric check void then: fixed since).
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
 # after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).

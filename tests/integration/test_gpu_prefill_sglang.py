@@ -23,3 +23,19 @@ def test_the_prompt_path_hands_sglang_its_own_marlin_payload_in_marlin_s_shapes(
                              "w13_scales": [4, 8, 256], "w2_scales": [4, 4, 256]}
     assert got["bytes"] == got["planned_bytes"]           # the repack keeps each size: the planner's figures hold
     assert got["wants"] == [True, False, False]           # 16 tokens of an added layer; 7 tokens; a layer not added
+
+
+def test_the_fp8_path_hands_sglang_its_triton_payload_not_in_place():
+    """The moe preset's block-FP8 checkpoint: the layer as SGLang's GPU layers hold it (no repack) reaches the triton
+    MoE entry with SGLang's TritonMoeQuantInfo (FP8 weights and activations, 128x128 blocks), passes
+    fused_experts_impl's checks, and runs out of place (the input stays for kt-kernel if the path fails)."""
+    got = sglang_check.gpu_prefill_call(ADAPTER, fmt="fp8")
+    assert got["outcome"] == "past_shape_checks"
+    assert got["quant_info"] == "sglang.srt.layers.moe.moe_runner.triton.TritonMoeQuantInfo"
+    assert got["use_fp8_w8a8"] and got["block_shape"] == [128, 128] and got["staged_is_passed"]
+    assert got["op"] == "outplace_fused_experts" and got["inplace"] is False
+    assert got["dtypes"]["w13_weight"] == "torch.float8_e4m3fn" and got["dtypes"]["w2_weight_scale_inv"] == "torch.float32"
+    assert got["shapes"] == {"w13_weight": [4, 256, 256], "w2_weight": [4, 256, 128],
+                             "w13_weight_scale_inv": [4, 2, 2], "w2_weight_scale_inv": [4, 2, 1]}
+    assert got["bytes"] == got["planned_bytes"]
+    assert got["wants"] == [True, False, False]

@@ -193,6 +193,11 @@ def test_the_fp8_checkpoint_s_path_is_planned_when_asked_and_said_unmeasured(cap
     assert h["host_prefill_bytes"] == cpu_layers * (512 * MiB + 256 * MiB + 128 * 1024 + 64 * 1024)
     said = next(n for n in d["notes"] if n.startswith("prompt chunks of 1,024+ tokens"))
     assert "its fp8 experts on SGLang's triton MoE: not run in a server on a GPU yet" in said
+    # the README's "a 32 GB desktop is refused it": the pinned copies beside kt-kernel's and SGLang's own
+    rc, small = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--kt-gpu-prefill", "1024", "--host-ram-gib", "32")
+    assert not small["fits"] and any(r.startswith("host RAM: ") for r in small["reasons"])
+    assert f"~{h['host_prefill_bytes'] / 2**30:.0f} GiB of host RAM for {cpu_layers} layers" in " ".join(
+        (ROOT / "README.md").read_text().split())
 
 
 def test_the_image_carries_every_module_of_the_adapter():

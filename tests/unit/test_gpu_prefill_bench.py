@@ -77,3 +77,26 @@ def test_the_fp8_reference_dequantizes_each_block_by_its_own_scale():
     u = 0.01 * h * 0.5
     act = torch.nn.functional.silu(torch.tensor(g)) * u
     assert torch.allclose(out[0, :128], act * i * 2) and out[0, 128:].eq(0).all()
+
+
+def test_the_fp8_bench_figures_the_folder_quotes_are_its_runs():
+    """moe-gpu-prefill/README.md's fp8-bench section: each run's copy and copy-plus-MoE times, the derived first token
+    (the bench's own arithmetic at the FP8 preset's planned CPU layers), and the void check named void."""
+    res = ROOT / "benchmarks" / "results" / "gpu" / "moe-gpu-prefill"
+    text = " ".join((res / "README.md").read_text().split())
+    runs = [json.loads((res / "fp8-bench" / r / "gpu-prefill-bench-fp8.json").read_text()) for r in "ab"]
+    for r in runs:
+        assert r["format"] == "fp8" and r["layer_bytes"] == 604127232
+        assert f"{r['copy_ms']:.2f} ms, {r['copy_gbs']} GB/s" in text
+        run = " / ".join(f"{r['run_ms'][t]:.2f}" for t in ("512", "2048", "4096"))
+        assert f"{run} ms" in text
+        d = gpu_prefill_bench.derived_ttft(r["derived_ttft_30k"]["all_gpu_ttft_30k_s"], r["copy_ms"] / 1e3, 31, 30000,
+                                           4096)
+        assert d == {k: r["derived_ttft_30k"][k] for k in ("chunks", "copies_s", "ttft_s")}
+        assert not (r["check_64_tokens"]["rel_l2"] < 0.05)            # NaN or huge: the check the README calls void
+    copies = sorted(r["derived_ttft_30k"]["copies_s"] for r in runs)
+    ttft = sorted(r["derived_ttft_30k"]["ttft_s"] for r in runs)
+    assert f"add {copies[0]:.2f}-{copies[1]:.2f} s" in text and f"so {ttft[0]:.1f}-{ttft[1]:.1f} s" in text
+    assert "**The numeric check of both runs is void.**" in text
+    most = max(float(r["run_ms"]["4096"]) - r["copy_ms"] for r in runs)
+    assert f"at most ~{most:.1f} ms" in text

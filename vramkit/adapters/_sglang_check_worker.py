@@ -45,7 +45,10 @@ into SGLang's marlin MoE entry, on CPU tensors: only the kernels are stood in fo
 workspace's device query, the custom-op registration of fused_marlin_moe (its Python body runs), and
 moe_align_block_size, the first GPU work after fused_marlin_moe's shape checks, which
 stops the forward there). Answer: `"gpu_prefill": {"outcome", "quant_info", "weight_bits", "global_num_experts",
-"g_idx_shape", "staged_is_passed", "shapes", "planned_bytes", "bytes", "runner_config", "wants"}`.
+"g_idx_shape", "staged_is_passed", "shapes", "planned_bytes", "bytes", "runner_config", "wants"}`. With `"format":
+"fp8"` the same for a block-FP8 layer (no repack) into SGLang's triton MoE entry, whose fused_experts_impl checks
+run and whose _prepare_fused_moe_run (the kernel configs and moe_align_block_size) stops the forward; the answer
+names the quant info, use_fp8_w8a8, block_shape, the op reached (inplace or outplace), the dtypes and sizes.
 
 Only stdlib and SGLang (with its dependencies) are imported here (the fourth and fifth requests: the kit's adapter
 too).
@@ -357,6 +360,7 @@ def _undecorated(module):
     try:
         spec = importlib.util.spec_from_file_location(f"_vramkit_{module.__name__.rsplit('.', 1)[1]}", module.__file__)
         copy = importlib.util.module_from_spec(spec)
+        copy.__package__ = module.__package__      # its relative imports resolve in SGLang's package
         spec.loader.exec_module(copy)
     finally:
         custom_op.register_custom_op = orig
@@ -435,6 +439,79 @@ def _gpu_prefill(req: dict) -> dict:
             "wants": [engine.wants(3, 16), engine.wants(3, 7), engine.wants(4, 16)]}
 
 
+def _gpu_prefill_fp8(req: dict) -> dict:
+    """The block-FP8 half of the fifth request: a dummy FP8 layer (no repack on CUDA) and one forward into SGLang's
+    triton MoE entry; fused_experts_impl's checks run (its custom-op registration left out), the first GPU work after
+    them (_prepare_fused_moe_run: the kernel configs and moe_align_block_size) stops the forward."""
+    import importlib.util
+
+    import sglang.srt.layers.moe.moe_runner.triton as triton_runner
+    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe as fm
+    import torch
+    from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+
+    spec = importlib.util.spec_from_file_location("vramkit_gpu_prefill", req["adapter"])
+    gp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gp)
+    h, i, e = 256, 128, 4
+    hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
+          "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+                                  "activation_scheme": "dynamic", "fmt": "e4m3"}}
+    engine = gp.GpuPrefill(8, hf, "", dummy=True)
+    seen: dict = {}
+    body = _undecorated(fm)
+
+    def prepare(*args, **kwargs):
+        seen.update(prepare=kwargs)
+        raise _PastShapeChecks()
+
+    def entry(d, q, r):
+        seen.update(d=d, q=q, r=r)
+        return orig_entry(d, q, r)
+
+    def which(name):
+        def op(*args, **kwargs):
+            seen["op"] = name
+            return getattr(body, name)(*args, **kwargs)
+        return op
+    body._prepare_fused_moe_run = prepare
+    orig_entry, orig_empty_like, orig_pin = triton_runner.fused_experts_none_to_triton, torch.empty_like, \
+        torch.Tensor.pin_memory
+    orig_ops = fm.inplace_fused_experts, fm.outplace_fused_experts
+    triton_runner.fused_experts_none_to_triton = entry
+    fm.inplace_fused_experts, fm.outplace_fused_experts = which("inplace_fused_experts"), which("outplace_fused_experts")
+    torch.empty_like = lambda t, *a, device=None, **kw: orig_empty_like(t, *a, **kw)
+    torch.Tensor.pin_memory = lambda self, *a, **kw: self
+    try:
+        engine.add_layer(3, list(range(e)))
+        weights, ids = torch.rand(16, e).topk(2)
+        topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, e))
+        try:
+            engine.run(3, StandardDispatchOutput(hidden_states=torch.zeros(16, h, dtype=torch.float16),
+                                                 hidden_states_scale=None, topk_output=topk), MoeRunnerConfig())
+            outcome = "returned"
+        except _PastShapeChecks:
+            outcome = "past_shape_checks"
+        except AssertionError as exc:
+            outcome = f"AssertionError: {exc}"
+    finally:
+        triton_runner.fused_experts_none_to_triton = orig_entry
+        fm.inplace_fused_experts, fm.outplace_fused_experts = orig_ops
+        torch.empty_like, torch.Tensor.pin_memory = orig_empty_like, orig_pin
+    q = seen["q"]
+    return {"outcome": outcome, "quant_info": f"{type(q).__module__}.{type(q).__name__}",
+            "use_fp8_w8a8": q.use_fp8_w8a8, "block_shape": q.block_shape, "op": seen.get("op"),
+            "inplace": seen["r"].inplace, "staged_is_passed": q.w13_weight is engine.stage["w13_weight"]
+            and q.w2_scale is engine.stage["w2_weight_scale_inv"],
+            "dtypes": {n: str(t.dtype) for n, t in engine.host[3].items()},
+            "shapes": {n: list(t.shape) for n, t in engine.host[3].items()},
+            "planned_bytes": gp.fp8_layer_bytes(h, i, e, (128, 128)),
+            "bytes": {n: t.numel() * t.element_size() for n, t in engine.host[3].items()},
+            "wants": [engine.wants(3, 16), engine.wants(3, 7), engine.wants(4, 16)]}
+
+
 def main() -> int:
     serve = "--serve" in sys.argv[1:]
     request = {} if serve else json.loads(sys.stdin.read() or "{}")
@@ -487,7 +564,10 @@ def main() -> int:
 
         gguf = _gguf(request["gguf_files"]) if request.get("gguf_files") else None
         dummy = _dummy(request["dummy_weights"]) if request.get("dummy_weights") else None
-        prefill = _gpu_prefill(request["gpu_prefill"]) if request.get("gpu_prefill") else None
+        prefill = None
+        if request.get("gpu_prefill"):
+            req = request["gpu_prefill"]
+            prefill = _gpu_prefill_fp8(req) if req.get("format") == "fp8" else _gpu_prefill(req)
         json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
                    "results": results, "parses": parses} | ({"gguf": gguf} if gguf else {})
                   | ({"dummy": dummy} if dummy else {}) | ({"gpu_prefill": prefill} if prefill else {}), real_stdout)

@@ -275,10 +275,11 @@ def dummy_weights(adapter: Path, names: Sequence[str], shape: tuple[int, int], t
     return answer["dummy"]
 
 
-def gpu_prefill_call(adapter: Path, timeout_s: float = 120.0) -> dict:
-    """One forward through the kit's GPU prompt path against the pinned SGLang's own classes, the kernel's entry
-    recorded instead of run (in the shared checker; the worker's fifth request says what comes back)."""
-    return shared_checker().run({"gpu_prefill": {"adapter": str(adapter)}}, timeout_s)["gpu_prefill"]
+def gpu_prefill_call(adapter: Path, timeout_s: float = 120.0, fmt: str = "gptq") -> dict:
+    """One forward through the kit's GPU prompt path (`fmt`: its GPTQ-Int4 or block-FP8 experts) against the pinned
+    SGLang's own classes, the kernel's entry recorded instead of run (in the shared checker; the worker's fifth
+    request says what comes back)."""
+    return shared_checker().run({"gpu_prefill": {"adapter": str(adapter), "format": fmt}}, timeout_s)["gpu_prefill"]
 
 
 def check_launches(cases: Iterable[Any], timeout_s: float = 600.0) -> list[CheckResult]:

@@ -26,6 +26,7 @@ kt-kernel, the same machine at 16 GiB. The arithmetic and the checkpoint reading
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -266,7 +267,10 @@ class GpuPrefill:
             info = TritonMoeQuantInfo(w13_weight=s["w13_weight"], w2_weight=s["w2_weight"], use_fp8_w8a8=True,
                                       w13_scale=s["w13_weight_scale_inv"], w2_scale=s["w2_weight_scale_inv"],
                                       block_shape=list(self.block))
-            return fused_experts_none_to_triton(dispatch_output, info, runner_config)
+            # not in place (SGLang's default writes the output over the input): a forward that fails part way then
+            # still has its input for kt-kernel, and the output is a new tensor, as marlin's is
+            config = dataclasses.replace(runner_config, inplace=False)
+            return fused_experts_none_to_triton(dispatch_output, info, config)
         from sglang.srt.layers.moe.moe_runner.marlin import MarlinMoeQuantInfo, fused_experts_none_to_marlin
         empty = s["w13_qweight"].new_empty((self.experts, 0))
         info = MarlinMoeQuantInfo(w13_qweight=s["w13_qweight"], w2_qweight=s["w2_qweight"], w13_scales=s["w13_scales"],
