@@ -481,7 +481,8 @@ def _gpu_prefill_fp8(req: dict) -> dict:
         torch.Tensor.pin_memory
     orig_ops = fm.inplace_fused_experts, fm.outplace_fused_experts
     triton_runner.fused_experts_none_to_triton = entry
-    fm.inplace_fused_experts, fm.outplace_fused_experts = which("inplace_fused_experts"), which("outplace_fused_experts")
+    fm.inplace_fused_experts = which("inplace_fused_experts")
+    fm.outplace_fused_experts = which("outplace_fused_experts")
     torch.empty_like = lambda t, *a, device=None, **kw: orig_empty_like(t, *a, **kw)
     torch.Tensor.pin_memory = lambda self, *a, **kw: self
     try:
