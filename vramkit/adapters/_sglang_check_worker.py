@@ -367,9 +367,36 @@ def _undecorated(module):
     return copy
 
 
+def _adapter(path: str):
+    """The kit's vramkit_gpu_prefill.py, loaded from its file (it is not on this interpreter's path)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("vramkit_gpu_prefill", path)
+    gp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gp)
+    return gp
+
+
+def _add_and_forward(engine, hidden: int, experts: int) -> str:
+    """Layer 3 added to the GPU prompt path, then one 16-token forward through it: how far SGLang's MoE entry got."""
+    import torch
+    from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+    engine.add_layer(3, list(range(experts)))
+    weights, ids = torch.rand(16, experts).topk(2)
+    topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, experts))
+    try:
+        engine.run(3, StandardDispatchOutput(hidden_states=torch.zeros(16, hidden, dtype=torch.float16),
+                                             hidden_states_scale=None, topk_output=topk), MoeRunnerConfig())
+        return "returned"
+    except _PastShapeChecks:
+        return "past_shape_checks"
+    except AssertionError as exc:
+        return f"AssertionError: {exc}"
+
+
 def _gpu_prefill(req: dict) -> dict:
     import functools
-    import importlib.util
 
     import sglang.srt.hardware_backend.gpu.quantization.gptq_kernels as kernels
     import sglang.srt.layers.moe.fused_moe_triton as fused
@@ -377,13 +404,8 @@ def _gpu_prefill(req: dict) -> dict:
     import sglang.srt.layers.moe.moe_runner.marlin as marlin
     import sglang.srt.layers.quantization.marlin_utils as marlin_utils
     import torch
-    from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
-    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
-    from sglang.srt.layers.moe.topk import StandardTopKOutput
 
-    spec = importlib.util.spec_from_file_location("vramkit_gpu_prefill", req["adapter"])
-    gp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gp)
+    gp = _adapter(req["adapter"])
     h, i, e = 256, 128, 4
     hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
           "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True, "desc_act": False}}
@@ -412,17 +434,7 @@ def _gpu_prefill(req: dict) -> dict:
     marlin.fused_experts_none_to_marlin = entry
     fmm.fused_marlin_moe = _undecorated(fmm).fused_marlin_moe   # SGLang's Python body, not its CUDA-only op
     try:
-        engine.add_layer(3, list(range(e)))
-        weights, ids = torch.rand(16, e).topk(2)
-        topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, e))
-        try:
-            engine.run(3, StandardDispatchOutput(hidden_states=torch.zeros(16, h, dtype=torch.float16),
-                                                 hidden_states_scale=None, topk_output=topk), MoeRunnerConfig())
-            outcome = "returned"
-        except _PastShapeChecks:
-            outcome = "past_shape_checks"
-        except AssertionError as exc:
-            outcome = f"AssertionError: {exc}"
+        outcome = _add_and_forward(engine, h, e)
     finally:
         kernels.gptq_marlin_repack, fused.moe_align_block_size = orig_repack, orig_align
         marlin_utils.marlin_make_workspace, gp.to_marlin = orig_ws, orig_to_marlin
@@ -443,18 +455,12 @@ def _gpu_prefill_fp8(req: dict) -> dict:
     """The block-FP8 half of the fifth request: a dummy FP8 layer (no repack on CUDA) and one forward into SGLang's
     triton MoE entry; fused_experts_impl's checks run (its custom-op registration left out), the first GPU work after
     them (_prepare_fused_moe_run: the kernel configs and moe_align_block_size) stops the forward."""
-    import importlib.util
 
     import sglang.srt.layers.moe.moe_runner.triton as triton_runner
     import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe as fm
     import torch
-    from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
-    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
-    from sglang.srt.layers.moe.topk import StandardTopKOutput
 
-    spec = importlib.util.spec_from_file_location("vramkit_gpu_prefill", req["adapter"])
-    gp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gp)
+    gp = _adapter(req["adapter"])
     h, i, e = 256, 128, 4
     hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
           "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
@@ -486,17 +492,7 @@ def _gpu_prefill_fp8(req: dict) -> dict:
     torch.empty_like = lambda t, *a, device=None, **kw: orig_empty_like(t, *a, **kw)
     torch.Tensor.pin_memory = lambda self, *a, **kw: self
     try:
-        engine.add_layer(3, list(range(e)))
-        weights, ids = torch.rand(16, e).topk(2)
-        topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, e))
-        try:
-            engine.run(3, StandardDispatchOutput(hidden_states=torch.zeros(16, h, dtype=torch.float16),
-                                                 hidden_states_scale=None, topk_output=topk), MoeRunnerConfig())
-            outcome = "returned"
-        except _PastShapeChecks:
-            outcome = "past_shape_checks"
-        except AssertionError as exc:
-            outcome = f"AssertionError: {exc}"
+        outcome = _add_and_forward(engine, h, e)
     finally:
         triton_runner.fused_experts_none_to_triton = orig_entry
         fm.inplace_fused_experts, fm.outplace_fused_experts = orig_ops
