@@ -180,11 +180,11 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has lprefill8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -465,6 +465,23 @@ if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/p
   q8_gguf
   step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
   llama 16 "${Q8_NCMOE:-30}" llama-q8-16 $Q8
+fi
+if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
+  # experts) as it comes (kt_gpu_prefill auto: off for FP8 until this runs) and with the FP8 prompt path asked for
+  # (--kt-gpu-prefill 1024: each CPU layer's FP8 experts copied in per chunk, SGLang's triton MoE); lprefill8 adds
+  # llama.cpp on Q8_0 (the 8-bit pairing, moe-vs-llamacpp-q8-16g), its sweep from Q8_NCMOE (28: the best found): KT's
+  # AMXINT8 layout goes before the Q8_0 file is written (the disk holds one of them). Written 2026-11-28, seventeenth
+  # session, not run yet (~20 min with the builds): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup lprefill8"
+  ballast 16
+  KITF8="--preset moe --model-path $FP8 --load-format dummy --kt-weight-path $KT8"
+  kit k16-int8-preset 16 "$FULL" -- $KITF8
+  kit k16-int8-prefill 16 "$FULL" -- $KITF8 --kt-gpu-prefill 1024
+  if has lprefill8; then
+    rm -rf $KT8
+    q8_gguf
+    step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
+    llama 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8
+  fi
 fi
 # KT threads on every physical core (2026-11-27, after llama-q8 on the same machine, a step since removed: its point
 # moe-vs-llamacpp-q8/k16-int8-t16 decoded 1.7 tok/s against 36.1 at 14): vramkit up refuses that count now (exit 64)

@@ -200,6 +200,7 @@ class GpuPrefill:
         self.host: dict[int, dict] = {}          # layer -> its tensors in pinned host RAM
         self.stage: dict | None = None
         self._reader: Reader | None = None
+        self._dummy: dict | None = None          # the FP8 dummy layer, drawn once
 
     def add_layer(self, layer_idx: int, order: list[int]) -> None:
         """The layer's experts into pinned host RAM (read and repacked, or random for a dummy load); the staging set
@@ -232,25 +233,30 @@ class GpuPrefill:
 
     def _fp8_layer(self, layer_idx: int, order: list[int]) -> dict:
         """The layer's block-FP8 tensors as SGLang's GPU layers hold them (no repack on CUDA): read, or random for a
-        dummy load: e4m3 codes below 1.0 in magnitude with either sign (codes 0x00-0x37: no NaN, drawn as bytes),
-        scales ~1e-3, so the weights have SGLang's dummy magnitude."""
+        dummy load: e4m3 codes below 1.0 in magnitude with either sign (0x00-0x37 and 0x80-0xB7: no NaN, drawn as
+        bytes), scales ~1e-3, so the weights have SGLang's dummy magnitude. A dummy layer is drawn once and copied
+        for every layer (0.6 GB of codes a layer: drawing each would add minutes to a start; the values are random
+        either way)."""
         import torch
         if not self.dummy:
             return fp8_assemble(self._reader_for(), f"model.layers.{layer_idx}.mlp", order)
         assert self.block is not None
-        gen = torch.Generator().manual_seed(1234 + layer_idx)
+        if self._dummy is None:
+            gen = torch.Generator().manual_seed(1234)
 
-        def codes(shape):
-            mag = torch.randint(0, 0x38, shape, dtype=torch.uint8, generator=gen)
-            return (mag | (torch.randint(0, 2, shape, dtype=torch.uint8, generator=gen) << 7)).view(torch.float8_e4m3fn)
-        return {name: codes(shape) if dtype != "float32" else torch.rand(shape, generator=gen) * 1e-3 + 1e-4
-                for name, (shape, dtype) in fp8_shapes(self.hidden, self.inter, self.experts, self.block).items()}
+            def codes(shape):
+                v = torch.randint(0, 112, shape, dtype=torch.uint8, generator=gen)
+                return torch.where(v >= 56, v + 72, v).view(torch.float8_e4m3fn)
+            self._dummy = {name: codes(shape) if dtype != "float32" else torch.rand(shape, generator=gen) * 1e-3 + 1e-4
+                           for name, (shape, dtype) in fp8_shapes(self.hidden, self.inter, self.experts,
+                                                                  self.block).items()}
+        return {name: t.clone() for name, t in self._dummy.items()}
 
     def drop(self) -> None:
         """Give back what add_layer took (after a failure: the server goes on with every prompt on kt-kernel)."""
         self.host.clear()
         self.stage = None
-        self._reader = None
+        self._reader = self._dummy = None
 
     def wants(self, layer_idx: int, tokens: int) -> bool:
         return tokens >= self.least and layer_idx in self.host and self.stage is not None
