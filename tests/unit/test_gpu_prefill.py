@@ -544,3 +544,18 @@ def test_the_side_by_side_with_the_path_on_reads_as_its_starts():
     assert kt.PREFILL_TTFT_30K_S == {"path": round(fig("k16-preset", "ttft_30k_s"), 2),
                                      "kt-kernel": round(fig("k16-kt-prompts", "ttft_30k_s"), 2),
                                      "llama.cpp": round(min(fig(n, "ttft_30k_s") for n in names[2:]), 2)}
+
+
+def test_the_plan_table_s_host_ram_row_names_the_pinned_copies(capsys, monkeypatch, gptq_dir):
+    """The terminal table's host RAM row adds up what its figure holds: with the path, its pinned copies too."""
+    monkeypatch.setenv("COLUMNS", "400")            # one line per row: the words are not wrapped apart
+    args = ["plan", "--preset", "moe", "--model", str(gptq_dir), "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx",
+            "--host-cores", "16", "--host-ram-gib", "64"]
+    _, on = _plan(capsys, str(gptq_dir))
+    assert main(args) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if "│ host RAM  " in ln)
+    from vramkit.units import bytes2human
+    assert f"+ the GPU prompt path's pinned copies ({bytes2human(on['hybrid']['host_prefill_bytes'])})" in row
+    assert main(args + ["--kt-gpu-prefill", "0"]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if "│ host RAM  " in ln)
+    assert "pinned copies" not in row and "SGLang's own" in row

@@ -141,7 +141,9 @@ def render_plan(r: Resolved):
                     f"all {h.num_experts} experts x {h.moe_layers - h.gpu_layers} "
                     + ("CPU layers" if h.gpu_layers else "layers") + f" as {h.kt_method} "
                     f"({bytes2human(h.host_experts_bytes)}) + SGLang's own "
-                    f"({bytes2human(h.host_sglang_bytes)}, {h.host_sglang_source})")
+                    f"({bytes2human(h.host_sglang_bytes)}, {h.host_sglang_source})"
+                    + (f" + the GPU prompt path's pinned copies ({bytes2human(h.host_prefill_bytes)})"
+                       if h.host_prefill_bytes else ""))
         rows.insert(2, ("experts on GPU / CPU", f"{h.num_gpu_experts} / {h.num_experts - h.num_gpu_experts}",
                         f"per MoE layer; CPU: {h.kt_method} on {h.cpuinfer_threads} threads "
                         f"({h.cpu_cores} cores, {h.cpu_cores_source}), "

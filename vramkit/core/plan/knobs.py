@@ -249,10 +249,11 @@ class Knobs:
         "host RAM (the kit's kt-kernel adapter, services/sglang-kt/kt_compat)", choices=KT_GPU_LAYERS,
         env="VRAMKIT_KT_GPU_LAYERS")
     kt_gpu_prefill: int | str = knob(
-        0, int, "tokens", "whole layers, GPTQ-Int4 experts on marlin: a forward of at least this many tokens (a "
-        "prompt chunk) runs the CPU layers' experts on the GPU, copied in from pinned host RAM for each chunk as "
-        "llama.cpp does (planned: one layer's staging set on the GPU, the CPU layers' copies in host RAM); 0 = off, "
-        "prompts stay on kt-kernel; auto = 1024 where the path can run and the plan fits with it, else off",
+        0, int, "tokens", "whole layers, GPTQ-Int4 experts on marlin or block-FP8 experts on triton: a forward of at "
+        "least this many tokens (a prompt chunk) runs the CPU layers' experts on the GPU, copied in from pinned host "
+        "RAM for each chunk as llama.cpp does (planned: one layer's staging set on the GPU, the CPU layers' copies in "
+        "host RAM); 0 = off, prompts stay on kt-kernel; auto = 1024 where the path can run, has run in a server on a "
+        "GPU (GPTQ-Int4 so far) and the plan fits with it, else off",
         minimum=0, also=("auto",), env="VRAMKIT_KT_GPU_PREFILL")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
