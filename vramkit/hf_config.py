@@ -225,7 +225,7 @@ def _quantization(q: dict | None, arch: str, where: str) -> Quantization | None:
     if method == "fp8":
         block = q.get("weight_block_size")
         return Quantization(method="fp8", bits=8, group_size=0, weight_block=tuple(block) if block else None,
-                            ignored=ignored)
+                            fp8_scheme=str(q.get("activation_scheme", "dynamic")), ignored=ignored)
     if method == "compressed-tensors":
         groups = list((q.get("config_groups") or {}).values())
         w = groups[0].get("weights") if len(groups) == 1 and isinstance(groups[0], dict) else None
@@ -234,7 +234,8 @@ def _quantization(q: dict | None, arch: str, where: str) -> Quantization | None:
             block = tuple(w["block_structure"]) if strategy == "block" and w.get("block_structure") else None
             if strategy not in ("tensor", "channel", "block"):
                 raise _refuse(f"{where}: compressed-tensors fp8 with strategy {strategy!r} is not modelled")
-            return Quantization(method="fp8", bits=8, group_size=0, weight_block=block, ignored=ignored)
+            return Quantization(method="fp8", bits=8, group_size=0, weight_block=block,
+                                fp8_scheme="compressed-tensors", ignored=ignored)
         raise _refuse(f"{where}: this compressed-tensors scheme is not modelled (only fp8 weights are)")
     if method == "mxfp4":
         if arch != "GptOssForCausalLM":

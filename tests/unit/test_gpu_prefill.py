@@ -559,3 +559,23 @@ def test_the_plan_table_s_host_ram_row_names_the_pinned_copies(capsys, monkeypat
     assert main(args + ["--kt-gpu-prefill", "0"]) == 0
     row = next(ln for ln in capsys.readouterr().out.splitlines() if "│ host RAM  " in ln)
     assert "pinned copies" not in row and "SGLang's own" in row
+
+
+@pytest.mark.parametrize("qc, said", [
+    ({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "static", "weight_block_size": [128, 128]},
+     "experts are fp8 with static activation scales"),
+    ({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic"}, "experts are fp8 per tensor"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+        "type": "float", "num_bits": 8, "strategy": "block", "block_structure": [128, 128]}}}},
+     "experts are fp8 (compressed-tensors)"),
+])
+def test_the_planner_refuses_the_fp8_layouts_the_adapter_refuses(capsys, gp, tmp_path, qc, said):
+    """The planner plans the FP8 path only where the adapter runs it (vramkit_gpu_prefill.unsupported): block FP8
+    with dynamic activation scales as quant_method fp8 stores it; the others are refused by both, with one line."""
+    hf = json.loads((catalog.CONFIG_DIR / "models" / "qwen3-coder-30b-a3b-instruct-fp8" / "config.json").read_text())
+    hf["quantization_config"] = qc
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    assert gp.unsupported(hf, "auto", 0) is not None
+    rc, d = _plan(capsys, str(tmp_path), "--kt-gpu-prefill", "1024")
+    reason = next(r for r in d["reasons"] if "--kt-gpu-prefill 1024" in r)
+    assert rc == 10 and said in reason

@@ -36,6 +36,8 @@ class Quantization:
     desc_act: bool = False
     sym: bool = True
     weight_block: tuple[int, int] | None = None      # fp8 block quantization [n, k]; None = per-tensor
+    fp8_scheme: str = ""    # fp8 only: "dynamic" / "static" activation scales (quant_method fp8: weight_scale_inv
+                            # tensors), or "compressed-tensors" (its own tensor names)
     ignored: tuple[str, ...] = ()
     ggml: tuple[tuple[str, str, int], ...] = ()
     moe_kernel: str = "marlin"

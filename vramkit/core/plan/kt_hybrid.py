@@ -755,10 +755,11 @@ PREFILL_TTFT_30K_S = {"path": 3.66, "kt-kernel": 9.85, "llama.cpp": 7.87}
 
 
 def prefill_format(model: ModelSpec) -> str | None:
-    """The expert format the GPU prompt path would copy: "gptq" (GPTQ-Int4, SGLang's marlin MoE), "fp8" (block FP8,
-    its triton MoE), None (neither)."""
+    """The expert format the GPU prompt path would copy: "gptq" (GPTQ-Int4, SGLang's marlin MoE), "fp8" (block FP8
+    with dynamic activation scales, as Qwen's and DeepSeek's FP8 releases store it: weight_scale_inv; its triton MoE),
+    None (neither: the adapter's vramkit_gpu_prefill.unsupported says the same)."""
     q = model.quantization
-    if q is not None and q.method == "fp8" and q.weight_block is not None:
+    if q is not None and q.method == "fp8" and q.weight_block is not None and q.fp8_scheme == "dynamic":
         return "fp8"
     if q is not None and q.method == "gptq" and q.bits == 4:
         return "gptq"
@@ -780,8 +781,9 @@ def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None
     if prefill_format(model) == "fp8":
         return None
     if prefill_format(model) is None:
-        return (f"{model.name}'s experts are {q.method if q else 'not quantized'}"
-                + (" per tensor" if q is not None and q.method == "fp8" else "")
+        how = ("" if q is None or q.method != "fp8" else " per tensor" if q.weight_block is None else
+               " with static activation scales" if q.fp8_scheme == "static" else f" ({q.fp8_scheme})")
+        return (f"{model.name}'s experts are {q.method if q else 'not quantized'}{how}"
                 + "; the GPU prompt path runs GPTQ-Int4 experts on SGLang's marlin MoE and block-FP8 experts on its "
                 "triton MoE")
     assert q is not None
