@@ -18,10 +18,11 @@ gptq_marlin_moe_repack and marlin_moe_permute_scales as its GPTQ marlin MoE meth
 they are random, as SGLang's dummy weights are, and go through the same repack. Anything that fails, adding a layer
 or running a forward, turns the path off for every layer (the server goes on, prompts on kt-kernel) and says so once.
 
-Measured 2026-11-28 (benchmarks/results/gpu/moe-gpu-prefill/): the first token after 30K in 3.72 s against 11.58 on
-kt-kernel, the same machine at 16 GiB. The arithmetic and the checkpoint reading are tested on the CPU
-(tests/unit/test_gpu_prefill.py), the path against SGLang's own repack and shape checks in the SGLang check
-(tests/integration/test_gpu_prefill_sglang.py), its numbers against a float32 reference on the GPU host
+Measured 2026-11-28 for GPTQ-Int4 (benchmarks/results/gpu/moe-gpu-prefill/run3, medians of 3 starts, one machine at
+16 GiB): the first token after 30K in 3.66 s against 9.85 on kt-kernel and llama.cpp's 7.87. The FP8 path's copy and
+kernel were timed without a server (fp8-bench/), not yet in one. The arithmetic and the checkpoint reading are tested
+on the CPU (tests/unit/test_gpu_prefill.py), the path against SGLang's own repack, MoE entries and shape checks in the
+SGLang check (tests/integration/test_gpu_prefill_sglang.py), its numbers against a float32 reference on the GPU host
 (gpu_prefill_bench.py).
 """
 from __future__ import annotations
@@ -117,9 +118,9 @@ def fp8_assemble(read, prefix: str, order: list[int]) -> dict:
     out: dict = {k: [] for k in ("w13_weight", "w2_weight", "w13_weight_scale_inv", "w2_weight_scale_inv")}
     for logical in order:
         base = f"{prefix}.experts.{logical}"
-        for t, suffix in (("weight", "weight"), ("weight_scale_inv", "weight_scale_inv")):
-            out[f"w13_{t}"].append(torch.cat([read(f"{base}.gate_proj.{suffix}"), read(f"{base}.up_proj.{suffix}")]))
-            out[f"w2_{t}"].append(read(f"{base}.down_proj.{suffix}"))
+        for t in ("weight", "weight_scale_inv"):
+            out[f"w13_{t}"].append(torch.cat([read(f"{base}.gate_proj.{t}"), read(f"{base}.up_proj.{t}")]))
+            out[f"w2_{t}"].append(read(f"{base}.down_proj.{t}"))
     return {k: torch.stack(v) for k, v in out.items()}
 
 
