@@ -471,7 +471,8 @@ if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 c
   # (--kt-gpu-prefill 1024: each CPU layer's FP8 experts copied in per chunk, SGLang's triton MoE); lprefill8 adds
   # llama.cpp on Q8_0 (the 8-bit pairing, moe-vs-llamacpp-q8-16g), its sweep from Q8_NCMOE (28: the best found): KT's
   # AMXINT8 layout goes before the Q8_0 file is written (the disk holds one of them). Written 2026-11-28, seventeenth
-  # session, not run yet (~20 min with the builds): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup lprefill8"
+  # session, not run yet (~20 min with the builds): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup gprefill8 lprefill8"
+  # (the bench's numeric check first, ~1 min: if it fails, the server points say why in their logs)
   ballast 16
   KITF8="--preset moe --model-path $FP8 --load-format dummy --kt-weight-path $KT8"
   kit k16-int8-preset 16 "$FULL" -- $KITF8
