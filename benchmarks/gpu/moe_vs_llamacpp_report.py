@@ -513,7 +513,15 @@ def main(argv: list[str]) -> int:
         return 64
     res = Path(argv[1])
     if argv[0] == "merge":
-        print(f"{len(merge(res, [Path(a) for a in argv[2:]]))} files in {res}")
+        runs = [Path(a) for a in argv[2:]]
+        if missing := [str(r) for r in runs if not (r.is_dir() or r.suffix == ".tgz" and r.is_file())]:
+            print(f"moe_vs_llamacpp_report.py merge: no such run folder or .tgz: {', '.join(missing)}", file=sys.stderr)
+            return 66
+        try:
+            print(f"{len(merge(res, runs))} files in {res}")
+        except ValueError as exc:       # a probe that ran more than one round per start
+            print(f"moe_vs_llamacpp_report.py merge: {exc}", file=sys.stderr)
+            return 65
         return 0
     if argv[0] == "evidence":
         for p in evidence(res):

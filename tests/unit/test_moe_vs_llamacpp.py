@@ -322,3 +322,14 @@ def test_merge_starts_takes_each_figure_s_median_and_keeps_a_failed_start_visibl
     assert [d["streams"] for d in m["decode"]] == [1]
     with pytest.raises(ValueError, match="one round per start"):
         probe.merge_starts([{**starts[0], "repeat": 3}, starts[1]], "x")
+
+
+def test_merge_says_in_one_line_what_it_cannot_read(tmp_path, capsys):
+    assert report.main(["merge", str(tmp_path / "out"), str(tmp_path / "r1"), str(tmp_path / "r2")]) == 66
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such run folder" in err and "r1" in err
+    for k in (1, 2):        # two starts whose probes ran 3 rounds each: merge takes one round per start
+        (tmp_path / f"s{k}").mkdir()
+        (tmp_path / f"s{k}" / "k16.probe.json").write_text(json.dumps({**_probe({1: [80.0]}, {}), "repeat": 3}))
+    assert report.main(["merge", str(tmp_path / "out"), str(tmp_path / "s1"), str(tmp_path / "s2")]) == 65
+    assert "one round per start" in capsys.readouterr().err
