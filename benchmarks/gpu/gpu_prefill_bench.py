@@ -104,7 +104,7 @@ def reference(x, raw: dict, ids, weights, inter: int, group: int):
     return Model.moe_torch(gate, up, down, x.float(), ids, weights, out_dtype=torch.float32)
 
 
-def bench(tokens: list[int], reps: int, fmt: str = "gptq") -> dict:
+def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -> dict:
     """The adapter's own path on one random layer, checked against a float32 reference, then timed: GPTQ-Int4
     (to_marlin, the pinned copy, GpuPrefill.run through SGLang's fused_experts_none_to_marlin) or block FP8 (the
     adapter's own dummy layer, the pinned copy, GpuPrefill.run through SGLang's fused_experts_none_to_triton with
@@ -140,10 +140,11 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq") -> dict:
         raw = engine._fp8_layer(0, list(range(e)))     # the adapter's dummy codes; scales as large as the GPTQ
         for name in ("w13_weight_scale_inv", "w2_weight_scale_inv"):   # check's, so fp16 outputs stay normal
             raw[name] = torch.rand(raw[name].shape, generator=gen) * 2e-2 + 1e-3
-        engine.host[0] = {n: t.cpu().pin_memory() for n, t in raw.items()}
     else:
         engine = gp.GpuPrefill(1, hf, "", dummy=False)
-        engine.host[0] = {n: t.cpu().pin_memory() for n, t in gp.to_marlin(raw, h, i, g).items()}
+    engine.pin = pin                               # the adapter's own pinning, as VRAMKIT_KT_PREFILL_PIN sets it
+    layer = raw if fmt == "fp8" else gp.to_marlin(raw, h, i, g)
+    engine.host[0] = {n: engine._pin(t.cpu()) for n, t in layer.items()}
     engine.stage = {n: torch.empty_like(t, device="cuda") for n, t in engine.host[0].items()}
     dev = torch.device("cuda")
     layer_bytes = sum(t.numel() * t.element_size() for t in engine.host[0].values())
@@ -169,7 +170,8 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq") -> dict:
         for name, t in engine.host[0].items():
             engine.stage[name].copy_(t, non_blocking=True)
 
-    out |= {"layer_bytes": layer_bytes, "copy_ms": round(_median_ms(copy, reps), 3)}
+    out |= {"layer_bytes": layer_bytes, "copy_ms": round(_median_ms(copy, reps), 3), "pin": pin,
+            "all_pinned": all(t.is_pinned() for t in engine.host[0].values())}
     out["copy_gbs"] = round(layer_bytes / (out["copy_ms"] / 1e3) / 1e9, 1)
     out["run_ms"] = {}          # GpuPrefill.run: the copy and the marlin MoE, as a prompt chunk pays them
     for t in tokens:
@@ -196,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=4096, help="the preset's chunked prefill")
     ap.add_argument("--format", choices=("gptq", "fp8"), default="gptq",
                     help="the experts' format: GPTQ-Int4 on marlin, or block FP8 (the moe preset's checkpoint) on triton")
+    ap.add_argument("--pin", choices=("alloc", "register"), default="alloc",
+                    help="the adapter's pinning of the host copies (VRAMKIT_KT_PREFILL_PIN)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
     try:
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         return failed(a.out, "RuntimeError: no CUDA device here")
     try:
-        res = bench(tokens, a.reps, a.format)
+        res = bench(tokens, a.reps, a.format, a.pin)
     except Exception as exc:       # noqa: BLE001 -- the GPU host's failure, written down for the run's record
         traceback.print_exc()      # with where it failed, for the driver's log
         return failed(a.out, f"{type(exc).__name__}: {exc}")

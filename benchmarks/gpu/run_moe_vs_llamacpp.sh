@@ -688,6 +688,11 @@ if has gprefill8; then  # the same for block-FP8 experts (the moe preset's own c
   timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format fp8 --cpu-layers ${FP8_CPU_LAYERS:-31} \
     --out "$RES/gpu-prefill-bench-fp8.json" > "$RES/logs/gpu-prefill-bench-fp8.txt" 2>&1
   step "gpu prefill bench fp8: $(tr '\n' ' ' < "$RES/gpu-prefill-bench-fp8.json" 2>/dev/null | head -c 400)"
+  # the same with the copies registered with CUDA at their own sizes (VRAMKIT_KT_PREFILL_PIN=register): pinned at all,
+  # and copied as fast as PyTorch's pinned allocator's power-of-two blocks?
+  timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format fp8 --pin register --cpu-layers ${FP8_CPU_LAYERS:-31} \
+    --out "$RES/gpu-prefill-bench-fp8-register.json" > "$RES/logs/gpu-prefill-bench-fp8-register.txt" 2>&1
+  step "gpu prefill bench fp8, registered: $(tr '\n' ' ' < "$RES/gpu-prefill-bench-fp8-register.json" 2>/dev/null | head -c 300)"
   pack
 fi
 if has kprefill || has lprefill; then  # the preset as it comes (kt_gpu_prefill = auto since 2026-11-28's sixteenth

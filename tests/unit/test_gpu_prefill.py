@@ -579,3 +579,41 @@ def test_the_planner_refuses_the_fp8_layouts_the_adapter_refuses(capsys, gp, tmp
     rc, d = _plan(capsys, str(tmp_path), "--kt-gpu-prefill", "1024")
     reason = next(r for r in d["reasons"] if "--kt-gpu-prefill 1024" in r)
     assert rc == 10 and said in reason
+
+
+def test_register_pins_each_tensor_at_its_own_size_and_drop_gives_them_back(gp, monkeypatch):
+    """VRAMKIT_KT_PREFILL_PIN=register: each copy registered with CUDA at exactly its bytes (PyTorch's pinned
+    allocator would round each up to a power of two), a view first copied into its own storage; drop() unregisters
+    every one. CUDA's runtime is the hardware boundary: stood in for here, the copy runs on the GPU host's bench."""
+    import torch
+    assert gp.pin_how({}) == "alloc" and gp.pin_how({gp.PIN_ENV: " register "}) == "register"
+    with pytest.raises(SystemExit) as e:
+        gp.pin_how({gp.PIN_ENV: "mmap"})
+    assert str(e.value).startswith("vramkit_gpu_prefill: ") and "\n" not in str(e.value)
+    calls: list = []
+
+    class Cudart:
+        def cudaHostRegister(self, ptr, size, flags):
+            calls.append(("reg", ptr, size, flags))
+            return 0
+
+        def cudaHostUnregister(self, ptr):
+            calls.append(("unreg", ptr))
+            return 0
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: Cudart())
+    monkeypatch.setenv(gp.PIN_ENV, "register")
+    hf = {"hidden_size": 256, "moe_intermediate_size": 128, "num_experts": 4,
+          "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}}
+    engine = gp.GpuPrefill(8, hf, "", dummy=True)
+    whole = torch.zeros(1000, dtype=torch.uint8)
+    own, view = engine._pin(torch.zeros(300, dtype=torch.uint8)), engine._pin(whole[100:400])
+    assert [c[2] for c in calls] == [300, 300] and all(c[3] == 1 for c in calls)     # exact sizes, portable
+    assert view.data_ptr() != whole[100:400].data_ptr() and calls[1][1] == view.data_ptr()   # the view copied out
+    assert calls[0][1] == own.data_ptr()
+    engine.drop()
+    assert [c for c in calls if c[0] == "unreg"] == [("unreg", own.data_ptr()), ("unreg", view.data_ptr())]
+    assert engine._registered == [] and engine.host == {}
+    rc = [1]
+    monkeypatch.setattr(Cudart, "cudaHostRegister", lambda self, ptr, size, flags: rc[0])
+    with pytest.raises(RuntimeError, match="cudaHostRegister of 300 bytes failed: cudaError 1"):
+        engine._pin(torch.zeros(300, dtype=torch.uint8))

@@ -35,6 +35,11 @@ import sys
 from pathlib import Path
 
 ENV = "VRAMKIT_KT_GPU_PREFILL"
+# How the CPU layers' copies are pinned: "alloc" (the default: PyTorch's pinned allocator, which rounds each tensor up
+# to a power of two: 768 MiB for a 576 MiB FP8 layer), or "register" (an experiment, not yet run on a GPU: plain host
+# memory registered with CUDA, as torch.distributed's checkpoint stager does, exactly each tensor's size). The planner
+# counts "alloc"'s sizes, the safe side for both.
+PIN_ENV = "VRAMKIT_KT_PREFILL_PIN"
 PACK = 8          # 4-bit values in an int32
 PROJ = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
 
@@ -49,6 +54,15 @@ def min_tokens(environ: dict | None = None) -> int | None:
         raise SystemExit(f"vramkit_gpu_prefill: {ENV}={raw!r}: give the least prompt chunk (tokens) to run on the "
                          "GPU, or 0 for off")
     return int(raw)
+
+
+def pin_how(environ: dict | None = None) -> str:
+    """VRAMKIT_KT_PREFILL_PIN: "alloc" (unset) or "register"; anything else stops the server at start with one line."""
+    raw = (os.environ if environ is None else environ).get(PIN_ENV, "").strip() or "alloc"
+    if raw not in ("alloc", "register"):
+        raise SystemExit(f"vramkit_gpu_prefill: {PIN_ENV}={raw!r}: give alloc (PyTorch's pinned allocator) or register "
+                         "(plain host memory registered with CUDA)")
+    return raw
 
 
 def fp8_block(hf: dict) -> tuple[int, int] | None:
@@ -202,19 +216,35 @@ class GpuPrefill:
         self.stage: dict | None = None
         self._reader: Reader | None = None
         self._dummy: dict | None = None          # the FP8 dummy layer, drawn once
+        self.pin = pin_how()
+        self._registered: list[int] = []         # host pointers registered with CUDA ("register")
 
     def add_layer(self, layer_idx: int, order: list[int]) -> None:
         """The layer's experts into pinned host RAM (read and repacked, or random for a dummy load); the staging set
         at the first layer, while SGLang still counts what the load allocates."""
         import torch
         if self.block is not None:
-            pinned = {k: v.cpu().pin_memory() for k, v in self._fp8_layer(layer_idx, order).items()}
+            pinned = {k: self._pin(v.cpu()) for k, v in self._fp8_layer(layer_idx, order).items()}
         else:
-            pinned = {k: v.cpu().pin_memory() for k, v in
+            pinned = {k: self._pin(v.cpu()) for k, v in
                       to_marlin(self._gptq_layer(layer_idx, order), self.hidden, self.inter, self.group).items()}
         self.host[layer_idx] = pinned
         if self.stage is None:
             self.stage = {k: torch.empty_like(v, device="cuda") for k, v in pinned.items()}
+
+    def _pin(self, t):
+        """A CPU tensor in page-locked memory, as PIN_ENV says: PyTorch's pinned copy, or the tensor's own storage
+        (a copy where it shares one) registered with CUDA."""
+        if self.pin == "alloc":
+            return t.pin_memory()
+        import torch
+        if not t.is_contiguous() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
+            t = t.contiguous().clone()
+        rc = int(torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 1))  # portable
+        if rc != 0:
+            raise RuntimeError(f"cudaHostRegister of {t.numel() * t.element_size()} bytes failed: cudaError {rc}")
+        self._registered.append(t.data_ptr())
+        return t
 
     def _reader_for(self) -> Reader:
         if self._reader is None:
@@ -255,6 +285,11 @@ class GpuPrefill:
 
     def drop(self) -> None:
         """Give back what add_layer took (after a failure: the server goes on with every prompt on kt-kernel)."""
+        if self._registered:
+            import torch
+            for ptr in self._registered:      # an error here leaves nothing to give back: the tensors go next
+                torch.cuda.cudart().cudaHostUnregister(ptr)
+            self._registered.clear()
         self.host.clear()
         self.stage = None
         self._reader = self._dummy = None
