@@ -38,6 +38,7 @@ from moe_session import (  # noqa: E402
     ROOT,
     Pairing,
     bench_rows,
+    best,
     disturbed,
     fmt,
     kit_point,
@@ -207,7 +208,7 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
     # kt-accuracy.md, so such a point stays among the other points): the one that meets the most of the issue's goals
     # against llama.cpp's best, then the fastest decode
     goals = llama_best(modes)[0] if fit or sweep else None
-    kit_best = best_against([p for p in full if not deferred(p)], goals) or best_against(full, goals)
+    kit_best = best([p for p in full if not deferred(p)], goals) or best(full, goals)
     if not (fit or sweep) and (pairing is not Q4 or not kit_best):   # a pairing needs its llama.cpp side
         return None
     threads = 14
@@ -264,22 +265,6 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
     out["ratios"] = ratios(out)
     out["budget_ms_per_token"] = budgets(out, res, budget)
     return out
-
-
-def goals_met(f: dict, lb: dict) -> int:
-    """How many of issue 18's four goals the kit's figures `f` meet against llama.cpp's best `lb`."""
-    checks = ((f["decode_tok_s"], lb["decode_tok_s"], 1.0), (f["decode_tok_s_8k"], lb["decode_tok_s_8k"], 1.0),
-              (lb["ttft_30k_s"], f["ttft_30k_s"], 1.0),
-              (f["aggregate_4_streams_tok_s"], lb["aggregate_4_streams_tok_s"], 2.0))
-    return sum(1 for a, b, ratio in checks if a and b and a >= ratio * b)
-
-
-def best_against(points: list[dict], lb: dict | None) -> dict | None:
-    """The point meeting the most goals against llama.cpp (`lb`; none: decode alone), the fastest decode among those."""
-    ok = [p for p in points if p and p["figures"]["decode_tok_s"]]
-    if not ok:
-        return None
-    return max(ok, key=lambda p: (goals_met(p["figures"], lb) if lb else 0, p["figures"]["decode_tok_s"]))
 
 
 def rounds(res: Path, budget: int) -> tuple[int, str]:

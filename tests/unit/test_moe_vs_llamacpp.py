@@ -344,8 +344,8 @@ def test_the_headline_is_the_point_meeting_most_goals_then_the_fastest():
         return {"name": name, "figures": {"decode_tok_s": decode, "decode_tok_s_8k": 70.0, "ttft_30k_s": ttft,
                                           "aggregate_4_streams_tok_s": 130.0}}
     path, kt_only = point("k16-preset", 81.0, 3.7), point("k16-kt-prompts", 82.6, 9.9)
-    assert report.goals_met(path["figures"], lb) == 1 and report.goals_met(kt_only["figures"], lb) == 0
-    assert report.best_against([kt_only, path], lb) is path
-    assert report.best_against([kt_only, path], None) is kt_only
-    assert report.best_against([point("a", 100.0, 9.9), path], lb)["name"] == "a"     # 1 goal each: decode decides
-    assert report.best_against([], lb) is None
+    assert session.goals_met(path["figures"], lb) == 1 and session.goals_met(kt_only["figures"], lb) == 0
+    assert session.best([kt_only, path], lb) is path
+    assert session.best([kt_only, path], None) is kt_only
+    assert session.best([point("a", 100.0, 9.9), path], lb)["name"] == "a"     # 1 goal each: decode decides
+    assert session.best([], lb) is None

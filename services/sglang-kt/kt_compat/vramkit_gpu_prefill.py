@@ -102,11 +102,16 @@ def shapes(hidden: int, inter: int, experts: int, group: int) -> dict[str, tuple
             "w2_scales": ((experts, inter // group, hidden), "float16")}
 
 
+SIZE = {"int32": 4, "float16": 2, "float8_e4m3fn": 1, "float32": 4}     # bytes per element of each dtype here
+
+
+def _bytes(tensors: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, int]:
+    return {name: math.prod(shape) * SIZE[dtype] for name, (shape, dtype) in tensors.items()}
+
+
 def layer_bytes(hidden: int, inter: int, experts: int, group: int) -> dict[str, int]:
     """Each tensor's bytes (the staging set's and each CPU layer's pinned copy's)."""
-    size = {"int32": 4, "float16": 2}
-    tensors = shapes(hidden, inter, experts, group)
-    return {name: math.prod(shape) * size[dtype] for name, (shape, dtype) in tensors.items()}
+    return _bytes(shapes(hidden, inter, experts, group))
 
 
 def fp8_shapes(hidden: int, inter: int, experts: int, block: tuple[int, int]) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -120,9 +125,7 @@ def fp8_shapes(hidden: int, inter: int, experts: int, block: tuple[int, int]) ->
 
 
 def fp8_layer_bytes(hidden: int, inter: int, experts: int, block: tuple[int, int]) -> dict[str, int]:
-    size = {"float8_e4m3fn": 1, "float32": 4}
-    return {name: math.prod(shape) * size[dtype]
-            for name, (shape, dtype) in fp8_shapes(hidden, inter, experts, block).items()}
+    return _bytes(fp8_shapes(hidden, inter, experts, block))
 
 
 def fp8_assemble(read, prefix: str, order: list[int]) -> dict:
