@@ -13,8 +13,9 @@ moe-vs-llamacpp-levers.md (what each kit lever gave at 16 GiB). `int8` takes ano
 (STEPS="setup amxint8 amxint8-levers": the CPU experts in AMXINT8) into moe-vs-llamacpp-int8/ and rewrites the
 levers file, whose last section sets them beside FP8 and AMXINT4. `merge` takes the same steps run N times on one
 machine, each point started afresh each time, into one session folder: every probe the median over the starts
-(moe_probe.merge_starts), the other files of the first start, each start's own files under rounds/rK/. Every number is a measurement from that run;
-the per-token budgets are labelled derived (1000 / decode tok/s, split by the fitted sync constant).
+(moe_probe.merge_starts), the other files of the first start, each start's own files under rounds/rK/. Every number
+is a measurement from that run; the per-token budgets are labelled derived (1000 / decode tok/s, split by the fitted
+sync constant).
 """
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
 SGLANG_LINES = re.compile(
     r"Load weight (begin|end)|KV Cache is allocated|max_total_num_tokens|Memory pool end|Capture cuda graph (begin|end)"
     r"|avail mem|kt_|KTMoE|[Kk][Tt]ransformers|CPUInfer|cpuinfer|gpu_experts|num_gpu_experts|thread|numa|NUMA"
-    r"|vramkit_kt_compat|vramkit_gpu_prefill|context_len|max_running_requests|chunked_prefill_size|AMX|amx|deferred|Load.*experts"
-    r"|memory|Memory|OOM|Error|error")
+    r"|vramkit_kt_compat|vramkit_gpu_prefill|context_len|max_running_requests|chunked_prefill_size|AMX|amx|deferred"
+    r"|Load.*experts|memory|Memory|OOM|Error|error")
 LLAMA_LINES = re.compile(
     r"fit|overflow|offload|n_cpu_moe|buffer size|KV buffer|kv_unified|n_ctx|n_seq|n_batch|n_ubatch|flash_attn"
     r"|CUDA0|model size|model params|file type|type +(f32|q4_K|q6_K)|threads|system_info|AMX|n_slots|slot +init"

@@ -33,8 +33,8 @@ Checked on the H100 host (2026-11-27, benchmarks/results/gpu/moe-budget/hotcheck
 the unplaced server's with it, 3.5x further without it.
 
 With ``VRAMKIT_KT_GPU_LAYERS``: ``VRAMKIT_KT_GPU_PREFILL=<tokens>`` runs a CPU layer's forward of
-at least that many tokens (a prompt chunk) on the GPU, its GPTQ-Int4 experts copied in from pinned host RAM
-(vramkit_gpu_prefill.py says how and why; the planner's kt_gpu_prefill knob sets it and plans its memory).
+at least that many tokens (a prompt chunk) on the GPU, its GPTQ-Int4 or block-FP8 experts copied in from pinned host
+RAM (vramkit_gpu_prefill.py says how and why; the planner's kt_gpu_prefill knob sets it and plans its memory).
 
 Opt-in, for diagnosis only, ``VRAMKIT_CUDA_SNAPSHOT=<path prefix>``: the weight load (ModelRunner.load_model) runs
 under torch's CUDA memory-history recorder, and the snapshot at its end (after SGLang's own empty_cache, where it reads
