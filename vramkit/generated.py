@@ -374,8 +374,13 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
            f"{fp['paired_whole_with_split']['single_median']:.2f}x that split paired by prompt on another machine "
            f"({fp['paired_whole_with_split']['four_median']:.2f}x at 4 streams; `moe-budget/best16`)."
            if fp else "")
+    whole8 = k8["settings"].get("gpu_layers", 0) > 0      # the 8-bit row's placement; the proxy's row is the split's
+    if whole8:
+        now = ""                # the row is the whole-layer preset already
+    row8 = (f"whole layers: {k8['decode_tok_s']:.1f} tok/s; {e_pre:.1f} % MoE-layer error for its split placement, "
+            "the proxy's row" if whole8 else f"split: {k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error")
     return ["", f"**Which to run on a 16 GB card** (the rows above, the proxy's errors beside them): the kit's preset "
-                f"(its Q8_0-peer row, split: {k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error) decodes "
+                f"(its Q8_0-peer row, {row8}) decodes "
                 f"one stream {pace} llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which "
                 "errs "
                 + ("less" if e_q8 < e_pre else "more")

@@ -491,26 +491,41 @@ def q8_peer_line(out_dir: Path) -> str:
 
 SPREAD = 0.2     # the kit's single-stream decode, request to request on one server (the wna16 section: 36.5-54.1)
 Q8_DIR = "moe-vs-llamacpp-q8"     # 2026-11-27, fifth session: the 8-bit class, both engines (STEPS="setup llama-q8 ...")
-Q8_LEVERS = (("k16-int8", "the preset as planned (43 FP8 GPU experts per layer, AMXINT8 on 14 threads)"),
-             ("k16-int8-layers", "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto)"))
+# the kit's 8-bit points, by name, as each session that ran the pairing named them (the table reads the session its
+# comparison came from: moe-vs-llamacpp-q8/ on 2026-11-27, moe-vs-llamacpp-q8/run2/ on 2026-11-28)
+Q8_LEVERS = {"k16-int8": "the preset as planned then (43 FP8 GPU experts per layer, AMXINT8 on 14 threads)",
+             "k16-int8-layers": "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto)",
+             "k16-int8-preset": "the preset as it comes (whole layers on the GPU, AMXINT8; prompts on kt-kernel)",
+             "k16-int8-prefill": "the preset with the FP8 prompt path (--kt-gpu-prefill 1024), run before the adapter "
+                                 "gave its staging set segments of its own (moe-gpu-prefill/README.md, fp8-server)"}
 
 
 def q8_rows(out_dir: Path) -> list[str]:
-    """The 8-bit class at 16 GiB: the preset and its whole-layer twin beside llama.cpp on a Q8_0 file, one session,
-    and the KT-threads point the same machine ran next (its probe only: the device time ended during it)."""
-    d = session_dir(out_dir, Q8_DIR)
+    """The 8-bit class at 16 GiB: the kit's 8-bit points beside llama.cpp on a Q8_0 file, from the one session the
+    comparison names, each failed request's own error under the table; the KT-threads point of 2026-11-27 (its probe
+    only: the device time ended during it) where that session is the one shown."""
     c = q8_comparison(out_dir)
-    if not d.is_dir() or c is None or not c["engines"].get("llamacpp"):
+    if c is None or not c["engines"].get("llamacpp"):
+        return []
+    evd = c.get("evidence_dir", Q8_DIR)
+    d = session_dir(out_dir, evd)
+    if not d.is_dir():
         return []
     ll = c["engines"]["llamacpp"]
-    out = ["", f"## The 8-bit class at 16 GiB: the preset beside llama.cpp on a Q8_0 file ({c['date'][:10]}, {Q8_DIR}/)",
+    out = ["", f"## The 8-bit class at 16 GiB: the preset beside llama.cpp on a Q8_0 file ({c['date'][:10]}, {evd}/)",
            "", peer_errors() + " One host session, the table in moe-vs-llamacpp-q8-16g.md; KT's AMXINT8 layout was "
            "removed before the Q8_0 file was written (the disk holds one of them).", "",
            "| point | decode d0 tok/s | decode 8K tok/s | TTFT 30K s | 4 streams tok/s |", "| --- | --- | --- | --- | --- |"]
-    for name, label in Q8_LEVERS:
+    failed = []
+    for name, label in Q8_LEVERS.items():
+        if not (d / f"{name}.json").exists():
+            continue
         p = kit_point(d, name)
         f = p["figures"] if p else None
         out.append(f"| {label} | " + (" | ".join(fmt(f[k]) for k in METRICS) if f else "did not start | | |") + " |")
+        probe = load(d / f"{name}.probe.json")
+        failed += [f"- {name}: the {r['prompt_tokens']:,}-token prompt failed: {r.get('error', '').strip()}"
+                   for r in (probe.get("ttft", []) if isinstance(probe, dict) else []) if not r.get("ok")]
     t16 = load(d / "k16-int8-t16.probe.json")
     if isinstance(t16, dict):
         f = probe_figures(t16)
@@ -522,10 +537,12 @@ def q8_rows(out_dir: Path) -> list[str]:
     bud = c["budget_ms_per_token"]
     tg = {r["threads"]: r["tok_s"] for r in c["llamacpp_bench"] if r["test"] == "tg128" and r["depth"] == 0}
     lay = kit_point(d, "k16-int8-layers")
+    q8 = session_dir(out_dir, Q8_DIR)
     r0 = c["ratios"]["decode_vs_llamacpp"]
     k8, k30 = k["decode_tok_s_8k"], k["more"]["decode_tok_s_30k"]
     ttft = {m: f["ttft_30k_s"] for m, f in ll["by_mode"].items() if f.get("ttft_30k_s")}
     fastest = min(ttft, key=ttft.__getitem__) if ttft else None
+    out += ["", *failed] if failed else []
     out += ["", "What it shows:", "",
             (f"- Decode at depth 0: {fmt(k['decode_tok_s'])} against {fmt(ll['decode_tok_s'])} tok/s ({r0:.2f}x; per "
              f"token {bud['vramkit']['measured_ms_per_token_depth0']} against "
@@ -550,8 +567,8 @@ def q8_rows(out_dir: Path) -> list[str]:
             f"- 4 streams: {fmt(k['aggregate_4_streams_tok_s'])} against {fmt(ll['aggregate_4_streams_tok_s'])} tok/s "
             f"({c['ratios']['aggregate_4_vs_llamacpp']:.2f}x; the goal is 2x). Four tokens read up to 4x8 experts per "
             "layer on the CPU, so the CPU share grows with the batch in both engines (derived).",
-            f"- KT threads on every physical core collapse decode (the row above; `vramkit up`'s warm-up requests took "
-            f"{warmups(d, 'k16-int8-t16')} against {warmups(d, 'k16-int8')} at 14 threads). The likely cause, not "
+            f"- KT threads on every physical core collapse decode ({'the row above' if isinstance(t16, dict) else Q8_DIR + '/k16-int8-t16, 2026-11-27'}; `vramkit up`'s warm-up "
+            f"requests took {warmups(q8, 'k16-int8-t16')} against {warmups(q8, 'k16-int8')} at 14 threads). The likely cause, not "
             "measured: SGLang's scheduler and tokenizer processes then share those cores with KT's spinning workers. "
             "`vramkit plan` and `vramkit up` now refuse `--kt-cpuinfer` >= the physical cores with one line (exit "
             "64, the bad-input code); the plan's own choice was physical cores minus 2 then, and is a quarter of them (at least 2) since "

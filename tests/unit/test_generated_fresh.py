@@ -45,7 +45,14 @@ def test_the_16_gb_choice_is_worded_from_the_comparisons(tmp_path, monkeypatch):
     monkeypatch.setattr(generated, "REPO_ROOT", tmp_path)
     text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
     q8 = json.loads((dst / "moe-vs-llamacpp-q8-16g.json").read_text())
-    assert "about as fast as" in text and f"split: {q8['engines']['vramkit']['decode_tok_s']:.1f} tok/s," in text
+    k8 = q8["engines"]["vramkit"]
+    assert "about as fast as" in text and f"whole layers: {k8['decode_tok_s']:.1f} tok/s;" in text
+    assert k8["settings"]["gpu_layers"] > 0 and "The preset now places whole layers" not in text
+    # a split 8-bit row (as 2026-11-27's was): the paired whole-layer figure says what the preset places since
+    k8["settings"]["gpu_layers"] = 0
+    (dst / "moe-vs-llamacpp-q8-16g.json").write_text(json.dumps(q8))
+    text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
+    assert f"split: {k8['decode_tok_s']:.1f} tok/s," in text
     fp = json.loads((dst / "moe-budget.json").read_text())["seeded"]["best16"]["fp8"]["paired_whole_with_split"]
     assert f"The preset now places whole layers, which decoded {fp['single_median']:.2f}x that split" in text
     q8["engines"]["vramkit"]["decode_tok_s"] = 0.5 * q8["engines"]["llamacpp"]["decode_tok_s"]

@@ -502,12 +502,13 @@ def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
     assert main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60", "--host-ram-gib", "64",
                  "--cpu-isa", "amx", "--host-cores", "16", "--kt-cpuinfer", "14"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "FITS" in out and "hybrid MoE: whole layers, the last 17 of 48 MoE layers' experts on the GPU" in out
+    assert "FITS" in out and "hybrid MoE: whole layers, the last 16 of 48 MoE layers' experts on the GPU" in out
     assert "an estimate (derived terms, fitted constants" in out and "with layer offload" in out
     assert "bandwidth ceiling" not in out
-    # at the preset's 0.93: 17 whole layers, rendered as the largest N the adapter turns into 17 (47 x 48 // 128)
-    assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 47" in out
-    assert "in the server's environment: VRAMKIT_KT_GPU_LAYERS=auto" in out     # what turns 47 into 17 layers
+    # at the preset's 0.93: 16 whole layers beside the GPU prompt path's staging set (64 GiB of host RAM hold its
+    # pinned copies), rendered as the largest N the adapter turns into 16 (45 x 48 // 128)
+    assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 45" in out
+    assert "in the server's environment: VRAMKIT_KT_GPU_LAYERS=auto VRAMKIT_KT_GPU_PREFILL=1024" in out
     assert "AMXINT8 is lossy" in out and "kt-accuracy.md" in out     # the converted default says so
 
 
@@ -516,13 +517,14 @@ def test_plan_json_has_the_hybrid_figures(capsys):
                  "--host-ram-gib", "64", "--cpu-isa", "amx"]) == 0
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
-    assert d["fits"] and h["num_gpu_experts"] == 47 and h["gpu_layers"] == 17 and h["kt_method"] == "AMXINT8"
-    assert h["lossy"] and d["knobs"]["kt_num_gpu_experts"] == 47 and d["knobs"]["kt_cpuinfer"] != "auto"
-    assert d["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto"}
+    assert d["fits"] and h["num_gpu_experts"] == 45 and h["gpu_layers"] == 16 and h["kt_method"] == "AMXINT8"
+    assert h["lossy"] and d["knobs"]["kt_num_gpu_experts"] == 45 and d["knobs"]["kt_cpuinfer"] != "auto"
+    assert d["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "1024"}
     assert h["decode_tok_s"] > 10 * h["layer_offload_decode_tok_s"]
     assert d["decode_tok_s_ceiling"] is None       # a fitted estimate is not a bandwidth ceiling
     assert h["host_read_source"] == "--host-read-gbs" and h["cpu_isa_source"] == "--cpu-isa"
-    assert h["host_ram_bytes"] == h["host_experts_bytes"] + h["host_sglang_bytes"] + h["host_pinned_bytes"]
+    assert h["host_ram_bytes"] == h["host_experts_bytes"] + h["host_sglang_bytes"] + h["host_pinned_bytes"] \
+        + h["host_prefill_bytes"] and h["host_prefill_bytes"] > 0       # the GPU prompt path's copies: 64 GiB hold them
 
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
@@ -796,7 +798,8 @@ def test_whole_layers_reach_the_server_only_where_planned():
     from vramkit.launch import hybrid
     t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=64 * GiB)
     k = Knobs(**catalog.presets()["moe"].knobs)
-    for layers, env in (("off", {}), ("auto", {"VRAMKIT_KT_GPU_LAYERS": "auto"})):
+    # split layers cannot take the GPU prompt path (its auto stays off); whole layers take it where host RAM allows
+    for layers, env in (("off", {}), ("auto", {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "1024"})):
         hy = hybrid.for_plan(plan(catalog.model(FP8_MODEL), t, replace(k, kt_gpu_layers=layers), catalog.engine(),
                                   with_alternatives=False))
         assert hy is not None and hy.adapter_env() == env
@@ -811,7 +814,8 @@ def test_the_host_ram_check_names_whole_layers_where_they_would_fit():
     t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=64 * GiB)
     k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_gpu_layers": "off"}))
     split = plan(catalog.model(FP8_MODEL), t, k, catalog.engine(), with_alternatives=False)
-    whole = plan(catalog.model(FP8_MODEL), t, replace(k, kt_gpu_layers="auto"), catalog.engine(),
+    # the whole-layer plan the check names: without the GPU prompt path, whose pinned copies 30 GiB would not hold
+    whole = plan(catalog.model(FP8_MODEL), t, replace(k, kt_gpu_layers="auto", kt_gpu_prefill=0), catalog.engine(),
                  with_alternatives=False)
     hy = hybrid.for_plan(split)
     assert hy is not None and split.hybrid is not None and whole.hybrid is not None

@@ -748,10 +748,30 @@ def aggregate_note(streams: int, tok_s: float, method: str, whole_layers: bool, 
 # ~26 us per token and CPU layer (12 threads). The copy pays for itself from ~240 tokens there, ~480 at PCIe 4 x16's ~25
 # GB/s, ~1,000 at PCIe 3's ~12: 1,024 is ahead on PCIe 4 and up, even on 3, and every full 4,096-token chunk takes it.
 AUTO_PREFILL_TOKENS = 1024
-# The path measured (H100 host at 16 GiB, the moe preset on the coder's GPTQ-Int4 shape, medians of 3 starts on one
-# machine, benchmarks/results/gpu/moe-gpu-prefill/run3/): the first token after a 30K prompt with the path, without it
-# (--kt-gpu-prefill 0), and llama.cpp's best in the same run (tests/unit/test_gpu_prefill.py reads them from the run)
-PREFILL_TTFT_30K_S = {"path": 3.66, "kt-kernel": 9.85, "llama.cpp": 7.87}
+
+
+@dataclass(frozen=True)
+class PrefillMeasured:
+    """The path measured for one expert format (H100 host, card emulated at 16 GiB, the moe preset): the first token
+    after a 30K prompt with the path, without it (--kt-gpu-prefill 0), and llama.cpp's best; how and where
+    (tests/unit/test_gpu_prefill.py reads each figure from its run)."""
+    path_s: float
+    kt_kernel_s: float
+    llama_cpp_s: float
+    how: str
+    where: str
+
+
+# the formats whose path ran in a server on a GPU: "auto" takes only these; a number given runs the others too, and
+# the plan says they are not measured. FP8's copy is twice GPTQ-Int4's (11.1 ms a layer at 54 GB/s): it pays for
+# itself from ~430 tokens there, ~930 at PCIe 4's ~25 GB/s, ~1,900 at PCIe 3's (derived as above), so 1,024 stays
+PREFILL_MEASURED = {
+    "gptq": PrefillMeasured(3.66, 9.85, 7.87, "medians of 3 starts on one machine, llama.cpp on Q4_K_M; decode within "
+                            "the starts' spread", "benchmarks/results/gpu/moe-gpu-prefill/run3/"),
+    "fp8": PrefillMeasured(5.52, 20.71, 17.17, "one start each; with the path on a second machine of the same kind, "
+                           "llama.cpp on Q8_0; decode 37.3 tok/s against 35.7 without it",
+                           "benchmarks/results/gpu/moe-gpu-prefill/fp8-server/ and moe-vs-llamacpp-q8/run2/"),
+}
 
 
 def prefill_format(model: ModelSpec) -> str | None:
@@ -764,11 +784,6 @@ def prefill_format(model: ModelSpec) -> str | None:
     if q is not None and q.method == "gptq" and q.bits == 4:
         return "gptq"
     return None
-
-
-# the formats whose path ran in a server on a GPU (benchmarks/results/gpu/moe-gpu-prefill/): "auto" takes only these;
-# a number given runs the others too, and the plan says they are not measured
-PREFILL_MEASURED = ("gptq",)
 
 
 def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None) -> str | None:

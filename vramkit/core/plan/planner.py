@@ -776,18 +776,17 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
            if off_tok_s else ""))
     if hp.prefill_gpu_bytes:
-        ttft = kt.PREFILL_TTFT_30K_S
+        done = kt.PREFILL_MEASURED.get(fmt := kt.prefill_format(model) or "")
         notes.append(f"prompt chunks of {knobs.kt_gpu_prefill:,}+ tokens run the {kt_layers} CPU layers' experts on "
                      f"the GPU, copied in from pinned host RAM each chunk as llama.cpp does: a staging set of "
                      f"{bytes2human(hp.prefill_gpu_bytes)} with the weights, {bytes2human(hp.host_prefill_bytes)} of "
                      "pinned host RAM ("
-                     + ("measured on the H100 host at 16 GiB, medians of 3 starts: the first token "
-                        f"after 30K in {ttft['path']:.2f} s against {ttft['kt-kernel']:.2f} with prompts on kt-kernel "
-                        f"and {ttft['llama.cpp']:.2f} for llama.cpp's best in the same run, decode within the starts' "
-                        "spread; benchmarks/results/gpu/moe-gpu-prefill/run3/"
-                        if (fmt := kt.prefill_format(model)) in kt.PREFILL_MEASURED else
-                        f"its {fmt} experts on SGLang's triton MoE: not run in a server on a GPU yet; the GPTQ-Int4 "
-                        "path's measurements are in benchmarks/results/gpu/moe-gpu-prefill/")
+                     + (f"measured on the H100 host at 16 GiB, its {fmt} experts: the first token after 30K in "
+                        f"{done.path_s:.2f} s against {done.kt_kernel_s:.2f} with prompts on kt-kernel and "
+                        f"{done.llama_cpp_s:.2f} for llama.cpp's best ({done.how}); {done.where}"
+                        if done is not None else
+                        f"its {fmt} experts: not run in a server on a GPU yet; the measured formats' runs are in "
+                        "benchmarks/results/gpu/moe-gpu-prefill/")
                      + ")" + _prefill_copy_words(model, target, kt_layers, step, knobs.context))
     if hp.aggregate_tok_s is not None:
         notes.append(kt.aggregate_note(hp.aggregate_streams, hp.aggregate_tok_s, planned, bool(gpu_layers),
