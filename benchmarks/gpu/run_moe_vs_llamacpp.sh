@@ -65,7 +65,9 @@
 # seventeenth session, three times on one machine, $RES moved aside between runs (~5 min each after the first), merged
 # by `moe_vs_llamacpp_report.py merge` into moe-gpu-prefill/run3: the main 16 GiB table). The same bench for block-FP8
 # experts (the moe preset's checkpoint, SGLang's triton MoE): STAGE=.stage-gg STEPS="setup gprefill8" (~1.5 min; ran
-# 2026-11-28, seventeenth session, moe-gpu-prefill/fp8-bench/, its numeric check void then: fixed since).
+# 2026-11-28, seventeenth session, moe-gpu-prefill/fp8-bench/a and b, their numeric check void; eighteenth session,
+# fp8-bench/c, checked). The FP8 preset with the path in a server after the adapter's staging fix: STEPS="setup
+# fp8stage" (~7 min; ran 2026-11-28, eighteenth session, moe-gpu-prefill/fp8-server/).
 # kt-kernel 0.7.0's clean avx2 build, LLAMAFILE_Q8_0 at 16 GiB: STAGE=.stage-070 STEPS="setup avx2-070" (staging:
 # benchmarks/gpu/stage_kt_avx2.sh .stage-070; ~5 min: the Q8_0 GGUF written there, one start, one probe); run 2026-11-27
 # after llama-q8 in the same session (moe-vs-llamacpp-q8/k16-q8-avx2-070, kt070-avx2-bench.json).
@@ -470,9 +472,9 @@ if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 c
   # experts) as it comes (kt_gpu_prefill auto: off for FP8 until this runs) and with the FP8 prompt path asked for
   # (--kt-gpu-prefill 1024: each CPU layer's FP8 experts copied in per chunk, SGLang's triton MoE); lprefill8 adds
   # llama.cpp on Q8_0 (the 8-bit pairing, moe-vs-llamacpp-q8-16g), its sweep from Q8_NCMOE (28: the best found): KT's
-  # AMXINT8 layout goes before the Q8_0 file is written (the disk holds one of them). Written 2026-11-28, seventeenth
-  # session, not run yet (~20 min with the builds): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup gprefill8 lprefill8"
-  # (the bench's numeric check first, ~1 min: if it fails, the server points say why in their logs)
+  # AMXINT8 layout goes before the Q8_0 file is written (the disk holds one of them). Ran 2026-11-28, eighteenth
+  # session (~20 min with the builds; moe-vs-llamacpp-q8/run2/): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup gprefill8
+  # lprefill8"; its path point ran before the adapter's staging fix (the fp8stage step below ran it after)
   ballast 16
   KITF8="--preset moe --model-path $FP8 --load-format dummy --kt-weight-path $KT8"
   kit k16-int8-preset 16 "$FULL" -- $KITF8
