@@ -495,7 +495,9 @@ Q8_DIR = "moe-vs-llamacpp-q8"     # 2026-11-27, fifth session: the 8-bit class, 
 # comparison came from: moe-vs-llamacpp-q8/ on 2026-11-27, moe-vs-llamacpp-q8/run2/ on 2026-11-28)
 Q8_LEVERS = {"k16-int8": "the preset as planned then (43 FP8 GPU experts per layer, AMXINT8 on 14 threads)",
              "k16-int8-layers": "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto)",
-             "k16-int8-preset": "the preset as it comes (whole layers on the GPU, AMXINT8; prompts on kt-kernel)",
+             "k16-int8-preset": "the preset as it came (whole layers on the GPU, AMXINT8; prompts on kt-kernel until "
+                                "2026-11-28's eighteenth session, the FP8 prompt path by auto since)",
+             "k16-int8-kt-prompts": "the preset with prompts on kt-kernel (--kt-gpu-prefill 0)",
              "k16-int8-prefill": "the preset with the FP8 prompt path (--kt-gpu-prefill 1024), run before the adapter "
                                  "gave its staging set segments of its own (moe-gpu-prefill/README.md, fp8-server)"}
 

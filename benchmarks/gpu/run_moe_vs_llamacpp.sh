@@ -469,16 +469,18 @@ if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/p
   llama 16 "${Q8_NCMOE:-30}" llama-q8-16 $Q8
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
-  # experts) as it comes (kt_gpu_prefill auto: off for FP8 until this runs) and with the FP8 prompt path asked for
-  # (--kt-gpu-prefill 1024: each CPU layer's FP8 experts copied in per chunk, SGLang's triton MoE); lprefill8 adds
+  # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds
+  # the pinned copies, as the GPU host's does) and with prompts on kt-kernel (--kt-gpu-prefill 0); lprefill8 adds
   # llama.cpp on Q8_0 (the 8-bit pairing, moe-vs-llamacpp-q8-16g), its sweep from Q8_NCMOE (28: the best found): KT's
-  # AMXINT8 layout goes before the Q8_0 file is written (the disk holds one of them). Ran 2026-11-28, eighteenth
-  # session (~20 min with the builds; moe-vs-llamacpp-q8/run2/): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup gprefill8
-  # lprefill8"; its path point ran before the adapter's staging fix (the fp8stage step below ran it after)
+  # AMXINT8 layout goes before the Q8_0 file is written (the disk holds one of them). ~20 min with the builds:
+  # DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup lprefill8"; for medians, run it three times on one machine, $RES moved
+  # aside between runs, and merge (moe_vs_llamacpp_report.py merge), as moe-gpu-prefill/run3 was.
+  # Ran 2026-11-28, eighteenth session, as it was then (the preset with the path off, and --kt-gpu-prefill 1024 before
+  # the adapter's staging fix; moe-vs-llamacpp-q8/run2/); the fp8stage step ran the path after the fix.
   ballast 16
   KITF8="--preset moe --model-path $FP8 --load-format dummy --kt-weight-path $KT8"
   kit k16-int8-preset 16 "$FULL" -- $KITF8
-  kit k16-int8-prefill 16 "$FULL" -- $KITF8 --kt-gpu-prefill 1024
+  kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
   if has lprefill8; then
     rm -rf $KT8
     q8_gguf
