@@ -142,8 +142,10 @@ def test_compose_resolves_as_issue_2_asks(tmp_path, name):
     # the kt-kernel adapter's whole layers: set where the plan chose them, and nowhere else
     assert svc["environment"].get("VRAMKIT_KT_GPU_LAYERS") == ("auto" if name in ("docker-compose.qwen-moe.yml",
                                                                                   "moe-gptq-prefill") else None)
-    # the GPU prompt path: only where asked for (--kt-gpu-prefill)
-    assert svc["environment"].get("VRAMKIT_KT_GPU_PREFILL") == ("256" if name == "moe-gptq-prefill" else None)
+    # the GPU prompt path: where the plan takes it (the moe preset's auto: its FP8 checkpoint's path, on the render's
+    # reference desktop) or where asked for (--kt-gpu-prefill 256), and nowhere else
+    assert svc["environment"].get("VRAMKIT_KT_GPU_PREFILL") == {"moe-gptq-prefill": "256",
+                                                                "docker-compose.qwen-moe.yml": "1024"}.get(name)
     # the command survives YAML and interpolation byte for byte (the YaRN JSON has quotes and braces)
     if "--json-model-override-args" in cmd:
         override = json.loads(cmd[cmd.index("--json-model-override-args") + 1])
