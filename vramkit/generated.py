@@ -308,9 +308,14 @@ def _measured_budget() -> list[str]:
 PEER_ACCURACY = "benchmarks/results/gpu/peer-accuracy/accuracy-cpu.json"
 WHOLE_ROW = "GPTQ_INT4 layers 1-3 (GPU) + AMXINT8<-FP8 layer 0 (CPU)"     # the proxy's 4 layers, 3 of them on the GPU
 KIT_ACCURACY = "benchmarks/results/gpu/kt-llamafile/accuracy-cpu.json"     # the same proxy's single-method rows
+# the 16 GB preset as served: whole layers, FP8 on the GPU through SGLang's kernels (inputs rounded to FP8 too), AMXINT8
+# on the CPU (benchmarks/gpu/peer_accuracy.py's SERVED, held equal by a test); its split placement before it
+SERVED_ROW = "FP8_W8A8 layer 3 (GPU) + AMXINT8<-FP8 layers 0-2 (CPU)"
+SPLIT_ROW = "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"
 PEER_ROWS = (("llama.cpp's Q4_K_M experts", "Q4_K_M (llama.cpp)"),
-             ("the kit's 16 GB preset as served (43 FP8 GPU experts, AMXINT8 from FP8 on the CPU)",
-              "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"),
+             ("the kit's 16 GB preset as served (whole layers: FP8 experts on the GPU as SGLang computes them, inputs "
+              "rounded to FP8 too; AMXINT8 from FP8 on the CPU)", SERVED_ROW),
+             ("its FP8 prompt path's layers (every expert FP8 as SGLang computes it)", "FP8_W8A8 (GPU)"),
              ("the kit's GPTQ-Int4 split (88 GPTQ-Int4 GPU experts a layer, round to nearest)",
               "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)"),
              ("its fastest 16 GB row (whole layers: three quarters of the layers' experts GPTQ-Int4 on the GPU, the "
@@ -358,14 +363,15 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
     k8, l8 = q8["engines"]["vramkit"], q8["engines"]["llamacpp"]
     k4, l4 = q4["engines"]["vramkit"], q4["engines"]["llamacpp"]
     whole = k4["settings"].get("gpu_layers", 0) > 0       # the row's placement (whole layers or split): its proxy row
-    keys = ("FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)", "Q8_0 (llama.cpp)", "Q4_K_M (llama.cpp)",
+    whole8 = k8["settings"].get("gpu_layers", 0) > 0      # the 8-bit row's placement: its proxy row
+    keys = (SERVED_ROW if whole8 else SPLIT_ROW, "Q8_0 (llama.cpp)", "Q4_K_M (llama.cpp)",
             WHOLE_ROW if whole else "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)")
     if not all(k in rows for k in keys):
         return []
     if not all(e.get("decode_tok_s") for e in (k8, l8, k4, l4)):
         return []
     e_pre, e_q8, e_q4, e_gptq = (_mean_error(rows[k]) for k in keys)
-    fp8 = rows.get("FP8 (GPU)")         # the FP8 checkpoint alone, every expert on the GPU, the same proxy
+    fp8 = rows.get("FP8_W8A8 (GPU)")    # the FP8 checkpoint alone as SGLang computes it, every expert on the GPU
     r = k8["decode_tok_s"] / l8["decode_tok_s"]
     pace = "about as fast as" if abs(1 - r) <= 0.2 else f"at {r:.2f}x the rate of"   # the kit's spread: a fifth
     budget = REPO_ROOT / MOE_BUDGET
@@ -374,17 +380,16 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
            f"{fp['paired_whole_with_split']['single_median']:.2f}x that split paired by prompt on another machine "
            f"({fp['paired_whole_with_split']['four_median']:.2f}x at 4 streams; `moe-budget/best16`)."
            if fp else "")
-    whole8 = k8["settings"].get("gpu_layers", 0) > 0      # the 8-bit row's placement; the proxy's row is the split's
     if whole8:
         now = ""                # the row is the whole-layer preset already
-    row8 = (f"whole layers: {k8['decode_tok_s']:.1f} tok/s; {e_pre:.1f} % MoE-layer error for its split placement, "
-            "the proxy's row" if whole8 else f"split: {k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error")
+    row8 = f"{'whole layers' if whole8 else 'split'}: {k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error"
     return ["", f"**Which to run on a 16 GB card** (the rows above, the proxy's errors beside them): the kit's preset "
                 f"(its Q8_0-peer row, {row8}) decodes "
                 f"one stream {pace} llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which "
                 "errs "
                 + ("less" if e_q8 < e_pre else "more")
-                + (f" (the FP8 checkpoint on its own errs {_mean_error(fp8):.1f} %)" if fp8 else "")
+                + (f" (the FP8 checkpoint alone, as SGLang's kernels compute it, errs {_mean_error(fp8):.1f} %)"
+                   if fp8 else "")
                 + f" and answers a 30K-token prompt in {l8['ttft_30k_s']:.1f} s against {k8['ttft_30k_s']:.1f}; "
                 "the kit serves 4 streams at "
                 f"{k8['aggregate_4_streams_tok_s'] / l8['aggregate_4_streams_tok_s']:.2f}x llama.cpp's rate. "

@@ -22,14 +22,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = {"experts": 128, "hidden": 2048, "inter": 768, "top_k": 8, "tokens": 64, "block": 128}
-FP8_MAX = 448.0          # float8_e4m3fn's largest finite value: the scale a group's absolute maximum maps to
 
 
 def derive(seed: int = 0) -> dict:
     import torch
     import torch.nn.functional as F
     sys.path.insert(0, str(ROOT / "services" / "sglang-kt" / "kt_compat"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
     import vramkit_gpu_prefill as gp
+    from kt_accuracy import fp8_act  # SGLang's per-token-group FP8 rounding of a GEMM's input, as the proxy uses
 
     e, h, i, k, t, b = (SHAPE[n] for n in ("experts", "hidden", "inter", "top_k", "tokens", "block"))
     hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
@@ -43,24 +44,18 @@ def derive(seed: int = 0) -> dict:
         w, s = raw[name][ex].float(), raw[f"{name}_scale_inv"][ex]
         return w * s.repeat_interleave(b, 0)[: w.shape[0]].repeat_interleave(b, 1)[:, : w.shape[1]]
 
-    def fp8_activations(a):
-        """SGLang's per-token-group quantization (groups of `b` along the hidden size), dequantized back."""
-        g = a.view(a.shape[0], -1, b)
-        s = g.abs().amax(-1, keepdim=True).clamp(min=1e-10) / FP8_MAX
-        return ((g / s).to(torch.float8_e4m3fn).float() * s).view(a.shape)
-
     def layer(x, ids, wts, path: bool):
         y = torch.zeros(x.shape, dtype=torch.float32)
         for ex in torch.unique(ids).tolist():
             tok, slot = (ids == ex).nonzero(as_tuple=True)
             w13, w2 = weights("w13_weight", ex), weights("w2_weight", ex)
             xs = x[tok].float()
-            g1 = (fp8_activations(xs) if path else xs) @ w13.T
+            g1 = (fp8_act(xs) if path else xs) @ w13.T
             if path:
                 g1 = g1.half().float()                      # the first GEMM's output cache is float16
             mid = F.silu(g1[:, :i]) * g1[:, i:]
             if path:
-                mid = fp8_activations(mid.half().float())   # so is the activation's; FP8 again into the second GEMM
+                mid = fp8_act(mid.half().float())   # so is the activation's; FP8 again into the second GEMM
             y.index_add_(0, tok, (mid @ w2.T) * wts[tok, slot][:, None])
         return y.half().float() if path else y
 

@@ -31,8 +31,9 @@ and "FP8 (GPU)": the FP8 checkpoint's values computed in bf16 by torch on the GP
 no CPU kernel). `--ggml-layouts Q4_K_M,Q8_0 --ggml-lib libggml-base.so`: the peer's files, "<layout> (llama.cpp)",
 each expert matrix quantized by llama.cpp's own ggml_quantize_chunk with the type llama-quantize gives it
 (benchmarks/gpu/ggml_quant.py), decoded and computed by torch (the format's error, no CPU kernel);
-`--gpu-formats GPTQ_INT4`: every expert's values in a GPU format, by torch; `--split FP8:43:AMXINT8<-FP8`: a
-served split. Only kt-kernel's safetensors reader is left out: the tensors it would return are handed over in
+`--gpu-formats GPTQ_INT4`: every expert's values in a GPU format, by torch (FP8_W8A8: the FP8 checkpoint's values
+with each GEMM's input rounded to FP8 per 128-value group, as SGLang's block-FP8 MoE kernels compute, its prompt path
+included); `--split FP8:43:AMXINT8<-FP8`: a served split. Only kt-kernel's safetensors reader is left out: the tensors it would return are handed over in
 memory.
 
 Measured: teacher-forced over --positions tokens (one random sequence, every position scored): top-1
@@ -119,15 +120,16 @@ class Model:
 
     @staticmethod
     def moe_torch(gate, up, down, x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor,
-                  out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+                  out_dtype: torch.dtype = torch.bfloat16, act=None) -> torch.Tensor:
         """Each token's top-k experts, silu(x gate^T) * (x up^T) down^T, weighted and summed in float32 (the layer's
         output has x's width); gate/up/down are indexed by expert ([out, in] each: tensors, or anything that gives one
-        per index)."""
+        per index); `act`: what a kernel does to each GEMM's input first (fp8_act), None: nothing."""
+        act = act or (lambda t: t)
         y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
         for e in torch.unique(ids).tolist():
             tok, slot = (ids == e).nonzero(as_tuple=True)
-            xs = x[tok]
-            hmid = F.silu(xs @ gate[e].T) * (xs @ up[e].T)
+            xs = act(x[tok])
+            hmid = act(F.silu(xs @ gate[e].T) * (xs @ up[e].T))
             y.index_add_(0, tok, (hmid @ down[e].T).float() * wts[tok, slot][:, None])
         return y.to(out_dtype)
 
@@ -173,6 +175,14 @@ def fp8_block(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = b.abs().amax(dim=(-3, -1)).clamp_min(1e-12) / 448.0
     q = (b / scale[..., :, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
     return q.reshape(*lead, n, k), scale
+
+
+def fp8_act(a: torch.Tensor) -> torch.Tensor:
+    """A GEMM input as SGLang's block-FP8 kernels read it (sglang_per_token_group_quant_fp8): each row's groups of
+    FP8_BLOCK values rounded to e4m3 under one scale, max |value| / 448, then back to the input's dtype."""
+    g = a.float().view(*a.shape[:-1], -1, FP8_BLOCK)
+    s = g.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448.0
+    return ((g / s).to(torch.float8_e4m3fn).float() * s).view(a.shape).to(a.dtype)
 
 
 def fp8_dequant(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -396,7 +406,9 @@ def gptq_dequant(w: torch.Tensor) -> torch.Tensor:
     return torch.stack([kt_repack.gptq_values(*gptq_rtn(x), GPTQ_GROUP) for x in w]).to(torch.bfloat16)
 
 
-GPU_FORMATS = {"FP8": lambda w: fp8_dequant(*fp8_block(w)), "GPTQ_INT4": gptq_dequant}
+GPU_FORMATS = {"FP8": lambda w: fp8_dequant(*fp8_block(w)), "GPTQ_INT4": gptq_dequant,
+               "FP8_W8A8": lambda w: fp8_dequant(*fp8_block(w))}
+GPU_ACTS = {"FP8_W8A8": fp8_act}       # a format whose kernels also round each GEMM's input
 
 
 def split_layer(gpu, cpu, n_gpu: int):
@@ -408,10 +420,10 @@ def split_layer(gpu, cpu, n_gpu: int):
 
 
 # --- metrics --------------------------------------------------------------------------------------------------
-def torch_layer(w: dict):
-    """A MoE layer computed by torch on the reference's device from these expert weights."""
+def torch_layer(w: dict, act=None):
+    """A MoE layer computed by torch on the reference's device from these expert weights (`act`: Model.moe_torch's)."""
     def run(x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
-        return Model.moe_torch(w["gate"], w["up"], w["down"], x, ids, wts)
+        return Model.moe_torch(w["gate"], w["up"], w["down"], x, ids, wts, act=act)
     return run
 
 
@@ -517,8 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                             source or "bf16", model.k, a.device, gpu_experts=gpu_experts) for i in range(a.layers)]
         def gpu_layers(fmt_: str) -> list:
             """Each layer with every expert in a GPU format (GPU_FORMATS), computed by torch on the reference's device."""
-            return [torch_layer({n: GPU_FORMATS[fmt_](model.layers[i][n]) for n in ("gate", "up", "down")})
-                    for i in range(a.layers)]
+            return [torch_layer({n: GPU_FORMATS[fmt_](model.layers[i][n]) for n in ("gate", "up", "down")},
+                                GPU_ACTS.get(fmt_)) for i in range(a.layers)]
         with tempfile.TemporaryDirectory(prefix="ktacc-") as work:
             ggml_specs = [f"{x.strip()} (llama.cpp)" for x in a.ggml_layouts.split(",") if x.strip()]
             splits = {f"{g} 0-{int(n) - 1} (GPU) + {c} (CPU)": (g, int(n), c)
@@ -539,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
                     if spec == "FP8 (GPU)" or spec in gpu_rows:     # a GPU format's values, by torch (no CPU kernel)
                         fmt_ = spec.split()[0]
                         layers_fn = gpu_layers(fmt_)
-                        row["path"] = f"every expert's {fmt_} values, bf16 by torch on {a.device} (no CPU kernel)"
+                        row["path"] = f"every expert's {fmt_} values, bf16 by torch on {a.device} (no CPU kernel)" \
+                            + ("; each GEMM's input rounded to FP8 per 128-value group first" if fmt_ in GPU_ACTS else "")
                     elif spec in ggml_specs:
                         layers_fn, row = ggml_layers(model, spec.split()[0], a.ggml_lib, a.layers)
                     elif spec in splits:

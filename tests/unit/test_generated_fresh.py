@@ -46,7 +46,7 @@ def test_the_16_gb_choice_is_worded_from_the_comparisons(tmp_path, monkeypatch):
     text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
     q8 = json.loads((dst / "moe-vs-llamacpp-q8-16g.json").read_text())
     k8 = q8["engines"]["vramkit"]
-    assert "about as fast as" in text and f"whole layers: {k8['decode_tok_s']:.1f} tok/s;" in text
+    assert "about as fast as" in text and f"whole layers: {k8['decode_tok_s']:.1f} tok/s," in text
     assert k8["settings"]["gpu_layers"] > 0 and "The preset now places whole layers" not in text
     # a split 8-bit row (as 2026-11-27's was): the paired whole-layer figure says what the preset places since
     k8["settings"]["gpu_layers"] = 0

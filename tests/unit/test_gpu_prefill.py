@@ -196,7 +196,13 @@ def test_the_fp8_checkpoint_s_path_is_planned_and_its_note_quotes_its_runs(capsy
     said = next(n for n in d["notes"] if n.startswith("prompt chunks of 1,024+ tokens"))
     m = kt.PREFILL_MEASURED["fp8"]
     assert (f"its fp8 experts: the first token after 30K in {m.path_s:.2f} s against {m.kt_kernel_s:.2f} with "
-            f"prompts on kt-kernel and {m.llama_cpp_s:.2f} for llama.cpp's best ({m.how}); {m.where}") in said
+            f"prompts on kt-kernel and {m.llama_cpp_s:.2f} for llama.cpp's best ({m.how}); {m.where}; "
+            f"{m.accuracy}") in said
+    # the accuracy it quotes is the proxy's: the FP8 arithmetic SGLang runs against AMXINT8 from FP8
+    from vramkit import generated
+    rows = generated._proxy_rows()
+    assert f"{generated._mean_error(rows['FP8_W8A8 (GPU)']):.1f} % MoE-layer error" in m.accuracy
+    assert f"against {generated._mean_error(rows['AMXINT8<-FP8']):.1f} % for AMXINT8" in m.accuracy
     monkeypatch.setattr(kt, "PREFILL_MEASURED", {"gptq": kt.PREFILL_MEASURED["gptq"]})
     rc, d = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--kt-gpu-prefill", "1024")
     said = next(n for n in d["notes"] if n.startswith("prompt chunks of 1,024+ tokens"))

@@ -38,11 +38,19 @@ def test_a_run_on_another_proxy_is_refused_and_nothing_is_written(mod, tmp_path,
     with pytest.raises(SystemExit, match="its positions differ"):
         mod.main(["--add", str(tmp_path / "run.json")])
     run = json.loads(mod.KIT.read_text())
-    run["reference"]["mean_top1_prob"] += 2e-4          # a reference that came out otherwise (seen once in seven runs)
+    run["reference"]["mean_top1_prob"] *= 1.02          # 2 %: more than the bf16 reference's rounding
     (tmp_path / "run.json").write_text(json.dumps(run))
-    with pytest.raises(SystemExit, match="reference differs .* run it again"):
+    with pytest.raises(SystemExit, match=r"reference differs .* more than 0\.5% apart"):
         mod.main(["--add", str(tmp_path / "run.json")])
     assert not (tmp_path / "accuracy-cpu.json").exists()
+    # the reference's last bits as another run draws them (+2e-4 once in seven runs on one host; 0.13 % on another
+    # host, 2026-11-28): the same proxy, kept, with its own reference beside its rows
+    run["reference"]["mean_top1_prob"] = json.loads(mod.KIT.read_text())["reference"]["mean_top1_prob"] + 2e-4
+    run["methods"] = {"BF16": run["methods"]["BF16"]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    assert mod.main(["--add", str(tmp_path / "run.json")]) == 0
+    inv = json.loads((tmp_path / "accuracy-cpu.json").read_text())["invocations"]
+    assert inv[-1]["reference_top1"] == run["reference"]["mean_top1_prob"]
 
 
 def test_q4_k_m_layers_with_q6_k_down_err_less_than_its_q4_k_layers():
@@ -54,3 +62,11 @@ def test_q4_k_m_layers_with_q6_k_down_err_less_than_its_q4_k_layers():
     err = q4["moe_layer_rel_l2_prefill"]
     assert max(err[2:]) < min(err[:2])
     assert max(rows["Q8_0 (llama.cpp)"]["moe_layer_rel_l2_prefill"]) < min(err)
+
+
+def test_the_readme_reads_the_served_row_the_table_names(mod):
+    """vramkit/generated.py's "which to run" paragraph and accuracy line read the preset's served row by name: the
+    same row peer_accuracy.py's findings call the preset, and one the committed JSON holds."""
+    from vramkit import generated
+    assert generated.SERVED_ROW == mod.SERVED and mod.SERVED in json.loads((OUT / "accuracy-cpu.json").read_text())["methods"]
+    assert generated.SPLIT_ROW in {name for name, _, _ in mod.ROWS}

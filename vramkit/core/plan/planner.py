@@ -784,6 +784,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                      + (f"measured on the H100 host at 16 GiB, its {fmt} experts: the first token after 30K in "
                         f"{done.path_s:.2f} s against {done.kt_kernel_s:.2f} with prompts on kt-kernel and "
                         f"{done.llama_cpp_s:.2f} for llama.cpp's best ({done.how}); {done.where}"
+                        + (f"; {done.accuracy}" if done.accuracy else "")
                         if done is not None else
                         f"its {fmt} experts: not run in a server on a GPU yet; the measured formats' runs are in "
                         "benchmarks/results/gpu/moe-gpu-prefill/")
