@@ -682,3 +682,21 @@ def test_the_fp8_path_s_server_runs_hold_the_plan_and_the_figures_the_planner_qu
             "without it") in m.how
     # the same host kind on both machines, as the figure's words say
     assert (fixed / "host.txt").read_text() == (before / "host.txt").read_text()
+
+
+def test_vramkit_up_s_host_ram_check_counts_the_pinned_copies():
+    """`vramkit up`'s kt-host-ram line adds up what the plan's host RAM holds: with the FP8 path on (the preset's auto
+    at 64 GiB), its pinned copies beside kt-kernel's experts and SGLang's own; the check fails where they do not fit."""
+    from vramkit.core.plan.planner import Target, plan
+    from vramkit.launch import hybrid
+    host = kt.HostCpu(isa="amx", isa_source="--cpu-isa", read_bytes_s=((16, 60e9),), read_source="given",
+                      physical_cores=16, kt_kernel="0.5.1")
+    target = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=host, host_ram_available_bytes=64 << 30)
+    p = plan(catalog.model("qwen3-coder-30b-a3b-instruct-fp8"), target,
+             knob_decl.Knobs(**catalog.presets()["moe"].knobs), catalog.engine(), with_alternatives=False)
+    hy = hybrid.for_plan(p)
+    assert hy is not None and p.hybrid is not None and p.hybrid.host_prefill_bytes > 0
+    ok, text = {n: (ok, t) for n, ok, t in hy.checks(64 << 30)}["kt-host-ram"]
+    assert ok and f"+ {p.hybrid.host_prefill_bytes / 2**30:.1f} GiB pinned for the GPU prompt path" in text
+    short = p.hybrid.host_ram_bytes - (1 << 30)                     # a GiB short of the plan's whole host RAM
+    assert not {n: ok for n, ok, _ in hy.checks(short)}["kt-host-ram"]

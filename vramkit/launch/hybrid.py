@@ -168,7 +168,10 @@ class Hybrid:
                ("kt-host-ram", ram_ok,
                 f"{hp.host_experts_bytes / 2**30:.1f} GiB of experts (all {hp.num_experts} per layer"
                 + (f" of the {hp.moe_layers - hp.gpu_layers} CPU layers" if hp.gpu_layers else "") + f", {m}) + "
-                f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang, {host_ram_available / 2**30:.1f} GiB available"
+                f"{hp.host_sglang_bytes / 2**30:.1f} GiB for SGLang"
+                + (f" + {hp.host_prefill_bytes / 2**30:.1f} GiB pinned for the GPU prompt path"
+                   if hp.host_prefill_bytes else "")
+                + f", {host_ram_available / 2**30:.1f} GiB available"
                 + (f" -> {LAYERS_FLAG} auto ({whole} whole layers on the GPU) "
                    f"needs {whole_need / 2**30:.1f} GiB"
                    if not ram_ok and not hp.gpu_layers and whole and whole_need <= host_ram_available else ""))]
