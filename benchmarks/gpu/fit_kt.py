@@ -245,6 +245,18 @@ POINTS = (
           ("preset-p3", "run3", "k16-preset", "median of 3 starts", "the preset as it comes, the path on (auto)",
            {"kt_gpu_prefill": "auto"}),
           ("kt-prompts-p3", "run3", "k16-kt-prompts", "median of 3 starts", "--kt-gpu-prefill 0", {}))),
+    # 2026-11-28, eighteenth session, two machines, one round each, seeded by name: the preset's FP8 checkpoint as it
+    # came then (prompts on kt-kernel; moe-vs-llamacpp-q8/run2/, beside llama.cpp on Q8_0) and with the FP8 prompt
+    # path after the adapter's staging fix (moe-gpu-prefill/fp8-server/, one GPU layer fewer). run2's path server, run
+    # before the fix, is not scored: its staging set took 0.6 GiB more than the plan (its pool a third short)
+    *(Point(f"layers-int8-amx-16g-fp8-{tag}", "held-out", f"{run}/{pt}.json", f"{run}/{pt}.probe.json",
+            f"{run}/membw-anchor.json", {"kt_method": "AMXINT8", **extra}, rss_end_read=True,
+            note=f"one round; {what}; seeded by name", gpu_checkpoint="fp8", kv_splits=32)
+      for tag, run, pt, what, extra in (
+          ("preset-q2", "moe-vs-llamacpp-q8/run2", "k16-int8-preset", "the preset as it came, prompts on kt-kernel",
+           {"kt_gpu_prefill": 0}),
+          ("prefill-fix", "moe-gpu-prefill/fp8-server", "k16-int8-prefill", "--kt-gpu-prefill 1024",
+           {"kt_gpu_prefill": 1024}))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
