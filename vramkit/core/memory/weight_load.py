@@ -35,7 +35,12 @@ class LoadResult:
 
 
 @lru_cache(maxsize=256)
-def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0) -> LoadResult:
+def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tuple[int, ...] = (),
+                staging_after_layer: int = 0, staging_fresh: bool = False) -> LoadResult:
+    """`staging`: tensors the kt-kernel adapter's GPU prompt path allocates while the weights are converted, when
+    SGLang converts decoder layer `staging_after_layer`'s experts (its first CPU layer), so after that layer's own
+    conversions and before the next layer's; `staging_fresh`: the adapter empties the allocator's cache first (its
+    block-FP8 set), else the set takes what the cache holds by then (its GPTQ set)."""
     a = CachingAllocator()
     live: dict[int, tuple[str, int]] = {}                       # handle -> (role, bytes) still on the GPU
     params: dict[tuple[int, str], tuple[str, int | None]] = {}  # (group, name) -> (role, handle)
@@ -78,7 +83,18 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0) -> LoadResu
             offloaded_groups.add(p.group)
     for p in layout.tail:
         keep(p.role, p.nbytes)
+    later = {g for layer in layout.layers[staging_after_layer + 1:] for g in (p.group for p in layer)}
+    staged = not staging
+
+    def stage() -> None:          # reserved, but no weight a decode step reads: not in live_by_role
+        if staging_fresh:
+            a.empty_cache()
+        for nbytes in staging:
+            a.malloc(nbytes)
     for op in layout.ops:
+        if not staged and op.group in later:
+            stage()
+            staged = True
         if op.group in offloaded_groups:
             continue
         role = group_role.get(op.group, "attention")
@@ -93,6 +109,8 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0) -> LoadResu
             new = keep(role, op.nbytes)
             release(old)
             params[(op.group, op.name)] = (role, new)
+    if not staged:                                              # no conversions after that layer's
+        stage()
     a.empty_cache()                                             # get_available_gpu_memory(empty_cache=True)
     by_role: dict[str, int] = {}
     for role, nbytes in live.values():

@@ -42,6 +42,7 @@ from vramkit.core.memory.weight_load import LoadResult, replay_load
 from vramkit.core.model.arch import (
     CALIBRATION_HOST_SMS,
     MXFP4_PADDING,
+    WeightLayout,
     bytes_by_role,
     mxfp4_backend_for,
     weight_layout,
@@ -355,7 +356,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         on_gpu = replay_load(layout).gpu_reserved_bytes
         offload_req = _auto_offload_gib(free, frac, on_gpu + engine.pre_kv, cell, knobs, layer_bytes)
     offload_req = int(offload_req)
-    load = replay_load(layout, min(offload_req * GiB, layer_bytes))
+    load = _replay(layout, min(offload_req * GiB, layer_bytes), model, counts, staging)
     offloaded = load.offloaded_bytes
     # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
     weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
@@ -585,11 +586,23 @@ def _with_prefill_cost(on: Plan, off: Plan) -> Plan:
                               "kt-kernel"))
 
 
+def _replay(layout: WeightLayout, offload: int, model: ModelSpec, counts: int | tuple[int, ...] | None,
+            staging: int) -> LoadResult:
+    """The replayed load, with the GPU prompt path's staging set (`staging` > 0) allocated where the adapter does:
+    while SGLang converts the first CPU layer's experts (whole layers: the first decoder layer without GPU experts),
+    its block-FP8 set after emptying the cache, its GPTQ set in what the cache holds then."""
+    if not staging or not isinstance(counts, tuple) or 0 not in counts:
+        return replay_load(layout, offload)
+    return replay_load(layout, offload, staging=kt.prefill_tensors(model), staging_after_layer=counts.index(0),
+                       staging_fresh=kt.prefill_format(model) == "fp8")
+
+
 def _weights_on_gpu(load: LoadResult, model: ModelSpec, moe_kernel: str | None,
                     counts: int | tuple[int, ...] | None, staging: int, engine: Engine) -> int:
-    """SGLang's "Load weight end ... mem usage" for a replayed load: its reserve, the page tables of the pinned copies
-    it maps (they count while the weights load), the GPU prompt path's staging set and marlin's free space."""
-    return load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) + staging \
+    """SGLang's "Load weight end ... mem usage" for a replayed load (the GPU prompt path's staging set in it, _replay):
+    its reserve, the page tables of the pinned copies it maps (they count while the weights load) and marlin's free
+    space."""
+    return load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) \
         + _marlin_holes(model, moe_kernel, counts, staging, engine)
 
 
@@ -625,7 +638,8 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     def kv_tokens(n: int) -> int:
         priced, kernel = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
         counts = kt.gpu_expert_counts(model, n, whole)
-        load = replay_load(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts))
+        load = _replay(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts), 0, priced, counts,
+                       staging)
         weights = _weights_on_gpu(load, priced, kernel, counts, staging, engine)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
 
