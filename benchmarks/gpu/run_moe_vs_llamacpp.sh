@@ -186,7 +186,7 @@ need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has fp8stage || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has fp8stage || has fp8pin || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -692,6 +692,15 @@ if has fp8stage; then  # the FP8 prompt path's staging set in segments of its ow
   ballast 16
   kit k16-int8-prefill 16 "$FULL" -- --preset moe --model-path $FP8 \
     --load-format dummy --kt-weight-path $KT8 --kt-gpu-prefill 1024
+fi
+if has fp8pin; then  # the FP8 preset as it comes (the prompt path on by auto) with each CPU layer's copy pinned at its
+  # own size (VRAMKIT_KT_PREFILL_PIN=register: cudaHostRegister, as torch.distributed's checkpoint stager does) instead
+  # of PyTorch's power-of-two pinned blocks: 17.5 instead of 23.3 GiB for 31 layers; the bench copied as fast (54.8
+  # against 54.4 GB/s, moe-gpu-prefill/fp8-bench/c). Does the server start, pin, and answer as fast? If so the planner
+  # may count exact sizes. Written 2026-11-28, eighteenth session, not run yet (~5 min after setup): STEPS="setup fp8pin"
+  ballast 16
+  kit k16-int8-register 16 "$FULL" --env VRAMKIT_KT_PREFILL_PIN=register -- --preset moe --model-path $FP8 \
+    --load-format dummy --kt-weight-path $KT8
 fi
 if has gprefill8; then  # the same for block-FP8 experts (the moe preset's own checkpoint) on SGLang's triton MoE with FP8
   # activations: the adapter's dummy layer, its pinned copy and GpuPrefill.run against a float32 reference, then timed;
