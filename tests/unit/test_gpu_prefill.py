@@ -727,3 +727,18 @@ def test_the_staging_set_is_replayed_where_the_adapter_allocates_it():
     staged = replay_load(layout, 0, kt.prefill_tensors(fp8), 0, True).gpu_reserved_bytes - replay_load(layout).gpu_reserved_bytes
     # its codes in segments of their own (384 + 192 MiB), its scales (144 KiB) in a small segment the load still holds
     assert staged == (384 + 192) * MiB < kt.prefill_staging_bytes(fp8) == (384 + 192 + 2) * MiB
+
+
+def test_auto_leaves_a_tenth_of_the_host_ram_to_the_desktop(capsys):
+    """auto takes the path only where the server, its pinned (page-locked) copies included, holds at most 90 % of the
+    available host RAM; asked for by number the same plan fits up to all of it."""
+    rc, on = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8")          # 64 GiB: on
+    need = on["hybrid"]["host_ram_bytes"]
+    assert rc == 0 and on["hybrid"]["prefill_tokens"] == kt.AUTO_PREFILL_TOKENS and need <= 0.9 * 64 * 2**30
+    gib = f"{need / 0.95 / 2**30:.2f}"                                     # fits, but above nine tenths
+    rc, edge = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--host-ram-gib", gib)
+    assert rc == 0 and edge["fits"] and edge["hybrid"]["prefill_tokens"] == 0
+    said = next(n for n in edge["notes"] if "(--kt-gpu-prefill auto) is off" in n)
+    assert "more than 90 %" in said and "--kt-gpu-prefill 1024 asks for it anyway" in said
+    rc, asked = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--host-ram-gib", gib, "--kt-gpu-prefill", "1024")
+    assert rc == 0 and asked["fits"] and asked["hybrid"]["prefill_tokens"] == 1024

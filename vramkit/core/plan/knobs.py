@@ -253,7 +253,7 @@ class Knobs:
         "least this many tokens (a prompt chunk) runs the CPU layers' experts on the GPU, copied in from pinned host "
         "RAM for each chunk as llama.cpp does (planned: one layer's staging set on the GPU, the CPU layers' copies in "
         "host RAM); 0 = off, prompts stay on kt-kernel; auto = 1024 where the path can run, has run in a server on a "
-        "GPU (GPTQ-Int4 and block FP8) and the plan fits with it, host RAM included, else off",
+        "GPU (GPTQ-Int4 and block FP8) and the plan fits with it, a tenth of the host RAM left free, else off",
         minimum=0, also=("auto",), env="VRAMKIT_KT_GPU_PREFILL")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,

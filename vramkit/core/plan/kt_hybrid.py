@@ -748,6 +748,11 @@ def aggregate_note(streams: int, tok_s: float, method: str, whole_layers: bool, 
 # ~26 us per token and CPU layer (12 threads). The copy pays for itself from ~240 tokens there, ~480 at PCIe 4 x16's ~25
 # GB/s, ~1,000 at PCIe 3's ~12: 1,024 is ahead on PCIe 4 and up, even on 3, and every full 4,096-token chunk takes it.
 AUTO_PREFILL_TOKENS = 1024
+# ... and only where the server, its pinned copies included, leaves this share of the host's available RAM to the rest
+# of the desktop (the copies are page-locked: the kernel can neither swap nor reclaim them). A policy, not a
+# measurement: the path is a speed-up, so auto does not take it at the edge of the RAM; asked for by number it is
+# planned as any knob, up to all of it
+AUTO_PREFILL_HOST_HEADROOM = 0.10
 
 
 @dataclass(frozen=True)

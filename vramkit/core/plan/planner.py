@@ -536,8 +536,14 @@ def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine
     if why is None:
         on = plan(model, target, replace(knobs, kt_gpu_prefill=kt.AUTO_PREFILL_TOKENS), engine,
                   with_alternatives=False)
+        ram = target.host_ram_available_bytes
         if on.hybrid is None or not on.hybrid.prefill_gpu_bytes:
             why = "the plan has no CPU layers"
+        elif on.fits and ram is not None and on.hybrid.host_ram_bytes > (1 - kt.AUTO_PREFILL_HOST_HEADROOM) * ram:
+            why = (f"with its {bytes2human(on.hybrid.host_prefill_bytes)} of pinned host RAM the server would hold "
+                   f"{bytes2human(on.hybrid.host_ram_bytes)} of the {bytes2human(ram)} available, more than "
+                   f"{100 * (1 - kt.AUTO_PREFILL_HOST_HEADROOM):.0f} % (auto leaves the rest to the desktop; "
+                   f"{by_name()['kt_gpu_prefill'].cli_flag} {kt.AUTO_PREFILL_TOKENS} asks for it anyway)")
         elif on.fits:
             return _with_prefill_cost(on, plan(model, target, off, engine, with_alternatives=False))
         else:
