@@ -83,7 +83,7 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
             offloaded_groups.add(p.group)
     for p in layout.tail:
         keep(p.role, p.nbytes)
-    later = {g for layer in layout.layers[staging_after_layer + 1:] for g in (p.group for p in layer)}
+    later = {p.group for layer in layout.layers[staging_after_layer + 1:] for p in layer} if staging else set()
     staged = not staging
 
     def stage() -> None:          # reserved, but no weight a decode step reads: not in live_by_role
