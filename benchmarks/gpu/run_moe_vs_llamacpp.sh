@@ -468,6 +468,24 @@ if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/p
   step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
   llama 16 "${Q8_NCMOE:-30}" llama-q8-16 $Q8
 fi
+# (fp8stage and fp8pin run before lprefill8, which removes KT's AMXINT8 layout to make room for the Q8_0 file)
+if has fp8stage; then  # the FP8 prompt path's staging set in segments of its own (the adapter empties the allocator's
+  # cache first): 2026-11-28's eighteenth session measured 1.17 GiB of "mem usage" for the 0.57 GiB set placed in the
+  # load's cached blocks (k16-int8-prefill: a 27,612-token pool against 40,457 planned, and a 30K prompt refused).
+  # One server (~4 min after setup): STEPS="setup fp8stage"
+  ballast 16
+  kit k16-int8-prefill 16 "$FULL" -- --preset moe --model-path $FP8 \
+    --load-format dummy --kt-weight-path $KT8 --kt-gpu-prefill 1024
+fi
+if has fp8pin; then  # the FP8 preset as it comes (the prompt path on by auto) with each CPU layer's copy pinned at its
+  # own size (VRAMKIT_KT_PREFILL_PIN=register: cudaHostRegister, as torch.distributed's checkpoint stager does) instead
+  # of PyTorch's power-of-two pinned blocks: 17.5 instead of 23.3 GiB for 31 layers; the bench copied as fast (54.8
+  # against 54.4 GB/s, moe-gpu-prefill/fp8-bench/c). Does the server start, pin, and answer as fast? If so the planner
+  # may count exact sizes. Written 2026-11-28, eighteenth session, not run yet (~5 min after setup): STEPS="setup fp8pin"
+  ballast 16
+  kit k16-int8-register 16 "$FULL" --env VRAMKIT_KT_PREFILL_PIN=register -- --preset moe --model-path $FP8 \
+    --load-format dummy --kt-weight-path $KT8
+fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
   # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds
   # the pinned copies, as the GPU host's does) and with prompts on kt-kernel (--kt-gpu-prefill 0); lprefill8 adds
@@ -684,23 +702,6 @@ if has gprefill; then  # the adapter's GPU prompt path for a CPU layer (kt_gpu_p
     > "$RES/logs/gpu-prefill-bench.txt" 2>&1
   step "gpu prefill bench: $(tr '\n' ' ' < "$RES/gpu-prefill-bench.json" 2>/dev/null | head -c 400)"
   pack
-fi
-if has fp8stage; then  # the FP8 prompt path's staging set in segments of its own (the adapter empties the allocator's
-  # cache first): 2026-11-28's eighteenth session measured 1.17 GiB of "mem usage" for the 0.57 GiB set placed in the
-  # load's cached blocks (k16-int8-prefill: a 27,612-token pool against 40,457 planned, and a 30K prompt refused).
-  # One server (~4 min after setup): STEPS="setup fp8stage"
-  ballast 16
-  kit k16-int8-prefill 16 "$FULL" -- --preset moe --model-path $FP8 \
-    --load-format dummy --kt-weight-path $KT8 --kt-gpu-prefill 1024
-fi
-if has fp8pin; then  # the FP8 preset as it comes (the prompt path on by auto) with each CPU layer's copy pinned at its
-  # own size (VRAMKIT_KT_PREFILL_PIN=register: cudaHostRegister, as torch.distributed's checkpoint stager does) instead
-  # of PyTorch's power-of-two pinned blocks: 17.5 instead of 23.3 GiB for 31 layers; the bench copied as fast (54.8
-  # against 54.4 GB/s, moe-gpu-prefill/fp8-bench/c). Does the server start, pin, and answer as fast? If so the planner
-  # may count exact sizes. Written 2026-11-28, eighteenth session, not run yet (~5 min after setup): STEPS="setup fp8pin"
-  ballast 16
-  kit k16-int8-register 16 "$FULL" --env VRAMKIT_KT_PREFILL_PIN=register -- --preset moe --model-path $FP8 \
-    --load-format dummy --kt-weight-path $KT8
 fi
 if has gprefill8; then  # the same for block-FP8 experts (the moe preset's own checkpoint) on SGLang's triton MoE with FP8
   # activations: the adapter's dummy layer, its pinned copy and GpuPrefill.run against a float32 reference, then timed;
