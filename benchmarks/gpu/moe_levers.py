@@ -19,6 +19,7 @@ from moe_session import (  # noqa: E402
     ROOT,
     bench_rows,
     disturbed,
+    failed_requests,
     fmt,
     kit_point,
     llama_point,
@@ -525,9 +526,7 @@ def q8_rows(out_dir: Path) -> list[str]:
         p = kit_point(d, name)
         f = p["figures"] if p else None
         out.append(f"| {label} | " + (" | ".join(fmt(f[k]) for k in METRICS) if f else "did not start | | |") + " |")
-        probe = load(d / f"{name}.probe.json")
-        failed += [f"- {name}: the {r['prompt_tokens']:,}-token prompt failed: {r.get('error', '').strip()}"
-                   for r in (probe.get("ttft", []) if isinstance(probe, dict) else []) if not r.get("ok")]
+        failed += [f"- {name}: {f}" for f in failed_requests(d / f"{name}.probe.json")]
     t16 = load(d / "k16-int8-t16.probe.json")
     if isinstance(t16, dict):
         f = probe_figures(t16)

@@ -26,6 +26,16 @@ def load(p: Path) -> dict | list | None:
         return None
 
 
+def failed_requests(probe_path: Path) -> list[str]:
+    """A probe's failed requests in words ("the 30,000-token prompt failed: <the server's error>"), none if it has
+    none or is missing."""
+    probe = load(probe_path)
+    if not isinstance(probe, dict):
+        return []
+    return [f"the {r['prompt_tokens']:,}-token prompt failed: {r.get('error', '').strip()}"
+            for r in probe.get("ttft", []) if not r.get("ok")]
+
+
 def probe_figures(probe: dict | None) -> dict:
     """decode_tok_s (1 stream, 512-token prompt), decode_tok_s_8k, ttft_30k_s, aggregate_4_streams_tok_s."""
     f: dict = {"decode_tok_s": None, "decode_tok_s_8k": None, "ttft_30k_s": None, "ttft_8k_s": None,

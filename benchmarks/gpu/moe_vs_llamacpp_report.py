@@ -41,6 +41,7 @@ from moe_session import (  # noqa: E402
     bench_rows,
     best,
     disturbed,
+    failed_requests,
     fmt,
     kit_point,
     llama_point,
@@ -249,7 +250,9 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
                          "gpu_expert_dtype": k["gpu_expert_dtype"], "activations": k["activations"]},
             "start_s": k["start_s"], "peak_vram_bytes": k["peak_vram_bytes"],
             "host_rss_after_start_bytes": k["host_rss_after_start_bytes"], "log_figures_gib": k["log_figures_gib"],
-            "other_points": [{"point": p["name"], **p["figures"]} for p in kits if p is not k]}
+            "other_points": [{"point": p["name"], **p["figures"],
+                              **({"failed": f} if (f := failed_requests(res / f"{p['name']}.probe.json")) else {})}
+                             for p in kits if p is not k]}
     if fit or sweep:
         lb, which = llama_best(modes)
         out["engines"]["llamacpp"] = {**{key: lb[key] for key in METRICS},
@@ -370,7 +373,8 @@ def markdown(c: dict) -> str:
         for p in k.get("other_points", []):
             lines.append(f"  - also measured, {p['point']}: decode {fmt(p['decode_tok_s'])} / {fmt(p['decode_tok_s_8k'])} "
                          f"tok/s (0 / 8K), TTFT 30K {fmt(p['ttft_30k_s'])} s, 4 streams "
-                         f"{fmt(p['aggregate_4_streams_tok_s'])} tok/s")
+                         f"{fmt(p['aggregate_4_streams_tok_s'])} tok/s"
+                         + "".join(f"; {f}" for f in p.get("failed", [])))
     if ll:
         lines.append(f"- llama.cpp: `{ll['settings']['server']}`, in two modes (the table takes its best per row):")
         for mode, f in ll.get("by_mode", {}).items():
