@@ -27,7 +27,7 @@ from moe_session import (  # noqa: E402
     probe_figures,
     session_dir,
 )
-from peer_accuracy import layer_error  # noqa: E402
+from peer_accuracy import SERVED, layer_error  # noqa: E402
 
 LEVERS = (("k16-layers", "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto: the last 16 of 48 layers "
                          "all on the GPU, no CPU round trip there; the other 32 all on the CPU) instead of 43 "
@@ -563,7 +563,8 @@ def q8_rows(out_dir: Path) -> list[str]:
              + "."),
             f"- TTFT 30K: {fmt(k['ttft_30k_s'])} s against llama.cpp's best {fmt(ll['ttft_30k_s'])} s ("
             + ", ".join(f"`{m}` {fmt(v)} s" for m, v in ttft.items()) + "). llama.cpp computes its CPU layers' experts "
-            "on the GPU during prefill (weights over PCIe per batch); SGLang's KT path computes them on the CPU"
+            "on the GPU during prefill (weights over PCIe per batch); SGLang's KT path computes them on the CPU, "
+            "and the kit's GPU prompt path as llama.cpp does (`--kt-gpu-prefill`, moe-gpu-prefill/README.md)"
             + (f"; of llama.cpp's two placements `{fastest}` is the faster prefill" if fastest else "") + ".",
             f"- 4 streams: {fmt(k['aggregate_4_streams_tok_s'])} against {fmt(ll['aggregate_4_streams_tok_s'])} tok/s "
             f"({c['ratios']['aggregate_4_vs_llamacpp']:.2f}x; the goal is 2x). Four tokens read up to 4x8 experts per "
@@ -591,7 +592,7 @@ def peer_errors() -> str:
     e = proxy_errors()
     if e is None:
         return "The accuracy proxy is not committed (peer-accuracy/)."
-    pre, q4, q8 = e["FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"], e["Q4_K_M (llama.cpp)"], e["Q8_0 (llama.cpp)"]
+    pre, q4, q8 = e.get(SERVED, e["FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"]), e["Q4_K_M (llama.cpp)"], e["Q8_0 (llama.cpp)"]
     return (f"On the accuracy proxy (peer-accuracy/) llama.cpp's Q4_K_M experts err {q4:.1f} % per MoE layer, "
             f"{q4 / pre:.1f}x the preset's {pre:.1f} %; its Q8_0 file, {q8:.1f} %, is the closest peer in accuracy"
             + (" (and the more accurate of the two)." if q8 < pre else "."))
