@@ -19,11 +19,11 @@ they are random, as SGLang's dummy weights are, and go through the same repack. 
 or running a forward, turns the path off for every layer (the server goes on, prompts on kt-kernel) and says so once.
 
 Measured 2026-11-28 for GPTQ-Int4 (benchmarks/results/gpu/moe-gpu-prefill/run3, medians of 3 starts, one machine at
-16 GiB): the first token after 30K in 3.66 s against 9.85 on kt-kernel and llama.cpp's 7.87. The FP8 path's copy and
-kernel were timed without a server (fp8-bench/), not yet in one. The arithmetic and the checkpoint reading are tested
-on the CPU (tests/unit/test_gpu_prefill.py), the path against SGLang's own repack, MoE entries and shape checks in the
-SGLang check (tests/integration/test_gpu_prefill_sglang.py), its numbers against a float32 reference on the GPU host
-(gpu_prefill_bench.py).
+16 GiB): the first token after 30K in 3.66 s against 9.85 on kt-kernel and llama.cpp's 7.87; for block FP8
+(fp8-server/, one start): 5.52 s, against 20.71 without the path on another machine of the same kind. The
+arithmetic and the checkpoint reading are tested on the CPU (tests/unit/test_gpu_prefill.py), the path against
+SGLang's own repack, MoE entries and shape checks in the SGLang check (tests/integration/test_gpu_prefill_sglang.py),
+its numbers against a float32 reference on the GPU host (gpu_prefill_bench.py).
 """
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ from pathlib import Path
 
 ENV = "VRAMKIT_KT_GPU_PREFILL"
 # How the CPU layers' copies are pinned: "alloc" (the default: PyTorch's pinned allocator, which rounds each tensor up
-# to a power of two: 768 MiB for a 576 MiB FP8 layer), or "register" (an experiment, not yet run on a GPU: plain host
-# memory registered with CUDA, as torch.distributed's checkpoint stager does, exactly each tensor's size). The planner
-# counts "alloc"'s sizes, the safe side for both.
+# to a power of two: 768 MiB for a 576 MiB FP8 layer), or "register" (an experiment, timed in the bench on the GPU host
+# but not yet run in a server: plain host memory registered with CUDA, as torch.distributed's checkpoint stager does,
+# exactly each tensor's size). The planner counts "alloc"'s sizes, the safe side for both.
 PIN_ENV = "VRAMKIT_KT_PREFILL_PIN"
 PACK = 8          # 4-bit values in an int32
 PROJ = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
@@ -226,11 +226,10 @@ class GpuPrefill:
         """The layer's experts into pinned host RAM (read and repacked, or random for a dummy load); the staging set
         at the first layer, while SGLang still counts what the load allocates."""
         import torch
-        if self.block is not None:
-            pinned = {k: self._pin(v.cpu()) for k, v in self._fp8_layer(layer_idx, order).items()}
-        else:
-            pinned = {k: self._pin(v.cpu()) for k, v in
-                      to_marlin(self._gptq_layer(layer_idx, order), self.hidden, self.inter, self.group).items()}
+        layer = self._fp8_layer(layer_idx, order) if self.block is not None else \
+            to_marlin(self._gptq_layer(layer_idx, order), self.hidden, self.inter, self.group)
+        pinned = {k: self._pin(v.cpu()) for k, v in layer.items()}
+        del layer
         self.host[layer_idx] = pinned
         if self.stage is None:
             cached = 0
