@@ -376,6 +376,9 @@ def _adapter(path: str):
     return gp
 
 
+PREFILL_SHAPE = (256, 128, 4)     # the small layer both formats are checked on: hidden, expert intermediate, experts
+
+
 def _add_and_forward(engine, hidden: int, experts: int) -> str:
     """Layer 3 added to the GPU prompt path, then one 16-token forward through it: how far SGLang's MoE entry got."""
     import torch
@@ -395,6 +398,44 @@ def _add_and_forward(engine, hidden: int, experts: int) -> str:
         return f"AssertionError: {exc}"
 
 
+def _prefill_through(gp, quantization: dict, stand_ins: list, entry_module, entry_name: str) -> tuple:
+    """The adapter `gp`'s GpuPrefill on PREFILL_SHAPE's layer with `quantization`, one layer added and one forward
+    sent (_add_and_forward) on CPU tensors. For the call: `stand_ins` ((object, attribute, value)) beside the two
+    every format needs (the staging set's device and the pinning, on the CPU here), and the MoE entry
+    `entry_module.entry_name` wrapped to record what it is handed; all put back after. Returns the engine, what the
+    entry was handed (seen: d, q, r) and how far the forward got."""
+    import contextlib
+    from unittest import mock
+
+    import torch
+    h, i, e = PREFILL_SHAPE
+    engine = gp.GpuPrefill(8, {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
+                               "quantization_config": quantization}, "", dummy=True)
+    seen: dict = {}
+    orig_entry, orig_empty_like = getattr(entry_module, entry_name), torch.empty_like
+
+    def entry(d, q, r):
+        seen.update(d=d, q=q, r=r)
+        return orig_entry(d, q, r)
+    with contextlib.ExitStack() as stack:
+        for obj, name, value in [*stand_ins, (entry_module, entry_name, entry),
+                                 (torch, "empty_like", lambda t, *a, device=None, **kw: orig_empty_like(t, *a, **kw)),
+                                 (torch.Tensor, "pin_memory", lambda self, *a, **kw: self)]:
+            stack.enter_context(mock.patch.object(obj, name, value))
+        outcome = _add_and_forward(engine, h, e)
+    return engine, seen, outcome
+
+
+def _prefill_answer(engine, seen: dict, outcome: str, planned: dict) -> dict:
+    """What both formats answer: how far the forward got, the payload's class, the layer's shapes and bytes beside
+    the adapter's `planned` ones, and which forwards the path takes."""
+    q = seen["q"]
+    return {"outcome": outcome, "quant_info": f"{type(q).__module__}.{type(q).__name__}",
+            "shapes": {n: list(t.shape) for n, t in engine.host[3].items()}, "planned_bytes": planned,
+            "bytes": {n: t.numel() * t.element_size() for n, t in engine.host[3].items()},
+            "wants": [engine.wants(3, 16), engine.wants(3, 7), engine.wants(4, 16)]}
+
+
 def _gpu_prefill(req: dict) -> dict:
     import functools
 
@@ -405,108 +446,61 @@ def _gpu_prefill(req: dict) -> dict:
     import sglang.srt.layers.quantization.marlin_utils as marlin_utils
     import torch
 
-    gp = _adapter(req["adapter"])
-    h, i, e = 256, 128, 4
-    hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
-          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": True, "desc_act": False}}
-    engine = gp.GpuPrefill(8, hf, "", dummy=True)
-    seen: dict = {}
-    orig_entry, orig_empty_like = marlin.fused_experts_none_to_marlin, torch.empty_like
-    orig_pin, orig_fmm = torch.Tensor.pin_memory, fmm.fused_marlin_moe
-    orig_repack, orig_align, orig_ws, orig_to_marlin = (kernels.gptq_marlin_repack, fused.moe_align_block_size,
-                                                        marlin_utils.marlin_make_workspace, gp.to_marlin)
-
-    def entry(d, q, r):
-        seen.update(d=d, q=q, r=r)
-        return orig_entry(d, q, r)
-
     def align(*args, **kwargs):
         raise _PastShapeChecks()
 
+    gp = _adapter(req["adapter"])
     # the CPU stands in for the GPU: only the kernels are replaced (the repack's per-expert one by a scalar, so the
     # layer's shapes are SGLang's own allocation), the adapter's dummy layer goes through its own add_layer
-    kernels.gptq_marlin_repack = lambda b, perm, size_k, size_n, bits: torch.zeros((), dtype=b.dtype)
-    gp.to_marlin = functools.partial(orig_to_marlin, device="cpu")
-    torch.empty_like = lambda t, *a, device=None, **kw: orig_empty_like(t, *a, **kw)
-    torch.Tensor.pin_memory = lambda self, *a, **kw: self
-    marlin_utils.marlin_make_workspace = lambda device, max_blocks_per_sm=1: torch.zeros(1, dtype=torch.int)
-    fused.moe_align_block_size = align
-    marlin.fused_experts_none_to_marlin = entry
-    fmm.fused_marlin_moe = _undecorated(fmm).fused_marlin_moe   # SGLang's Python body, not its CUDA-only op
-    try:
-        outcome = _add_and_forward(engine, h, e)
-    finally:
-        kernels.gptq_marlin_repack, fused.moe_align_block_size = orig_repack, orig_align
-        marlin_utils.marlin_make_workspace, gp.to_marlin = orig_ws, orig_to_marlin
-        torch.empty_like, torch.Tensor.pin_memory = orig_empty_like, orig_pin
-        marlin.fused_experts_none_to_marlin, fmm.fused_marlin_moe = orig_entry, orig_fmm
+    stand_ins = [(kernels, "gptq_marlin_repack", lambda b, perm, size_k, size_n, bits: torch.zeros((), dtype=b.dtype)),
+                 (gp, "to_marlin", functools.partial(gp.to_marlin, device="cpu")),
+                 (marlin_utils, "marlin_make_workspace",
+                  lambda device, max_blocks_per_sm=1: torch.zeros(1, dtype=torch.int)),
+                 (fused, "moe_align_block_size", align),
+                 (fmm, "fused_marlin_moe", _undecorated(fmm).fused_marlin_moe)]  # its Python body, not the CUDA op
+    group = 32
+    engine, seen, outcome = _prefill_through(
+        gp, {"quant_method": "gptq", "bits": 4, "group_size": group, "sym": True, "desc_act": False}, stand_ins,
+        marlin, "fused_experts_none_to_marlin")
     q = seen["q"]
-    return {"outcome": outcome, "quant_info": f"{type(q).__module__}.{type(q).__name__}",
-            "weight_bits": q.weight_bits, "global_num_experts": q.global_num_experts,
-            "g_idx_shape": list(q.w13_g_idx.shape), "staged_is_passed": q.w13_qweight is engine.stage["w13_qweight"],
-            "shapes": {n: list(t.shape) for n, t in engine.host[3].items()},
-            "planned_bytes": gp.layer_bytes(h, i, e, 32),
-            "bytes": {n: t.numel() * t.element_size() for n, t in engine.host[3].items()},
-            "runner_config": type(seen["r"]).__name__,
-            "wants": [engine.wants(3, 16), engine.wants(3, 7), engine.wants(4, 16)]}
+    return _prefill_answer(engine, seen, outcome, gp.layer_bytes(*PREFILL_SHAPE, group)) | {
+        "weight_bits": q.weight_bits, "global_num_experts": q.global_num_experts,
+        "g_idx_shape": list(q.w13_g_idx.shape), "staged_is_passed": q.w13_qweight is engine.stage["w13_qweight"],
+        "runner_config": type(seen["r"]).__name__}
 
 
 def _gpu_prefill_fp8(req: dict) -> dict:
     """The block-FP8 half of the fifth request: a dummy FP8 layer (no repack on CUDA) and one forward into SGLang's
     triton MoE entry; fused_experts_impl's checks run (its custom-op registration left out), the first GPU work after
     them (_prepare_fused_moe_run: the kernel configs and moe_align_block_size) stops the forward."""
-
     import sglang.srt.layers.moe.moe_runner.triton as triton_runner
     import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe as fm
-    import torch
 
     gp = _adapter(req["adapter"])
-    h, i, e = 256, 128, 4
-    hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
-          "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
-                                  "activation_scheme": "dynamic", "fmt": "e4m3"}}
-    engine = gp.GpuPrefill(8, hf, "", dummy=True)
-    seen: dict = {}
     body = _undecorated(fm)
+    ops: dict = {}
 
     def prepare(*args, **kwargs):
-        seen.update(prepare=kwargs)
         raise _PastShapeChecks()
-
-    def entry(d, q, r):
-        seen.update(d=d, q=q, r=r)
-        return orig_entry(d, q, r)
 
     def which(name):
         def op(*args, **kwargs):
-            seen["op"] = name
+            ops["op"] = name
             return getattr(body, name)(*args, **kwargs)
         return op
-    body._prepare_fused_moe_run = prepare
-    orig_entry, orig_empty_like, orig_pin = triton_runner.fused_experts_none_to_triton, torch.empty_like, \
-        torch.Tensor.pin_memory
-    orig_ops = fm.inplace_fused_experts, fm.outplace_fused_experts
-    triton_runner.fused_experts_none_to_triton = entry
-    fm.inplace_fused_experts = which("inplace_fused_experts")
-    fm.outplace_fused_experts = which("outplace_fused_experts")
-    torch.empty_like = lambda t, *a, device=None, **kw: orig_empty_like(t, *a, **kw)
-    torch.Tensor.pin_memory = lambda self, *a, **kw: self
-    try:
-        outcome = _add_and_forward(engine, h, e)
-    finally:
-        triton_runner.fused_experts_none_to_triton = orig_entry
-        fm.inplace_fused_experts, fm.outplace_fused_experts = orig_ops
-        torch.empty_like, torch.Tensor.pin_memory = orig_empty_like, orig_pin
+    stand_ins = [(body, "_prepare_fused_moe_run", prepare),
+                 (fm, "inplace_fused_experts", which("inplace_fused_experts")),
+                 (fm, "outplace_fused_experts", which("outplace_fused_experts"))]
+    block = (128, 128)
+    engine, seen, outcome = _prefill_through(
+        gp, {"quant_method": "fp8", "weight_block_size": list(block), "activation_scheme": "dynamic", "fmt": "e4m3"},
+        stand_ins, triton_runner, "fused_experts_none_to_triton")
     q = seen["q"]
-    return {"outcome": outcome, "quant_info": f"{type(q).__module__}.{type(q).__name__}",
-            "use_fp8_w8a8": q.use_fp8_w8a8, "block_shape": q.block_shape, "op": seen.get("op"),
-            "inplace": seen["r"].inplace, "staged_is_passed": q.w13_weight is engine.stage["w13_weight"]
-            and q.w2_scale is engine.stage["w2_weight_scale_inv"],
-            "dtypes": {n: str(t.dtype) for n, t in engine.host[3].items()},
-            "shapes": {n: list(t.shape) for n, t in engine.host[3].items()},
-            "planned_bytes": gp.fp8_layer_bytes(h, i, e, (128, 128)),
-            "bytes": {n: t.numel() * t.element_size() for n, t in engine.host[3].items()},
-            "wants": [engine.wants(3, 16), engine.wants(3, 7), engine.wants(4, 16)]}
+    return _prefill_answer(engine, seen, outcome, gp.fp8_layer_bytes(*PREFILL_SHAPE, block)) | {
+        "use_fp8_w8a8": q.use_fp8_w8a8, "block_shape": q.block_shape, "op": ops.get("op"),
+        "inplace": seen["r"].inplace, "staged_is_passed": q.w13_weight is engine.stage["w13_weight"]
+        and q.w2_scale is engine.stage["w2_weight_scale_inv"],
+        "dtypes": {n: str(t.dtype) for n, t in engine.host[3].items()}}
 
 
 def main() -> int:
