@@ -30,6 +30,7 @@ def derive(seed: int = 0) -> dict:
     sys.path.insert(0, str(ROOT / "services" / "sglang-kt" / "kt_compat"))
     sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
     import vramkit_gpu_prefill as gp
+    from gpu_prefill_bench import Fp8Experts, fp8_reference  # the GPU check's dequantization and float32 reference
     from kt_accuracy import fp8_act  # SGLang's per-token-group FP8 rounding of a GEMM's input, as the proxy uses
 
     e, h, i, k, t, b = (SHAPE[n] for n in ("experts", "hidden", "inter", "top_k", "tokens", "block"))
@@ -40,30 +41,24 @@ def derive(seed: int = 0) -> dict:
     for name in ("w13_weight_scale_inv", "w2_weight_scale_inv"):
         raw[name] = torch.rand(raw[name].shape, generator=gen) * 2e-2 + 1e-3
 
-    def weights(name: str, ex: int):
-        w, s = raw[name][ex].float(), raw[f"{name}_scale_inv"][ex]
-        return w * s.repeat_interleave(b, 0)[: w.shape[0]].repeat_interleave(b, 1)[:, : w.shape[1]]
+    w13 = Fp8Experts(raw["w13_weight"], raw["w13_weight_scale_inv"], (b, b), "cpu")
+    w2 = Fp8Experts(raw["w2_weight"], raw["w2_weight_scale_inv"], (b, b), "cpu")
 
-    def layer(x, ids, wts, path: bool):
+    def path(x, ids, wts):
+        """The layer as the triton kernels compute it: FP8 inputs, float16 between the GEMMs and out."""
         y = torch.zeros(x.shape, dtype=torch.float32)
         for ex in torch.unique(ids).tolist():
             tok, slot = (ids == ex).nonzero(as_tuple=True)
-            w13, w2 = weights("w13_weight", ex), weights("w2_weight", ex)
-            xs = x[tok].float()
-            g1 = (fp8_act(xs) if path else xs) @ w13.T
-            if path:
-                g1 = g1.half().float()                      # the first GEMM's output cache is float16
-            mid = F.silu(g1[:, :i]) * g1[:, i:]
-            if path:
-                mid = fp8_act(mid.half().float())   # so is the activation's; FP8 again into the second GEMM
-            y.index_add_(0, tok, (mid @ w2.T) * wts[tok, slot][:, None])
-        return y.half().float() if path else y
+            g1 = (fp8_act(x[tok].float()) @ w13[ex].T).half().float()     # the first GEMM's output cache is float16
+            mid = fp8_act((F.silu(g1[:, :i]) * g1[:, i:]).half().float())  # so is the activation's; FP8 again
+            y.index_add_(0, tok, (mid @ w2[ex].T) * wts[tok, slot][:, None])
+        return y.half().float()
 
     out = {}
     for label, amp in (("bench_inputs", 0.1), ("inputs_x100", 10.0)):
         x = (torch.randn(t, h, generator=gen) * amp).half()
         wts, ids = torch.softmax(torch.randn(t, e, generator=gen), -1).topk(k, -1)
-        ref, got = layer(x, ids, wts, False), layer(x, ids, wts, True)
+        ref, got = fp8_reference(x, raw, ids, wts, i, (b, b)), path(x, ids, wts)
         out[label] = {"input_scale": amp, "rel_l2": round(float((got - ref).norm() / ref.norm()), 5),
                       "ref_rms": float(ref.pow(2).mean().sqrt())}
     return out
