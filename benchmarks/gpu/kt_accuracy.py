@@ -406,8 +406,8 @@ def gptq_dequant(w: torch.Tensor) -> torch.Tensor:
     return torch.stack([kt_repack.gptq_values(*gptq_rtn(x), GPTQ_GROUP) for x in w]).to(torch.bfloat16)
 
 
-GPU_FORMATS = {"FP8": lambda w: fp8_dequant(*fp8_block(w)), "GPTQ_INT4": gptq_dequant,
-               "FP8_W8A8": lambda w: fp8_dequant(*fp8_block(w))}
+GPU_FORMATS = {"FP8": lambda w: fp8_dequant(*fp8_block(w)), "GPTQ_INT4": gptq_dequant}
+GPU_FORMATS["FP8_W8A8"] = GPU_FORMATS["FP8"]       # the same weights; its kernels also round the inputs (GPU_ACTS)
 GPU_ACTS = {"FP8_W8A8": fp8_act}       # a format whose kernels also round each GEMM's input
 
 
