@@ -209,7 +209,8 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
     # the headline is the best point that computes what the checkpoint says (a deferred expert lands one layer late,
     # kt-accuracy.md, so such a point stays among the other points): the one that meets the most of the goals
     # against llama.cpp's best, then the fastest decode
-    goals = llama_best(modes)[0] if fit or sweep else None
+    lb_which = llama_best(modes) if fit or sweep else None
+    goals = lb_which[0] if lb_which else None
     kit_best = best([p for p in full if not deferred(p)], goals) or best(full, goals)
     if not (fit or sweep) and (pairing is not Q4 or not kit_best):   # a pairing needs its llama.cpp side
         return None
@@ -253,8 +254,8 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
             "other_points": [{"point": p["name"], **p["figures"],
                               **({"failed": f} if (f := failed_requests(res / f"{p['name']}.probe.json")) else {})}
                              for p in kits if p is not k]}
-    if fit or sweep:
-        lb, which = llama_best(modes)
+    if lb_which:
+        lb, which = lb_which
         out["engines"]["llamacpp"] = {**{key: lb[key] for key in METRICS},
             "more": {key: lb[key] for key in ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k")},
             "mode_of_each": which,
