@@ -270,6 +270,8 @@ q8_gguf() {  # the experts as a random Q8_0 GGUF of the exact shape (LLAMAFILE_Q
 }
 KIT="--preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt-weight-path $KT"
 KIT8="--preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
+# the moe preset as it comes on its own FP8 config (whole layers, AMXINT8, the prompt path by auto): the FP8 path's steps
+KITF8="--preset moe --model-path $FP8 --load-format dummy --kt-weight-path $KT8"
 FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64 --repeat ${REPEAT:-1} ${PROBE_EXTRA:-}"
 SHORT="--new-tokens 128 --streams 1 --ttft 8192 --ttft-new-tokens 64"
 # the recorder as kt-placement wants it (one spelling: vramkit/adapters/expert_dump.py)
@@ -474,8 +476,7 @@ if has fp8stage; then  # the FP8 prompt path's staging set in segments of its ow
   # load's cached blocks (k16-int8-prefill: a 27,612-token pool against 40,457 planned, and a 30K prompt refused).
   # One server (~4 min after setup): STEPS="setup fp8stage"
   ballast 16
-  kit k16-int8-prefill 16 "$FULL" -- --preset moe --model-path $FP8 \
-    --load-format dummy --kt-weight-path $KT8 --kt-gpu-prefill 1024
+  kit k16-int8-prefill 16 "$FULL" -- $KITF8 --kt-gpu-prefill 1024
 fi
 if has fp8pin; then  # the FP8 preset as it comes (the prompt path on by auto) with each CPU layer's copy pinned at its
   # own size (VRAMKIT_KT_PREFILL_PIN=register: cudaHostRegister, as torch.distributed's checkpoint stager does) instead
@@ -483,8 +484,7 @@ if has fp8pin; then  # the FP8 preset as it comes (the prompt path on by auto) w
   # against 54.4 GB/s, moe-gpu-prefill/fp8-bench/c). Does the server start, pin, and answer as fast? If so the planner
   # may count exact sizes. Written 2026-11-28, eighteenth session, not run yet (~5 min after setup): STEPS="setup fp8pin"
   ballast 16
-  kit k16-int8-register 16 "$FULL" --env VRAMKIT_KT_PREFILL_PIN=register -- --preset moe --model-path $FP8 \
-    --load-format dummy --kt-weight-path $KT8
+  kit k16-int8-register 16 "$FULL" --env VRAMKIT_KT_PREFILL_PIN=register -- $KITF8
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
   # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds
@@ -496,7 +496,6 @@ if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 c
   # Ran 2026-11-28, eighteenth session, as it was then (the preset with the path off, and --kt-gpu-prefill 1024 before
   # the adapter's staging fix; moe-vs-llamacpp-q8/run2/); the fp8stage step ran the path after the fix.
   ballast 16
-  KITF8="--preset moe --model-path $FP8 --load-format dummy --kt-weight-path $KT8"
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
   if has lprefill8; then
@@ -707,14 +706,14 @@ if has gprefill8; then  # the same for block-FP8 experts (the moe preset's own c
   # activations: the adapter's dummy layer, its pinned copy and GpuPrefill.run against a float32 reference, then timed;
   # --cpu-layers: the FP8 preset's CPU layers on the emulated card with the path (its plan); ~1 min after setup
   ballast_off
-  timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format fp8 --cpu-layers ${FP8_CPU_LAYERS:-31} \
-    --out "$RES/gpu-prefill-bench-fp8.json" > "$RES/logs/gpu-prefill-bench-fp8.txt" 2>&1
-  step "gpu prefill bench fp8: $(tr '\n' ' ' < "$RES/gpu-prefill-bench-fp8.json" 2>/dev/null | head -c 400)"
-  # the same with the copies registered with CUDA at their own sizes (VRAMKIT_KT_PREFILL_PIN=register): pinned at all,
-  # and copied as fast as PyTorch's pinned allocator's power-of-two blocks?
-  timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format fp8 --pin register --cpu-layers ${FP8_CPU_LAYERS:-31} \
-    --out "$RES/gpu-prefill-bench-fp8-register.json" > "$RES/logs/gpu-prefill-bench-fp8-register.txt" 2>&1
-  step "gpu prefill bench fp8, registered: $(tr '\n' ' ' < "$RES/gpu-prefill-bench-fp8-register.json" 2>/dev/null | head -c 300)"
+  # then the same with the copies registered with CUDA at their own sizes (VRAMKIT_KT_PREFILL_PIN=register): pinned at
+  # all, and copied as fast as PyTorch's pinned allocator's power-of-two blocks?
+  for pin in alloc register; do
+    sfx=; [ $pin = alloc ] || sfx=-$pin
+    timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format fp8 --pin $pin --cpu-layers ${FP8_CPU_LAYERS:-31} \
+      --out "$RES/gpu-prefill-bench-fp8$sfx.json" > "$RES/logs/gpu-prefill-bench-fp8$sfx.txt" 2>&1
+    step "gpu prefill bench fp8, pin $pin: $(tr '\n' ' ' < "$RES/gpu-prefill-bench-fp8$sfx.json" 2>/dev/null | head -c 400)"
+  done
   pack
 fi
 if has kprefill || has lprefill; then  # the preset as it comes (kt_gpu_prefill = auto since 2026-11-28's sixteenth
