@@ -40,6 +40,14 @@ def gptq_dir(tmp_path_factory):
     return d
 
 
+def _desktop_target():
+    """What _plan's flags give, as a planner Target: the 16 GB card beside a 16-core AMX host with 64 GiB of RAM."""
+    from vramkit.core.plan.planner import Target
+    host = kt.HostCpu(isa="amx", isa_source="--cpu-isa", read_bytes_s=((16, 60e9),), read_source="given",
+                      physical_cores=16, kt_kernel="0.5.1")
+    return Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=host, host_ram_available_bytes=64 << 30)
+
+
 def _plan(capsys, model: str, *extra: str) -> tuple[int, dict]:
     rc = main(["plan", "--preset", "moe", "--model", model, "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx",
                "--host-cores", "16", "--host-ram-gib", "64", "--json", *extra])
@@ -508,14 +516,10 @@ def test_the_plan_says_what_the_path_copies_over_the_card_s_link(capsys, gptq_di
     # the step is the plan's own: with no chunk asked, SGLang's default for the card (not the KT buffer's 8192)
     from dataclasses import replace
 
-    from vramkit.core.plan.planner import Target, plan, sglang_default_chunked_prefill
+    from vramkit.core.plan.planner import plan, sglang_default_chunked_prefill
     gpu = catalog.gpu("rtx-5060-ti-16gb")
     knobs = replace(knob_decl.Knobs(**catalog.presets()["moe"].knobs), chunked_prefill=None, kt_gpu_prefill=1024)
-    host = kt.HostCpu(isa="amx", isa_source="--cpu-isa", read_bytes_s=((16, 60e9),), read_source="given",
-                      physical_cores=16, kt_kernel="0.5.1")
-    target = Target(gpu=gpu, host=host, host_ram_available_bytes=64 << 30)
-    got = plan(model, target, knobs,
-               catalog.engine(), with_alternatives=False)
+    got = plan(model, _desktop_target(), knobs, catalog.engine(), with_alternatives=False)
     step = sglang_default_chunked_prefill(gpu.memory_total_bytes)
     assert step != 8192 and f"each {step:,}-token chunk copies" in next(n for n in got.notes
                                                                          if n.startswith("prompt chunks of"))
@@ -687,12 +691,9 @@ def test_the_fp8_path_s_server_runs_hold_the_plan_and_the_figures_the_planner_qu
 def test_vramkit_up_s_host_ram_check_counts_the_pinned_copies():
     """`vramkit up`'s kt-host-ram line adds up what the plan's host RAM holds: with the FP8 path on (the preset's auto
     at 64 GiB), its pinned copies beside kt-kernel's experts and SGLang's own; the check fails where they do not fit."""
-    from vramkit.core.plan.planner import Target, plan
+    from vramkit.core.plan.planner import plan
     from vramkit.launch import hybrid
-    host = kt.HostCpu(isa="amx", isa_source="--cpu-isa", read_bytes_s=((16, 60e9),), read_source="given",
-                      physical_cores=16, kt_kernel="0.5.1")
-    target = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=host, host_ram_available_bytes=64 << 30)
-    p = plan(catalog.model("qwen3-coder-30b-a3b-instruct-fp8"), target,
+    p = plan(catalog.model("qwen3-coder-30b-a3b-instruct-fp8"), _desktop_target(),
              knob_decl.Knobs(**catalog.presets()["moe"].knobs), catalog.engine(), with_alternatives=False)
     hy = hybrid.for_plan(p)
     assert hy is not None and p.hybrid is not None and p.hybrid.host_prefill_bytes > 0
