@@ -239,15 +239,16 @@ POINTS = (
       for tag, run, pt, rounds, what, extra in (
           ("preset-p1", "run1", "k16-preset", "one round", "the preset as it comes", {}),
           ("preset-p2", "run2", "k16-preset", "one round", "the preset as it comes", {}),
-          ("prefill", "run2", "k16-prefill", "one round", "--kt-gpu-prefill 256", {}),
+          ("prefill", "run2", "k16-prefill", "one round", "--kt-gpu-prefill 256", {"kt_prefill_pin": "alloc"}),
           # the seventeenth session (run3, a third machine): the preset as it comes, the path on by itself (auto), and
           # with --kt-gpu-prefill 0, each the median of 3 starts; RSS and memory of the first start
           ("preset-p3", "run3", "k16-preset", "median of 3 starts", "the preset as it comes, the path on (auto)",
-           {"kt_gpu_prefill": "auto"}),
+           {"kt_gpu_prefill": "auto", "kt_prefill_pin": "alloc"}),
           ("kt-prompts-p3", "run3", "k16-kt-prompts", "median of 3 starts", "--kt-gpu-prefill 0", {}))),
     # 2026-11-28, eighteenth session, two machines, one round each, seeded by name: the preset's FP8 checkpoint as it
     # came then (prompts on kt-kernel; moe-vs-llamacpp-q8/run2/, beside llama.cpp on Q8_0) and with the FP8 prompt
-    # path after the adapter's staging fix (moe-gpu-prefill/fp8-server/, one GPU layer fewer). run2's path server, run
+    # path after the adapter's staging fix (moe-gpu-prefill/fp8-server/, one GPU layer fewer; the copies in PyTorch's
+    # pinned allocator, as the adapter pinned them then). run2's path server, run
     # before the fix, is not scored: its staging set took 0.6 GiB more than the plan (its pool a third short)
     *(Point(f"layers-int8-amx-16g-fp8-{tag}", "held-out", f"{run}/{pt}.json", f"{run}/{pt}.probe.json",
             f"{run}/membw-anchor.json", {"kt_method": "AMXINT8", **extra}, rss_end_read=True,
@@ -256,7 +257,11 @@ POINTS = (
           ("preset-q2", "moe-vs-llamacpp-q8/run2", "k16-int8-preset", "the preset as it came, prompts on kt-kernel",
            {"kt_gpu_prefill": 0}),
           ("prefill-fix", "moe-gpu-prefill/fp8-server", "k16-int8-prefill", "--kt-gpu-prefill 1024",
-           {"kt_gpu_prefill": 1024}))),
+           {"kt_gpu_prefill": 1024, "kt_prefill_pin": "alloc"}),
+          # the same path with each host copy registered at its own size (VRAMKIT_KT_PREFILL_PIN=register, the default
+          # since), the preset as it comes (auto takes the path); a third machine of the kind
+          ("register", "moe-gpu-prefill/fp8-register", "k16-int8-register", "the preset as it comes, the path on "
+           "(auto), its copies registered", {"kt_gpu_prefill": "auto", "kt_prefill_pin": "register"}))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

@@ -63,12 +63,16 @@ def test_the_staging_set_and_the_pinned_copies_are_planned(capsys, gptq_dir):
     # (6 and 3 MiB) in one 20 MiB segment
     assert h["prefill_gpu_bytes"] == (192 + 96 + 20) * MiB and h["prefill_tokens"] == 256
     cpu_layers = h["moe_layers"] - h["gpu_layers"]
-    assert h["host_prefill_bytes"] == cpu_layers * (256 + 128 + 8 + 4) * MiB   # each rounded to a power of two
+    assert h["host_prefill_bytes"] == cpu_layers * (192 + 96 + 6 + 3) * MiB    # registered: each at its own size
+    _, alloc = _plan(capsys, str(gptq_dir), "--kt-gpu-prefill", "256", "--kt-prefill-pin", "alloc")
+    assert alloc["hybrid"]["host_prefill_bytes"] == cpu_layers * (256 + 128 + 8 + 4) * MiB   # a power of two each
+    assert alloc["server_env"]["VRAMKIT_KT_PREFILL_PIN"] == "alloc"
     # the staging set is weight memory: fewer GPU experts, the pool still holds the context
     assert h["num_gpu_experts"] < h0["num_gpu_experts"] and on["kv_pool_tokens"] >= on["knobs"]["context"]
     assert on["weights_bytes"] - off["weights_bytes"] < h["prefill_gpu_bytes"]     # one GPU layer's experts fewer
-    assert on["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "256"}
-    assert "VRAMKIT_KT_GPU_PREFILL" not in off["server_env"]
+    assert on["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "256",
+                                "VRAMKIT_KT_PREFILL_PIN": "register"}
+    assert "VRAMKIT_KT_GPU_PREFILL" not in off["server_env"] and "VRAMKIT_KT_PREFILL_PIN" not in off["server_env"]
     said = next(n for n in on["notes"] if n.startswith("prompt chunks of 256+ tokens"))
     # the figures the note quotes are run3's medians (kt.PREFILL_MEASURED, read from the run by a test below)
     t = kt.PREFILL_MEASURED["gptq"]
@@ -193,14 +197,14 @@ def test_an_fp8_layer_is_assembled_as_fusedmoe_loads_it(gp, tmp_path):
 
 def test_the_fp8_checkpoint_s_path_is_planned_and_its_note_quotes_its_runs(capsys, monkeypatch):
     """The preset's FP8 checkpoint with --kt-gpu-prefill 1024: its staging set is one layer's block-FP8 tensors in a
-    fresh allocator, the pinned copies each rounded to a power of two, and the note quotes the format's own runs; a
+    fresh allocator, the pinned copies each registered at its own size, and the note quotes the format's own runs; a
     format without a server run on a GPU is said to be unmeasured."""
     rc, d = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--kt-gpu-prefill", "1024")
     assert rc == 0 and d["fits"], d["reasons"]
     h = d["hybrid"]
     cpu_layers = h["moe_layers"] - h["gpu_layers"]
     assert h["prefill_gpu_bytes"] == (384 + 192 + 2) * MiB     # both scales (96 and 48 KiB) in one 2 MiB small segment
-    assert h["host_prefill_bytes"] == cpu_layers * (512 * MiB + 256 * MiB + 128 * 1024 + 64 * 1024)
+    assert h["host_prefill_bytes"] == cpu_layers * (384 * MiB + 192 * MiB + 96 * 1024 + 48 * 1024)
     said = next(n for n in d["notes"] if n.startswith("prompt chunks of 1,024+ tokens"))
     m = kt.PREFILL_MEASURED["fp8"]
     assert (f"its fp8 experts: the first token after 30K in {m.path_s:.2f} s against {m.kt_kernel_s:.2f} with "
@@ -611,11 +615,12 @@ def test_the_planner_refuses_the_fp8_layouts_the_adapter_refuses(capsys, gp, tmp
 
 
 def test_register_pins_each_tensor_at_its_own_size_and_drop_gives_them_back(gp, monkeypatch):
-    """VRAMKIT_KT_PREFILL_PIN=register: each copy registered with CUDA at exactly its bytes (PyTorch's pinned
-    allocator would round each up to a power of two), a view first copied into its own storage; drop() unregisters
-    every one. CUDA's runtime is the hardware boundary: stood in for here, the copy runs on the GPU host's bench."""
+    """VRAMKIT_KT_PREFILL_PIN=register (the default): each copy registered with CUDA at exactly its bytes (PyTorch's
+    pinned allocator, "alloc", would round each up to a power of two), a view first copied into its own storage;
+    drop() unregisters every one. CUDA's runtime is the hardware boundary: stood in for here, the copy ran on the GPU
+    host's bench and in a server (moe-gpu-prefill/fp8-bench/c, fp8-register)."""
     import torch
-    assert gp.pin_how({}) == "alloc" and gp.pin_how({gp.PIN_ENV: " register "}) == "register"
+    assert gp.pin_how({}) == "register" and gp.pin_how({gp.PIN_ENV: " alloc "}) == "alloc"
     with pytest.raises(SystemExit) as e:
         gp.pin_how({gp.PIN_ENV: "mmap"})
     assert str(e.value).startswith("vramkit_gpu_prefill: ") and "\n" not in str(e.value)
@@ -686,6 +691,26 @@ def test_the_fp8_path_s_server_runs_hold_the_plan_and_the_figures_the_planner_qu
             "without it") in m.how
     # the same host kind on both machines, as the figure's words say
     assert (fixed / "host.txt").read_text() == (before / "host.txt").read_text()
+
+
+def test_registered_copies_cost_the_host_ram_the_plan_counts_at_the_same_speed():
+    """The FP8 path's copies registered at their own size (fp8-register, the default since) against PyTorch's pinned
+    allocator (fp8-server), the same preset on two machines of one kind: the server's RSS after start differs by what
+    kt.prefill_pinned_bytes counts between the two (within 2 %), and the first token after 30K is as fast."""
+    res = ROOT / "benchmarks" / "results" / "gpu" / "moe-gpu-prefill"
+    runs = {"register": res / "fp8-register" / "k16-int8-register", "alloc": res / "fp8-server" / "k16-int8-prefill"}
+    rss = {k: json.loads(p.with_suffix(".json").read_text())["host_rss_after_start_bytes"] for k, p in runs.items()}
+    ttft = {k: next(t["ttft_s"] for t in json.loads(p.with_suffix(".probe.json").read_text())["ttft"]
+                    if t["prompt_tokens"] == 30000) for k, p in runs.items()}
+    cpu_layers = {k: int(re.search(r"the other (\d+) layers' experts all on the CPU",
+                                   p.with_suffix(".evidence.txt").read_text()).group(1)) for k, p in runs.items()}
+    assert cpu_layers["register"] == cpu_layers["alloc"] == 31
+    assert "VRAMKIT_KT_PREFILL_PIN=register" in json.loads(runs["register"].with_suffix(".json").read_text())["env"]
+    model = catalog.model("qwen3-coder-30b-a3b-instruct-fp8")
+    planned = kt.prefill_pinned_bytes(model, 31, "alloc") - kt.prefill_pinned_bytes(model, 31, "register")
+    assert planned == 31 * (192 * MiB + 48 * 1024)        # 768 MiB + 192 KiB against 576 MiB + 144 KiB a layer
+    assert abs((rss["alloc"] - rss["register"]) / planned - 1) < 0.02
+    assert abs(ttft["register"] / ttft["alloc"] - 1) < 0.05
 
 
 def test_vramkit_up_s_host_ram_check_counts_the_pinned_copies():

@@ -508,7 +508,8 @@ def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
     # at the preset's 0.93: 16 whole layers beside the GPU prompt path's staging set (64 GiB of host RAM hold its
     # pinned copies), rendered as the largest N the adapter turns into 16 (45 x 48 // 128)
     assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 45" in out
-    assert "in the server's environment: VRAMKIT_KT_GPU_LAYERS=auto VRAMKIT_KT_GPU_PREFILL=1024" in out
+    assert ("in the server's environment: VRAMKIT_KT_GPU_LAYERS=auto VRAMKIT_KT_GPU_PREFILL=1024 "
+            "VRAMKIT_KT_PREFILL_PIN=register") in out
     assert "AMXINT8 is lossy" in out and "kt-accuracy.md" in out     # the converted default says so
 
 
@@ -519,7 +520,8 @@ def test_plan_json_has_the_hybrid_figures(capsys):
     h = d["hybrid"]
     assert d["fits"] and h["num_gpu_experts"] == 45 and h["gpu_layers"] == 16 and h["kt_method"] == "AMXINT8"
     assert h["lossy"] and d["knobs"]["kt_num_gpu_experts"] == 45 and d["knobs"]["kt_cpuinfer"] != "auto"
-    assert d["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "1024"}
+    assert d["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "1024",
+                               "VRAMKIT_KT_PREFILL_PIN": "register"}
     assert h["decode_tok_s"] > 10 * h["layer_offload_decode_tok_s"]
     assert d["decode_tok_s_ceiling"] is None       # a fitted estimate is not a bandwidth ceiling
     assert h["host_read_source"] == "--host-read-gbs" and h["cpu_isa_source"] == "--cpu-isa"
@@ -799,7 +801,8 @@ def test_whole_layers_reach_the_server_only_where_planned():
     t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=64 * GiB)
     k = Knobs(**catalog.presets()["moe"].knobs)
     # split layers cannot take the GPU prompt path (its auto stays off); whole layers take it where host RAM allows
-    for layers, env in (("off", {}), ("auto", {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "1024"})):
+    for layers, env in (("off", {}), ("auto", {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "1024",
+                                         "VRAMKIT_KT_PREFILL_PIN": "register"})):
         hy = hybrid.for_plan(plan(catalog.model(FP8_MODEL), t, replace(k, kt_gpu_layers=layers), catalog.engine(),
                                   with_alternatives=False))
         assert hy is not None and hy.adapter_env() == env

@@ -26,6 +26,7 @@ KT_PLACEMENT_INSIDE = "/kt-placement.json"
 PLACEMENT_DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"   # "0": kt_compat's placement dispatch off (its docstring)
 LAYERS_ENV = knob_decl.by_name()["kt_gpu_layers"].env        # whole layers on the GPU (kt_compat's docstring)
 PREFILL_ENV = knob_decl.by_name()["kt_gpu_prefill"].env      # the CPU layers' prompt on the GPU (vramkit_gpu_prefill)
+PIN_ENV = knob_decl.by_name()["kt_prefill_pin"].env          # how that path page-locks its host copies
 LAYERS_FLAG = knob_decl.by_name()["kt_gpu_layers"].cli_flag
 # The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
 # `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
@@ -216,6 +217,10 @@ class Hybrid:
         if name == PREFILL_ENV:
             return (f"prompt chunks of {self.plan.prefill_tokens}+ tokens run the CPU layers' experts on the GPU "
                     "(--kt-gpu-prefill)")
+        if name == PIN_ENV:
+            how = ("at their own size (cudaHostRegister)" if self.plan.prefill_pin == "register"
+                   else "in PyTorch's pinned allocator (a power of two each)")
+            return f"that path's host copies page-locked {how}, as planned (--kt-prefill-pin)"
         return (f"the last {self.plan.gpu_layers} MoE layers' experts all on the GPU, the rest's on the CPU "
                 "(--kt-gpu-layers auto)")
 
@@ -232,10 +237,11 @@ class Hybrid:
         """The kt-kernel adapter's settings the plan chose, for the native server and the container alike: whole
         layers on the GPU (kt_gpu_layers = "auto"), and with them the GPU prompt path when planned (kt_gpu_prefill);
         none for SGLang's own split."""
-        assert LAYERS_ENV is not None and PREFILL_ENV is not None
+        assert LAYERS_ENV is not None and PREFILL_ENV is not None and PIN_ENV is not None
         if not self.plan.gpu_layers:
             return {}
-        return {LAYERS_ENV: "auto"} | ({PREFILL_ENV: str(self.plan.prefill_tokens)} if self.plan.prefill_tokens else {})
+        return {LAYERS_ENV: "auto"} | ({PREFILL_ENV: str(self.plan.prefill_tokens), PIN_ENV: self.plan.prefill_pin}
+                                       if self.plan.prefill_tokens else {})
 
     def to_json(self) -> dict:
         return {"weight_path": self.weight_path, "this_host_isa": self.here_isa, "placement": self.placement}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
-from vramkit.core.plan.kt_hybrid import KT_GPU_LAYERS, KT_METHODS, MOE_KERNELS
+from vramkit.core.plan.kt_hybrid import KT_GPU_LAYERS, KT_METHODS, MOE_KERNELS, PREFILL_PINS
 
 # "32k" tokens on the command line is 32 x 1024, as model cards and SGLang's own logs count context windows
 TOKENS_PER_K = 1024
@@ -255,6 +255,11 @@ class Knobs:
         "host RAM); 0 = off, prompts stay on kt-kernel; auto = 1024 where the path can run, has run in a server on a "
         "GPU (GPTQ-Int4 and block FP8) and the plan fits with it, a tenth of the host RAM left free, else off",
         minimum=0, also=("auto",), env="VRAMKIT_KT_GPU_PREFILL")
+    kt_prefill_pin: str = knob(
+        "register", str, "", "how the GPU prompt path page-locks the CPU layers' copies in host RAM: register = each "
+        "copy's own memory registered with CUDA, exactly its size; alloc = PyTorch's pinned allocator, each copy "
+        "rounded up to a power of two (a third more host RAM for FP8's layers); the same speed measured both ways",
+        choices=PREFILL_PINS, env="VRAMKIT_KT_PREFILL_PIN")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
         sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))

@@ -326,7 +326,7 @@ KT_GPU_LAYERS = ("off", "auto")
 # on a tenth), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
 WHOLE_LAYER_SPREAD = (0.60, 1.28)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.61x; the FP8 checkpoint's per-layer-seeded run 1.19-1.27x "
-                           "(faster, as its split twin); the other 60 decodes 0.78-1.19x")
+                           "(faster, as its split twin); the other 63 decodes 0.78-1.25x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
@@ -723,7 +723,7 @@ AGGREGATE_SPREAD: dict[tuple[str, bool], tuple[float, float, int]] = {
     ("AMXINT4", False): (0.62, 0.99, 4),
     ("AMXINT4", True): (0.73, 0.74, 1),
     ("AMXINT8", False): (0.93, 1.39, 22),
-    ("AMXINT8", True): (0.70, 1.08, 21),
+    ("AMXINT8", True): (0.70, 1.09, 22),
     ("FP8", False): (0.80, 0.88, 2),
     ("LLAMAFILE_Q8_0", False): (0.64, 0.84, 5),
     ("RAWINT4", True): (0.57, 0.58, 1),
@@ -842,9 +842,21 @@ def prefill_staging_bytes(model: ModelSpec) -> int:
     return a.reserved
 
 
-def prefill_pinned_bytes(model: ModelSpec, cpu_layers: int) -> int:
-    """The CPU layers' copies in host RAM, as PyTorch's pinned host allocator rounds them (a power of two each)."""
-    return cpu_layers * sum(pinned_size(n) for n in prefill_tensors(model))
+# How the adapter page-locks the CPU layers' copies (kt_prefill_pin; its VRAMKIT_KT_PREFILL_PIN): "register", each
+# copy's own memory registered with CUDA (cudaHostRegister, as torch.distributed's checkpoint stager pins), exactly its
+# pages; "alloc", PyTorch's pinned allocator, each rounded up to a power of two (768 MiB for FP8's 576 MiB layer).
+# Measured on the H100 host at 16 GiB, the FP8 preset with the path (one start each, two machines of one kind): RSS
+# after start 45.8 GiB registered against 51.6 allocated, 5.8 GiB apart as these sizes say; the first token after 30K
+# in 5.52 s both (benchmarks/results/gpu/moe-gpu-prefill/fp8-register/ and fp8-server/)
+PREFILL_PINS = ("register", "alloc")
+PAGE_BYTES = 4096
+
+
+def prefill_pinned_bytes(model: ModelSpec, cpu_layers: int, pin: str = "register") -> int:
+    """The CPU layers' copies in host RAM as `pin` (PREFILL_PINS) page-locks them: whole pages each, or PyTorch's
+    pinned host allocator's power of two each."""
+    size = pinned_size if pin == "alloc" else (lambda n: -(-n // PAGE_BYTES) * PAGE_BYTES)
+    return cpu_layers * sum(size(n) for n in prefill_tensors(model))
 
 
 def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_each: int, threads: int,
@@ -913,9 +925,10 @@ class HybridSection:
     host_sglang_source: str = "measured"    # where host_sglang_bytes comes from, in words (sglang_own_bytes)
     compile_pool: bool = True               # whether the server starts torch's compile pool (starts_compile_pool)
     other_sglang_bytes: int | None = None   # SGLang's own under the other placement (other_placement); None: the same
-    host_prefill_bytes: int = 0             # kt_gpu_prefill: the CPU layers' GPTQ experts pinned (prefill_pinned_bytes)
+    host_prefill_bytes: int = 0             # kt_gpu_prefill: the CPU layers' experts pinned (prefill_pinned_bytes)
     prefill_gpu_bytes: int = 0              # kt_gpu_prefill: its GPU staging set, counted with the weights
     prefill_tokens: int = 0                 # kt_gpu_prefill: the least forward it takes (0: not planned)
+    prefill_pin: str = "register"           # kt_prefill_pin: how its host copies are page-locked (PREFILL_PINS)
     aggregate_streams: int = 0              # max_running requests decoding together (0: one at a time)
     aggregate_tok_s: float | None = None    # their tok/s in all after 512-token prompts (aggregate_tok_s, derived)
 

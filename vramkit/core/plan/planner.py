@@ -755,8 +755,9 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
         cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole,
         host_sglang_source=own_source, compile_pool=pool, other_sglang_bytes=other_own,
-        host_prefill_bytes=kt.prefill_pinned_bytes(model, kt_layers) if staged else 0, prefill_gpu_bytes=staged,
-        prefill_tokens=int(knobs.kt_gpu_prefill) if staged else 0,
+        host_prefill_bytes=kt.prefill_pinned_bytes(model, kt_layers, knobs.kt_prefill_pin) if staged else 0,
+        prefill_gpu_bytes=staged, prefill_tokens=int(knobs.kt_gpu_prefill) if staged else 0,
+        prefill_pin=knobs.kt_prefill_pin,
         aggregate_streams=streams if agg is not None else 0, aggregate_tok_s=agg)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
