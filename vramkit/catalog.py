@@ -277,7 +277,8 @@ ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "t
                "runtime_margin_mib", "hicache_host_reserve_mib", "pinned_gpu_map_mib_per_gib", "marlin_moe_holes_mib",
                "kt_cpu_read_efficiency", "kt_layer_sync_us", "kt_attention_read_gbs", "kt_sglang_host_mib",
                "kt_whole_layer_step_us",
-               "kt_reserved_cores", "kt_build_cpu_time_avx512", "kt_build_cpu_time_avx2")
+               "kt_reserved_cores", "kt_build_cpu_time_avx512", "kt_build_cpu_time_avx2", "kt_method_cpu_time_amxint8",
+               "kt_method_cpu_time_amxint4")
 
 
 @cache
@@ -316,7 +317,9 @@ def engine() -> Engine:
                        whole_layer_step_s=float(c["kt_whole_layer_step_us"]) * 1e-6,
                        reserved_cores=int(c["kt_reserved_cores"]),
                        build_cpu_time=(("avx512", float(c["kt_build_cpu_time_avx512"])),
-                                       ("avx2", float(c["kt_build_cpu_time_avx2"])))),
+                                       ("avx2", float(c["kt_build_cpu_time_avx2"]))),
+                       method_cpu_time=(("AMXINT8", float(c["kt_method_cpu_time_amxint8"])),
+                                        ("AMXINT4", float(c["kt_method_cpu_time_amxint4"])))),
     )
 
 

@@ -8,8 +8,10 @@ log, the preset's knobs and the run's --kt-* flags, the session's `membw` sweep,
 gives each decode measurement's derived terms (GPU bytes, CPU-expert bytes, host read at the thread count, KV
 bytes per token of context). The three fitted constants of core/plan/kt_hybrid.py's estimate:
 
-    t = t_gpu + context x kv_bytes / attention_read + max(t_gpu_experts, cpu_bytes / (read(threads) x eff))
+    t = t_gpu + context x kv_bytes / attention_read + max(t_gpu_experts, cpu_bytes x pace / (read(threads) x eff))
         + moe_layers x sync
+
+(pace: the method's and build's measured CPU-expert time per byte, KtConstants.cpu_time_factor, not fitted)
 
 are the weighted least-squares solution (relative error) over the measurements of the runs marked "fit"; the
 others are held out and only compared. SGLang's own host RAM (the server tree's RSS right after start minus
@@ -619,7 +621,12 @@ def markdown(res: dict) -> str:
              f"efficiency {c['kt_cpu_read_efficiency']}, per-layer sync {c['kt_layer_sync_us']} us, attention read "
              f"{c['kt_attention_read_gbs']} GB/s, SGLang's own host RAM {c['kt_sglang_host_mib']} MiB; whole layers "
              f"only, the GPU side's step {c['kt_whole_layer_step_us']} us, fitted on the one whole-layer run marked "
-             "fit (the three above on the split's fitted runs alone).", "",
+             "fit (the three above on the split's fitted runs alone). Measured, not fitted: each method's CPU-expert "
+             "time per byte against FP8's on the AMX build (" + ", ".join(
+                 f"{m} {v}x" for m, v in catalog.engine().kt.method_cpu_time) + "; kt-accuracy.json cpu_expert_time), "
+             "and a lesser build's against the AMX build's (" + ", ".join(
+                 f"{b} {v}x" for b, v in catalog.engine().kt.build_cpu_time) + "): the CPU-expert bytes count at "
+             "that pace.", "",
              "Attention with 32 KV splits (config/sglang.toml's GPU-host flags since 2026-11-27; the fitted runs ran "
              "SGLang's default 8): measured without KT on one machine, the same 24 GiB server with 8 and with 32 "
              "splits (moe-vs-llamacpp-gptq/run3/), the extra step after 8K and 30K over the extra KV read: "

@@ -358,6 +358,7 @@ def closing(res: Path, out_dir: Path) -> list[str]:
     import tomllib
     eng = tomllib.loads((ROOT / "config" / "engine.toml").read_text())
     sync_us, eff = float(eng["kt_layer_sync_us"]), float(eng["kt_cpu_read_efficiency"])
+    pace = float(eng["kt_method_cpu_time_amxint4"])     # AMXINT4's CPU-expert time per byte against FP8's, measured
     bw = {int(r["threads"]): r["bytes_per_s"] for r in (load(res / "membw-anchor.json") or [])}
     base, lay, dfr = (kit_point(res, n) for n in ("k16", "k16-layers", "k16-defer2"))
     ll = llama_point(res, "llama-16-best")
@@ -365,7 +366,7 @@ def closing(res: Path, out_dir: Path) -> list[str]:
     if not (base and lay and ll and bw.get(14) and ncm):
         return []
     ms = {k: 1000 / p["figures"]["decode_tok_s"] for k, p in (("preset", base), ("layers", lay), ("llama", ll))}
-    read = bw[14] * eff
+    read = bw[14] * eff / pace        # the bytes' effective rate at AMXINT4's pace
     cpu_layers = 48 - 43 * 48 // 128
     t_sync = cpu_layers * sync_us / 1000
     t_cpu = cpu_layers * 8 * AMXINT4_EXPERT / read * 1000
@@ -382,7 +383,7 @@ def closing(res: Path, out_dir: Path) -> list[str]:
            f"Derived split of the whole-layers point ({cpu_layers} layers with CPU experts, fitted constants of "
            f"config/engine.toml): GPU<->CPU round trips {cpu_layers} x {sync_us:.0f} us = {t_sync:.1f} ms; CPU "
            f"experts {cpu_layers} x 8 x {AMXINT4_EXPERT / 2**20:.2f} MiB read at {read / 1e9:.0f} GB/s (14-thread "
-           f"read x {eff}) = {t_cpu:.1f} ms; the rest (attention, router, GPU experts, launches) {t_rest:.1f} ms. "
+           f"read x {eff}, / {pace} for AMXINT4's pace per byte, measured) = {t_cpu:.1f} ms; the rest (attention, router, GPU experts, launches) {t_rest:.1f} ms. "
            f"llama.cpp keeps {48 - int(ncm)} of 48 layers' experts on the GPU in the same memory (Q4_K_M, "
            "2.7 MiB per expert against FP8's 4.5), and its CPU layers cost no such round trip.", "",
            *measured_budget_line(), "What would close it (derived, not measured):", "",

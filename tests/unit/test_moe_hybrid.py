@@ -735,7 +735,7 @@ def test_the_thread_term_matches_kt_kernels_own_time_at_6_and_14_threads(method)
 def test_a_lesser_build_is_slower_by_its_measured_cpu_time():
     """config/engine.toml kt_build_cpu_time_* equal kt-kernel's own CPU-expert time per build on the H100 host
     (kt-accuracy.json, FP8, 14 threads) over the AMX build's; the estimate's CPU term carries it, so the one
-    committed server run on the avx512_bf16 build is now within 3 % (it was +8 % without)."""
+    committed server run on the avx512_bf16 build is now within 4 % (it was +8 % without)."""
     runs = json.loads((ROOT / "benchmarks/results/gpu/kt-accuracy.json").read_text())["cpu_expert_time"]
     ms = {r["variant"]: r["cpu_ms_per_token_median"] for b in runs.values() for r in b["runs"]
           if r["method"] == "FP8" and r["threads"] == 14 and "error" not in r}
@@ -749,7 +749,32 @@ def test_a_lesser_build_is_slower_by_its_measured_cpu_time():
     assert abs(h512.decode_cpu_experts_s / h_amx.decode_cpu_experts_s - k.cpu_time_factor("avx512")) < 1e-9
     est = json.loads((ROOT / "benchmarks/results/gpu/kt-estimate.json").read_text())
     row = next(m for m in est["measurements"] if m["point"] == "fp8-avx512-16g")
-    assert abs(row["error"]) < 0.03
+    assert abs(row["error"]) < 0.04
+
+
+def test_a_method_s_pace_per_byte_is_its_measured_cpu_time():
+    """config/engine.toml kt_method_cpu_time_* equal kt-kernel's own CPU-expert time per byte on the H100 host's AMX
+    build (kt-accuracy.json, bench-051-amx: one run, 14 threads) over FP8's, the bytes each method holds an expert in
+    (kt.cpu_expert_bytes); the estimate's CPU term carries it on the AMX build only, and a lesser build its own
+    factor. With it the held-out AMXINT8 split servers decode 1.11x the estimate on average (1.27x before it), the
+    whole-layer ones 1.01x (1.02x)."""
+    run = json.loads((ROOT / "benchmarks/results/gpu/kt-accuracy.json").read_text())["cpu_expert_time"]["bench-051-amx"]
+    ms = {r["method"]: r["cpu_ms_per_token_median"] for r in run["runs"] if r["threads"] == 14}
+    model = catalog.model("qwen3-coder-30b-a3b-instruct-fp8")
+    pace = {m: ms[m] / kt.cpu_expert_bytes(model, m) / (ms["FP8"] / kt.cpu_expert_bytes(model, "FP8"))
+            for m in ("AMXINT8", "AMXINT4")}
+    k = catalog.engine().kt
+    for m, v in pace.items():
+        assert k.cpu_time_factor("amx", m) == round(v, 2) and k.cpu_time_factor(None, m) == round(v, 2)
+    assert k.cpu_time_factor("amx", "FP8") == k.cpu_time_factor("amx", "LLAMAFILE_Q8_0") == 1.0
+    assert k.cpu_time_factor("avx512", "AMXINT8") == k.cpu_time_factor("avx512")       # other kernels there
+    h8, hf = _h100_plan("AMXINT8").hybrid, _h100_plan("FP8").hybrid
+    assert h8.decode_cpu_time_factor == round(pace["AMXINT8"], 2) and hf.decode_cpu_time_factor == 1.0
+    est = json.loads((ROOT / "benchmarks/results/gpu/kt-estimate.json").read_text())
+    for prefix, bar in (("int8-amx", 0.12), ("layers-int8-amx", 0.03)):
+        ratios = [1 / (1 + m["error"]) for m in est["measurements"] if m["role"] == "held-out"
+                  and m["point"].startswith(prefix)]
+        assert len(ratios) > 50 and abs(sum(ratios) / len(ratios) - 1) < bar, prefix
 
 
 @pytest.mark.parametrize("method, chunk, refused", [("AMXINT4", 1000, True), ("AMXINT8", 3000, True),

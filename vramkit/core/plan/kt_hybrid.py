@@ -93,18 +93,18 @@ KT_METHODS = {m.name: m for m in (
     KtMethod("BF16", "bf16", False, "the bf16 checkpoint itself"),
     KtMethod("GPTQ_INT4", "gptq_int4", False, "the GPTQ-Int4 checkpoint itself (qweight, scales, qzeros)"),
     KtMethod("AMXINT4", None, True, "KT's INT4 layout, one f32 scale per row (converted)", (0.2777, 0.854),
-             estimate_spread=(0.70, 1.14), spread_note="within 15 % on every run but one session's first decode "
-                                                        "after start"),
+             estimate_spread=(0.68, 1.20), spread_note="within 10 % at 14 threads but one session's first decode "
+                                                        "after start; up to 1.20x at 6 threads"),
     KtMethod("AMXINT8", None, True, "KT's INT8 layout, one f32 scale per row (converted)", (0.0538, 0.968),
-             estimate_spread=(0.87, 1.67), spread_note="mostly faster; every run on dummy weights, and where each "
+             estimate_spread=(0.77, 1.48), spread_note="mostly faster; every run on dummy weights, and where each "
                                                        "layer's router was drawn apart (seeded by name) every figure "
-                                                       "was 1.16-1.55x it: the estimate is pessimistic here"),
+                                                       "was 1.00-1.35x it: the estimate is pessimistic here"),
     # kt-kernel's LLAMAFILE backend (kt_kernel/utils/llamafile.py): the experts from a GGUF file (llama.cpp's
     # blk.N.ffn_{gate,up,down}_exps tensors), computed by llamafile's ggml kernels, which every build has, the
     # avx2 one included (kt-isa.md: "llamafile only" in 0.5.1's). Q8_0: one f16 scale per 32 weights.
     KtMethod("LLAMAFILE_Q8_0", None, True, "a Q8_0 GGUF of the model (llama.cpp's layout, one f16 scale per 32 "
-             "weights; converted)", sglang_name="LLAMAFILE", gguf_type="Q8_0", estimate_spread=(0.68, 1.13),
-             spread_note="after a short prompt within 5 % on kt-kernel 0.5.1, 13 % faster on 0.7.0's avx2 build; "
+             "weights; converted)", sglang_name="LLAMAFILE", gguf_type="Q8_0", estimate_spread=(0.67, 1.12),
+             spread_note="after a short prompt within 5 % on kt-kernel 0.5.1, 11 % faster on 0.7.0's avx2 build; "
                          "slower right after an 8K prompt at 16 GiB",
              accuracy="converted from the FP8 checkpoint: 4.91% MoE-layer output error against FP8 read as is at "
                       "4.66% and AMXINT8 converted from FP8 at 5.38% in the same run; 1.57% from bf16 weights "
@@ -324,9 +324,9 @@ KT_GPU_LAYERS = ("off", "auto")
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
 # kt-estimate.md: nine servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8 and RAWINT4, 10-14 threads; fitted
 # on a tenth), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
-WHOLE_LAYER_SPREAD = (0.60, 1.28)
-WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.61x; the FP8 checkpoint's per-layer-seeded run 1.19-1.27x "
-                           "(faster, as its split twin); the other 63 decodes 0.78-1.25x")
+WHOLE_LAYER_SPREAD = (0.57, 1.20)
+WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
+                           "(faster, as its split twin); the other 63 decodes 0.78-1.17x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
@@ -641,10 +641,15 @@ class KtConstants:
     whole_layer_step_s: float = 0.0  # F: whole layers only, the GPU side's step beyond its bandwidth terms
     reserved_cores: int = 2          # SGLang's scheduler and its HTTP/tokenizer process keep a core each
     build_cpu_time: tuple[tuple[str, float], ...] = ()   # measured: CPU-expert time of a build / the AMX build's
+    method_cpu_time: tuple[tuple[str, float], ...] = ()  # measured: a method's CPU-expert time per byte / FP8's
 
-    def cpu_time_factor(self, build: str | None) -> float:
-        """How much longer a lesser kt-kernel build takes for the same CPU experts (1.0: AMX, or not measured)."""
-        return dict(self.build_cpu_time).get(build or "amx", 1.0)
+    def cpu_time_factor(self, build: str | None, method: str | None = None) -> float:
+        """How much longer the CPU experts take than the estimate's bytes at FP8's pace on the AMX build: a lesser
+        kt-kernel build (1.0: AMX, or not measured; measured for FP8), or on the AMX build the method's own pace per
+        byte (1.0: FP8, or not measured; its AMX kernels, which a lesser build does not have)."""
+        if build not in (None, "amx"):
+            return dict(self.build_cpu_time).get(build, 1.0)
+        return dict(self.method_cpu_time).get(method or "", 1.0)
 
 
 def cpuinfer_threads(physical_cores: int, reserved: int) -> int:
@@ -716,17 +721,17 @@ def distinct_expert_factor(num_experts: int, top_k: int, tokens: int) -> float:
 # The aggregate estimate (DecodeEstimate.aggregate_tok_s) against every committed KT run's 4-stream probe (4 requests
 # after 512-token prompts; benchmarks/gpu/fit_kt.py, kt-estimate.md), as measured/estimate by CPU method and
 # placement: derived from the batch-1 estimate with nothing fitted to these runs, so all of them are held out.
-# (method, whole layers) -> (least, greatest measured / estimate, rounded outward to 0.01; runs). Where the CPU kernel
-# is not bound by the experts it reads at 4 tokens (AMXINT4, LLAMAFILE_Q8_0, RAWINT4: compute grows with the tokens)
-# the estimate is high; where it is (AMXINT8 split) low: the spread is printed beside every figure
+# (method, whole layers) -> (least, greatest measured / estimate, rounded outward to 0.01; runs). It is high for
+# LLAMAFILE_Q8_0, RAWINT4 and whole layers (4 tokens cost more than the experts they read: compute grows with the
+# tokens) and on both sides for the split's AMX methods: the spread is printed beside every figure
 AGGREGATE_SPREAD: dict[tuple[str, bool], tuple[float, float, int]] = {
-    ("AMXINT4", False): (0.62, 0.99, 4),
-    ("AMXINT4", True): (0.73, 0.74, 1),
-    ("AMXINT8", False): (0.93, 1.39, 22),
-    ("AMXINT8", True): (0.70, 1.09, 22),
-    ("FP8", False): (0.80, 0.88, 2),
-    ("LLAMAFILE_Q8_0", False): (0.64, 0.84, 5),
-    ("RAWINT4", True): (0.57, 0.58, 1),
+    ("AMXINT4", False): (0.71, 1.13, 4),
+    ("AMXINT4", True): (0.85, 0.86, 1),
+    ("AMXINT8", False): (0.85, 1.28, 22),
+    ("AMXINT8", True): (0.65, 1.03, 22),
+    ("FP8", False): (0.87, 0.96, 2),
+    ("LLAMAFILE_Q8_0", False): (0.70, 0.91, 5),
+    ("RAWINT4", True): (0.64, 0.65, 1),
 }
 
 
@@ -862,17 +867,18 @@ def prefill_pinned_bytes(model: ModelSpec, cpu_layers: int, pin: str = "register
 def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_each: int, threads: int,
                     context: int, kv_bytes_per_token: float, gpu_non_expert_read: int, gpu_expert_read: int,
                     gpu_bandwidth_bytes_s: float, host: HostCpu, k: KtConstants,
-                    build: str | None = None, gpu_layers: int = 0) -> DecodeEstimate:
+                    build: str | None = None, gpu_layers: int = 0, method: str | None = None) -> DecodeEstimate:
     """One token at batch 1 with `context` tokens before it (the module docstring derives it); `build`: the
     kt-kernel build (CPU_ISAS) the CPU experts run on (a lesser one is slower: KtConstants.build_cpu_time);
-    `gpu_layers`: whole layers on the GPU (kt_gpu_layers = "auto"), 0 for N experts in every layer."""
+    `gpu_layers`: whole layers on the GPU (kt_gpu_layers = "auto"), 0 for N experts in every layer; `method`: the CPU
+    experts' format (its pace per byte: KtConstants.method_cpu_time)."""
     moe = model.moe
     assert moe is not None
     cpu_layers = moe.num_moe_layers - gpu_layers
     cpu_share = (moe.num_experts - num_gpu_experts) / moe.num_experts
     cpu_bytes = int(moe.top_k * (cpu_layers if gpu_layers else cpu_share * moe.num_moe_layers) * cpu_expert_bytes_each)
     read = host.read_at(threads)
-    slow = k.cpu_time_factor(build)
+    slow = k.cpu_time_factor(build, method)
     attn_rate = min(k.attention_read_bytes_s, gpu_bandwidth_bytes_s)
     return DecodeEstimate(
         gpu_s=gpu_non_expert_read / gpu_bandwidth_bytes_s, context_s=context * kv_bytes_per_token / attn_rate,

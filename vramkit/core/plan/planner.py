@@ -721,7 +721,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                                   context=context, kv_bytes_per_token=cell,
                                   gpu_non_expert_read=gpu_read - gpu_expert_read,
                                   gpu_expert_read=gpu_expert_read, gpu_bandwidth_bytes_s=gpu.bandwidth_bytes_s,
-                                  host=host, k=k, build=build, gpu_layers=gpu_layers)
+                                  host=host, k=k, build=build, gpu_layers=gpu_layers, method=planned)
 
     d = estimate(knobs.context)
     by_context = tuple((c, round(estimate(c).tok_s, 2)) for c in HYBRID_CONTEXTS if c < knobs.context)
