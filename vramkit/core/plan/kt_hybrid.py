@@ -21,7 +21,8 @@ Decode, one token at batch 1 (each term derived from what a step does; the const
                    reads the KV far below the card's bandwidth; never faster than the card's bandwidth)
     t_gpu_experts  top_k x N/E x moe_layers x GPU expert bytes / GPU bandwidth
     t_cpu_experts  top_k x (E-N)/E x moe_layers x CPU expert bytes / (host read(threads) x efficiency(F))
-                   x the build's CPU time relative to the AMX build's (measured per build)
+                   x the CPU experts' pace (measured): on the AMX build the method's CPU time per byte against
+                   FP8's, on a lesser build that build's time against the AMX build's
     t_sync         per MoE layer: submit to the CPU pool, the wait on the CUDA stream, the copies back
 Inside a layer the attention precedes the experts (serial); the GPU's experts run while the CPU computes
 (`apply`: submit, GPU experts, sync). host read(threads) is `vramkit host --bandwidth`'s sweep at the thread
