@@ -250,7 +250,9 @@ class GpuPrefill:
 
     def _pin(self, t):
         """A CPU tensor in page-locked memory, as PIN_ENV says: PyTorch's pinned copy, or the tensor's own storage
-        (a copy where it shares one) registered with CUDA."""
+        (a copy where it shares one) registered with CUDA. Two small tensors may share a page: the driver registers
+        disjoint ranges on one page apart and refuses only overlapping ones (a native probe, lupinemachines/lupine
+        PR #878), and the planner counts whole pages for each, the safe side."""
         if self.pin == "alloc":
             return t.pin_memory()
         import torch
