@@ -2,9 +2,11 @@
 issue 18, derived in benchmarks/results/gpu/moe-vs-llamacpp-mf/README.md), checked and timed without a server: one MoE
 layer's GPTQ-Int4 experts repacked by its to_marlin, copied from pinned host RAM, and run by GpuPrefill.run through
 SGLang's own marlin MoE (the kernel its GPU layers run) on a chunk of T tokens; with --format fp8 the same for block-FP8
-experts (the moe preset's checkpoint) on SGLang's triton MoE.
+experts (the moe preset's checkpoint) on SGLang's triton MoE; --format fp8-int8 those FP8 values requantized to int8
+(int8_from_fp8: VRAMKIT_KT_PREFILL_FP8=int8) on the same triton MoE as moe_wna16's 8-bit layers, checked against the
+same float32 reference on the FP8 values.
 
-    python3 benchmarks/gpu/gpu_prefill_bench.py [--format gptq|fp8] [--tokens 512,2048,4096] [--out R.json]
+    python3 benchmarks/gpu/gpu_prefill_bench.py [--format gptq|fp8|fp8-int8] [--tokens 512,2048,4096] [--out R.json]
 
 On the GPU host, in the SGLang archive's environment (benchmarks/gpu/host_env.sh) after the marlin JIT prewarm: random
 GPTQ weights of the coder's shape (128 experts, hidden 2048, expert intermediate 768, group 128, 4 bits, symmetric),
@@ -128,7 +130,8 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -
                      else (torch.rand(shape, generator=gen) * 2e-2 + 1e-3).half())
     hf = {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
           "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": g, "sym": True, "desc_act": False}}
-    if fmt == "fp8":
+    fp8 = fmt.startswith("fp8")
+    if fp8:
         # the triton MoE reads the server's arguments (its deterministic-inference switch), which a server sets:
         # here ServerArgs with its fields' defaults, without its start-up checks (no model to read)
         from sglang.srt.runtime_context import get_context
@@ -136,14 +139,17 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -
         get_context().set_server_args(ServerArgs.__new__(ServerArgs))
         hf["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128],
                                      "activation_scheme": "dynamic", "fmt": "e4m3"}
+        hf["torch_dtype"] = "float16"                  # the bench's inputs: int8's scales in the same dtype
         engine = gp.GpuPrefill(1, hf, "", dummy=True)
+        engine.fp8_as = "int8" if fmt == "fp8-int8" else "w8a8"     # as VRAMKIT_KT_PREFILL_FP8 sets it
         raw = engine._fp8_layer(0, list(range(e)))     # the adapter's dummy codes; scales as large as the GPTQ
         for name in ("w13_weight_scale_inv", "w2_weight_scale_inv"):   # check's, so fp16 outputs stay normal
             raw[name] = torch.rand(raw[name].shape, generator=gen) * 2e-2 + 1e-3
     else:
         engine = gp.GpuPrefill(1, hf, "", dummy=False)
     engine.pin = pin                               # the adapter's own pinning, as VRAMKIT_KT_PREFILL_PIN sets it
-    layer = raw if fmt == "fp8" else gp.to_marlin(raw, h, i, g)
+    layer = gp.to_marlin(raw, h, i, g) if not fp8 else \
+        gp.int8_from_fp8(raw, (128, 128), torch.float16) if fmt == "fp8-int8" else raw
     engine.host[0] = {n: engine._pin(t.cpu()) for n, t in layer.items()}
     engine.stage = {n: torch.empty_like(t, device="cuda") for n, t in engine.host[0].items()}
     dev = torch.device("cuda")
@@ -162,7 +168,7 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -
     x0 = x.clone()
     got = engine.run(0, dispatch, MoeRunnerConfig()).hidden_states.float()
     out_kept = bool(torch.equal(x, x0))
-    ref = fp8_reference(x0, raw, ids, weights, i, (128, 128)) if fmt == "fp8" else reference(x0, raw, ids, weights, i, g)
+    ref = fp8_reference(x0, raw, ids, weights, i, (128, 128)) if fp8 else reference(x0, raw, ids, weights, i, g)
     out: dict = {"check_64_tokens": {"rel_l2": round(float((got - ref).norm() / ref.norm()), 5),
                                      "ref_rms": float(ref.pow(2).mean().sqrt()), "input_kept": out_kept}}
 
@@ -196,8 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--cpu-layers", type=int, default=11, help="CPU layers of the 16 GiB preset (37 of 48 on the GPU)")
     ap.add_argument("--chunk", type=int, default=4096, help="the preset's chunked prefill")
-    ap.add_argument("--format", choices=("gptq", "fp8"), default="gptq",
-                    help="the experts' format: GPTQ-Int4 on marlin, or block FP8 (the moe preset's checkpoint) on triton")
+    ap.add_argument("--format", choices=("gptq", "fp8", "fp8-int8"), default="gptq",
+                    help="the experts' format: GPTQ-Int4 on marlin, or block FP8 (the moe preset's checkpoint) on "
+                         "triton, as is or requantized to int8 with bf16 inputs (VRAMKIT_KT_PREFILL_FP8=int8)")
     ap.add_argument("--pin", choices=("alloc", "register"), default="alloc",
                     help="the adapter's pinning of the host copies (VRAMKIT_KT_PREFILL_PIN)")
     ap.add_argument("--out", type=Path)
@@ -218,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     c24 = json.loads((ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-24g.json").read_text())
     ttft24 = c24["engines"]["vramkit"]["ttft_30k_s"]
     shape = SHAPE if a.format == "gptq" else {k: v for k, v in SHAPE.items() if k not in ("group", "bits")} | {
-        "block": [128, 128], "bits": 8}
+        "block": [128, 128], "bits": 8} | ({"int8_group": 128} if a.format == "fp8-int8" else {})
     res |= {"shape": shape, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "how": "benchmarks/gpu/gpu_prefill_bench.py: medians of CUDA-event timings after 3 warm-ups",
             "derived_ttft_30k": {"all_gpu_ttft_30k_s": ttft24, "source": "moe-vs-llamacpp-24g.json (measured)",

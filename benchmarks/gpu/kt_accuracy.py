@@ -185,10 +185,15 @@ def fp8_act(a: torch.Tensor) -> torch.Tensor:
     return ((g / s).to(torch.float8_e4m3fn).float() * s).view(a.shape).to(a.dtype)
 
 
-def fp8_dequant(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def fp8_values(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The FP8 checkpoint's values, code x its block's scale, float32."""
     *lead, n, k = q.shape
     b = q.float().reshape(*lead, n // FP8_BLOCK, FP8_BLOCK, k // FP8_BLOCK, FP8_BLOCK)
-    return (b * scale[..., :, None, :, None]).reshape(*lead, n, k).to(torch.bfloat16)
+    return (b * scale[..., :, None, :, None]).reshape(*lead, n, k)
+
+
+def fp8_dequant(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return fp8_values(q, scale).to(torch.bfloat16)
 
 
 def gptq_rtn(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -408,6 +413,21 @@ def gptq_dequant(w: torch.Tensor) -> torch.Tensor:
 
 GPU_FORMATS = {"FP8": lambda w: fp8_dequant(*fp8_block(w)), "GPTQ_INT4": gptq_dequant}
 GPU_FORMATS["FP8_W8A8"] = GPU_FORMATS["FP8"]       # the same weights; its kernels also round the inputs (GPU_ACTS)
+
+
+def int8_group(w: torch.Tensor, group: int = FP8_BLOCK) -> torch.Tensor:
+    """[..., N, K] -> its values as symmetric int8 under one scale per row and `group` inputs (max |value| / 127,
+    stored in bf16 as the adapter stores it: vramkit_gpu_prefill.int8_from_fp8), bf16: the weights SGLang's triton MoE
+    reads with use_int8_w8a16 and block_shape [0, group] (moe_wna16's 8-bit kernel), bf16 inputs left as they are."""
+    *lead, n, k = w.shape
+    g = w.float().reshape(*lead, n, k // group, group)
+    s = (g.abs().amax(-1, keepdim=True) / 127.0).clamp_min(1e-12).to(torch.bfloat16).float()
+    return (torch.round(g / s).clamp(-127, 127) * s).reshape(*lead, n, k).to(torch.bfloat16)
+
+
+# the FP8 checkpoint's values requantized to int8 per row and 128 inputs, computed with bf16 inputs: the FP8 prompt
+# path's "int8" arithmetic (kt_prefill_fp8) beside FP8_W8A8, its "w8a8"
+GPU_FORMATS["INT8_W8A16<-FP8"] = lambda w: int8_group(fp8_values(*fp8_block(w)))
 GPU_ACTS = {"FP8_W8A8": fp8_act}       # a format whose kernels also round each GEMM's input
 
 

@@ -30,6 +30,9 @@ ROWS = (
     ("FP8_W8A8 (GPU)", "here", "the FP8 checkpoint as SGLang's GPU kernels compute it: FP8 weights, and each GEMM's "
                                "input rounded to FP8 per 128 values (the GPU's experts; with the GPU prompt path, the "
                                "CPU layers' prompt chunks too)"),
+    ("INT8_W8A16<-FP8 (GPU)", "here", "the FP8 checkpoint's values requantized to int8 per row and 128 inputs, bf16 "
+                                      "inputs: the GPU prompt path's `--kt-prefill-fp8 int8` for the CPU layers' "
+                                      "prompt chunks (SGLang's moe_wna16 8-bit kernel; no GPU run yet)"),
     ("FP8_W8A8 layer 3 (GPU) + AMXINT8<-FP8 layers 0-2 (CPU)", "here",
      "**the kit's 16 GB preset as served**: whole layers, the experts of the last 17 of 48 layers FP8 on the GPU as "
      "SGLang computes them, the others' converted to AMXINT8 on the CPU; here 1 of the proxy's 4 layers"),
@@ -163,7 +166,11 @@ def findings(ran: dict[str, dict]) -> list[str]:
             f"with bf16 inputs, so the preset as served errs {100 * e[preset]:.2f} % against {100 * e[bf16_in]:.2f} % "
             f"without that rounding. kt-kernel's AMXINT8 from FP8 ({100 * e[amx]:.2f} %) is the closer of the two to "
             "bf16. The GPU prompt path computes the CPU layers' prompt chunks as SGLang's GPU layers do, at the first "
-            "row's error instead of AMXINT8's; decode stays on kt-kernel.", ""]
+            "row's error instead of AMXINT8's; decode stays on kt-kernel.",
+            f"- With `--kt-prefill-fp8 int8` the path computes those chunks from the FP8 values requantized to int8 per "
+            f"row and 128 inputs, with bf16 inputs: {100 * e['INT8_W8A16<-FP8 (GPU)']:.2f} %, closer to bf16 than "
+            f"AMXINT8 ({100 * e[amx]:.2f} %) and within {100 * (e['INT8_W8A16<-FP8 (GPU)'] - e['FP8 (GPU)']):.2f} "
+            "points of the FP8 values themselves. With no GPU run yet, `auto` does not take it.", ""]
 
 
 def table(ran: dict[str, dict]) -> list[str]:

@@ -186,7 +186,7 @@ need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has fp8stage || has fp8pin || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has fp8stage || has fp8pin || has fp8int8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -470,7 +470,7 @@ if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/p
   step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
   llama 16 "${Q8_NCMOE:-30}" llama-q8-16 $Q8
 fi
-# (fp8stage and fp8pin run before lprefill8, which removes KT's AMXINT8 layout to make room for the Q8_0 file)
+# (fp8stage, fp8pin and fp8int8 run before lprefill8, which removes KT's AMXINT8 layout to make room for the Q8_0 file)
 if has fp8stage; then  # the FP8 prompt path's staging set in segments of its own (the adapter empties the allocator's
   # cache first): 2026-11-28's eighteenth session measured 1.17 GiB of "mem usage" for the 0.57 GiB set placed in the
   # load's cached blocks (k16-int8-prefill: a 27,612-token pool against 40,457 planned, and a 30K prompt refused).
@@ -486,6 +486,21 @@ if has fp8pin; then  # the FP8 preset as it comes (the prompt path on by auto) w
   # (moe-gpu-prefill/fp8-register/: 5.8 GiB less RSS, the same TTFT): register is the adapter's default since
   ballast 16
   kit k16-int8-register 16 "$FULL" --env VRAMKIT_KT_PREFILL_PIN=register -- $KITF8
+fi
+if has fp8int8; then  # the FP8 prompt path's int8 arithmetic (--kt-prefill-fp8 int8: each CPU layer's FP8 values
+  # requantized at load to int8 per row and 128 inputs, bf16 inputs, SGLang's moe_wna16 8-bit triton MoE): 4.82 %
+  # MoE-layer error on the CPU proxy against 6.38 % for the w8a8 path and 5.38 % for kt-kernel's AMXINT8. The bench's
+  # numeric check against the float32 reference on the FP8 values (w8a8 read 5.10 %) and its timing, then the FP8
+  # preset with it in a server (its pool, TTFT, start). Written 2026-11-28, nineteenth session, not run yet (~7 min
+  # with setup): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup fp8int8"
+  ballast_off
+  timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format fp8-int8 --pin register \
+    --cpu-layers ${FP8_CPU_LAYERS:-31} --out "$RES/gpu-prefill-bench-fp8-int8.json" \
+    > "$RES/logs/gpu-prefill-bench-fp8-int8.txt" 2>&1
+  step "gpu prefill bench fp8-int8: $(tr '\n' ' ' < "$RES/gpu-prefill-bench-fp8-int8.json" 2>/dev/null | head -c 400)"
+  pack
+  ballast 16
+  kit k16-int8-prefill-int8 16 "$FULL" -- $KITF8 --kt-gpu-prefill 1024 --kt-prefill-fp8 int8
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
   # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds

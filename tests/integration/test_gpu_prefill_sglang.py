@@ -39,3 +39,15 @@ def test_the_fp8_path_hands_sglang_its_triton_payload_not_in_place():
                              "w13_weight_scale_inv": [4, 2, 2], "w2_weight_scale_inv": [4, 2, 1]}
     assert got["bytes"] == got["planned_bytes"]
     assert got["wants"] == [True, False, False]
+
+
+def test_the_fp8_path_as_int8_hands_sglang_moe_wna16_s_8_bit_payload():
+    """VRAMKIT_KT_PREFILL_FP8=int8: the FP8 layer requantized to int8 reaches the same triton MoE entry as SGLang's
+    moe_wna16 8-bit layers call it (use_int8_w8a16, groups of 128 along the input, bf16 inputs), in the shapes and
+    dtypes MoeWNA16Method.create_weights allocates for such a layer, and passes fused_experts_impl's checks."""
+    got = sglang_check.gpu_prefill_call(ADAPTER, fmt="fp8-int8")
+    assert got["outcome"] == "past_shape_checks"
+    assert got["use_int8_w8a16"] and not got["use_fp8_w8a8"] and got["block_shape"] == [0, 128]
+    assert got["staged_is_passed"] and got["op"] == "outplace_fused_experts" and got["inplace"] is False
+    assert {n: [shape, got["dtypes"][n]] for n, shape in got["shapes"].items()} == got["sglang_8bit"]
+    assert got["bytes"] == got["planned_bytes"] and got["wants"] == [True, False, False]

@@ -768,3 +768,58 @@ def test_auto_leaves_a_tenth_of_the_host_ram_to_the_desktop(capsys):
     assert "more than 90 %" in said and "--kt-gpu-prefill 1024 asks for it anyway" in said
     rc, asked = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--host-ram-gib", gib, "--kt-gpu-prefill", "1024")
     assert rc == 0 and asked["fits"] and asked["hybrid"]["prefill_tokens"] == 1024
+
+
+def test_fp8_as_int8_keeps_each_value_within_half_a_step_as_the_proxy_computes_it(gp):
+    """VRAMKIT_KT_PREFILL_FP8=int8: each CPU layer's FP8 values requantized to int8 per row and 128 inputs (zero 128,
+    bf16 scales: moe_wna16's 8-bit layout, int8_shapes) land within half a step of the FP8 values, and are the
+    values the accuracy proxy scores for that arithmetic (kt_accuracy.int8_group, the "INT8_W8A16<-FP8" row), bit
+    for bit once each is cast to bf16 as the kernel casts it."""
+    import torch
+    from kt_accuracy import fp8_block, fp8_values, int8_group
+    assert gp.fp8_as({}) == "w8a8" and gp.fp8_as({gp.FP8_AS_ENV: " int8 "}) == "int8"
+    with pytest.raises(SystemExit) as e:
+        gp.fp8_as({gp.FP8_AS_ENV: "fp4"})
+    assert str(e.value).startswith("vramkit_gpu_prefill: ") and "\n" not in str(e.value)
+    h, i, experts = 256, 128, 2
+    gen = torch.Generator().manual_seed(5)
+    w13 = torch.randn(experts, 2 * i, h, generator=gen) * 0.02
+    w2 = torch.randn(experts, h, i, generator=gen) * 0.02
+    w13[0, 7, 3] = 0.5                                   # an outlier: its group's scale, not the others'
+    layer = {}
+    for name, w in (("w13", w13), ("w2", w2)):
+        layer[f"{name}_weight"], layer[f"{name}_weight_scale_inv"] = fp8_block(w.to(torch.bfloat16))
+    out = gp.int8_from_fp8(layer, (128, 128), torch.bfloat16)
+    want = gp.int8_shapes(h, i, experts)
+    assert {n: (tuple(t.shape), str(t.dtype).removeprefix("torch.")) for n, t in out.items()} == want
+    for name in ("w13", "w2"):
+        exact = fp8_values(layer[f"{name}_weight"], layer[f"{name}_weight_scale_inv"])
+        scale = out[f"{name}_scales"].float().repeat_interleave(128, -1)
+        got = (out[f"{name}_qweight"].float() - 128) * scale
+        assert ((got - exact).abs() <= scale * 0.5 + 1e-9).all()
+        assert int(out[f"{name}_qweight"].min()) >= 1 and int(out[f"{name}_qweight"].max()) <= 255   # +-127 + 128
+        assert torch.equal(got.to(torch.bfloat16), int8_group(exact))
+    assert float(out["w13_scales"][0, 7, 0]) > 10 * float(out["w13_scales"][0, 8, 0])    # the outlier's group only
+
+
+def test_fp8_as_int8_is_planned_by_its_own_sizes_and_not_taken_by_auto(capsys):
+    """--kt-prefill-fp8 int8: the staging set and the pinned copies are the int8 layout's (uint8 weights, bf16 scales
+    per 128 inputs), the server gets VRAMKIT_KT_PREFILL_FP8=int8, and the note says it has not run on a GPU; with
+    --kt-gpu-prefill auto the path stays off, as for any format without a server run."""
+    rc, d = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--kt-gpu-prefill", "1024", "--kt-prefill-fp8", "int8")
+    assert rc == 0 and d["fits"], d["reasons"]
+    h = d["hybrid"]
+    cpu_layers = h["moe_layers"] - h["gpu_layers"]
+    assert h["prefill_gpu_bytes"] == (384 + 192 + 20) * MiB        # both scales (6 and 3 MiB) in one 20 MiB segment
+    assert h["host_prefill_bytes"] == cpu_layers * (384 + 192 + 6 + 3) * MiB
+    assert d["server_env"]["VRAMKIT_KT_PREFILL_FP8"] == "int8"
+    said = next(n for n in d["notes"] if n.startswith("prompt chunks of 1,024+ tokens"))
+    assert "its fp8-int8 experts: not run in a server on a GPU yet" in said
+    _, auto = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--kt-prefill-fp8", "int8")
+    assert auto["hybrid"]["prefill_tokens"] == 0 and "VRAMKIT_KT_PREFILL_FP8" not in auto["server_env"]
+    assert any("its fp8-int8 experts' path has not run in a server on a GPU yet" in n for n in auto["notes"])
+    # the accuracy the knob's help quotes is the proxy's rows
+    from vramkit import generated
+    rows, help_ = generated._proxy_rows(), knob_decl.by_name()["kt_prefill_fp8"].help
+    for row in ("INT8_W8A16<-FP8 (GPU)", "FP8_W8A8 (GPU)", "AMXINT8<-FP8"):
+        assert f"{generated._mean_error(rows[row]):.2f}" in help_, row

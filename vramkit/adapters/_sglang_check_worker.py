@@ -398,19 +398,22 @@ def _add_and_forward(engine, hidden: int, experts: int) -> str:
         return f"AssertionError: {exc}"
 
 
-def _prefill_through(gp, quantization: dict, stand_ins: list, entry_module, entry_name: str) -> tuple:
+def _prefill_through(gp, quantization: dict, stand_ins: list, entry_module, entry_name: str,
+                     env: dict | None = None) -> tuple:
     """The adapter `gp`'s GpuPrefill on PREFILL_SHAPE's layer with `quantization`, one layer added and one forward
     sent (_add_and_forward) on CPU tensors. For the call: `stand_ins` ((object, attribute, value)) beside the two
     every format needs (the staging set's device and the pinning, on the CPU here), and the MoE entry
-    `entry_module.entry_name` wrapped to record what it is handed; all put back after. Returns the engine, what the
-    entry was handed (seen: d, q, r) and how far the forward got."""
+    `entry_module.entry_name` wrapped to record what it is handed; all put back after; `env`: the adapter's settings
+    while the engine is built. Returns the engine, what the entry was handed (seen: d, q, r) and how far the forward
+    got."""
     import contextlib
     from unittest import mock
 
     import torch
     h, i, e = PREFILL_SHAPE
-    engine = gp.GpuPrefill(8, {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
-                               "quantization_config": quantization}, "", dummy=True)
+    with mock.patch.dict(os.environ, env or {}):
+        engine = gp.GpuPrefill(8, {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
+                                   "quantization_config": quantization, "torch_dtype": "bfloat16"}, "", dummy=True)
     seen: dict = {}
     orig_entry, orig_empty_like = getattr(entry_module, entry_name), torch.empty_like
 
@@ -469,12 +472,15 @@ def _gpu_prefill(req: dict) -> dict:
         "runner_config": type(seen["r"]).__name__}
 
 
-def _gpu_prefill_fp8(req: dict) -> dict:
-    """The block-FP8 half of the fifth request: a dummy FP8 layer (no repack on CUDA) and one forward into SGLang's
-    triton MoE entry; fused_experts_impl's checks run (its custom-op registration left out), the first GPU work after
-    them (_prepare_fused_moe_run: the kernel configs and moe_align_block_size) stops the forward."""
+def _gpu_prefill_fp8(req: dict, as_int8: bool = False) -> dict:
+    """The block-FP8 half of the fifth request: a dummy FP8 layer (no repack on CUDA; `as_int8`: requantized to int8
+    as VRAMKIT_KT_PREFILL_FP8=int8 does) and one forward into SGLang's triton MoE entry; fused_experts_impl's checks
+    run (its custom-op registration left out), the first GPU work after them (_prepare_fused_moe_run: the kernel
+    configs and moe_align_block_size) stops the forward. For int8, the layer beside what SGLang's own moe_wna16
+    allocates for 8-bit experts of that shape (MoeWNA16Method.create_weights)."""
     import sglang.srt.layers.moe.moe_runner.triton as triton_runner
     import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe as fm
+    import torch
 
     gp = _adapter(req["adapter"])
     body = _undecorated(fm)
@@ -494,13 +500,25 @@ def _gpu_prefill_fp8(req: dict) -> dict:
     block = (128, 128)
     engine, seen, outcome = _prefill_through(
         gp, {"quant_method": "fp8", "weight_block_size": list(block), "activation_scheme": "dynamic", "fmt": "e4m3"},
-        stand_ins, triton_runner, "fused_experts_none_to_triton")
+        stand_ins, triton_runner, "fused_experts_none_to_triton", {gp.FP8_AS_ENV: "int8"} if as_int8 else None)
     q = seen["q"]
-    return _prefill_answer(engine, seen, outcome, gp.fp8_layer_bytes(*PREFILL_SHAPE, block)) | {
-        "use_fp8_w8a8": q.use_fp8_w8a8, "block_shape": q.block_shape, "op": ops.get("op"),
-        "inplace": seen["r"].inplace, "staged_is_passed": q.w13_weight is engine.stage["w13_weight"]
-        and q.w2_scale is engine.stage["w2_weight_scale_inv"],
+    planned = gp.int8_layer_bytes(*PREFILL_SHAPE) if as_int8 else gp.fp8_layer_bytes(*PREFILL_SHAPE, block)
+    first = "w13_qweight" if as_int8 else "w13_weight"
+    out = _prefill_answer(engine, seen, outcome, planned) | {
+        "use_fp8_w8a8": q.use_fp8_w8a8, "use_int8_w8a16": q.use_int8_w8a16, "block_shape": q.block_shape,
+        "op": ops.get("op"), "inplace": seen["r"].inplace,
+        "staged_is_passed": q.w13_weight is engine.stage[first] and q.w2_scale is engine.stage[
+            "w2_scales" if as_int8 else "w2_weight_scale_inv"],
         "dtypes": {n: str(t.dtype) for n, t in engine.host[3].items()}}
+    if as_int8:
+        from sglang.srt.layers.quantization.moe_wna16 import MoeWNA16Config, MoeWNA16Method
+        layer = torch.nn.Module()
+        h, i, e = PREFILL_SHAPE
+        MoeWNA16Method(MoeWNA16Config("gptq", 8, 128, False, False, None, {})).create_weights(
+            layer, e, h, i, torch.bfloat16, weight_loader=lambda *a, **k: None)
+        out["sglang_8bit"] = {n: [list(getattr(layer, n).shape), str(getattr(layer, n).dtype)]
+                              for n in ("w13_qweight", "w2_qweight", "w13_scales", "w2_scales")}
+    return out
 
 
 def main() -> int:
@@ -558,7 +576,8 @@ def main() -> int:
         prefill = None
         if request.get("gpu_prefill"):
             req = request["gpu_prefill"]
-            prefill = _gpu_prefill_fp8(req) if req.get("format") == "fp8" else _gpu_prefill(req)
+            prefill = _gpu_prefill_fp8(req, req.get("format") == "fp8-int8") \
+                if req.get("format") in ("fp8", "fp8-int8") else _gpu_prefill(req)
         json.dump({"sglang_version": getattr(sglang, "__version__", "?"), "import_s": round(import_s, 2),
                    "results": results, "parses": parses} | ({"gguf": gguf} if gguf else {})
                   | ({"dummy": dummy} if dummy else {}) | ({"gpu_prefill": prefill} if prefill else {}), real_stdout)

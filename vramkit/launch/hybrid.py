@@ -27,6 +27,7 @@ PLACEMENT_DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"   # "0": kt_compat's pl
 LAYERS_ENV = knob_decl.by_name()["kt_gpu_layers"].env        # whole layers on the GPU (kt_compat's docstring)
 PREFILL_ENV = knob_decl.by_name()["kt_gpu_prefill"].env      # the CPU layers' prompt on the GPU (vramkit_gpu_prefill)
 PIN_ENV = knob_decl.by_name()["kt_prefill_pin"].env          # how that path page-locks its host copies
+FP8_ENV = knob_decl.by_name()["kt_prefill_fp8"].env          # how it computes block-FP8 experts
 LAYERS_FLAG = knob_decl.by_name()["kt_gpu_layers"].cli_flag
 # The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
 # `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
@@ -217,6 +218,8 @@ class Hybrid:
         if name == PREFILL_ENV:
             return (f"prompt chunks of {self.plan.prefill_tokens}+ tokens run the CPU layers' experts on the GPU "
                     "(--kt-gpu-prefill)")
+        if name == FP8_ENV:     # set only for int8 (w8a8 is the adapter's default)
+            return "that path's block-FP8 experts requantized to int8 per 128 inputs, bf16 inputs (--kt-prefill-fp8)"
         if name == PIN_ENV:
             how = ("at their own size (cudaHostRegister)" if self.plan.prefill_pin == "register"
                    else "in PyTorch's pinned allocator (a power of two each)")
@@ -237,11 +240,12 @@ class Hybrid:
         """The kt-kernel adapter's settings the plan chose, for the native server and the container alike: whole
         layers on the GPU (kt_gpu_layers = "auto"), and with them the GPU prompt path when planned (kt_gpu_prefill);
         none for SGLang's own split."""
-        assert LAYERS_ENV is not None and PREFILL_ENV is not None and PIN_ENV is not None
+        assert LAYERS_ENV is not None and PREFILL_ENV is not None and PIN_ENV is not None and FP8_ENV is not None
         if not self.plan.gpu_layers:
             return {}
-        return {LAYERS_ENV: "auto"} | ({PREFILL_ENV: str(self.plan.prefill_tokens), PIN_ENV: self.plan.prefill_pin}
-                                       if self.plan.prefill_tokens else {})
+        path = {PREFILL_ENV: str(self.plan.prefill_tokens), PIN_ENV: self.plan.prefill_pin} \
+            | ({FP8_ENV: self.plan.prefill_fp8} if self.plan.prefill_fp8 != "w8a8" else {})
+        return {LAYERS_ENV: "auto"} | (path if self.plan.prefill_tokens else {})
 
     def to_json(self) -> dict:
         return {"weight_path": self.weight_path, "this_host_isa": self.here_isa, "placement": self.placement}

@@ -42,6 +42,13 @@ ENV = "VRAMKIT_KT_GPU_PREFILL"
 # registered against 51.6 allocated, the first token after 30K in 5.52 s both (moe-gpu-prefill/fp8-register/ and
 # fp8-server/); in the bench one layer copied at 54.8 GB/s registered, 54.4 allocated (fp8-bench/c).
 PIN_ENV = "VRAMKIT_KT_PREFILL_PIN"
+# How block-FP8 experts are computed on the path (the planner's kt_prefill_fp8 sets it): "w8a8" (the default, measured
+# in a server: SGLang's own block-FP8 triton MoE, which rounds each GEMM's input to FP8 too), or "int8" (each CPU
+# layer's FP8 values requantized at load to int8 per row and 128 inputs, bf16 scales, and computed with bf16 inputs by
+# SGLang's triton MoE as its moe_wna16 8-bit layers are: 4.82 % MoE-layer error on the random-weight proxy against
+# 6.38 % for w8a8 and 5.38 % for kt-kernel's AMXINT8, benchmarks/results/gpu/peer-accuracy/; not run on a GPU yet)
+FP8_AS_ENV = "VRAMKIT_KT_PREFILL_FP8"
+INT8_GROUP = 128
 PACK = 8          # 4-bit values in an int32
 PROJ = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
 
@@ -64,6 +71,15 @@ def pin_how(environ: dict | None = None) -> str:
     if raw not in ("alloc", "register"):
         raise SystemExit(f"vramkit_gpu_prefill: {PIN_ENV}={raw!r}: give register (each copy's own memory registered "
                          "with CUDA) or alloc (PyTorch's pinned allocator)")
+    return raw
+
+
+def fp8_as(environ: dict | None = None) -> str:
+    """VRAMKIT_KT_PREFILL_FP8: "w8a8" (unset) or "int8"; anything else stops the server at start with one line."""
+    raw = (os.environ if environ is None else environ).get(FP8_AS_ENV, "").strip() or "w8a8"
+    if raw not in ("w8a8", "int8"):
+        raise SystemExit(f"vramkit_gpu_prefill: {FP8_AS_ENV}={raw!r}: give w8a8 (SGLang's FP8 MoE) or int8 (the FP8 "
+                         "values requantized to int8 per 128 inputs, bf16 inputs)")
     return raw
 
 
@@ -104,7 +120,7 @@ def shapes(hidden: int, inter: int, experts: int, group: int) -> dict[str, tuple
             "w2_scales": ((experts, inter // group, hidden), "float16")}
 
 
-SIZE = {"int32": 4, "float16": 2, "float8_e4m3fn": 1, "float32": 4}     # bytes per element of each dtype here
+SIZE = {"int32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "uint8": 1, "float32": 4}  # bytes per element
 
 
 def _bytes(tensors: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, int]:
@@ -128,6 +144,41 @@ def fp8_shapes(hidden: int, inter: int, experts: int, block: tuple[int, int]) ->
 
 def fp8_layer_bytes(hidden: int, inter: int, experts: int, block: tuple[int, int]) -> dict[str, int]:
     return _bytes(fp8_shapes(hidden, inter, experts, block))
+
+
+def int8_shapes(hidden: int, inter: int, experts: int,
+                scale_dtype: str = "bfloat16") -> dict[str, tuple[tuple[int, ...], str]]:
+    """One layer's experts as SGLang's moe_wna16 holds 8-bit weights (MoeWNA16Method.create_weights, bits 8, no zero
+    points): qweight uint8 [E, N, K] (zero 128), scales [E, N, K / 128] in the model's dtype; w13 is gate | up."""
+    g = INT8_GROUP
+    return {"w13_qweight": ((experts, 2 * inter, hidden), "uint8"), "w2_qweight": ((experts, hidden, inter), "uint8"),
+            "w13_scales": ((experts, 2 * inter, hidden // g), scale_dtype),
+            "w2_scales": ((experts, hidden, inter // g), scale_dtype)}
+
+
+def int8_layer_bytes(hidden: int, inter: int, experts: int) -> dict[str, int]:
+    return _bytes(int8_shapes(hidden, inter, experts))
+
+
+def int8_from_fp8(layer: dict, block: tuple[int, int], scale_dtype) -> dict:
+    """A layer's block-FP8 w13/w2 (fp8_shapes) as int8 per row and INT8_GROUP inputs (int8_shapes): each expert's
+    FP8 values (code x its block's scale, float32) over max |value| / 127 of its group, rounded, stored + 128; the
+    scales in `scale_dtype`, the quotient by the scale as stored. One expert at a time (its float32 copy only)."""
+    import torch
+    bn, bk = block
+    out: dict = {}
+    for w in ("w13", "w2"):
+        codes, block_scales = layer[f"{w}_weight"], layer[f"{w}_weight_scale_inv"]
+        _, n, k = codes.shape
+        qs, ss = [], []
+        for q, bs in zip(codes, block_scales, strict=True):
+            v = q.float() * bs.repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
+            g = v.view(n, k // INT8_GROUP, INT8_GROUP)
+            scale = (g.abs().amax(-1) / 127.0).clamp_min(1e-12).to(scale_dtype)
+            qs.append((torch.round(g / scale.float()[..., None]).clamp(-127, 127) + 128).to(torch.uint8).view(n, k))
+            ss.append(scale)
+        out[f"{w}_qweight"], out[f"{w}_scales"] = torch.stack(qs), torch.stack(ss)
+    return out
 
 
 def fp8_assemble(read, prefix: str, order: list[int]) -> dict:
@@ -220,15 +271,18 @@ class GpuPrefill:
         self.host: dict[int, dict] = {}          # layer -> its tensors in pinned host RAM
         self.stage: dict | None = None
         self._reader: Reader | None = None
-        self._dummy: dict | None = None          # the FP8 dummy layer, drawn once
+        self._dummy: dict | None = None          # the FP8 dummy layer, drawn once (as int8 too, converted once)
         self.pin = pin_how()
+        self.fp8_as = fp8_as() if self.block is not None else None
+        self.scale_dtype = str(hf.get("torch_dtype") or "bfloat16")     # moe_wna16's scales: the model's dtype
         self._registered: list[int] = []         # host pointers registered with CUDA ("register")
 
     def add_layer(self, layer_idx: int, order: list[int]) -> None:
         """The layer's experts into pinned host RAM (read and repacked, or random for a dummy load); the staging set
         at the first layer, while SGLang still counts what the load allocates."""
         import torch
-        layer = self._fp8_layer(layer_idx, order) if self.block is not None else \
+        layer = (self._int8_layer(layer_idx, order) if self.fp8_as == "int8" else self._fp8_layer(layer_idx, order)) \
+            if self.block is not None else \
             to_marlin(self._gptq_layer(layer_idx, order), self.hidden, self.inter, self.group)
         pinned = {k: self._pin(v.cpu()) for k, v in layer.items()}
         del layer
@@ -301,6 +355,18 @@ class GpuPrefill:
                                                                   self.block).items()}
         return {name: t.clone() for name, t in self._dummy.items()}
 
+    def _int8_layer(self, layer_idx: int, order: list[int]) -> dict:
+        """The layer's block-FP8 experts requantized to int8 (int8_from_fp8); a dummy load's layer converted once and
+        copied for every layer, as it is drawn once."""
+        import torch
+        assert self.block is not None
+        dtype = getattr(torch, self.scale_dtype)
+        if not self.dummy:
+            return int8_from_fp8(self._fp8_layer(layer_idx, order), self.block, dtype)
+        if self._dummy is None or "w13_qweight" not in self._dummy:
+            self._dummy = int8_from_fp8(self._fp8_layer(layer_idx, order), self.block, dtype)
+        return {name: t.clone() for name, t in self._dummy.items()}
+
     def drop(self) -> None:
         """Give back what add_layer took (after a failure: the server goes on with every prompt on kt-kernel)."""
         if self._registered:
@@ -324,9 +390,14 @@ class GpuPrefill:
         s = self.stage
         if self.block is not None:
             from sglang.srt.layers.moe.moe_runner.triton import TritonMoeQuantInfo, fused_experts_none_to_triton
-            info = TritonMoeQuantInfo(w13_weight=s["w13_weight"], w2_weight=s["w2_weight"], use_fp8_w8a8=True,
-                                      w13_scale=s["w13_weight_scale_inv"], w2_scale=s["w2_weight_scale_inv"],
-                                      block_shape=list(self.block))
+            if self.fp8_as == "int8":       # as moe_wna16's 8-bit layers (get_triton_quant_info): bf16 inputs
+                info = TritonMoeQuantInfo(w13_weight=s["w13_qweight"], w2_weight=s["w2_qweight"], use_int8_w8a16=True,
+                                          w13_scale=s["w13_scales"], w2_scale=s["w2_scales"],
+                                          block_shape=[0, INT8_GROUP])
+            else:
+                info = TritonMoeQuantInfo(w13_weight=s["w13_weight"], w2_weight=s["w2_weight"], use_fp8_w8a8=True,
+                                          w13_scale=s["w13_weight_scale_inv"], w2_scale=s["w2_weight_scale_inv"],
+                                          block_shape=list(self.block))
             # not in place (SGLang's default writes the output over the input): a forward that fails part way then
             # still has its input for kt-kernel, and the output is a new tensor, as marlin's is
             config = dataclasses.replace(runner_config, inplace=False)

@@ -238,7 +238,8 @@ def patch_sglang_kt(module, spec: str) -> None:
                     gp.say(f"{gp.ENV}={least} not used: {why}; prompt chunks stay on kt-kernel")
                 else:
                     prefill["engine"] = gp.GpuPrefill(least, hf, args.model_path, args.load_format == "dummy")
-                    gp.say(f"{gp.ENV}={least}: forwards of {least}+ tokens run the CPU layers' experts on the GPU")
+                    gp.say(f"{gp.ENV}={least}: forwards of {least}+ tokens run the CPU layers' experts on the GPU"
+                           + (f" ({gp.FP8_AS_ENV}={gp.fp8_as()})" if gp.fp8_block(hf) else ""))
         return prefill["engine"]
 
     def prefill_off(engine, layer_idx: int, exc: Exception) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
-from vramkit.core.plan.kt_hybrid import KT_GPU_LAYERS, KT_METHODS, MOE_KERNELS, PREFILL_PINS
+from vramkit.core.plan.kt_hybrid import KT_GPU_LAYERS, KT_METHODS, MOE_KERNELS, PREFILL_FP8, PREFILL_PINS
 
 # "32k" tokens on the command line is 32 x 1024, as model cards and SGLang's own logs count context windows
 TOKENS_PER_K = 1024
@@ -260,6 +260,13 @@ class Knobs:
         "copy's own memory registered with CUDA, exactly its size; alloc = PyTorch's pinned allocator, each copy "
         "rounded up to a power of two (a third more host RAM for FP8's layers); the same speed measured both ways",
         choices=PREFILL_PINS, env="VRAMKIT_KT_PREFILL_PIN")
+    kt_prefill_fp8: str = knob(
+        "w8a8", str, "", "how the GPU prompt path computes block-FP8 experts: w8a8 = SGLang's FP8 MoE, each GEMM's "
+        "input rounded to FP8 too (run in a server); int8 = the FP8 values requantized at load to int8 per row and "
+        "128 inputs, bf16 inputs, as SGLang's moe_wna16 8-bit layers (more accurate on the random-weight proxy: "
+        "MoE-layer error 4.82 against 6.38 for w8a8 and 5.38 for kt-kernel's AMXINT8, in percent; not run on a GPU "
+        "yet, so auto leaves the path off)",
+        choices=PREFILL_FP8, env="VRAMKIT_KT_PREFILL_FP8")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
         sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))

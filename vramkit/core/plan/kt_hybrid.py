@@ -789,13 +789,24 @@ PREFILL_MEASURED = {
 }
 
 
-def prefill_format(model: ModelSpec) -> str | None:
+# How the path computes block-FP8 experts (kt_prefill_fp8; the adapter's VRAMKIT_KT_PREFILL_FP8): "w8a8", SGLang's
+# block-FP8 triton MoE (each GEMM's input rounded to FP8 too: 6.38 % MoE-layer error on the random-weight proxy), or
+# "int8", each CPU layer's FP8 values requantized at load to int8 per row and 128 inputs and computed with bf16 inputs
+# by SGLang's triton MoE as its moe_wna16 8-bit layers are (4.82 %; kt-kernel's AMXINT8 from FP8 5.38 %;
+# benchmarks/results/gpu/peer-accuracy/). "int8" has not run on a GPU: its format, "fp8-int8", is not in
+# PREFILL_MEASURED, so auto does not take it
+PREFILL_FP8 = ("w8a8", "int8")
+INT8_GROUP = 128
+
+
+def prefill_format(model: ModelSpec, fp8_as: str = "w8a8") -> str | None:
     """The expert format the GPU prompt path would copy: "gptq" (GPTQ-Int4, SGLang's marlin MoE), "fp8" (block FP8
     with dynamic activation scales, as Qwen's and DeepSeek's FP8 releases store it: weight_scale_inv; its triton MoE),
-    None (neither: the adapter's vramkit_gpu_prefill.unsupported says the same)."""
+    "fp8-int8" (the same requantized to int8, fp8_as "int8"), None (neither: the adapter's
+    vramkit_gpu_prefill.unsupported says the same)."""
     q = model.quantization
     if q is not None and q.method == "fp8" and q.weight_block is not None and q.fp8_scheme == "dynamic":
-        return "fp8"
+        return "fp8-int8" if fp8_as == "int8" else "fp8"
     if q is not None and q.method == "gptq" and q.bits == 4:
         return "gptq"
     return None
@@ -824,13 +835,16 @@ def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None
     return None
 
 
-def prefill_tensors(model: ModelSpec) -> tuple[int, ...]:
+def prefill_tensors(model: ModelSpec, fp8_as: str = "w8a8") -> tuple[int, ...]:
     """One MoE layer's expert tensors as the path holds them, the adapter's GPU staging set and each CPU layer's
     pinned copy: GPTQ-Int4 as marlin does (w13 and w2 qweight, w13 and w2 scales; the repack keeps each size), block
-    FP8 as the checkpoint has them (w13 and w2 float8 weights, their float32 block scales)."""
+    FP8 as the checkpoint has them (w13 and w2 float8 weights, their float32 block scales), or requantized to int8
+    as moe_wna16 holds 8 bits (uint8 weights, 16-bit scales per row and 128 inputs)."""
     moe, q = model.moe, model.quantization
     assert moe is not None and q is not None
     h, i, e = model.hidden_size, moe.expert_intermediate, moe.num_experts
+    if prefill_format(model, fp8_as) == "fp8-int8":
+        return (e * 2 * i * h, e * h * i, e * 2 * i * (h // INT8_GROUP) * 2, e * h * (i // INT8_GROUP) * 2)
     if prefill_format(model) == "fp8":
         assert q.weight_block is not None
         bn, bk = q.weight_block
@@ -839,11 +853,11 @@ def prefill_tensors(model: ModelSpec) -> tuple[int, ...]:
     return (e * h * 2 * i // 2, e * i * h // 2, e * (h // g) * 2 * i * 2, e * (i // g) * h * 2)
 
 
-def prefill_staging_bytes(model: ModelSpec) -> int:
+def prefill_staging_bytes(model: ModelSpec, fp8_as: str = "w8a8") -> int:
     """The GPU prompt path's staging set as the caching allocator reserves it on its own (core/memory/torch_alloc.py;
     allocated after the weights, counted with them by SGLang)."""
     a = CachingAllocator()
-    for n in prefill_tensors(model):
+    for n in prefill_tensors(model, fp8_as):
         a.malloc(n)
     return a.reserved
 
@@ -858,11 +872,11 @@ PREFILL_PINS = ("register", "alloc")
 PAGE_BYTES = 4096
 
 
-def prefill_pinned_bytes(model: ModelSpec, cpu_layers: int, pin: str = "register") -> int:
+def prefill_pinned_bytes(model: ModelSpec, cpu_layers: int, pin: str = "register", fp8_as: str = "w8a8") -> int:
     """The CPU layers' copies in host RAM as `pin` (PREFILL_PINS) page-locks them: whole pages each, or PyTorch's
     pinned host allocator's power of two each."""
     size = pinned_size if pin == "alloc" else (lambda n: -(-n // PAGE_BYTES) * PAGE_BYTES)
-    return cpu_layers * sum(size(n) for n in prefill_tensors(model))
+    return cpu_layers * sum(size(n) for n in prefill_tensors(model, fp8_as))
 
 
 def decode_estimate(model: ModelSpec, *, num_gpu_experts: int, cpu_expert_bytes_each: int, threads: int,
@@ -936,6 +950,7 @@ class HybridSection:
     prefill_gpu_bytes: int = 0              # kt_gpu_prefill: its GPU staging set, counted with the weights
     prefill_tokens: int = 0                 # kt_gpu_prefill: the least forward it takes (0: not planned)
     prefill_pin: str = "register"           # kt_prefill_pin: how its host copies are page-locked (PREFILL_PINS)
+    prefill_fp8: str = "w8a8"               # kt_prefill_fp8: how it computes block-FP8 experts (PREFILL_FP8)
     aggregate_streams: int = 0              # max_running requests decoding together (0: one at a time)
     aggregate_tok_s: float | None = None    # their tok/s in all after 512-token prompts (aggregate_tok_s, derived)
 

@@ -327,7 +327,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                 reasons.append(Reason("kt_gpu_prefill", f"{by_name()['kt_gpu_prefill'].cli_flag} "
                                       f"{knobs.kt_gpu_prefill}: {cannot}; 0 leaves prompts on kt-kernel"))
             else:
-                staging = kt.prefill_staging_bytes(model)
+                staging = kt.prefill_staging_bytes(model, knobs.kt_prefill_fp8)
         n_gpu_experts = _gpu_experts(model, knobs, tp, rope_len, sms, mxfp4, free, frac, engine, kv, staging)
         if knobs.kt_num_gpu_experts == "auto" and model.moe is not None and n_gpu_experts == model.moe.num_experts:
             # every expert fits beside the pool: the hybrid mode would only cost (kt-kernel still holds every
@@ -356,7 +356,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         on_gpu = replay_load(layout).gpu_reserved_bytes
         offload_req = _auto_offload_gib(free, frac, on_gpu + engine.pre_kv, cell, knobs, layer_bytes)
     offload_req = int(offload_req)
-    load = _replay(layout, min(offload_req * GiB, layer_bytes), model, counts, staging)
+    load = _replay(layout, min(offload_req * GiB, layer_bytes), model, counts, staging, knobs.kt_prefill_fp8)
     offloaded = load.offloaded_bytes
     # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
     weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
@@ -530,8 +530,9 @@ def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine
     off = replace(knobs, kt_gpu_prefill=0)
     if not knobs.kt_method:
         return plan(model, target, off, engine, with_alternatives=with_alternatives, candidates=candidates)
-    if (why := _prefill_problem(model, knobs)) is None and kt.prefill_format(model) not in kt.PREFILL_MEASURED:
-        why = (f"its {kt.prefill_format(model)} experts' path has not run in a server on a GPU yet "
+    fmt = kt.prefill_format(model, knobs.kt_prefill_fp8)
+    if (why := _prefill_problem(model, knobs)) is None and fmt not in kt.PREFILL_MEASURED:
+        why = (f"its {fmt} experts' path has not run in a server on a GPU yet "
                f"({by_name()['kt_gpu_prefill'].cli_flag} {kt.AUTO_PREFILL_TOKENS} turns it on)")
     if why is None:
         on = plan(model, target, replace(knobs, kt_gpu_prefill=kt.AUTO_PREFILL_TOKENS), engine,
@@ -564,12 +565,13 @@ def _prefill_problem(model: ModelSpec, knobs: Knobs) -> str | None:
     return kt.prefill_problem(model, whole, kt.moe_kernel(model, knobs.moe_kernel, 0, whole)[1])
 
 
-def _prefill_copy_words(model: ModelSpec, target: Target, cpu_layers: int, chunk: int, context: int) -> str:
+def _prefill_copy_words(model: ModelSpec, target: Target, cpu_layers: int, chunk: int, context: int,
+                        fp8_as: str) -> str:
     """What the GPU prompt path copies over this card's link: each chunk the CPU layers' experts (derived)."""
     link = target.link_bytes_s
     if not link or chunk <= 0:
         return ""
-    per_chunk = sum(kt.prefill_tensors(model)) * cpu_layers
+    per_chunk = sum(kt.prefill_tensors(model, fp8_as)) * cpu_layers
     card = target.gpu.label if target.gpu else "the card"
     source = "measured" if target.pcie_bytes_s else \
         f"{card}'s spec; the H100 host's pinned copies ran 50.6 GB/s of its 63"
@@ -593,13 +595,13 @@ def _with_prefill_cost(on: Plan, off: Plan) -> Plan:
 
 
 def _replay(layout: WeightLayout, offload: int, model: ModelSpec, counts: int | tuple[int, ...] | None,
-            staging: int) -> LoadResult:
+            staging: int, fp8_as: str) -> LoadResult:
     """The replayed load, with the GPU prompt path's staging set (`staging` > 0) allocated where the adapter does:
     while SGLang converts the first CPU layer's experts (whole layers: the first decoder layer without GPU experts),
     its block-FP8 set after emptying the cache, its GPTQ set in what the cache holds then."""
     if not staging or not isinstance(counts, tuple) or 0 not in counts:
         return replay_load(layout, offload)
-    return replay_load(layout, offload, staging=kt.prefill_tensors(model), staging_after_layer=counts.index(0),
+    return replay_load(layout, offload, staging=kt.prefill_tensors(model, fp8_as), staging_after_layer=counts.index(0),
                        staging_fresh=kt.prefill_format(model) == "fp8")
 
 
@@ -645,7 +647,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         priced, kernel = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
         counts = kt.gpu_expert_counts(model, n, whole)
         load = _replay(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts), 0, priced, counts,
-                       staging)
+                       staging, knobs.kt_prefill_fp8)
         weights = _weights_on_gpu(load, priced, kernel, counts, staging, engine)
         return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
 
@@ -755,9 +757,10 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         layer_offload_decode_tok_s=off_tok_s, layer_offload_gib=off_gib, cpu_cores=host.physical_cores,
         cpu_cores_source=host.cores_source, gpu_layers=gpu_layers, as_whole_layers=as_whole,
         host_sglang_source=own_source, compile_pool=pool, other_sglang_bytes=other_own,
-        host_prefill_bytes=kt.prefill_pinned_bytes(model, kt_layers, knobs.kt_prefill_pin) if staged else 0,
+        host_prefill_bytes=kt.prefill_pinned_bytes(model, kt_layers, knobs.kt_prefill_pin, knobs.kt_prefill_fp8)
+        if staged else 0,
         prefill_gpu_bytes=staged, prefill_tokens=int(knobs.kt_gpu_prefill) if staged else 0,
-        prefill_pin=knobs.kt_prefill_pin,
+        prefill_pin=knobs.kt_prefill_pin, prefill_fp8=knobs.kt_prefill_fp8,
         aggregate_streams=streams if agg is not None else 0, aggregate_tok_s=agg)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
@@ -797,7 +800,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         + (f", against a ~{off_tok_s:.1f} tok/s ceiling with layer offload ({off_gib} GiB over PCIe)"
            if off_tok_s else ""))
     if hp.prefill_gpu_bytes:
-        done = kt.PREFILL_MEASURED.get(fmt := kt.prefill_format(model) or "")
+        done = kt.PREFILL_MEASURED.get(fmt := kt.prefill_format(model, knobs.kt_prefill_fp8) or "")
         notes.append(f"prompt chunks of {knobs.kt_gpu_prefill:,}+ tokens run the {kt_layers} CPU layers' experts on "
                      f"the GPU, copied in from pinned host RAM each chunk as llama.cpp does: a staging set of "
                      f"{bytes2human(hp.prefill_gpu_bytes)} with the weights, {bytes2human(hp.host_prefill_bytes)} of "
@@ -809,7 +812,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                         if done is not None else
                         f"its {fmt} experts: not run in a server on a GPU yet; the measured formats' runs are in "
                         "benchmarks/results/gpu/moe-gpu-prefill/")
-                     + ")" + _prefill_copy_words(model, target, kt_layers, step, knobs.context))
+                     + ")" + _prefill_copy_words(model, target, kt_layers, step, knobs.context, knobs.kt_prefill_fp8))
     if hp.aggregate_tok_s is not None:
         notes.append(kt.aggregate_note(hp.aggregate_streams, hp.aggregate_tok_s, planned, bool(gpu_layers),
                                        kt.distinct_expert_factor(moe.num_experts, moe.top_k, hp.aggregate_streams)))
