@@ -148,8 +148,10 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -
     else:
         engine = gp.GpuPrefill(1, hf, "", dummy=False)
     engine.pin = pin                               # the adapter's own pinning, as VRAMKIT_KT_PREFILL_PIN sets it
+    t0 = time.perf_counter()
     layer = gp.to_marlin(raw, h, i, g) if not fp8 else \
         gp.int8_from_fp8(raw, (128, 128), torch.float16) if fmt == "fp8-int8" else raw
+    convert_s = time.perf_counter() - t0     # int8: what each CPU layer adds to a start from a real checkpoint
     engine.host[0] = {n: engine._pin(t.cpu()) for n, t in layer.items()}
     engine.stage = {n: torch.empty_like(t, device="cuda") for n, t in engine.host[0].items()}
     dev = torch.device("cuda")
@@ -183,6 +185,8 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -
     for t in tokens:
         _, dispatch, _, _ = inputs(t)
         out["run_ms"][str(t)] = round(_median_ms(lambda d=dispatch: engine.run(0, d, MoeRunnerConfig()), reps), 3)
+    if fmt == "fp8-int8":
+        out["int8_convert_s"] = {"seconds": round(convert_s, 2), "threads": torch.get_num_threads()}
     out["device"] = torch.cuda.get_device_name(0)
     out["format"] = fmt
     return out

@@ -160,24 +160,27 @@ def int8_layer_bytes(hidden: int, inter: int, experts: int) -> dict[str, int]:
     return _bytes(int8_shapes(hidden, inter, experts))
 
 
-def int8_from_fp8(layer: dict, block: tuple[int, int], scale_dtype) -> dict:
-    """A layer's block-FP8 w13/w2 (fp8_shapes) as int8 per row and INT8_GROUP inputs (int8_shapes): each expert's
-    FP8 values (code x its block's scale, float32) over max |value| / 127 of its group, rounded, stored + 128; the
-    scales in `scale_dtype`, the quotient by the scale as stored. One expert at a time (its float32 copy only)."""
+def int8_from_fp8(layer: dict, block: tuple[int, int], scale_dtype, chunk: int = 16) -> dict:
+    """A layer's block-FP8 w13/w2 (fp8_shapes) as int8 per row and INT8_GROUP inputs (int8_shapes): the FP8 values
+    (code x its block's scale, float32) over max |value| / 127 of their group, rounded, stored + 128; the scales in
+    `scale_dtype`, the quotient by the scale as stored. `chunk` experts at a time (their float32 copy only: ~300 MB
+    for the coder's w13)."""
     import torch
     bn, bk = block
     out: dict = {}
     for w in ("w13", "w2"):
         codes, block_scales = layer[f"{w}_weight"], layer[f"{w}_weight_scale_inv"]
-        _, n, k = codes.shape
-        qs, ss = [], []
-        for q, bs in zip(codes, block_scales, strict=True):
-            v = q.float() * bs.repeat_interleave(bn, 0)[:n].repeat_interleave(bk, 1)[:, :k]
-            g = v.view(n, k // INT8_GROUP, INT8_GROUP)
-            scale = (g.abs().amax(-1) / 127.0).clamp_min(1e-12).to(scale_dtype)
-            qs.append((torch.round(g / scale.float()[..., None]).clamp(-127, 127) + 128).to(torch.uint8).view(n, k))
-            ss.append(scale)
-        out[f"{w}_qweight"], out[f"{w}_scales"] = torch.stack(qs), torch.stack(ss)
+        e, n, k = codes.shape
+        q = torch.empty((e, n, k), dtype=torch.uint8)
+        scales = torch.empty((e, n, k // INT8_GROUP), dtype=scale_dtype)
+        for lo in range(0, e, chunk):
+            hi = min(e, lo + chunk)
+            per_value = block_scales[lo:hi].repeat_interleave(bn, 1)[:, :n].repeat_interleave(bk, 2)[..., :k]
+            g = (codes[lo:hi].float() * per_value).view(hi - lo, n, k // INT8_GROUP, INT8_GROUP)
+            scales[lo:hi] = (g.abs().amax(-1) / 127.0).clamp_min(1e-12).to(scale_dtype)
+            step = scales[lo:hi].float()[..., None]
+            q[lo:hi] = (torch.round(g / step).clamp(-127, 127) + 128).to(torch.uint8).view(hi - lo, n, k)
+        out[f"{w}_qweight"], out[f"{w}_scales"] = q, scales
     return out
 
 
