@@ -800,6 +800,9 @@ def test_fp8_as_int8_keeps_each_value_within_half_a_step_as_the_proxy_computes_i
         assert int(out[f"{name}_qweight"].min()) >= 1 and int(out[f"{name}_qweight"].max()) <= 255   # +-127 + 128
         assert torch.equal(got.to(torch.bfloat16), int8_group(exact))
     assert float(out["w13_scales"][0, 7, 0]) > 10 * float(out["w13_scales"][0, 8, 0])    # the outlier's group only
+    odd = {"w13_weight": layer["w13_weight"][:, :, :192], "w13_weight_scale_inv": layer["w13_weight_scale_inv"]}
+    with pytest.raises(ValueError, match=r"w13 \[256, 192\] is not whole blocks"):
+        gp.int8_from_fp8(odd, (128, 128), torch.bfloat16)
 
 
 def test_fp8_as_int8_is_planned_by_its_own_sizes_and_not_taken_by_auto(capsys):
