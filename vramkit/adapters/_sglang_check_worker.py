@@ -521,6 +521,83 @@ def _gpu_prefill_fp8(req: dict, as_int8: bool = False) -> dict:
     return out
 
 
+def _align_reference(topk_ids, block_size: int, num_experts: int):
+    """moe_align_block_size's contract (sgl_kernel's CUDA op) in Python: the routed (token, slot) indices grouped by
+    expert, each expert's run padded to `block_size` with the index one past the last, the expert of each block, and
+    the padded total."""
+    import torch
+    flat = topk_ids.flatten()
+    order, experts = [], []
+    for e in range(num_experts):
+        idx = (flat == e).nonzero().flatten().tolist()
+        if idx:
+            idx += [flat.numel()] * (-len(idx) % block_size)
+            order += idx
+            experts += [e] * (len(idx) // block_size)
+    return (torch.tensor(order, dtype=torch.int32), torch.tensor(experts, dtype=torch.int32),
+            torch.tensor([len(order)], dtype=torch.int32))
+
+
+def _gpu_prefill_numbers(req: dict) -> dict:
+    """The sixth request: the block-FP8 prompt path's numbers through SGLang's own triton MoE kernels, run on the CPU
+    by Triton's interpreter (the checker starts with TRITON_INTERPRET=1). One random layer (PREFILL_SHAPE, FP8 blocks
+    of 128 quantized from N(0, 0.02) weights), 16 float16 tokens routed to 2 experts each, through GpuPrefill.run as
+    w8a8 (FP8 weights and activations) and as int8 (the values requantized, float16 inputs), each against float32 on
+    the FP8 values. Stand-ins: moe_align_block_size by its contract (_align_reference) and the kernel-config lookup's
+    device name; bfloat16 is left out (the interpreter computes it wrong: float16 is what it is checked with)."""
+    from unittest import mock
+
+    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe as fm
+    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config as cfg
+    import torch
+    from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
+    from sglang.srt.layers.moe.topk import StandardTopKOutput
+    from sglang.srt.runtime_context import get_context
+    from sglang.srt.server_args import ServerArgs
+
+    gp = _adapter(req["adapter"])
+    body = _undecorated(fm)      # its Python bodies, not the torch ops SGLang registers for CUDA tensors
+    get_context().set_server_args(ServerArgs.__new__(ServerArgs))    # the triton MoE reads it (its defaults)
+    h, i, e = PREFILL_SHAPE
+    gen = torch.Generator().manual_seed(7)
+
+    def fp8(w):
+        b = w.view(w.shape[0], w.shape[1] // 128, 128, w.shape[2] // 128, 128)
+        scale = b.abs().amax(dim=(-3, -1)) / 448.0
+        return (b / scale[:, :, None, :, None]).to(torch.float8_e4m3fn).view(w.shape), scale
+    layer = {}
+    for name, shape in (("w13", (e, 2 * i, h)), ("w2", (e, h, i))):
+        layer[f"{name}_weight"], layer[f"{name}_weight_scale_inv"] = fp8(torch.randn(shape, generator=gen) * 0.02)
+    values = {n: (layer[f"{n}_weight"].float().view(e, -1, 128, layer[f"{n}_weight"].shape[2] // 128, 128)
+                  * layer[f"{n}_weight_scale_inv"][:, :, None, :, None]).view(layer[f"{n}_weight"].shape)
+              for n in ("w13", "w2")}
+    x = (torch.randn(16, h, generator=gen) * 0.5).half()
+    weights, ids = torch.softmax(torch.randn(16, e, generator=gen), -1).topk(2)
+    ref = torch.zeros(16, h)
+    for t in range(16):
+        for j in range(2):
+            up = values["w13"][int(ids[t, j])] @ x[t].float()
+            act = torch.nn.functional.silu(up[:i]) * up[i:]
+            ref[t] += float(weights[t, j]) * (values["w2"][int(ids[t, j])] @ act)
+    out: dict = {"interpreter": os.environ.get("TRITON_INTERPRET") == "1"}
+    quant = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic", "fmt": "e4m3"}
+    for arith in ("w8a8", "int8"):
+        with mock.patch.dict(os.environ, {gp.FP8_AS_ENV: arith}):
+            engine = gp.GpuPrefill(8, {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
+                                       "quantization_config": quant, "torch_dtype": "float16"}, "", dummy=True)
+        engine.host[3] = gp.int8_from_fp8(layer, (128, 128), torch.float16) if arith == "int8" else dict(layer)
+        engine.stage = {n: torch.empty_like(t) for n, t in engine.host[3].items()}
+        topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, e))
+        with mock.patch.object(body, "moe_align_block_size", _align_reference), \
+                mock.patch.object(fm, "outplace_fused_experts", body.outplace_fused_experts), \
+                mock.patch.object(cfg, "get_device_name", lambda *a: "cpu_interpreter"):
+            got = engine.run(3, StandardDispatchOutput(hidden_states=x.clone(), hidden_states_scale=None,
+                                                       topk_output=topk), MoeRunnerConfig()).hidden_states
+        out[arith] = {"rel_l2": float((got.float() - ref).norm() / ref.norm()), "dtype": str(got.dtype)}
+    return out
+
+
 def main() -> int:
     serve = "--serve" in sys.argv[1:]
     request = {} if serve else json.loads(sys.stdin.read() or "{}")
@@ -574,7 +651,9 @@ def main() -> int:
         gguf = _gguf(request["gguf_files"]) if request.get("gguf_files") else None
         dummy = _dummy(request["dummy_weights"]) if request.get("dummy_weights") else None
         prefill = None
-        if request.get("gpu_prefill"):
+        if request.get("gpu_prefill_numbers"):
+            prefill = _gpu_prefill_numbers(request["gpu_prefill_numbers"])
+        elif request.get("gpu_prefill"):
             req = request["gpu_prefill"]
             prefill = _gpu_prefill_fp8(req, req.get("format") == "fp8-int8") \
                 if req.get("format") in ("fp8", "fp8-int8") else _gpu_prefill(req)

@@ -141,7 +141,9 @@ class Checker:
     def __init__(self, python: Path) -> None:
         self.python = python
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}  # deterministic: no SGLang knobs
-        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                   TRITON_INTERPRET="1")   # SGLang's triton kernels, where a request runs one, on the CPU
+                                           # (the GPU prompt path's numbers); no other request launches one
         self.env = env
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen([str(python), "-I", str(WORKER), "--serve"], stdin=subprocess.PIPE,
@@ -280,6 +282,12 @@ def gpu_prefill_call(adapter: Path, timeout_s: float = 120.0, fmt: str = "gptq")
     SGLang's own classes, the kernel's entry recorded instead of run (in the shared checker; the worker's fifth
     request says what comes back)."""
     return shared_checker().run({"gpu_prefill": {"adapter": str(adapter), "format": fmt}}, timeout_s)["gpu_prefill"]
+
+
+def gpu_prefill_numbers(adapter: Path, timeout_s: float = 300.0) -> dict:
+    """The block-FP8 prompt path's output through SGLang's own triton MoE kernels, interpreted on the CPU, as w8a8 and
+    as int8, each against float32 (the worker's sixth request)."""
+    return shared_checker().run({"gpu_prefill_numbers": {"adapter": str(adapter)}}, timeout_s)["gpu_prefill"]
 
 
 def check_launches(cases: Iterable[Any], timeout_s: float = 600.0) -> list[CheckResult]:
