@@ -55,11 +55,11 @@ def test_the_fp8_path_as_int8_hands_sglang_moe_wna16_s_8_bit_payload():
 
 def test_the_fp8_path_s_numbers_through_sglang_s_triton_kernels():
     """The path's output through SGLang's own triton MoE kernels (Triton's interpreter on the CPU, float16 tokens)
-    against float32 on the layer's FP8 values: int8 (the values requantized per 128 inputs) within 2 % (1.1 % when
-    written), w8a8 (FP8 activations too) five times further off or more (10.0 %): the ordering the accuracy proxy
-    gives (peer-accuracy/: 4.82 % against 6.38 % per MoE layer, each including the FP8 weights' own error), here
-    from SGLang's kernels themselves. The same on the GPU is the bench's (gpu_prefill_bench.py --format fp8 /
-    fp8-int8: w8a8 measured 5.10 % on its own inputs)."""
+    against float32 on the layer's FP8 values: int8 (the values requantized per 128 inputs; no FP8 step at run time)
+    within 2 % (1.1 % when written). w8a8 (FP8 activations too) reads 10.0 % here, but the interpreter does not
+    compute FP8 as the GPU does: the bench's own layer and inputs (gpu_prefill_bench.py --format fp8), interpreted
+    on the dev host, read 10.0 % where the GPU measured 5.10 % (fp8-bench/c), cause not traced. So only its being
+    further off than int8 is asserted; the GPU's figures are the bench's."""
     got = sglang_check.gpu_prefill_numbers(ADAPTER)
     assert got["interpreter"]
     assert got["int8"]["dtype"] == got["w8a8"]["dtype"] == "torch.float16"
