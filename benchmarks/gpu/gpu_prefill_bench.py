@@ -7,6 +7,7 @@ experts (the moe preset's checkpoint) on SGLang's triton MoE; --format fp8-int8 
 same float32 reference on the FP8 values.
 
     python3 benchmarks/gpu/gpu_prefill_bench.py [--format gptq|fp8|fp8-int8] [--tokens 512,2048,4096] [--out R.json]
+    .venv-sglang/bin/python benchmarks/gpu/gpu_prefill_bench.py --interpret --format fp8-int8 --out R.json  # no GPU
 
 On the GPU host, in the SGLang archive's environment (benchmarks/gpu/host_env.sh) after the marlin JIT prewarm: random
 GPTQ weights of the coder's shape (128 experts, hidden 2048, expert intermediate 768, group 128, 4 bits, symmetric),
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -106,11 +108,11 @@ def reference(x, raw: dict, ids, weights, inter: int, group: int):
     return Model.moe_torch(gate, up, down, x.float(), ids, weights, out_dtype=torch.float32)
 
 
-def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -> dict:
+def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc", device: str = "cuda") -> dict:
     """The adapter's own path on one random layer, checked against a float32 reference, then timed: GPTQ-Int4
     (to_marlin, the pinned copy, GpuPrefill.run through SGLang's fused_experts_none_to_marlin) or block FP8 (the
     adapter's own dummy layer, the pinned copy, GpuPrefill.run through SGLang's fused_experts_none_to_triton with
-    FP8 weights and activations)."""
+    FP8 weights and activations). `device` "cpu": the check alone, in Triton's interpreter (--interpret)."""
     import torch
     sys.path.insert(0, str(ROOT / "services" / "sglang-kt" / "kt_compat"))
     import vramkit_gpu_prefill as gp
@@ -152,9 +154,10 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -
     layer = gp.to_marlin(raw, h, i, g) if not fp8 else \
         gp.int8_from_fp8(raw, (128, 128), torch.float16) if fmt == "fp8-int8" else raw
     convert_s = time.perf_counter() - t0     # int8: what each CPU layer adds to a start from a real checkpoint
-    engine.host[0] = {n: engine._pin(t.cpu()) for n, t in layer.items()}
-    engine.stage = {n: torch.empty_like(t, device="cuda") for n, t in engine.host[0].items()}
-    dev = torch.device("cuda")
+    on_gpu = device == "cuda"
+    engine.host[0] = {n: engine._pin(t.cpu()) if on_gpu else t.cpu() for n, t in layer.items()}
+    engine.stage = {n: torch.empty_like(t, device=device) for n, t in engine.host[0].items()}
+    dev = torch.device(device)
     layer_bytes = sum(t.numel() * t.element_size() for t in engine.host[0].values())
 
     def inputs(t: int):
@@ -173,6 +176,10 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -
     ref = fp8_reference(x0, raw, ids, weights, i, (128, 128)) if fp8 else reference(x0, raw, ids, weights, i, g)
     out: dict = {"check_64_tokens": {"rel_l2": round(float((got - ref).norm() / ref.norm()), 5),
                                      "ref_rms": float(ref.pow(2).mean().sqrt()), "input_kept": out_kept}}
+    if fmt == "fp8-int8":
+        out["int8_convert_s"] = {"seconds": round(convert_s, 2), "threads": torch.get_num_threads()}
+    if not on_gpu:
+        return out | {"device": "cpu, Triton's interpreter", "format": fmt}
 
     def copy() -> None:
         for name, t in engine.host[0].items():
@@ -185,11 +192,34 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc") -
     for t in tokens:
         _, dispatch, _, _ = inputs(t)
         out["run_ms"][str(t)] = round(_median_ms(lambda d=dispatch: engine.run(0, d, MoeRunnerConfig()), reps), 3)
-    if fmt == "fp8-int8":
-        out["int8_convert_s"] = {"seconds": round(convert_s, 2), "threads": torch.get_num_threads()}
     out["device"] = torch.cuda.get_device_name(0)
     out["format"] = fmt
     return out
+
+
+def interpreted(fmt: str, out: Path | None) -> int:
+    """--interpret: bench()'s numeric check on the CPU, SGLang's triton MoE in Triton's interpreter with the SGLang
+    check's stand-ins (vramkit/adapters/_sglang_check_worker.py triton_moe_on_cpu); a derivation, not the kernel on a
+    GPU."""
+    if fmt == "gptq":
+        print("gpu_prefill_bench: --interpret: marlin is CUDA code, not triton; give --format fp8 or fp8-int8",
+              file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT))
+    from vramkit.adapters._sglang_check_worker import triton_moe_on_cpu
+    t0 = time.time()
+    with triton_moe_on_cpu():
+        res = bench([], 0, fmt, "alloc", device="cpu")
+    import torch
+    res |= {"seconds": round(time.time() - t0), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "how": "benchmarks/gpu/gpu_prefill_bench.py --interpret: the GPU bench's layer, inputs and check, computed "
+                   "by SGLang's triton kernels in Triton's interpreter on the CPU (derived, not measured on a GPU)"}
+    text = json.dumps(res, indent=1)
+    if out:
+        out.write_text(text + "\n")
+    print(text)
+    return 0
 
 
 def failed(out: Path | None, what: str) -> int:
@@ -211,8 +241,14 @@ def main(argv: list[str] | None = None) -> int:
                          "triton, as is or requantized to int8 with bf16 inputs (VRAMKIT_KT_PREFILL_FP8=int8)")
     ap.add_argument("--pin", choices=("alloc", "register"), default="alloc",
                     help="the adapter's pinning of the host copies (VRAMKIT_KT_PREFILL_PIN)")
+    ap.add_argument("--interpret", action="store_true",
+                    help="the numeric check alone, on the CPU: SGLang's triton MoE in Triton's interpreter (no GPU; "
+                         "minutes; w8a8's FP8 steps are not computed as the GPU computes them)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
+    if a.interpret:
+        os.environ["TRITON_INTERPRET"] = "1"     # before triton is first imported
+        return interpreted(a.format, a.out)
     try:
         tokens = [int(t) for t in a.tokens.split(",")]
     except ValueError:

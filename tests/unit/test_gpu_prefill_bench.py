@@ -109,3 +109,25 @@ def test_the_fp8_bench_figures_the_folder_quotes_are_its_runs():
         assert d == {k: r["derived_ttft_30k"][k] for k in ("chunks", "copies_s", "ttft_s")}
     ttft = sorted(r["derived_ttft_30k"]["ttft_s"] for r in runs)
     assert f"had derived {ttft[0]:.1f}-{ttft[1]:.1f} s from the bench" in text and "Their numeric check was void" in text
+
+
+def test_the_interpreted_checks_are_their_data_and_the_w8a8_one_is_set_aside():
+    """fp8-bench/interpreted: the bench's check computed by SGLang's triton kernels in Triton's interpreter on the CPU.
+    Its w8a8 figure is twice the GPU's on the same layer and inputs (so the folder sets it aside, and the SGLang check
+    asserts only int8's); its int8 figure, below the GPU's w8a8, is the prediction the GPU's fp8-int8 check tests."""
+    res = ROOT / "benchmarks" / "results" / "gpu" / "moe-gpu-prefill"
+    text = " ".join((res / "README.md").read_text().split())
+    cpu = {f: json.loads((res / "fp8-bench" / "interpreted" / f"gpu-prefill-bench-{f}.json").read_text())
+           for f in ("fp8", "fp8-int8")}
+    gpu = json.loads((res / "fp8-bench" / "c" / "gpu-prefill-bench-fp8.json").read_text())["check_64_tokens"]
+    for f, r in cpu.items():
+        assert r["format"] == f and r["device"] == "cpu, Triton's interpreter" and r["check_64_tokens"]["input_kept"]
+        assert r["check_64_tokens"]["ref_rms"] == pytest.approx(gpu["ref_rms"], rel=1e-3)    # the same layer and inputs
+    w8a8, int8 = (cpu[f]["check_64_tokens"]["rel_l2"] for f in ("fp8", "fp8-int8"))
+    assert w8a8 > 1.8 * gpu["rel_l2"] and int8 < gpu["rel_l2"]
+    assert f"| w8a8 (`--format fp8`), rel. L2 against float32 on the FP8 values | {100 * w8a8:.1f} % | " \
+        f"{100 * gpu['rel_l2']:.2f} % |" in text
+    assert f"`VRAMKIT_KT_PREFILL_FP8=int8`) | {100 * int8:.2f} % | not run yet |" in text
+    assert f"One layer's int8 conversion took {cpu['fp8-int8']['int8_convert_s']['seconds']} s on these 2 cores" in text
+    said = " ".join((ROOT / "tests" / "integration" / "test_gpu_prefill_sglang.py").read_text().split())
+    assert f"read {100 * w8a8:.1f} % where the GPU measured {100 * gpu['rel_l2']:.2f} %" in said

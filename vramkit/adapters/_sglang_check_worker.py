@@ -521,7 +521,7 @@ def _gpu_prefill_fp8(req: dict, as_int8: bool = False) -> dict:
     return out
 
 
-def _align_reference(topk_ids, block_size: int, num_experts: int):
+def align_reference(topk_ids, block_size: int, num_experts: int):
     """moe_align_block_size's contract (sgl_kernel's CUDA op) in Python: the routed (token, slot) indices grouped by
     expert, each expert's run padded to `block_size` with the index one past the last, the expert of each block, and
     the padded total."""
@@ -538,17 +538,35 @@ def _align_reference(topk_ids, block_size: int, num_experts: int):
             torch.tensor([len(order)], dtype=torch.int32))
 
 
+def triton_moe_on_cpu():
+    """A context in which SGLang's triton MoE runs on CPU tensors, in Triton's interpreter (TRITON_INTERPRET=1 set
+    before triton is imported): its Python bodies instead of the torch ops it registers for CUDA tensors,
+    moe_align_block_size by its contract (align_reference), and a device name for the kernel-config lookup. Shared
+    with benchmarks/gpu/gpu_prefill_bench.py --interpret."""
+    import contextlib
+    from unittest import mock
+
+    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe as fm
+    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config as cfg
+    body = _undecorated(fm)
+    stack = contextlib.ExitStack()
+    for obj, name, value in ((body, "moe_align_block_size", align_reference),
+                             (fm, "outplace_fused_experts", body.outplace_fused_experts),
+                             (cfg, "get_device_name", lambda *a: "cpu_interpreter")):
+        stack.enter_context(mock.patch.object(obj, name, value))
+    return stack
+
+
 def _gpu_prefill_numbers(req: dict) -> dict:
     """The sixth request: the block-FP8 prompt path's numbers through SGLang's own triton MoE kernels, run on the CPU
     by Triton's interpreter (the checker starts with TRITON_INTERPRET=1). One random layer (PREFILL_SHAPE, FP8 blocks
     of 128 quantized from N(0, 0.02) weights), 16 float16 tokens routed to 2 experts each, through GpuPrefill.run as
     w8a8 (FP8 weights and activations) and as int8 (the values requantized, float16 inputs), each against float32 on
-    the FP8 values. Stand-ins: moe_align_block_size by its contract (_align_reference) and the kernel-config lookup's
-    device name; bfloat16 is left out (the interpreter computes it wrong: float16 is what it is checked with)."""
+    the FP8 values. Stand-ins: moe_align_block_size by its contract (align_reference) and the kernel-config lookup's
+    device name (triton_moe_on_cpu); bfloat16 is left out (the interpreter computes it wrong: float16 is what it is
+    checked with)."""
     from unittest import mock
 
-    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe as fm
-    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config as cfg
     import torch
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
     from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
@@ -557,7 +575,6 @@ def _gpu_prefill_numbers(req: dict) -> dict:
     from sglang.srt.server_args import ServerArgs
 
     gp = _adapter(req["adapter"])
-    body = _undecorated(fm)      # its Python bodies, not the torch ops SGLang registers for CUDA tensors
     get_context().set_server_args(ServerArgs.__new__(ServerArgs))    # the triton MoE reads it (its defaults)
     h, i, e = PREFILL_SHAPE
     gen = torch.Generator().manual_seed(7)
@@ -589,9 +606,7 @@ def _gpu_prefill_numbers(req: dict) -> dict:
         engine.host[3] = gp.int8_from_fp8(layer, (128, 128), torch.float16) if arith == "int8" else dict(layer)
         engine.stage = {n: torch.empty_like(t) for n, t in engine.host[3].items()}
         topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, e))
-        with mock.patch.object(body, "moe_align_block_size", _align_reference), \
-                mock.patch.object(fm, "outplace_fused_experts", body.outplace_fused_experts), \
-                mock.patch.object(cfg, "get_device_name", lambda *a: "cpu_interpreter"):
+        with triton_moe_on_cpu():
             got = engine.run(3, StandardDispatchOutput(hidden_states=x.clone(), hidden_states_scale=None,
                                                        topk_output=topk), MoeRunnerConfig()).hidden_states
         out[arith] = {"rel_l2": float((got.float() - ref).norm() / ref.norm()), "dtype": str(got.dtype)}
