@@ -58,9 +58,16 @@ def test_the_fp8_path_s_numbers_through_sglang_s_triton_kernels():
     against float32 on the layer's FP8 values: int8 (the values requantized per 128 inputs; no FP8 step at run time)
     within 2 % (1.1 % when written). w8a8 (FP8 activations too) reads 10.0 % here, but the interpreter does not
     compute FP8 as the GPU does: the bench's own layer and inputs (gpu_prefill_bench.py --format fp8), interpreted
-    on the dev host, read 10.0 % where the GPU measured 5.10 % (fp8-bench/c), cause not traced. So only its being
-    further off than int8 is asserted; the GPU's figures are the bench's."""
+    on the dev host, read 10.0 % where the GPU measured 5.10 % (fp8-bench/c). The cause, probed here: its float32 ->
+    e4m3 cast halves a value whose mantissa rounds up into the next power of two (31.4 -> 16 where torch gives 32),
+    and rounds ties up where torch rounds them to even.
+    So only w8a8's being further off than int8 is asserted; the GPU's figures are the bench's. The day the probe
+    finds the cast right, this test fails: the interpreted w8a8 figures are then usable."""
     got = sglang_check.gpu_prefill_numbers(ADAPTER)
     assert got["interpreter"]
+    cast, torch_cast = got["fp8_cast"]["interpreter"], got["fp8_cast"]["torch"]
+    assert torch_cast[:3] == [8.0, -32.0, 128.0] and cast[:3] == [4.0, -16.0, 64.0]     # the carry lost: halved
+    assert cast[3:5] == torch_cast[3:5] and cast[6] == torch_cast[6]                    # 3.0, 0.3, -1.5 agree
+    assert (cast[5], cast[7]) == (104.0, 208.0) and (torch_cast[5], torch_cast[7]) == (96.0, 192.0)  # ties: up, even
     assert got["int8"]["dtype"] == got["w8a8"]["dtype"] == "torch.float16"
     assert got["int8"]["rel_l2"] < 0.02 and 5 * got["int8"]["rel_l2"] < got["w8a8"]["rel_l2"] < 0.2

@@ -557,6 +557,25 @@ def triton_moe_on_cpu():
     return stack
 
 
+def _interpreter_fp8_cast() -> dict:
+    """Triton's interpreter's float32 -> e4m3 cast beside torch's, on values that round up to the next power of two
+    (7.95, 31.4, 125.6): where the mantissa's rounding carries into the exponent. The reason the interpreted w8a8
+    figure is set aside (its activations go through that cast)."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def cast(x_ptr, y_ptr, n: tl.constexpr):
+        offs = tl.arange(0, n)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(tl.float8e4nv))
+    x = torch.tensor([7.95, -31.4, 125.6, 3.0, 0.3, 100.0, -1.5, 200.0])
+    y = torch.empty(8, dtype=torch.float8_e4m3fn)
+    cast[(1,)](x, y, 8)
+    return {"values": x.tolist(), "interpreter": y.float().tolist(),
+            "torch": x.to(torch.float8_e4m3fn).float().tolist()}
+
+
 def _gpu_prefill_numbers(req: dict) -> dict:
     """The sixth request: the block-FP8 prompt path's numbers through SGLang's own triton MoE kernels, run on the CPU
     by Triton's interpreter (the checker starts with TRITON_INTERPRET=1). One random layer (PREFILL_SHAPE, FP8 blocks
@@ -597,7 +616,7 @@ def _gpu_prefill_numbers(req: dict) -> dict:
             up = values["w13"][int(ids[t, j])] @ x[t].float()
             act = torch.nn.functional.silu(up[:i]) * up[i:]
             ref[t] += float(weights[t, j]) * (values["w2"][int(ids[t, j])] @ act)
-    out: dict = {"interpreter": os.environ.get("TRITON_INTERPRET") == "1"}
+    out: dict = {"interpreter": os.environ.get("TRITON_INTERPRET") == "1", "fp8_cast": _interpreter_fp8_cast()}
     quant = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic", "fmt": "e4m3"}
     for arith in ("w8a8", "int8"):
         with mock.patch.dict(os.environ, {gp.FP8_AS_ENV: arith}):
