@@ -494,10 +494,12 @@ if has fp8int8; then  # the FP8 prompt path's int8 arithmetic (--kt-prefill-fp8 
   # preset with it in a server (its pool, TTFT, start). Written 2026-11-28, nineteenth session, not run yet (~7 min
   # with setup): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup fp8int8"
   ballast_off
-  timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format fp8-int8 --pin register \
-    --cpu-layers ${FP8_CPU_LAYERS:-31} --out "$RES/gpu-prefill-bench-fp8-int8.json" \
-    > "$RES/logs/gpu-prefill-bench-fp8-int8.txt" 2>&1
-  step "gpu prefill bench fp8-int8: $(tr '\n' ' ' < "$RES/gpu-prefill-bench-fp8-int8.json" 2>/dev/null | head -c 400)"
+  for f in fp8-int8 fp8; do   # w8a8 beside it on the same machine: the two checks' errors and run_ms, paired
+    timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format $f --pin register \
+      --cpu-layers ${FP8_CPU_LAYERS:-31} --out "$RES/gpu-prefill-bench-$f.json" \
+      > "$RES/logs/gpu-prefill-bench-$f.txt" 2>&1
+    step "gpu prefill bench $f: $(tr '\n' ' ' < "$RES/gpu-prefill-bench-$f.json" 2>/dev/null | head -c 400)"
+  done
   pack
   ballast 16
   kit k16-int8-prefill-int8 16 "$FULL" -- $KITF8 --kt-gpu-prefill 1024 --kt-prefill-fp8 int8
