@@ -215,6 +215,8 @@ def test_the_fp8_checkpoint_s_path_is_planned_and_its_note_quotes_its_runs(capsy
     rows = generated._proxy_rows()
     assert f"{generated._mean_error(rows['FP8_W8A8 (GPU)']):.1f} % MoE-layer error" in m.accuracy
     assert f"against {generated._mean_error(rows['AMXINT8<-FP8']):.1f} % for AMXINT8" in m.accuracy
+    assert f"--kt-prefill-fp8 int8 computes them at {generated._mean_error(rows['INT8_W8A16<-FP8 (GPU)']):.1f} %" \
+        in m.accuracy
     monkeypatch.setattr(kt, "PREFILL_MEASURED", {"gptq": kt.PREFILL_MEASURED["gptq"]})
     rc, d = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--kt-gpu-prefill", "1024")
     said = next(n for n in d["notes"] if n.startswith("prompt chunks of 1,024+ tokens"))

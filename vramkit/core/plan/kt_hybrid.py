@@ -785,7 +785,8 @@ PREFILL_MEASURED = {
                            "benchmarks/results/gpu/moe-gpu-prefill/fp8-server/ and moe-vs-llamacpp-q8/run2/",
                            "the CPU layers' prompt chunks computed as SGLang computes FP8 (inputs rounded to FP8 too): "
                            "6.4 % MoE-layer error on the random-weight accuracy proxy against 5.4 % for AMXINT8 "
-                           "(benchmarks/results/gpu/peer-accuracy/)"),
+                           "(benchmarks/results/gpu/peer-accuracy/); --kt-prefill-fp8 int8 computes them at 4.8 % "
+                           "there, not run on a GPU yet"),
 }
 
 
