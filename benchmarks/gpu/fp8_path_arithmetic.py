@@ -14,7 +14,6 @@ of the kernel: the kernel's figure is the GPU run's.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -69,15 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the result here as JSON (default: stdout only)")
     args = ap.parse_args(argv)
     import torch
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    from gpu_prefill_bench import emit
     t0 = time.time()
     result = {"derived": derive(), "shape": SHAPE, "how": "benchmarks/gpu/fp8_path_arithmetic.py (derived on the CPU)",
               "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "seconds": round(time.time() - t0, 1)}
-    text = json.dumps(result, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -215,6 +215,11 @@ def interpreted(fmt: str, out: Path | None) -> int:
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "how": "benchmarks/gpu/gpu_prefill_bench.py --interpret: the GPU bench's layer, inputs and check, computed "
                    "by SGLang's triton kernels in Triton's interpreter on the CPU (derived, not measured on a GPU)"}
+    return emit(res, out)
+
+
+def emit(res: dict, out: Path | None) -> int:
+    """A result as indented JSON on stdout and in `out` when given (this script's and fp8_path_arithmetic.py's)."""
     text = json.dumps(res, indent=1)
     if out:
         out.write_text(text + "\n")
@@ -270,11 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             "how": "benchmarks/gpu/gpu_prefill_bench.py: medians of CUDA-event timings after 3 warm-ups",
             "derived_ttft_30k": {"all_gpu_ttft_30k_s": ttft24, "source": "moe-vs-llamacpp-24g.json (measured)",
                                  **derived_ttft(ttft24, res["copy_ms"] / 1e3, a.cpu_layers, 30000, a.chunk)}}
-    text = json.dumps(res, indent=1)
-    if a.out:
-        a.out.write_text(text + "\n")
-    print(text)
-    return 0
+    return emit(res, a.out)
 
 
 if __name__ == "__main__":

@@ -129,6 +129,10 @@ def test_the_adapter_s_sizes_are_the_planner_s(gp):
     sizes = gp.fp8_layer_bytes(fp8["hidden_size"], fp8["moe_intermediate_size"], fp8["num_experts"], (128, 128))
     assert tuple(sizes.values()) == kt.prefill_tensors(parse_config(fp8, name="fp8")) \
         == (384 * MiB, 192 * MiB, 128 * 12 * 16 * 4, 128 * 16 * 6 * 4)
+    sizes = gp.int8_layer_bytes(fp8["hidden_size"], fp8["moe_intermediate_size"], fp8["num_experts"])
+    assert tuple(sizes.values()) == kt.prefill_tensors(parse_config(fp8, name="fp8"), "int8") \
+        == (384 * MiB, 192 * MiB, 6 * MiB, 3 * MiB)
+    assert tuple(gp.PINS) == kt.PREFILL_PINS and tuple(gp.FP8_AS) == kt.PREFILL_FP8     # the same values, defaults first
     static = fp8 | {"quantization_config": fp8["quantization_config"] | {"activation_scheme": "static"}}
     assert "neither GPTQ-Int4 nor block FP8" in gp.unsupported(static, "auto", 0)
 

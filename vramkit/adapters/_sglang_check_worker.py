@@ -398,6 +398,20 @@ def _add_and_forward(engine, hidden: int, experts: int) -> str:
         return f"AssertionError: {exc}"
 
 
+# the moe preset's checkpoint's quantization_config (block FP8, dynamic activation scales)
+FP8_QUANT = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic", "fmt": "e4m3"}
+
+
+def _engine(gp, quantization: dict, env: dict | None = None, dtype: str = "bfloat16"):
+    """The adapter's GpuPrefill for PREFILL_SHAPE's layer with `quantization` and a model `dtype`, built under `env`
+    (its settings: VRAMKIT_KT_PREFILL_*), as for a dummy load."""
+    from unittest import mock
+    h, i, e = PREFILL_SHAPE
+    with mock.patch.dict(os.environ, env or {}):
+        return gp.GpuPrefill(8, {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
+                                 "quantization_config": quantization, "torch_dtype": dtype}, "", dummy=True)
+
+
 def _prefill_through(gp, quantization: dict, stand_ins: list, entry_module, entry_name: str,
                      env: dict | None = None) -> tuple:
     """The adapter `gp`'s GpuPrefill on PREFILL_SHAPE's layer with `quantization`, one layer added and one forward
@@ -410,10 +424,8 @@ def _prefill_through(gp, quantization: dict, stand_ins: list, entry_module, entr
     from unittest import mock
 
     import torch
-    h, i, e = PREFILL_SHAPE
-    with mock.patch.dict(os.environ, env or {}):
-        engine = gp.GpuPrefill(8, {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
-                                   "quantization_config": quantization, "torch_dtype": "bfloat16"}, "", dummy=True)
+    h, _, e = PREFILL_SHAPE
+    engine = _engine(gp, quantization, env)
     seen: dict = {}
     orig_entry, orig_empty_like = getattr(entry_module, entry_name), torch.empty_like
 
@@ -497,10 +509,9 @@ def _gpu_prefill_fp8(req: dict, as_int8: bool = False) -> dict:
     stand_ins = [(body, "_prepare_fused_moe_run", prepare),
                  (fm, "inplace_fused_experts", which("inplace_fused_experts")),
                  (fm, "outplace_fused_experts", which("outplace_fused_experts"))]
-    block = (128, 128)
-    engine, seen, outcome = _prefill_through(
-        gp, {"quant_method": "fp8", "weight_block_size": list(block), "activation_scheme": "dynamic", "fmt": "e4m3"},
-        stand_ins, triton_runner, "fused_experts_none_to_triton", {gp.FP8_AS_ENV: "int8"} if as_int8 else None)
+    block = tuple(FP8_QUANT["weight_block_size"])
+    engine, seen, outcome = _prefill_through(gp, FP8_QUANT, stand_ins, triton_runner, "fused_experts_none_to_triton",
+                                             {gp.FP8_AS_ENV: "int8"} if as_int8 else None)
     q = seen["q"]
     planned = gp.int8_layer_bytes(*PREFILL_SHAPE) if as_int8 else gp.fp8_layer_bytes(*PREFILL_SHAPE, block)
     first = "w13_qweight" if as_int8 else "w13_weight"
@@ -584,7 +595,6 @@ def _gpu_prefill_numbers(req: dict) -> dict:
     the FP8 values. Stand-ins: moe_align_block_size by its contract (align_reference) and the kernel-config lookup's
     device name (triton_moe_on_cpu); bfloat16 is left out (the interpreter computes it wrong: float16 is what it is
     checked with)."""
-    from unittest import mock
 
     import torch
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
@@ -617,11 +627,8 @@ def _gpu_prefill_numbers(req: dict) -> dict:
             act = torch.nn.functional.silu(up[:i]) * up[i:]
             ref[t] += float(weights[t, j]) * (values["w2"][int(ids[t, j])] @ act)
     out: dict = {"interpreter": os.environ.get("TRITON_INTERPRET") == "1", "fp8_cast": _interpreter_fp8_cast()}
-    quant = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic", "fmt": "e4m3"}
     for arith in ("w8a8", "int8"):
-        with mock.patch.dict(os.environ, {gp.FP8_AS_ENV: arith}):
-            engine = gp.GpuPrefill(8, {"hidden_size": h, "moe_intermediate_size": i, "num_experts": e,
-                                       "quantization_config": quant, "torch_dtype": "float16"}, "", dummy=True)
+        engine = _engine(gp, FP8_QUANT, {gp.FP8_AS_ENV: arith}, "float16")
         engine.host[3] = gp.int8_from_fp8(layer, (128, 128), torch.float16) if arith == "int8" else dict(layer)
         engine.stage = {n: torch.empty_like(t) for n, t in engine.host[3].items()}
         topk = StandardTopKOutput(weights, ids.int(), torch.zeros(16, e))

@@ -65,22 +65,29 @@ def min_tokens(environ: dict | None = None) -> int | None:
     return int(raw)
 
 
-def pin_how(environ: dict | None = None) -> str:
-    """VRAMKIT_KT_PREFILL_PIN: "register" (unset) or "alloc"; anything else stops the server at start with one line."""
-    raw = (os.environ if environ is None else environ).get(PIN_ENV, "").strip() or "register"
-    if raw not in ("alloc", "register"):
-        raise SystemExit(f"vramkit_gpu_prefill: {PIN_ENV}={raw!r}: give register (each copy's own memory registered "
-                         "with CUDA) or alloc (PyTorch's pinned allocator)")
+# Each setting's values, the first its default, with what each means (for the one line a wrong value gets)
+PINS = {"register": "each copy's own memory registered with CUDA", "alloc": "PyTorch's pinned allocator"}
+FP8_AS = {"w8a8": "SGLang's FP8 MoE", "int8": "the FP8 values requantized to int8 per 128 inputs, bf16 inputs"}
+
+
+def _setting(name: str, values: dict[str, str], environ: dict | None) -> str:
+    """One of the adapter's settings: unset gives the first of `values`; anything else outside them stops the server
+    at start with one line."""
+    raw = (os.environ if environ is None else environ).get(name, "").strip() or next(iter(values))
+    if raw not in values:
+        raise SystemExit(f"vramkit_gpu_prefill: {name}={raw!r}: give "
+                         + " or ".join(f"{v} ({what})" for v, what in values.items()))
     return raw
+
+
+def pin_how(environ: dict | None = None) -> str:
+    """VRAMKIT_KT_PREFILL_PIN: "register" (unset) or "alloc"."""
+    return _setting(PIN_ENV, PINS, environ)
 
 
 def fp8_as(environ: dict | None = None) -> str:
-    """VRAMKIT_KT_PREFILL_FP8: "w8a8" (unset) or "int8"; anything else stops the server at start with one line."""
-    raw = (os.environ if environ is None else environ).get(FP8_AS_ENV, "").strip() or "w8a8"
-    if raw not in ("w8a8", "int8"):
-        raise SystemExit(f"vramkit_gpu_prefill: {FP8_AS_ENV}={raw!r}: give w8a8 (SGLang's FP8 MoE) or int8 (the FP8 "
-                         "values requantized to int8 per 128 inputs, bf16 inputs)")
-    return raw
+    """VRAMKIT_KT_PREFILL_FP8: "w8a8" (unset) or "int8"."""
+    return _setting(FP8_AS_ENV, FP8_AS, environ)
 
 
 def fp8_block(hf: dict) -> tuple[int, int] | None:
