@@ -383,6 +383,13 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
     if whole8:
         now = ""                # the row is the whole-layer preset already
     row8 = f"{'whole layers' if whole8 else 'split'}: {k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error"
+
+    def card(c: dict) -> str:          # each pairing is one session on one machine: its card, for the reader
+        return c.get("device", "").split(",")[0] or "one machine"
+    t8 = (f"answers a 30K-token prompt in {k8['ttft_30k_s']:.1f} s against llama.cpp's {l8['ttft_30k_s']:.1f}"
+          if k8["ttft_30k_s"] <= l8["ttft_30k_s"] else
+          f"is slower to a 30K-token prompt's first token: {k8['ttft_30k_s']:.1f} s against llama.cpp's "
+          f"{l8['ttft_30k_s']:.1f}")
     return ["", f"**Which to run on a 16 GB card** (the rows above, the proxy's errors beside them): the kit's preset "
                 f"(its Q8_0-peer row, {row8}) decodes "
                 f"one stream {pace} llama.cpp on a Q8_0 file ({l8['decode_tok_s']:.1f} tok/s, {e_q8:.1f} %), which "
@@ -390,15 +397,15 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
                 + ("less" if e_q8 < e_pre else "more")
                 + (f" (the FP8 checkpoint alone, as SGLang's kernels compute it, errs {_mean_error(fp8):.1f} %)"
                    if fp8 else "")
-                + f" and answers a 30K-token prompt in {l8['ttft_30k_s']:.1f} s against {k8['ttft_30k_s']:.1f}; "
-                "the kit serves 4 streams at "
-                f"{k8['aggregate_4_streams_tok_s'] / l8['aggregate_4_streams_tok_s']:.2f}x llama.cpp's rate. "
-                f"llama.cpp on a Q4_K_M file decodes {l4['decode_tok_s']:.1f} tok/s, "
-                f"{l4['decode_tok_s'] / k8['decode_tok_s']:.1f}x the preset, at {e_q4:.1f} %; the kit's fastest 16 GB "
-                f"configuration ({k4['settings']['point']}) {k4['decode_tok_s']:.1f} tok/s at {e_gptq:.1f} %"
+                + f"; the preset {t8}, and serves 4 streams at "
+                f"{k8['aggregate_4_streams_tok_s'] / l8['aggregate_4_streams_tok_s']:.2f}x llama.cpp's rate (one "
+                f"session, {card(q8)}). In the Q4_K_M pairing (one session, {card(q4)}) llama.cpp decodes "
+                f"{l4['decode_tok_s']:.1f} tok/s at {e_q4:.1f} %, {l4['decode_tok_s'] / k4['decode_tok_s']:.2f}x the "
+                f"kit's fastest 16 GB configuration there ({k4['settings']['point']}, {k4['decode_tok_s']:.1f} tok/s "
+                f"at {e_gptq:.1f} %"
                 + (", before its deferred experts, which change the computation further" if
                    "deferred-experts-per-token" in k4["settings"]["vramkit_up"] else "")
-                + f", and it answers a 30K-token prompt in {k4['ttft_30k_s']:.1f} s against llama.cpp's "
+                + f"), and the kit answers a 30K-token prompt in {k4['ttft_30k_s']:.1f} s against llama.cpp's "
                 f"{l4['ttft_30k_s']:.1f} on that file." + now]
 
 

@@ -65,6 +65,8 @@ class Point:
                                  # quantization_config on the same shape, as run_moe_vs_llamacpp.sh writes it)
     kv_splits: int = 8           # SGLang's --triton-attention-num-kv-splits: its default 8, or the 32 config/sglang.toml
                                  # gives the GPU host since 2026-11-27 02:01 (commit 3fb1d49; every session after it)
+    gpu: str = "h100-80gb"       # the card it ran on (config/gpus.toml): the H100 host until 2026-11-28's twentieth
+                                 # session, an H200 of the same host CPU since
 
 
 ANCHOR_SWEEP = "host bandwidth: the anchor session's sweep (same host type), not re-measured"
@@ -259,11 +261,19 @@ POINTS = (
           ("preset-q2", "moe-vs-llamacpp-q8/run2", "k16-int8-preset", "the preset as it came, prompts on kt-kernel",
            {"kt_gpu_prefill": 0}),
           ("prefill-fix", "moe-gpu-prefill/fp8-server", "k16-int8-prefill", "--kt-gpu-prefill 1024",
-           {"kt_gpu_prefill": 1024, "kt_prefill_pin": "alloc"}),
+           {"kt_gpu_prefill": 1024, "kt_prefill_pin": "alloc", "kt_prefill_fp8": "w8a8"}),
           # the same path with each host copy registered at its own size (VRAMKIT_KT_PREFILL_PIN=register, the default
           # since), the preset as it comes (auto takes the path); a third machine of the kind
           ("register", "moe-gpu-prefill/fp8-register", "k16-int8-register", "the preset as it comes, the path on "
-           "(auto), its copies registered", {"kt_gpu_prefill": "auto", "kt_prefill_pin": "register"}))),
+           "(auto), its copies registered", {"kt_gpu_prefill": "auto", "kt_prefill_pin": "register",
+                                              "kt_prefill_fp8": "w8a8"}))),
+    # 2026-11-28, twentieth session, an H200 machine (the same host CPU): the FP8 path's int8 arithmetic, the default
+    # since, beside llama.cpp on Q8_0 (moe-vs-llamacpp-q8/h200/); one round, seeded by name
+    Point("layers-int8-amx-16g-fp8-int8-h200", "held-out", "moe-vs-llamacpp-q8/h200/k16-int8-prefill-int8.json",
+          "moe-vs-llamacpp-q8/h200/k16-int8-prefill-int8.probe.json", "moe-vs-llamacpp-q8/h200/membw-anchor.json",
+          {"kt_method": "AMXINT8", "kt_gpu_prefill": 1024, "kt_prefill_fp8": "int8"}, rss_end_read=True,
+          note="one round; --kt-gpu-prefill 1024 --kt-prefill-fp8 int8, on an H200; seeded by name; " + ANCHOR_SWEEP,
+          gpu_checkpoint="fp8", kv_splits=32, gpu="h200-141gb"),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -285,10 +295,10 @@ def load(rel: str) -> dict | list:
 
 def target_for(p: Point, free_bytes: int) -> Target:
     sweep = tuple((r["threads"], float(r["bytes_per_s"])) for r in load(p.membw))
-    host = kt.HostCpu(isa=p.build, isa_source="the H100 host" + (f" ({p.build} build forced)" if p.build != "amx" else ""),
+    host = kt.HostCpu(isa=p.build, isa_source="the GPU host" + (f" ({p.build} build forced)" if p.build != "amx" else ""),
                       read_bytes_s=sweep, read_source=f"measured that session ({p.membw})", physical_cores=H100_CORES,
                       kt_kernel=p.kt_kernel)
-    return Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=free_bytes, host=host,
+    return Target(gpu=catalog.gpu(p.gpu), gpu_free_bytes=free_bytes, host=host,
                   host_ram_available_bytes=120 * GiB)
 
 

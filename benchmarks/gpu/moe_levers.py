@@ -494,14 +494,17 @@ def q8_peer_line(out_dir: Path) -> str:
 SPREAD = 0.2     # the kit's single-stream decode, request to request on one server (the wna16 section: 36.5-54.1)
 Q8_DIR = "moe-vs-llamacpp-q8"     # 2026-11-27, fifth session: the 8-bit class, both engines (STEPS="setup llama-q8 ...")
 # the kit's 8-bit points, by name, as each session that ran the pairing named them (the table reads the session its
-# comparison came from: moe-vs-llamacpp-q8/ on 2026-11-27, moe-vs-llamacpp-q8/run2/ on 2026-11-28)
+# comparison came from: moe-vs-llamacpp-q8/ on 2026-11-27, moe-vs-llamacpp-q8/run2/ and h200/ on 2026-11-28)
 Q8_LEVERS = {"k16-int8": "the preset as planned then (43 FP8 GPU experts per layer, AMXINT8 on 14 threads)",
              "k16-int8-layers": "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto)",
              "k16-int8-preset": "the preset as it came (whole layers on the GPU, AMXINT8; prompts on kt-kernel until "
                                 "2026-11-28's eighteenth session, the FP8 prompt path by auto since)",
              "k16-int8-kt-prompts": "the preset with prompts on kt-kernel (--kt-gpu-prefill 0)",
              "k16-int8-prefill": "the preset with the FP8 prompt path (--kt-gpu-prefill 1024), run before the adapter "
-                                 "gave its staging set segments of its own (moe-gpu-prefill/README.md, fp8-server)"}
+                                 "gave its staging set segments of its own (moe-gpu-prefill/README.md, fp8-server)",
+             "k16-int8-prefill-int8": "the preset with the FP8 prompt path computed in int8 (--kt-gpu-prefill 1024 "
+                                      "--kt-prefill-fp8 int8: what its auto gives since 2026-11-28's twentieth "
+                                      "session), on an H200 machine"}
 
 
 def q8_rows(out_dir: Path) -> list[str]:
@@ -552,9 +555,9 @@ def q8_rows(out_dir: Path) -> list[str]:
              + ("parity within the kit's own request-to-request spread (about a fifth, the section above)"
                 if abs(1 - r0) <= SPREAD else "outside the kit's own request-to-request spread (about a fifth)")
              + "; llama-bench's tg128 gave " + ", ".join(f"{v:.1f} at {t} threads" for t, v in sorted(tg.items()))
-             + (f". llama-server ran at 14 threads, as the kit's KT does; at 16, every core, llama-bench decoded "
-                f"{tg[16] / tg[14] - 1:+.0%}, a count the kit cannot use (the last bullet)" if tg.get(14) and tg.get(16)
-                else "") + "."),
+             + (f". llama-server ran at 14 threads, the kit's KT at {k['settings']['kt_cpuinfer']} beside SGLang's "
+                f"own; at 16, every core, llama-bench decoded {tg[16] / tg[14] - 1:+.0%}, a count the kit cannot use "
+                "(the last bullet)" if tg.get(14) and tg.get(16) else "") + "."),
             (f"- After an 8K prompt the preset decoded {fmt(k8)} tok/s"
              + (f", slower than its own {fmt(k30)} after 30K in the same run (more context only adds work, so the 8K "
                 "row carries the spread, not a context cost)" if k8 and k30 and k8 < k30 else "")

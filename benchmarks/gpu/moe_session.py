@@ -82,7 +82,8 @@ Q4 = Pairing("moe-vs-llamacpp", "llama-{b}", "a Q4_K_M-typed GGUF (tools/make_ra
 # the 8-bit class (benchmarks/results/gpu/peer-accuracy/): the kit's FP8 GPU experts + AMXINT8 CPU experts, no deferral,
 # against llama.cpp on a Q8_0 file (run_moe_vs_llamacpp.sh STEPS="setup llama-q8", since 2026-11-28 "setup lprefill8")
 Q8 = Pairing("moe-vs-llamacpp-q8", "llama-q8-{b}", "a Q8_0 GGUF (tools/make_random_gguf.py --type Q8_0, 30.3 GiB)",
-             ("k{b}-int8", "k{b}-int8-layers", "16:k16-int8-preset", "16:k16-int8-prefill", "16:k16-int8-kt-prompts"))
+             ("k{b}-int8", "k{b}-int8-layers", "16:k16-int8-preset", "16:k16-int8-prefill", "16:k16-int8-kt-prompts",
+              "16:k16-int8-prefill-int8"))
 PAIRINGS = (Q4, Q8)
 
 

@@ -182,11 +182,11 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has lprefill8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has lprefill8 || has lint8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has fp8stage || has fp8pin || has fp8int8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has lint8 || has fp8stage || has fp8pin || has fp8int8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -491,8 +491,9 @@ if has fp8int8; then  # the FP8 prompt path's int8 arithmetic (--kt-prefill-fp8 
   # requantized at load to int8 per row and 128 inputs, bf16 inputs, SGLang's moe_wna16 8-bit triton MoE): 4.82 %
   # MoE-layer error on the CPU proxy against 6.38 % for the w8a8 path and 5.38 % for kt-kernel's AMXINT8. The bench's
   # numeric check against the float32 reference on the FP8 values (w8a8 read 5.10 %) and its timing, then the FP8
-  # preset with it in a server (its pool, TTFT, start). Written 2026-11-28, nineteenth session, not run yet (~7 min
-  # with setup): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup fp8int8"
+  # preset with it in a server (its pool, TTFT, start). ~7 min with setup: DUMMY_BY_NAME=1 STAGE=.stage-gg
+  # STEPS="setup fp8int8"; its benches ran 2026-11-28, twentieth session, on an H200 (moe-gpu-prefill/fp8-bench/h200/:
+  # int8 2.85 %, w8a8 5.10 %), its server refused there (the H200 not yet in config/gpus.toml): lint8 ran it since
   ballast_off
   for f in fp8-int8 fp8; do   # w8a8 beside it on the same machine: the two checks' errors and run_ms, paired
     timeout 300 python3 benchmarks/gpu/gpu_prefill_bench.py --format $f --pin register \
@@ -503,6 +504,18 @@ if has fp8int8; then  # the FP8 prompt path's int8 arithmetic (--kt-prefill-fp8 
   pack
   ballast 16
   kit k16-int8-prefill-int8 16 "$FULL" -- $KITF8 --kt-gpu-prefill 1024 --kt-prefill-fp8 int8
+fi
+if has lint8; then  # the FP8 preset with the prompt path's int8 arithmetic (--kt-prefill-fp8 int8) beside llama.cpp on
+  # Q8_0 on one machine, the kit first (KT's AMXINT8 layout goes before the Q8_0 file is written). Written 2026-11-28,
+  # twentieth session, for the H200 host's first round (~12 min with setup and the llama.cpp build):
+  # DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup lint8"; ran that session (moe-vs-llamacpp-q8/h200/); for medians, run
+  # it three times on one machine, $RES moved aside between runs, and merge (moe_vs_llamacpp_report.py merge)
+  ballast 16
+  kit k16-int8-prefill-int8 16 "$FULL" -- $KITF8 --kt-gpu-prefill 1024 --kt-prefill-fp8 int8
+  rm -rf $KT8
+  q8_gguf
+  step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
+  llama 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
   # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds

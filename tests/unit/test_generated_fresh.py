@@ -46,7 +46,14 @@ def test_the_16_gb_choice_is_worded_from_the_comparisons(tmp_path, monkeypatch):
     text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
     q8 = json.loads((dst / "moe-vs-llamacpp-q8-16g.json").read_text())
     k8 = q8["engines"]["vramkit"]
-    assert "about as fast as" in text and f"whole layers: {k8['decode_tok_s']:.1f} tok/s," in text
+    r = k8["decode_tok_s"] / q8["engines"]["llamacpp"]["decode_tok_s"]
+    assert ("about as fast as" if abs(1 - r) <= 0.2 else f"at {r:.2f}x the rate of") in text
+    assert f"whole layers: {k8['decode_tok_s']:.1f} tok/s," in text
+    # each pairing's figures beside its own machine: no ratio across the two sessions
+    assert f"(one session, {q8['device'].split(',')[0]})" in text
+    q4 = json.loads((dst / "moe-vs-llamacpp-16g.json").read_text())
+    assert f"In the Q4_K_M pairing (one session, {q4['device'].split(',')[0]})" in text
+    assert f"{q4['engines']['llamacpp']['decode_tok_s'] / q4['engines']['vramkit']['decode_tok_s']:.2f}x the kit's" in text
     assert k8["settings"]["gpu_layers"] > 0 and "The preset now places whole layers" not in text
     # a split 8-bit row (as 2026-11-27's was): the paired whole-layer figure says what the preset places since
     k8["settings"]["gpu_layers"] = 0
@@ -55,9 +62,15 @@ def test_the_16_gb_choice_is_worded_from_the_comparisons(tmp_path, monkeypatch):
     assert f"split: {k8['decode_tok_s']:.1f} tok/s," in text
     fp = json.loads((dst / "moe-budget.json").read_text())["seeded"]["best16"]["fp8"]["paired_whole_with_split"]
     assert f"The preset now places whole layers, which decoded {fp['single_median']:.2f}x that split" in text
+    q8["engines"]["vramkit"]["decode_tok_s"] = q8["engines"]["llamacpp"]["decode_tok_s"]
+    (dst / "moe-vs-llamacpp-q8-16g.json").write_text(json.dumps(q8))
+    text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
+    assert "about as fast as llama.cpp on a Q8_0 file" in text
     q8["engines"]["vramkit"]["decode_tok_s"] = 0.5 * q8["engines"]["llamacpp"]["decode_tok_s"]
+    q8["engines"]["vramkit"]["ttft_30k_s"] = 2 * q8["engines"]["llamacpp"]["ttft_30k_s"]
     (dst / "moe-vs-llamacpp-q8-16g.json").write_text(json.dumps(q8))
     text = " ".join(generated._which_to_run(generated._comparisons(), generated._proxy_rows()))
     assert "about as fast" not in text and "at 0.50x the rate of llama.cpp on a Q8_0 file" in text
+    assert "the preset is slower to a 30K-token prompt's first token" in text
     (dst / "moe-vs-llamacpp-q8-16g.json").unlink()
     assert generated._which_to_run(generated._comparisons(), generated._proxy_rows()) == []          # no 8-bit comparison: no paragraph, no guess

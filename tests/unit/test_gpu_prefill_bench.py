@@ -127,7 +127,17 @@ def test_the_interpreted_checks_are_their_data_and_the_w8a8_one_is_set_aside():
     assert w8a8 > 1.8 * gpu["rel_l2"] and int8 < gpu["rel_l2"]
     assert f"| w8a8 (`--format fp8`), rel. L2 against float32 on the FP8 values | {100 * w8a8:.1f} % | " \
         f"{100 * gpu['rel_l2']:.2f} % |" in text
-    assert f"`VRAMKIT_KT_PREFILL_FP8=int8`) | {100 * int8:.2f} % | not run yet |" in text
+    # the prediction tested on the GPU (the twentieth session's H200, the same layer and inputs): it held
+    h200 = {f: json.loads((res / "fp8-bench" / "h200" / f"gpu-prefill-bench-{f}.json").read_text())["check_64_tokens"]
+            for f in ("fp8", "fp8-int8")}
+    assert all(r["ref_rms"] == pytest.approx(gpu["ref_rms"], rel=1e-3) and r["input_kept"] for r in h200.values())
+    assert round(h200["fp8-int8"]["rel_l2"], 4) == round(int8, 4) and h200["fp8"]["rel_l2"] == pytest.approx(
+        gpu["rel_l2"], abs=5e-4)
+    assert (f"`VRAMKIT_KT_PREFILL_FP8=int8`) | {100 * int8:.2f} % | {100 * h200['fp8-int8']['rel_l2']:.2f} % (`h200/`, "
+            "twentieth session) |") in text
+    assert (f"| rel. L2 against float32 on the FP8 values, 64 tokens | **{100 * h200['fp8-int8']['rel_l2']:.2f} %** "
+            f"(interpreted on the dev host: {100 * int8:.2f} %) | {100 * h200['fp8']['rel_l2']:.2f} % (the H100: "
+            f"{100 * gpu['rel_l2']:.2f} %) |") in text
     assert f"One layer's int8 conversion took {cpu['fp8-int8']['int8_convert_s']['seconds']} s on these 2 cores" in text
     said = " ".join((ROOT / "tests" / "integration" / "test_gpu_prefill_sglang.py").read_text().split())
     assert f"read {100 * w8a8:.1f} % where the GPU measured {100 * gpu['rel_l2']:.2f} %" in said

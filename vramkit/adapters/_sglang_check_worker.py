@@ -511,7 +511,7 @@ def _gpu_prefill_fp8(req: dict, as_int8: bool = False) -> dict:
                  (fm, "outplace_fused_experts", which("outplace_fused_experts"))]
     block = tuple(FP8_QUANT["weight_block_size"])
     engine, seen, outcome = _prefill_through(gp, FP8_QUANT, stand_ins, triton_runner, "fused_experts_none_to_triton",
-                                             {gp.FP8_AS_ENV: "int8"} if as_int8 else None)
+                                             {gp.FP8_AS_ENV: "int8" if as_int8 else "w8a8"})
     q = seen["q"]
     planned = gp.int8_layer_bytes(*PREFILL_SHAPE) if as_int8 else gp.fp8_layer_bytes(*PREFILL_SHAPE, block)
     first = "w13_qweight" if as_int8 else "w13_weight"

@@ -218,8 +218,9 @@ class Hybrid:
         if name == PREFILL_ENV:
             return (f"prompt chunks of {self.plan.prefill_tokens}+ tokens run the CPU layers' experts on the GPU "
                     "(--kt-gpu-prefill)")
-        if name == FP8_ENV:     # set only for int8 (w8a8 is the adapter's default)
-            return "that path's block-FP8 experts requantized to int8 per 128 inputs, bf16 inputs (--kt-prefill-fp8)"
+        if name == FP8_ENV:     # set only for w8a8 (int8 is the adapter's default)
+            return ("that path's block-FP8 experts computed as SGLang's FP8 MoE, inputs rounded to FP8 "
+                    "(--kt-prefill-fp8)")
         if name == PIN_ENV:
             how = ("at their own size (cudaHostRegister)" if self.plan.prefill_pin == "register"
                    else "in PyTorch's pinned allocator (a power of two each)")
@@ -244,7 +245,7 @@ class Hybrid:
         if not self.plan.gpu_layers:
             return {}
         path = {PREFILL_ENV: str(self.plan.prefill_tokens), PIN_ENV: self.plan.prefill_pin} \
-            | ({FP8_ENV: self.plan.prefill_fp8} if self.plan.prefill_fp8 != "w8a8" else {})
+            | ({FP8_ENV: self.plan.prefill_fp8} if self.plan.prefill_fp8 != kt.PREFILL_FP8[0] else {})
         return {LAYERS_ENV: "auto"} | (path if self.plan.prefill_tokens else {})
 
     def to_json(self) -> dict:

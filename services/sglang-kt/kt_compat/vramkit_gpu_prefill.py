@@ -42,11 +42,12 @@ ENV = "VRAMKIT_KT_GPU_PREFILL"
 # registered against 51.6 allocated, the first token after 30K in 5.52 s both (moe-gpu-prefill/fp8-register/ and
 # fp8-server/); in the bench one layer copied at 54.8 GB/s registered, 54.4 allocated (fp8-bench/c).
 PIN_ENV = "VRAMKIT_KT_PREFILL_PIN"
-# How block-FP8 experts are computed on the path (the planner's kt_prefill_fp8 sets it): "w8a8" (the default, measured
-# in a server: SGLang's own block-FP8 triton MoE, which rounds each GEMM's input to FP8 too), or "int8" (each CPU
+# How block-FP8 experts are computed on the path (the planner's kt_prefill_fp8 sets it): "int8" (the default: each CPU
 # layer's FP8 values requantized at load to int8 per row and 128 inputs, bf16 scales, and computed with bf16 inputs by
-# SGLang's triton MoE as its moe_wna16 8-bit layers are: 4.82 % MoE-layer error on the random-weight proxy against
-# 6.38 % for w8a8 and 5.38 % for kt-kernel's AMXINT8, benchmarks/results/gpu/peer-accuracy/; not run on a GPU yet)
+# SGLang's triton MoE as its moe_wna16 8-bit layers are), or "w8a8" (SGLang's own block-FP8 triton MoE, which rounds
+# each GEMM's input to FP8 too). One layer against float32 on the FP8 values on the H200 host: 2.85 % error for int8,
+# 5.10 % for w8a8 (benchmarks/results/gpu/moe-gpu-prefill/fp8-bench/h200/); both served (moe-vs-llamacpp-q8/h200/,
+# moe-gpu-prefill/fp8-register/)
 FP8_AS_ENV = "VRAMKIT_KT_PREFILL_FP8"
 INT8_GROUP = 128
 PACK = 8          # 4-bit values in an int32
@@ -67,7 +68,7 @@ def min_tokens(environ: dict | None = None) -> int | None:
 
 # Each setting's values, the first its default, with what each means (for the one line a wrong value gets)
 PINS = {"register": "each copy's own memory registered with CUDA", "alloc": "PyTorch's pinned allocator"}
-FP8_AS = {"w8a8": "SGLang's FP8 MoE", "int8": "the FP8 values requantized to int8 per 128 inputs, bf16 inputs"}
+FP8_AS = {"int8": "the FP8 values requantized to int8 per 128 inputs, bf16 inputs", "w8a8": "SGLang's FP8 MoE"}
 
 
 def _setting(name: str, values: dict[str, str], environ: dict | None) -> str:
@@ -86,7 +87,7 @@ def pin_how(environ: dict | None = None) -> str:
 
 
 def fp8_as(environ: dict | None = None) -> str:
-    """VRAMKIT_KT_PREFILL_FP8: "w8a8" (unset) or "int8"."""
+    """VRAMKIT_KT_PREFILL_FP8: "int8" (unset) or "w8a8"."""
     return _setting(FP8_AS_ENV, FP8_AS, environ)
 
 

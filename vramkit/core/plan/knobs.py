@@ -261,11 +261,10 @@ class Knobs:
         "rounded up to a power of two (a third more host RAM for FP8's layers); the same speed measured both ways",
         choices=PREFILL_PINS, env="VRAMKIT_KT_PREFILL_PIN")
     kt_prefill_fp8: str = knob(
-        "w8a8", str, "", "how the GPU prompt path computes block-FP8 experts: w8a8 = SGLang's FP8 MoE, each GEMM's "
-        "input rounded to FP8 too (run in a server); int8 = the FP8 values requantized at load to int8 per row and "
-        "128 inputs, bf16 inputs, as SGLang's moe_wna16 8-bit layers (more accurate on the random-weight proxy: "
-        "MoE-layer error 4.82 against 6.38 for w8a8 and 5.38 for kt-kernel's AMXINT8, in percent; not run on a GPU "
-        "yet, so auto leaves the path off)",
+        PREFILL_FP8[0], str, "", "how the GPU prompt path computes block-FP8 experts: int8 = the FP8 values "
+        "requantized at load to int8 per row and 128 inputs, bf16 inputs, as SGLang's moe_wna16 8-bit layers; w8a8 = "
+        "SGLang's FP8 MoE, each GEMM's input rounded to FP8 too. Measured on the H200 host: MoE-layer error 2.85 "
+        "against 5.10 percent, a 4,096-token chunk of one layer 12.8 against 11.8 ms beside its 11.2 ms copy",
         choices=PREFILL_FP8, env="VRAMKIT_KT_PREFILL_FP8")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,

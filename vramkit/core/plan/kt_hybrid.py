@@ -325,9 +325,9 @@ KT_GPU_LAYERS = ("off", "auto")
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
 # kt-estimate.md: nine servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8 and RAWINT4, 10-14 threads; fitted
 # on a tenth), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
-WHOLE_LAYER_SPREAD = (0.57, 1.20)
+WHOLE_LAYER_SPREAD = (0.57, 1.23)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
-                           "(faster, as its split twin); the other 63 decodes 0.78-1.17x")
+                           "(faster, as its split twin); the other 66 decodes 0.78-1.23x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
@@ -729,7 +729,7 @@ AGGREGATE_SPREAD: dict[tuple[str, bool], tuple[float, float, int]] = {
     ("AMXINT4", False): (0.71, 1.13, 4),
     ("AMXINT4", True): (0.85, 0.86, 1),
     ("AMXINT8", False): (0.85, 1.28, 22),
-    ("AMXINT8", True): (0.65, 1.03, 22),
+    ("AMXINT8", True): (0.65, 1.03, 23),
     ("FP8", False): (0.87, 0.96, 2),
     ("LLAMAFILE_Q8_0", False): (0.70, 0.91, 5),
     ("RAWINT4", True): (0.64, 0.65, 1),
@@ -763,15 +763,16 @@ AUTO_PREFILL_HOST_HEADROOM = 0.10
 
 @dataclass(frozen=True)
 class PrefillMeasured:
-    """The path measured for one expert format (H100 host, card emulated at 16 GiB, the moe preset): the first token
-    after a 30K prompt with the path, without it (--kt-gpu-prefill 0), and llama.cpp's best; how and where
-    (tests/unit/test_gpu_prefill.py reads each figure from its run)."""
+    """The path measured for one expert format (the GPU host named, its card emulated at 16 GiB, the moe preset): the
+    first token after a 30K prompt with the path, without it (--kt-gpu-prefill 0; None: not run on that machine), and
+    llama.cpp's best; how and where (tests/unit/test_gpu_prefill.py reads each figure from its run)."""
     path_s: float
-    kt_kernel_s: float
+    kt_kernel_s: float | None
     llama_cpp_s: float
     how: str
     where: str
     accuracy: str = ""      # what the path's arithmetic does to the CPU layers' prompt chunks, where it differs
+    host: str = "the H100 host"
 
 
 # the formats whose path ran in a server on a GPU: "auto" takes only these; a number given runs the others too, and
@@ -783,24 +784,34 @@ PREFILL_MEASURED = {
     "fp8": PrefillMeasured(5.52, 20.71, 17.17, "one start each; with the path on a second machine of the same kind, "
                            "llama.cpp on Q8_0; decode 37.3 tok/s against 35.7 without it",
                            "benchmarks/results/gpu/moe-gpu-prefill/fp8-server/ and moe-vs-llamacpp-q8/run2/",
-                           "the CPU layers' prompt chunks computed as SGLang computes FP8 (inputs rounded to FP8 too): "
-                           "6.4 % MoE-layer error on the random-weight accuracy proxy against 5.4 % for AMXINT8 "
-                           "(benchmarks/results/gpu/peer-accuracy/); --kt-prefill-fp8 int8 computes them at 4.8 % "
-                           "there, not run on a GPU yet"),
+                           "--kt-prefill-fp8 w8a8: the CPU layers' prompt chunks computed as SGLang computes FP8 "
+                           "(inputs rounded to FP8 too): 5.1 % error on the GPU host's MoE-layer check against 2.9 % "
+                           "for int8, the default (benchmarks/results/gpu/moe-gpu-prefill/fp8-bench/h200/); 6.4 % on "
+                           "the random-weight accuracy proxy against 5.4 % for AMXINT8 (peer-accuracy/)"),
+    "fp8-int8": PrefillMeasured(5.90, None, 18.00, "one start, llama.cpp on Q8_0 on the same machine (--fit on; "
+                                "42.79 s with --n-cpu-moe 28); decode 42.6 tok/s against llama.cpp's 33.5; prompts on "
+                                "kt-kernel not run on that machine (20.71 s on the H100 host, whose CPU lscpu reads "
+                                "the same)",
+                                "benchmarks/results/gpu/moe-vs-llamacpp-q8/h200/",
+                                "each CPU layer's FP8 values requantized at load to int8 per row and 128 inputs, bf16 "
+                                "inputs: 2.9 % error on the GPU host's MoE-layer check against 5.1 % for w8a8 "
+                                "(benchmarks/results/gpu/moe-gpu-prefill/fp8-bench/h200/), 4.8 % on the random-weight "
+                                "proxy against 6.4 % and AMXINT8's 5.4 % (peer-accuracy/)", "the H200 host"),
 }
 
 
-# How the path computes block-FP8 experts (kt_prefill_fp8; the adapter's VRAMKIT_KT_PREFILL_FP8): "w8a8", SGLang's
-# block-FP8 triton MoE (each GEMM's input rounded to FP8 too: 6.38 % MoE-layer error on the random-weight proxy), or
-# "int8", each CPU layer's FP8 values requantized at load to int8 per row and 128 inputs and computed with bf16 inputs
-# by SGLang's triton MoE as its moe_wna16 8-bit layers are (4.82 %; kt-kernel's AMXINT8 from FP8 5.38 %;
-# benchmarks/results/gpu/peer-accuracy/). "int8" has not run on a GPU: its format, "fp8-int8", is not in
-# PREFILL_MEASURED, so auto does not take it
-PREFILL_FP8 = ("w8a8", "int8")
+# How the path computes block-FP8 experts (kt_prefill_fp8; the adapter's VRAMKIT_KT_PREFILL_FP8), the first the
+# default: "int8", each CPU layer's FP8 values requantized at load to int8 per row and 128 inputs and computed with bf16
+# inputs by SGLang's triton MoE as its moe_wna16 8-bit layers are, or "w8a8", SGLang's block-FP8 triton MoE (each
+# GEMM's input rounded to FP8 too). On the H200 host one layer's check against float32 on the FP8 values read 2.85 %
+# for int8 and 5.10 % for w8a8, its 4,096-token chunk 12.8 against 11.8 ms beside an 11.2 ms copy
+# (benchmarks/results/gpu/moe-gpu-prefill/fp8-bench/h200/); the random-weight proxy 4.82 against 6.38 %, kt-kernel's
+# AMXINT8 from FP8 5.38 % (benchmarks/results/gpu/peer-accuracy/). int8 in a server: PREFILL_MEASURED["fp8-int8"]
+PREFILL_FP8 = ("int8", "w8a8")
 INT8_GROUP = 128
 
 
-def prefill_format(model: ModelSpec, fp8_as: str = "w8a8") -> str | None:
+def prefill_format(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> str | None:
     """The expert format the GPU prompt path would copy: "gptq" (GPTQ-Int4, SGLang's marlin MoE), "fp8" (block FP8
     with dynamic activation scales, as Qwen's and DeepSeek's FP8 releases store it: weight_scale_inv; its triton MoE),
     "fp8-int8" (the same requantized to int8, fp8_as "int8"), None (neither: the adapter's
@@ -820,7 +831,7 @@ def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None
     q = model.quantization
     if not whole_layers:
         return "it needs whole layers on the GPU (--kt-gpu-layers auto): a split layer's GPU experts are its own"
-    if prefill_format(model) == "fp8":
+    if prefill_format(model, "w8a8") == "fp8":
         return None
     if prefill_format(model) is None:
         how = ("" if q is None or q.method != "fp8" else " per tensor" if q.weight_block is None else
@@ -836,7 +847,7 @@ def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None
     return None
 
 
-def prefill_tensors(model: ModelSpec, fp8_as: str = "w8a8") -> tuple[int, ...]:
+def prefill_tensors(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> tuple[int, ...]:
     """One MoE layer's expert tensors as the path holds them, the adapter's GPU staging set and each CPU layer's
     pinned copy: GPTQ-Int4 as marlin does (w13 and w2 qweight, w13 and w2 scales; the repack keeps each size), block
     FP8 as the checkpoint has them (w13 and w2 float8 weights, their float32 block scales), or requantized to int8
@@ -846,7 +857,7 @@ def prefill_tensors(model: ModelSpec, fp8_as: str = "w8a8") -> tuple[int, ...]:
     h, i, e = model.hidden_size, moe.expert_intermediate, moe.num_experts
     if prefill_format(model, fp8_as) == "fp8-int8":
         return (e * 2 * i * h, e * h * i, e * 2 * i * (h // INT8_GROUP) * 2, e * h * (i // INT8_GROUP) * 2)
-    if prefill_format(model) == "fp8":
+    if prefill_format(model, "w8a8") == "fp8":
         assert q.weight_block is not None
         bn, bk = q.weight_block
         return (e * 2 * i * h, e * h * i, e * -(-2 * i // bn) * -(-h // bk) * 4, e * -(-h // bn) * -(-i // bk) * 4)
@@ -854,7 +865,7 @@ def prefill_tensors(model: ModelSpec, fp8_as: str = "w8a8") -> tuple[int, ...]:
     return (e * h * 2 * i // 2, e * i * h // 2, e * (h // g) * 2 * i * 2, e * (i // g) * h * 2)
 
 
-def prefill_staging_bytes(model: ModelSpec, fp8_as: str = "w8a8") -> int:
+def prefill_staging_bytes(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> int:
     """The GPU prompt path's staging set as the caching allocator reserves it on its own (core/memory/torch_alloc.py;
     allocated after the weights, counted with them by SGLang)."""
     a = CachingAllocator()
@@ -873,7 +884,7 @@ PREFILL_PINS = ("register", "alloc")
 PAGE_BYTES = 4096
 
 
-def prefill_pinned_bytes(model: ModelSpec, cpu_layers: int, pin: str = "register", fp8_as: str = "w8a8") -> int:
+def prefill_pinned_bytes(model: ModelSpec, cpu_layers: int, pin: str = "register", fp8_as: str = PREFILL_FP8[0]) -> int:
     """The CPU layers' copies in host RAM as `pin` (PREFILL_PINS) page-locks them: whole pages each, or PyTorch's
     pinned host allocator's power of two each."""
     size = pinned_size if pin == "alloc" else (lambda n: -(-n // PAGE_BYTES) * PAGE_BYTES)
@@ -951,7 +962,7 @@ class HybridSection:
     prefill_gpu_bytes: int = 0              # kt_gpu_prefill: its GPU staging set, counted with the weights
     prefill_tokens: int = 0                 # kt_gpu_prefill: the least forward it takes (0: not planned)
     prefill_pin: str = "register"           # kt_prefill_pin: how its host copies are page-locked (PREFILL_PINS)
-    prefill_fp8: str = "w8a8"               # kt_prefill_fp8: how it computes block-FP8 experts (PREFILL_FP8)
+    prefill_fp8: str = PREFILL_FP8[0]       # kt_prefill_fp8: how it computes block-FP8 experts (PREFILL_FP8)
     aggregate_streams: int = 0              # max_running requests decoding together (0: one at a time)
     aggregate_tok_s: float | None = None    # their tok/s in all after 512-token prompts (aggregate_tok_s, derived)
 

@@ -602,7 +602,7 @@ def _replay(layout: WeightLayout, offload: int, model: ModelSpec, counts: int | 
     if not staging or not isinstance(counts, tuple) or 0 not in counts:
         return replay_load(layout, offload)
     return replay_load(layout, offload, staging=kt.prefill_tensors(model, fp8_as), staging_after_layer=counts.index(0),
-                       staging_fresh=kt.prefill_format(model) == "fp8")
+                       staging_fresh=kt.prefill_format(model, "w8a8") == "fp8")
 
 
 def _weights_on_gpu(load: LoadResult, model: ModelSpec, moe_kernel: str | None,
@@ -805,9 +805,10 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                      f"the GPU, copied in from pinned host RAM each chunk as llama.cpp does: a staging set of "
                      f"{bytes2human(hp.prefill_gpu_bytes)} with the weights, {bytes2human(hp.host_prefill_bytes)} of "
                      "pinned host RAM ("
-                     + (f"measured on the H100 host at 16 GiB, its {fmt} experts: the first token after 30K in "
-                        f"{done.path_s:.2f} s against {done.kt_kernel_s:.2f} with prompts on kt-kernel and "
-                        f"{done.llama_cpp_s:.2f} for llama.cpp's best ({done.how}); {done.where}"
+                     + (f"measured on {done.host} at 16 GiB, its {fmt} experts: the first token after 30K in "
+                        f"{done.path_s:.2f} s against "
+                        + (f"{done.kt_kernel_s:.2f} with prompts on kt-kernel and " if done.kt_kernel_s else "")
+                        + f"{done.llama_cpp_s:.2f} for llama.cpp's best ({done.how}); {done.where}"
                         + (f"; {done.accuracy}" if done.accuracy else "")
                         if done is not None else
                         f"its {fmt} experts: not run in a server on a GPU yet; the measured formats' runs are in "
