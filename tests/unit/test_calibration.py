@@ -95,3 +95,36 @@ def test_readme_accuracy_table_is_current():
     from repo_modules import load_module
     mod = load_module("benchmarks/gpu/accuracy_table.py")
     assert mod.main(["--check"]) == 0, "run: python3 benchmarks/gpu/accuracy_table.py --write"
+
+
+def test_free_at_load_begin_is_the_card_less_the_context_and_the_expert_maps():
+    """Every tp-1 point ran on a card the ballast left at 16.00 or 24.00 GiB free: SGLang's "Load weight begin" read
+    that less the CUDA context (config/engine.toml) and, for a MoE SGLang balances, its expert-location maps
+    (arch.expert_location_prelude): 15.31 / 23.31 GiB for the Qwen3-30B-A3B shapes (their padded map, 6.3 MB, takes
+    a 20 MiB segment) where every other model, gpt-oss's and Qwen1.5-MoE's small maps included, read 15.33 / 23.33.
+    A planner that forgot the maps planned those MoE pools from 22 MiB that SGLang never had."""
+    from vramkit.core.memory.weight_load import prelude_bytes
+    from vramkit.core.model.arch import expert_location_prelude
+    engine = catalog.engine()
+    seen = set()
+    for p in POINTS:
+        d = json.loads(p.read_text())
+        budget = 16 if p.stem.endswith("16g") else 24 if p.stem.endswith("24g") else None
+        if budget is None or d["tp"] != 1:
+            continue
+        model = catalog.model(str(ROOT / d["model"]) if (ROOT / d["model"]).is_dir() else d["model"])
+        expected = (budget * GiB - engine.startup_overhead(1) - prelude_bytes(model)) / GiB
+        assert round(expected, 2) == d["gpu_free_gib_at_start"], p.stem
+        seen.add((model.architecture, prelude_bytes(model) >> 20))
+    assert ("Qwen3MoeForCausalLM", 22) in seen and ("GptOssForCausalLM", 2) in seen and ("Qwen2MoeForCausalLM", 2) in seen
+    # the maps: int64 [L, E], [L, E, 1] and [L, E, E] (padded), bool [L, E, E] and int64 [L, E], the two temporaries freed
+    qwen3 = catalog.model("qwen3-coder-30b-a3b-instruct")
+    assert expert_location_prelude(qwen3) == (48 * 128 * 8, 48 * 128 * 8, 48 * 128 * 128 * 8, 48 * 128 * 128,
+                                              48 * 128 * 8, -4, -2)
+    assert prelude_bytes(catalog.model("qwen2.5-coder-14b-instruct-gptq-int4")) == 0
+    # a plan from the card (no measured free figure) starts from the same 22 MiB less than a dense model would
+    gpu = catalog.gpu("rtx-5060-ti-16gb")
+    bare = plan(qwen3, Target(gpu=gpu), Knobs(context=32768), engine, with_alternatives=False)
+    free = gpu.memory_total_bytes - engine.driver_reserved - engine.startup_overhead(1) - 22 * 2**20
+    assert bare.startup_overhead_bytes == engine.startup_overhead(1) + 22 * 2**20
+    assert bare.held_besides_server_bytes == engine.driver_reserved and bare.free_at_start_bytes == free

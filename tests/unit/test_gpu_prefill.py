@@ -795,7 +795,7 @@ def test_vramkit_up_s_host_ram_check_counts_the_pinned_copies():
 def test_the_staging_set_is_replayed_where_the_adapter_allocates_it():
     """The GPTQ set is allocated while SGLang converts the first CPU layer, into what the caching allocator holds
     then: its two scales fit in a 20 MiB segment the load already has, so it reserves 288 MiB where a fresh allocator
-    reserves 308 (the planner's pool for run3 went from 2.8 % to 1.6 % under SGLang's, test_kt_estimate). The FP8 set
+    reserves 308 (the planner's pool for run3 went from 2.8 % to 1.7 % under SGLang's, test_kt_estimate). The FP8 set
     is placed after the adapter empties the cache, which keeps the segments still in use."""
     from fit_kt import gptq_coder_config
 

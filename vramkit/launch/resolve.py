@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from vramkit import catalog
+from vramkit.core.memory.weight_load import prelude_bytes
 from vramkit.core.model.spec import GpuSpec, ModelSpec
 from vramkit.core.plan import kt_placement as kp
 from vramkit.core.plan.knobs import Knobs, by_name
@@ -53,8 +54,8 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
         if read_gpu is None:
             raise VramkitError("--gpu auto needs NVML", "name a GPU with --gpu", Exit.NO_GPU)
         gpu, nvml_free = read_gpu(knobs_obj.tp, link_for=lambda base: gpu_link(request, base))
-        if gpu_free is None:   # SGLang sees what is free once its context (and, tp > 1, NCCL) is up
-            gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp)
+        if gpu_free is None:   # SGLang sees what is free once its context (tp > 1: NCCL) and expert maps are up
+            gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp) - prelude_bytes(model)
     elif gpu_name:
         gpu = catalog.gpu(gpu_name)
         link = gpu_link(request, gpu)
@@ -64,7 +65,8 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
         # only the free memory and the card's figures: a card of its own, sized as the planner sizes a bare
         # free-memory figure (free + what the server takes before its weights), so the decode ceiling is there
         gpu = GpuSpec(name="given-card", label=f"a card with {request.gpu_free_gib:g} GiB free",
-                      memory_total_bytes=gpu_free + engine.startup_overhead(knobs_obj.tp), bandwidth_bytes_s=link[0],
+                      memory_total_bytes=gpu_free + engine.startup_overhead(knobs_obj.tp) + prelude_bytes(model),
+                      bandwidth_bytes_s=link[0],
                       pcie_gen=link[1], pcie_lanes=link[2])
     host_avail = (int(request.host_ram_gib * GiB) if request.host_ram_gib is not None
                   else (read_host() if read_host else None))
@@ -99,6 +101,8 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
         free_source = "NVML's free now - CUDA context (measured)"
     else:
         free_source = "card - others - driver reserve - CUDA context (those two measured, config/engine.toml)"
+    if request.gpu_free_gib is None and prelude_bytes(model):
+        free_source += f" - SGLang's expert-location maps ({prelude_bytes(model) / 2**20:.0f} MiB, derived)"
     return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None, p,
                     for_plan(p, request.kt_weight_path, here, request.kt_placement, model.num_layers,
                              model.architecture), free_source, host_ram_source)

@@ -60,6 +60,7 @@ class WeightLayout:
     rope_first_layer: int                   # bytes of the rotary cache, built inside the first layer
     rope_after: int = 0                     # ... right after this many of its parameters (the projections)
     rope_second: tuple[int, int] = (0, 0)   # (layer, bytes): a second rotary cache (Gemma 3's other rope base)
+    prelude: tuple[int, ...] = ()           # GPU allocations before the weights load (expert_location_prelude)
 
     # A layout holds ~10^3 Params and is a cache key (weight_load.replay_load): its hash is computed once, and
     # what every plan reads of it (bytes by role, each layer's bytes) once per layout (the instance's __dict__:
@@ -68,7 +69,7 @@ class WeightLayout:
         h = self.__dict__.get("_hash")
         if h is None:
             h = self.__dict__["_hash"] = hash((self.head, self.layers, self.tail, self.ops, self.rope_first_layer,
-                                               self.rope_after, self.rope_second))
+                                               self.rope_after, self.rope_second, self.prelude))
         return h
 
     @cached_property
@@ -415,7 +416,30 @@ def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mx
         second = (sw.swa_layers.index(not sw.swa_layers[0]), rope_cache_bytes(model, context_len))
     return WeightLayout(head=head, layers=tuple(layers), tail=tuple(tail),
                         ops=tuple(b.ops), rope_first_layer=rope_cache_bytes(model, context_len),
-                        rope_after=rope_after, rope_second=second)
+                        rope_after=rope_after, rope_second=second, prelude=expert_location_prelude(model))
+
+
+# The architectures whose SGLang model class defines get_model_config_for_expert_location (the ones modelled here):
+# ModelRunner.initialize builds their expert-location maps on the GPU before "Load weight begin"
+EXPERT_LOCATION_ARCHS = frozenset({"Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV2ForCausalLM",
+                                   "DeepseekV3ForCausalLM", "GptOssForCausalLM"})
+INT64, BOOL = 8, 1
+
+
+def expert_location_prelude(model: ModelSpec) -> tuple[int, ...]:
+    """SGLang 0.5.15.post1's expert-location maps, allocated on the GPU before the weights (srt/eplb/expert_location.py,
+    ExpertLocationMetadata.init_trivial -> init_by_mapping -> _init_raw; every rank, ep_size 1, no redundant experts),
+    as allocator operations in order: n > 0 allocates n bytes, -k frees the k-th allocation (1-based). int64 [L, E]
+    physical_to_logical_map (kept); the logical->physical map [L, E, 1] (freed when init_by_mapping returns); F.pad of
+    it to [L, E, E] (kept); its `!= -1` mask, bool [L, E, E], freed once count_nonzero's int64 [L, E] is out (kept).
+    L: num_hidden_layers, E: the routed experts. Qwen3-Coder-30B-A3B's padded map is 6.3 MB: a 20 MiB segment of the
+    large pool, which is why its servers saw 15.31 GiB at "Load weight begin" where every other model saw 15.33 on the
+    same 16 GiB (benchmarks/calibration/, benchmarks/results/gpu/)."""
+    if model.moe is None or model.architecture not in EXPERT_LOCATION_ARCHS:
+        return ()
+    n_l, n_e = model.num_layers, model.moe.num_experts
+    return (n_l * n_e * INT64, n_l * n_e * INT64, n_l * n_e * n_e * INT64, n_l * n_e * n_e * BOOL,
+            n_l * n_e * INT64, -4, -2)
 
 
 def bytes_by_role(layout: WeightLayout) -> dict[str, int]:

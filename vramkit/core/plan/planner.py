@@ -38,7 +38,7 @@ from vramkit.core.memory.costs import (  # noqa: F401
     kv_layout,
     weight_components,
 )
-from vramkit.core.memory.weight_load import LoadResult, replay_load
+from vramkit.core.memory.weight_load import LoadResult, prelude_bytes, replay_load
 from vramkit.core.model.arch import (
     CALIBRATION_HOST_SMS,
     MXFP4_PADDING,
@@ -273,14 +273,17 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     gpu = target.gpu
     total = gpu.memory_total_bytes if gpu else None
 
-    # 1. free at start (per rank)
+    # 1. free at start (per rank): when SGLang starts loading the weights ("Load weight begin"), after its CUDA context
+    # (+ NCCL) and, for a MoE it balances, the expert-location maps (pre_load)
+    pre_load = prelude_bytes(model)
     if target.gpu_free_bytes is not None:
         free = int(target.gpu_free_bytes)
     elif gpu is not None:
-        free = gpu.memory_total_bytes - engine.driver_reserved - target.other_used_bytes - engine.startup_overhead(tp)
+        free = gpu.memory_total_bytes - engine.driver_reserved - target.other_used_bytes \
+            - engine.startup_overhead(tp) - pre_load
     else:
         raise ValueError("plan needs a GPU or a free-memory figure")
-    card_total = total if total is not None else free + engine.startup_overhead(tp)
+    card_total = total if total is not None else free + engine.startup_overhead(tp) + pre_load
 
     # resolve SGLang's defaults from the TARGET card, never from the machine it runs on
     # --chunked-prefill-size -1 turns chunking off: the largest prefill step is a whole request
@@ -362,10 +365,11 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
 
     # 3. KV pool
-    rest = (free - weights_gpu - engine.pre_kv) - free * (1 - frac)
+    # SGLang's slack is a share of what was free before the maps (model_runner_kv_cache_mixin: pre_model_load_memory)
+    rest = (free - weights_gpu - engine.pre_kv) - (free + pre_load) * (1 - frac)
     kv_tokens = kv.tokens(rest)
     if rest <= 0:
-        need = 1 - (free - weights_gpu - engine.pre_kv) / free
+        need = 1 - (free - weights_gpu - engine.pre_kv) / (free + pre_load)
         reasons.append(Reason("weights", f"the weights ({bytes2human(weights_gpu)}) leave no room for a KV cache at "
                        f"mem_fraction_static {frac}: SGLang refuses to start (needs > {need:.3f})"))
     kv_pool_bytes = kv.pool_bytes(kv_tokens)
@@ -394,7 +398,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     headroom = startup_free - act
     comm_runtime = engine.tp_comm_runtime if tp > 1 else 0
     headroom -= comm_runtime
-    peak = engine.startup_overhead(tp) + used_after_start + act + comm_runtime
+    peak = engine.startup_overhead(tp) + pre_load + used_after_start + act + comm_runtime
 
     # verdicts
     if model.num_heads % tp or (model.mla is None and model.num_kv_heads % tp and tp % model.num_kv_heads):
@@ -509,8 +513,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         weights_read_per_token_bytes=read_per_token, host_ram_bytes=host_ram,
         host_map_bytes=host_map, fits=not reasons,
         card_total_bytes=card_total,
-        held_besides_server_bytes=max(0, card_total - free - engine.startup_overhead(tp)),
-        startup_overhead_bytes=engine.startup_overhead(tp),
+        held_besides_server_bytes=max(0, card_total - free - engine.startup_overhead(tp) - pre_load),
+        startup_overhead_bytes=engine.startup_overhead(tp) + pre_load,
         weights_load_overhead_bytes=max(0, weights_gpu - sum(weights_on_gpu(comps, offloaded).values())),
         buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
         graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
@@ -649,7 +653,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         load = _replay(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts), 0, priced, counts,
                        staging, knobs.kt_prefill_fp8)
         weights = _weights_on_gpu(load, priced, kernel, counts, staging, engine)
-        return kv.tokens((free - weights - engine.pre_kv) - free * (1 - frac))
+        return kv.tokens((free - weights - engine.pre_kv) - (free + prelude_bytes(priced)) * (1 - frac))
 
     lo, hi = 0, e
     if kv_tokens(0) < need:
