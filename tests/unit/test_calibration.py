@@ -126,5 +126,5 @@ def test_free_at_load_begin_is_the_card_less_the_context_and_the_expert_maps():
     gpu = catalog.gpu("rtx-5060-ti-16gb")
     bare = plan(qwen3, Target(gpu=gpu), Knobs(context=32768), engine, with_alternatives=False)
     free = gpu.memory_total_bytes - engine.driver_reserved - engine.startup_overhead(1) - 22 * 2**20
-    assert bare.startup_overhead_bytes == engine.startup_overhead(1) + 22 * 2**20
+    assert bare.startup_overhead_bytes == engine.startup_overhead(1) + bare.expert_maps_bytes == engine.startup_overhead(1) + 22 * 2**20
     assert bare.held_besides_server_bytes == engine.driver_reserved and bare.free_at_start_bytes == free

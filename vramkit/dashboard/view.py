@@ -39,7 +39,9 @@ def memory_segments(plan: dict[str, Any], card_total_bytes: int | None,
     if total != int(plan["card_total_bytes"]):   # a plan for a free-memory figure, drawn on the card NVML names
         held = max(0, total - int(plan["free_at_start_bytes"]) - startup)
     gpu = [_seg("reserved", "driver reserve + other processes", held, "engine.toml", "other"),
-           _seg("context", "CUDA context" + (" + NCCL" if tp > 1 else ""), startup, "engine.toml", "other")]
+           _seg("context", "CUDA context" + (" + NCCL" if tp > 1 else "")
+                + (" + expert-location maps" if plan.get("expert_maps_bytes") else ""), startup, "engine.toml",
+                "other")]
     parts = {k: int(v) for k, v in plan["weights_on_gpu_by_component"].items()}
     for name, n in parts.items():
         gpu.append(_seg(f"weights.{name}", f"weights: {name}", n, "planner", "weights"))

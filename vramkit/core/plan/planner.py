@@ -152,7 +152,8 @@ class Plan:
     # peak = startup_overhead + weights + kv_pool + buffers + graphs + activations + comm_runtime
     card_total_bytes: int = 0   # the card (per rank); with only a free-memory figure: free + startup overhead
     held_besides_server_bytes: int = 0  # driver reserve + other processes: card - free at start - startup
-    startup_overhead_bytes: int = 0   # CUDA context (+ NCCL at tp > 1) before the weights (engine.toml)
+    startup_overhead_bytes: int = 0   # before the weights: CUDA context (+ NCCL at tp > 1; engine.toml) + expert maps
+    expert_maps_bytes: int = 0  # of it, SGLang's MoE expert-location maps (arch.expert_location_prelude; derived)
     buffers_bytes: int = 0      # pre-KV, req_to_token, post-KV misc, attention backend, host-cache mapping
     graphs_bytes: int = 0       # decode CUDA graphs' pool (with an offloaded layer's transient copy)
     comm_runtime_bytes: int = 0  # tp > 1: what the first large all-reduce adds while serving (engine.toml)
@@ -514,7 +515,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         host_map_bytes=host_map, fits=not reasons,
         card_total_bytes=card_total,
         held_besides_server_bytes=max(0, card_total - free - engine.startup_overhead(tp) - pre_load),
-        startup_overhead_bytes=engine.startup_overhead(tp) + pre_load,
+        startup_overhead_bytes=engine.startup_overhead(tp) + pre_load, expert_maps_bytes=pre_load,
         weights_load_overhead_bytes=max(0, weights_gpu - sum(weights_on_gpu(comps, offloaded).values())),
         buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
         graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
