@@ -223,8 +223,11 @@ def moe_vs_llamacpp_table() -> list[str]:
         return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
     rows = _proxy_rows()
     notes_after = _peer_accuracy_line(rows) + _which_to_run(comparisons, rows)
+    cards = "; ".join(f"{label}: {comparisons[stem].get('device', '').split(',')[0] or 'the GPU host'}"
+                      for stem, label in MOE_PAIRINGS if stem in comparisons)
     return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
-             "host session per card (random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the file "
+             f"host session per card ({cards}; the H100 and H200 machines have the same CPU, 16 cores with AMX; "
+             "random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the file "
              "closest to the kit's preset in accuracy; the kit's configuration per card below; "
              "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, `moe-vs-llamacpp-q8-16g.md`, the levers in "
              "`moe-vs-llamacpp-levers.md`):",
@@ -315,7 +318,9 @@ SPLIT_ROW = "FP8 0-42 (GPU) + AMXINT8<-FP8 (CPU)"
 PEER_ROWS = (("llama.cpp's Q4_K_M experts", "Q4_K_M (llama.cpp)"),
              ("the kit's 16 GB preset as served (whole layers: FP8 experts on the GPU as SGLang computes them, inputs "
               "rounded to FP8 too; AMXINT8 from FP8 on the CPU)", SERVED_ROW),
-             ("its FP8 prompt path's layers (every expert FP8 as SGLang computes it)", "FP8_W8A8 (GPU)"),
+             ("its FP8 prompt path's layers as it computes them by default (the FP8 values in int8, bf16 inputs)",
+              "INT8_W8A16<-FP8 (GPU)"),
+             ("the same path with --kt-prefill-fp8 w8a8 (every expert FP8 as SGLang computes it)", "FP8_W8A8 (GPU)"),
              ("the kit's GPTQ-Int4 split (88 GPTQ-Int4 GPU experts a layer, round to nearest)",
               "GPTQ_INT4 0-87 (GPU) + AMXINT8<-FP8 (CPU)"),
              ("its fastest 16 GB row (whole layers: three quarters of the layers' experts GPTQ-Int4 on the GPU, the "
