@@ -33,7 +33,6 @@ class LoadResult:
     offloaded_bytes: int         # parameters moved to host RAM by --cpu-offload-gb
     pinned_host_bytes: int = 0   # the pinned host RAM they take: each rounded up to a power of two
     live_by_role: dict[str, int] = field(default_factory=dict, compare=False)   # GPU tensors after conversion, by role
-    prelude_bytes: int = 0       # reserved before "Load weight begin" (WeightLayout.prelude: the expert-location maps)
 
 
 @lru_cache(maxsize=256)
@@ -43,7 +42,6 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
     SGLang converts decoder layer `staging_after_layer`'s experts (its first CPU layer), so after that layer's own
     conversions and before the next layer's; `staging_fresh`: the adapter empties the allocator's cache first (its
     block-FP8 set), else the set takes what the cache holds by then (its GPTQ set)."""
-    prelude = prelude_reserved(layout.prelude)
     a = CachingAllocator()
     live: dict[int, tuple[str, int]] = {}                       # handle -> (role, bytes) still on the GPU
     params: dict[tuple[int, str], tuple[str, int | None]] = {}  # (group, name) -> (role, handle)
@@ -119,7 +117,7 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
     for role, nbytes in live.values():
         by_role[role] = by_role.get(role, 0) + nbytes
     return LoadResult(gpu_reserved_bytes=a.reserved, gpu_tensor_bytes=sum(by_role.values()),
-                      offloaded_bytes=offloaded, pinned_host_bytes=pinned, live_by_role=by_role, prelude_bytes=prelude)
+                      offloaded_bytes=offloaded, pinned_host_bytes=pinned, live_by_role=by_role)
 
 
 def prelude_bytes(model: ModelSpec) -> int:
@@ -130,15 +128,16 @@ def prelude_bytes(model: ModelSpec) -> int:
 
 @lru_cache(maxsize=64)
 def prelude_reserved(prelude: tuple[int, ...]) -> int:
-    """What SGLang's allocations before "Load weight begin" keep reserved (WeightLayout.prelude: n > 0 allocates n
-    bytes, -k frees the k-th allocation): the expert-location maps' segments, kept for good ("Load weight begin"
-    reads get_available_gpu_memory(empty_cache=True), which keeps them). Replayed apart from the load, on the safe
-    side: PyTorch's allocator would let the weights fill their free space (Qwen3-30B-A3B's 20 MiB segment holds 6.3
-    MB), and over the 60 KT servers with log figures (fit_kt.py) that reuse fits better on average (the pool within
-    0.9 % against 1.4, none more than 2 % under against 10), but it plans 6 pools 0.5-1.1 % over SGLang's, and it
-    would place 38 GPU layers at mem_fraction 0.95 (GPTQ-Int4 on marlin) with a pool that covers the 32K context
-    where the 38-layer server measured 32,631 tokens (moe-vs-llamacpp-mf/run1); replayed apart, no pool is over by
-    more than 0.5 %. moe-gptq-24g's load also logged 15.87 GiB as replayed apart (15.85 with the reuse)."""
+    """What SGLang's allocations before "Load weight begin" keep reserved (arch.expert_location_prelude: n > 0
+    allocates n bytes, -k frees the k-th allocation): the expert-location maps' segments, kept for good ("Load
+    weight begin" reads get_available_gpu_memory(empty_cache=True), which keeps them). Replayed apart from the load,
+    on the safe side: PyTorch's allocator would let the weights fill their free space (Qwen3-30B-A3B's 20 MiB
+    segment holds 6.3 MB), and over the 60 KT servers with log figures (fit_kt.py) that reuse fits better on average
+    (the pool within 0.9 % against 1.4, none more than 2 % under against 10), but it plans 6 pools 0.5-1.1 % over
+    SGLang's, and it would place 38 GPU layers at mem_fraction 0.95 (GPTQ-Int4 on marlin) with a pool that covers
+    the 32K context where the 38-layer server measured 32,631 tokens (moe-vs-llamacpp-mf/run1); replayed apart, no
+    pool is over by more than 0.5 %. moe-gptq-24g's load also logged 15.87 GiB as replayed apart (15.85 with the
+    reuse)."""
     pre = CachingAllocator()
     handles: list[int | None] = []
     for n in prelude:

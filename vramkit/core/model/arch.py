@@ -60,7 +60,6 @@ class WeightLayout:
     rope_first_layer: int                   # bytes of the rotary cache, built inside the first layer
     rope_after: int = 0                     # ... right after this many of its parameters (the projections)
     rope_second: tuple[int, int] = (0, 0)   # (layer, bytes): a second rotary cache (Gemma 3's other rope base)
-    prelude: tuple[int, ...] = ()           # GPU allocations before the weights load (expert_location_prelude)
 
     # A layout holds ~10^3 Params and is a cache key (weight_load.replay_load): its hash is computed once, and
     # what every plan reads of it (bytes by role, each layer's bytes) once per layout (the instance's __dict__:
@@ -69,7 +68,7 @@ class WeightLayout:
         h = self.__dict__.get("_hash")
         if h is None:
             h = self.__dict__["_hash"] = hash((self.head, self.layers, self.tail, self.ops, self.rope_first_layer,
-                                               self.rope_after, self.rope_second, self.prelude))
+                                               self.rope_after, self.rope_second))
         return h
 
     @cached_property
@@ -416,11 +415,12 @@ def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mx
         second = (sw.swa_layers.index(not sw.swa_layers[0]), rope_cache_bytes(model, context_len))
     return WeightLayout(head=head, layers=tuple(layers), tail=tuple(tail),
                         ops=tuple(b.ops), rope_first_layer=rope_cache_bytes(model, context_len),
-                        rope_after=rope_after, rope_second=second, prelude=expert_location_prelude(model))
+                        rope_after=rope_after, rope_second=second)
 
 
 # The architectures whose SGLang model class defines get_model_config_for_expert_location (the ones modelled here):
-# ModelRunner.initialize builds their expert-location maps on the GPU before "Load weight begin"
+# ModelRunner.initialize builds their expert-location maps on the GPU before "Load weight begin" (what the server holds
+# before its weights besides its CUDA context: weight_load.prelude_bytes)
 EXPERT_LOCATION_ARCHS = frozenset({"Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV2ForCausalLM",
                                    "DeepseekV3ForCausalLM", "GptOssForCausalLM"})
 INT64, BOOL = 8, 1
