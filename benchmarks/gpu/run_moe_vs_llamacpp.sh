@@ -182,11 +182,11 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has lprefill8 || has lint8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has lprefill8 || has lint8 || has med8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has lint8 || has fp8stage || has fp8pin || has fp8int8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has lint8 || has med8 || has fp8stage || has fp8pin || has fp8int8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -355,13 +355,15 @@ for f in ('d0-8k', 'd30k'):
   pack
 }
 
-lpair() {  # budget n-cpu-moe: llama-server with --fit and with --n-cpu-moe N (the best earlier sweeps found), full probe each
+lpair() {  # budget n-cpu-moe [name-prefix GGUF]: llama-server with --fit and with --n-cpu-moe N (the best earlier sweeps
+  # found), full probe each
+  local tag=${3:-llama-$1}
   [ -f $BUILT ] || { step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"; return 1; }
-  LGGUF=$GGUF; ballast "$1"
-  step "llama-$1 fit and --n-cpu-moe $2"
-  lserver "llama-$1-fit" --fit on && { lprobe "llama-$1-fit" $FULL; lstop; }
-  lserver "llama-$1-best" --fit off -ngl 99 --n-cpu-moe "$2" && { lprobe "llama-$1-best" $FULL; lstop; }
-  echo "$2" > "$RES/llama-$1-best-ncmoe.txt"
+  LGGUF=${4:-$GGUF}; ballast "$1"
+  step "$tag fit and --n-cpu-moe $2 ($(basename $LGGUF))"
+  lserver "$tag-fit" --fit on && { lprobe "$tag-fit" $FULL; lstop; }
+  lserver "$tag-best" --fit off -ngl 99 --n-cpu-moe "$2" && { lprobe "$tag-best" $FULL; lstop; }
+  echo "$2" > "$RES/$tag-best-ncmoe.txt"
   pack
 }
 
@@ -516,6 +518,20 @@ if has lint8; then  # the FP8 preset with the prompt path's int8 arithmetic (--k
   q8_gguf
   step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
   llama 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8
+fi
+if has med8; then  # the Q8_0 pairing at 16 GiB with every probe figure the median of 3 rounds in one start (REPEAT=3,
+  # moe_probe.py --repeat), as med3 did for the Q4_K_M pairing: the FP8 preset as it comes (the prompt path by auto, in
+  # int8 since 2026-11-28's twentieth session) and with prompts on kt-kernel (--kt-gpu-prefill 0: the pairing's first
+  # token without the path, on the same machine), then llama.cpp on Q8_0 with --fit and with --n-cpu-moe 28 (the lowest
+  # that started on every sweep: moe-vs-llamacpp-q8/, run2/, h200/). Written the twentieth session, not run yet (~25
+  # min with setup and the llama.cpp build): DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup med8"
+  ballast 16
+  kit k16-int8-preset 16 "$FULL" -- $KITF8
+  kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
+  rm -rf $KT8
+  q8_gguf
+  step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
+  lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
   # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds
