@@ -137,6 +137,7 @@ def device(res: Path) -> str:
     return f"{gpu}; CPU {cpu}"
 
 
+ALL_CORES = 16     # the GPU host's physical cores: llama-server's other thread count (run_moe_vs_llamacpp.sh's $PHYS)
 LLAMA_SETTINGS = ("-c 32768 -np 4 -kvu -fa on -ctk q8_0 -ctv q8_0 -t {t} (llama-server, 4 slots sharing one "
                   "32K KV cache; requests: token ids, greedy, EOS ignored, no prompt cache)")
 
@@ -204,8 +205,12 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
     sweep = llama_point(res, f"{lname}-best")
     ncmoe = (res / f"{lname}-best-ncmoe.txt").read_text().strip() \
         if (res / f"{lname}-best-ncmoe.txt").exists() else None
-    modes = {"--fit on": fit["figures"] if fit else None,
-             f"--n-cpu-moe {ncmoe}": sweep["figures"] if sweep else None}
+    # the same two at every physical core where the session ran them (its NAME-fit-t16 / NAME-best-t16 points: the
+    # server's other thread count, as llama-bench's rows have it), so the best per row is over both counts
+    t16 = {f"--fit on -t {ALL_CORES}": llama_point(res, f"{lname}-fit-t{ALL_CORES}"),
+           f"--n-cpu-moe {ncmoe} -t {ALL_CORES}": llama_point(res, f"{lname}-best-t{ALL_CORES}")}
+    points = {"--fit on": fit, f"--n-cpu-moe {ncmoe}": sweep} | {m: p for m, p in t16.items() if p}
+    modes = {m: p["figures"] if p else None for m, p in points.items()}
     # the headline is the best point that computes what the checkpoint says (a deferred expert lands one layer late,
     # kt-accuracy.md, so such a point stays among the other points): the one that meets the most of the goals
     # against llama.cpp's best, then the fastest decode
@@ -261,12 +266,12 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
             "mode_of_each": which,
             "settings": {"server": "llama-server -m <gguf> " + LLAMA_SETTINGS.format(t=threads),
                          "modes": {"--fit on": "llama.cpp picks the offload (default margin 1024 MiB)",
-                                   f"--n-cpu-moe {ncmoe}": sweep_note(res, budget, ncmoe, pairing)},
+                                   f"--n-cpu-moe {ncmoe}": sweep_note(res, budget, ncmoe, pairing)}
+                         | {m: f"the same with -t {ALL_CORES}, every physical core" for m, p in t16.items() if p},
                          "n_cpu_moe_swept_best": int(ncmoe) if ncmoe else None},
             "by_mode": {m: f for m, f in modes.items() if f},
-            "start_s": {m: p["start_s"] for m, p in (("--fit on", fit), (f"--n-cpu-moe {ncmoe}", sweep)) if p},
-            "vram_used_mib_with_ballast": {m: p["vram_used_mib_with_ballast"]
-                                           for m, p in (("--fit on", fit), (f"--n-cpu-moe {ncmoe}", sweep)) if p}}
+            "start_s": {m: p["start_s"] for m, p in points.items() if p},
+            "vram_used_mib_with_ballast": {m: p["vram_used_mib_with_ballast"] for m, p in points.items() if p}}
     out["ratios"] = ratios(out)
     out["budget_ms_per_token"] = budgets(out, res, budget)
     return out
@@ -377,7 +382,8 @@ def markdown(c: dict) -> str:
                          f"{fmt(p['aggregate_4_streams_tok_s'])} tok/s"
                          + "".join(f"; {f}" for f in p.get("failed", [])))
     if ll:
-        lines.append(f"- llama.cpp: `{ll['settings']['server']}`, in two modes (the table takes its best per row):")
+        n = {2: "two", 3: "three", 4: "four"}.get(len(ll["by_mode"]), str(len(ll["by_mode"])))
+        lines.append(f"- llama.cpp: `{ll['settings']['server']}`, in {n} modes (the table takes its best per row):")
         for mode, f in ll.get("by_mode", {}).items():
             lines.append(f"  - `{mode}` ({ll['settings']['modes'].get(mode, '')}): decode {fmt(f['decode_tok_s'])} / "
                          f"{fmt(f['decode_tok_s_8k'])} tok/s (0 / 8K), TTFT 30K {fmt(f['ttft_30k_s'])} s, 4 streams "

@@ -523,15 +523,26 @@ if has med8; then  # the Q8_0 pairing at 16 GiB with every probe figure the medi
   # moe_probe.py --repeat), as med3 did for the Q4_K_M pairing: the FP8 preset as it comes (the prompt path by auto, in
   # int8 since 2026-11-28's twentieth session) and with prompts on kt-kernel (--kt-gpu-prefill 0: the pairing's first
   # token without the path, on the same machine), then llama.cpp on Q8_0 with --fit and with --n-cpu-moe 28 (the lowest
-  # that started on every sweep: moe-vs-llamacpp-q8/, run2/, h200/). Written the twentieth session, not run yet (~25
-  # min with setup and the llama.cpp build): DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup med8"
+  # that started on every sweep: moe-vs-llamacpp-q8/, run2/, h200/), at 14 threads and at every core. Written the
+  # twentieth session, not run yet (~30 min with setup and the build; ~24 with MED8_KT_PROMPTS=0):
+  # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup med8"
+  # llama.cpp's two servers again with -t $PHYS (every physical core: llama-bench decoded 45.4 tok/s there against
+  # 36.6 at 14 threads on the H200 machine, moe-vs-llamacpp-q8/h200/); the report takes its best per row over all four.
+  # MED8_KT_PROMPTS=0 leaves out the kit's kt-prompts server (~6 min) where the session's time is short
   ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8
-  kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
+  [ "${MED8_KT_PROMPTS:-1}" = 0 ] || kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
   rm -rf $KT8
   q8_gguf
   step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
   lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8
+  if [ -f $BUILT ]; then
+    step "llama-q8-16 fit and --n-cpu-moe ${Q8_NCMOE:-28} at $PHYS threads"
+    lserver "llama-q8-16-fit-t$PHYS" --fit on -t "$PHYS" && { lprobe "llama-q8-16-fit-t$PHYS" $FULL; lstop; }
+    lserver "llama-q8-16-best-t$PHYS" --fit off -ngl 99 --n-cpu-moe "${Q8_NCMOE:-28}" -t "$PHYS" \
+      && { lprobe "llama-q8-16-best-t$PHYS" $FULL; lstop; }
+    pack
+  fi
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
   # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds

@@ -351,3 +351,30 @@ def test_the_headline_is_the_point_meeting_most_goals_then_the_fastest():
     assert session.best([kt_only, path], None) is kt_only
     assert session.best([point("a", 100.0, 9.9), path], lb)["name"] == "a"     # 1 goal each: decode decides
     assert session.best([], lb) is None
+
+
+def test_llama_cpp_s_every_core_servers_join_its_modes_where_the_session_ran_them(tmp_path):
+    """The med8 step runs llama-server again with -t 16 (llama-bench decoded 45.4 tok/s at 16 threads on the H200
+    machine against 36.6 at 14): where those points are in the session, the comparison takes llama.cpp's best per row
+    over all four modes and names the one each row came from; without them it is the two it was."""
+    import shutil
+    res = REPO / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-q8" / "h200"
+    pts = tmp_path / "session"
+    shutil.copytree(res, pts)
+    two = report.compare(pts, 16, session.Q8)
+    assert set(two["engines"]["llamacpp"]["by_mode"]) == {"--fit on", "--n-cpu-moe 28"}
+    probe = json.loads((pts / "llama-q8-16-fit.probe.json").read_text())
+    for d in probe["decode"]:
+        d["per_stream_tok_s"] *= 1.5                  # as if every core decoded half again as fast
+        for r in d["requests"]:
+            r["decode_tok_s"] *= 1.5
+    (pts / "llama-q8-16-fit-t16.probe.json").write_text(json.dumps(probe))
+    four = report.compare(pts, 16, session.Q8)
+    ll = four["engines"]["llamacpp"]
+    assert set(ll["by_mode"]) == {"--fit on", "--n-cpu-moe 28", "--fit on -t 16"}
+    assert ll["mode_of_each"]["decode_tok_s"] == "--fit on -t 16"
+    assert ll["decode_tok_s"] == pytest.approx(1.5 * two["engines"]["llamacpp"]["by_mode"]["--fit on"]["decode_tok_s"],
+                                               rel=0.01)
+    assert ll["settings"]["modes"]["--fit on -t 16"].startswith("the same with -t 16")
+    assert four["ratios"]["decode_vs_llamacpp"] < two["ratios"]["decode_vs_llamacpp"]
+    assert "in three modes" in report.markdown(four)
