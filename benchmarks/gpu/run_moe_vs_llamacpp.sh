@@ -186,7 +186,7 @@ need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has l
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has lint8 || has med8 || has fp8stage || has fp8pin || has fp8int8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has lint8 || has med8 || has fp8cpu || has fp8stage || has fp8pin || has fp8int8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -543,6 +543,24 @@ if has med8; then  # the Q8_0 pairing at 16 GiB with every probe figure the medi
       && { lprobe "llama-q8-16-best-t$PHYS" $FULL; lstop; }
     pack
   fi
+fi
+if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as is (--kt-method FP8): 4.7 % MoE-layer
+  # error on the proxy against 5.4 % for AMXINT8 converted from it, and no 27 GB conversion (make kt-convert). Set aside
+  # on 2026-11-24 for kt-kernel's FP8 prefill (~60 tok/s: an 8K prompt in 129.8 s, README); the GPU prompt path now
+  # takes the CPU layers' prompt chunks, here from 64 tokens (a chunk's copy, ~0.34 s for 31 layers, is worth ~20-30
+  # tokens of that prefill: derived). The planner puts its decode at 0.89x AMXINT8's (the measured per-byte pace,
+  # kt_method_cpu_time_*): above llama.cpp's 33.5 tok/s on Q8_0 if the H200 machine's 42.6 for AMXINT8 scales so. Whole
+  # layers as the preset places them, the GPU side on dummy weights as every FP8 preset point, beside the preset as it
+  # comes (AMXINT8) on the same machine, one start each. Written the twentieth session, not run yet (~20 min with
+  # setup): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup fp8cpu"
+  C48=$CK/fp8-48l
+  [ -f $C48/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $C48 --format fp8 \
+    > $RES/fp8-48l.json 2> $RES/logs/fp8-48l.err
+  step "48-layer FP8 checkpoint: $(tail -c 300 $RES/fp8-48l.json 2>/dev/null) ($(elapsed) s)"
+  ballast 16
+  kit k16-fp8cpu-p64 16 "$FULL" -- --preset moe --model-path $FP8 --load-format dummy --kt-method FP8 \
+    --kt-weight-path $C48 --kt-gpu-prefill 64
+  kit k16-int8-preset 16 "$FULL" -- $KITF8
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
   # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds
