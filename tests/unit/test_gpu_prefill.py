@@ -468,6 +468,31 @@ def test_auto_s_threshold_is_ahead_of_kt_kernel_from_the_committed_pair():
         assert bench["layer_bytes"] / link / per_token_layer <= most, link
 
 
+def test_auto_s_threshold_beside_fp8_cpu_experts_is_ahead_of_their_kt_kernel_prompt(capsys):
+    """auto_prefill_tokens("FP8") against the committed FP8 run it was derived from (moe/moe-16g-fp8-amx: kt-kernel's
+    FP8 prompt, 85 of 128 experts of 48 layers on the CPU, 14 threads): ~0.5 ms a token and whole CPU layer, so a
+    layer's copy (the FP8 path's int8 layout) pays for itself within the threshold at PCIe 3's ~12 GB/s and within half
+    of it at PCIe 4's ~25; every other method keeps AUTO_PREFILL_TOKENS, and the plan asks for the method's own."""
+    run = ROOT / "benchmarks" / "results" / "gpu" / "moe"
+    point = json.loads((run / "moe-16g-fp8-amx.json").read_text())
+    ttft8k = next(t["ttft_s"] for t in json.loads((run / "moe-16g-fp8-amx.probe.json").read_text())["ttft"]
+                  if t["prompt_tokens"] == 8192)
+    planned = json.loads((run / "plan-moe-fp8.json").read_text())["hybrid"]      # what that server ran with
+    split = planned["num_gpu_experts"]
+    assert point["vramkit_up_args"][:2] == ["--preset", "moe"] and planned["kt_method"] == "FP8" and split == 43
+    per_token_layer = ttft8k / 8192 / 48 * 128 / (128 - split)
+    assert 0.4e-3 < per_token_layer < 0.6e-3
+    fp8 = catalog.model("qwen3-coder-30b-a3b-instruct-fp8")
+    layer = sum(kt.prefill_tensors(fp8))
+    threshold = kt.auto_prefill_tokens("FP8")
+    for link, most in ((25e9, threshold / 2), (12e9, threshold)):
+        assert layer / link / per_token_layer <= most, link
+    assert kt.auto_prefill_tokens("AMXINT8") == kt.auto_prefill_tokens(None) == kt.AUTO_PREFILL_TOKENS
+    rc, d = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8", "--kt-method", "FP8")
+    assert rc == 0 and d["hybrid"]["kt_method"] == "FP8" and d["hybrid"]["prefill_tokens"] == threshold == 128
+    assert d["server_env"]["VRAMKIT_KT_GPU_PREFILL"] == "128"
+
+
 def test_the_readmes_quote_the_committed_runs(capsys, gptq_dir):
     """The figures the README and the folder's README give for the GPU prompt path are the committed runs' own, and
     the plans they quote the planner's: for each run as it ran (kt-estimate.json), and for its conditions today."""

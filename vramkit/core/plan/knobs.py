@@ -252,8 +252,9 @@ class Knobs:
         0, int, "tokens", "whole layers, GPTQ-Int4 experts on marlin or block-FP8 experts on triton: a forward of at "
         "least this many tokens (a prompt chunk) runs the CPU layers' experts on the GPU, copied in from pinned host "
         "RAM for each chunk as llama.cpp does (planned: one layer's staging set on the GPU, the CPU layers' copies in "
-        "host RAM); 0 = off, prompts stay on kt-kernel; auto = 1024 where the path can run, has run in a server on a "
-        "GPU (GPTQ-Int4 and block FP8) and the plan fits with it, a tenth of the host RAM left free, else off",
+        "host RAM); 0 = off, prompts stay on kt-kernel; auto = 1024 (128 beside --kt-method FP8, whose kt-kernel "
+        "prompt is ~20x slower) where the path can run, has run in a server on a GPU (GPTQ-Int4 and block FP8) and "
+        "the plan fits with it, a tenth of the host RAM left free, else off",
         minimum=0, also=("auto",), env="VRAMKIT_KT_GPU_PREFILL")
     kt_prefill_pin: str = knob(
         "register", str, "", "how the GPU prompt path page-locks the CPU layers' copies in host RAM: register = each "

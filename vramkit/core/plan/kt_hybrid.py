@@ -754,6 +754,16 @@ def aggregate_note(streams: int, tok_s: float, method: str, whole_layers: bool, 
 # ~26 us per token and CPU layer (12 threads). The copy pays for itself from ~240 tokens there, ~480 at PCIe 4 x16's ~25
 # GB/s, ~1,000 at PCIe 3's ~12: 1,024 is ahead on PCIe 4 and up, even on 3, and every full 4,096-token chunk takes it.
 AUTO_PREFILL_TOKENS = 1024
+# ... and from fewer tokens for a CPU method whose kt-kernel prompt is far slower. FP8 (kt-kernel 0.5.1, AMX build, 14
+# threads) answered an 8K prompt in 129.8 s with 85 of 128 experts of each of 48 layers on the CPU (benchmarks/results/
+# gpu/moe/moe-16g-fp8-amx): ~0.5 ms a token and whole CPU layer, so a layer's FP8 copy (~0.6 GB) pays for itself from
+# ~50 tokens at PCIe 4 x16's ~25 GB/s and ~100 at PCIe 3's ~12 (derived; the path beside FP8 CPU experts has not run)
+AUTO_PREFILL_TOKENS_BY_METHOD = {"FP8": 128}
+
+
+def auto_prefill_tokens(method: str | None) -> int:
+    """kt_gpu_prefill = "auto"'s least forward for the CPU experts' method (AUTO_PREFILL_TOKENS_BY_METHOD)."""
+    return AUTO_PREFILL_TOKENS_BY_METHOD.get(method or "", AUTO_PREFILL_TOKENS)
 # ... and only where the server, its pinned copies included, leaves this share of the host's available RAM to the rest
 # of the desktop (the copies are page-locked: the kernel can neither swap nor reclaim them). A policy, not a
 # measurement: the path is a speed-up, so auto does not take it at the edge of the RAM; asked for by number it is

@@ -530,17 +530,19 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
 def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, with_alternatives: bool,
                   candidates: tuple[ModelSpec, ...]) -> Plan:
-    """kt_gpu_prefill = "auto": the GPU prompt path at AUTO_PREFILL_TOKENS where it can run and the plan fits with
-    it (its staging set on the GPU, its pinned copies in host RAM), else the plan without it and a note why."""
+    """kt_gpu_prefill = "auto": the GPU prompt path from the CPU method's auto_prefill_tokens where it can run and the
+    plan fits with it (its staging set on the GPU, its pinned copies in host RAM), else the plan without it and a
+    note why."""
     off = replace(knobs, kt_gpu_prefill=0)
     if not knobs.kt_method:
         return plan(model, target, off, engine, with_alternatives=with_alternatives, candidates=candidates)
+    tokens = kt.auto_prefill_tokens(knobs.kt_method)
     fmt = kt.prefill_format(model, knobs.kt_prefill_fp8)
     if (why := _prefill_problem(model, knobs)) is None and fmt not in kt.PREFILL_MEASURED:
         why = (f"its {fmt} experts' path has not run in a server on a GPU yet "
-               f"({by_name()['kt_gpu_prefill'].cli_flag} {kt.AUTO_PREFILL_TOKENS} turns it on)")
+               f"({by_name()['kt_gpu_prefill'].cli_flag} {tokens} turns it on)")
     if why is None:
-        on = plan(model, target, replace(knobs, kt_gpu_prefill=kt.AUTO_PREFILL_TOKENS), engine,
+        on = plan(model, target, replace(knobs, kt_gpu_prefill=tokens), engine,
                   with_alternatives=False)
         ram = target.host_ram_available_bytes
         if on.hybrid is None or not on.hybrid.prefill_gpu_bytes:
@@ -549,7 +551,7 @@ def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine
             why = (f"with its {bytes2human(on.hybrid.host_prefill_bytes)} of pinned host RAM the server would hold "
                    f"{bytes2human(on.hybrid.host_ram_bytes)} of the {bytes2human(ram)} available, more than "
                    f"{100 * (1 - kt.AUTO_PREFILL_HOST_HEADROOM):.0f} % (auto leaves the rest to the desktop; "
-                   f"{by_name()['kt_gpu_prefill'].cli_flag} {kt.AUTO_PREFILL_TOKENS} asks for it anyway)")
+                   f"{by_name()['kt_gpu_prefill'].cli_flag} {tokens} asks for it anyway)")
         elif on.fits:
             return _with_prefill_cost(on, plan(model, target, off, engine, with_alternatives=False))
         else:
