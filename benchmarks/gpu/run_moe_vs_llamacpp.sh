@@ -547,8 +547,8 @@ fi
 if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as is (--kt-method FP8): 4.7 % MoE-layer
   # error on the proxy against 5.4 % for AMXINT8 converted from it, and no 27 GB conversion (make kt-convert). Set aside
   # on 2026-11-24 for kt-kernel's FP8 prefill (~60 tok/s: an 8K prompt in 129.8 s, README); the GPU prompt path now
-  # takes the CPU layers' prompt chunks, here from 64 tokens (a chunk's copy, ~0.34 s for 31 layers, is worth ~20-30
-  # tokens of that prefill: derived). The planner puts its decode at 0.89x AMXINT8's (the measured per-byte pace,
+  # takes the CPU layers' prompt chunks, from 128 tokens beside FP8 (the preset's auto: kt.auto_prefill_tokens, a
+  # layer's copy worth ~50 tokens of that prefill at PCIe 4, derived). The planner puts its decode at 0.89x AMXINT8's (the measured per-byte pace,
   # kt_method_cpu_time_*): above llama.cpp's 33.5 tok/s on Q8_0 if the H200 machine's 42.6 for AMXINT8 scales so. Whole
   # layers as the preset places them, the GPU side on dummy weights as every FP8 preset point, beside the preset as it
   # comes (AMXINT8) on the same machine, one start each. Written the twentieth session, not run yet (~20 min with
@@ -558,8 +558,8 @@ if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as 
     > $RES/fp8-48l.json 2> $RES/logs/fp8-48l.err
   step "48-layer FP8 checkpoint: $(tail -c 300 $RES/fp8-48l.json 2>/dev/null) ($(elapsed) s)"
   ballast 16
-  kit k16-fp8cpu-p64 16 "$FULL" -- --preset moe --model-path $FP8 --load-format dummy --kt-method FP8 \
-    --kt-weight-path $C48 --kt-gpu-prefill 64
+  kit k16-fp8cpu 16 "$FULL" -- --preset moe --model-path $FP8 --load-format dummy --kt-method FP8 \
+    --kt-weight-path $C48
   kit k16-int8-preset 16 "$FULL" -- $KITF8
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
