@@ -239,12 +239,6 @@ import json, sys; sys.path.insert(0, 'benchmarks/gpu'); from fit_kt import gptq_
 json.dump(gptq_coder_config(), open('$GQ/config.json', 'w'), indent=2)"
 cp benchmarks/results/gpu/anchor/membw.json "$RES/membw-anchor.json"
 MEMBW=$RES/membw-anchor.json
-# this machine's own sweep beside it, recorded only (~10 s): the kit's plans keep the anchor unless a step below
-# measures for its points; since 2026-11-28's twentieth session the machines are H200s, whose host read the anchor's
-# H100 host sweep stands in for (the same CPU by lscpu, the memory not checked until this)
-has threads || has threads24 || python3 -c "import json; from vramkit.adapters import membw
-print(json.dumps(membw.sweep([1, 2, 4, 6, 8, 12, $THREADS, $PHYS], 4 << 30)))" > "$RES/membw-session.json" \
-  2> "$RES/logs/membw-session.err"
 if has threads || has threads24; then  # this session's own sweep, at every thread count the points below run (6 and 14 among them)
   python3 -c "import json; from vramkit.adapters import membw
 print(json.dumps(membw.sweep([1, 2, 4, 6, 8, 12, $THREADS, $PHYS], 4 << 30)))" > "$RES/membw.json" 2> "$RES/logs/membw.err" \
@@ -1050,5 +1044,11 @@ if has kthreads; then  # the estimate's thread term at kernel level (its AMXINT8
 {r.get('cpu_ms_per_token_median')} ms\" for f in sorted(glob.glob('$RES/kt-threads-*.json')) for r in json.load(open(f))['runs']))" 2>&1 | tail -c 600)"
 fi
 ballast_off
+# this machine's own host-read sweep, recorded only (~10 s, last: no server or build beside it): the kit's plans above
+# kept the anchor unless a step measured for its points; since 2026-11-28's twentieth session the machines are H200s,
+# whose host read the anchor's H100 host sweep stands in for (the same CPU by lscpu, the memory not checked until this)
+has threads || has threads24 || python3 -c "import json; from vramkit.adapters import membw
+print(json.dumps(membw.sweep([1, 2, 4, 6, 8, 12, $THREADS, $PHYS], 4 << 30)))" > "$RES/membw-session.json" \
+  2> "$RES/logs/membw-session.err"
 pack
 step "DONE ($(elapsed) s)"
