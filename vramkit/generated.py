@@ -226,7 +226,7 @@ def moe_vs_llamacpp_table() -> list[str]:
     cards = "; ".join(f"{label}: {comparisons[stem].get('device', '').split(',')[0] or 'the GPU host'}"
                       for stem, label in MOE_PAIRINGS if stem in comparisons)
     return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
-             f"host session per card ({cards}; the H100 and H200 machines have the same CPU, 16 cores with AMX; "
+             f"host session per card ({cards}; {_host_cpus(comparisons)}; "
              "random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the file "
              "closest to the kit's preset in accuracy; the kit's configuration per card below; "
              "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, `moe-vs-llamacpp-q8-16g.md`, the levers in "
@@ -235,6 +235,28 @@ def moe_vs_llamacpp_table() -> list[str]:
                           + ("Goals not met: " + "; ".join(missed) + ". The levers file and the measured budgets "
                              "below say what would close the rest." if missed else "Every goal is met.")]
             + _measured_budget() + notes_after)
+
+
+def _host_cpus(comparisons: dict[str, dict]) -> str:
+    """Whether the pairings' machines share one CPU: each session's host.txt (lscpu, free, df, the GPU line) with its
+    GPU line, clock readings and sizes that vary from boot to boot left out."""
+    def cpu(c: dict) -> tuple[str, ...]:
+        host = REPO_ROOT / GPU_RESULTS / c.get("evidence_dir", "") / "host.txt"
+        lines = host.read_text().splitlines() if c.get("evidence_dir") and host.is_file() else []
+        return tuple(ln for ln in lines if ln.split(":")[0].strip() in LSCPU_KEYS)
+    seen = {cpu(c) for c in comparisons.values()}
+    if len(seen) == 1 and () not in seen:
+        model = next((ln.split(":", 1)[1].strip() for ln in next(iter(seen)) if ln.startswith("Model name")), "")
+        return f"every session's CPU the same by lscpu: {model}, {_lscpu(next(iter(seen)), 'CPU(s)')} CPUs"
+    return "the sessions' CPUs differ (each host.txt)"
+
+
+LSCPU_KEYS = ("Model name", "CPU(s)", "Thread(s) per core", "Socket(s)", "NUMA node(s)", "Flags", "L2 cache",
+              "L3 cache")
+
+
+def _lscpu(lines: tuple[str, ...], key: str) -> str:
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.split(":")[0].strip() == key), "?")
 
 
 MOE_BUDGET = "benchmarks/results/gpu/moe-budget.json"

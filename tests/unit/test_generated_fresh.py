@@ -74,3 +74,23 @@ def test_the_16_gb_choice_is_worded_from_the_comparisons(tmp_path, monkeypatch):
     assert "the preset is slower to a 30K-token prompt's first token" in text
     (dst / "moe-vs-llamacpp-q8-16g.json").unlink()
     assert generated._which_to_run(generated._comparisons(), generated._proxy_rows()) == []          # no 8-bit comparison: no paragraph, no guess
+
+
+def test_the_moe_table_says_whether_its_sessions_share_a_cpu(tmp_path, monkeypatch):
+    """The MoE table's pairings ran on different machines (H100, H200): it says their CPUs are the same only where
+    every session's host.txt reads the same by lscpu, GPU line and clocks aside."""
+    import json
+    import shutil
+    res = generated.REPO_ROOT / "benchmarks" / "results" / "gpu"
+    comparisons = generated._comparisons()
+    assert len({c["device"].split(",")[0] for c in comparisons.values()}) == 2          # an H100 and an H200
+    assert generated._host_cpus(comparisons).startswith("every session's CPU the same by lscpu: ")
+    dst = tmp_path / "benchmarks" / "results" / "gpu"
+    for c in comparisons.values():
+        (dst / c["evidence_dir"]).mkdir(parents=True, exist_ok=True)
+        shutil.copy(res / c["evidence_dir"] / "host.txt", dst / c["evidence_dir"] / "host.txt")
+    monkeypatch.setattr(generated, "REPO_ROOT", tmp_path)
+    assert generated._host_cpus(comparisons).startswith("every session's CPU the same")
+    q8 = dst / json.loads((res / "moe-vs-llamacpp-q8-16g.json").read_text())["evidence_dir"] / "host.txt"
+    q8.write_text(q8.read_text().replace("L3 cache:", "L3 cache: 64 MiB #"))
+    assert generated._host_cpus(comparisons) == "the sessions' CPUs differ (each host.txt)"
