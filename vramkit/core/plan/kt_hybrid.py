@@ -323,8 +323,8 @@ KT_GPU_LAYERS = ("off", "auto")
 
 
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
-# kt-estimate.md: nine servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8 and RAWINT4, 10-14 threads; fitted
-# on a tenth), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
+# kt-estimate.md: 24 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8 and RAWINT4, 10-14 threads, one on an
+# H200; fitted on a 25th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
 WHOLE_LAYER_SPREAD = (0.57, 1.23)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
                            "(faster, as its split twin); the other 66 decodes 0.78-1.23x")
