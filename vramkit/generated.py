@@ -223,8 +223,7 @@ def moe_vs_llamacpp_table() -> list[str]:
         return ["(no committed comparison yet: benchmarks/gpu/run_moe_vs_llamacpp.sh)"]
     rows = _proxy_rows()
     notes_after = _peer_accuracy_line(rows) + _which_to_run(comparisons, rows)
-    cards = "; ".join(f"{label}: {comparisons[stem].get('device', '').split(',')[0] or 'the GPU host'}"
-                      for stem, label in MOE_PAIRINGS if stem in comparisons)
+    cards = "; ".join(f"{label}: {_card(comparisons[stem])}" for stem, label in MOE_PAIRINGS if stem in comparisons)
     return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
              f"host session per card ({cards}; {_host_cpus(comparisons)}; "
              "random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the file "
@@ -237,6 +236,11 @@ def moe_vs_llamacpp_table() -> list[str]:
             + _measured_budget() + notes_after)
 
 
+def _card(c: dict) -> str:
+    """The card a comparison's session ran on (its device line's first field): each pairing is one session."""
+    return c.get("device", "").split(",")[0] or "the GPU host"
+
+
 def _host_cpus(comparisons: dict[str, dict]) -> str:
     """Whether the pairings' machines share one CPU: each session's host.txt (lscpu, free, df, the GPU line) with its
     GPU line, clock readings and sizes that vary from boot to boot left out."""
@@ -246,8 +250,8 @@ def _host_cpus(comparisons: dict[str, dict]) -> str:
         return tuple(ln for ln in lines if ln.split(":")[0].strip() in LSCPU_KEYS)
     seen = {cpu(c) for c in comparisons.values()}
     if len(seen) == 1 and () not in seen:
-        model = next((ln.split(":", 1)[1].strip() for ln in next(iter(seen)) if ln.startswith("Model name")), "")
-        return f"every session's CPU the same by lscpu: {model}, {_lscpu(next(iter(seen)), 'CPU(s)')} CPUs"
+        (one,) = seen
+        return f"every session's CPU the same by lscpu: {_lscpu(one, 'Model name')}, {_lscpu(one, 'CPU(s)')} CPUs"
     return "the sessions' CPUs differ (each host.txt)"
 
 
@@ -410,9 +414,6 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
     if whole8:
         now = ""                # the row is the whole-layer preset already
     row8 = f"{'whole layers' if whole8 else 'split'}: {k8['decode_tok_s']:.1f} tok/s, {e_pre:.1f} % MoE-layer error"
-
-    def card(c: dict) -> str:          # each pairing is one session on one machine: its card, for the reader
-        return c.get("device", "").split(",")[0] or "one machine"
     t8 = (f"answers a 30K-token prompt in {k8['ttft_30k_s']:.1f} s against llama.cpp's {l8['ttft_30k_s']:.1f}"
           if k8["ttft_30k_s"] <= l8["ttft_30k_s"] else
           f"is slower to a 30K-token prompt's first token: {k8['ttft_30k_s']:.1f} s against llama.cpp's "
@@ -426,7 +427,7 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
                    if fp8 else "")
                 + f"; the preset {t8}, and serves 4 streams at "
                 f"{k8['aggregate_4_streams_tok_s'] / l8['aggregate_4_streams_tok_s']:.2f}x llama.cpp's rate (one "
-                f"session, {card(q8)}). In the Q4_K_M pairing (one session, {card(q4)}) llama.cpp decodes "
+                f"session, {_card(q8)}). In the Q4_K_M pairing (one session, {_card(q4)}) llama.cpp decodes "
                 f"{l4['decode_tok_s']:.1f} tok/s at {e_q4:.1f} %, {l4['decode_tok_s'] / k4['decode_tok_s']:.2f}x the "
                 f"kit's fastest 16 GB configuration there ({k4['settings']['point']}, {k4['decode_tok_s']:.1f} tok/s "
                 f"at {e_gptq:.1f} %"

@@ -827,11 +827,18 @@ def prefill_format(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> str | None
     "fp8-int8" (the same requantized to int8, fp8_as "int8"), None (neither: the adapter's
     vramkit_gpu_prefill.unsupported says the same)."""
     q = model.quantization
-    if q is not None and q.method == "fp8" and q.weight_block is not None and q.fp8_scheme == "dynamic":
+    if block_fp8(model):
         return "fp8-int8" if fp8_as == "int8" else "fp8"
     if q is not None and q.method == "gptq" and q.bits == 4:
         return "gptq"
     return None
+
+
+def block_fp8(model: ModelSpec) -> bool:
+    """Block-FP8 experts with dynamic activation scales: the FP8 formats of the path, whichever arithmetic computes
+    them (prefill_format "fp8" or "fp8-int8")."""
+    q = model.quantization
+    return q is not None and q.method == "fp8" and q.weight_block is not None and q.fp8_scheme == "dynamic"
 
 
 def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None) -> str | None:
@@ -841,7 +848,7 @@ def prefill_problem(model: ModelSpec, whole_layers: bool, moe_kernel: str | None
     q = model.quantization
     if not whole_layers:
         return "it needs whole layers on the GPU (--kt-gpu-layers auto): a split layer's GPU experts are its own"
-    if prefill_format(model, "w8a8") == "fp8":
+    if block_fp8(model):
         return None
     if prefill_format(model) is None:
         how = ("" if q is None or q.method != "fp8" else " per tensor" if q.weight_block is None else
@@ -867,7 +874,7 @@ def prefill_tensors(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> tuple[int
     h, i, e = model.hidden_size, moe.expert_intermediate, moe.num_experts
     if prefill_format(model, fp8_as) == "fp8-int8":
         return (e * 2 * i * h, e * h * i, e * 2 * i * (h // INT8_GROUP) * 2, e * h * (i // INT8_GROUP) * 2)
-    if prefill_format(model, "w8a8") == "fp8":
+    if block_fp8(model):
         assert q.weight_block is not None
         bn, bk = q.weight_block
         return (e * 2 * i * h, e * h * i, e * -(-2 * i // bn) * -(-h // bk) * 4, e * -(-h // bn) * -(-i // bk) * 4)

@@ -609,7 +609,7 @@ def _replay(layout: WeightLayout, offload: int, model: ModelSpec, counts: int | 
     if not staging or not isinstance(counts, tuple) or 0 not in counts:
         return replay_load(layout, offload)
     return replay_load(layout, offload, staging=kt.prefill_tensors(model, fp8_as), staging_after_layer=counts.index(0),
-                       staging_fresh=kt.prefill_format(model, "w8a8") == "fp8")
+                       staging_fresh=kt.block_fp8(model))
 
 
 def _weights_on_gpu(load: LoadResult, model: ModelSpec, moe_kernel: str | None,
