@@ -268,6 +268,11 @@ Q8=$CK/qwen3-coder-30b-a3b-q8_0-random.gguf
 q8_gguf() {  # the experts as a random Q8_0 GGUF of the exact shape (LLAMAFILE_Q8_0's --kt-weight-path), written once
   [ -f $Q8 ] || python3 tools/make_random_gguf.py $MODEL_CFG $Q8 --type Q8_0 > "$RES/gguf-q8_0.json" 2> "$RES/logs/gguf-q8_0.err"
 }
+q8_for_llama() {  # llama.cpp's Q8_0 side after the kit's: KT's AMXINT8 layout goes first (the disk holds one of them)
+  rm -rf $KT8
+  q8_gguf
+  step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
+}
 KIT="--preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --kt-method AMXINT4 --kt-weight-path $KT"
 KIT8="--preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
 # the moe preset as it comes on its own FP8 config (whole layers, AMXINT8, the prompt path by auto): the FP8 path's steps
@@ -467,9 +472,7 @@ if has llama-q8; then  # the 8-bit class, both engines (benchmarks/results/gpu/p
   ballast 16
   kit k16-int8 16 "$FULL" -- $KIT8
   [ "${Q8_LAYERS:-1}" = 0 ] || kit k16-int8-layers 16 "$FULL" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KIT8
-  rm -rf $KT8
-  q8_gguf
-  step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
+  q8_for_llama
   llama 16 "${Q8_NCMOE:-30}" llama-q8-16 $Q8
 fi
 # (fp8stage, fp8pin and fp8int8 run before lprefill8, which removes KT's AMXINT8 layout to make room for the Q8_0 file)
@@ -514,9 +517,7 @@ if has lint8; then  # the FP8 preset with the prompt path's int8 arithmetic (--k
   # it three times on one machine, $RES moved aside between runs, and merge (moe_vs_llamacpp_report.py merge)
   ballast 16
   kit k16-int8-prefill-int8 16 "$FULL" -- $KITF8 --kt-gpu-prefill 1024 --kt-prefill-fp8 int8
-  rm -rf $KT8
-  q8_gguf
-  step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
+  q8_for_llama
   llama 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8
 fi
 if has med8; then  # the Q8_0 pairing at 16 GiB with every probe figure the median of 3 rounds in one start (REPEAT=3,
@@ -532,9 +533,7 @@ if has med8; then  # the Q8_0 pairing at 16 GiB with every probe figure the medi
   ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   [ "${MED8_KT_PROMPTS:-1}" = 0 ] || kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
-  rm -rf $KT8
-  q8_gguf
-  step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
+  q8_for_llama
   lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8
   if [ -f $BUILT ]; then
     step "llama-q8-16 fit and --n-cpu-moe ${Q8_NCMOE:-28} at $PHYS threads"
@@ -575,9 +574,7 @@ if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 c
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
   if has lprefill8; then
-    rm -rf $KT8
-    q8_gguf
-    step "GGUF Q8_0: $(head -c 300 "$RES/gguf-q8_0.json" 2>/dev/null) ($(elapsed) s)"
+    q8_for_llama
     llama 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8
   fi
 fi
