@@ -173,6 +173,7 @@ MODEL_CFG=config/models/qwen3-coder-30b-a3b-instruct
 LL=$W/llama.cpp; BIN=$LL/build/bin; BUILT=$W/llama-built
 # THREADS: llama.cpp's -t and the KT layout writer's; the kit's own KT threads are its plan's (since 2026-11-27's seventh
 # session a quarter of the cores left to SGLang: 12 of 16; every earlier point ran 14)
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)
 PHYS=$(lscpu -p=core,socket | grep -v '^#' | sort -u | wc -l); THREADS=$((PHYS - 2))
 
 step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
@@ -182,11 +183,11 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has lprefill8 || has lint8 || has med8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has lprefill8 || has lint8 || has med8 || has pair8 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
-  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has lint8 || has med8 || has fp8cpu || has fp8stage || has fp8pin || has fp8int8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
+  || has wna16 || has again || has gensweep || has med3 || has llama-q8 || has thp || has profile || has med16 || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has fp8-layers || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has kprefill8 || has lprefill8 || has lint8 || has med8 || has pair8 || has fp8cpu || has fp8stage || has fp8pin || has fp8int8 || has kmarlin || has raw4 || has kraw4 || has ctpool; } && need_int8=1
 need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16 || has again || has gensweep \
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
@@ -292,7 +293,7 @@ json.dump({'logical_count': [[int(x) for x in r] for r in read_counts(sys.argv[1
 kit() {  # name budget probe-args [--env K=V ...] -- up args
   local n=$1 b=$2 pr=$3; shift 3
   step "kit $n (${b} GiB)"
-  VRAMKIT_DEVICE_LABEL="H100 80GB HBM3, memory emulated at $b GiB" timeout 1200 python3 benchmarks/gpu/moe_point.py \
+  VRAMKIT_DEVICE_LABEL="$GPU_NAME, memory emulated at $b GiB" timeout 1200 python3 benchmarks/gpu/moe_point.py \
     --name "$n" --out "$RES" --wait-file $W/build-rc.txt --probe="$pr --label $n" \
     ${DUMMY_BY_NAME:+--env VRAMKIT_DUMMY_SEED_BY_NAME=1} "$@" 2>&1 | tail -8 \
     | tee -a "$RES/progress.txt"
@@ -370,6 +371,26 @@ lpair() {  # budget n-cpu-moe [name-prefix GGUF]: llama-server with --fit and wi
   lserver "$tag-best" --fit off -ngl 99 --n-cpu-moe "$2" && { lprobe "$tag-best" $FULL; lstop; }
   echo "$2" > "$RES/$tag-best-ncmoe.txt"
   pack
+}
+
+lpair_q8_both() {  # llama.cpp's Q8_0 pair at $THREADS, then again with -t $PHYS (every physical core); the report takes
+  # the best per row over both
+  lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8 || return
+  step "llama-q8-16 fit and --n-cpu-moe ${Q8_NCMOE:-28} at $PHYS threads"
+  lserver "llama-q8-16-fit-t$PHYS" --fit on -t "$PHYS" && { lprobe "llama-q8-16-fit-t$PHYS" $FULL; lstop; }
+  lserver "llama-q8-16-best-t$PHYS" --fit off -ngl 99 --n-cpu-moe "${Q8_NCMOE:-28}" -t "$PHYS" \
+    && { lprobe "llama-q8-16-best-t$PHYS" $FULL; lstop; }
+  pack
+}
+fp8cpu_point() {  # the moe preset with its CPU experts read from a written 48-layer FP8 checkpoint (--kt-method FP8)
+  local C48=$CK/fp8-48l
+  rm -rf $KT8   # the disk holds one 29 GB expert set at a time
+  [ -f $C48/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $C48 --format fp8 \
+    > $RES/fp8-48l.json 2> $RES/logs/fp8-48l.err
+  step "48-layer FP8 checkpoint: $(tail -c 300 $RES/fp8-48l.json 2>/dev/null) ($(elapsed) s)"
+  ballast 16
+  kit k16-fp8cpu 16 "$FULL" -- --preset moe --model-path $FP8 --load-format dummy --kt-method FP8 \
+    --kt-weight-path $C48
 }
 
 if [ -n "$need_gptq" ]; then   # nothing measured while nvcc and the llama.cpp build share the CPU
@@ -534,14 +555,7 @@ if has med8; then  # the Q8_0 pairing at 16 GiB with every probe figure the medi
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   [ "${MED8_KT_PROMPTS:-1}" = 0 ] || kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
   q8_for_llama
-  lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8
-  if [ -f $BUILT ]; then
-    step "llama-q8-16 fit and --n-cpu-moe ${Q8_NCMOE:-28} at $PHYS threads"
-    lserver "llama-q8-16-fit-t$PHYS" --fit on -t "$PHYS" && { lprobe "llama-q8-16-fit-t$PHYS" $FULL; lstop; }
-    lserver "llama-q8-16-best-t$PHYS" --fit off -ngl 99 --n-cpu-moe "${Q8_NCMOE:-28}" -t "$PHYS" \
-      && { lprobe "llama-q8-16-best-t$PHYS" $FULL; lstop; }
-    pack
-  fi
+  lpair_q8_both
 fi
 if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as is (--kt-method FP8): 4.7 % MoE-layer
   # error on the proxy against 5.4 % for AMXINT8 converted from it, and no 27 GB conversion (make kt-convert). Set aside
@@ -552,14 +566,21 @@ if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as 
   # layers as the preset places them, the GPU side on dummy weights as every FP8 preset point, beside the preset as it
   # comes (AMXINT8) on the same machine, one start each. Written the twentieth session, not run yet (~20 min with
   # setup): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup fp8cpu"
-  C48=$CK/fp8-48l
-  [ -f $C48/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $C48 --format fp8 \
-    > $RES/fp8-48l.json 2> $RES/logs/fp8-48l.err
-  step "48-layer FP8 checkpoint: $(tail -c 300 $RES/fp8-48l.json 2>/dev/null) ($(elapsed) s)"
   ballast 16
-  kit k16-fp8cpu 16 "$FULL" -- --preset moe --model-path $FP8 --load-format dummy --kt-method FP8 \
-    --kt-weight-path $C48
+  kit k16-int8-preset 16 "$FULL" -- $KITF8   # first: fp8cpu_point frees KT's AMXINT8 layout for its checkpoint
+  fp8cpu_point
+fi
+if has pair8; then  # one machine, one start each (~24 min with setup and the build): the FP8 preset as it comes, llama.cpp
+  # on Q8_0 with --fit and --n-cpu-moe 28 at 14 threads and at every core (the H200 machine's llama-bench: 45.4 tok/s at
+  # 16 threads against 36.6 at 14; only 14 had run as a server), then the preset's CPU experts read from the FP8
+  # checkpoint as is (fp8cpu's point; last, its 29 GB checkpoint written once the Q8_0 file is gone: the disk holds
+  # one of the three). Written 2026-11-28, twenty-first session: DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup pair8"
+  ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8
+  q8_for_llama
+  lpair_q8_both
+  rm -f $Q8
+  fp8cpu_point
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
   # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds
