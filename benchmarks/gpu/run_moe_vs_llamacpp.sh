@@ -183,7 +183,7 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 # llama.cpp: configured and built in the background (it shares the CPU with the kit's first start; the kit's
 # first probe waits for $BUILT)
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
-need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has lprefill8 || has lint8 || has med8 || has pair8 || has profile; } && need_llama=1
+need_llama=; { has llama-16 || has lbest16 || has best16 || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has raw4 || has kbench || has llama-24 || has med3 || has med16 || has k24lev || has llama-q8 || has lprefill8 || has lint8 || has med8 || has pair8 || has lt16 || has profile; } && need_llama=1
 need_int4=; { has kit-16 || has kit-24 || has levers || has threads || has gptq-n; } && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; { has amxint8 || has amxint8-levers || has threads || has threads24 || has gptq || has gptq-bf16 || has diag-fp16 \
@@ -569,6 +569,15 @@ if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as 
   ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8   # first: fp8cpu_point frees KT's AMXINT8 layout for its checkpoint
   fp8cpu_point
+fi
+if has lt16; then  # llama.cpp's Q8_0 --fit server alone at every core and at $THREADS, one machine (~8 min with the build,
+  # no kit point): llama-server's own thread scaling where a session's pairing lost its machine before the 16-thread
+  # servers. Written and run 2026-11-28, twenty-first session: STAGE=.stage-gg STEPS="setup lt16"
+  q8_gguf; step "GGUF Q8_0 ($(elapsed) s)"; wait $build_pid 2>/dev/null; step "llama.cpp build: $(cat $W/build-rc.txt)"
+  [ -f $BUILT ] && { LGGUF=$Q8; ballast 16
+    for t in $PHYS $THREADS; do
+      lserver "llama-q8-16-fit-t$t" --fit on -t "$t" && { lprobe "llama-q8-16-fit-t$t" $FULL; lstop; }; pack
+    done; }
 fi
 if has pair8; then  # one machine, one start each (~24 min with setup and the build): the FP8 preset as it comes, llama.cpp
   # on Q8_0 with --fit and --n-cpu-moe 28 at 14 threads and at every core (the H200 machine's llama-bench: 45.4 tok/s at
