@@ -157,14 +157,15 @@ def kt_estimate_table() -> list[str]:
                            if (e := [abs(m["error"]) for m in res["measurements"]
                                      if m["role"] == role and m["gpu_weights"] == w])))
     budget = REPO_ROOT / MOE_BUDGET
+    by_name = [m["error"] for m in res["measurements"] if m["gpu_weights"] == "dummy by name"]
     if budget.exists() and (r := json.loads(budget.read_text()).get("dummy_layer_routing")):
         out.append("- GPU weights: \"checkpoint\", a random checkpoint on disk whose layers' routers are drawn apart; "
                    "\"dummy\", SGLang's --load-format dummy, which gives every layer the same router (each layer's "
                    f"recorded routing correlates {r['corr_with_layer0_median']:.2f} with the first's: a token's CPU "
                    "share does not average out over the layers, so one request's rate moves with its prompt); "
                    "\"dummy by name\", the same with each parameter seeded by its name (each layer's router its own: "
-                   "`VRAMKIT_DUMMY_SEED_BY_NAME=1`), where every figure was faster than the estimate "
-                   "(`benchmarks/results/gpu/kt-estimate.md`)")
+                   f"`VRAMKIT_DUMMY_SEED_BY_NAME=1`), where {sum(e < 0 for e in by_name)} of {len(by_name)} figures "
+                   "were faster than the estimate (`benchmarks/results/gpu/kt-estimate.md`)")
     rss = [q for q in res["points"] if q.get("rss_after_start_bytes")]
     if rss:
         out.append("- host RAM (all experts as kt-kernel holds them + SGLang's own, + the mapped checkpoint for FP8) "

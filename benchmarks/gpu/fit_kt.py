@@ -70,6 +70,11 @@ class Point:
 
 
 ANCHOR_SWEEP = "host bandwidth: the anchor session's sweep (same host type), not re-measured"
+# the H200 machines' points: the sweep of an H200 machine (moe-vs-llamacpp-q8/h200-lt16/, 2026-11-28, twenty-first
+# session: 118.6 GB/s at 12 threads where the H100 host's anchor gives ~94), the pairing's own machine not swept
+H200_SWEEP_FILE = "moe-vs-llamacpp-q8/h200-lt16/membw-session.json"
+H200_SWEEP = ("host bandwidth: another H200 machine's sweep (h200-lt16, same CPU by lscpu), the pairing's own not "
+              "measured")
 M = "moe/"
 T = "kt-threads/"
 L = "kt-llamafile/"
@@ -270,9 +275,16 @@ POINTS = (
     # 2026-11-28, twentieth session, an H200 machine (the same host CPU): the FP8 path's int8 arithmetic, the default
     # since, beside llama.cpp on Q8_0 (moe-vs-llamacpp-q8/h200/); one round, seeded by name
     Point("layers-int8-amx-16g-fp8-int8-h200", "held-out", "moe-vs-llamacpp-q8/h200/k16-int8-prefill-int8.json",
-          "moe-vs-llamacpp-q8/h200/k16-int8-prefill-int8.probe.json", "moe-vs-llamacpp-q8/h200/membw-anchor.json",
+          "moe-vs-llamacpp-q8/h200/k16-int8-prefill-int8.probe.json", H200_SWEEP_FILE,
           {"kt_method": "AMXINT8", "kt_gpu_prefill": 1024, "kt_prefill_fp8": "int8"}, rss_end_read=True,
-          note="one round; --kt-gpu-prefill 1024 --kt-prefill-fp8 int8, on an H200; seeded by name; " + ANCHOR_SWEEP,
+          note="one round; --kt-gpu-prefill 1024 --kt-prefill-fp8 int8, on an H200; seeded by name; " + H200_SWEEP,
+          gpu_checkpoint="fp8", kv_splits=32, gpu="h200-141gb"),
+    # 2026-11-28, twenty-first session, a second H200 machine: the FP8 preset as it comes (the int8 path by auto)
+    # beside llama.cpp on Q8_0 (moe-vs-llamacpp-q8/h200-b/); one round, seeded by name
+    Point("layers-int8-amx-16g-fp8-preset-h200b", "held-out", "moe-vs-llamacpp-q8/h200-b/k16-int8-preset.json",
+          "moe-vs-llamacpp-q8/h200-b/k16-int8-preset.probe.json", H200_SWEEP_FILE,
+          {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_prefill_fp8": "int8"}, rss_end_read=True,
+          note="one round; the preset as it comes, on an H200; seeded by name; " + H200_SWEEP,
           gpu_checkpoint="fp8", kv_splits=32, gpu="h200-141gb"),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},

@@ -498,7 +498,8 @@ Q8_DIR = "moe-vs-llamacpp-q8"     # 2026-11-27, fifth session: the 8-bit class, 
 Q8_LEVERS = {"k16-int8": "the preset as planned then (43 FP8 GPU experts per layer, AMXINT8 on 14 threads)",
              "k16-int8-layers": "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto)",
              "k16-int8-preset": "the preset as it came (whole layers on the GPU, AMXINT8; prompts on kt-kernel until "
-                                "2026-11-28's eighteenth session, the FP8 prompt path by auto since)",
+                                "2026-11-28's eighteenth session, the FP8 prompt path by auto since, in int8 since "
+                                "the twentieth)",
              "k16-int8-kt-prompts": "the preset with prompts on kt-kernel (--kt-gpu-prefill 0)",
              "k16-int8-prefill": "the preset with the FP8 prompt path (--kt-gpu-prefill 1024), run before the adapter "
                                  "gave its staging set segments of its own (moe-gpu-prefill/README.md, fp8-server)",
@@ -554,7 +555,8 @@ def q8_rows(out_dir: Path) -> list[str]:
              f"{bud['llamacpp']['measured_ms_per_token_depth0']} ms), "
              + ("parity within the kit's own request-to-request spread (about a fifth, the section above)"
                 if abs(1 - r0) <= SPREAD else "outside the kit's own request-to-request spread (about a fifth)")
-             + "; llama-bench's tg128 gave " + ", ".join(f"{v:.1f} at {t} threads" for t, v in sorted(tg.items()))
+             + ("; llama-bench's tg128 gave " + ", ".join(f"{v:.1f} at {t} threads" for t, v in sorted(tg.items()))
+                if tg else "")
              + (f". llama-server ran at 14 threads, the kit's KT at {k['settings']['kt_cpuinfer']} beside SGLang's "
                 f"own; at 16, every core, llama-bench decoded {tg[16] / tg[14] - 1:+.0%}, a count the kit cannot use "
                 "(the last bullet)" if tg.get(14) and tg.get(16) else "") + "."),
@@ -573,6 +575,7 @@ def q8_rows(out_dir: Path) -> list[str]:
             f"- 4 streams: {fmt(k['aggregate_4_streams_tok_s'])} against {fmt(ll['aggregate_4_streams_tok_s'])} tok/s "
             f"({c['ratios']['aggregate_4_vs_llamacpp']:.2f}x; the goal is 2x). Four tokens read up to 4x8 experts per "
             "layer on the CPU, so the CPU share grows with the batch in both engines (derived).",
+            *server_threads_said(out_dir),
             f"- KT threads on every physical core collapse decode ({'the row above' if isinstance(t16, dict) else Q8_DIR + '/k16-int8-t16, 2026-11-27'}; `vramkit up`'s warm-up "
             f"requests took {warmups(q8, 'k16-int8-t16')} against {warmups(q8, 'k16-int8')} at 14 threads). The likely cause, not "
             "measured: SGLang's scheduler and tokenizer processes then share those cores with KT's spinning workers. "
@@ -580,6 +583,28 @@ def q8_rows(out_dir: Path) -> list[str]:
             "64, the bad-input code); the plan's own choice was physical cores minus 2 then, and is a quarter of them (at least 2) since "
             "2026-11-27's seventh session (12 of 16 decoded faster than 14 prompt by prompt: moe-budget.md)."]
     return out
+
+
+LT16_DIR = Q8_DIR + "/h200-lt16"   # 2026-11-28, twenty-first session: llama-server --fit on alone at 16 and 14 threads
+
+
+def server_threads_said(out_dir: Path) -> list[str]:
+    """llama-server's own thread count (the one machine that ran --fit on at every core and at 14 threads, alone):
+    whether every core, where llama-bench decoded faster, is llama.cpp's better server setting."""
+    d = session_dir(out_dir, LT16_DIR)
+    f16, f14 = (load(d / f"llama-q8-16-fit-t{t}.probe.json") for t in (16, 14))
+    if not (isinstance(f16, dict) and isinstance(f14, dict)):
+        return []
+    a, b = probe_figures(f16), probe_figures(f14)
+    rows = (("decode at depth 0", "decode_tok_s", "tok/s"), ("after 8K", "decode_tok_s_8k", "tok/s"),
+            ("after 30K", "decode_tok_s_30k", "tok/s"), ("TTFT 30K", "ttft_30k_s", "s"),
+            ("4 streams", "aggregate_4_streams_tok_s", "tok/s"))
+    said = "; ".join(f"{w} {fmt(a[k])} against {fmt(b[k])} {u} ({a[k] / b[k]:.2f}x)" for w, k, u in rows
+                     if a.get(k) and b.get(k))
+    return [f"- llama-server's own thread count ({LT16_DIR}/: another H200 machine, `--fit on` alone, one start each, "
+            f"16 threads then 14): {said}. llama-bench's +24% at every core (h200/) is the bench's, not the "
+            "server's: the pairings' 14 threads stand, and the table takes a session's 16-thread servers where it "
+            "ran them."]
 
 
 def proxy_errors() -> dict[str, float] | None:

@@ -164,8 +164,10 @@ def sweep_note(res: Path, budget: int, ncmoe: str | None, pairing: Pairing = Q4)
         return "--fit off -ngl 99: every layer's experts on the GPU"
     lower = res / f"{pairing.llama.format(b=budget)}-ncmoe{n - 1}.evidence.txt"
     oom = lower.exists() and "out of memory" in lower.read_text(errors="replace")
+    swept = (res / f"{pairing.llama.format(b=budget)}-ncmoe{n}.evidence.txt").exists()
     return (f"--fit off -ngl 99: the experts of the first {n} layers on the CPU"
-            + (f"; {n - 1} did not start (out of memory)" if oom else ""))
+            + (f"; {n - 1} did not start (out of memory)" if oom else "")
+            + ("" if swept else "; not swept in this session: the lowest that started on the earlier sweeps"))
 
 
 def kit_weights(p: dict) -> str:
@@ -241,7 +243,7 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
                "experts, which changes the computation, only where no other has every figure); llama.cpp: its "
                "best per "
                "figure over --fit and --n-cpu-moe "
-               "(swept down to the lowest that starts)",
+               "(swept down to the lowest that starts, or the lowest an earlier sweep found)",
         "engines": {},
         "llamacpp_bench": bench_rows(res, budget, pairing),
     }
@@ -386,7 +388,8 @@ def markdown(c: dict) -> str:
         lines.append(f"- llama.cpp: `{ll['settings']['server']}`, in {n} modes (the table takes its best per row):")
         for mode, f in ll.get("by_mode", {}).items():
             lines.append(f"  - `{mode}` ({ll['settings']['modes'].get(mode, '')}): decode {fmt(f['decode_tok_s'])} / "
-                         f"{fmt(f['decode_tok_s_8k'])} tok/s (0 / 8K), TTFT 30K {fmt(f['ttft_30k_s'])} s, 4 streams "
+                         f"{fmt(f['decode_tok_s_8k'])} tok/s (0 / 8K), TTFT 30K "
+                         f"{'not measured' if f['ttft_30k_s'] is None else fmt(f['ttft_30k_s']) + ' s'}, 4 streams "
                          f"{fmt(f['aggregate_4_streams_tok_s'])} tok/s")
     if c["llamacpp_bench"]:
         lines += ["", f"llama-bench with --n-cpu-moe {ll.get('settings', {}).get('n_cpu_moe_swept_best')} (-fa 1, "

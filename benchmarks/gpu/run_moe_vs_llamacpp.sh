@@ -367,9 +367,9 @@ lpair() {  # budget n-cpu-moe [name-prefix GGUF]: llama-server with --fit and wi
   [ -f $BUILT ] || { step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"; return 1; }
   LGGUF=${4:-$GGUF}; ballast "$1"
   step "$tag fit and --n-cpu-moe $2 ($(basename $LGGUF))"
+  echo "$2" > "$RES/$tag-best-ncmoe.txt"   # first: the setting travels with a probe cut short (a machine lost)
   lserver "$tag-fit" --fit on && { lprobe "$tag-fit" $FULL; lstop; }
   lserver "$tag-best" --fit off -ngl 99 --n-cpu-moe "$2" && { lprobe "$tag-best" $FULL; lstop; }
-  echo "$2" > "$RES/$tag-best-ncmoe.txt"
   pack
 }
 

@@ -238,9 +238,9 @@ def test_the_8_bit_pairing_sets_the_kits_8_bit_points_against_llama_cpp_on_q8_0(
     c = json.loads((out / "moe-vs-llamacpp-q8-16g.json").read_text())
     k = c["engines"]["vramkit"]
     assert k["settings"]["kt_method"] == "AMXINT8" and k["settings"]["gpu_expert_dtype"].startswith("FP8")
-    # the pairing's newest session (moe-vs-llamacpp-q8/h200/): the preset as its auto gives the FP8 path since
-    assert {p["point"] for p in k["other_points"]} | {k["settings"]["point"]} == {"k16-int8-prefill-int8"}
-    assert "--kt-prefill-fp8 int8" in k["settings"]["vramkit_up"] and "NVIDIA H200" in c["device"]
+    # the pairing's newest session (moe-vs-llamacpp-q8/h200-b/): the preset as it comes, no flag beside the paths
+    assert {p["point"] for p in k["other_points"]} | {k["settings"]["point"]} == {"k16-int8-preset"}
+    assert "--kt-" not in k["settings"]["vramkit_up"].replace("--kt-weight-path", "") and "NVIDIA H200" in c["device"]
     assert "a Q8_0 GGUF" in c["model"] and c["engines"]["llamacpp"]["settings"]["n_cpu_moe_swept_best"] == int(
         (pts / "llama-q8-16-best-ncmoe.txt").read_text())
     for f in pts.glob("llama-q8-*"):                                # the kit's side alone is no 8-bit comparison
