@@ -19,6 +19,8 @@
 # Usage (repo root, GPU host):
 #   setsid nohup bash benchmarks/gpu/run_moe_vs_llamacpp.sh all > /tmp/mvl/driver.log 2>&1 &
 #   bash benchmarks/gpu/run_moe_vs_llamacpp.sh wait 540 [STEP-NAME: return early once that step begins]
+#   (wait exits 3 at once where no run is on the machine: the earlier machine was given back or lost, and the call
+#   found a fresh one; start the driver again rather than wait out SECONDS on nothing)
 # Steps of `all` (each skipped when LEVELS/STEPS leaves it out; results land in $RES as they come):
 #   setup     SGLang archive, kt-kernel, gguf; llama.cpp build (in the background, through the kit's first
 #             start); KT's AMXINT4 layout and the Q4_K_M GGUF, both random, both the exact shape
@@ -146,6 +148,8 @@ pack() {  # trimmed evidence beside each point, then every small result (no raw 
 if [ "$SESSION" = wait ]; then
   t_end=$(( $(date +%s) + ${2:-540} ))
   stop=${3:-DONE}   # also return once a progress line names this (e.g. the next step's name: decide whether to go on)
+  # a machine with no run on it is a fresh one (the earlier was given back or lost): say so now, not after SECONDS
+  [ -f "$RES/progress.txt" ] || { echo "no run on this machine: a fresh one (the earlier machine is gone); start again"; exit 3; }
   while [ "$(date +%s)" -lt "$t_end" ] && ! grep -qE "^=== .* (DONE|$stop)" "$RES/progress.txt" 2>/dev/null; do sleep 5; done
   pack; cat "$RES/progress.txt" 2>/dev/null | tail -60; tail -3 $W/driver.log 2>/dev/null
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
@@ -192,6 +196,13 @@ need_gptq=; { has gptq || has gptq-n || has gptq-bf16 || has gptq24 || has wna16
   || has med3 || has med16 || has profile || has k24lev || has kcores || has hot || has triv-rec || has hotctl || has layers-t10 || has layers-pair || has seedcheck || has mf90 || has best16 || has ldefer || has lmarlin || has lggml || has lmf || has lpreset || has lprefill || has kprefill || has gprefill || has kmarlin || has raw4 || has kraw4; } && need_gptq=1
 GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the marlin kernels are compiled for
 [ -n "$need_llama" ] || { mkdir -p $W; echo "build skipped (no llama step)" > $W/build-rc.txt; }
+. benchmarks/gpu/host_env.sh     # SGLang archive into /tmp/site, PYTHONPATH, the archive's extra flags
+# this machine's own host-read sweep first (~10 s, nothing else running yet: the build starts after it), so a machine
+# lost later in the session still leaves its sweep (2026-11-28, twenty-first session: one was lost mid-run)
+has threads || has threads24 || python3 -c "import json; from vramkit.adapters import membw
+print(json.dumps(membw.sweep([1, 2, 4, 6, 8, 12, $THREADS, $PHYS], 4 << 30)))" > "$RES/membw-session.json" \
+  2> "$RES/logs/membw-session.err"
+step "host read sweep: $(python3 -c "import json; print(', '.join(f\"{r['threads']}t {r['bytes_per_s'] / 1e9:.0f}\" for r in json.load(open('$RES/membw-session.json'))))" 2>&1 | tail -c 300) GB/s"
 [ -n "$need_llama" ] && (
   mkdir -p $W && tar -xJf $S/llama-src.tar.xz -C $W && cd $LL && \
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -201,7 +212,6 @@ GDTYPE=float16; has gptq-bf16 && GDTYPE=bfloat16   # the activations' dtype the 
   echo "build rc=$? after $(( $(date +%s) - t_start )) s" > $W/build-rc.txt
 ) &
 build_pid=$!
-. benchmarks/gpu/host_env.sh     # SGLang archive into /tmp/site, PYTHONPATH, the archive's extra flags
 if [ -n "$need_gptq" ]; then  # the marlin JIT kernels (GPTQ attention + MoE), compiled beside the setup, GPU hidden
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0)
   for mod in gptq_marlin_repack gptq_marlin moe_wna16_marlin; do   # one nvcc each: side by side
@@ -1071,11 +1081,5 @@ if has kthreads; then  # the estimate's thread term at kernel level (its AMXINT8
 {r.get('cpu_ms_per_token_median')} ms\" for f in sorted(glob.glob('$RES/kt-threads-*.json')) for r in json.load(open(f))['runs']))" 2>&1 | tail -c 600)"
 fi
 ballast_off
-# this machine's own host-read sweep, recorded only (~10 s, last: no server or build beside it): the kit's plans above
-# kept the anchor unless a step measured for its points; since 2026-11-28's twentieth session the machines are H200s,
-# whose host read the anchor's H100 host sweep stands in for (the same CPU by lscpu, the memory not checked until this)
-has threads || has threads24 || python3 -c "import json; from vramkit.adapters import membw
-print(json.dumps(membw.sweep([1, 2, 4, 6, 8, 12, $THREADS, $PHYS], 4 << 30)))" > "$RES/membw-session.json" \
-  2> "$RES/logs/membw-session.err"
 pack
 step "DONE ($(elapsed) s)"
