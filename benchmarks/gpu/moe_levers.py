@@ -494,7 +494,7 @@ def q8_peer_line(out_dir: Path) -> str:
 SPREAD = 0.2     # the kit's single-stream decode, request to request on one server (the wna16 section: 36.5-54.1)
 Q8_DIR = "moe-vs-llamacpp-q8"     # 2026-11-27, fifth session: the 8-bit class, both engines (STEPS="setup llama-q8 ...")
 # the kit's 8-bit points, by name, as each session that ran the pairing named them (the table reads the session its
-# comparison came from: moe-vs-llamacpp-q8/ on 2026-11-27, moe-vs-llamacpp-q8/run2/ and h200/ on 2026-11-28)
+# comparison came from: moe-vs-llamacpp-q8/ on 2026-11-27, moe-vs-llamacpp-q8/run2/, h200/ and h200-b/ on 2026-11-28)
 Q8_LEVERS = {"k16-int8": "the preset as planned then (43 FP8 GPU experts per layer, AMXINT8 on 14 threads)",
              "k16-int8-layers": "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto)",
              "k16-int8-preset": "the preset as it came (whole layers on the GPU, AMXINT8; prompts on kt-kernel until "
