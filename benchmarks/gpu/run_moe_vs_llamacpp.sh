@@ -594,10 +594,12 @@ if has pair8; then  # one machine, one start each (~24 min with setup and the bu
   # 16 threads against 36.6 at 14; only 14 had run as a server), then the preset's CPU experts read from the FP8
   # checkpoint as is (fp8cpu's point; last, its 29 GB checkpoint written once the Q8_0 file is gone: the disk holds
   # one of the three). Written 2026-11-28, twenty-first session: DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup pair8"
+  # Its first run (h200-b/) lost the machine in llama.cpp's second server; llama-server at 16 threads ran on the next
+  # (lt16: slower than 14 at depth 0 and at 4 streams), so the step runs the 14-thread pair only unless PAIR8_T16=1
   ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   q8_for_llama
-  lpair_q8_both
+  if [ "${PAIR8_T16:-0}" = 1 ]; then lpair_q8_both; else lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8; fi
   rm -f $Q8
   fp8cpu_point
 fi
