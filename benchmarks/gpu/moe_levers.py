@@ -15,6 +15,7 @@ from moe_session import (  # noqa: E402
     EXPERTS,
     METRICS,
     Q4,
+    Q8,
     RESULTS,
     ROOT,
     bench_rows,
@@ -601,10 +602,13 @@ def server_threads_said(out_dir: Path) -> list[str]:
             ("4 streams", "aggregate_4_streams_tok_s", "tok/s"))
     said = "; ".join(f"{w} {fmt(a[k])} against {fmt(b[k])} {u} ({a[k] / b[k]:.2f}x)" for w, k, u in rows
                      if a.get(k) and b.get(k))
+    tg = {r["threads"]: r["tok_s"] for r in bench_rows(session_dir(out_dir, Q8_DIR + "/h200"), 16, Q8)
+          if r["test"] == "tg128" and r["depth"] == 0}
+    bench = (f"llama-bench's {tg[16] / tg[14] - 1:+.0%} at every core (h200/, tg128) is the bench's, not the server's"
+             if tg.get(14) and tg.get(16) else "llama-bench's rate at every core is not the server's")
     return [f"- llama-server's own thread count ({LT16_DIR}/: another H200 machine, `--fit on` alone, one start each, "
-            f"16 threads then 14): {said}. llama-bench's +24% at every core (h200/) is the bench's, not the "
-            "server's: the pairings' 14 threads stand, and the table takes a session's 16-thread servers where it "
-            "ran them."]
+            f"16 threads then 14): {said}. {bench}: the pairings' 14 threads stand, and the table takes a session's "
+            "16-thread servers where it ran them."]
 
 
 def proxy_errors() -> dict[str, float] | None:
