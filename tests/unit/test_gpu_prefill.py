@@ -782,6 +782,42 @@ def test_the_int8_path_s_server_run_holds_the_plan_and_the_figures_the_planner_q
     assert "NVIDIA H200" in (run / "host.txt").read_text()
 
 
+def test_the_preset_as_it_comes_on_a_second_h200_machine_takes_the_int8_path_by_itself():
+    """The FP8 preset with no prompt-path flag (moe-vs-llamacpp-q8/h200-b/, 2026-11-28, twenty-first session): auto
+    took the path in int8 by itself, the pool came within the issue's 2 % of the plan at start, and
+    kt.PREFILL_MEASURED["fp8-int8"] and the folder's README quote its probes, llama.cpp's from the same machine."""
+    res = ROOT / "benchmarks" / "results" / "gpu"
+    run = res / "moe-vs-llamacpp-q8" / "h200-b"
+    point = json.loads((run / "k16-int8-preset.json").read_text())
+    assert point["up_rc"] == 0 and not any(a.startswith("--kt-gpu-prefill") or a.startswith("--kt-prefill")
+                                           for a in point["vramkit_up_args"])
+    up = (run / "k16-int8-preset.up.txt").read_text()
+    planned = int(re.search(r"KV pool\s+│\s+([\d,]+) tok", up).group(1).replace(",", ""))
+    assert abs(point["log_figures_gib"]["kv_tokens"] / planned - 1) < 0.02
+    assert "VRAMKIT_KT_GPU_PREFILL=1024" in (ev := (run / "k16-int8-preset.evidence.txt").read_text())
+    assert "(VRAMKIT_KT_PREFILL_FP8=int8)" in ev
+
+    def probe(name):
+        return json.loads((run / f"{name}.probe.json").read_text())
+
+    def ttft(name):
+        return next(t["ttft_s"] for t in probe(name)["ttft"] if t["prompt_tokens"] == 30000)
+
+    def decode(name):
+        return next(d["per_stream_tok_s"] for d in probe(name)["decode"] if d["streams"] == 1)
+    m = kt.PREFILL_MEASURED["fp8-int8"]
+    assert (f"on a second H200 machine, the preset as it comes: {ttft('k16-int8-preset'):.2f} s against "
+            f"{ttft('llama-q8-16-fit'):.2f}, decode {decode('k16-int8-preset'):.1f} tok/s against "
+            f"{max(decode('llama-q8-16-fit'), decode('llama-q8-16-best')):.1f}") in m.how
+    assert "h200-b/" in m.where
+    # the --n-cpu-moe 28 server lost its machine during the 30K prompt: no 30K figure, and the README says so
+    assert all(t["prompt_tokens"] != 30000 for t in probe("llama-q8-16-best")["ttft"])
+    text = " ".join((res / "moe-gpu-prefill" / "README.md").read_text().split())
+    assert ("| TTFT 512 / 8K / 30K | " + " / ".join(f"{t['ttft_s']:.2f}" for t in probe("k16-int8-preset")["ttft"])
+            ).replace(f"{ttft('k16-int8-preset'):.2f}", f"**{ttft('k16-int8-preset'):.2f} s**") in text
+    assert " / ".join(f"{t['ttft_s']:.2f}" for t in probe("llama-q8-16-best")["ttft"]) + " / not measured" in text
+
+
 def test_registered_copies_cost_the_host_ram_the_plan_counts_at_the_same_speed():
     """The FP8 path's copies registered at their own size (fp8-register, the default since) against PyTorch's pinned
     allocator (fp8-server), the same preset on two machines of one kind: the server's RSS after start differs by what

@@ -801,8 +801,9 @@ PREFILL_MEASURED = {
     "fp8-int8": PrefillMeasured(5.90, None, 18.00, "one start, llama.cpp on Q8_0 on the same machine (--fit on; "
                                 "42.79 s with --n-cpu-moe 28); decode 42.6 tok/s against llama.cpp's 33.5; prompts on "
                                 "kt-kernel not run on that machine (20.71 s on the H100 host, whose CPU lscpu reads "
-                                "the same)",
-                                "benchmarks/results/gpu/moe-vs-llamacpp-q8/h200/",
+                                "the same); on a second H200 machine, the preset as it comes: 5.71 s against 13.54, "
+                                "decode 50.5 tok/s against 47.3",
+                                "benchmarks/results/gpu/moe-vs-llamacpp-q8/h200/ and h200-b/",
                                 "each CPU layer's FP8 values requantized at load to int8 per row and 128 inputs, bf16 "
                                 "inputs: 2.9 % error on the GPU host's MoE-layer check against 5.1 % for w8a8 "
                                 "(benchmarks/results/gpu/moe-gpu-prefill/fp8-bench/h200/), 4.8 % on the random-weight "
