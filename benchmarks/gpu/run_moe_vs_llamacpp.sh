@@ -149,7 +149,8 @@ if [ "$SESSION" = wait ]; then
   t_end=$(( $(date +%s) + ${2:-540} ))
   stop=${3:-DONE}   # also return once a progress line names this (e.g. the next step's name: decide whether to go on)
   # a machine with no run on it is a fresh one (the earlier was given back or lost): say so now, not after SECONDS
-  [ -f "$RES/progress.txt" ] || { echo "no run on this machine: a fresh one (the earlier machine is gone); start again"; exit 3; }
+  [ -f "$RES/progress.txt" ] || pgrep -f "run_moe_vs_llamacpp.sh all" > /dev/null \
+    || { echo "no run on this machine: a fresh one (the earlier machine is gone); start again"; exit 3; }
   while [ "$(date +%s)" -lt "$t_end" ] && ! grep -qE "^=== .* (DONE|$stop)" "$RES/progress.txt" 2>/dev/null; do sleep 5; done
   pack; cat "$RES/progress.txt" 2>/dev/null | tail -60; tail -3 $W/driver.log 2>/dev/null
   nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader
