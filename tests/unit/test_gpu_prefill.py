@@ -738,6 +738,19 @@ def test_the_fp8_path_s_server_runs_hold_the_plan_and_the_figures_the_planner_qu
     assert (fixed / "host.txt").read_text() == (before / "host.txt").read_text()
 
 
+def _probe_readers(run):
+    """A session folder's probes: probe(name) as written, ttft(name) of its 30K prompt, decode(name) at 1 stream."""
+    def probe(name):
+        return json.loads((run / f"{name}.probe.json").read_text())
+
+    def ttft(name):
+        return next(t["ttft_s"] for t in probe(name)["ttft"] if t["prompt_tokens"] == 30000)
+
+    def decode(name):
+        return next(d["per_stream_tok_s"] for d in probe(name)["decode"] if d["streams"] == 1)
+    return probe, ttft, decode
+
+
 def test_the_int8_path_s_server_run_holds_the_plan_and_the_figures_the_planner_quotes():
     """The FP8 preset with --kt-prefill-fp8 int8 in a server beside llama.cpp on Q8_0, one H200 machine (2026-11-28,
     moe-vs-llamacpp-q8/h200/): the pool within the issue's 2 % of the plan, the path's own line, and
@@ -750,15 +763,7 @@ def test_the_int8_path_s_server_run_holds_the_plan_and_the_figures_the_planner_q
     planned = int(re.search(r"KV pool\s+│\s+([\d,]+) tok", up).group(1).replace(",", ""))
     assert abs(point["log_figures_gib"]["kv_tokens"] / planned - 1) < 0.02
     assert "(VRAMKIT_KT_PREFILL_FP8=int8)" in (run / "k16-int8-prefill-int8.evidence.txt").read_text()
-
-    def probe(name):
-        return json.loads((run / f"{name}.probe.json").read_text())
-
-    def ttft(name):
-        return next(t["ttft_s"] for t in probe(name)["ttft"] if t["prompt_tokens"] == 30000)
-
-    def decode(name):
-        return next(d["per_stream_tok_s"] for d in probe(name)["decode"] if d["streams"] == 1)
+    probe, ttft, decode = _probe_readers(run)
     m = kt.PREFILL_MEASURED["fp8-int8"]
     assert m.path_s == round(ttft("k16-int8-prefill-int8"), 2) and m.kt_kernel_s is None and m.host == "the H200 host"
     assert m.llama_cpp_s == round(min(ttft("llama-q8-16-fit"), ttft("llama-q8-16-best")), 2)
@@ -796,15 +801,7 @@ def test_the_preset_as_it_comes_on_a_second_h200_machine_takes_the_int8_path_by_
     assert abs(point["log_figures_gib"]["kv_tokens"] / planned - 1) < 0.02
     assert "VRAMKIT_KT_GPU_PREFILL=1024" in (ev := (run / "k16-int8-preset.evidence.txt").read_text())
     assert "(VRAMKIT_KT_PREFILL_FP8=int8)" in ev
-
-    def probe(name):
-        return json.loads((run / f"{name}.probe.json").read_text())
-
-    def ttft(name):
-        return next(t["ttft_s"] for t in probe(name)["ttft"] if t["prompt_tokens"] == 30000)
-
-    def decode(name):
-        return next(d["per_stream_tok_s"] for d in probe(name)["decode"] if d["streams"] == 1)
+    probe, ttft, decode = _probe_readers(run)
     m = kt.PREFILL_MEASURED["fp8-int8"]
     assert (f"on a second H200 machine, the preset as it comes: {ttft('k16-int8-preset'):.2f} s against "
             f"{ttft('llama-q8-16-fit'):.2f}, decode {decode('k16-int8-preset'):.1f} tok/s against "
