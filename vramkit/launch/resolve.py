@@ -46,6 +46,7 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
         asked = asked | {"context": context}
     knobs_obj = Knobs(**asked)
     engine = catalog.engine()
+    maps = prelude_bytes(model)     # SGLang's expert-location maps, on the GPU before the weights (derived)
     gpu_free = int(request.gpu_free_gib * GiB) if request.gpu_free_gib is not None else None
     gpu_name = request.gpu or (None if gpu_free is not None else DEFAULT_GPU)
     gpu: GpuSpec | None = None
@@ -55,7 +56,7 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
             raise VramkitError("--gpu auto needs NVML", "name a GPU with --gpu", Exit.NO_GPU)
         gpu, nvml_free = read_gpu(knobs_obj.tp, link_for=lambda base: gpu_link(request, base))
         if gpu_free is None:   # SGLang sees what is free once its context (tp > 1: NCCL) and expert maps are up
-            gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp) - prelude_bytes(model)
+            gpu_free = nvml_free - engine.startup_overhead(knobs_obj.tp) - maps
     elif gpu_name:
         gpu = catalog.gpu(gpu_name)
         link = gpu_link(request, gpu)
@@ -65,7 +66,7 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
         # only the free memory and the card's figures: a card of its own, sized as the planner sizes a bare
         # free-memory figure (free + what the server takes before its weights), so the decode ceiling is there
         gpu = GpuSpec(name="given-card", label=f"a card with {request.gpu_free_gib:g} GiB free",
-                      memory_total_bytes=gpu_free + engine.startup_overhead(knobs_obj.tp) + prelude_bytes(model),
+                      memory_total_bytes=gpu_free + engine.startup_overhead(knobs_obj.tp) + maps,
                       bandwidth_bytes_s=link[0],
                       pcie_gen=link[1], pcie_lanes=link[2])
     host_avail = (int(request.host_ram_gib * GiB) if request.host_ram_gib is not None
@@ -101,8 +102,8 @@ def resolve(request: PlanRequest, *, read_gpu=None, read_host=None) -> Resolved:
         free_source = "NVML's free now - CUDA context (measured)"
     else:
         free_source = "card - others - driver reserve - CUDA context (those two measured, config/engine.toml)"
-    if request.gpu_free_gib is None and prelude_bytes(model):
-        free_source += f" - SGLang's expert-location maps ({prelude_bytes(model) / 2**20:.0f} MiB, derived)"
+    if request.gpu_free_gib is None and maps:
+        free_source += f" - SGLang's expert-location maps ({maps / 2**20:.0f} MiB, derived)"
     return Resolved(model, gpu, target, knobs_obj, preset.name if preset else None, p,
                     for_plan(p, request.kt_weight_path, here, request.kt_placement, model.num_layers,
                              model.architecture), free_source, host_ram_source)

@@ -366,8 +366,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
 
     # 3. KV pool
-    # SGLang's slack is a share of what was free before the maps (model_runner_kv_cache_mixin: pre_model_load_memory)
-    rest = (free - weights_gpu - engine.pre_kv) - (free + pre_load) * (1 - frac)
+    rest = _pool_room(free, pre_load, weights_gpu, engine, frac)
     kv_tokens = kv.tokens(rest)
     if rest <= 0:
         need = 1 - (free - weights_gpu - engine.pre_kv) / (free + pre_load)
@@ -634,6 +633,13 @@ def _marlin_holes(model: ModelSpec, moe_kernel: str | None, counts: int | tuple[
     return engine.marlin_moe_holes
 
 
+def _pool_room(free: int, maps: int, weights: int, engine: Engine, frac: float) -> float:
+    """What SGLang leaves its KV pool: the memory free at "Load weight begin" less the weights and the buffers it
+    allocates before the pool, less its slack, a (1 - mem_fraction_static) share of what was free before the expert
+    maps (model_runner_kv_cache_mixin: pre_model_load_memory)."""
+    return (free - weights - engine.pre_kv) - (free + maps) * (1 - frac)
+
+
 def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: int, mxfp4: str, free: int,
                  frac: float, engine: Engine, kv: KvLayout, staging: int = 0) -> int:
     """The hybrid mode's N: the asked count, or ("auto") the largest whose KV pool still holds concurrency x
@@ -649,6 +655,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     need = knobs.context * max(1, knobs.concurrency)
 
     whole = knobs.kt_gpu_layers == "auto"
+    maps = prelude_bytes(model)     # the expert maps: the same for every N (the layers and experts, not their format)
 
     def kv_tokens(n: int) -> int:
         priced, kernel = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
@@ -656,7 +663,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         load = _replay(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts), 0, priced, counts,
                        staging, knobs.kt_prefill_fp8)
         weights = _weights_on_gpu(load, priced, kernel, counts, staging, engine)
-        return kv.tokens((free - weights - engine.pre_kv) - (free + prelude_bytes(priced)) * (1 - frac))
+        return kv.tokens(_pool_room(free, maps, weights, engine, frac))
 
     lo, hi = 0, e
     if kv_tokens(0) < need:
