@@ -31,8 +31,9 @@ ROWS = (
                                "input rounded to FP8 per 128 values (the GPU's experts; with the GPU prompt path, the "
                                "CPU layers' prompt chunks too)"),
     ("INT8_W8A16<-FP8 (GPU)", "here", "the FP8 checkpoint's values requantized to int8 per row and 128 inputs, bf16 "
-                                      "inputs: the GPU prompt path's `--kt-prefill-fp8 int8` for the CPU layers' "
-                                      "prompt chunks (SGLang's moe_wna16 8-bit kernel; no GPU run yet)"),
+                                      "inputs: the GPU prompt path's default (`--kt-prefill-fp8 int8`) for the CPU "
+                                      "layers' prompt chunks (SGLang's moe_wna16 8-bit kernel; run on the H200 host: "
+                                      "../moe-gpu-prefill/fp8-bench/h200/, ../moe-vs-llamacpp-q8/h200-b/)"),
     ("FP8_W8A8 layer 3 (GPU) + AMXINT8<-FP8 layers 0-2 (CPU)", "here",
      "**the kit's 16 GB preset as served**: whole layers, the experts of the last 17 of 48 layers FP8 on the GPU as "
      "SGLang computes them, the others' converted to AMXINT8 on the CPU; here 1 of the proxy's 4 layers"),
@@ -121,6 +122,12 @@ def layer_error(r: dict) -> float:
     return sum(r["moe_layer_rel_l2_prefill"]) / len(r["moe_layer_rel_l2_prefill"])
 
 
+def gpu_check(fmt: str) -> str:
+    """The GPU bench's one-layer check of the FP8 prompt path's arithmetic on the H200 host (gpu_prefill_bench.py)."""
+    bench = RES / "moe-gpu-prefill" / "fp8-bench" / "h200" / f"gpu-prefill-bench-{fmt}.json"
+    return f"{100 * json.loads(bench.read_text())['check_64_tokens']['rel_l2']:.2f} %"
+
+
 def q8_speed() -> str:
     """Where llama.cpp on Q8_0 ran beside the kit's preset (moe_vs_llamacpp_report.py's 8-bit pairing), or not."""
     c = RES / "moe-vs-llamacpp-q8-16g.json"
@@ -165,12 +172,14 @@ def findings(ran: dict[str, dict]) -> list[str]:
             f"{100 * e['FP8_W8A8 (GPU)']:.2f} % (top-1 {100 * w8['top1_agreement']:.1f} %) against {100 * e['FP8 (GPU)']:.2f} % "
             f"with bf16 inputs, so the preset as served errs {100 * e[preset]:.2f} % against {100 * e[bf16_in]:.2f} % "
             f"without that rounding. kt-kernel's AMXINT8 from FP8 ({100 * e[amx]:.2f} %) is the closer of the two to "
-            "bf16. The GPU prompt path computes the CPU layers' prompt chunks as SGLang's GPU layers do, at the first "
-            "row's error instead of AMXINT8's; decode stays on kt-kernel.",
-            f"- With `--kt-prefill-fp8 int8` the path computes those chunks from the FP8 values requantized to int8 per "
+            "bf16. With `--kt-prefill-fp8 w8a8` the GPU prompt path computes the CPU layers' prompt chunks as "
+            "SGLang's GPU layers do, at the first row's error instead of AMXINT8's; decode stays on kt-kernel.",
+            f"- By default (`--kt-prefill-fp8 int8`) the path computes those chunks from the FP8 values requantized to int8 per "
             f"row and 128 inputs, with bf16 inputs: {100 * e['INT8_W8A16<-FP8 (GPU)']:.2f} %, closer to bf16 than "
             f"AMXINT8 ({100 * e[amx]:.2f} %) and within {100 * (e['INT8_W8A16<-FP8 (GPU)'] - e['FP8 (GPU)']):.2f} "
-            "points of the FP8 values themselves. With no GPU run yet, `auto` does not take it.", ""]
+            f"points of the FP8 values themselves. On the H200 host's one-layer check it erred {gpu_check('fp8-int8')} "
+            f"against w8a8's {gpu_check('fp8')} (../moe-gpu-prefill/fp8-bench/h200/), and `auto` takes it "
+            "(../moe-vs-llamacpp-q8/h200-b/).", ""]
 
 
 def table(ran: dict[str, dict]) -> list[str]:
