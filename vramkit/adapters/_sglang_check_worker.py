@@ -615,8 +615,7 @@ def _gpu_prefill_numbers(req: dict) -> dict:
     layer = {}
     for name, shape in (("w13", (e, 2 * i, h)), ("w2", (e, h, i))):
         layer[f"{name}_weight"], layer[f"{name}_weight_scale_inv"] = fp8(torch.randn(shape, generator=gen) * 0.02)
-    values = {n: (layer[f"{n}_weight"].float().view(e, -1, 128, layer[f"{n}_weight"].shape[2] // 128, 128)
-                  * layer[f"{n}_weight_scale_inv"][:, :, None, :, None]).view(layer[f"{n}_weight"].shape)
+    values = {n: gp.fp8_values(layer[f"{n}_weight"], layer[f"{n}_weight_scale_inv"], (128, 128))
               for n in ("w13", "w2")}
     x = (torch.randn(16, h, generator=gen) * 0.5).half()
     weights, ids = torch.softmax(torch.randn(16, e, generator=gen), -1).topk(2)

@@ -168,6 +168,13 @@ def int8_layer_bytes(hidden: int, inter: int, experts: int) -> dict[str, int]:
     return _bytes(int8_shapes(hidden, inter, experts))
 
 
+def fp8_values(codes, block_scales, block: tuple[int, int]):
+    """Block-FP8 experts' values, float32: each code [E, N, K] times its [bn, bk] block's weight_scale_inv."""
+    e, n, k = codes.shape
+    bn, bk = block
+    return (codes.float().view(e, n // bn, bn, k // bk, bk) * block_scales[:, :, None, :, None]).view(e, n, k)
+
+
 def int8_from_fp8(layer: dict, block: tuple[int, int], scale_dtype, chunk: int = 16) -> dict:
     """A layer's block-FP8 w13/w2 (fp8_shapes) as int8 per row and INT8_GROUP inputs (int8_shapes): the FP8 values
     (code x its block's scale, float32) over max |value| / 127 of their group, rounded, stored + 128; the scales in
@@ -186,8 +193,7 @@ def int8_from_fp8(layer: dict, block: tuple[int, int], scale_dtype, chunk: int =
         scales = torch.empty((e, n, k // INT8_GROUP), dtype=scale_dtype)
         for lo in range(0, e, chunk):
             hi = min(e, lo + chunk)
-            v = (codes[lo:hi].float().view(hi - lo, n // bn, bn, k // bk, bk)
-                 * block_scales[lo:hi, :, None, :, None]).view(hi - lo, n, k // INT8_GROUP, INT8_GROUP)
+            v = fp8_values(codes[lo:hi], block_scales[lo:hi], block).view(hi - lo, n, k // INT8_GROUP, INT8_GROUP)
             step = (v.abs().amax(-1) / 127.0).clamp_min(1e-12).to(scale_dtype)
             scales[lo:hi] = step
             v.div_(step.float()[..., None]).round_().clamp_(-127, 127).add_(128)
