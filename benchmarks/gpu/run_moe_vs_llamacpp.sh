@@ -343,13 +343,17 @@ lprobe() {  # name probe-args
     --out "$RES/$n.probe.json" --label "$n" "$@" 2>&1 | tee -a "$RES/progress.txt"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader > "$RES/$n.smi.txt"
 }
+lfull() {  # name args...: llama-server with these arguments, the full probe, stopped; 1 where it did not start
+  local n=$1; shift
+  lserver "$n" "$@" && { lprobe "$n" $FULL; lstop; }
+}
 llama() {  # budget first-n-cpu-moe [name-prefix GGUF]: llama.cpp's points at one card size (LGGUF: that file)
   local b=$1 n=$2 tag=${3:-llama-$1} best= tries=0 up=
   LGGUF=${4:-$GGUF}
   [ -f $BUILT ] || { step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null); $(tail -5 $W/ninja.log $W/cmake.log 2>/dev/null | tr '\n' ' ' | tail -c 600)"; return; }
   ballast "$b"
   step "$tag fit ($(basename $LGGUF))"
-  if lserver "$tag-fit" --fit on; then lprobe "$tag-fit" $FULL; lstop; else step "$tag-fit did not start"; fi
+  lfull "$tag-fit" --fit on || step "$tag-fit did not start"
   pack
   # --n-cpu-moe: the lowest that starts (KV for the whole 32K and the compute buffers are allocated at start)
   while [ $tries -lt 6 ] && [ "$n" -ge 0 ] && [ "$n" -le 48 ]; do
@@ -365,7 +369,7 @@ llama() {  # budget first-n-cpu-moe [name-prefix GGUF]: llama.cpp's points at on
   [ -z "$best" ] && return
   echo "$best" > "$RES/$tag-best-ncmoe.txt"
   step "$tag best --n-cpu-moe $best: server probe"
-  lserver "$tag-best" --fit off -ngl 99 --n-cpu-moe "$best" && { lprobe "$tag-best" $FULL; lstop; }
+  lfull "$tag-best" --fit off -ngl 99 --n-cpu-moe "$best"
   pack
   step "$tag llama-bench --n-cpu-moe $best"
   local LB="-m $LGGUF -ngl 99 -ncmoe $best -fa 1 -ctk q8_0 -ctv q8_0 -o json"
@@ -390,8 +394,8 @@ lpair() {  # budget n-cpu-moe [name-prefix GGUF]: llama-server with --fit and wi
   LGGUF=${4:-$GGUF}; ballast "$1"
   step "$tag fit and --n-cpu-moe $2 ($(basename $LGGUF))"
   echo "$2" > "$RES/$tag-best-ncmoe.txt"   # first: the setting travels with a probe cut short (a machine lost)
-  lserver "$tag-fit" --fit on && { lprobe "$tag-fit" $FULL; lstop; }
-  lserver "$tag-best" --fit off -ngl 99 --n-cpu-moe "$2" && { lprobe "$tag-best" $FULL; lstop; }
+  lfull "$tag-fit" --fit on
+  lfull "$tag-best" --fit off -ngl 99 --n-cpu-moe "$2"
   pack
 }
 
@@ -399,9 +403,8 @@ lpair_q8_both() {  # llama.cpp's Q8_0 pair at $THREADS, then again with -t $PHYS
   # the best per row over both
   lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8 || return
   step "llama-q8-16 fit and --n-cpu-moe ${Q8_NCMOE:-28} at $PHYS threads"
-  lserver "llama-q8-16-fit-t$PHYS" --fit on -t "$PHYS" && { lprobe "llama-q8-16-fit-t$PHYS" $FULL; lstop; }
-  lserver "llama-q8-16-best-t$PHYS" --fit off -ngl 99 --n-cpu-moe "${Q8_NCMOE:-28}" -t "$PHYS" \
-    && { lprobe "llama-q8-16-best-t$PHYS" $FULL; lstop; }
+  lfull "llama-q8-16-fit-t$PHYS" --fit on -t "$PHYS"
+  lfull "llama-q8-16-best-t$PHYS" --fit off -ngl 99 --n-cpu-moe "${Q8_NCMOE:-28}" -t "$PHYS"
   pack
 }
 fp8cpu_point() {  # the moe preset with its CPU experts read from a written 48-layer FP8 checkpoint (--kt-method FP8)
@@ -598,7 +601,7 @@ if has lt16; then  # llama.cpp's Q8_0 --fit server alone at every core and at $T
   q8_gguf; step "GGUF Q8_0 ($(elapsed) s)"; wait $build_pid 2>/dev/null; step "llama.cpp build: $(cat $W/build-rc.txt)"
   [ -f $BUILT ] && { LGGUF=$Q8; ballast 16
     for t in $PHYS $THREADS; do
-      lserver "llama-q8-16-fit-t$t" --fit on -t "$t" && { lprobe "llama-q8-16-fit-t$t" $FULL; lstop; }; pack
+      lfull "llama-q8-16-fit-t$t" --fit on -t "$t"; pack
     done; }
 fi
 if has pair8; then  # one machine, one start each (~24 min with setup and the build): the FP8 preset as it comes, llama.cpp
@@ -763,7 +766,7 @@ if has lbest16; then  # llama.cpp's best 16 GiB server alone (--n-cpu-moe 11, ev
   # as the kit's dummy weights do with DUMMY_BY_NAME=1 (~4 min with REPEAT=3)
   if [ -f $BUILT ]; then
     ballast 16; step "llama-16-best (--n-cpu-moe 11)"
-    LGGUF=$GGUF; lserver llama-16-best --fit off -ngl 99 --n-cpu-moe 11 && { lprobe llama-16-best $FULL; lstop; }
+    LGGUF=$GGUF; lfull llama-16-best --fit off -ngl 99 --n-cpu-moe 11
     echo 11 > "$RES/llama-16-best-ncmoe.txt"; pack
   else step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"; fi
 fi
