@@ -698,6 +698,11 @@ def test_register_pins_each_tensor_at_its_own_size_and_drop_gives_them_back(gp, 
         engine._pin(torch.zeros(300, dtype=torch.uint8))
 
 
+def _planned_pool(up_txt):
+    """The KV pool in tokens that `vramkit up`'s plan table (a point's NAME.up.txt) gave the server at start."""
+    return int(re.search(r"KV pool\s+│\s+([\d,]+) tok", up_txt.read_text()).group(1).replace(",", ""))
+
+
 def test_the_fp8_path_s_server_runs_hold_the_plan_and_the_figures_the_planner_quotes():
     """The FP8 path in a server (2026-11-28): run first with the staging set placed in the load's cached blocks, SGLang
     counted 0.6 GiB more weight memory than planned and its pool refused the 30K prompt (moe-vs-llamacpp-q8/run2);
@@ -707,8 +712,7 @@ def test_the_fp8_path_s_server_runs_hold_the_plan_and_the_figures_the_planner_qu
     fixed, before = res / "moe-gpu-prefill" / "fp8-server", res / "moe-vs-llamacpp-q8" / "run2"
 
     def plan_pool(folder):
-        up = (folder / "k16-int8-prefill.up.txt").read_text()
-        return int(re.search(r"KV pool\s+│\s+([\d,]+) tok", up).group(1).replace(",", ""))
+        return _planned_pool(folder / "k16-int8-prefill.up.txt")
 
     def figures(folder, name):
         return json.loads((folder / f"{name}.json").read_text())["log_figures_gib"]
@@ -759,9 +763,7 @@ def test_the_int8_path_s_server_run_holds_the_plan_and_the_figures_the_planner_q
     run = res / "moe-vs-llamacpp-q8" / "h200"
     point = json.loads((run / "k16-int8-prefill-int8.json").read_text())
     assert "--kt-prefill-fp8" in point["vramkit_up_args"] and point["up_rc"] == 0
-    up = (run / "k16-int8-prefill-int8.up.txt").read_text()
-    planned = int(re.search(r"KV pool\s+│\s+([\d,]+) tok", up).group(1).replace(",", ""))
-    assert abs(point["log_figures_gib"]["kv_tokens"] / planned - 1) < 0.02
+    assert abs(point["log_figures_gib"]["kv_tokens"] / _planned_pool(run / "k16-int8-prefill-int8.up.txt") - 1) < 0.02
     assert "(VRAMKIT_KT_PREFILL_FP8=int8)" in (run / "k16-int8-prefill-int8.evidence.txt").read_text()
     probe, ttft, decode = _probe_readers(run)
     m = kt.PREFILL_MEASURED["fp8-int8"]
@@ -796,9 +798,7 @@ def test_the_preset_as_it_comes_on_a_second_h200_machine_takes_the_int8_path_by_
     point = json.loads((run / "k16-int8-preset.json").read_text())
     assert point["up_rc"] == 0 and not any(a.startswith("--kt-gpu-prefill") or a.startswith("--kt-prefill")
                                            for a in point["vramkit_up_args"])
-    up = (run / "k16-int8-preset.up.txt").read_text()
-    planned = int(re.search(r"KV pool\s+│\s+([\d,]+) tok", up).group(1).replace(",", ""))
-    assert abs(point["log_figures_gib"]["kv_tokens"] / planned - 1) < 0.02
+    assert abs(point["log_figures_gib"]["kv_tokens"] / _planned_pool(run / "k16-int8-preset.up.txt") - 1) < 0.02
     assert "VRAMKIT_KT_GPU_PREFILL=1024" in (ev := (run / "k16-int8-preset.evidence.txt").read_text())
     assert "(VRAMKIT_KT_PREFILL_FP8=int8)" in ev
     probe, ttft, decode = _probe_readers(run)
