@@ -277,14 +277,14 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # 1. free at start (per rank): when SGLang starts loading the weights ("Load weight begin"), after its CUDA context
     # (+ NCCL) and, for a MoE it balances, the expert-location maps (pre_load)
     pre_load = prelude_bytes(model)
+    startup = engine.startup_overhead(tp) + pre_load    # what the server holds before its weights
     if target.gpu_free_bytes is not None:
         free = int(target.gpu_free_bytes)
     elif gpu is not None:
-        free = gpu.memory_total_bytes - engine.driver_reserved - target.other_used_bytes \
-            - engine.startup_overhead(tp) - pre_load
+        free = gpu.memory_total_bytes - engine.driver_reserved - target.other_used_bytes - startup
     else:
         raise ValueError("plan needs a GPU or a free-memory figure")
-    card_total = total if total is not None else free + engine.startup_overhead(tp) + pre_load
+    card_total = total if total is not None else free + startup
 
     # resolve SGLang's defaults from the TARGET card, never from the machine it runs on
     # --chunked-prefill-size -1 turns chunking off: the largest prefill step is a whole request
@@ -398,7 +398,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     headroom = startup_free - act
     comm_runtime = engine.tp_comm_runtime if tp > 1 else 0
     headroom -= comm_runtime
-    peak = engine.startup_overhead(tp) + pre_load + used_after_start + act + comm_runtime
+    peak = startup + used_after_start + act + comm_runtime
 
     # verdicts
     if model.num_heads % tp or (model.mla is None and model.num_kv_heads % tp and tp % model.num_kv_heads):
@@ -513,8 +513,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         weights_read_per_token_bytes=read_per_token, host_ram_bytes=host_ram,
         host_map_bytes=host_map, fits=not reasons,
         card_total_bytes=card_total,
-        held_besides_server_bytes=max(0, card_total - free - engine.startup_overhead(tp) - pre_load),
-        startup_overhead_bytes=engine.startup_overhead(tp) + pre_load, expert_maps_bytes=pre_load,
+        held_besides_server_bytes=max(0, card_total - free - startup),
+        startup_overhead_bytes=startup, expert_maps_bytes=pre_load,
         weights_load_overhead_bytes=max(0, weights_gpu - sum(weights_on_gpu(comps, offloaded).values())),
         buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
         graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
