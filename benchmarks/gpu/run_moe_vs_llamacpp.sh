@@ -595,6 +595,12 @@ if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as 
   kit k16-int8-preset 16 "$FULL" -- $KITF8   # first: fp8cpu_point frees KT's AMXINT8 layout for its checkpoint
   fp8cpu_point
 fi
+if has fp8solo; then  # fp8cpu's FP8 point alone (no AMXINT8 layout, no llama.cpp): a second machine's figure for the FP8
+  # CPU method where a session's budget is short. Written and run 2026-11-28, twenty-second session (~6 min with boot):
+  # STAGE=.stage-gg STEPS="setup fp8solo"
+  ballast 16
+  fp8cpu_point
+fi
 if has lt16; then  # llama.cpp's Q8_0 --fit server alone at every core and at $THREADS, one machine (~8 min with the build,
   # no kit point): llama-server's own thread scaling where a session's pairing lost its machine before the 16-thread
   # servers. Written and run 2026-11-28, twenty-first session: STAGE=.stage-gg STEPS="setup lt16"
