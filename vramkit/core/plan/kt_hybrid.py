@@ -323,18 +323,18 @@ KT_GPU_LAYERS = ("off", "auto")
 
 
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
-# kt-estimate.md: 25 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8 and RAWINT4, 10-14 threads, two on
-# H200s; fitted on a 26th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
-WHOLE_LAYER_SPREAD = (0.57, 1.29)
+# kt-estimate.md: 29 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, 10-14 threads, six on
+# H200s; fitted on a 30th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
+WHOLE_LAYER_SPREAD = (0.57, 1.41)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
-                           "(faster, as its split twin); the other 69 decodes 0.78-1.28x")
+                           "(faster, as its split twin); the other 81 decodes 0.78-1.40x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
                      "0.99x at 4 streams, 13 GB of host RAM against 34 (moe-budget.md)")
 # The CPU methods run with whole layers on the GPU host (fit_kt.py's whole-layer points; tests/unit/test_kt_estimate.py
 # holds this to them): a whole-layer plan with another method says it is unmeasured
-WHOLE_LAYER_METHODS = ("AMXINT4", "AMXINT8", "RAWINT4")
+WHOLE_LAYER_METHODS = ("AMXINT4", "AMXINT8", "FP8", "RAWINT4")
 # The split against whole layers on the moe preset's own checkpoint (FP8, AMXINT8, 12 threads), one machine
 # (moe-budget/best16; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 SPLIT_SPEED = ("measured on the H100 host, the FP8 checkpoint at 16 GiB, 12 KT threads, against whole layers: 0.97x "
@@ -729,8 +729,9 @@ AGGREGATE_SPREAD: dict[tuple[str, bool], tuple[float, float, int]] = {
     ("AMXINT4", False): (0.71, 1.13, 4),
     ("AMXINT4", True): (0.85, 0.86, 1),
     ("AMXINT8", False): (0.85, 1.28, 22),
-    ("AMXINT8", True): (0.65, 1.08, 24),
+    ("AMXINT8", True): (0.65, 1.31, 26),
     ("FP8", False): (0.87, 0.96, 2),
+    ("FP8", True): (0.95, 1.03, 2),
     ("LLAMAFILE_Q8_0", False): (0.70, 0.91, 5),
     ("RAWINT4", True): (0.64, 0.65, 1),
 }

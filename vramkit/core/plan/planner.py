@@ -720,8 +720,11 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     meth = kt.KT_METHODS[planned]
     # the mapped pages (RSS, reclaimable): the checkpoint for the methods that read it; for a GGUF, kt-kernel's
     # GGUFLoader keeps its numpy memmap, so the expert tensors' pages, read once while the experts are copied,
-    # stay mapped beside the copies (the H100-host runs: benchmarks/results/gpu/kt-llamafile/)
-    checkpoint = experts_host if meth.gguf_type else \
+    # stay mapped beside the copies (the H100-host runs: benchmarks/results/gpu/kt-llamafile/). As whole layers,
+    # kt-kernel maps the CPU layers' expert files only: their pages, as it holds them (measured: --kt-method FP8
+    # with 31 CPU layers held 17.4 GiB more shared RSS than AMXINT8 beside it, these 17.4; the whole checkpoint's
+    # 29.0 had planned RSS 16 % over; benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-fp8cpu/)
+    checkpoint = experts_host if meth.gguf_type or (gpu_layers and meth.reads is not None) else \
         sum(bytes_by_role(weight_layout(model, 1, 1)).values()) if meth.reads is not None else 0
     live = load.live_by_role
     gpu_read = decode_read_bytes(model, live, 1, tp)
@@ -794,6 +797,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                                  if hp.host_prefill_bytes else "")
                               + f" > {bytes2human(target.host_ram_available_bytes)} available"))
     short = "; ".join(f"~{t:.0f} at {c:,}" for c, t in by_context)
+    mapped = "the CPU layers' expert files'" if gpu_layers and not meth.gguf_type else "the checkpoint's"
     notes.append(
         (f"hybrid MoE: whole layers, the last {gpu_layers} of {moe.num_moe_layers} MoE layers' experts on the GPU "
          f"(as {n} of {moe.num_experts} per layer would take), the other {kt_layers} layers' on {threads} CPU threads "
@@ -802,7 +806,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         + (f"(of {host.physical_cores} physical cores, {host.cores_source}) " if host.cores_source else "") +
         f"({planned}{', lossy' if hp.lossy else ''}); host RAM {bytes2human(hp.host_ram_bytes)} (all experts as "
         "kt-kernel holds them" + (", the CPU layers' only" if gpu_layers else "") + " + SGLang's own"
-        + (f"; the checkpoint's {bytes2human(checkpoint)} of pages come on top, reclaimable" if checkpoint else "")
+        + (f"; {mapped} {bytes2human(checkpoint)} of pages come on top, reclaimable" if checkpoint else "")
         + f"); decode ~{d.tok_s:.0f} tok/s at {knobs.context:,} tokens of context" + (f" ({short})" if short else "")
         + f": an estimate (derived terms, fitted constants; host read {d.host_read_bytes_s / 1e9:.0f} GB/s at "
           f"{threads} threads, {host.read_source})"
