@@ -616,13 +616,14 @@ if has pair8; then  # one machine, one start each (~24 min with setup and the bu
   # checkpoint as is (fp8cpu's point; last, its 29 GB checkpoint written once the Q8_0 file is gone: the disk holds
   # one of the three). Written 2026-11-28, twenty-first session: DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup pair8"
   # Its first run (h200-b/) lost the machine in llama.cpp's second server; llama-server at 16 threads ran on the next
-  # (lt16: slower than 14 at depth 0 and at 4 streams), so the step runs the 14-thread pair only unless PAIR8_T16=1
+  # (lt16: slower than 14 at depth 0 and at 4 streams), so the step runs the 14-thread pair only unless PAIR8_T16=1.
+  # The FP8 point ran on its own the twenty-second session (fp8cpu: 0.79x the preset's decode on one machine,
+  # moe-vs-llamacpp-q8/h200-fp8cpu/), so it runs here only with PAIR8_FP8=1 (~6 min)
   ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   q8_for_llama
   if [ "${PAIR8_T16:-0}" = 1 ]; then lpair_q8_both; else lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8; fi
-  rm -f $Q8
-  fp8cpu_point
+  [ "${PAIR8_FP8:-0}" = 1 ] && { rm -f $Q8; fp8cpu_point; }
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
   # experts) as it comes (kt_gpu_prefill auto: on for FP8 since 2026-11-28's eighteenth session, where host RAM holds
