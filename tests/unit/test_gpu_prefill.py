@@ -815,6 +815,32 @@ def test_the_preset_as_it_comes_on_a_second_h200_machine_takes_the_int8_path_by_
     assert " / ".join(f"{t['ttft_s']:.2f}" for t in probe("llama-q8-16-best")["ttft"]) + " / not measured" in text
 
 
+def test_the_fp8_cpu_method_beside_the_preset_is_quoted_from_its_probes():
+    """--kt-method FP8 beside the AMXINT8 preset on one H200 machine (moe-vs-llamacpp-q8/h200-fp8cpu/, 2026-11-28,
+    twenty-second session): both took the GPU prompt path (FP8's from 128 tokens), both pools came within the issue's
+    2 % of the plan, and the README and the folder's README quote the figures the probes hold."""
+    res = ROOT / "benchmarks" / "results" / "gpu"
+    run = res / "moe-vs-llamacpp-q8" / "h200-fp8cpu"
+    probe, ttft, decode = _probe_readers(run)
+    for name, tokens in (("k16-int8-preset", 1024), ("k16-fp8cpu", 128)):
+        point = json.loads((run / f"{name}.json").read_text())
+        assert abs(point["log_figures_gib"]["kv_tokens"] / _planned_pool(run / f"{name}.up.txt") - 1) < 0.02
+        assert f"VRAMKIT_KT_GPU_PREFILL={tokens}:" in (run / f"{name}.evidence.txt").read_text()
+    assert "kt_method='FP8'" in (run / "k16-fp8cpu.evidence.txt").read_text()
+
+    def depth(name, tokens):
+        return next(t["decode_tok_s"] for t in probe(name)["ttft"] if t["prompt_tokens"] == tokens)
+    f8, i8 = "k16-fp8cpu", "k16-int8-preset"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"(30K prompt: {ttft(f8):.2f} s against the AMXINT8 preset's {ttft(i8):.2f} s), but FP8 decoded "
+            f"**{decode(f8) / decode(i8):.2f}x** AMXINT8 ({decode(f8):.1f} against {decode(i8):.1f} tok/s at depth 0; "
+            f"{depth(f8, 8192):.1f} against {depth(i8, 8192):.1f} after 8K; {depth(f8, 30000):.1f} against "
+            f"{depth(i8, 30000):.1f} after 30K") in readme
+    table = " ".join((res / "moe-gpu-prefill" / "README.md").read_text().split())
+    row = " / ".join(f"{x:.1f}" for x in (decode(f8), depth(f8, 8192), depth(f8, 30000)))
+    assert f"| {' / '.join(f'{x:.1f}' for x in (decode(i8), depth(i8, 8192), depth(i8, 30000)))} tok/s | {row} |" in table
+
+
 def test_registered_copies_cost_the_host_ram_the_plan_counts_at_the_same_speed():
     """The FP8 path's copies registered at their own size (fp8-register, the default since) against PyTorch's pinned
     allocator (fp8-server), the same preset on two machines of one kind: the server's RSS after start differs by what

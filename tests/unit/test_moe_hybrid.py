@@ -200,6 +200,21 @@ def test_host_ram_is_every_expert_as_kt_kernel_holds_it():
         or abs(fp8.host_checkpoint_bytes / json.loads((RUNS / "checkpoint-fp8.json").read_text())["bytes"] - 1) < 0.01
 
 
+def test_whole_layers_map_only_the_cpu_layers_expert_files():
+    """As whole layers, --kt-method FP8 maps the CPU layers' expert files only: the server held 17.4 GiB more shared
+    RSS than the AMXINT8 preset beside it on one machine (moe-vs-llamacpp-q8/h200-fp8cpu/), the CPU layers' expert
+    tensors as the plan counts them, not the whole 29 GiB checkpoint that the split maps."""
+    run = ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-fp8cpu"
+    fp8, i8 = (json.loads((run / f"{n}.json").read_text()) for n in ("k16-fp8cpu", "k16-int8-preset"))
+    whole = _h100_plan("FP8", kt_gpu_layers="auto", mem_fraction=0.93).hybrid
+    split = _h100_plan("FP8").hybrid
+    assert whole.gpu_layers == 17 and whole.host_checkpoint_bytes == whole.host_experts_bytes   # 31 layers, as held
+    assert split.gpu_layers == 0 and split.host_checkpoint_bytes > 1.5 * whole.host_checkpoint_bytes
+    mapped = fp8["host_rss_after_start_shared_bytes"] - i8["host_rss_after_start_shared_bytes"]
+    assert abs(mapped / whole.host_checkpoint_bytes - 1) < 0.01
+    assert abs(whole.host_rss_bytes / fp8["host_rss_after_start_bytes"] - 1) < 0.03
+
+
 def test_layer_offload_beside_it_uses_the_measured_pcie_figure():
     """Issue 18: the comparison uses the H100's measured pinned host-to-GPU copy (vramkit host), not a constant."""
     from vramkit.generated import _pinned_copy_gbs
