@@ -98,7 +98,9 @@
 # each layer's recorded routing correlates 0.98 with layer 0's, moe-budget/hot/expert-counts.json), so a token goes to
 # nearly the same experts in all 48 layers. DUMMY_BY_NAME=1 seeds each parameter by its name (the kt_compat adapter's
 # VRAMKIT_DUMMY_SEED_BY_NAME) on every kit point of the run. Its check (~10 min):
-# DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup seedcheck".
+# DUMMY_BY_NAME=1 STAGE=.stage-w16 REPEAT=3 STEPS="setup seedcheck". On by default since 2026-11-28's twenty-second
+# session (a point run without it by oversight, moe-vs-llamacpp-q8/h200-fp8cpu-b/, left SGLang's one router);
+# DUMMY_BY_NAME=0 gives SGLang's own dummy load back.
 # The idle memory at mem_fraction 0.85 given to experts (0.90 against 0.85, one machine; ~7 min):
 # STAGE=.stage-w16 REPEAT=3 STEPS="setup mf90".
 # llama.cpp's best 16 GiB server alone, beside a run's kit points (~4 min): STEPS="... lbest16".
@@ -312,6 +314,7 @@ counts_json() {  # REC_DIR OUT.json: the newest recorder dump in REC_DIR, its st
 json.dump({'logical_count': [[int(x) for x in r] for r in read_counts(sys.argv[1])[0]]}, open(sys.argv[2], 'w'))" \
     "$dump" "$2" && echo "$dump"
 }
+if [ "${DUMMY_BY_NAME:-1}" = 0 ]; then DUMMY_BY_NAME=; else DUMMY_BY_NAME=1; fi   # on unless DUMMY_BY_NAME=0
 kit() {  # name budget probe-args [--env K=V ...] -- up args
   local n=$1 b=$2 pr=$3; shift 3
   step "kit $n (${b} GiB)"
