@@ -217,6 +217,15 @@ has threads || has threads24 || python3 -c "import json; from vramkit.adapters i
 print(json.dumps(membw.sweep([1, 2, 4, 6, 8, 12, $THREADS, $PHYS], 4 << 30)))" > "$RES/membw-session.json" \
   2> "$RES/logs/membw-session.err"
 step "host read sweep: $(python3 -c "import json; print(', '.join(f\"{r['threads']}t {r['bytes_per_s'] / 1e9:.0f}\" for r in json.load(open('$RES/membw-session.json'))))" 2>&1 | tail -c 300) GB/s"
+# the same machine's sweep again, 3 rounds taken in turn (each count's best), unpinned and with the threads bound one
+# to a core as kt-kernel binds its pool (membw.sweep_pinned; ~15 s both): the one-round sweeps of the H200 machines
+# were not monotone in the thread count (2026-11-28). Data for the next fit, not read by the estimate
+python3 -c "import json; from vramkit.adapters import membw
+c = [4, 8, 12, $THREADS, $PHYS]
+print(json.dumps({'rounds': membw.sweep(c, 4 << 30, rounds=3), 'pinned': membw.sweep_pinned(c, 4 << 30, rounds=3)}))" \
+  > "$RES/membw-session-r3.json" 2> "$RES/logs/membw-session-r3.err"
+step "host read, 3 rounds / pinned: $(python3 -c "import json; d = json.load(open('$RES/membw-session-r3.json'))
+print(', '.join(f\"{a['threads']}t {a['bytes_per_s'] / 1e9:.0f}/{b['bytes_per_s'] / 1e9:.0f}\" for a, b in zip(d['rounds'], d['pinned'])))" 2>&1 | tail -c 300) GB/s"
 [ -n "$need_llama" ] && (
   mkdir -p $W && tar -xJf $S/llama-src.tar.xz -C $W && cd $LL && \
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \

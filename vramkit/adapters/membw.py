@@ -5,10 +5,43 @@ active_cpu_expert_bytes / read bandwidth. This streams a buffer much larger than
 through a reduction (torch's CPU sum runs on `threads` threads, memory-bound at these sizes) and
 reports the best of `repeats` passes in bytes/s. Ground truth: the same quantity STREAM's "sum"/"read"
 kernels report; expect ~70-85 % of the DIMMs' theoretical peak.
+
+`sweep(..., rounds=N)` measures every thread count N times, round after round, and keeps each count's best: one
+round takes each count's passes within a fraction of a second, and on the GPU host's virtual machines such a sweep
+was not monotone in the thread count (2026-11-28: 78 GB/s at 12 threads and 123 at 14 on one machine, 95 and 80 on
+another; benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-*/membw-session.json). `sweep_pinned` runs the same sweep
+in a child process whose OpenMP threads are bound one to a core (OMP_PROC_BIND=close, OMP_PLACES=cores), as
+kt-kernel binds its worker pool; the decode estimate reads the unpinned one-round sweep, on which its constants
+were fitted.
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+
+PINNED_ENV = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
+
+
+def _best_pass(buf, threads: int, repeats: int) -> float:
+    import torch
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads))
+    try:
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            buf.sum()
+            best = min(best, time.perf_counter() - t0)
+        return best
+    finally:
+        torch.set_num_threads(old)
+
+
+def _record(threads: int, nbytes: int, seconds: float) -> dict:
+    return {"threads": threads, "bytes": nbytes, "seconds": seconds, "bytes_per_s": int(nbytes / seconds)}
 
 
 def read_bandwidth(threads: int, size_bytes: int = 2 << 30, repeats: int = 5) -> dict:
@@ -18,17 +51,40 @@ def read_bandwidth(threads: int, size_bytes: int = 2 << 30, repeats: int = 5) ->
     try:
         buf = torch.ones(size_bytes // 4, dtype=torch.float32)
         buf.sum()                                  # touch every page once before timing
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            buf.sum()
-            best = min(best, time.perf_counter() - t0)
-        return {"threads": threads, "bytes": buf.numel() * 4, "seconds": best,
-                "bytes_per_s": int(buf.numel() * 4 / best)}
     finally:
         torch.set_num_threads(old)
+    return _record(threads, buf.numel() * 4, _best_pass(buf, threads, repeats))
 
 
-def sweep(thread_counts: list[int], size_bytes: int = 2 << 30) -> list[dict]:
-    """Bandwidth at each thread count (one core reads far less than the socket can deliver)."""
-    return [read_bandwidth(t, size_bytes) for t in thread_counts]
+def sweep(thread_counts: list[int], size_bytes: int = 2 << 30, rounds: int = 1) -> list[dict]:
+    """Bandwidth at each thread count (one core reads far less than the socket can deliver). rounds > 1: one buffer,
+    every count measured once per round, round after round, each count's best kept."""
+    if rounds <= 1:
+        return [read_bandwidth(t, size_bytes) for t in thread_counts]
+    import torch
+    buf = torch.ones(size_bytes // 4, dtype=torch.float32)
+    buf.sum()
+    best = {t: float("inf") for t in thread_counts}
+    for _ in range(rounds):
+        for t in thread_counts:
+            best[t] = min(best[t], _best_pass(buf, t, 5))
+    return [_record(t, buf.numel() * 4, s) | {"rounds": rounds} for t, s in best.items()]
+
+
+def sweep_pinned(thread_counts: list[int], size_bytes: int = 2 << 30, rounds: int = 3,
+                 timeout_s: float = 600) -> list[dict]:
+    """`sweep` in a child process with its OpenMP threads bound one to a core (the binding is read when the runtime
+    starts, so it cannot be set in this process once torch has run)."""
+    env = os.environ | PINNED_ENV
+    done = subprocess.run([sys.executable, "-m", "vramkit.adapters.membw", json.dumps(
+        {"threads": thread_counts, "size_bytes": size_bytes, "rounds": rounds})],
+        env=env, capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise RuntimeError(f"pinned sweep failed: {last}")
+    return [r | {"pinned": PINNED_ENV} for r in json.loads(done.stdout)]
+
+
+if __name__ == "__main__":
+    a = json.loads(sys.argv[1])
+    print(json.dumps(sweep(a["threads"], a["size_bytes"], a["rounds"])))
