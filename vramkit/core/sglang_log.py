@@ -43,8 +43,11 @@ PHASES = [
     ("Init torch distributed", "initialising CUDA"),
     ("Load weight begin", "loading weights"),
     ("Load weight end", "allocating the KV cache"),
-    ("Capture target decode CUDA graph begin", "capturing decode CUDA graphs (a first GPTQ start also "
-                                               "compiles its kernels here: ~6 min once per machine)"),
+    # the first start on a machine compiles kernels inside the capture, once: the H100 host's first GPTQ start 378 s;
+    # the FP8 moe preset's first starts on the H200 machines 70-93 s, its next start on the same machine 7 s
+    # (benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-*/*.evidence.txt)
+    ("Capture target decode CUDA graph begin", "capturing decode CUDA graphs (a first start on this machine also "
+                                               "compiles kernels here, once: ~1.5 min FP8, ~6 min GPTQ)"),
     ("Capture target decode CUDA graph end", "warming up"),
     ("Uvicorn running", "server warm-up request"),
     ("The server is fired up", "ready"),
