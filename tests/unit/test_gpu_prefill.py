@@ -836,6 +836,11 @@ def test_the_fp8_cpu_method_beside_the_preset_is_quoted_from_its_probes():
             f"**{decode(f8) / decode(i8):.2f}x** AMXINT8 ({decode(f8):.1f} against {decode(i8):.1f} tok/s at depth 0; "
             f"{depth(f8, 8192):.1f} against {depth(i8, 8192):.1f} after 8K; {depth(f8, 30000):.1f} against "
             f"{depth(i8, 30000):.1f} after 30K") in readme
+    agg = {n: next(d["aggregate_tok_s"] for d in probe(n)["decode"] if d["streams"] == 4) for n in (f8, i8)}
+    assert kt.MEASURED_PAIRS[("AMXINT8", "FP8")].startswith(
+        f"FP8 decoded {decode(f8) / decode(i8):.2f}x AMXINT8 at depth 0 ({decode(f8):.1f} against {decode(i8):.1f} "
+        f"tok/s), {depth(f8, 8192) / depth(i8, 8192):.2f}x after 8K and {agg[f8] / agg[i8]:.2f}x at 4 streams, its "
+        f"first token after 30K as fast ({ttft(f8):.2f} against {ttft(i8):.2f} s")
     table = " ".join((res / "moe-gpu-prefill" / "README.md").read_text().split())
     row = " / ".join(f"{x:.1f}" for x in (decode(f8), depth(f8, 8192), depth(f8, 30000)))
     assert f"| {' / '.join(f'{x:.1f}' for x in (decode(i8), depth(i8, 8192), depth(i8, 30000)))} tok/s | {row} |" in table

@@ -215,6 +215,17 @@ def test_whole_layers_map_only_the_cpu_layers_expert_files():
     assert abs(whole.host_rss_bytes / fp8["host_rss_after_start_bytes"] - 1) < 0.03
 
 
+@pytest.mark.parametrize("method, said", [("AMXINT8", True), ("FP8", True), ("AMXINT4", False)])
+def test_a_plan_quotes_the_measured_pair_its_method_is_in(method, said):
+    """AMXINT8 and FP8 were run side by side on the FP8 checkpoint: each one's plan quotes it (the speed the exact
+    method costs, the accuracy the lossy one costs), another method's does not."""
+    p = _h100_plan(method, kt_gpu_layers="auto", mem_fraction=0.93)
+    quoted = [n for n in p.notes if "measured side by side" in n]
+    assert quoted == ([f"AMXINT8 (lossy) against FP8 (read as is), measured side by side: "
+                       f"{kt.MEASURED_PAIRS[('AMXINT8', 'FP8')]}"] if said else [])
+    assert kt.pair_note("FP8", "bf16") == ""          # measured on the FP8 checkpoint only
+
+
 def test_layer_offload_beside_it_uses_the_measured_pcie_figure():
     """Issue 18: the comparison uses the H100's measured pinned host-to-GPU copy (vramkit host), not a constant."""
     from vramkit.generated import _pinned_copy_gbs

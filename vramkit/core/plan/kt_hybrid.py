@@ -196,6 +196,24 @@ def chunk_problem(method: str, chunk: int | None) -> str | None:
 METHOD_PREFERENCE = ("BF16", "FP8", "GPTQ_INT4", "LLAMAFILE_Q8_0", "AMXINT8", "AMXINT4", "RAWINT4")
 
 
+# A lossy method beside the method that reads the same checkpoint as is, measured side by side in one server pair,
+# what each one's plan says of the other (tests/unit/test_gpu_prefill.py holds the figures to the probes)
+MEASURED_PAIRS: dict[tuple[str, str], str] = {
+    ("AMXINT8", "FP8"): "FP8 decoded 0.79x AMXINT8 at depth 0 (32.6 against 41.1 tok/s), 0.84x after 8K and 0.76x at "
+                        "4 streams, its first token after 30K as fast (5.72 against 5.73 s, the GPU prompt path on "
+                        "both); one H200 machine at 16 GiB, whole layers, 12 KT threads, one start each "
+                        "(benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-fp8cpu/)",
+}
+
+
+def pair_note(method: str, source: str = "fp8") -> str:
+    """The measured pair this method is in, on the checkpoint format it was measured on ("" for none)."""
+    if source != "fp8":
+        return ""
+    return next((f"{lossy} (lossy) against {exact} (read as is), measured side by side: {text}"
+                 for (lossy, exact), text in MEASURED_PAIRS.items() if method in (lossy, exact)), "")
+
+
 def lossy_note(method: str, source: str = "fp8") -> str:
     """What a plan says about a method that changes the checkpoint's values ("" for one that reads them as is);
     `source`: the checkpoint's format (checkpoint_format), which the measured figures may not be of."""

@@ -789,6 +789,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         notes.append(why)
     if hp.lossy:
         notes.append(kt.lossy_note(planned, kt.checkpoint_format(model)))
+    if pair := kt.pair_note(planned, kt.checkpoint_format(model)):
+        notes.append(pair)
     if target.host_ram_available_bytes is not None and hp.host_ram_bytes > target.host_ram_available_bytes:
         reasons.append(Reason("host_ram", f"host RAM: kt-kernel holds all {moe.num_experts} experts of each "
                               + (f"of its {kt_layers} CPU layers" if gpu_layers else "MoE layer")
