@@ -75,6 +75,8 @@ ANCHOR_SWEEP = "host bandwidth: the anchor session's sweep (same host type), not
 H200_SWEEP_FILE = "moe-vs-llamacpp-q8/h200-lt16/membw-session.json"
 H200_SWEEP = ("host bandwidth: another H200 machine's sweep (h200-lt16, same CPU by lscpu), the pairing's own not "
               "measured")
+# the FP8 preset's prompt path as it comes since 2026-11-28's twentieth session (auto, its FP8 values in int8)
+AS_IT_COMES = {"kt_gpu_prefill": "auto", "kt_prefill_fp8": "int8"}
 M = "moe/"
 T = "kt-threads/"
 L = "kt-llamafile/"
@@ -283,7 +285,7 @@ POINTS = (
     # beside llama.cpp on Q8_0 (moe-vs-llamacpp-q8/h200-b/); one round, seeded by name
     Point("layers-int8-amx-16g-fp8-preset-h200b", "held-out", "moe-vs-llamacpp-q8/h200-b/k16-int8-preset.json",
           "moe-vs-llamacpp-q8/h200-b/k16-int8-preset.probe.json", H200_SWEEP_FILE,
-          {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_prefill_fp8": "int8"}, rss_end_read=True,
+          {"kt_method": "AMXINT8", **AS_IT_COMES}, rss_end_read=True,
           note="one round; the preset as it comes, on an H200; seeded by name; " + H200_SWEEP,
           gpu_checkpoint="fp8", kv_splits=32, gpu="h200-141gb"),
     # 2026-11-28, twenty-second session, three more H200 machines, each with its own host-read sweep (the first
@@ -291,19 +293,19 @@ POINTS = (
     # with the machine; h200-fp8cpu), and beside it on one machine the preset's CPU experts read from the FP8
     # checkpoint as is (--kt-method FP8 as whole layers, the first such server), again on a fourth machine
     *(Point(f"layers-{name}", "held-out", f"{Q}{run}/{pt}.json", f"{Q}{run}/{pt}.probe.json",
-            f"{Q}{run}/membw-session.json", knobs, rss_end_read=True,
+            f"{Q}{run}/membw-session.json", {"kt_method": method, **AS_IT_COMES}, rss_end_read=True,
             note=f"one round; {what}, on an H200; {seed}; this machine's own sweep", gpu_checkpoint="fp8",
             kv_splits=32, gpu="h200-141gb")
-      for name, run, pt, what, knobs, seed in (
-          ("int8-amx-16g-fp8-preset-h200c", "h200-c", "k16-int8-preset", "the preset as it comes",
-           {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_prefill_fp8": "int8"}, "seeded by name"),
-          ("int8-amx-16g-fp8-preset-h200d", "h200-fp8cpu", "k16-int8-preset", "the preset as it comes",
-           {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_prefill_fp8": "int8"}, "seeded by name"),
-          ("fp8-amx-16g-h200d", "h200-fp8cpu", "k16-fp8cpu", "--kt-method FP8 (the checkpoint as is)",
-           {"kt_method": "FP8", "kt_gpu_prefill": "auto", "kt_prefill_fp8": "int8"}, "seeded by name"),
+      for name, run, pt, what, method, seed in (
+          ("int8-amx-16g-fp8-preset-h200c", "h200-c", "k16-int8-preset", "the preset as it comes", "AMXINT8",
+           "seeded by name"),
+          ("int8-amx-16g-fp8-preset-h200d", "h200-fp8cpu", "k16-int8-preset", "the preset as it comes", "AMXINT8",
+           "seeded by name"),
+          ("fp8-amx-16g-h200d", "h200-fp8cpu", "k16-fp8cpu", "--kt-method FP8 (the checkpoint as is)", "FP8",
+           "seeded by name"),
           # run without VRAMKIT_DUMMY_SEED_BY_NAME (by oversight): SGLang's dummy GPU side, every layer routing alike
-          ("fp8-amx-16g-h200e", "h200-fp8cpu-b", "k16-fp8cpu", "--kt-method FP8 (the checkpoint as is)",
-           {"kt_method": "FP8", "kt_gpu_prefill": "auto", "kt_prefill_fp8": "int8"}, "SGLang's dummy load"))),
+          ("fp8-amx-16g-h200e", "h200-fp8cpu-b", "k16-fp8cpu", "--kt-method FP8 (the checkpoint as is)", "FP8",
+           "SGLang's dummy load"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
