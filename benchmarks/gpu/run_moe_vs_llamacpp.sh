@@ -598,11 +598,11 @@ if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as 
   # error on the proxy against 5.4 % for AMXINT8 converted from it, and no 27 GB conversion (make kt-convert). Set aside
   # on 2026-11-24 for kt-kernel's FP8 prefill (~60 tok/s: an 8K prompt in 129.8 s, README); the GPU prompt path now
   # takes the CPU layers' prompt chunks, from 128 tokens beside FP8 (the preset's auto: kt.auto_prefill_tokens, a
-  # layer's copy worth ~50 tokens of that prefill at PCIe 4, derived). The planner puts its decode at 0.89x AMXINT8's (the measured per-byte pace,
-  # kt_method_cpu_time_*): above llama.cpp's 33.5 tok/s on Q8_0 if the H200 machine's 42.6 for AMXINT8 scales so. Whole
-  # layers as the preset places them, the GPU side on dummy weights as every FP8 preset point, beside the preset as it
-  # comes (AMXINT8) on the same machine, one start each. Written the twentieth session, not run yet (~20 min with
-  # setup): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup fp8cpu"
+  # layer's copy worth ~50 tokens of that prefill at PCIe 4, derived). Whole layers as the preset places them, the GPU
+  # side on dummy weights as every FP8 preset point, beside the preset as it comes (AMXINT8) on the same machine, one
+  # start each. Written the twentieth session (~10 min with setup): DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup
+  # fp8cpu"; ran 2026-11-28, twenty-second session (moe-vs-llamacpp-q8/h200-fp8cpu/): FP8 decoded 0.79x AMXINT8 (the
+  # planner's per-byte pace had said 0.89x), its first token after 30K as fast
   ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8   # first: fp8cpu_point frees KT's AMXINT8 layout for its checkpoint
   fp8cpu_point

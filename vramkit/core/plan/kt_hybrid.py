@@ -776,7 +776,8 @@ AUTO_PREFILL_TOKENS = 1024
 # ... and from fewer tokens for a CPU method whose kt-kernel prompt is far slower. FP8 (kt-kernel 0.5.1, AMX build, 14
 # threads) answered an 8K prompt in 129.8 s with 85 of 128 experts of each of 48 layers on the CPU (benchmarks/results/
 # gpu/moe/moe-16g-fp8-amx): ~0.5 ms a token and whole CPU layer, so a layer's FP8 copy (~0.6 GB) pays for itself from
-# ~50 tokens at PCIe 4 x16's ~25 GB/s and ~100 at PCIe 3's ~12 (derived; the path beside FP8 CPU experts has not run)
+# ~50 tokens at PCIe 4 x16's ~25 GB/s and ~100 at PCIe 3's ~12 (derived). Run since beside FP8 CPU experts at 128: an
+# 8K prompt's first token in 1.02 s, 30K in 5.72 (benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-fp8cpu/)
 AUTO_PREFILL_TOKENS_BY_METHOD = {"FP8": 128}
 
 
