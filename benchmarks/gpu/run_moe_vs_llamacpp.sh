@@ -587,12 +587,15 @@ if has med8; then  # the Q8_0 pairing at 16 GiB with every probe figure the medi
   # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup med8"
   # llama.cpp's two servers again with -t $PHYS (every physical core: llama-bench decoded 45.4 tok/s there against
   # 36.6 at 14 threads on the H200 machine, moe-vs-llamacpp-q8/h200/); the report takes its best per row over all four.
-  # MED8_KT_PROMPTS=0 leaves out the kit's kt-prompts server (~6 min) where the session's time is short
+  # MED8_KT_PROMPTS=0 leaves out the kit's kt-prompts server (~6 min) where the session's time is short. llama-server
+  # at every core ran on its own the twenty-first session (lt16: slower than 14 threads at depth 0 and at 4 streams),
+  # so the every-core pair runs only with MED8_T16=1 (~9 min); run first 2026-11-28, twenty-third session:
+  # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 MED8_KT_PROMPTS=0 STEPS="setup med8" (~18 min)
   ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   [ "${MED8_KT_PROMPTS:-1}" = 0 ] || kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
   q8_for_llama
-  lpair_q8_both
+  if [ "${MED8_T16:-0}" = 1 ]; then lpair_q8_both; else lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8; fi
 fi
 if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as is (--kt-method FP8): 4.7 % MoE-layer
   # error on the proxy against 5.4 % for AMXINT8 converted from it, and no 27 GB conversion (make kt-convert). Set aside
