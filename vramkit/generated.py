@@ -17,7 +17,7 @@ from vramkit.core.plan.planner import Engine, Target, plan
 from vramkit.errors import Exit, VramkitError, exit_code_lines
 from vramkit.launch import reference
 from vramkit.launch.settings import SETTINGS
-from vramkit.units import GiB
+from vramkit.units import GiB, ratio_text
 
 REPO_ROOT = catalog.CONFIG_DIR.parent
 CEILING_MODEL = "qwen2.5-coder-14b-instruct-gptq-int4"   # the first user's model
@@ -200,7 +200,7 @@ def moe_vs_llamacpp_table() -> list[str]:
         k, ll = c["engines"].get("vramkit", {}), c["engines"].get("llamacpp", {})
         for label, key, unit, goal in MOE_ROWS:
             a, b = k.get(key), ll.get(key)
-            out.append(f"| {card} | {label} | {a:.1f}{unit} | {b:.1f}{unit} | {a / b:.2f}x | {goal} |"
+            out.append(f"| {card} | {label} | {a:.1f}{unit} | {b:.1f}{unit} | {ratio_text(a / b)} | {goal} |"
                        if a and b else f"| {card} | {label} | - | - | - | {goal} |")
             bar = float(goal.split()[1].rstrip("x"))
             if not (a and b) or (a / b > bar if goal.startswith("<=") else a / b < bar):

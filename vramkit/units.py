@@ -33,3 +33,10 @@ def human2bytes(text: str | int | float) -> int:
 
 def gib(n: float) -> int:
     return int(round(n * GiB))
+
+
+def ratio_text(r: float) -> str:
+    """A ratio as '1.07x'; with a third decimal where two would print 1.00x for a ratio off 1, so a goal of 1.0x read
+    from the table is never met by rounding ('0.999x')."""
+    two = f"{r:.2f}"
+    return f"{r:.3f}x" if two == "1.00" and r != 1 else f"{two}x"

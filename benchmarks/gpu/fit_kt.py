@@ -306,6 +306,13 @@ POINTS = (
           # run without VRAMKIT_DUMMY_SEED_BY_NAME (by oversight): SGLang's dummy GPU side, every layer routing alike
           ("fp8-amx-16g-h200e", "h200-fp8cpu-b", "k16-fp8cpu", "--kt-method FP8 (the checkpoint as is)", "FP8",
            "SGLang's dummy load"))),
+    # 2026-11-28, twenty-third session, a fifth H200 machine with its own sweep: the preset as it comes beside
+    # llama.cpp on Q8_0 (moe-vs-llamacpp-q8/h200-med/, STEPS="setup med8"), each figure the median of 3 rounds
+    Point("layers-int8-amx-16g-fp8-preset-h200med", "held-out", f"{Q}h200-med/k16-int8-preset.json",
+          f"{Q}h200-med/k16-int8-preset.probe.json", f"{Q}h200-med/membw-session.json",
+          {"kt_method": "AMXINT8", **AS_IT_COMES}, rss_end_read=True,
+          note="medians of 3 rounds; the preset as it comes, on an H200; seeded by name; this machine's own sweep",
+          gpu_checkpoint="fp8", kv_splits=32, gpu="h200-141gb"),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

@@ -30,6 +30,8 @@ from moe_session import (  # noqa: E402
 )
 from peer_accuracy import SERVED, layer_error  # noqa: E402
 
+from vramkit.units import ratio_text  # noqa: E402
+
 LEVERS = (("k16-layers", "whole layers' experts on the GPU (VRAMKIT_KT_GPU_LAYERS=auto: the last 16 of 48 layers "
                          "all on the GPU, no CPU round trip there; the other 32 all on the CPU) instead of 43 "
                          "experts in every layer"),
@@ -136,7 +138,8 @@ def method_rows(base: Path, out_dir: Path) -> list[str]:
 # The FP8 method again once the GPU prompt path had taken its prefill gap away: beside the AMXINT8 preset on one H200
 # machine (STEPS="setup fp8cpu", 2026-11-28), and the Q8_0 pairings whose margin it is weighed against
 FP8_AGAIN_DIR = "moe-vs-llamacpp-q8/h200-fp8cpu"
-Q8_PAIRINGS = (("moe-vs-llamacpp-q8/h200", "k16-int8-prefill-int8"), ("moe-vs-llamacpp-q8/h200-b", "k16-int8-preset"))
+Q8_PAIRINGS = (("moe-vs-llamacpp-q8/h200", "k16-int8-prefill-int8"), ("moe-vs-llamacpp-q8/h200-b", "k16-int8-preset"),
+               ("moe-vs-llamacpp-q8/h200-med", "k16-int8-preset"))   # h200-med: medians of 3 rounds (med8)
 
 
 def fp8_again_rows() -> list[str]:
@@ -167,14 +170,15 @@ def fp8_again_rows() -> list[str]:
                     for q in r.glob("llama-q8-16-*.probe.json")), default=0)
         if k["decode_tok_s"] and best:
             margins.append((run.rsplit("/", 1)[1], round(k["decode_tok_s"], 1) / round(best, 1)))  # as tables print
-    would = "; ".join(f"{m:.2f}x llama.cpp's best on {run}/, so ~{ratio * m:.2f}x" for run, m in margins)
+    would = "; ".join(f"{ratio_text(m)} llama.cpp's best on {run}/, so ~{ratio * m:.2f}x" for run, m in margins)
     short = any(ratio * m < 1 for _, m in margins)
     out += ["", f"FP8 decoded {ratio:.2f}x AMXINT8 at depth 0 on the same machine "
             f"({ff['decode_tok_s_8k'] / fi['decode_tok_s_8k']:.2f}x after 8K) and answered the 30K prompt as fast "
             f"({ff['ttft_30k_s']:.2f} s against {fi['ttft_30k_s']:.2f}). On Q8_0, the AMXINT8 preset decoded {would} "
             "for FP8 (derived across runs, not a side-by-side run). "
-            + ("FP8 falls short of the issue's 1.0x on at least one machine: the preset keeps AMXINT8, the most "
-               "accurate method that meets it; FP8 stays one flag away." if short else
+            + (f"FP8 falls short of the issue's 1.0x on at least one machine: the preset keeps AMXINT8, which met it "
+               f"on {sum(m >= 1 for _, m in margins)} of {len(margins)} paired machines; FP8 stays one flag away."
+               if short else
                "FP8 would meet the issue's 1.0x on every paired machine: it qualifies as the preset's default.")]
     return out
 
@@ -567,8 +571,11 @@ def q8_rows(out_dir: Path) -> list[str]:
     if not d.is_dir():
         return []
     ll = c["engines"]["llamacpp"]
+    med = re.search(r"each figure the median of (\d+) rounds", c["how"])
     out = ["", f"## The 8-bit class at 16 GiB: the preset beside llama.cpp on a Q8_0 file ({c['date'][:10]}, {evd}/)",
-           "", peer_errors() + " One host session, the table in moe-vs-llamacpp-q8-16g.md; KT's AMXINT8 layout was "
+           "", peer_errors() + " One host session" + (f", each figure the median of {med[1]} rounds within one start "
+                                                    "of each server" if med else "")
+           + ", the table in moe-vs-llamacpp-q8-16g.md; KT's AMXINT8 layout was "
            "removed before the Q8_0 file was written (the disk holds one of them).", "",
            "| point | decode d0 tok/s | decode 8K tok/s | TTFT 30K s | 4 streams tok/s |", "| --- | --- | --- | --- | --- |"]
     failed = []
@@ -597,7 +604,7 @@ def q8_rows(out_dir: Path) -> list[str]:
     fastest = min(ttft, key=ttft.__getitem__) if ttft else None
     out += ["", *failed] if failed else []
     out += ["", "What it shows:", "",
-            (f"- Decode at depth 0: {fmt(k['decode_tok_s'])} against {fmt(ll['decode_tok_s'])} tok/s ({r0:.2f}x; per "
+            (f"- Decode at depth 0: {fmt(k['decode_tok_s'])} against {fmt(ll['decode_tok_s'])} tok/s ({ratio_text(r0)}; per "
              f"token {bud['vramkit']['measured_ms_per_token_depth0']} against "
              f"{bud['llamacpp']['measured_ms_per_token_depth0']} ms), "
              + ("parity within the kit's own request-to-request spread (about a fifth, the section above)"
@@ -706,7 +713,7 @@ def q8_measured_said(n8_derived: int, t8_derived_ms: float, out_dir: Path) -> st
                "derivation)" if tg else "")
             + "; llama-server " + ", ".join(f"{f['decode_tok_s']:.1f} tok/s with {m}" for m, f in by.items())
             + f"; the kit's {k['settings']['point']} {k['decode_tok_s']:.1f} tok/s in the same session "
-            f"({c['ratios']['decode_vs_llamacpp']:.2f}x llama.cpp's best at depth 0, "
+            f"({ratio_text(c['ratios']['decode_vs_llamacpp'])} llama.cpp's best at depth 0, "
             f"{c['ratios']['decode_8k_vs_llamacpp']:.2f}x at 8K, {c['ratios']['aggregate_4_vs_llamacpp']:.2f}x at 4 "
             "streams).")
     return said

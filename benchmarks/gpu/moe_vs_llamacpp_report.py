@@ -51,6 +51,7 @@ from moe_session import (  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
+from vramkit.units import ratio_text  # noqa: E402
 
 SGLANG_LINES = re.compile(
     r"Load weight (begin|end)|KV Cache is allocated|max_total_num_tokens|Memory pool end|Capture cuda graph (begin|end)"
@@ -353,7 +354,7 @@ def table(c: dict) -> list[str]:
     out = ["| | vramkit (kit's best) | llama.cpp (best) | kit / llama.cpp | goal |", "| --- | --- | --- | --- | --- |"]
     for label, key, goal in ROWS:
         a, bb = k.get(key), ll.get(key)
-        ratio = f"{a / bb:.2f}x" if a and bb else "-"
+        ratio = ratio_text(a / bb) if a and bb else "-"
         mode = (ll.get("mode_of_each") or {}).get(key)
         out.append(f"| {label} | {fmt(a)} | {fmt(bb)}{f' ({mode})' if mode else ''} | {ratio} | {goal} |")
     return out

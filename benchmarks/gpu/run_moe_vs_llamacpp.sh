@@ -610,6 +610,19 @@ if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as 
   kit k16-int8-preset 16 "$FULL" -- $KITF8   # first: fp8cpu_point frees KT's AMXINT8 layout for its checkpoint
   fp8cpu_point
 fi
+if has kpace; then  # kt-kernel's CPU-expert time per token by method at kernel level, this machine's CPU (no server, no
+  # ballast): config/engine.toml's kt_method_cpu_time_* (AMXINT8 0.81x FP8 per byte) came from one H100-host bench
+  # (kt-accuracy.json bench-051-amx, 14 threads, 43 GPU experts); the H200 machines' AMXINT8 servers decoded 1.14-1.40x
+  # the estimate where their FP8 ones were within 11 %. Written and run 2026-11-28, twenty-third session (~3 min with
+  # boot and setup): STAGE=.stage-gg STEPS="setup kpace"
+  ballast_off
+  for g in 43 0; do   # 43: the H100 bench's split; 0: a whole CPU layer, as the preset places them
+    timeout 300 python3 benchmarks/gpu/kt_decode_bench.py --methods FP8,AMXINT8,AMXINT4 --threads "12,$THREADS" \
+      --tokens 16 --prefill 0 --gpu-experts $g --out "$RES/kt-pace-g$g.json" > "$RES/logs/kt-pace-g$g.txt" 2>&1
+    step "kernel level, $g GPU experts: $(grep -h cpu_ms "$RES/logs/kt-pace-g$g.txt" | tr '\n' ' ' | cut -c1-400)"
+  done
+  pack
+fi
 if has fp8solo; then  # fp8cpu's FP8 point alone (no AMXINT8 layout, no llama.cpp): a second machine's figure for the FP8
   # CPU method where a session's budget is short. Written and run 2026-11-28, twenty-second session (~6 min with boot):
   # STAGE=.stage-gg STEPS="setup fp8solo"

@@ -345,7 +345,7 @@ KT_GPU_LAYERS = ("off", "auto")
 # H200s; fitted on a 30th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
 WHOLE_LAYER_SPREAD = (0.57, 1.41)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
-                           "(faster, as its split twin); the other 81 decodes 0.78-1.40x")
+                           "(faster, as its split twin); the other 84 decodes 0.78-1.40x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
@@ -747,7 +747,7 @@ AGGREGATE_SPREAD: dict[tuple[str, bool], tuple[float, float, int]] = {
     ("AMXINT4", False): (0.71, 1.13, 4),
     ("AMXINT4", True): (0.85, 0.86, 1),
     ("AMXINT8", False): (0.85, 1.28, 22),
-    ("AMXINT8", True): (0.65, 1.31, 26),
+    ("AMXINT8", True): (0.65, 1.31, 27),
     ("FP8", False): (0.87, 0.96, 2),
     ("FP8", True): (0.95, 1.03, 2),
     ("LLAMAFILE_Q8_0", False): (0.70, 0.91, 5),
@@ -822,8 +822,9 @@ PREFILL_MEASURED = {
                                 "42.79 s with --n-cpu-moe 28); decode 42.6 tok/s against llama.cpp's 33.5; prompts on "
                                 "kt-kernel not run on that machine (20.71 s on the H100 host, whose CPU lscpu reads "
                                 "the same); on a second H200 machine, the preset as it comes: 5.71 s against 13.54, "
-                                "decode 50.5 tok/s against 47.3",
-                                "benchmarks/results/gpu/moe-vs-llamacpp-q8/h200/ and h200-b/",
+                                "decode 50.5 tok/s against 47.3; on a third, medians of 3 rounds: 5.73 s against "
+                                "16.18, decode 41.8 tok/s against 41.9",
+                                "benchmarks/results/gpu/moe-vs-llamacpp-q8/h200/, h200-b/ and h200-med/",
                                 "each CPU layer's FP8 values requantized at load to int8 per row and 128 inputs, bf16 "
                                 "inputs: 2.9 % error on the GPU host's MoE-layer check against 5.1 % for w8a8 "
                                 "(benchmarks/results/gpu/moe-gpu-prefill/fp8-bench/h200/), 4.8 % on the random-weight "
