@@ -36,7 +36,11 @@ def gib(n: float) -> int:
 
 
 def ratio_text(r: float) -> str:
-    """A ratio as '1.07x'; with a third decimal where two would print 1.00x for a ratio off 1, so a goal of 1.0x read
-    from the table is never met by rounding ('0.999x')."""
-    two = f"{r:.2f}"
-    return f"{r:.3f}x" if two == "1.00" and r != 1 else f"{two}x"
+    """A ratio as '1.07x'; with more decimals (up to 6) where two would print 1.00x for a ratio off 1, until the text
+    falls on the same side of 1 as the ratio, so a goal of 1.0x read from a table is never met or missed by rounding
+    ('0.999x', '0.9996x')."""
+    for digits in range(2, 7):
+        text = f"{r:.{digits}f}"
+        if (float(text) > 1) == (r > 1) and (float(text) < 1) == (r < 1):
+            return f"{text}x"
+    return f"{text}x"
