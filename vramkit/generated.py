@@ -5,6 +5,7 @@ a committed block differs from a fresh render. Text outside the markers is the a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,6 +238,12 @@ def moe_vs_llamacpp_table() -> list[str]:
             + _measured_budget() + notes_after)
 
 
+def _rounds(c: dict) -> str:
+    """', each figure the median of N rounds' where the comparison's probes repeated (moe_probe.py --repeat)."""
+    m = re.search(r"each figure the median of (\d+) rounds", c.get("how", ""))
+    return f", each figure the median of {m[1]} rounds" if m else ""
+
+
 def _card(c: dict) -> str:
     """The card a comparison's session ran on (its device line's first field): each pairing is one session."""
     return c.get("device", "").split(",")[0] or "the GPU host"
@@ -428,7 +435,8 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
                    if fp8 else "")
                 + f"; the preset {t8}, and serves 4 streams at "
                 f"{k8['aggregate_4_streams_tok_s'] / l8['aggregate_4_streams_tok_s']:.2f}x llama.cpp's rate (one "
-                f"session, {_card(q8)}). In the Q4_K_M pairing (one session, {_card(q4)}) llama.cpp decodes "
+                f"session, {_card(q8)}{_rounds(q8)}). In the Q4_K_M pairing (one session, {_card(q4)}) llama.cpp "
+                "decodes "
                 f"{l4['decode_tok_s']:.1f} tok/s at {e_q4:.1f} %, {l4['decode_tok_s'] / k4['decode_tok_s']:.2f}x the "
                 f"kit's fastest 16 GB configuration there ({k4['settings']['point']}, {k4['decode_tok_s']:.1f} tok/s "
                 f"at {e_gptq:.1f} %"
