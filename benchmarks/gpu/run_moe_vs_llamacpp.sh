@@ -623,6 +623,15 @@ if has kpace; then  # kt-kernel's CPU-expert time per token by method at kernel 
   done
   pack
 fi
+if has uva; then  # the token embeddings read by the GPU from pinned host RAM (uva_embed_check.py: bit-identical gathers,
+  # eager and in a replayed CUDA graph, their time against a GPU copy): the mechanism of a lever that frees the moe
+  # preset's 0.58 GiB of bf16 embed_tokens, about one MoE layer's FP8 experts. Kernel level, no server. Written and run
+  # 2026-11-28, twenty-third session (~2 min with boot and setup): STAGE=.stage-gg STEPS="setup uva"
+  ballast_off
+  timeout 120 python3 benchmarks/gpu/uva_embed_check.py --out "$RES/uva-embed.json" > "$RES/logs/uva-embed.txt" 2>&1
+  step "uva embed rc=$?: $(tail -c 600 "$RES/logs/uva-embed.txt")"
+  pack
+fi
 if has fp8solo; then  # fp8cpu's FP8 point alone (no AMXINT8 layout, no llama.cpp): a second machine's figure for the FP8
   # CPU method where a session's budget is short. Written and run 2026-11-28, twenty-second session (~6 min with boot):
   # STAGE=.stage-gg STEPS="setup fp8solo"
