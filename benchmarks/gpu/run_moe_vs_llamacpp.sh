@@ -198,12 +198,13 @@ INT4_STEPS="kit-16 kit-24 levers threads gptq-n"
 INT8_STEPS="amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
   profile med16 kcores hot triv-rec hotctl layers-t10 layers-pair seedcheck mf90 fp8-layers best16 ldefer lmarlin
   lggml lmf lpreset lprefill kprefill kprefill8 lprefill8 lint8 med8 pair8 fp8cpu fp8stage fp8pin fp8int8 kmarlin
-  raw4 kraw4 ctpool"
+  raw4 kraw4 ctpool embhost"
 GPTQ_STEPS="gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
 Q4_GGUF_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
 need_llama=; has_any $LLAMA_STEPS && need_llama=1
+has embhost && [ "${EMBHOST_LLAMA:-0}" = 1 ] && need_llama=1     # its llama.cpp pair only when asked
 need_int4=; has_any $INT4_STEPS && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; has_any $INT8_STEPS && need_int8=1
@@ -631,6 +632,16 @@ if has uva; then  # the token embeddings read by the GPU from pinned host RAM (u
   timeout 120 python3 benchmarks/gpu/uva_embed_check.py --out "$RES/uva-embed.json" > "$RES/logs/uva-embed.txt" 2>&1
   step "uva embed rc=$?: $(tail -c 600 "$RES/logs/uva-embed.txt")"
   pack
+fi
+if has embhost; then  # the token embeddings in pinned host RAM (--kt-embed-host on: the plan gives their 0.58 GiB to the
+  # pool and one more whole GPU layer, 18 of 48 at 16 GiB on the H200 machines, derived) beside the preset as it comes,
+  # one machine, one start each; then llama.cpp's Q8_0 pair (EMBHOST_LLAMA=1, ~8 min more with the build). Written
+  # 2026-11-28, twenty-third session, not run yet (~12 min with setup):
+  # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup embhost"
+  ballast 16
+  kit k16-int8-preset 16 "$FULL" -- $KITF8
+  kit k16-int8-embhost 16 "$FULL" -- $KITF8 --kt-embed-host on
+  [ "${EMBHOST_LLAMA:-0}" = 1 ] && { q8_for_llama; lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8; }
 fi
 if has fp8solo; then  # fp8cpu's FP8 point alone (no AMXINT8 layout, no llama.cpp): a second machine's figure for the FP8
   # CPU method where a session's budget is short. Written and run 2026-11-28, twenty-second session (~6 min with boot):

@@ -7,7 +7,8 @@ little more than one MoE layer's FP8 experts (0.56 GiB); llama.cpp keeps its tok
 decode step reads one row a token (4 KiB), a 4,096-token prompt chunk 16 MiB. This checks the mechanism on the
 pinned torch before any server uses it: the table page-locked in host RAM, its host address used as a device
 address (CUDA's unified addressing maps pinned memory into the GPU's address space), a CUDA tensor viewing it
-through __cuda_array_interface__, and F.embedding over it. Measured: every gathered row bit-identical to the same
+through __cuda_array_interface__ (the kit's kt-kernel adapter's device_view, vramkit_host_embed.py, since), and
+F.embedding over it. Measured: every gathered row bit-identical to the same
 gather from a copy in GPU memory, the same inside a captured CUDA graph replayed on new token ids (SGLang captures
 its decode step), the time of a 1-, 4- and 4,096-token gather against the GPU copy's, and the GPU memory the view
 takes (none). No server, no SGLang: a kernel-level check, labelled so.
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -24,18 +27,8 @@ import torch.nn.functional as F
 VOCAB, HIDDEN = 151_936, 2_048     # Qwen3-Coder-30B-A3B's embed_tokens (config/models/qwen3-coder-30b-a3b-instruct)
 
 
-class _HostView:
-    """A pinned CPU tensor's memory as a CUDA array (its host address is its device address under UVA)."""
-
-    def __init__(self, t: torch.Tensor):
-        assert t.is_pinned() and t.is_contiguous()
-        self.__cuda_array_interface__ = {"shape": tuple(t.shape), "typestr": "<i2", "data": (t.data_ptr(), False),
-                                         "strides": None, "version": 3}
-
-
-def device_view(pinned: torch.Tensor) -> torch.Tensor:
-    """A CUDA bf16 tensor that reads `pinned` (bf16, page-locked) over the bus; no GPU memory of its own."""
-    return torch.as_tensor(_HostView(pinned.view(torch.int16)), device="cuda").view(torch.bfloat16)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "services" / "sglang-kt" / "kt_compat"))
+from vramkit_host_embed import device_view  # noqa: E402  (the server's own: the kit's kt-kernel adapter)
 
 
 def gather_ms(weight: torch.Tensor, tokens: int, reps: int = 20) -> float:

@@ -28,6 +28,7 @@ LAYERS_ENV = knob_decl.by_name()["kt_gpu_layers"].env        # whole layers on t
 PREFILL_ENV = knob_decl.by_name()["kt_gpu_prefill"].env      # the CPU layers' prompt on the GPU (vramkit_gpu_prefill)
 PIN_ENV = knob_decl.by_name()["kt_prefill_pin"].env          # how that path page-locks its host copies
 FP8_ENV = knob_decl.by_name()["kt_prefill_fp8"].env          # how it computes block-FP8 experts
+EMBED_ENV = knob_decl.by_name()["kt_embed_host"].env         # the token embeddings in pinned host RAM
 LAYERS_FLAG = knob_decl.by_name()["kt_gpu_layers"].cli_flag
 # The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
 # `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
@@ -221,6 +222,9 @@ class Hybrid:
         if name == FP8_ENV:     # set only for w8a8 (int8 is the adapter's default)
             return ("that path's block-FP8 experts computed as SGLang's FP8 MoE, inputs rounded to FP8 "
                     "(--kt-prefill-fp8)")
+        if name == EMBED_ENV:
+            return ("the token embeddings moved to pinned host RAM after the load, read by the GPU over the bus "
+                    "(--kt-embed-host on)")
         if name == PIN_ENV:
             how = ("at their own size (cudaHostRegister)" if self.plan.prefill_pin == "register"
                    else "in PyTorch's pinned allocator (a power of two each)")
@@ -240,13 +244,15 @@ class Hybrid:
     def adapter_env(self) -> dict[str, str]:
         """The kt-kernel adapter's settings the plan chose, for the native server and the container alike: whole
         layers on the GPU (kt_gpu_layers = "auto"), and with them the GPU prompt path when planned (kt_gpu_prefill);
-        none for SGLang's own split."""
+        the token embeddings in host RAM when planned (kt_embed_host), with whole layers or SGLang's own split."""
         assert LAYERS_ENV is not None and PREFILL_ENV is not None and PIN_ENV is not None and FP8_ENV is not None
+        assert EMBED_ENV is not None
+        embed = {EMBED_ENV: "on"} if self.plan.host_embed_bytes else {}
         if not self.plan.gpu_layers:
-            return {}
+            return embed
         path = {PREFILL_ENV: str(self.plan.prefill_tokens), PIN_ENV: self.plan.prefill_pin} \
             | ({FP8_ENV: self.plan.prefill_fp8} if self.plan.prefill_fp8 != kt.PREFILL_FP8[0] else {})
-        return {LAYERS_ENV: "auto"} | (path if self.plan.prefill_tokens else {})
+        return {LAYERS_ENV: "auto"} | (path if self.plan.prefill_tokens else {}) | embed
 
     def to_json(self) -> dict:
         return {"weight_path": self.weight_path, "this_host_isa": self.here_isa, "placement": self.placement}

@@ -36,6 +36,10 @@ With ``VRAMKIT_KT_GPU_LAYERS``: ``VRAMKIT_KT_GPU_PREFILL=<tokens>`` runs a CPU l
 at least that many tokens (a prompt chunk) on the GPU, its GPTQ-Int4 or block-FP8 experts copied in from pinned host
 RAM (vramkit_gpu_prefill.py says how and why; the planner's kt_gpu_prefill knob sets it and plans its memory).
 
+``VRAMKIT_KT_EMBED_HOST=on``: once the weights are loaded, the token embeddings move to pinned host RAM and the GPU
+reads each token's row over the bus (vramkit_host_embed.py; the planner's kt_embed_host knob sets it and gives their
+GPU memory to the KV pool and the GPU experts).
+
 Opt-in, for diagnosis only, ``VRAMKIT_CUDA_SNAPSHOT=<path prefix>``: the weight load (ModelRunner.load_model) runs
 under torch's CUDA memory-history recorder, and the snapshot at its end (after SGLang's own empty_cache, where it reads
 "mem usage") is dumped to ``<prefix>.gpu<N>.pickle``: every segment the caching allocator holds, its free blocks and
@@ -68,6 +72,7 @@ GGML_ENV = "VRAMKIT_KT_GGML"
 SGLANG_RUNNER = "sglang.srt.model_executor.model_runner"
 SNAPSHOT_ENV = "VRAMKIT_CUDA_SNAPSHOT"
 PREFILL_ENV = "VRAMKIT_KT_GPU_PREFILL"
+EMBED_ENV = "VRAMKIT_KT_EMBED_HOST"     # "on": the token embeddings in pinned host RAM (vramkit_host_embed.py)
 
 
 def gpu_layers(spec: str, num_layers: int, num_experts: int, per_layer: int | None) -> frozenset[int]:
@@ -388,8 +393,19 @@ def _patch_for(fullname: str):
         return patch_sglang_topk
     if fullname == SGLANG_LOADER and os.environ.get(DUMMY_ENV) == "1":
         return patch_dummy_loader
-    if fullname == SGLANG_RUNNER and (prefix := os.environ.get(SNAPSHOT_ENV, "").strip()):
-        return lambda m: patch_model_runner(m, prefix)
+    if fullname == SGLANG_RUNNER:
+        prefix = os.environ.get(SNAPSHOT_ENV, "").strip()
+        embed = os.environ.get(EMBED_ENV, "").strip() == "on"
+        if not (prefix or embed):
+            return None
+
+        def runner(m) -> None:      # the embeddings' move wraps the load, inside the snapshot's recording
+            if embed:
+                import vramkit_host_embed
+                vramkit_host_embed.patch_model_runner(m)
+            if prefix:
+                patch_model_runner(m, prefix)
+        return runner
     return None
 
 

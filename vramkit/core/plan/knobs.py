@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
-from vramkit.core.plan.kt_hybrid import KT_GPU_LAYERS, KT_METHODS, MOE_KERNELS, PREFILL_FP8, PREFILL_PINS
+from vramkit.core.plan.kt_hybrid import EMBED_HOST, KT_GPU_LAYERS, KT_METHODS, MOE_KERNELS, PREFILL_FP8, PREFILL_PINS
 
 # "32k" tokens on the command line is 32 x 1024, as model cards and SGLang's own logs count context windows
 TOKENS_PER_K = 1024
@@ -267,6 +267,11 @@ class Knobs:
         "SGLang's FP8 MoE, each GEMM's input rounded to FP8 too. Measured on the H200 host: MoE-layer error 2.85 "
         "against 5.10 percent, a 4,096-token chunk of one layer 12.8 against 11.8 ms beside its 11.2 ms copy",
         choices=PREFILL_FP8, env="VRAMKIT_KT_PREFILL_FP8")
+    kt_embed_host: str = knob(
+        "off", str, "", "on = the token embeddings move to pinned host RAM once the weights are loaded, and the GPU "
+        "reads a token's row over the bus (the kit's kt-kernel adapter): their GPU memory goes to the KV pool and "
+        "from it to more GPU experts (a 30B coder's 0.58 GiB: about one more whole FP8 layer at 16 GB); measured at "
+        "kernel level only, not yet in a server", choices=EMBED_HOST, env="VRAMKIT_KT_EMBED_HOST")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
         sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))

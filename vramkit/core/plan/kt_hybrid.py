@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from vramkit.core.memory.torch_alloc import CachingAllocator
+from vramkit.core.memory.torch_alloc import CachingAllocator, round_size, segment_size
 from vramkit.core.memory.weight_load import pinned_size
 from vramkit.core.model.checkpoint import RAWINT4_GROUP, rawint4_problem
 from vramkit.core.model.spec import ModelSpec
@@ -923,6 +923,39 @@ PREFILL_PINS = ("register", "alloc")
 PAGE_BYTES = 4096
 
 
+# The token embeddings in pinned host RAM, read by the GPU itself over the bus (kt_embed_host = "on"; the adapter's
+# services/sglang-kt/kt_compat/vramkit_host_embed.py moves embed_tokens there once the weights are loaded). A decode
+# step reads one row a token; the GPU memory the table held goes to the KV pool, and from it to more whole GPU layers
+# (the plan's N). Measured at kernel level on an H200 machine (benchmarks/results/gpu/uva-embed/h200/): gathers
+# bit-identical to a GPU copy's, eager and in a replayed CUDA graph; 0.016 ms for a decode token's row against 0.014
+# from GPU memory, 0.33 ms for a 4,096-token chunk against 0.02. Not yet run in a server: the plan says so.
+EMBED_HOST = ("off", "on")
+EMBED_HOST_MEASURED = ("measured at kernel level only (an H200 machine: a decode token's row in 0.016 ms against "
+                       "0.014 from GPU memory, bit-identical, benchmarks/results/gpu/uva-embed/h200/), not yet in a "
+                       "server")
+
+
+def embed_host_problem(model: ModelSpec, tp: int, hybrid: bool) -> str | None:
+    """Why kt_embed_host = "on" cannot run for this plan (None: it can): the move is the kt-kernel adapter's (a
+    hybrid plan's server only), of one whole table (tp 1: SGLang splits the vocabulary across GPUs at tp > 1), and
+    not of a head tied to it (the lm_head would read the whole table over the bus every token)."""
+    if not hybrid:
+        return "the move is the kit's kt-kernel adapter's, on a hybrid MoE plan's server only (--kt-method)"
+    if tp > 1:
+        return f"at tp {tp} SGLang splits the embeddings across the GPUs; the adapter moves one whole table"
+    if model.tie_word_embeddings:
+        return (f"{model.name} ties its lm_head to the embeddings: the head would read the whole table over the bus "
+                "every token")
+    return None
+
+
+def embed_host_bytes(embed_bytes: int) -> tuple[int, int]:
+    """(GPU bytes freed, host bytes pinned) when the table of `embed_bytes` moves: its own allocator segment (the
+    first parameter SGLang allocates, past 10 MiB: core/memory/torch_alloc.py), and PyTorch's pinned host
+    allocator's power of two (weight_load.pinned_size; the adapter pins it with Tensor.pin_memory, as measured)."""
+    return segment_size(round_size(embed_bytes)), pinned_size(embed_bytes)
+
+
 def prefill_pinned_bytes(model: ModelSpec, cpu_layers: int, pin: str = "register", fp8_as: str = PREFILL_FP8[0]) -> int:
     """The CPU layers' copies in host RAM as `pin` (PREFILL_PINS) page-locks them: whole pages each, or PyTorch's
     pinned host allocator's power of two each."""
@@ -1002,13 +1035,15 @@ class HybridSection:
     prefill_tokens: int = 0                 # kt_gpu_prefill: the least forward it takes (0: not planned)
     prefill_pin: str = "register"           # kt_prefill_pin: how its host copies are page-locked (PREFILL_PINS)
     prefill_fp8: str = PREFILL_FP8[0]       # kt_prefill_fp8: how it computes block-FP8 experts (PREFILL_FP8)
+    host_embed_bytes: int = 0               # kt_embed_host: the token embeddings pinned in host RAM (0: on the GPU)
     aggregate_streams: int = 0              # max_running requests decoding together (0: one at a time)
     aggregate_tok_s: float | None = None    # their tok/s in all after 512-token prompts (aggregate_tok_s, derived)
 
     @property
     def host_ram_bytes(self) -> int:
         """What the server needs of host RAM (the mapped checkpoint's pages are reclaimable: not counted)."""
-        return self.host_experts_bytes + self.host_sglang_bytes + self.host_pinned_bytes + self.host_prefill_bytes
+        return self.host_experts_bytes + self.host_sglang_bytes + self.host_pinned_bytes + self.host_prefill_bytes \
+            + self.host_embed_bytes
 
     @property
     def host_ram_bytes_text(self) -> str:

@@ -364,9 +364,21 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     offloaded = load.offloaded_bytes
     # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
     weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
+    # kt_embed_host: the token embeddings leave the GPU after the load (counted in the weights, as SGLang logs them)
+    embed_freed, embed_pinned = _embed_freed(layout, knobs, model, tp, hybrid=n_gpu_experts is not None)
+    if knobs.kt_embed_host == "on":
+        flag = by_name()["kt_embed_host"].cli_flag
+        if (cannot := kt.embed_host_problem(model, tp, n_gpu_experts is not None)) is not None:
+            reasons.append(Reason("kt_embed_host", f"{flag} on: {cannot}; off keeps the embeddings on the GPU"))
+        else:
+            notes.append(f"{flag} on: the token embeddings ({bytes2human(embed_freed)}) move to pinned host RAM once "
+                         f"the weights are loaded ({bytes2human(embed_pinned)} pinned: PyTorch's allocator rounds to "
+                         "a power of two) and the GPU reads a token's row over the bus; the weights row counts them as "
+                         f"SGLang's \"Load weight end\" does, and the KV pool gets their GPU memory; "
+                         f"{kt.EMBED_HOST_MEASURED}")
 
     # 3. KV pool
-    rest = _pool_room(free, pre_load, weights_gpu, engine, frac)
+    rest = _pool_room(free, pre_load, weights_gpu - embed_freed, engine, frac)
     kv_tokens = kv.tokens(rest)
     if rest <= 0:
         need = 1 - (free - weights_gpu - engine.pre_kv) / (free + pre_load)
@@ -392,7 +404,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     act = activation_bytes(model, chunk, tp, engine.activation_factor) + offload_transient
     hicache_bytes = int(knobs.hicache_gb * 1e9)
     host_map = engine.pinned_map(hicache_bytes)       # registered after the pool: counts after start-up
-    used_after_start = weights_gpu + engine.pre_kv + kv_pool_bytes + req_to_token + engine.post_kv_misc \
+    used_after_start = weights_gpu - embed_freed + engine.pre_kv + kv_pool_bytes + req_to_token + engine.post_kv_misc \
         + engine.attention_backend + graphs + host_map
     startup_free = free - used_after_start
     headroom = startup_free - act
@@ -478,7 +490,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     hybrid = None
     if n_gpu_experts is not None:
         hybrid = _hybrid_section(model, target, knobs, engine, n_gpu_experts, load, cell, tp, reasons, notes,
-                                 staging, step=chunk)
+                                 staging, step=chunk, embed_pinned=embed_pinned)
     elif gpu is not None:
         link = target.link_bytes_s or gpu.pcie_bytes_s
         # the GPU-resident tensors after conversion; MoE: only the experts a step touches
@@ -633,6 +645,16 @@ def _marlin_holes(model: ModelSpec, moe_kernel: str | None, counts: int | tuple[
     return engine.marlin_moe_holes
 
 
+def _embed_freed(layout: WeightLayout, knobs: Knobs, model: ModelSpec, tp: int, hybrid: bool) -> tuple[int, int]:
+    """(GPU bytes freed, host bytes pinned) by kt_embed_host = "on" where it can run (kt.embed_host_problem), else
+    (0, 0): the adapter moves the token embeddings (the layout's head) after SGLang's "Load weight end", so they
+    count in the weights as SGLang logs them, and their segment goes back before the KV pool is sized (SGLang empties
+    the allocator's cache before it reads the free memory: get_available_gpu_memory)."""
+    if knobs.kt_embed_host != "on" or kt.embed_host_problem(model, tp, hybrid) is not None:
+        return 0, 0
+    return kt.embed_host_bytes(sum(p.nbytes for p in layout.head))
+
+
 def _pool_room(free: int, maps: int, weights: int, engine: Engine, frac: float) -> float:
     """What SGLang leaves its KV pool: the memory free at "Load weight begin" less the weights and the buffers it
     allocates before the pool, less its slack, a (1 - mem_fraction_static) share of what was free before the expert
@@ -660,10 +682,11 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     def kv_tokens(n: int) -> int:
         priced, kernel = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
         counts = kt.gpu_expert_counts(model, n, whole)
-        load = _replay(weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts), 0, priced, counts,
-                       staging, knobs.kt_prefill_fp8)
+        layout = weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts)
+        load = _replay(layout, 0, priced, counts, staging, knobs.kt_prefill_fp8)
         weights = _weights_on_gpu(load, priced, kernel, counts, staging, engine)
-        return kv.tokens(_pool_room(free, maps, weights, engine, frac))
+        freed = _embed_freed(layout, knobs, model, tp, hybrid=True)[0]
+        return kv.tokens(_pool_room(free, maps, weights - freed, engine, frac))
 
     lo, hi = 0, e
     if kv_tokens(0) < need:
@@ -680,7 +703,7 @@ FOUR_STREAM_CONTEXT = 512 + 64     # the aggregate's depth: 512-token prompts, h
 
 def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, n: int, load: LoadResult,
                     cell: int, tp: int, reasons: list[Reason], notes: list[str], staging: int = 0,
-                    step: int = 0) -> HybridSection:
+                    step: int = 0, embed_pinned: int = 0) -> HybridSection:
     """The CPU side of a hybrid plan (its GPU figures are the plan's own): the method this CPU runs, the
     threads, host RAM as kt-kernel holds every expert, the decode estimate and layer offload beside it. `staging`: the
     GPU prompt path's staging set (0: none); `step`: the plan's largest prefill step, what the path copies for."""
@@ -777,7 +800,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         host_prefill_bytes=kt.prefill_pinned_bytes(model, kt_layers, knobs.kt_prefill_pin, knobs.kt_prefill_fp8)
         if staged else 0,
         prefill_gpu_bytes=staged, prefill_tokens=int(knobs.kt_gpu_prefill) if staged else 0,
-        prefill_pin=knobs.kt_prefill_pin, prefill_fp8=knobs.kt_prefill_fp8,
+        prefill_pin=knobs.kt_prefill_pin, prefill_fp8=knobs.kt_prefill_fp8, host_embed_bytes=embed_pinned,
         aggregate_streams=streams if agg is not None else 0, aggregate_tok_s=agg)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
@@ -797,6 +820,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                               + f" ({bytes2human(experts_host)} as {planned}) + {bytes2human(own)} for SGLang's own"
                               + (f" + {bytes2human(hp.host_prefill_bytes)} pinned for the GPU prompt path"
                                  if hp.host_prefill_bytes else "")
+                              + (f" + {bytes2human(hp.host_embed_bytes)} pinned for the token embeddings"
+                                 if hp.host_embed_bytes else "")
                               + f" > {bytes2human(target.host_ram_available_bytes)} available"))
     short = "; ".join(f"~{t:.0f} at {c:,}" for c, t in by_context)
     mapped = "the CPU layers' expert files'" if gpu_layers and not meth.gguf_type else "the checkpoint's"

@@ -1,0 +1,87 @@
+"""The token embeddings in pinned host RAM, read by the GPU itself (VRAMKIT_KT_EMBED_HOST=on; the planner's
+kt_embed_host knob sets it and plans its memory).
+
+Once SGLang has loaded the weights, the model's ``embed_tokens`` table is copied to page-locked host RAM and its
+parameter is pointed at that memory through the host address, which CUDA's unified addressing makes a device address
+for pinned memory: a CUDA tensor over ``__cuda_array_interface__`` (``device_view``). SGLang's embedding lookup
+(``F.embedding``, captured in the decode CUDA graphs like any kernel) then reads each token's row over the bus, and
+the table's GPU memory goes back to the driver before SGLang sizes its KV pool (it empties the allocator's cache
+before reading the free memory). On a 16 GB card that is about one more MoE layer's experts on the GPU.
+
+Checked at kernel level on an H200 machine (benchmarks/gpu/uva_embed_check.py, benchmarks/results/gpu/uva-embed/):
+gathers bit-identical to a GPU copy's, eager and in a replayed CUDA graph; a decode token's row in 0.016 ms against
+0.014 from GPU memory, a 4,096-token chunk's rows in 0.33 ms against 0.02.
+
+Refused, with one line on stderr and the table left on the GPU: a model without ``model.embed_tokens``, an
+embedding split across GPUs (tp > 1), and an lm_head tied to the table (it would read all of it every token).
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+ENV = "VRAMKIT_KT_EMBED_HOST"
+
+
+class _HostView:
+    """A pinned CPU tensor's memory as a CUDA array: under unified addressing its host address is its device one."""
+
+    def __init__(self, t: Any):
+        assert t.is_pinned() and t.is_contiguous(), "the GPU reads only page-locked, contiguous host memory"
+        self.__cuda_array_interface__ = {"shape": tuple(t.shape), "typestr": "<i2", "data": (t.data_ptr(), False),
+                                         "strides": None, "version": 3}
+
+
+def device_view(pinned: Any) -> Any:
+    """A CUDA tensor of `pinned`'s 2-byte dtype (bf16/fp16) that reads it over the bus; no GPU memory of its own."""
+    import torch
+    return torch.as_tensor(_HostView(pinned.view(torch.int16)), device="cuda").view(pinned.dtype)
+
+
+def _pin(t: Any) -> Any:
+    return t.detach().to("cpu").pin_memory()
+
+
+def move_embed(model: Any, *, to_host: Callable[[Any], Any] = _pin, view: Callable[[Any], Any] = device_view,
+               empty_cache: Callable[[], None] | None = None) -> str:
+    """Move `model`'s token embeddings to host RAM (the GPU reads them through `view`); the line that says what
+    happened, or why not. `to_host`, `view` and `empty_cache` are the CUDA calls, replaced in the dev host's tests."""
+    inner = getattr(model, "model", None)
+    emb = getattr(inner, "embed_tokens", None)
+    weight = getattr(emb, "weight", None)
+    if weight is None:
+        return f"{ENV}: {type(model).__name__} has no model.embed_tokens.weight; the embeddings stay on the GPU"
+    if getattr(emb, "tp_size", 1) > 1:
+        return f"{ENV}: the embeddings are split across {emb.tp_size} GPUs; they stay on the GPU"
+    head = getattr(getattr(model, "lm_head", None), "weight", None)
+    if head is not None and head.data_ptr() == weight.data_ptr():
+        return f"{ENV}: the lm_head is tied to the embeddings (every token would read the table); they stay on the GPU"
+    if weight.element_size() != 2:
+        return f"{ENV}: embeddings of {weight.dtype}, not 2-byte elements; they stay on the GPU"
+    host = to_host(weight)
+    nbytes = host.numel() * host.element_size()
+    weight.data = view(host)
+    emb._vramkit_host_embed = host              # the pinned table lives as long as the module that reads it
+    if empty_cache is None:
+        import torch
+        empty_cache = torch.cuda.empty_cache
+    empty_cache()
+    return (f"{ENV}=on: embed_tokens ({nbytes / 2**30:.2f} GiB) moved to pinned host RAM, read by the GPU over the "
+            "bus; its GPU memory freed before the KV pool is sized")
+
+
+def patch_model_runner(module: Any) -> None:
+    """ModelRunner.load_model, then the move (idempotent)."""
+    runner = module.ModelRunner
+    if getattr(runner, "_vramkit_host_embed", False):
+        return
+    orig = runner.load_model
+
+    def load_model(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        print(f"vramkit_kt_compat: {move_embed(self.model)}", file=sys.stderr, flush=True)
+        return out
+
+    runner.load_model = load_model
+    runner._vramkit_host_embed = True

@@ -1,0 +1,155 @@
+"""The token embeddings in pinned host RAM (kt_embed_host, issue 18): the planner gives their GPU memory to the KV
+pool and the GPU experts, the launch hands the adapter its setting, and the adapter (vramkit_host_embed.py) moves
+the table after the load or says why not. torch's CUDA calls (pinning, the device view, empty_cache) are the hardware
+boundary, replaced here; tests/gpu/test_uva_embed.py runs the real ones on a GPU."""
+from __future__ import annotations
+
+import json
+import types
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.repo_modules import load_module
+from vramkit import catalog
+from vramkit.cli import main
+from vramkit.core.memory.weight_load import pinned_size
+from vramkit.core.plan import kt_hybrid as kt
+from vramkit.core.plan.knobs import Knobs
+from vramkit.core.plan.planner import Target, plan
+
+GiB = 1 << 30
+FP8 = "qwen3-coder-30b-a3b-instruct-fp8"
+EMBED_BYTES = 151_936 * 2_048 * 2            # the coder's bf16 embed_tokens
+
+
+def _plan_json(capsys, *extra: str) -> dict:
+    rc = main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx", "--host-cores", "16",
+               "--host-ram-gib", "64", "--json", *extra])
+    assert rc == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_embeddings_gpu_memory_becomes_one_more_whole_gpu_layer_at_16_gb(capsys):
+    off, on = _plan_json(capsys), _plan_json(capsys, "--kt-embed-host", "on")
+    assert off["fits"] and on["fits"]
+    h0, h1 = off["hybrid"], on["hybrid"]
+    assert h1["gpu_layers"] == h0["gpu_layers"] + 1          # 0.58 GiB freed against 0.56 GiB of FP8 experts a layer
+    assert on["kv_pool_tokens"] >= on["knobs"]["context"]     # the pool still holds the context
+    # the weights as SGLang logs them at "Load weight end" (the table still there): one more layer's experts
+    one_layer = 128 * 3 * 2048 * 768
+    assert abs(on["weights_bytes"] - off["weights_bytes"] - one_layer) < 8 * (1 << 20)
+    assert h1["host_embed_bytes"] == pinned_size(EMBED_BYTES) == GiB and h0["host_embed_bytes"] == 0
+    assert on["server_env"]["VRAMKIT_KT_EMBED_HOST"] == "on" and "VRAMKIT_KT_EMBED_HOST" not in off["server_env"]
+    said = next(n for n in on["notes"] if n.startswith("--kt-embed-host on"))
+    assert "0.58 GiB" in said and "1.00 GiB pinned" in said and kt.EMBED_HOST_MEASURED in said
+    assert h1["decode_tok_s"] > h0["decode_tok_s"]             # one CPU layer fewer (the estimate, derived)
+
+
+def test_the_freed_bytes_are_the_tables_allocator_segment():
+    freed, pinned = kt.embed_host_bytes(EMBED_BYTES)
+    assert freed % (2 << 20) == 0 and 0 <= freed - EMBED_BYTES < 2 << 20 and pinned == GiB
+
+
+@pytest.mark.parametrize("case, why", [
+    ("dense", "hybrid MoE plan's server only"),
+    ("tp2", "at tp 2 SGLang splits the embeddings"),
+    ("tied", "ties its lm_head to the embeddings"),
+])
+def test_where_the_move_cannot_run_the_plan_refuses_it_in_one_line(case, why):
+    model = catalog.model(FP8)
+    knobs = Knobs(**(catalog.presets()["moe"].knobs | {"kt_embed_host": "on"}))
+    if case == "dense":
+        knobs = replace(knobs, kt_method=None, kt_gpu_prefill=0)
+    elif case == "tp2":
+        knobs = replace(knobs, tp=2)
+    else:
+        model = replace(model, tie_word_embeddings=True)
+    host = kt.HostCpu(isa="amx", isa_source="--cpu-isa", read_bytes_s=((16, 60e9),), read_source="given",
+                      physical_cores=16, kt_kernel="0.5.1")
+    t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=host, host_ram_available_bytes=64 * GiB)
+    p = plan(model, t, knobs, catalog.engine(), with_alternatives=False)
+    lines = [str(r) for r in p.reasons if r.kind == "kt_embed_host"]
+    assert not p.fits and len(lines) == 1 and why in lines[0] and "off keeps the embeddings on the GPU" in lines[0]
+
+
+# --- the adapter -------------------------------------------------------------------------------------------------
+def _adapter(name="vramkit_host_embed"):
+    return load_module("services/sglang-kt/kt_compat/vramkit_host_embed.py", name)
+
+
+def _model(tied=False, tp=1, dtype=torch.bfloat16):
+    emb = torch.nn.Embedding(64, 8).to(dtype)
+    emb.tp_size = tp
+    head = torch.nn.Linear(8, 64, bias=False).to(dtype)
+    if tied:
+        head.weight = emb.weight
+    return types.SimpleNamespace(model=types.SimpleNamespace(embed_tokens=emb), lm_head=head)
+
+
+def test_the_adapter_moves_the_table_and_frees_its_memory():
+    a, m = _adapter(), _model()
+    table = m.model.embed_tokens.weight.detach().clone()
+    emptied = []
+    said = a.move_embed(m, to_host=lambda w: w.detach().clone(), view=lambda h: h, empty_cache=lambda: emptied.append(1))
+    emb = m.model.embed_tokens
+    assert emb.weight.data_ptr() == emb._vramkit_host_embed.data_ptr()   # the parameter reads the host copy
+    assert torch.equal(emb.weight, table) and emptied == [1]
+    assert said.startswith(f"{a.ENV}=on: embed_tokens (0.00 GiB) moved to pinned host RAM")
+    ids = torch.tensor([3, 63, 0])
+    assert torch.equal(torch.nn.functional.embedding(ids, emb.weight), table[ids])
+
+
+@pytest.mark.parametrize("model, why", [
+    (types.SimpleNamespace(model=types.SimpleNamespace()), "has no model.embed_tokens.weight"),
+    (_model(tp=2), "split across 2 GPUs"),
+    (_model(tied=True), "the lm_head is tied to the embeddings"),
+    (_model(dtype=torch.float32), "not 2-byte elements"),
+])
+def test_the_adapter_leaves_a_table_it_cannot_move_and_says_why(model, why):
+    a = _adapter()
+    before = getattr(getattr(model.model, "embed_tokens", None), "weight", None)
+    said = a.move_embed(model, to_host=lambda w: pytest.fail("moved"), view=lambda h: pytest.fail("viewed"),
+                        empty_cache=lambda: pytest.fail("emptied"))
+    assert why in said and "stay on the GPU" in said
+    assert getattr(getattr(model.model, "embed_tokens", None), "weight", None) is before
+
+
+def test_pageable_memory_has_no_device_view():
+    with pytest.raises(AssertionError, match="page-locked"):
+        _adapter()._HostView(torch.zeros(4, 4, dtype=torch.int16))
+
+
+def test_the_import_hook_wraps_the_load_only_when_asked_and_beside_the_snapshot(monkeypatch, capsys):
+    """VRAMKIT_KT_EMBED_HOST=on: ModelRunner.load_model loads, then moves the table (its line on stderr); with the
+    snapshot recorder asked too, the move runs inside the recording."""
+    import sys
+    compat = load_module("services/sglang-kt/kt_compat/vramkit_kt_compat.py", "vramkit_kt_compat_embed")
+    embed = _adapter()
+    monkeypatch.setitem(sys.modules, "vramkit_host_embed", embed)
+    calls = []
+    monkeypatch.setattr(embed, "move_embed", lambda model: calls.append(("move", model)) or "moved it")
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *a, **k: calls.append(("record",)))
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", lambda path: calls.append(("dump",)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    class ModelRunner:
+        model = "the model"
+
+        def load_model(self):
+            calls.append(("load",))
+    module = types.SimpleNamespace(ModelRunner=ModelRunner)
+    monkeypatch.delenv(compat.SNAPSHOT_ENV, raising=False)
+    monkeypatch.delenv(compat.EMBED_ENV, raising=False)
+    assert compat._patch_for(compat.SGLANG_RUNNER) is None
+    monkeypatch.setenv(compat.EMBED_ENV, "off")
+    assert compat._patch_for(compat.SGLANG_RUNNER) is None
+    monkeypatch.setenv(compat.EMBED_ENV, "on")
+    monkeypatch.setenv(compat.SNAPSHOT_ENV, "/tmp/snap")
+    patcher = compat._patch_for(compat.SGLANG_RUNNER)
+    patcher(module)
+    patcher(module)                                     # idempotent: each wrapper once
+    ModelRunner().load_model()
+    assert [c[0] for c in calls] == ["record", "load", "move", "dump", "record"]
+    assert calls[2][1] == "the model" and "vramkit_kt_compat: moved it" in capsys.readouterr().err
