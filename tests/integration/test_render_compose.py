@@ -68,8 +68,8 @@ def _moe_split() -> str:
 
 
 def _moe_prefill() -> str:
-    """The moe preset on the coder's GPTQ-Int4 shape with the GPU prompt path (--kt-gpu-prefill 256): both adapter
-    variables in the service's environment."""
+    """The moe preset on the coder's GPTQ-Int4 shape with the GPU prompt path (--kt-gpu-prefill 256) and the token
+    embeddings in host RAM (--kt-embed-host on): every adapter variable in the service's environment."""
     import sys
     from dataclasses import replace
     from pathlib import Path
@@ -81,9 +81,11 @@ def _moe_prefill() -> str:
     m, preset = parse_config(gptq_coder_config(), name="gptqcfg"), catalog.preset("moe")
     target = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB,
                     host=hybrid.REFERENCE_HOST)
-    p = plan(m, target, replace(Knobs(**preset.knobs), kt_gpu_prefill=256), catalog.engine(), with_alternatives=False)
+    p = plan(m, target, replace(Knobs(**preset.knobs), kt_gpu_prefill=256, kt_embed_host="on"), catalog.engine(),
+             with_alternatives=False)
     hy = hybrid.for_plan(p)
     assert hy is not None and p.fits and p.hybrid is not None and p.hybrid.prefill_tokens == 256
+    assert p.hybrid.host_embed_bytes > 0
     kt = hy.compose_parts("services/sglang-kt")
     argv = render.sglang_args(m, p, model_path="/models/gptq", host="0.0.0.0", port=PORT) + kt["args"]
     return render.compose_yaml(project="vramkit-moe-prefill", preset="moe", model=m, gpu_name="rtx-5060-ti-16gb",
@@ -146,6 +148,8 @@ def test_compose_resolves_as_issue_2_asks(tmp_path, name):
     # reference desktop) or where asked for (--kt-gpu-prefill 256), and nowhere else
     assert svc["environment"].get("VRAMKIT_KT_GPU_PREFILL") == {"moe-gptq-prefill": "256",
                                                                 "docker-compose.qwen-moe.yml": "1024"}.get(name)
+    # the token embeddings in host RAM: only where asked for (--kt-embed-host on)
+    assert svc["environment"].get("VRAMKIT_KT_EMBED_HOST") == ("on" if name == "moe-gptq-prefill" else None)
     # the command survives YAML and interpolation byte for byte (the YaRN JSON has quotes and braces)
     if "--json-model-override-args" in cmd:
         override = json.loads(cmd[cmd.index("--json-model-override-args") + 1])
