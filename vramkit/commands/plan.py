@@ -112,7 +112,9 @@ def render_plan(r: Resolved):
     rows = [
         ("free at start", bytes2human(p.free_at_start_bytes), r.free_source),
         ("weights on GPU", bytes2human(p.weights_bytes), ", ".join(
-            f"{n} {bytes2human(b, digits=2)}" for n, b in p.weights_by_component.items() if b)),
+            f"{n} {bytes2human(b, digits=2)}" for n, b in p.weights_by_component.items() if b)
+         + ("; embed_tokens then moves to pinned host RAM (--kt-embed-host on)"
+            if p.hybrid is not None and p.hybrid.host_embed_bytes else "")),
         ("weights in host RAM", bytes2human(p.weights_offloaded_bytes),
          f"{by_name()['cpu_offload_gib'].sglang_flag} {k.cpu_offload_gib}"),
         ("KV bytes / token", f"{p.kv_bytes_per_token:,} B", f"kv dtype {k.kv_dtype}, tp {k.tp}"),
