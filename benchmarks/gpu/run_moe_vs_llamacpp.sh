@@ -192,17 +192,17 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 # the steps that need each part of the setup (has_any: any of them in STEPS)
 has_any() { local s; for s in "$@"; do has "$s" && return 0; done; return 1; }
-LLAMA_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
+LLAMA_STEPS="embhost4 llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
   llama-q8 lprefill8 lint8 med8 pair8 lt16 profile"
 INT4_STEPS="kit-16 kit-24 levers threads gptq-n"
-INT8_STEPS="amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
+INT8_STEPS="embhost4 amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
   profile med16 kcores hot triv-rec hotctl layers-t10 layers-pair seedcheck mf90 fp8-layers best16 ldefer lmarlin
   lggml lmf lpreset lprefill kprefill kprefill8 lprefill8 lint8 med8 pair8 fp8cpu fp8stage fp8pin fp8int8 kmarlin
   raw4 kraw4 ctpool embhost"
-GPTQ_STEPS="gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
+GPTQ_STEPS="embhost4 gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
-Q4_GGUF_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
+Q4_GGUF_STEPS="embhost4 llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
 need_llama=; has_any $LLAMA_STEPS && need_llama=1
 has embhost && [ "${EMBHOST_LLAMA:-0}" = 1 ] && need_llama=1     # its llama.cpp pair only when asked
 need_int4=; has_any $INT4_STEPS && need_int4=1
@@ -917,6 +917,17 @@ if has lpreset; then  # the moe preset as it comes on the GPTQ config (mem_fract
   # then llama.cpp's pair. Run with DUMMY_BY_NAME=1 as the main table's points (~12 min with the builds)
   ballast 16
   kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
+  lpair 16 11
+fi
+if has embhost4; then  # --kt-embed-host on for the moe preset on the GPTQ config (the main table's 16 GiB row): its
+  # 0.58 GiB of bf16 embeddings give two more whole GPU layers of GPTQ-Int4 experts, 38 of 48 against 36 at the H100
+  # host's 15.31 GiB (derived: decode estimate 35.5 against 33.0 tok/s), beside the preset as it comes, one machine,
+  # then llama.cpp's Q4_K_M pair. Written 2026-11-28, twenty-third session, not run yet (~20 min with the builds):
+  # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup embhost4"
+  ballast 16
+  kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
+  kit k16-preset-embhost 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
+    --kt-embed-host on
   lpair 16 11
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
