@@ -74,6 +74,13 @@ def test_where_the_move_cannot_run_the_plan_refuses_it_in_one_line(case, why):
     assert not p.fits and len(lines) == 1 and why in lines[0] and "off keeps the embeddings on the GPU" in lines[0]
 
 
+def test_a_gguf_models_quantized_table_is_not_moved():
+    model = catalog.model(FP8)
+    gguf = replace(model, quantization=replace(model.quantization, method="gguf"))
+    assert kt.embed_host_problem(model, 1, True) is None
+    assert "quantized ggml type" in kt.embed_host_problem(gguf, 1, True)
+
+
 # --- the adapter -------------------------------------------------------------------------------------------------
 def _adapter(name="vramkit_host_embed"):
     return load_module("services/sglang-kt/kt_compat/vramkit_host_embed.py", name)

@@ -946,6 +946,8 @@ def embed_host_problem(model: ModelSpec, tp: int, hybrid: bool) -> str | None:
     if model.tie_word_embeddings:
         return (f"{model.name} ties its lm_head to the embeddings: the head would read the whole table over the bus "
                 "every token")
+    if model.quantization is not None and model.quantization.method == "gguf":
+        return "a GGUF's token embeddings are a quantized ggml type; the adapter moves a bf16 or fp16 table"
     return None
 
 
