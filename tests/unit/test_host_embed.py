@@ -123,6 +123,14 @@ def test_the_adapter_leaves_a_table_it_cannot_move_and_says_why(model, why):
     assert getattr(getattr(model.model, "embed_tokens", None), "weight", None) is before
 
 
+def test_a_view_that_reads_other_values_leaves_the_table_on_the_gpu():
+    a, m = _adapter(), _model()
+    before = m.model.embed_tokens.weight.data_ptr()
+    said = a.move_embed(m, to_host=lambda w: w.detach().clone(), view=lambda h: h * 0,
+                        empty_cache=lambda: pytest.fail("emptied"))
+    assert "differs from the GPU table" in said and m.model.embed_tokens.weight.data_ptr() == before
+
+
 def test_pageable_memory_has_no_device_view():
     with pytest.raises(AssertionError, match="page-locked"):
         _adapter()._HostView(torch.zeros(4, 4, dtype=torch.int16))

@@ -13,7 +13,9 @@ gathers bit-identical to a GPU copy's, eager and in a replayed CUDA graph; a dec
 0.014 from GPU memory, a 4,096-token chunk's rows in 0.33 ms against 0.02.
 
 Refused, with one line on stderr and the table left on the GPU: a model without ``model.embed_tokens``, an
-embedding split across GPUs (tp > 1), and an lm_head tied to the table (it would read all of it every token).
+embedding split across GPUs (tp > 1), an lm_head tied to the table (it would read all of it every token), a table
+not of 2-byte elements, and a view that reads other values than the GPU table (256 random rows, compared bit for
+bit before the table goes).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 ENV = "VRAMKIT_KT_EMBED_HOST"
+CHECK_ROWS = 256        # rows read through the view and from the GPU table, compared before the table goes
 
 
 class _HostView:
@@ -59,12 +62,17 @@ def move_embed(model: Any, *, to_host: Callable[[Any], Any] = _pin, view: Callab
         return f"{ENV}: the lm_head is tied to the embeddings (every token would read the table); they stay on the GPU"
     if weight.element_size() != 2:
         return f"{ENV}: embeddings of {weight.dtype}, not 2-byte elements; they stay on the GPU"
+    import torch
     host = to_host(weight)
     nbytes = host.numel() * host.element_size()
-    weight.data = view(host)
+    seen = view(host)
+    # the view must read what the GPU table holds before the table goes: rows drawn at random, compared bit for bit
+    rows = torch.randint(0, weight.shape[0], (CHECK_ROWS,), device=weight.device)
+    if not torch.equal(torch.nn.functional.embedding(rows, seen), torch.nn.functional.embedding(rows, weight)):
+        return f"{ENV}: the host copy read through the GPU differs from the GPU table; the embeddings stay on the GPU"
+    weight.data = seen
     emb._vramkit_host_embed = host              # the pinned table lives as long as the module that reads it
     if empty_cache is None:
-        import torch
         empty_cache = torch.cuda.empty_cache
     empty_cache()
     return (f"{ENV}=on: embed_tokens ({nbytes / 2**30:.2f} GiB) moved to pinned host RAM, read by the GPU over the "
