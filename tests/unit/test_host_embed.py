@@ -4,7 +4,6 @@ the table after the load or says why not. torch's CUDA calls (pinning, the devic
 boundary, replaced here; tests/gpu/test_uva_embed.py runs the real ones on a GPU."""
 from __future__ import annotations
 
-import json
 import types
 from dataclasses import replace
 
@@ -12,27 +11,22 @@ import pytest
 import torch
 
 from tests.repo_modules import load_module
+from tests.unit.test_gpu_prefill import _desktop_target, _plan
 from vramkit import catalog
-from vramkit.cli import main
 from vramkit.core.memory.weight_load import pinned_size
+from vramkit.core.plan import knobs as knob_decl
 from vramkit.core.plan import kt_hybrid as kt
 from vramkit.core.plan.knobs import Knobs
-from vramkit.core.plan.planner import Target, plan
+from vramkit.core.plan.planner import plan
 
 GiB = 1 << 30
 FP8 = "qwen3-coder-30b-a3b-instruct-fp8"
 EMBED_BYTES = 151_936 * 2_048 * 2            # the coder's bf16 embed_tokens
 
 
-def _plan_json(capsys, *extra: str) -> dict:
-    rc = main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx", "--host-cores", "16",
-               "--host-ram-gib", "64", "--json", *extra])
-    assert rc == 0
-    return json.loads(capsys.readouterr().out)
-
-
 def test_the_embeddings_gpu_memory_becomes_one_more_whole_gpu_layer_at_16_gb(capsys):
-    off, on = _plan_json(capsys), _plan_json(capsys, "--kt-embed-host", "on")
+    (rc_off, off), (rc_on, on) = _plan(capsys, FP8), _plan(capsys, FP8, "--kt-embed-host", "on")
+    assert rc_off == rc_on == 0
     assert off["fits"] and on["fits"]
     h0, h1 = off["hybrid"], on["hybrid"]
     assert h1["gpu_layers"] == h0["gpu_layers"] + 1          # 0.58 GiB freed against 0.56 GiB of FP8 experts a layer
@@ -66,10 +60,7 @@ def test_where_the_move_cannot_run_the_plan_refuses_it_in_one_line(case, why):
         knobs = replace(knobs, tp=2)
     else:
         model = replace(model, tie_word_embeddings=True)
-    host = kt.HostCpu(isa="amx", isa_source="--cpu-isa", read_bytes_s=((16, 60e9),), read_source="given",
-                      physical_cores=16, kt_kernel="0.5.1")
-    t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=host, host_ram_available_bytes=64 * GiB)
-    p = plan(model, t, knobs, catalog.engine(), with_alternatives=False)
+    p = plan(model, _desktop_target(), knobs, catalog.engine(), with_alternatives=False)
     lines = [str(r) for r in p.reasons if r.kind == "kt_embed_host"]
     assert not p.fits and len(lines) == 1 and why in lines[0] and "off keeps the embeddings on the GPU" in lines[0]
 
@@ -142,6 +133,8 @@ def test_the_import_hook_wraps_the_load_only_when_asked_and_beside_the_snapshot(
     import sys
     compat = load_module("services/sglang-kt/kt_compat/vramkit_kt_compat.py", "vramkit_kt_compat_embed")
     embed = _adapter()
+    # one variable, spelled in the knob (the launch sets it) and in both server-side modules (they cannot import vramkit)
+    assert compat.EMBED_ENV == embed.ENV == knob_decl.by_name()["kt_embed_host"].env
     monkeypatch.setitem(sys.modules, "vramkit_host_embed", embed)
     calls = []
     monkeypatch.setattr(embed, "move_embed", lambda model: calls.append(("move", model)) or "moved it")
