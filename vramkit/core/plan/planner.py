@@ -366,6 +366,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
     # kt_embed_host: the token embeddings leave the GPU after the load (counted in the weights, as SGLang logs them)
     embed_freed, embed_pinned = _embed_freed(layout, knobs, model, tp, hybrid=n_gpu_experts is not None)
+    resident = weights_gpu - embed_freed      # the weights the GPU keeps once the server is up
     if knobs.kt_embed_host == "on":
         flag = by_name()["kt_embed_host"].cli_flag
         if (cannot := kt.embed_host_problem(model, tp, n_gpu_experts is not None)) is not None:
@@ -378,10 +379,10 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                          f"{kt.EMBED_HOST_MEASURED}")
 
     # 3. KV pool
-    rest = _pool_room(free, pre_load, weights_gpu - embed_freed, engine, frac)
+    rest = _pool_room(free, pre_load, resident, engine, frac)
     kv_tokens = kv.tokens(rest)
     if rest <= 0:
-        need = 1 - (free - weights_gpu - engine.pre_kv) / (free + pre_load)
+        need = 1 - (free - resident - engine.pre_kv) / (free + pre_load)
         reasons.append(Reason("weights", f"the weights ({bytes2human(weights_gpu)}) leave no room for a KV cache at "
                        f"mem_fraction_static {frac}: SGLang refuses to start (needs > {need:.3f})"))
     kv_pool_bytes = kv.pool_bytes(kv_tokens)
@@ -404,7 +405,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     act = activation_bytes(model, chunk, tp, engine.activation_factor) + offload_transient
     hicache_bytes = int(knobs.hicache_gb * 1e9)
     host_map = engine.pinned_map(hicache_bytes)       # registered after the pool: counts after start-up
-    used_after_start = weights_gpu - embed_freed + engine.pre_kv + kv_pool_bytes + req_to_token + engine.post_kv_misc \
+    used_after_start = resident + engine.pre_kv + kv_pool_bytes + req_to_token + engine.post_kv_misc \
         + engine.attention_backend + graphs + host_map
     startup_free = free - used_after_start
     headroom = startup_free - act
