@@ -5,7 +5,6 @@ a committed block differs from a fresh render. Text outside the markers is the a
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,9 +238,8 @@ def moe_vs_llamacpp_table() -> list[str]:
 
 
 def _rounds(c: dict) -> str:
-    """', each figure the median of N rounds' where the comparison's probes repeated (moe_probe.py --repeat)."""
-    m = re.search(r"each figure the median of (\d+) rounds", c.get("how", ""))
-    return f", each figure the median of {m[1]} rounds" if m else ""
+    """', each figure the median of N rounds' where the comparison's probes repeated (its "rounds")."""
+    return f", each figure the median of {c['rounds']} rounds" if c.get("rounds", 1) > 1 else ""
 
 
 def _card(c: dict) -> str:

@@ -571,10 +571,9 @@ def q8_rows(out_dir: Path) -> list[str]:
     if not d.is_dir():
         return []
     ll = c["engines"]["llamacpp"]
-    med = re.search(r"each figure the median of (\d+) rounds", c["how"])
     out = ["", f"## The 8-bit class at 16 GiB: the preset beside llama.cpp on a Q8_0 file ({c['date'][:10]}, {evd}/)",
-           "", peer_errors() + " One host session" + (f", each figure the median of {med[1]} rounds within one start "
-                                                    "of each server" if med else "")
+           "", peer_errors() + " One host session" + (f", each figure the median of {c['rounds']} rounds within one "
+                                                    "start of each server" if c.get("rounds", 1) > 1 else "")
            + ", the table in moe-vs-llamacpp-q8-16g.md; KT's AMXINT8 layout was "
            "removed before the Q8_0 file was written (the disk holds one of them).", "",
            "| point | decode d0 tok/s | decode 8K tok/s | TTFT 30K s | 4 streams tok/s |", "| --- | --- | --- | --- | --- |"]

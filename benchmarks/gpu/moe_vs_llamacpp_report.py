@@ -224,6 +224,7 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
         return None
     threads = 14
     date = (kit_best or {}).get("probe_date") or ""
+    n_rounds, rounds_are = rounds(res, budget)
     out: dict = {
         "budget_gib": budget,
         "device": device(res) + f"; card memory emulated at {budget} GiB free by the same ballast "
@@ -236,8 +237,7 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
                "decode_tok_s: 1 stream, 512-token prompt, 128 tokens, client-side 1/TPOT; decode_tok_s_8k: the "
                "64 tokens after an 8,192-token prompt; ttft_30k_s: a 30,000-token prompt; "
                "aggregate_4_streams_tok_s: 4 concurrent 512-token prompts, sum of per-stream decode rates"
-               + (f"; each figure the median of {repeats[0]} rounds: {repeats[1]}"
-                  if (repeats := rounds(res, budget))[0] > 1 else "") + ". "
+               + (f"; each figure the median of {n_rounds} rounds: {rounds_are}" if n_rounds > 1 else "") + ". "
                "vramkit: the best configuration measured with every figure (the moe preset as planned for the "
                "checkpoint, or with a lever: whole layers on the GPU, other KT threads, the GPU prompt path; the "
                "one meeting the most goals, then the fastest decode; a point with deferred "
@@ -245,6 +245,7 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
                "best per "
                "figure over --fit and --n-cpu-moe "
                "(swept down to the lowest that starts, or the lowest an earlier sweep found)",
+        "rounds": n_rounds,      # each probe figure the median of this many rounds (1: one request)
         "engines": {},
         "llamacpp_bench": bench_rows(res, budget, pairing),
     }
