@@ -40,6 +40,13 @@ def _best_pass(buf, threads: int, repeats: int) -> float:
         torch.set_num_threads(old)
 
 
+def _touched(size_bytes: int):
+    import torch
+    buf = torch.ones(size_bytes // 4, dtype=torch.float32)
+    buf.sum()                                      # touch every page once before timing
+    return buf
+
+
 def _record(threads: int, nbytes: int, seconds: float) -> dict:
     return {"threads": threads, "bytes": nbytes, "seconds": seconds, "bytes_per_s": int(nbytes / seconds)}
 
@@ -49,8 +56,7 @@ def read_bandwidth(threads: int, size_bytes: int = 2 << 30, repeats: int = 5) ->
     old = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
     try:
-        buf = torch.ones(size_bytes // 4, dtype=torch.float32)
-        buf.sum()                                  # touch every page once before timing
+        buf = _touched(size_bytes)
     finally:
         torch.set_num_threads(old)
     return _record(threads, buf.numel() * 4, _best_pass(buf, threads, repeats))
@@ -61,9 +67,7 @@ def sweep(thread_counts: list[int], size_bytes: int = 2 << 30, rounds: int = 1) 
     every count measured once per round, round after round, each count's best kept."""
     if rounds <= 1:
         return [read_bandwidth(t, size_bytes) for t in thread_counts]
-    import torch
-    buf = torch.ones(size_bytes // 4, dtype=torch.float32)
-    buf.sum()
+    buf = _touched(size_bytes)
     best = {t: float("inf") for t in thread_counts}
     for _ in range(rounds):
         for t in thread_counts:
