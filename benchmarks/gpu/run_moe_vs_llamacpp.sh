@@ -412,9 +412,10 @@ lpair() {  # budget n-cpu-moe [name-prefix GGUF]: llama-server with --fit and wi
   pack
 }
 
-lpair_q8_both() {  # llama.cpp's Q8_0 pair at $THREADS, then again with -t $PHYS (every physical core); the report takes
-  # the best per row over both
+lpair_q8() {  # [1]: llama.cpp's Q8_0 pair at $THREADS; with 1, then again with -t $PHYS (every physical core), the
+  # report taking the best per row over both
   lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8 || return
+  [ "${1:-0}" = 1 ] || return 0
   step "llama-q8-16 fit and --n-cpu-moe ${Q8_NCMOE:-28} at $PHYS threads"
   lfull "llama-q8-16-fit-t$PHYS" --fit on -t "$PHYS"
   lfull "llama-q8-16-best-t$PHYS" --fit off -ngl 99 --n-cpu-moe "${Q8_NCMOE:-28}" -t "$PHYS"
@@ -596,7 +597,7 @@ if has med8; then  # the Q8_0 pairing at 16 GiB with every probe figure the medi
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   [ "${MED8_KT_PROMPTS:-1}" = 0 ] || kit k16-int8-kt-prompts 16 "$FULL" -- $KITF8 --kt-gpu-prefill 0
   q8_for_llama
-  if [ "${MED8_T16:-0}" = 1 ]; then lpair_q8_both; else lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8; fi
+  lpair_q8 "${MED8_T16:-0}"
 fi
 if has fp8cpu; then  # the preset's CPU experts read from the FP8 checkpoint as is (--kt-method FP8): 4.7 % MoE-layer
   # error on the proxy against 5.4 % for AMXINT8 converted from it, and no 27 GB conversion (make kt-convert). Set aside
@@ -641,7 +642,7 @@ if has embhost; then  # the token embeddings in pinned host RAM (--kt-embed-host
   ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   kit k16-int8-embhost 16 "$FULL" -- $KITF8 --kt-embed-host on
-  [ "${EMBHOST_LLAMA:-0}" = 1 ] && { q8_for_llama; lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8; }
+  [ "${EMBHOST_LLAMA:-0}" = 1 ] && { q8_for_llama; lpair_q8; }
 fi
 if has fp8solo; then  # fp8cpu's FP8 point alone (no AMXINT8 layout, no llama.cpp): a second machine's figure for the FP8
   # CPU method where a session's budget is short. Written and run 2026-11-28, twenty-second session (~6 min with boot):
@@ -670,7 +671,7 @@ if has pair8; then  # one machine, one start each (~24 min with setup and the bu
   ballast 16
   kit k16-int8-preset 16 "$FULL" -- $KITF8
   q8_for_llama
-  if [ "${PAIR8_T16:-0}" = 1 ]; then lpair_q8_both; else lpair 16 "${Q8_NCMOE:-28}" llama-q8-16 $Q8; fi
+  lpair_q8 "${PAIR8_T16:-0}"
   [ "${PAIR8_FP8:-0}" = 1 ] && { rm -f $Q8; fp8cpu_point; }
 fi
 if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 checkpoint (whole layers, AMXINT8 CPU
