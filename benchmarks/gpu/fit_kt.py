@@ -313,6 +313,22 @@ POINTS = (
           {"kt_method": "AMXINT8", **AS_IT_COMES}, rss_end_read=True,
           note="medians of 3 rounds; the preset as it comes, on an H200; seeded by name; this machine's own sweep",
           gpu_checkpoint="fp8", kv_splits=32, gpu="h200-141gb"),
+    # 2026-11-28, twenty-fourth session (moe-vs-llamacpp-q8/h200-embhost*/, STEPS="setup embhost", medians of 3 rounds
+    # but the second start's one): on one machine the token embeddings in pinned host RAM (--kt-embed-host on, 18 GPU
+    # layers), the preset with them on the GPU (17), the embeddings in host RAM again; a machine lost after its preset
+    *(Point(f"layers-{name}", "held-out", f"{Q}{run}/{pt}.json", f"{Q}{run}/{pt}.probe.json",
+            f"{Q}{run}/membw-session.json", {"kt_method": "AMXINT8", **AS_IT_COMES, **extra}, rss_end_read=True,
+            note=f"{rounds}; {what}, on an H200; seeded by name; this machine's own sweep", gpu_checkpoint="fp8",
+            kv_splits=32, gpu="h200-141gb")
+      for name, run, pt, what, rounds, extra in (
+          ("int8-amx-16g-fp8-preset-h200m1", "h200-embhost-m1", "k16-int8-preset", "the preset as it comes",
+           "medians of 3 rounds", {}),
+          ("int8-amx-16g-fp8-embhost-h200f", "h200-embhost", "k16-int8-embhost", "--kt-embed-host on",
+           "medians of 3 rounds", {"kt_embed_host": "on"}),
+          ("int8-amx-16g-fp8-preset-h200f", "h200-embhost", "k16-int8-preset", "the preset as it comes",
+           "medians of 3 rounds", {}),
+          ("int8-amx-16g-fp8-embhost-h200f2", "h200-embhost/second-start", "k16-int8-embhost",
+           "--kt-embed-host on, the machine's third start", "one round", {"kt_embed_host": "on"}))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

@@ -636,12 +636,13 @@ if has uva; then  # the token embeddings read by the GPU from pinned host RAM (u
 fi
 if has embhost; then  # the token embeddings in pinned host RAM (--kt-embed-host on: the plan gives their 0.58 GiB to the
   # pool and one more whole GPU layer, 18 of 48 at 16 GiB on the H200 machines, derived) beside the preset as it comes,
-  # one machine, one start each; then llama.cpp's Q8_0 pair (EMBHOST_LLAMA=1, ~8 min more with the build). Written
-  # 2026-11-28, twenty-third session, not run yet (~12 min with setup):
+  # one machine, one start each, the lever first; then llama.cpp's Q8_0 pair (EMBHOST_LLAMA=1, ~8 min more with the
+  # build). EMBHOST_SOLO=1: the lever's server alone (a machine's third start, after the pair). Written 2026-11-28,
+  # twenty-third session; run in the twenty-fourth (~17 min with setup; moe-vs-llamacpp-q8/h200-embhost/):
   # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup embhost"
   ballast 16
-  kit k16-int8-preset 16 "$FULL" -- $KITF8
   kit k16-int8-embhost 16 "$FULL" -- $KITF8 --kt-embed-host on
+  [ "${EMBHOST_SOLO:-0}" = 1 ] || kit k16-int8-preset 16 "$FULL" -- $KITF8
   [ "${EMBHOST_LLAMA:-0}" = 1 ] && { q8_for_llama; lpair_q8; }
 fi
 if has fp8solo; then  # fp8cpu's FP8 point alone (no AMXINT8 layout, no llama.cpp): a second machine's figure for the FP8
