@@ -371,6 +371,9 @@ def run_knobs(run: dict | None, p: Point) -> dict:
     # (2026-11-28, sixteenth session) ran without it
     knobs.setdefault("kt_gpu_prefill", int(last_flag(args, "--kt-gpu-prefill") or 0))
     knobs.setdefault("mem_fraction", fraction_ran(run, p))
+    # the token embeddings: as the run asked (--kt-embed-host), else on the GPU: every point before the preset's
+    # "auto" (2026-11-28, twenty-fourth session) ran with them there
+    knobs.setdefault("kt_embed_host", last_flag(args, "--kt-embed-host") or "off")
     logged = evidence(p)
     knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args, logged) else "off")
     # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else the MoE method SGLang's log names for

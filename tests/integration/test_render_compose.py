@@ -148,8 +148,10 @@ def test_compose_resolves_as_issue_2_asks(tmp_path, name):
     # reference desktop) or where asked for (--kt-gpu-prefill 256), and nowhere else
     assert svc["environment"].get("VRAMKIT_KT_GPU_PREFILL") == {"moe-gptq-prefill": "256",
                                                                 "docker-compose.qwen-moe.yml": "1024"}.get(name)
-    # the token embeddings in host RAM: only where asked for (--kt-embed-host on)
-    assert svc["environment"].get("VRAMKIT_KT_EMBED_HOST") == ("on" if name == "moe-gptq-prefill" else None)
+    # the token embeddings in host RAM: where the plan moves them (the moe preset's auto, whole layers or the split;
+    # --kt-embed-host on), and nowhere else
+    assert svc["environment"].get("VRAMKIT_KT_EMBED_HOST") == ("on" if name in (
+        "docker-compose.qwen-moe.yml", "moe-split", "moe-gptq-prefill") else None)
     # the command survives YAML and interpolation byte for byte (the YaRN JSON has quotes and braces)
     if "--json-model-override-args" in cmd:
         override = json.loads(cmd[cmd.index("--json-model-override-args") + 1])

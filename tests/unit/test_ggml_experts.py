@@ -157,7 +157,7 @@ def test_the_more_gpu_layers_the_readme_names_are_the_plan_s(tmp_path, capsys, f
     (tmp_path / "config.json").write_text(json.dumps(gptq_coder_config()))
     rc = main(["plan", "--preset", "moe", "--model", str(tmp_path), "--gpu", "h100-80gb", "--gpu-free-gib", "15.31",
                "--kt-gpu-layers", "auto", "--kt-method", "AMXINT8", "--kt-cpuinfer", "12", "--kt-gpu-prefill", "0",
-               "--host-cores", "16",
+               "--kt-embed-host", "off", "--host-cores", "16",
                "--host-ram-gib", "120", "--cpu-isa", "amx", "--mem-fraction", str(frac), "--chunked-prefill",
                str(chunk), "--json"])
     plan = json.loads(capsys.readouterr().out)

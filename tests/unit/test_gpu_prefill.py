@@ -71,7 +71,7 @@ def test_the_staging_set_and_the_pinned_copies_are_planned(capsys, gptq_dir):
     assert h["num_gpu_experts"] < h0["num_gpu_experts"] and on["kv_pool_tokens"] >= on["knobs"]["context"]
     assert on["weights_bytes"] - off["weights_bytes"] < h["prefill_gpu_bytes"]     # one GPU layer's experts fewer
     assert on["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "256",
-                                "VRAMKIT_KT_PREFILL_PIN": "register"}
+                                "VRAMKIT_KT_PREFILL_PIN": "register", "VRAMKIT_KT_EMBED_HOST": "on"}
     assert "VRAMKIT_KT_GPU_PREFILL" not in off["server_env"] and "VRAMKIT_KT_PREFILL_PIN" not in off["server_env"]
     said = next(n for n in on["notes"] if n.startswith("prompt chunks of 256+ tokens"))
     # the figures the note quotes are run3's medians (kt.PREFILL_MEASURED, read from the run by a test below)
@@ -524,13 +524,14 @@ def test_the_readmes_quote_the_committed_runs(capsys, gptq_dir):
            f"({ram[1]:.1f}) |" in top
     assert f"| KV pool, tokens (planned for the run) | {planned[0]['kv_tokens']:,} ({planned[0]['plan_kv_tokens']:,}) " \
            f"| {planned[1]['kv_tokens']:,} ({planned[1]['plan_kv_tokens']:,}) |" in folder
-    # and today's plan for the preset at those conditions: 36 layers with the path and without it
+    # and today's plan for the preset at those conditions (the embeddings on the GPU, as they ran): 36 layers with the
+    # path and without it
     for tokens in ("256", "0"):
         rc = main(["plan", "--preset", "moe", "--model", str(gptq_dir), "--gpu", "h100-80gb", "--gpu-free-gib", "15.31",
                    "--host-cores", "16", "--host-ram-gib", "120", "--cpu-isa", "amx", "--kt-gpu-prefill", tokens,
-                   "--json"])
+                   "--kt-embed-host", "off", "--json"])
         assert rc == 0 and json.loads(capsys.readouterr().out)["hybrid"]["gpu_layers"] == 36
-    assert "the plan gives 36 for both" in top
+    assert "the plan gives 36 for both (the embeddings on the GPU, as they ran)" in top
     bench = json.loads((res / "run2" / "gpu-prefill-bench.json").read_text())
     assert f"{bench['check_64_tokens']['rel_l2'] * 100:.2f} % relative error" in top
     assert f"at {bench['copy_gbs']} GB/s" in top and f"{bench['copy_ms']:.1f} ms" in top

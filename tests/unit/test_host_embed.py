@@ -25,20 +25,72 @@ EMBED_BYTES = 151_936 * 2_048 * 2            # the coder's bf16 embed_tokens
 
 
 def test_the_embeddings_gpu_memory_becomes_one_more_whole_gpu_layer_at_16_gb(capsys):
-    (rc_off, off), (rc_on, on) = _plan(capsys, FP8), _plan(capsys, FP8, "--kt-embed-host", "on")
-    assert rc_off == rc_on == 0
-    assert off["fits"] and on["fits"]
-    h0, h1 = off["hybrid"], on["hybrid"]
+    """The moe preset's default (auto) moves them on a desktop 16 GB card; off keeps them on the GPU, on is auto's
+    plan where nothing is in the way."""
+    (rc_off, off), (rc_auto, auto) = _plan(capsys, FP8, "--kt-embed-host", "off"), _plan(capsys, FP8)
+    rc_on, on = _plan(capsys, FP8, "--kt-embed-host", "on")
+    assert rc_off == rc_auto == rc_on == 0
+    assert off["fits"] and auto["fits"] and auto["knobs"]["kt_embed_host"] == "auto"
+    h0, h1 = off["hybrid"], auto["hybrid"]
     assert h1["gpu_layers"] == h0["gpu_layers"] + 1          # 0.58 GiB freed against 0.56 GiB of FP8 experts a layer
-    assert on["kv_pool_tokens"] >= on["knobs"]["context"]     # the pool still holds the context
+    assert auto["kv_pool_tokens"] >= auto["knobs"]["context"]     # the pool still holds the context
     # the weights as SGLang logs them at "Load weight end" (the table still there): one more layer's experts
     one_layer = 128 * 3 * 2048 * 768
-    assert abs(on["weights_bytes"] - off["weights_bytes"] - one_layer) < 8 * (1 << 20)
+    assert abs(auto["weights_bytes"] - off["weights_bytes"] - one_layer) < 8 * (1 << 20)
     assert h1["host_embed_bytes"] == pinned_size(EMBED_BYTES) == GiB and h0["host_embed_bytes"] == 0
-    assert on["server_env"]["VRAMKIT_KT_EMBED_HOST"] == "on" and "VRAMKIT_KT_EMBED_HOST" not in off["server_env"]
-    said = next(n for n in on["notes"] if n.startswith("--kt-embed-host on"))
+    assert auto["server_env"]["VRAMKIT_KT_EMBED_HOST"] == "on" and "VRAMKIT_KT_EMBED_HOST" not in off["server_env"]
+    said = next(n for n in auto["notes"] if n.startswith("--kt-embed-host auto:"))
     assert "0.58 GiB" in said and "1.00 GiB pinned" in said and kt.EMBED_HOST_MEASURED in said
     assert h1["decode_tok_s"] > h0["decode_tok_s"]             # one CPU layer fewer (the estimate, derived)
+    assert {k: v for k, v in on.items() if k not in ("knobs", "notes")} == \
+        {k: v for k, v in auto.items() if k not in ("knobs", "notes")}
+
+
+def test_auto_keeps_them_on_the_gpu_where_the_move_cannot_run_and_says_why():
+    """Where `on` is refused (test below), the preset's auto plans the embeddings on the GPU: a tied head gets the
+    plan it had before the lever, with one note; a plan with no hybrid server says nothing of it."""
+    model = replace(catalog.model(FP8), tie_word_embeddings=True)
+    knobs = Knobs(**catalog.presets()["moe"].knobs)
+    assert knobs.kt_embed_host == "auto"
+    auto = plan(model, _desktop_target(), knobs, catalog.engine(), with_alternatives=False)
+    off = plan(model, _desktop_target(), replace(knobs, kt_embed_host="off"), catalog.engine(), with_alternatives=False)
+    assert auto.fits and auto.hybrid.host_embed_bytes == 0 and auto.hybrid.gpu_layers == off.hybrid.gpu_layers
+    assert auto.kv_pool_tokens == off.kv_pool_tokens and not [r for r in auto.reasons if r.kind == "kt_embed_host"]
+    said = [n for n in auto.notes if n.startswith("--kt-embed-host auto:")]
+    assert len(said) == 1 and "stay on the GPU" in said[0] and "ties its lm_head" in said[0]
+    dense = plan(catalog.model(FP8), _desktop_target(), replace(knobs, kt_method=None, kt_gpu_prefill=0),
+                 catalog.engine(), with_alternatives=False)
+    assert not [n for n in dense.notes if "kt-embed-host" in n]
+
+
+def test_the_server_runs_are_what_the_readme_and_the_plan_quote():
+    """moe-vs-llamacpp-q8/h200-embhost/ (one H200 machine, starts on, off, on): the README's table, and the ratios
+    the plan's note and the preset quote (the two lever starts' mean against the middle start)."""
+    import json
+    import statistics
+
+    from tests.unit.test_gpu_prefill import ROOT
+    run = ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-embhost"
+    on = [json.loads((run / d / "k16-int8-embhost.probe.json").read_text()) for d in (".", "second-start")]
+    off = json.loads((run / "k16-int8-preset.probe.json").read_text())
+    dec = lambda p, n: next(d["aggregate_tok_s"] for d in p["decode"] if d["streams"] == n)     # noqa: E731
+    after = lambda p, t, k="decode_tok_s": next(r[k] for r in p["ttft"] if r["prompt_tokens"] == t)   # noqa: E731
+    ratio = lambda f: statistics.mean(f(p) for p in on) / f(off)      # noqa: E731
+    r0, r4 = ratio(lambda p: dec(p, 1)), ratio(lambda p: dec(p, 4))
+    r512, r8k, r30k = (ratio(lambda p, t=t: after(p, t)) for t in (512, 8192, 30000))
+    ttft = ratio(lambda p: after(p, 30000, "ttft_s"))
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    three = f"{r512:.2f}x / {r8k:.2f}x / {r30k:.2f}x"
+    assert (f"{r0:.2f}x at depth 0, {three} after the 512 / 8K / 30K prompts, 4 streams {r4:.2f}x, the first token "
+            f"after 30K in {ttft:.2f}x the time") in readme
+    assert (f"| decode, depth 0 | {dec(on[0], 1):.1f}, {dec(on[1], 1):.1f} tok/s | {dec(off, 1):.1f} |") in readme
+    assert (f"| 4 streams, in all | {dec(on[0], 4):.1f}, {dec(on[1], 4):.1f} tok/s | {dec(off, 4):.1f} |") in readme
+    row = " / ".join(f"{after(on[0], t):.1f}, {after(on[1], t):.1f}" for t in (512, 8192, 30000))
+    assert f"| decode after a 512 / 8K / 30K prompt | {row} | " in readme
+    assert (f"decode {r0:.2f}x at depth 0 and {r512:.2f}-{r30k:.2f}x after 512-30K-token prompts, 4 streams "
+            f"{r4:.2f}x") in kt.EMBED_HOST_MEASURED and r512 <= r8k <= r30k
+    preset = " ".join((ROOT / "config/presets.toml").read_text().replace("\n#", "\n").split())
+    assert f"decode {r0:.2f}x at depth 0 and {three} after 512 / 8K / 30K-token prompts, 4 streams {r4:.2f}x" in preset
 
 
 def test_the_freed_bytes_are_the_tables_allocator_segment():

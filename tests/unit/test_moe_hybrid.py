@@ -97,7 +97,8 @@ def _probe(name: str) -> dict:
 
 
 def _h100_plan(method: str, n_gpu="auto", host: kt.HostCpu = H100_HOST, **knobs):
-    knobs = {"mem_fraction": 0.85, "kt_gpu_layers": "off"} | knobs   # the preset as those runs ran (0.90, whole layers since)
+    # the preset as those runs ran (0.90, whole layers since, the token embeddings in host RAM since)
+    knobs = {"mem_fraction": 0.85, "kt_gpu_layers": "off", "kt_embed_host": "off"} | knobs
     k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": method, "kt_num_gpu_experts": n_gpu} | knobs))
     t = Target(gpu=catalog.gpu("h100-80gb"), gpu_free_bytes=int(15.31 * GiB), host=host,
                host_ram_available_bytes=100 * GiB)
@@ -243,7 +244,7 @@ def test_layer_offload_beside_it_uses_the_measured_pcie_figure():
 
 
 def test_no_room_for_the_context_says_why():
-    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT4"}))
+    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT4", "kt_embed_host": "off"}))
     t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), gpu_free_bytes=4 * GiB, host=H100_HOST,
                host_ram_available_bytes=8 * GiB)
     p = plan(catalog.model(FP8_MODEL), t, k, catalog.engine(), with_alternatives=False)
@@ -528,14 +529,15 @@ def test_plan_preset_moe_fits_a_5060_ti_and_prints_both_speeds(capsys):
     assert main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--host-read-gbs", "60", "--host-ram-gib", "64",
                  "--cpu-isa", "amx", "--host-cores", "16", "--kt-cpuinfer", "14"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "FITS" in out and "hybrid MoE: whole layers, the last 16 of 48 MoE layers' experts on the GPU" in out
+    assert "FITS" in out and "hybrid MoE: whole layers, the last 17 of 48 MoE layers' experts on the GPU" in out
     assert "an estimate (derived terms, fitted constants" in out and "with layer offload" in out
     assert "bandwidth ceiling" not in out
-    # at the preset's 0.93: 16 whole layers beside the GPU prompt path's staging set (64 GiB of host RAM hold its
-    # pinned copies), rendered as the largest N the adapter turns into 16 (45 x 48 // 128)
-    assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 45" in out
+    # at the preset's 0.93: 17 whole layers beside the GPU prompt path's staging set (64 GiB of host RAM hold its
+    # pinned copies) with the token embeddings in host RAM, rendered as the largest N the adapter turns into 17
+    # (47 x 48 // 128)
+    assert "--kt-method AMXINT8" in out and "--kt-num-gpu-experts 47" in out
     assert ("in the server's environment: VRAMKIT_KT_GPU_LAYERS=auto VRAMKIT_KT_GPU_PREFILL=1024 "
-            "VRAMKIT_KT_PREFILL_PIN=register") in out
+            "VRAMKIT_KT_PREFILL_PIN=register VRAMKIT_KT_EMBED_HOST=on") in out
     assert "AMXINT8 is lossy" in out and "kt-accuracy.md" in out     # the converted default says so
 
 
@@ -544,15 +546,16 @@ def test_plan_json_has_the_hybrid_figures(capsys):
                  "--host-ram-gib", "64", "--cpu-isa", "amx"]) == 0
     d = json.loads(capsys.readouterr().out)
     h = d["hybrid"]
-    assert d["fits"] and h["num_gpu_experts"] == 45 and h["gpu_layers"] == 16 and h["kt_method"] == "AMXINT8"
-    assert h["lossy"] and d["knobs"]["kt_num_gpu_experts"] == 45 and d["knobs"]["kt_cpuinfer"] != "auto"
+    assert d["fits"] and h["num_gpu_experts"] == 47 and h["gpu_layers"] == 17 and h["kt_method"] == "AMXINT8"
+    assert h["lossy"] and d["knobs"]["kt_num_gpu_experts"] == 47 and d["knobs"]["kt_cpuinfer"] != "auto"
     assert d["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "1024",
-                               "VRAMKIT_KT_PREFILL_PIN": "register"}
+                               "VRAMKIT_KT_PREFILL_PIN": "register", "VRAMKIT_KT_EMBED_HOST": "on"}
     assert h["decode_tok_s"] > 10 * h["layer_offload_decode_tok_s"]
     assert d["decode_tok_s_ceiling"] is None       # a fitted estimate is not a bandwidth ceiling
     assert h["host_read_source"] == "--host-read-gbs" and h["cpu_isa_source"] == "--cpu-isa"
     assert h["host_ram_bytes"] == h["host_experts_bytes"] + h["host_sglang_bytes"] + h["host_pinned_bytes"] \
-        + h["host_prefill_bytes"] and h["host_prefill_bytes"] > 0       # the GPU prompt path's copies: 64 GiB hold them
+        + h["host_prefill_bytes"] + h["host_embed_bytes"] and h["host_prefill_bytes"] > 0   # 64 GiB hold the copies
+    assert h["host_embed_bytes"] == GiB          # the token embeddings' 0.58 GiB, pinned as a power of two
 
 
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
@@ -783,9 +786,10 @@ def test_a_method_s_pace_per_byte_is_its_measured_cpu_time():
     build (kt-accuracy.json, bench-051-amx: one run, 14 threads) over FP8's, the bytes each method holds an expert in
     (kt.cpu_expert_bytes); the estimate's CPU term carries it on the AMX build only, and a lesser build its own
     factor. With it the held-out AMXINT8 split servers decode 1.11x the estimate on average (1.27x before it), the
-    whole-layer ones 1.04x (1.01x until the twenty-second session's H200 machines, 1.03x until the twenty-third's,
-    two of them known misses). The pace itself is the same on the H200 machines' CPU: kt-pace/h200/ (kernel level, 43
-    GPU experts) gave AMXINT8 0.78x FP8's time at 14 threads and 0.82x at 12, within 5 % of 0.81."""
+    whole-layer ones on the H100 host 1.01x. On the H200 machines the whole-layer AMXINT8 servers decode 1.18x it on
+    average (9 servers on 7 machines, 0.87-1.40x: the machines, not the pace), which is why they are held to the
+    issue's 20 % only. The pace itself is the same on the H200 machines' CPU: kt-pace/h200/ (kernel level, 43 GPU
+    experts) gave AMXINT8 0.78x FP8's time at 14 threads and 0.82x at 12, within 5 % of 0.81."""
     run = json.loads((ROOT / "benchmarks/results/gpu/kt-accuracy.json").read_text())["cpu_expert_time"]["bench-051-amx"]
     ms = {r["method"]: r["cpu_ms_per_token_median"] for r in run["runs"] if r["threads"] == 14}
     model = catalog.model("qwen3-coder-30b-a3b-instruct-fp8")
@@ -804,10 +808,12 @@ def test_a_method_s_pace_per_byte_is_its_measured_cpu_time():
         at = {r["method"]: r["cpu_ms_per_token_median"] for r in h200["runs"] if r["threads"] == t}
         other = at["AMXINT8"] / kt.cpu_expert_bytes(model, "AMXINT8") / (at["FP8"] / kt.cpu_expert_bytes(model, "FP8"))
         assert abs(other / k.cpu_time_factor("amx", "AMXINT8") - 1) < 0.05, (t, other)
-    for prefix, bar in (("int8-amx", 0.12), ("layers-int8-amx", 0.05)):
+    for prefix, card, bar, least in (("int8-amx", "", 0.12, 50), ("layers-int8-amx", "h100", 0.05, 50),
+                                     ("layers-int8-amx", "h200", 0.20, 25)):
         ratios = [1 / (1 + m["error"]) for m in est["measurements"] if m["role"] == "held-out"
-                  and m["point"].startswith(prefix)]
-        assert len(ratios) > 50 and abs(sum(ratios) / len(ratios) - 1) < bar, prefix
+                  and m["point"].startswith(prefix) and (card != "h100" or "h200" not in m["point"])
+                  and (card != "h200" or "h200" in m["point"])]
+        assert len(ratios) > least and abs(sum(ratios) / len(ratios) - 1) < bar, (prefix, card)
 
 
 @pytest.mark.parametrize("method, chunk, refused", [("AMXINT4", 1000, True), ("AMXINT8", 3000, True),
@@ -857,7 +863,7 @@ def test_whole_layers_hold_only_the_cpu_layers_in_host_ram_and_sync_only_there()
 def test_whole_layers_reach_the_server_only_where_planned():
     from vramkit.launch import hybrid
     t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=64 * GiB)
-    k = Knobs(**catalog.presets()["moe"].knobs)
+    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_embed_host": "off"}))      # the embeddings: test_host_embed.py
     # split layers cannot take the GPU prompt path (its auto stays off); whole layers take it where host RAM allows
     for layers, env in (("off", {}), ("auto", {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "1024",
                                          "VRAMKIT_KT_PREFILL_PIN": "register"})):

@@ -270,8 +270,10 @@ class Knobs:
     kt_embed_host: str = knob(
         "off", str, "", "on = the token embeddings move to pinned host RAM once the weights are loaded, and the GPU "
         "reads a token's row over the bus (the kit's kt-kernel adapter): their GPU memory goes to the KV pool and "
-        "from it to more GPU experts (a 30B coder's 0.58 GiB: about one more whole FP8 layer at 16 GB); measured at "
-        "kernel level only, not yet in a server", choices=EMBED_HOST, env="VRAMKIT_KT_EMBED_HOST")
+        "from it to more GPU experts (a 30B coder's 0.58 GiB: one more whole FP8 layer at 16 GB); auto = on where the "
+        "plan allows it (a hybrid plan at tp 1, an untied bf16 table), else off with the reason in the plan. Lossless. "
+        "Measured on one H200 machine at 16 GiB: decode 0.99x at depth 0, 1.05-1.12x after 512-30K-token prompts",
+        choices=EMBED_HOST, env="VRAMKIT_KT_EMBED_HOST")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
         sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))

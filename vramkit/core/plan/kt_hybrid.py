@@ -923,22 +923,27 @@ PREFILL_PINS = ("register", "alloc")
 PAGE_BYTES = 4096
 
 
-# The token embeddings in pinned host RAM, read by the GPU itself over the bus (kt_embed_host = "on"; the adapter's
-# services/sglang-kt/kt_compat/vramkit_host_embed.py moves embed_tokens there once the weights are loaded). A decode
-# step reads one row a token; the GPU memory the table held goes to the KV pool, and from it to more whole GPU layers
-# (the plan's N). Measured at kernel level on an H200 machine (benchmarks/results/gpu/uva-embed/h200/): gathers
-# bit-identical to a GPU copy's, eager and in a replayed CUDA graph; 0.016 ms for a decode token's row against 0.014
-# from GPU memory, 0.33 ms for a 4,096-token chunk against 0.02. Not yet run in a server: the plan says so.
-EMBED_HOST = ("off", "on")
-EMBED_HOST_MEASURED = ("measured at kernel level only (an H200 machine: a decode token's row in 0.016 ms against "
-                       "0.014 from GPU memory, bit-identical, benchmarks/results/gpu/uva-embed/h200/), not yet in a "
-                       "server")
+# The token embeddings in pinned host RAM, read by the GPU itself over the bus (kt_embed_host = "on", or "auto": on
+# where embed_host_problem finds nothing in the way; the adapter's services/sglang-kt/kt_compat/vramkit_host_embed.py
+# moves embed_tokens there once the weights are loaded). A decode step reads one row a token; the GPU memory the table
+# held goes to the KV pool, and from it to more whole GPU layers (the plan's N). Measured at kernel level on an H200
+# machine (benchmarks/results/gpu/uva-embed/h200/): gathers bit-identical to a GPU copy's, eager and in a replayed CUDA
+# graph; 0.016 ms for a decode token's row against 0.014 from GPU memory, 0.33 ms for a 4,096-token chunk against 0.02.
+# In a server (moe-vs-llamacpp-q8/h200-embhost/, one H200 machine at 16 GiB, the FP8 preset, starts in the order on,
+# off, on): 18 GPU layers against 17, KV pool 40,473 tokens against 40,132 (planned 40,479 and 40,095), decode at depth
+# 0 34.6 tok/s (the two starts' mean) against 34.9, after 512 / 8K / 30K-token prompts 1.05x / 1.06x / 1.12x, 4
+# streams 1.00x, the first token after 30K in 0.98x the time. The moe preset's default since ("auto")
+EMBED_HOST = ("off", "on", "auto")
+EMBED_HOST_MEASURED = ("measured on one H200 machine at 16 GiB, the FP8 preset with and without it (starts on, off, "
+                       "on): one more whole GPU layer, decode 0.99x at depth 0 and 1.05-1.12x after 512-30K-token "
+                       "prompts, 4 streams 1.00x (benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-embhost/); a token's "
+                       "row bit-identical, 0.016 ms against 0.014 from GPU memory (uva-embed/h200/)")
 
 
 def embed_host_problem(model: ModelSpec, tp: int, hybrid: bool) -> str | None:
-    """Why kt_embed_host = "on" cannot run for this plan (None: it can): the move is the kt-kernel adapter's (a
-    hybrid plan's server only), of one whole table (tp 1: SGLang splits the vocabulary across GPUs at tp > 1), and
-    not of a head tied to it (the lm_head would read the whole table over the bus every token)."""
+    """Why the token embeddings cannot move to host RAM for this plan (None: they can): the move is the kt-kernel
+    adapter's (a hybrid plan's server only), of one whole table (tp 1: SGLang splits the vocabulary across GPUs at
+    tp > 1), and not of a head tied to it (the lm_head would read the whole table over the bus every token)."""
     if not hybrid:
         return "the move is the kit's kt-kernel adapter's, on a hybrid MoE plan's server only (--kt-method)"
     if tp > 1:

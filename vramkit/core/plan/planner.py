@@ -367,15 +367,18 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # kt_embed_host: the token embeddings leave the GPU after the load (counted in the weights, as SGLang logs them)
     embed_freed, embed_pinned = _embed_freed(layout, knobs, model, tp, hybrid=n_gpu_experts is not None)
     resident = weights_gpu - embed_freed      # the weights the GPU keeps once the server is up
-    if knobs.kt_embed_host == "on":
-        flag = by_name()["kt_embed_host"].cli_flag
+    if knobs.kt_embed_host != "off":
+        flag, asked = by_name()["kt_embed_host"].cli_flag, knobs.kt_embed_host
         if (cannot := kt.embed_host_problem(model, tp, n_gpu_experts is not None)) is not None:
-            reasons.append(Reason("kt_embed_host", f"{flag} on: {cannot}; off keeps the embeddings on the GPU"))
+            if asked == "on":
+                reasons.append(Reason("kt_embed_host", f"{flag} on: {cannot}; off keeps the embeddings on the GPU"))
+            elif n_gpu_experts is not None:     # auto on a hybrid plan: say why they stay
+                notes.append(f"{flag} auto: the token embeddings stay on the GPU: {cannot}")
         else:
-            notes.append(f"{flag} on: the token embeddings ({bytes2human(embed_freed)}) move to pinned host RAM once "
-                         f"the weights are loaded ({bytes2human(embed_pinned)} pinned: PyTorch's allocator rounds to "
-                         "a power of two) and the GPU reads a token's row over the bus; the weights row counts them as "
-                         f"SGLang's \"Load weight end\" does, and the KV pool gets their GPU memory; "
+            notes.append(f"{flag} {asked}: the token embeddings ({bytes2human(embed_freed)}) move to pinned host RAM "
+                         f"once the weights are loaded ({bytes2human(embed_pinned)} pinned: PyTorch's allocator rounds "
+                         "to a power of two) and the GPU reads a token's row over the bus; the weights row counts them "
+                         "as SGLang's \"Load weight end\" does, and the KV pool gets their GPU memory; "
                          f"{kt.EMBED_HOST_MEASURED}")
 
     # 3. KV pool
@@ -647,11 +650,11 @@ def _marlin_holes(model: ModelSpec, moe_kernel: str | None, counts: int | tuple[
 
 
 def _embed_freed(layout: WeightLayout, knobs: Knobs, model: ModelSpec, tp: int, hybrid: bool) -> tuple[int, int]:
-    """(GPU bytes freed, host bytes pinned) by kt_embed_host = "on" where it can run (kt.embed_host_problem), else
-    (0, 0): the adapter moves the token embeddings (the layout's head) after SGLang's "Load weight end", so they
-    count in the weights as SGLang logs them, and their segment goes back before the KV pool is sized (SGLang empties
-    the allocator's cache before it reads the free memory: get_available_gpu_memory)."""
-    if knobs.kt_embed_host != "on" or kt.embed_host_problem(model, tp, hybrid) is not None:
+    """(GPU bytes freed, host bytes pinned) by kt_embed_host = "on" or "auto" where it can run
+    (kt.embed_host_problem), else (0, 0): the adapter moves the token embeddings (the layout's head) after SGLang's
+    "Load weight end", so they count in the weights as SGLang logs them, and their segment goes back before the KV
+    pool is sized (SGLang empties the allocator's cache before it reads the free memory: get_available_gpu_memory)."""
+    if knobs.kt_embed_host == "off" or kt.embed_host_problem(model, tp, hybrid) is not None:
         return 0, 0
     return kt.embed_host_bytes(sum(p.nbytes for p in layout.head))
 
