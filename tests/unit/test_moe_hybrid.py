@@ -808,12 +808,22 @@ def test_a_method_s_pace_per_byte_is_its_measured_cpu_time():
         at = {r["method"]: r["cpu_ms_per_token_median"] for r in h200["runs"] if r["threads"] == t}
         other = at["AMXINT8"] / kt.cpu_expert_bytes(model, "AMXINT8") / (at["FP8"] / kt.cpu_expert_bytes(model, "FP8"))
         assert abs(other / k.cpu_time_factor("amx", "AMXINT8") - 1) < 0.05, (t, other)
+    mean: dict[str, float] = {}
+    spread: dict[str, tuple[float, float]] = {}
     for prefix, card, bar, least in (("int8-amx", "", 0.12, 50), ("layers-int8-amx", "h100", 0.05, 50),
                                      ("layers-int8-amx", "h200", 0.20, 25)):
         ratios = [1 / (1 + m["error"]) for m in est["measurements"] if m["role"] == "held-out"
                   and m["point"].startswith(prefix) and (card != "h100" or "h200" not in m["point"])
                   and (card != "h200" or "h200" in m["point"])]
         assert len(ratios) > least and abs(sum(ratios) / len(ratios) - 1) < bar, (prefix, card)
+        if card:
+            mean[card] = sum(ratios) / len(ratios)
+            spread[card] = (min(ratios), max(ratios))
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    h200 = {m["point"] for m in est["measurements"] if m["role"] == "held-out" and "h200" in m["point"]
+            and m["point"].startswith("layers-int8-amx")}
+    assert (f"decode {mean['h100']:.2f}x the estimate on average on the H100 host and {mean['h200']:.2f}x on the H200 "
+            f"machines ({len(h200)} servers on 7 machines, {spread['h200'][0]:.2f}-{spread['h200'][1]:.2f}x)") in readme
 
 
 @pytest.mark.parametrize("method, chunk, refused", [("AMXINT4", 1000, True), ("AMXINT8", 3000, True),
