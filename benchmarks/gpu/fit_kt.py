@@ -314,21 +314,22 @@ POINTS = (
           note="medians of 3 rounds; the preset as it comes, on an H200; seeded by name; this machine's own sweep",
           gpu_checkpoint="fp8", kv_splits=32, gpu="h200-141gb"),
     # 2026-11-28, twenty-fourth session (moe-vs-llamacpp-q8/h200-embhost*/, STEPS="setup embhost", medians of 3 rounds
-    # but the second start's one): on one machine the token embeddings in pinned host RAM (--kt-embed-host on, 18 GPU
-    # layers), the preset with them on the GPU (17), the embeddings in host RAM again; a machine lost after its preset
+    # but the third start's one): on one machine the token embeddings in pinned host RAM (--kt-embed-host on, 18 GPU
+    # layers; the server's log says so), the preset with them on the GPU (17), the embeddings in host RAM again; a
+    # machine lost after its preset
     *(Point(f"layers-{name}", "held-out", f"{Q}{run}/{pt}.json", f"{Q}{run}/{pt}.probe.json",
-            f"{Q}{run}/membw-session.json", {"kt_method": "AMXINT8", **AS_IT_COMES, **extra}, rss_end_read=True,
+            f"{Q}{run}/membw-session.json", {"kt_method": "AMXINT8", **AS_IT_COMES}, rss_end_read=True,
             note=f"{rounds}; {what}, on an H200; seeded by name; this machine's own sweep", gpu_checkpoint="fp8",
             kv_splits=32, gpu="h200-141gb")
-      for name, run, pt, what, rounds, extra in (
-          ("int8-amx-16g-fp8-preset-h200m1", "h200-embhost-m1", "k16-int8-preset", "the preset as it comes",
-           "medians of 3 rounds", {}),
+      for name, run, pt, what, rounds in (
+          ("int8-amx-16g-fp8-preset-h200m1", "h200-embhost-m1", "k16-int8-preset", "the preset as it came",
+           "medians of 3 rounds"),
           ("int8-amx-16g-fp8-embhost-h200f", "h200-embhost", "k16-int8-embhost", "--kt-embed-host on",
-           "medians of 3 rounds", {"kt_embed_host": "on"}),
-          ("int8-amx-16g-fp8-preset-h200f", "h200-embhost", "k16-int8-preset", "the preset as it comes",
-           "medians of 3 rounds", {}),
+           "medians of 3 rounds"),
+          ("int8-amx-16g-fp8-preset-h200f", "h200-embhost", "k16-int8-preset", "the preset as it came",
+           "medians of 3 rounds"),
           ("int8-amx-16g-fp8-embhost-h200f2", "h200-embhost/second-start", "k16-int8-embhost",
-           "--kt-embed-host on, the machine's third start", "one round", {"kt_embed_host": "on"}))),
+           "--kt-embed-host on, the machine's third start", "one round"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -371,10 +372,11 @@ def run_knobs(run: dict | None, p: Point) -> dict:
     # (2026-11-28, sixteenth session) ran without it
     knobs.setdefault("kt_gpu_prefill", int(last_flag(args, "--kt-gpu-prefill") or 0))
     knobs.setdefault("mem_fraction", fraction_ran(run, p))
-    # the token embeddings: as the run asked (--kt-embed-host), else on the GPU: every point before the preset's
-    # "auto" (2026-11-28, twenty-fourth session) ran with them there
-    knobs.setdefault("kt_embed_host", last_flag(args, "--kt-embed-host") or "off")
     logged = evidence(p)
+    # the token embeddings: where the server's log says the adapter moved them (the preset's "auto" since 2026-11-28's
+    # twenty-fourth session, or --kt-embed-host on), else on the GPU, as every point before ran
+    knobs.setdefault("kt_embed_host", "on" if re.search(r"VRAMKIT_KT_EMBED_HOST=on: embed_tokens .* moved", logged)
+                     else "off")
     knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args, logged) else "off")
     # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else the MoE method SGLang's log names for
     # a GPU layer, else moe_wna16: what auto gave every hybrid GPTQ run until whole layers took marlin, 2026-11-27's

@@ -635,14 +635,15 @@ if has uva; then  # the token embeddings read by the GPU from pinned host RAM (u
   pack
 fi
 if has embhost; then  # the token embeddings in pinned host RAM (--kt-embed-host on: the plan gives their 0.58 GiB to the
-  # pool and one more whole GPU layer, 18 of 48 at 16 GiB on the H200 machines, derived) beside the preset as it comes,
-  # one machine, one start each, the lever first; then llama.cpp's Q8_0 pair (EMBHOST_LLAMA=1, ~8 min more with the
+  # pool and one more whole GPU layer, 18 of 48 at 16 GiB on the H200 machines) beside them on the GPU (off), one
+  # machine, one start each, the lever first; then llama.cpp's Q8_0 pair (EMBHOST_LLAMA=1, ~8 min more with the
   # build). EMBHOST_SOLO=1: the lever's server alone (a machine's third start, after the pair). Written 2026-11-28,
-  # twenty-third session; run in the twenty-fourth (~17 min with setup; moe-vs-llamacpp-q8/h200-embhost/):
+  # twenty-third session; run in the twenty-fourth (~17 min with setup; moe-vs-llamacpp-q8/h200-embhost/, where the
+  # control, then the preset as it came, is k16-int8-preset), after which auto became the preset's default:
   # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup embhost"
   ballast 16
   kit k16-int8-embhost 16 "$FULL" -- $KITF8 --kt-embed-host on
-  [ "${EMBHOST_SOLO:-0}" = 1 ] || kit k16-int8-preset 16 "$FULL" -- $KITF8
+  [ "${EMBHOST_SOLO:-0}" = 1 ] || kit k16-int8-embgpu 16 "$FULL" -- $KITF8 --kt-embed-host off
   [ "${EMBHOST_LLAMA:-0}" = 1 ] && { q8_for_llama; lpair_q8; }
 fi
 if has fp8solo; then  # fp8cpu's FP8 point alone (no AMXINT8 layout, no llama.cpp): a second machine's figure for the FP8
@@ -921,15 +922,16 @@ if has lpreset; then  # the moe preset as it comes on the GPTQ config (mem_fract
   kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
   lpair 16 11
 fi
-if has embhost4; then  # --kt-embed-host on for the moe preset on the GPTQ config (the main table's 16 GiB row): its
-  # 0.58 GiB of bf16 embeddings give two more whole GPU layers of GPTQ-Int4 experts, 38 of 48 against 36 at the H100
-  # host's 15.31 GiB (derived: decode estimate 35.5 against 33.0 tok/s), beside the preset as it comes, one machine,
-  # then llama.cpp's Q4_K_M pair. Written 2026-11-28, twenty-third session, not run yet (~20 min with the builds):
+if has embhost4; then  # the token embeddings in host RAM (the preset's auto since 2026-11-28's twenty-fourth session)
+  # for the moe preset on the GPTQ config (the main table's 16 GiB row): their 0.58 GiB of bf16 give two more whole GPU
+  # layers of GPTQ-Int4 experts, 38 of 48 against 36 at the H100 host's 15.31 GiB (derived: decode estimate 35.5
+  # against 33.0 tok/s), beside them on the GPU (--kt-embed-host off), one machine, then llama.cpp's Q4_K_M pair.
+  # Written 2026-11-28, twenty-third session, not run yet (~20 min with the builds):
   # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup embhost4"
   ballast 16
+  kit k16-preset-embgpu 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
+    --kt-embed-host off
   kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
-  kit k16-preset-embhost 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
-    --kt-embed-host on
   lpair 16 11
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
