@@ -174,6 +174,22 @@ def test_a_view_that_reads_other_values_leaves_the_table_on_the_gpu():
     assert "differs from the GPU table" in said and m.model.embed_tokens.weight.data_ptr() == before
 
 
+@pytest.mark.parametrize("where", ["pin", "view"])
+def test_a_copy_the_driver_refuses_leaves_the_table_on_the_gpu_and_the_server_up(where):
+    """The lever is the moe preset's default: a host that cannot pin or map the copy (a page-locked limit, a driver
+    without unified addressing) starts with the table on the GPU and one line that says why, not a crash."""
+    a, m = _adapter(), _model()
+    before = m.model.embed_tokens.weight.data_ptr()
+
+    def refuse(_):
+        raise RuntimeError("CUDA error: invalid argument\nCUDA kernel errors might be asynchronously reported")
+    said = a.move_embed(m, to_host=refuse if where == "pin" else (lambda w: w.detach().clone()),
+                        view=refuse if where == "view" else (lambda h: h), empty_cache=lambda: pytest.fail("emptied"))
+    assert "(RuntimeError: CUDA error: invalid argument); the embeddings stay on the GPU" in said
+    assert "asynchronously" not in said and m.model.embed_tokens.weight.data_ptr() == before
+    assert not hasattr(m.model.embed_tokens, "_vramkit_host_embed")
+
+
 def test_pageable_memory_has_no_device_view():
     with pytest.raises(AssertionError, match="page-locked"):
         _adapter()._HostView(torch.zeros(4, 4, dtype=torch.int16))

@@ -14,8 +14,9 @@ gathers bit-identical to a GPU copy's, eager and in a replayed CUDA graph; a dec
 
 Refused, with one line on stderr and the table left on the GPU: a model without ``model.embed_tokens``, an
 embedding split across GPUs (tp > 1), an lm_head tied to the table (it would read all of it every token), a table
-not of 2-byte elements, and a view that reads other values than the GPU table (256 random rows, compared bit for
-bit before the table goes).
+not of 2-byte elements, a host copy that cannot be pinned or mapped for the GPU (the error's first line: a driver
+without unified addressing, a page-locked limit), and a view that reads other values than the GPU table (256 random
+rows, compared bit for bit before the table goes). The server then starts with a pool that much smaller than planned.
 """
 from __future__ import annotations
 
@@ -63,12 +64,18 @@ def move_embed(model: Any, *, to_host: Callable[[Any], Any] = _pin, view: Callab
     if weight.element_size() != 2:
         return f"{ENV}: embeddings of {weight.dtype}, not 2-byte elements; they stay on the GPU"
     import torch
-    host = to_host(weight)
-    nbytes = host.numel() * host.element_size()
-    seen = view(host)
-    # the view must read what the GPU table holds before the table goes: rows drawn at random, compared bit for bit
-    rows = torch.randint(0, weight.shape[0], (CHECK_ROWS,), device=weight.device)
-    if not torch.equal(torch.nn.functional.embedding(rows, seen), torch.nn.functional.embedding(rows, weight)):
+    try:
+        host = to_host(weight)
+        nbytes = host.numel() * host.element_size()
+        seen = view(host)
+        # the view must read what the GPU table holds before the table goes: rows drawn at random, compared bit for bit
+        rows = torch.randint(0, weight.shape[0], (CHECK_ROWS,), device=weight.device)
+        same = torch.equal(torch.nn.functional.embedding(rows, seen), torch.nn.functional.embedding(rows, weight))
+    except (RuntimeError, TypeError, ValueError, AssertionError) as e:     # pinning or the device view refused
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return (f"{ENV}: the host copy could not be made or read ({type(e).__name__}: {first}); the embeddings stay on "
+                "the GPU (the KV pool is their size smaller than planned; --kt-embed-host off plans it so)")
+    if not same:
         return f"{ENV}: the host copy read through the GPU differs from the GPU table; the embeddings stay on the GPU"
     weight.data = seen
     emb._vramkit_host_embed = host              # the pinned table lives as long as the module that reads it
