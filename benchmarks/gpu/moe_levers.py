@@ -132,7 +132,7 @@ def method_rows(base: Path, out_dir: Path) -> list[str]:
                 + ("Both met: with accuracy within the proxy's noise of FP8, it qualifies as the preset's default. "
                    if meets and faster else "Not both met: it does not qualify as the preset's default. ")
                 + f"The moe preset's default CPU method: {preset_method()} (config/presets.toml)."]
-    return out + fp8_again_rows()
+    return out + fp8_again_rows() + embed_host_rows()
 
 
 # The FP8 method again once the GPU prompt path had taken its prefill gap away: beside the AMXINT8 preset on one H200
@@ -180,6 +180,44 @@ def fp8_again_rows() -> list[str]:
                f"on {sum(m >= 1 for _, m in margins)} of {len(margins)} paired machines; FP8 stays one flag away."
                if short else
                "FP8 would meet the issue's 1.0x on every paired machine: it qualifies as the preset's default.")]
+    return out
+
+
+# The token embeddings in pinned host RAM (--kt-embed-host on), beside them on the GPU: one H200 machine, starts in the
+# order on, off, on (STEPS="setup embhost", 2026-11-28, twenty-fourth session); the moe preset's default (auto) since
+EMBED_HOST_DIR = "moe-vs-llamacpp-q8/h200-embhost"
+EMBED_HOST_POINTS = (("", "k16-int8-embhost", "in host RAM, first start"), ("", "k16-int8-preset", "on the GPU"),
+                     ("second-start", "k16-int8-embhost", "in host RAM, third start (one round)"))
+
+
+def embed_host_rows() -> list[str]:
+    """The lever's three starts, and the two lever starts' mean over the middle one (the machine slowed from start to
+    start, so the mean of the starts around the control takes a steady drift out)."""
+    d = RESULTS / EMBED_HOST_DIR
+    points = [(label, kit_point(d / sub if sub else d, name)) for sub, name, label in EMBED_HOST_POINTS]
+    if not all(p for _, p in points):
+        return []
+    out = ["", f"### The token embeddings in host RAM ({str(points[0][1]['probe_date'] or '')[:10]}, {EMBED_HOST_DIR}/)",
+           "", "One H200 machine at 16 GiB, `STEPS=\"setup embhost\"` then `EMBHOST_SOLO=1 REPEAT=1 STEPS=embhost`: the "
+           "FP8 preset (AMXINT8, whole layers, the GPU prompt path by auto) with `--kt-embed-host on`, without it, and "
+           "with it again; 12 KT threads, medians of 3 rounds but the third start's.", "",
+           "| embeddings | GPU layers | KV pool, tokens | decode d0 / 8K / 30K tok/s | TTFT 30K s | 4 streams tok/s |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for label, p in points:
+        f = p["figures"]  # type: ignore[index]
+        out.append(f"| {label} | {p['gpu_layers_logged']} | {p['log_figures_gib']['kv_tokens']:,} | "  # type: ignore[index]
+                   f"{fmt(f['decode_tok_s'])} / {fmt(f['decode_tok_s_8k'])} / {fmt(f['decode_tok_s_30k'])} | "
+                   f"{f['ttft_30k_s']:.2f} | {fmt(f['aggregate_4_streams_tok_s'])} |")
+    on = [points[0][1]["figures"], points[2][1]["figures"]]  # type: ignore[index]
+    off = points[1][1]["figures"]  # type: ignore[index]
+    r = {k: (on[0][k] + on[1][k]) / 2 / off[k] for k in ("decode_tok_s", "decode_tok_s_8k", "decode_tok_s_30k",
+                                                         "ttft_30k_s", "aggregate_4_streams_tok_s")}
+    out += ["", f"The lever's two starts against the middle one: decode {r['decode_tok_s']:.2f}x at depth 0, "
+            f"{r['decode_tok_s_8k']:.2f}x after 8K and {r['decode_tok_s_30k']:.2f}x after 30K, the first token after "
+            f"30K in {r['ttft_30k_s']:.2f}x the time, 4 streams {r['aggregate_4_streams_tok_s']:.2f}x; one more whole "
+            "GPU layer and the KV pool within 0.1 % of the plan on both (kt-estimate.md). Lossless (the rows are the "
+            "GPU table's, bit for bit); no loss beyond the noise and a small gain after long prompts, so it is the "
+            "moe preset's default (`--kt-embed-host auto`)."]
     return out
 
 
