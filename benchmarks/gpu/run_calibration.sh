@@ -8,6 +8,7 @@
 #   first  (H100)      the 9 calibration points and the first preset benches (2026-11-22, session 1)
 #   final  (H100)      the optimized preset at its final settings (fraction 0.85 + 8 GB host cache) with
 #                      every bench suite, its host-cache A/B at 0.85, and the two points whose peak was lost
+#   embed  (one GPU)   the optimized preset with its token embeddings in host RAM (--kt-embed-host on) beside it
 #   tp2    (2 GPUs)    tensor parallel 2, each card emulated at 16 GB: per-rank figures for the planner.
 #                      Dense models: a fresh host compiles the GPTQ marlin kernels for ~6 min, more than a
 #                      session's device time; the 7B in bf16 does not fit one 16 GB card, and fits two.
@@ -21,7 +22,7 @@
 #                      first by stage_extra.sh), MoE with --cpu-offload-gb on 24 GB, the folder model, GPTQ marlin
 #                      MoE (its JIT kernels compiled meanwhile by prewarm_jit.py, GPU hidden), MLA + offload, Gemma 3
 set -u
-SESSION=${1:?usage: run_calibration.sh first|final|tp2|models|rest|mla|pinned|gptoss}
+SESSION=${1:?usage: run_calibration.sh first|final|embed|tp2|models|rest|mla|pinned|gptoss}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 . benchmarks/gpu/host_env.sh   # SGLang archive, PYTHONPATH, the archive's extra flags
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
@@ -96,6 +97,18 @@ session_final() {  # the optimized preset as it now ships: fraction 0.85 + 8 GB 
   # the first session's two points whose peak the JSON writer lost
   point fp16-f080-16g $M14 16 "" -- --preset baseline --mem-fraction 0.80 --max-running 8
   point opt-nohicache-16g $M14 16 "" -- --preset optimized --hicache-gb 0 --mem-fraction 0.80
+}
+
+session_embed() {  # the optimized preset's 14B with its token embeddings in pinned host RAM (--kt-embed-host on: 1.45
+  # GiB; the plan's pool 50,200 tokens against 34,349 on an RTX 5060 Ti 16GB, derived) beside the preset as it ships,
+  # one machine at 16 GB: the pool against the plan, the latency suite. The lever's first run without the hybrid
+  # mode. Written 2026-11-28, twenty-fourth session, not run yet (~15 min with marlin's first compile):
+  #   setsid nohup bash benchmarks/gpu/run_calibration.sh embed > /tmp/gpuwork/driver.log 2>&1 &
+  ballast 16; VRAMKIT_DEVICE_LABEL="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0), memory emulated at 16 GB"
+  point opt-embed-16g $M14 16 "--suites latency --quick $B --label opt-embed-16g --out $RES/bench/opt-embed-16g.json" \
+    -- --preset optimized --kt-embed-host on
+  point opt-f085-16g-b $M14 16 "--suites latency --quick $B --label opt-16g-b --out $RES/bench/opt-16g-b.json" \
+    -- --preset optimized
 }
 
 session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knobs without the host cache

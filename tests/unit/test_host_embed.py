@@ -4,6 +4,8 @@ the table after the load or says why not. torch's CUDA calls (pinning, the devic
 boundary, replaced here; tests/gpu/test_uva_embed.py runs the real ones on a GPU."""
 from __future__ import annotations
 
+import json
+import statistics
 import types
 from dataclasses import replace
 
@@ -11,7 +13,7 @@ import pytest
 import torch
 
 from tests.repo_modules import load_module
-from tests.unit.test_gpu_prefill import _desktop_target, _plan
+from tests.unit.test_gpu_prefill import ROOT, _desktop_target, _plan
 from vramkit import catalog
 from vramkit.core.memory.weight_load import pinned_size
 from vramkit.core.plan import knobs as knob_decl
@@ -21,6 +23,7 @@ from vramkit.core.plan.planner import plan
 
 GiB = 1 << 30
 FP8 = "qwen3-coder-30b-a3b-instruct-fp8"
+DENSE = "qwen2.5-coder-14b-instruct-gptq-int4"     # the first user's model, the optimized preset's
 EMBED_BYTES = 151_936 * 2_048 * 2            # the coder's bf16 embed_tokens
 
 
@@ -48,7 +51,8 @@ def test_the_embeddings_gpu_memory_becomes_one_more_whole_gpu_layer_at_16_gb(cap
 
 def test_auto_keeps_them_on_the_gpu_where_the_move_cannot_run_and_says_why():
     """Where `on` is refused (test below), the preset's auto plans the embeddings on the GPU: a tied head gets the
-    plan it had before the lever, with one note; a plan with no hybrid server says nothing of it."""
+    plan it had before the lever, with one note. Without the hybrid mode auto leaves them too (measured on hybrid
+    plans only) and says `on` moves them."""
     model = replace(catalog.model(FP8), tie_word_embeddings=True)
     knobs = Knobs(**catalog.presets()["moe"].knobs)
     assert knobs.kt_embed_host == "auto"
@@ -60,16 +64,40 @@ def test_auto_keeps_them_on_the_gpu_where_the_move_cannot_run_and_says_why():
     assert len(said) == 1 and "stay on the GPU" in said[0] and "ties its lm_head" in said[0]
     dense = plan(catalog.model(FP8), _desktop_target(), replace(knobs, kt_method=None, kt_gpu_prefill=0),
                  catalog.engine(), with_alternatives=False)
-    assert not [n for n in dense.notes if "kt-embed-host" in n]
+    said = [n for n in dense.notes if "kt-embed-host" in n]
+    assert dense.hybrid is None and dense.host_embed_bytes == 0
+    assert len(said) == 1 and "auto moves them on hybrid MoE plans" in said[0] and "--kt-embed-host on moves" in said[0]
+
+
+@pytest.mark.parametrize("ram, moved, why", [
+    (27.0, False, "the plan does not fit with their 1.00 GiB pinned in host RAM (host RAM: "),
+    (28.0, False, "the server would hold 27.39 GiB of the 28.00 GiB available, more than 90 %"),
+    (31.0, True, ""),
+])
+def test_auto_leaves_a_tenth_of_the_host_ram_free_as_the_prompt_path_s_auto_does(capsys, ram, moved, why):
+    """On a desktop with little RAM the moved table's pinned copy (1 GiB against the 0.56 GiB one CPU layer fewer
+    saves) can tip the plan over: auto then keeps the embeddings on the GPU, with the plan that fits and the reason."""
+    from vramkit.cli import main
+    rc = main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx", "--host-cores", "16",
+               "--host-ram-gib", str(ram), "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0 and d["fits"] and bool(d["hybrid"]["host_embed_bytes"]) == moved
+    said = [n for n in d["notes"] if n.startswith("--kt-embed-host auto: the token embeddings stay on the GPU: ")]
+    assert (len(said) == 1 and why in said[0]) if not moved else not said
+    assert d["knobs"]["kt_embed_host"] == ("auto" if moved else "off")
+    assert ("VRAMKIT_KT_EMBED_HOST" in d["server_env"]) == moved
+    if moved:       # the README's net cost: the pinned copy less the one CPU layer's experts kt-kernel no longer holds
+        rc = main(["plan", "--preset", "moe", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx", "--host-cores", "16",
+                   "--host-ram-gib", str(ram), "--kt-embed-host", "off", "--json"])
+        off = json.loads(capsys.readouterr().out)["hybrid"]
+        net = (d["hybrid"]["host_ram_bytes"] - off["host_ram_bytes"]) / GiB
+        readme = " ".join((ROOT / "README.md").read_text().split())
+        assert rc == 0 and f"is 1 GiB, {net:.2f} GiB more than the one CPU layer fewer saves" in readme
 
 
 def test_the_server_runs_are_what_the_readme_and_the_plan_quote():
     """moe-vs-llamacpp-q8/h200-embhost/ (one H200 machine, starts on, off, on): the README's table, and the ratios
     the plan's note and the preset quote (the two lever starts' mean against the middle start)."""
-    import json
-    import statistics
-
-    from tests.unit.test_gpu_prefill import ROOT
     run = ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-embhost"
     on = [json.loads((run / d / "k16-int8-embhost.probe.json").read_text()) for d in (".", "second-start")]
     off = json.loads((run / "k16-int8-preset.probe.json").read_text())
@@ -94,21 +122,58 @@ def test_the_server_runs_are_what_the_readme_and_the_plan_quote():
     assert f"decode {r0:.2f}x at depth 0 and {three} after 512 / 8K / 30K-token prompts, 4 streams {r4:.2f}x" in preset
 
 
+def test_without_the_hybrid_mode_on_moves_them_and_the_pool_grows_by_their_size(capsys, monkeypatch):
+    """The first user's 14B on a 16 GB card (the optimized preset): `on` moves its 1.45 GiB table (opt-in there,
+    derived, not yet run in a dense server), the pool grows by that many bytes of KV, the pinned copy counts in the
+    plan's host RAM, and the server gets the adapter on its path: natively through PYTHONPATH, in compose through
+    the mounted folder (tests/integration/test_render_compose.py)."""
+    from vramkit.cli import main
+    from vramkit.launch import hybrid
+    args = ["plan", "--preset", "optimized", "--gpu", "rtx-5060-ti-16gb", "--host-ram-gib", "64", "--json"]
+    assert main(args) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert main([*args, "--kt-embed-host", "on"]) == 0
+    on = json.loads(capsys.readouterr().out)
+    assert off["fits"] and on["fits"] and on["hybrid"] is None and off["host_embed_bytes"] == 0
+    table = catalog.model(DENSE).vocab_size * catalog.model(DENSE).hidden_size * 2
+    freed, pinned = kt.embed_host_bytes(table)
+    assert on["host_embed_bytes"] == pinned == 2 * GiB
+    assert on["host_ram_bytes"] - off["host_ram_bytes"] == pinned
+    grown = on["kv_pool_tokens"] - off["kv_pool_tokens"]
+    assert abs(grown * on["kv_bytes_per_token"] - freed) < 2 * on["kv_bytes_per_token"] * 64     # pages of 64 tokens
+    assert on["server_env"] == {"VRAMKIT_KT_EMBED_HOST": "on"} and "server_env" not in off
+    said = next(n for n in on["notes"] if n.startswith("--kt-embed-host on:"))
+    assert kt.EMBED_HOST_DENSE in said and "1.45 GiB" in said
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = hybrid.EmbedOnly().native_env()
+    assert env == {"PYTHONPATH": f"{hybrid.KT_COMPAT_DIR}:/elsewhere", "VRAMKIT_KT_EMBED_HOST": "on"}
+    assert (hybrid.KT_COMPAT_DIR / "sitecustomize.py").is_file()
+    # auto (the knob's value for the moe preset) leaves a dense plan as it was, and says `on` moves them
+    assert main([*args, "--kt-embed-host", "auto"]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert auto["kv_pool_tokens"] == off["kv_pool_tokens"] and auto["host_embed_bytes"] == 0
+    assert any("auto moves them on hybrid MoE plans" in n for n in auto["notes"])
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert (f"the optimized preset's KV pool grows from {off['kv_pool_tokens']:,} to {on['kv_pool_tokens']:,} tokens"
+            in readme) and f"`embed_tokens` ({freed / GiB:.2f} GiB; {pinned / GiB:.2f} GiB pinned)" in readme
+
+
 def test_the_freed_bytes_are_the_tables_allocator_segment():
     freed, pinned = kt.embed_host_bytes(EMBED_BYTES)
     assert freed % (2 << 20) == 0 and 0 <= freed - EMBED_BYTES < 2 << 20 and pinned == GiB
 
 
 @pytest.mark.parametrize("case, why", [
-    ("dense", "hybrid MoE plan's server only"),
+    ("offload", "beside --cpu-offload-gb"),
     ("tp2", "at tp 2 SGLang splits the embeddings"),
     ("tied", "ties its lm_head to the embeddings"),
 ])
 def test_where_the_move_cannot_run_the_plan_refuses_it_in_one_line(case, why):
     model = catalog.model(FP8)
     knobs = Knobs(**(catalog.presets()["moe"].knobs | {"kt_embed_host": "on"}))
-    if case == "dense":
-        knobs = replace(knobs, kt_method=None, kt_gpu_prefill=0)
+    if case == "offload":
+        model = catalog.model(DENSE)
+        knobs = Knobs(**(catalog.presets()["optimized"].knobs | {"kt_embed_host": "on", "cpu_offload_gib": 2}))
     elif case == "tp2":
         knobs = replace(knobs, tp=2)
     else:
@@ -121,8 +186,8 @@ def test_where_the_move_cannot_run_the_plan_refuses_it_in_one_line(case, why):
 def test_a_gguf_models_quantized_table_is_not_moved():
     model = catalog.model(FP8)
     gguf = replace(model, quantization=replace(model.quantization, method="gguf"))
-    assert kt.embed_host_problem(model, 1, True) is None
-    assert "quantized ggml type" in kt.embed_host_problem(gguf, 1, True)
+    assert kt.embed_host_problem(model, 1) is None
+    assert "quantized ggml type" in kt.embed_host_problem(gguf, 1)
 
 
 # --- the adapter -------------------------------------------------------------------------------------------------

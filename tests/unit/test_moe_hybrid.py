@@ -680,7 +680,8 @@ def test_a_moe_that_does_not_fit_is_offered_the_hybrid_mode_first(capsys):
 
 
 def test_host_ram_counts_sglang_beside_the_experts():
-    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT4", "kt_gpu_layers": "off"}))   # the split
+    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_method": "AMXINT4", "kt_gpu_layers": "off",     # the split,
+                                                   "kt_embed_host": "off"}))     # nothing pinned beside kt-kernel
     model = catalog.model(FP8_MODEL)
 
     def fits(avail: int) -> bool:
@@ -845,7 +846,8 @@ def test_whole_layers_hold_only_the_cpu_layers_in_host_ram_and_sync_only_there()
     34, moe-budget.md), so a 30 GiB desktop that cannot hold every layer's experts fits; the estimate syncs on the
     CPU's layers and adds the fitted whole-layer step; the split plan offers it as an alternative."""
     t = Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host=H100_HOST, host_ram_available_bytes=30 * GiB)
-    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_gpu_layers": "off"}))
+    # the embeddings on the GPU in both: auto would move them beside the split only (30 GiB: test_host_embed.py)
+    k = Knobs(**(catalog.presets()["moe"].knobs | {"kt_gpu_layers": "off", "kt_embed_host": "off"}))
     m, e = catalog.model(FP8_MODEL), catalog.engine()
     split = plan(m, t, k, e)
     whole = plan(m, t, replace(k, kt_gpu_layers="auto"), e, with_alternatives=False)

@@ -12,6 +12,7 @@ from vramkit.core.plan.knobs import Knobs, by_name, specs
 from vramkit.core.plan.request import PlanRequest, flags, request_from_text
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import reference
+from vramkit.launch.hybrid import adapter_for
 from vramkit.launch.resolve import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
@@ -113,8 +114,7 @@ def render_plan(r: Resolved):
         ("free at start", bytes2human(p.free_at_start_bytes), r.free_source),
         ("weights on GPU", bytes2human(p.weights_bytes), ", ".join(
             f"{n} {bytes2human(b, digits=2)}" for n, b in p.weights_by_component.items() if b)
-         + ("; embed_tokens then moves to pinned host RAM (--kt-embed-host on)"
-            if p.hybrid is not None and p.hybrid.host_embed_bytes else "")),
+         + ("; embed_tokens then moves to pinned host RAM (--kt-embed-host)" if p.host_embed_bytes else "")),
         ("weights in host RAM", bytes2human(p.weights_offloaded_bytes),
          f"{by_name()['cpu_offload_gib'].sglang_flag} {k.cpu_offload_gib}"),
         ("KV bytes / token", f"{p.kv_bytes_per_token:,} B", f"kv dtype {k.kv_dtype}, tp {k.tp}"),
@@ -132,7 +132,9 @@ def render_plan(r: Resolved):
         ("host RAM available", bytes2human(r.target.host_ram_available_bytes)
          if r.target.host_ram_available_bytes is not None else "n/a", r.host_ram_source),
         ("host RAM pinned", bytes2human(p.host_ram_bytes), "hierarchical cache + offloaded weights (each tensor "
-         "pinned at the next power of two)" if p.weights_offloaded_bytes else "hierarchical cache"),
+         "pinned at the next power of two)" if p.weights_offloaded_bytes else "hierarchical cache"
+         + (f" + the token embeddings ({bytes2human(p.host_embed_bytes)}: a power of two)"
+            if p.host_embed_bytes and p.hybrid is None else "")),
     ]
     h = p.hybrid
     if h is not None:     # the hybrid MoE mode: no bandwidth ceiling, a fitted estimate; host RAM as kt-kernel holds it
@@ -193,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
             con.print(item)
         # shell-quoted: pasted into a shell, a JSON override stays one argument
         con.print("[bold]SGLang arguments:[/bold] " + escape(shell_line(plan_args(r))), soft_wrap=True)
-        if r.hybrid is not None and (env := r.hybrid.adapter_env()):     # the kit's adapter reads these, not SGLang
+        adapter = adapter_for(r.hybrid, r.plan)
+        if adapter is not None and (env := adapter.adapter_env()):     # the kit's adapter reads these, not SGLang
             con.print("[bold]in the server's environment:[/bold] "
                       + escape(" ".join(f"{k}={v}" for k, v in env.items())), soft_wrap=True)
     return 0 if r.plan.fits else int(Exit.NO_FIT)

@@ -86,15 +86,15 @@ def exec_argv(prep) -> list[str]:
 def render_units(args, prep=None) -> dict[str, str]:
     from vramkit.core.host_plan import ENV_SERVER_CPUSET, ENV_SIDE_CPUSET
     from vramkit.launch import systemd_units as su
-    from vramkit.launch.hybrid import KT_COMPAT_DIR
+    from vramkit.launch.hybrid import KT_COMPAT_DIR, adapter_for
     from vramkit.units import bytes2human
 
     prep = prep or prepare(args)
     r = prep.resolved
     repo = str(catalog.CONFIG_DIR.parent)
     env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, prep.gpu_ids)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    if r.hybrid is not None:      # as `vramkit up` sets it, without this shell's own PYTHONPATH
-        env |= r.hybrid.native_env() | {"PYTHONPATH": str(KT_COMPAT_DIR)}
+    if (adapter := adapter_for(r.hybrid, r.plan)) is not None:   # as `vramkit up` sets it, without this shell's own
+        env |= adapter.native_env() | {"PYTHONPATH": str(KT_COMPAT_DIR)}         # PYTHONPATH
     # one Environment= line of quoted assignments (systemd.exec(5)); % starts a specifier
     environment = " ".join('"' + f"{k}={v}".replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"') + '"'
                            for k, v in env.items())

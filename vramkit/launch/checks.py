@@ -44,6 +44,7 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
         avail = host_ram()          # read again now: the plan's figure may be minutes old
         need, reserve = host_ram_need(int(p.knobs.hicache_gb * 1e9), p.weights_pinned_host_bytes,
                                       catalog.engine())
+        need += 0 if p.hybrid is not None else p.host_embed_bytes    # the moved token embeddings (no hybrid mode)
         ok = avail - reserve >= need
         checks.append(Check.of("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
                             + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")

@@ -30,10 +30,9 @@ def compose_files(host: kt.HostCpu | None = None) -> dict[Path, str]:
         port = catalog.sglang().port
         argv = sglang_args(model, p, model_path=model.hf_id, host="0.0.0.0", port=port)
         kt = {}
-        hy = hybrid.for_plan(p)
-        if hy is not None:
-            kt = hy.compose_parts("services/sglang-kt")
-            argv += kt["args"]
+        if (adapter := hybrid.adapter_for(hybrid.for_plan(p), p)) is not None:
+            kt = adapter.compose_parts("services/sglang-kt" if p.hybrid is not None else "./services/sglang-kt")
+            argv += kt.get("args", [])
         fname = "docker-compose.qwen.yml" if preset.name == "baseline" else f"docker-compose.qwen-{preset.name}.yml"
         text = compose_yaml(project=f"vramkit-{preset.name}", preset=preset.name, model=model, gpu_name=gpu.label,
                             p=p, image=kt.get("image", catalog.versions().sglang_image), argv=argv, gpu_ids=[0],

@@ -258,6 +258,40 @@ class Hybrid:
         return {"weight_path": self.weight_path, "this_host_isa": self.here_isa, "placement": self.placement}
 
 
+KT_COMPAT_INSIDE = "/opt/vramkit-kt"     # the adapter's folder in a container (where the KT image installs it)
+
+
+@dataclass(frozen=True)
+class EmbedOnly:
+    """A server without the hybrid mode whose token embeddings move to pinned host RAM (kt_embed_host on): the kit's
+    adapter on SGLang's path, natively (PYTHONPATH: its sitecustomize installs the import hook that wraps the load)
+    and in the official image (its folder mounted read-only there)."""
+
+    def adapter_env(self) -> dict[str, str]:
+        assert EMBED_ENV is not None
+        return {EMBED_ENV: "on"}
+
+    def native_env(self) -> dict[str, str]:
+        old = os.environ.get("PYTHONPATH", "")
+        return {"PYTHONPATH": str(KT_COMPAT_DIR) + (os.pathsep + old if old else "")} | self.adapter_env()
+
+    def compose_parts(self, kt_service_dir: str) -> dict:
+        """The compose file's additions to the dense service: the adapter's folder and the two variables."""
+        return {"extra_volumes": (f"{kt_service_dir}/kt_compat:{KT_COMPAT_INSIDE}:ro  # the kit's SGLang adapter: "
+                                  "its sitecustomize moves the token embeddings after the load",),
+                "extra_env": (f"PYTHONPATH: {KT_COMPAT_INSIDE}  # the adapter's folder (its sitecustomize)",
+                              f"{EMBED_ENV}: on  # the token embeddings moved to pinned host RAM after the load, read "
+                              "by the GPU over the bus (--kt-embed-host on)")}
+
+
+def adapter_for(hybrid: Hybrid | None, p) -> Hybrid | EmbedOnly | None:
+    """What puts the kit's SGLang adapter on the server: the hybrid mode's launch side, else the token embeddings'
+    move alone where the plan makes it, else nothing (the plain SGLang server)."""
+    if hybrid is not None:
+        return hybrid
+    return EmbedOnly() if p.hybrid is None and p.host_embed_bytes else None
+
+
 def for_plan(p, weight_path: str | None = None, here_isa: str | None = None, placement: str | None = None,
              layers: int = 0, architecture: str = "") -> Hybrid | None:
     """The launch side of a plan's hybrid section (None: not a hybrid plan)."""

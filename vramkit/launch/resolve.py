@@ -14,7 +14,7 @@ from vramkit.core.plan.planner import Plan, Target, plan, unasked_context
 from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import reference
-from vramkit.launch.hybrid import Hybrid, for_plan, host_cpu, this_host_isa
+from vramkit.launch.hybrid import Hybrid, adapter_for, for_plan, host_cpu, this_host_isa
 from vramkit.units import GiB
 
 DEFAULT_MODEL = "qwen2.5-coder-14b-instruct-gptq-int4"
@@ -204,5 +204,6 @@ def plan_json(r: Resolved) -> dict:
     d["sglang_args"] = plan_args(r)
     if r.hybrid is not None:
         d["hybrid"] |= r.hybrid.to_json()
-        d["server_env"] = r.hybrid.adapter_env()      # the kit's adapter's settings (VRAMKIT_KT_GPU_LAYERS)
+    if (adapter := adapter_for(r.hybrid, r.plan)) is not None:
+        d["server_env"] = adapter.adapter_env()      # the kit's adapter's settings (VRAMKIT_KT_GPU_LAYERS, ...)
     return d

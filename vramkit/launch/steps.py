@@ -15,6 +15,7 @@ from vramkit.core import progress, sglang_log
 from vramkit.core.plan.knobs import SGLANG_FLAGS
 from vramkit.core.render.sglang import compose_yaml, container_model_path, sglang_args
 from vramkit.errors import Exit, VramkitError
+from vramkit.launch.hybrid import adapter_for
 from vramkit.launch.settings import setting
 
 
@@ -85,7 +86,8 @@ def build(resolved, spec: LaunchSpec) -> tuple[list[str], str]:
     native_argv, kt = argv, {}
     if resolved.hybrid is not None:
         native_argv = argv + resolved.hybrid.args(model_path)
-        kt = resolved.hybrid.compose_parts(str(catalog.CONFIG_DIR.parent / "services" / "sglang-kt"))
+    if (adapter := adapter_for(resolved.hybrid, resolved.plan)) is not None:
+        kt = adapter.compose_parts(str(catalog.CONFIG_DIR.parent / "services" / "sglang-kt"))
     native = [spec.sglang_python, "-m", "sglang.launch_server", *native_argv]
     v = catalog.versions()
     n_gpu = resolved.plan.knobs.tp

@@ -22,6 +22,7 @@ from vramkit.core.plan.request import PlanRequest
 from vramkit.errors import Exit, VramkitError
 from vramkit.launch import checks as launch_checks
 from vramkit.launch import steps
+from vramkit.launch.hybrid import adapter_for
 from vramkit.launch.resolve import Resolved, host_available, nvml_gpu, resolve
 
 
@@ -131,8 +132,8 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
             # NVML numbers cards by PCI bus; CUDA, unless told, fastest first: PCI_BUS_ID makes them agree
             env = ({"CUDA_VISIBLE_DEVICES": ",".join(map(str, prep.gpu_ids)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
                    if "CUDA_VISIBLE_DEVICES" not in os.environ else {})
-            if r.hybrid is not None:
-                env.update(r.hybrid.native_env())   # the kt-kernel adapter on the server's path
+            if (adapter := adapter_for(r.hybrid, r.plan)) is not None:
+                env.update(adapter.native_env())    # the kit's SGLang adapter on the server's path
             pid = process.start_background(prep.native, paths["log"], env=env or None)
             say(f"started pid {pid}; log {paths['log']}")
             if cpus:

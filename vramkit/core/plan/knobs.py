@@ -269,10 +269,12 @@ class Knobs:
         choices=PREFILL_FP8, env="VRAMKIT_KT_PREFILL_FP8")
     kt_embed_host: str = knob(
         "off", str, "", "on = the token embeddings move to pinned host RAM once the weights are loaded, and the GPU "
-        "reads a token's row over the bus (the kit's kt-kernel adapter): their GPU memory goes to the KV pool and "
-        "from it to more GPU experts (a 30B coder's 0.58 GiB: one more whole FP8 layer at 16 GB); auto = on where the "
-        "plan allows it (a hybrid plan at tp 1, an untied bf16 table), else off with the reason in the plan. Lossless. "
-        "Measured on one H200 machine at 16 GiB: decode 0.99x at depth 0, 1.05-1.12x after 512-30K-token prompts",
+        "reads a token's row over the bus (the kit's SGLang adapter): their GPU memory goes to the KV pool and, on a "
+        "hybrid MoE plan, to more GPU experts (a 30B coder's 0.58 GiB: one more whole FP8 layer at 16 GB; a 14B's "
+        "1.45 GiB: ~16K more fp8 KV tokens, not yet run without the hybrid mode); auto = on for a hybrid plan where "
+        "it can run (tp 1, an untied bf16 table) and fits with a tenth of the host RAM left free, else off with the "
+        "reason. Lossless. Measured on one H200 machine at 16 GiB: decode 0.99x at depth 0, 1.05-1.12x after "
+        "512-30K-token prompts",
         choices=EMBED_HOST, env="VRAMKIT_KT_EMBED_HOST")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,

@@ -940,12 +940,16 @@ EMBED_HOST_MEASURED = ("measured on one H200 machine at 16 GiB, the FP8 preset w
                        "row bit-identical, 0.016 ms against 0.014 from GPU memory (uva-embed/h200/)")
 
 
-def embed_host_problem(model: ModelSpec, tp: int, hybrid: bool) -> str | None:
-    """Why the token embeddings cannot move to host RAM for this plan (None: they can): the move is the kt-kernel
-    adapter's (a hybrid plan's server only), of one whole table (tp 1: SGLang splits the vocabulary across GPUs at
-    tp > 1), and not of a head tied to it (the lm_head would read the whole table over the bus every token)."""
-    if not hybrid:
-        return "the move is the kit's kt-kernel adapter's, on a hybrid MoE plan's server only (--kt-method)"
+EMBED_HOST_DENSE = ("not yet run in a server without the hybrid mode: the same adapter and mechanism as the hybrid MoE "
+                    "server's, measured there (benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-embhost/); auto moves "
+                    "them on hybrid plans only")
+
+
+def embed_host_problem(model: ModelSpec, tp: int, offload_bytes: int = 0) -> str | None:
+    """Why the token embeddings cannot move to host RAM for this plan (None: they can): the move is the kit's SGLang
+    adapter's, of one whole table (tp 1: SGLang splits the vocabulary across GPUs at tp > 1), not of a head tied to
+    it (the lm_head would read the whole table over the bus every token), and not beside --cpu-offload-gb (SGLang's
+    offloader and the move have not run together)."""
     if tp > 1:
         return f"at tp {tp} SGLang splits the embeddings across the GPUs; the adapter moves one whole table"
     if model.tie_word_embeddings:
@@ -953,6 +957,8 @@ def embed_host_problem(model: ModelSpec, tp: int, hybrid: bool) -> str | None:
                 "every token")
     if model.quantization is not None and model.quantization.method == "gguf":
         return "a GGUF's token embeddings are a quantized ggml type; the adapter moves a bf16 or fp16 table"
+    if offload_bytes:
+        return "beside --cpu-offload-gb: SGLang's weight offload and the move have not run together"
     return None
 
 

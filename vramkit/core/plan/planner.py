@@ -145,7 +145,8 @@ class Plan:
     decode_tok_s_ceiling: float | None
     decode_tok_s_ceiling_batch: float | None
     weights_read_per_token_bytes: int  # GPU-resident weights one decode step reads (MoE: the experts it touches)
-    host_ram_bytes: int         # pinned host RAM the server takes (hicache pool + offloaded weights)
+    host_ram_bytes: int         # pinned host RAM the server takes (hicache pool + offloaded weights; without the
+                                # hybrid mode the token embeddings moved there too: host_embed_bytes)
     host_map_bytes: int         # GPU memory mapping the hierarchical cache's pinned pool (after the KV pool)
     fits: bool
     # the parts of the peak the plan's other fields do not name (the dashboard's memory bar draws them all):
@@ -160,6 +161,7 @@ class Plan:
     weights_on_gpu_by_component: dict[str, int] = field(default_factory=dict)  # after --cpu-offload-gb
     weights_load_overhead_bytes: int = 0  # the load beyond its tensors: rope cache, workspaces, allocator rounding
     hicache_bytes: int = 0      # the hierarchical cache's pinned host pool (--hicache-size, GB)
+    host_embed_bytes: int = 0   # the token embeddings pinned in host RAM (kt_embed_host; 0: they stay on the GPU)
     reasons: tuple[Reason, ...] = ()
     notes: tuple[str, ...] = ()
     alternatives: tuple[Alternative, ...] = ()
@@ -268,6 +270,14 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     other models the user could run instead)."""
     if knobs.kt_gpu_prefill == "auto":
         return _auto_prefill(model, target, knobs, engine, with_alternatives, candidates)
+    if knobs.kt_embed_host == "auto":
+        return _auto_embed(model, target, knobs, engine, with_alternatives, candidates)
+    return _plan(model, target, knobs, engine, with_alternatives=with_alternatives, candidates=candidates)
+
+
+def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with_alternatives: bool,
+          candidates: tuple[ModelSpec, ...]) -> Plan:
+    """`plan` with its autos resolved (kt_embed_host "auto" moves the embeddings wherever embed_host_problem allows)."""
     reasons: list[Reason] = []
     notes: list[str] = []
     tp = max(1, knobs.tp)
@@ -365,21 +375,25 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
     # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
     weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
     # kt_embed_host: the token embeddings leave the GPU after the load (counted in the weights, as SGLang logs them)
-    embed_freed, embed_pinned = _embed_freed(layout, knobs, model, tp, hybrid=n_gpu_experts is not None)
+    hybrid_plan = n_gpu_experts is not None
+    embed_freed, embed_pinned = _embed_freed(layout, knobs, model, tp, hybrid_plan, offloaded)
     resident = weights_gpu - embed_freed      # the weights the GPU keeps once the server is up
     if knobs.kt_embed_host != "off":
         flag, asked = by_name()["kt_embed_host"].cli_flag, knobs.kt_embed_host
-        if (cannot := kt.embed_host_problem(model, tp, n_gpu_experts is not None)) is not None:
+        if (cannot := kt.embed_host_problem(model, tp, offloaded)) is not None:
             if asked == "on":
                 reasons.append(Reason("kt_embed_host", f"{flag} on: {cannot}; off keeps the embeddings on the GPU"))
-            elif n_gpu_experts is not None:     # auto on a hybrid plan: say why they stay
+            elif hybrid_plan:     # auto on a hybrid plan: say why they stay
                 notes.append(f"{flag} auto: the token embeddings stay on the GPU: {cannot}")
-        else:
+        elif embed_freed:
             notes.append(f"{flag} {asked}: the token embeddings ({bytes2human(embed_freed)}) move to pinned host RAM "
                          f"once the weights are loaded ({bytes2human(embed_pinned)} pinned: PyTorch's allocator rounds "
                          "to a power of two) and the GPU reads a token's row over the bus; the weights row counts them "
                          "as SGLang's \"Load weight end\" does, and the KV pool gets their GPU memory; "
-                         f"{kt.EMBED_HOST_MEASURED}")
+                         + (kt.EMBED_HOST_MEASURED if hybrid_plan else kt.EMBED_HOST_DENSE))
+        else:     # auto without the hybrid mode: opt-in there
+            notes.append(f"{flag} auto: the token embeddings stay on the GPU: auto moves them on hybrid MoE plans, "
+                         f"where it was measured; {flag} on moves them here ({kt.EMBED_HOST_DENSE.split(':')[0]})")
 
     # 3. KV pool
     rest = _pool_room(free, pre_load, resident, engine, frac)
@@ -471,14 +485,19 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
                               f"it, not {what}: it does not plan that; use one GPU and no weight offload, or the "
                               "model's safetensors build"))
 
-    # host RAM
+    # host RAM (a hybrid plan counts the moved embeddings in its own section, with kt-kernel's experts)
     host_ram, host_reserve = host_ram_need(hicache_bytes, load.pinned_host_bytes, engine)
+    host_ram += 0 if hybrid_plan else embed_pinned
     avail = target.host_ram_available_bytes
     if host_ram and avail is not None and host_ram > avail - host_reserve:
-        if hicache_bytes:
+        if embed_pinned and not hybrid_plan and host_ram == embed_pinned:
+            reasons.append(Reason("host_ram", f"the token embeddings pin {bytes2human(embed_pinned)} of host RAM "
+                                  f"(--kt-embed-host on); only {bytes2human(avail)} is available"))
+        elif hicache_bytes:
             reasons.append(Reason(
                 "host_ram", f"hierarchical cache of {knobs.hicache_gb:g} GB"
                 + (f" plus {bytes2human(offloaded)} of offloaded weights" if offloaded else "")
+                + (f" plus {bytes2human(embed_pinned)} of token embeddings" if embed_pinned and not hybrid_plan else "")
                 + f" needs that much pinned host RAM and SGLang keeps {bytes2human(host_reserve, digits=0)} free: "
                   f"only {bytes2human(avail)} is available"))
         else:
@@ -535,6 +554,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
         buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
         graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
         weights_on_gpu_by_component=weights_on_gpu(comps, offloaded), hicache_bytes=hicache_bytes,
+        host_embed_bytes=embed_pinned,
         reasons=tuple(reasons), notes=tuple(notes), hybrid=hybrid, serving=model.serving,
     )
     if with_alternatives and not p.fits:
@@ -578,6 +598,33 @@ def _auto_prefill(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine
     flag = by_name()["kt_gpu_prefill"].cli_flag
     return replace(base, notes=(*base.notes, f"the GPU prompt path ({flag} auto) is off: {why}; prompt chunks run on "
                                 "kt-kernel"))
+
+
+def _auto_embed(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, with_alternatives: bool,
+                candidates: tuple[ModelSpec, ...]) -> Plan:
+    """kt_embed_host = "auto": the token embeddings in pinned host RAM where the plan allows the move (else on the GPU
+    with the reason in a note) and the plan fits with it, leaving a tenth of the available host RAM free as the GPU
+    prompt path's auto does; else the plan with them on the GPU and a note why. Inside kt_gpu_prefill's auto, so the
+    prompt path (the larger lever) keeps the host RAM first."""
+    on = _plan(model, target, knobs, engine, with_alternatives=False, candidates=candidates)
+    if on.hybrid is None or not on.hybrid.host_embed_bytes:      # not moved: the plan says why where it matters
+        return on if on.fits or not with_alternatives else \
+            _plan(model, target, knobs, engine, with_alternatives=True, candidates=candidates)
+    ram = target.host_ram_available_bytes
+    flag, moved = by_name()["kt_embed_host"].cli_flag, bytes2human(on.hybrid.host_embed_bytes)
+    if not on.fits:
+        why = f"the plan does not fit with their {moved} pinned in host RAM ({on.reasons[0]})"
+    elif ram is not None and on.hybrid.host_ram_bytes > (1 - kt.AUTO_PREFILL_HOST_HEADROOM) * ram:
+        why = (f"with their {moved} pinned the server would hold {bytes2human(on.hybrid.host_ram_bytes)} of the "
+               f"{bytes2human(ram)} available, more than {100 * (1 - kt.AUTO_PREFILL_HOST_HEADROOM):.0f} % (auto "
+               f"leaves the rest to the desktop; {flag} on asks for it anyway)")
+    else:
+        return on
+    off = _plan(model, target, replace(knobs, kt_embed_host="off"), engine, with_alternatives=with_alternatives,
+                candidates=candidates)
+    if not off.fits and not on.fits:
+        return _plan(model, target, knobs, engine, with_alternatives=with_alternatives, candidates=candidates)
+    return replace(off, notes=(*off.notes, f"{flag} auto: the token embeddings stay on the GPU: {why}"))
 
 
 def _prefill_problem(model: ModelSpec, knobs: Knobs) -> str | None:
@@ -649,12 +696,14 @@ def _marlin_holes(model: ModelSpec, moe_kernel: str | None, counts: int | tuple[
     return engine.marlin_moe_holes
 
 
-def _embed_freed(layout: WeightLayout, knobs: Knobs, model: ModelSpec, tp: int, hybrid: bool) -> tuple[int, int]:
-    """(GPU bytes freed, host bytes pinned) by kt_embed_host = "on" or "auto" where it can run
+def _embed_freed(layout: WeightLayout, knobs: Knobs, model: ModelSpec, tp: int, hybrid: bool,
+                 offloaded: int = 0) -> tuple[int, int]:
+    """(GPU bytes freed, host bytes pinned) by kt_embed_host = "on", or "auto" on a hybrid plan, where it can run
     (kt.embed_host_problem), else (0, 0): the adapter moves the token embeddings (the layout's head) after SGLang's
     "Load weight end", so they count in the weights as SGLang logs them, and their segment goes back before the KV
     pool is sized (SGLang empties the allocator's cache before it reads the free memory: get_available_gpu_memory)."""
-    if knobs.kt_embed_host == "off" or kt.embed_host_problem(model, tp, hybrid) is not None:
+    asked = knobs.kt_embed_host
+    if asked == "off" or (asked == "auto" and not hybrid) or kt.embed_host_problem(model, tp, offloaded) is not None:
         return 0, 0
     return kt.embed_host_bytes(sum(p.nbytes for p in layout.head))
 
@@ -689,7 +738,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         layout = weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts)
         load = _replay(layout, 0, priced, counts, staging, knobs.kt_prefill_fp8)
         weights = _weights_on_gpu(load, priced, kernel, counts, staging, engine)
-        freed = _embed_freed(layout, knobs, model, tp, hybrid=True)[0]
+        freed = _embed_freed(layout, knobs, model, tp, True)[0]
         return kv.tokens(_pool_room(free, maps, weights - freed, engine, frac))
 
     lo, hi = 0, e
