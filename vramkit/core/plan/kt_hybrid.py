@@ -940,9 +940,9 @@ EMBED_HOST_MEASURED = ("measured on one H200 machine at 16 GiB, the FP8 preset w
                        "row bit-identical, 0.016 ms against 0.014 from GPU memory (uva-embed/h200/)")
 
 
-EMBED_HOST_DENSE = ("not yet run in a server without the hybrid mode: the same adapter and mechanism as the hybrid MoE "
-                    "server's, measured there (benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-embhost/); auto moves "
-                    "them on hybrid plans only")
+EMBED_HOST_UNRUN = "not yet run in a server without the hybrid mode"
+EMBED_HOST_DENSE = (f"{EMBED_HOST_UNRUN}: the same adapter and mechanism as the hybrid MoE server's, measured there "
+                    "(benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-embhost/); auto moves them on hybrid plans only")
 
 
 def embed_host_problem(model: ModelSpec, tp: int, offload_bytes: int = 0) -> str | None:

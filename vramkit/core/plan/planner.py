@@ -277,7 +277,8 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
 def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with_alternatives: bool,
           candidates: tuple[ModelSpec, ...]) -> Plan:
-    """`plan` with its autos resolved (kt_embed_host "auto" moves the embeddings wherever embed_host_problem allows)."""
+    """`plan` with kt_gpu_prefill resolved and kt_embed_host's auto taken as "on where a hybrid plan allows it"
+    (_auto_embed then checks that the plan still fits and leaves host RAM free)."""
     reasons: list[Reason] = []
     notes: list[str] = []
     tp = max(1, knobs.tp)
@@ -393,7 +394,7 @@ def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, wit
                          + (kt.EMBED_HOST_MEASURED if hybrid_plan else kt.EMBED_HOST_DENSE))
         else:     # auto without the hybrid mode: opt-in there
             notes.append(f"{flag} auto: the token embeddings stay on the GPU: auto moves them on hybrid MoE plans, "
-                         f"where it was measured; {flag} on moves them here ({kt.EMBED_HOST_DENSE.split(':')[0]})")
+                         f"where it was measured; {flag} on moves them here ({kt.EMBED_HOST_UNRUN})")
 
     # 3. KV pool
     rest = _pool_room(free, pre_load, resident, engine, frac)
