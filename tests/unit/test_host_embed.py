@@ -158,6 +158,25 @@ def test_without_the_hybrid_mode_on_moves_them_and_the_pool_grows_by_their_size(
             in readme) and f"`embed_tokens` ({freed / GiB:.2f} GiB; {pinned / GiB:.2f} GiB pinned)" in readme
 
 
+def test_a_plan_that_does_not_fit_offers_the_move_where_it_would():
+    """The 14B at a 48K context on a 16 GB card: the pool falls short by less than the embeddings' size, so the
+    alternatives offer --kt-embed-host on, re-planned (it fits), labelled as not yet run without the hybrid mode; a
+    tied table is never offered it."""
+    target = _desktop_target()
+    knobs = Knobs(**(catalog.presets()["optimized"].knobs | {"context": 49152}))
+    base = plan(catalog.model(DENSE), target, knobs, catalog.engine())
+    offered = [a for a in base.alternatives if a.knobs == {"kt_embed_host": "on"}]
+    assert not base.fits and len(offered) == 1 and offered[0].fits
+    moved = plan(catalog.model(DENSE), target, replace(knobs, kt_embed_host="on"), catalog.engine(),
+                 with_alternatives=False)
+    assert f"pool {moved.kv_pool_tokens:,} tokens" in offered[0].cost and kt.EMBED_HOST_UNRUN in offered[0].cost
+    assert offered[0].change == "the token embeddings in host RAM (--kt-embed-host on)"
+    # a tied table (the head shares it: the 14B's plan drops one 1.45 GiB copy) at a context it does not fit either
+    tied = plan(replace(catalog.model(DENSE), tie_word_embeddings=True), target, replace(knobs, context=65536),
+                catalog.engine())
+    assert not tied.fits and not [a for a in tied.alternatives if "kt_embed_host" in a.knobs]
+
+
 def test_the_freed_bytes_are_the_tables_allocator_segment():
     freed, pinned = kt.embed_host_bytes(EMBED_BYTES)
     assert freed % (2 << 20) == 0 and 0 <= freed - EMBED_BYTES < 2 << 20 and pinned == GiB

@@ -280,7 +280,8 @@ def test_every_alternative_names_every_setting_it_changes(engine):
     assert p.alternatives
     flags = {"kv_dtype": "--kv-cache-dtype", "mem_fraction": "--mem-fraction-static",
              "cpu_offload_gib": "--cpu-offload-gb",
-             "tp": "--tp-size", "context": "context", "concurrency": "at once", "max_running": "--max-running-requests"}
+             "tp": "--tp-size", "context": "context", "concurrency": "at once", "max_running": "--max-running-requests",
+             "kt_embed_host": "--kt-embed-host"}
     for a in p.alternatives:
         for key in a.knobs:
             if key != "model":

@@ -1002,6 +1002,7 @@ CHANGE_WORDS: dict[str, Callable[[Any], str]] = {
     "kt_method": lambda v: f"experts in host RAM ({_flag('kt_method')} {v}, {_flag('kt_num_gpu_experts')} auto)",
     "kt_gpu_layers": lambda v: ("whole layers on the GPU" if v == "auto" else "N experts in every layer")
     + f" ({by_name()['kt_gpu_layers'].cli_flag} {v})",
+    "kt_embed_host": lambda v: f"the token embeddings in host RAM ({by_name()['kt_embed_host'].cli_flag} {v})",
 }
 
 
@@ -1092,6 +1093,11 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         trial("the same GPU experts as whole layers (the kit's kt-kernel adapter): only the CPU's layers sync; host "
               "RAM {p.hybrid.host_ram_bytes_text}; decode ~{tok_s} tok/s (an estimate, its own term fitted on one "
               "run); " + kt.WHOLE_LAYER_SPEED, kt_gpu_layers="auto")
+    if not base.host_embed_bytes and kt.embed_host_problem(model, knobs.tp, base.weights_offloaded_bytes) is None:
+        # the token embeddings in pinned host RAM (the kit's adapter): their GPU memory to the pool
+        trial("the token embeddings in pinned host RAM, read by the GPU a row a token (the kit's SGLang adapter; "
+              "lossless): pool {p.kv_pool_tokens:,} tokens; decode {tok_s} tok/s; "
+              + (kt.EMBED_HOST_MEASURED if base.hybrid is not None else kt.EMBED_HOST_UNRUN), kt_embed_host="on")
     if knobs.tp == 1:
         trial("needs a second card of this size; weights and KV split per rank; decode ceiling "
               "{tok_s} tok/s per rank-bandwidth", tp=2)
