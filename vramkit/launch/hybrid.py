@@ -265,7 +265,8 @@ KT_COMPAT_INSIDE = "/opt/vramkit-kt"     # the adapter's folder in a container (
 class EmbedOnly:
     """A server without the hybrid mode whose token embeddings move to pinned host RAM (kt_embed_host on): the kit's
     adapter on SGLang's path, natively (PYTHONPATH: its sitecustomize installs the import hook that wraps the load)
-    and in the official image (its folder mounted read-only there)."""
+    and in the official image (its folder mounted read-only there; that image sets no PYTHONPATH of its own: SGLang's
+    docker/Dockerfile installs it with `pip install -e`, read 2026-11-28)."""
 
     def adapter_env(self) -> dict[str, str]:
         assert EMBED_ENV is not None
