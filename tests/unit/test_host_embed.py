@@ -275,6 +275,29 @@ def test_a_copy_the_driver_refuses_leaves_the_table_on_the_gpu_and_the_server_up
     assert not hasattr(m.model.embed_tokens, "_vramkit_host_embed")
 
 
+def test_up_warns_when_the_started_server_kept_the_embeddings_on_the_gpu():
+    """`vramkit up` reads the started server's log: the adapter's own lines (made here by the adapter itself) say
+    whether the table moved; where it stayed, the warning gives the reason and the pool against the plan, and where
+    no line came at all the adapter was not on SGLang's path."""
+    from vramkit.launch import steps
+    a = _adapter()
+    moved = "vramkit_kt_compat: " + a.move_embed(_model(), to_host=lambda w: w.detach().clone(), view=lambda h: h,
+                                                 empty_cache=lambda: None)
+    stayed = "vramkit_kt_compat: " + a.move_embed(_model(tied=True))
+    pool = "max_total_num_tokens=34349, chunked_prefill_size=2048, max_running_requests=8, context_len=32768"
+    p = plan(catalog.model(DENSE), _desktop_target(), Knobs(**(catalog.presets()["optimized"].knobs
+                                                                 | {"kt_embed_host": "on"})), catalog.engine(),
+             with_alternatives=False)
+    assert p.host_embed_bytes and steps.embed_warning(p, f"{moved}\n{pool}") is None
+    said = steps.embed_warning(p, f"{stayed}\n{pool}")
+    assert said is not None and "the lm_head is tied to the embeddings" in said
+    assert f"KV pool 34,349 tokens against the plan's {p.kv_pool_tokens:,}" in said and "--kt-embed-host off" in said
+    assert "not on SGLang's path" in (steps.embed_warning(p, pool) or "")
+    off = plan(catalog.model(DENSE), _desktop_target(), Knobs(**catalog.presets()["optimized"].knobs), catalog.engine(),
+               with_alternatives=False)
+    assert steps.embed_warning(off, pool) is None        # nothing was moved: nothing to check
+
+
 def test_pageable_memory_has_no_device_view():
     with pytest.raises(AssertionError, match="page-locked"):
         _adapter()._HostView(torch.zeros(4, 4, dtype=torch.int16))

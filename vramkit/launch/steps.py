@@ -131,6 +131,25 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
         sleep(2.0)
 
 
+EMBED_MOVED = "VRAMKIT_KT_EMBED_HOST=on: embed_tokens"     # the adapter's line when it moved the table
+EMBED_STAYED = "VRAMKIT_KT_EMBED_HOST: "                    # ... and when it left it on the GPU, with the reason
+
+
+def embed_warning(plan, log_text: str) -> str | None:
+    """Where the plan moved the token embeddings to host RAM (kt_embed_host) but the started server's log does not
+    show the adapter moving them: what happened and what the pool came to against the plan (None: as planned, or
+    nothing was moved). The adapter leaves the table on the GPU rather than fail the load (vramkit_host_embed.py),
+    and the pool is then that much smaller than the plan."""
+    if not plan.host_embed_bytes or EMBED_MOVED in log_text:
+        return None
+    said = next((ln.split(EMBED_STAYED, 1)[1].strip() for ln in log_text.splitlines() if EMBED_STAYED in ln), None)
+    why = said or "the kit's adapter did not report the move (it is not on SGLang's path)"
+    pool = sglang_log.parse(log_text).values.get("max_total_num_tokens")
+    return (f"the token embeddings stayed on the GPU: {why}; KV pool "
+            + (f"{int(pool):,} tokens" if pool is not None else "not logged")
+            + f" against the plan's {plan.kv_pool_tokens:,} -> `--kt-embed-host off` plans the server as it runs")
+
+
 def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
     """A few short generations so the first user request does not pay one-time costs."""
     lat = []
