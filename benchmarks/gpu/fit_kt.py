@@ -37,6 +37,7 @@ from moe_session import last_flag, plan_split, ran_whole_layers  # noqa: E402
 from vramkit import catalog  # noqa: E402
 from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
 from vramkit.core.plan.planner import FOUR_STREAM_CONTEXT, Knobs, Plan, Target, plan  # noqa: E402
+from vramkit.launch.steps import EMBED_MOVED  # noqa: E402
 
 GiB = 2**30
 RES = ROOT / "benchmarks" / "results" / "gpu"
@@ -375,8 +376,7 @@ def run_knobs(run: dict | None, p: Point) -> dict:
     logged = evidence(p)
     # the token embeddings: where the server's log says the adapter moved them (the preset's "auto" since 2026-11-28's
     # twenty-fourth session, or --kt-embed-host on), else on the GPU, as every point before ran
-    knobs.setdefault("kt_embed_host", "on" if re.search(r"VRAMKIT_KT_EMBED_HOST=on: embed_tokens .* moved", logged)
-                     else "off")
+    knobs.setdefault("kt_embed_host", "on" if EMBED_MOVED in logged else "off")
     knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args, logged) else "off")
     # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else the MoE method SGLang's log names for
     # a GPU layer, else moe_wna16: what auto gave every hybrid GPTQ run until whole layers took marlin, 2026-11-27's

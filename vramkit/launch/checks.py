@@ -42,10 +42,9 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
             checks.append(kt_kernel_check(spec, probe, resolved.hybrid.plan.kt_kernel))
     if p.host_ram_bytes:
         avail = host_ram()          # read again now: the plan's figure may be minutes old
-        need, reserve = host_ram_need(int(p.knobs.hicache_gb * 1e9), p.weights_pinned_host_bytes,
-                                      catalog.engine())
-        need += 0 if p.hybrid is not None else p.host_embed_bytes    # the moved token embeddings (no hybrid mode)
-        ok = avail - reserve >= need
+        # the plan's pinned figure (host cache, offloaded weights, the moved embeddings); SGLang's reserve beside it
+        _, reserve = host_ram_need(int(p.knobs.hicache_gb * 1e9), p.weights_pinned_host_bytes, catalog.engine())
+        ok = avail - reserve >= p.host_ram_bytes
         checks.append(Check.of("host-ram", ok, f"{bytes2human(p.host_ram_bytes)} pinned needed"
                             + (f" + {bytes2human(reserve, digits=0)} SGLang keeps free" if reserve else "")
                             + f", {bytes2human(avail)} available", Exit.HOST_MEMORY))

@@ -31,7 +31,7 @@ def compose_files(host: kt.HostCpu | None = None) -> dict[Path, str]:
         argv = sglang_args(model, p, model_path=model.hf_id, host="0.0.0.0", port=port)
         kt = {}
         if (adapter := hybrid.adapter_for(hybrid.for_plan(p), p)) is not None:
-            kt = adapter.compose_parts("services/sglang-kt" if p.hybrid is not None else "./services/sglang-kt")
+            kt = adapter.compose_parts("services/sglang-kt")
             argv += kt.get("args", [])
         fname = "docker-compose.qwen.yml" if preset.name == "baseline" else f"docker-compose.qwen-{preset.name}.yml"
         text = compose_yaml(project=f"vramkit-{preset.name}", preset=preset.name, model=model, gpu_name=gpu.label,

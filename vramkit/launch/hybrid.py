@@ -277,8 +277,11 @@ class EmbedOnly:
         return {"PYTHONPATH": str(KT_COMPAT_DIR) + (os.pathsep + old if old else "")} | self.adapter_env()
 
     def compose_parts(self, kt_service_dir: str) -> dict:
-        """The compose file's additions to the dense service: the adapter's folder and the two variables."""
-        return {"extra_volumes": (f"{kt_service_dir}/kt_compat:{KT_COMPAT_INSIDE}:ro  # the kit's SGLang adapter: "
+        """The compose file's additions to the dense service: the adapter's folder and the two variables. A relative
+        folder is written "./..." (Compose reads a bare name as a named volume, not a bind mount)."""
+        src = f"{kt_service_dir}/kt_compat"
+        src = src if src.startswith(("/", ".")) else "./" + src
+        return {"extra_volumes": (f"{src}:{KT_COMPAT_INSIDE}:ro  # the kit's SGLang adapter: "
                                   "its sitecustomize moves the token embeddings after the load",),
                 "extra_env": (f"PYTHONPATH: {KT_COMPAT_INSIDE}  # the adapter's folder (its sitecustomize)",
                               f"{EMBED_ENV}: on  # the token embeddings moved to pinned host RAM after the load, read "

@@ -15,7 +15,7 @@ from vramkit.core import progress, sglang_log
 from vramkit.core.plan.knobs import SGLANG_FLAGS
 from vramkit.core.render.sglang import compose_yaml, container_model_path, sglang_args
 from vramkit.errors import Exit, VramkitError
-from vramkit.launch.hybrid import adapter_for
+from vramkit.launch.hybrid import EMBED_ENV, adapter_for
 from vramkit.launch.settings import setting
 
 
@@ -131,8 +131,8 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
         sleep(2.0)
 
 
-EMBED_MOVED = "VRAMKIT_KT_EMBED_HOST=on: embed_tokens"     # the adapter's line when it moved the table
-EMBED_STAYED = "VRAMKIT_KT_EMBED_HOST: "                    # ... and when it left it on the GPU, with the reason
+EMBED_MOVED = f"{EMBED_ENV}=on: embed_tokens"     # the adapter's line when it moved the table (vramkit_host_embed.py)
+EMBED_STAYED = f"{EMBED_ENV}: "                    # ... and when it left it on the GPU, with the reason
 
 
 def embed_warning(plan, log_text: str) -> str | None:
