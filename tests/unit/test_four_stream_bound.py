@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 from vramkit import catalog
 from vramkit.core.plan import kt_hybrid as kt
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+from moe_session import whole_gpu_layers_logged  # noqa: E402
+
 RUN = ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-med"
 Q8_0_BYTES_PER_WEIGHT = 34 / 32          # ggml's Q8_0 block: 32 int8 weights and an fp16 scale
 
@@ -23,7 +27,8 @@ def test_the_readme_s_four_stream_bound_is_the_committed_sweep_over_the_experts_
     best = lambda t: max(r["bytes_per_s"] for k in ("rounds", "pinned") for r in sweeps[k] if r["threads"] == t)  # noqa: E731
     pairing = json.loads((ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-q8-16g.json").read_text())["engines"]
     evidence = (RUN / "k16-int8-preset.evidence.txt").read_text()
-    gpu_layers = int(evidence.split("VRAMKIT_KT_GPU_LAYERS=auto: experts of layers")[1].split("(")[1].split(" layers")[0])
+    gpu_layers = whole_gpu_layers_logged(evidence)
+    assert gpu_layers is not None
     kit_layers, llama_layers = len(moe.moe_layers) - gpu_layers, 28       # --n-cpu-moe 28, the pairing's best
     kit_expert = kt.cpu_expert_bytes(model, "AMXINT8")
     llama_expert = 3 * model.hidden_size * moe.expert_intermediate * Q8_0_BYTES_PER_WEIGHT
