@@ -192,7 +192,7 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 # the steps that need each part of the setup (has_any: any of them in STEPS)
 has_any() { local s; for s in "$@"; do has "$s" && return 0; done; return 1; }
-LLAMA_STEPS="embhost4 llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
+LLAMA_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
   llama-q8 lprefill8 lint8 med8 pair8 lt16 profile"
 INT4_STEPS="kit-16 kit-24 levers threads gptq-n"
 INT8_STEPS="embhost4 amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
@@ -202,9 +202,9 @@ INT8_STEPS="embhost4 amxint8 amxint8-levers threads threads24 gptq gptq-bf16 dia
 GPTQ_STEPS="embhost4 gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
-Q4_GGUF_STEPS="embhost4 llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
+Q4_GGUF_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
 need_llama=; has_any $LLAMA_STEPS && need_llama=1
-has embhost && [ "${EMBHOST_LLAMA:-0}" = 1 ] && need_llama=1     # its llama.cpp pair only when asked
+has_any embhost embhost4 && [ "${EMBHOST_LLAMA:-0}" = 1 ] && need_llama=1     # their llama.cpp pair only when asked
 need_int4=; has_any $INT4_STEPS && need_int4=1
 { has avx2-070; } && { [ -n "$(ls $S/kt/kt_kernel-0.7.0-*.whl 2>/dev/null)" ] || echo "avx2-070: no 0.7.0 wheel in $S/kt"; }
 need_int8=; has_any $INT8_STEPS && need_int8=1
@@ -262,7 +262,7 @@ c['torch_dtype'] = 'bfloat16'; json.dump(c, open('$FP8/config.json', 'w'), inden
   --kt-layout AMXINT8 --kt-threads "$THREADS" > "$RES/kt-int8.json" 2> "$RES/logs/kt-int8.err"
   step "KT AMXINT8 layout: $(tail -1 "$RES/kt-int8.json") ($(elapsed) s)"; }
 # the Q4_K_M GGUF (17 GB) only for the steps that run it: llama-q8 alone needs the disk for its 32.5 GB Q8_0 file
-has_any $Q4_GGUF_STEPS && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
+{ has_any $Q4_GGUF_STEPS || { has embhost4 && [ "${EMBHOST_LLAMA:-0}" = 1 ]; }; } && { [ -f $GGUF ] || python3 tools/make_random_gguf.py $MODEL_CFG $GGUF > "$RES/gguf.json" 2> "$RES/logs/gguf.err"
   step "GGUF: $(cat "$RES/gguf.json") ($(elapsed) s)"; }
 # the int4 GPU-experts lever: the same shape with Qwen's GPTQ-Int4 quantization_config (group 128, sym, attention
 # and experts 4-bit; config/models/qwen3-30b-a3b-gptq-int4, whose MoE shape is this one), dummy weights
@@ -926,13 +926,13 @@ if has embhost4; then  # the token embeddings in host RAM (the preset's auto sin
   # for the moe preset on the GPTQ config (the main table's 16 GiB row): their 0.58 GiB of bf16 give two more whole GPU
   # layers of GPTQ-Int4 experts, 38 of 48 against 36 at the H100 host's 15.31 GiB (derived: decode estimate 35.5
   # against 33.0 tok/s), beside them on the GPU (--kt-embed-host off), one machine, then llama.cpp's Q4_K_M pair.
-  # Written 2026-11-28, twenty-third session, not run yet (~20 min with the builds):
+  # Written 2026-11-28, twenty-third session; llama.cpp's pair only with EMBHOST_LLAMA=1 (~20 min with the builds):
   # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup embhost4"
   ballast 16
+  kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
   kit k16-preset-embgpu 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
     --kt-embed-host off
-  kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
-  lpair 16 11
+  [ "${EMBHOST_LLAMA:-0}" = 1 ] && lpair 16 11
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's

@@ -46,22 +46,20 @@ def _extra(tp: int, **knobs) -> str:
                                source_note="integration test", port=PORT)
 
 
-def _dense_embed() -> str:
-    """The first user's 14B (the optimized preset) with the token embeddings in host RAM (--kt-embed-host on): the
-    official image with the kit's adapter folder mounted and on its PYTHONPATH."""
+def _dense_embed_off() -> str:
+    """The first user's 14B (the optimized preset, whose auto moves the token embeddings to host RAM, mounting the
+    kit's adapter folder into the official image: docker-compose.qwen-optimized.yml) with --kt-embed-host off: the
+    plain official image, no adapter."""
     from dataclasses import replace
 
     from vramkit.launch import hybrid
     m, preset = catalog.model(GPTQ14), catalog.preset("optimized")
     p = plan(m, Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB),
-             replace(Knobs(**preset.knobs), kt_embed_host="on"), catalog.engine(), with_alternatives=False)
-    adapter = hybrid.adapter_for(None, p)
-    assert p.fits and p.hybrid is None and p.host_embed_bytes and isinstance(adapter, hybrid.EmbedOnly)
-    parts = adapter.compose_parts("./services/sglang-kt")
+             replace(Knobs(**preset.knobs), kt_embed_host="off"), catalog.engine(), with_alternatives=False)
+    assert p.fits and p.hybrid is None and not p.host_embed_bytes and hybrid.adapter_for(None, p) is None
     argv = render.sglang_args(m, p, model_path=m.hf_id, host="0.0.0.0", port=PORT)
-    return render.compose_yaml(project="vramkit-embed", preset="optimized", model=m, gpu_name="rtx-5060-ti-16gb", p=p,
-                               image=catalog.versions().sglang_image, argv=argv, gpu_ids=[0], port=PORT,
-                               extra_volumes=parts["extra_volumes"], extra_env=parts["extra_env"],
+    return render.compose_yaml(project="vramkit-embed-off", preset="optimized", model=m, gpu_name="rtx-5060-ti-16gb",
+                               p=p, image=catalog.versions().sglang_image, argv=argv, gpu_ids=[0], port=PORT,
                                source_note="integration test")
 
 
@@ -121,7 +119,7 @@ def _texts() -> dict[str, str]:
     out["offload-2"] = _extra(1, mem_fraction=0.8, cpu_offload_gib=2)
     out["moe-split"] = _moe_split()
     out["moe-gptq-prefill"] = _moe_prefill()
-    out["dense-embed-host"] = _dense_embed()
+    out["dense-embed-off"] = _dense_embed_off()
     return out
 
 
@@ -169,12 +167,12 @@ def test_compose_resolves_as_issue_2_asks(tmp_path, name):
     assert svc["environment"].get("VRAMKIT_KT_GPU_PREFILL") == {"moe-gptq-prefill": "256",
                                                                 "docker-compose.qwen-moe.yml": "1024"}.get(name)
     # the token embeddings in host RAM: where the plan moves them (the moe preset's auto, whole layers or the split;
-    # --kt-embed-host on), and nowhere else
+    # the optimized preset's auto), and nowhere else
     assert svc["environment"].get("VRAMKIT_KT_EMBED_HOST") == ("on" if name in (
-        "docker-compose.qwen-moe.yml", "moe-split", "moe-gptq-prefill", "dense-embed-host") else None)
+        "docker-compose.qwen-moe.yml", "moe-split", "moe-gptq-prefill", "docker-compose.qwen-optimized.yml") else None)
     # without the hybrid mode the official image gets the adapter's folder, read-only, on its PYTHONPATH
     mounted = [v for v in svc.get("volumes", []) if v["target"] == "/opt/vramkit-kt"]
-    if name == "dense-embed-host":
+    if name == "docker-compose.qwen-optimized.yml":
         assert svc["image"] == catalog.versions().sglang_image and svc["environment"]["PYTHONPATH"] == "/opt/vramkit-kt"
         assert len(mounted) == 1 and mounted[0]["read_only"] and mounted[0]["source"].endswith(
             "/services/sglang-kt/kt_compat")

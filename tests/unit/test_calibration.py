@@ -29,7 +29,8 @@ def _plan(d: dict):
     knobs = Knobs(context=d["context_length"] or model.max_position_embeddings, kv_dtype=d["kv_cache_dtype"],
                   mem_fraction=d["mem_fraction_static"], chunked_prefill=d["chunked_prefill_size"],
                   cuda_graph_max_bs=d["cuda_graph_max_bs_decode"], max_running=d["max_running_requests"],
-                  hicache_gb=d["hicache_size_gb"], cpu_offload_gib=d["cpu_offload_gb"], tp=d["tp"])
+                  hicache_gb=d["hicache_size_gb"], cpu_offload_gib=d["cpu_offload_gb"], tp=d["tp"],
+                  kt_embed_host=d.get("kt_embed_host", "off"))
     # an MXFP4 point run with --moe-runner-backend marlin has the layout SGLang gives SM120 cards
     mxfp4 = {"marlin": "marlin"}.get(d.get("moe_runner_backend", "auto"))
     return plan(model, Target(gpu=None, gpu_free_bytes=int(d["gpu_free_gib_at_start"] * GiB), mxfp4_backend=mxfp4),

@@ -31,6 +31,8 @@ def _engine() -> Engine:
     {"preset": "128k"},
     {"preset": "optimized", "tp": 2, "gpu": "rtx-4090-24gb"},
     {"preset": "optimized", "cpu_offload_gib": "3"},
+    {"preset": "optimized", "kt_embed_host": "off"},
+    {"preset": "moe"},
 ])
 def test_gpu_segments_add_up_to_the_card_and_the_peak(params):
     p = planning.plan_view(planning.parse_params(params), None, None)
@@ -42,6 +44,10 @@ def test_gpu_segments_add_up_to_the_card_and_the_peak(params):
     server = sum(s["bytes"] for s in m["gpu"] if s["key"] not in ("reserved", "free"))
     assert server == p["peak_vram_bytes"]
     assert all(s["bytes"] >= 0 for s in m["gpu"] if s["key"] != "free")
+    # the moved token embeddings (auto in these two presets, where the move can run) are drawn in host RAM
+    moves = params["preset"] in ("optimized", "moe") and not {"kt_embed_host", "tp", "cpu_offload_gib"} & set(params)
+    host = {s["key"]: s["bytes"] for s in m["host"]}
+    assert host.get("embed", 0) == p["host_embed_bytes"] and (p["host_embed_bytes"] > 0) == moves
 
 
 def test_the_graph_segment_is_the_planners_decode_graph_constant():
@@ -84,7 +90,8 @@ def test_server_info_of_a_real_run_replans_to_what_it_measured():
     assert knobs["mem_fraction"] == 0.8 and knobs["kv_dtype"] == "fp8_e5m2"
     assert knobs["cuda_graph_max_bs"] == 8 and knobs["hicache_gb"] == 8
     params = planning.running_params({"preset": "optimized", "model": calib["model"]}, info,
-                                     calib["measured"]["log_figures_gib"]["load_begin_avail"])
+                                     calib["measured"]["log_figures_gib"])
+    assert params["kt_embed_host"] == "off"      # that run's log has no adapter line: the table stayed on the GPU
     plan = planning.plan_view(params, None, None)
     rows = {r["what"]: r for r in predicted_vs_actual(plan, plan["memory"], info, None,
                                                       calib["measured"]["peak_vram_bytes"])}

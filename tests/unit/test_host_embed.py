@@ -15,6 +15,7 @@ import torch
 from tests.repo_modules import load_module
 from tests.unit.test_gpu_prefill import ROOT, _desktop_target, _plan
 from vramkit import catalog
+from vramkit.core import sglang_log
 from vramkit.core.memory.weight_load import pinned_size
 from vramkit.core.plan import knobs as knob_decl
 from vramkit.core.plan import kt_hybrid as kt
@@ -51,8 +52,8 @@ def test_the_embeddings_gpu_memory_becomes_one_more_whole_gpu_layer_at_16_gb(cap
 
 def test_auto_keeps_them_on_the_gpu_where_the_move_cannot_run_and_says_why():
     """Where `on` is refused (test below), the preset's auto plans the embeddings on the GPU: a tied head gets the
-    plan it had before the lever, with one note. Without the hybrid mode auto leaves them too (measured on hybrid
-    plans only) and says `on` moves them."""
+    plan it had before the lever, with one note; with or without the hybrid mode (auto moves an untied table on both,
+    measured on the moe preset and on the optimized preset's 14B)."""
     model = replace(catalog.model(FP8), tie_word_embeddings=True)
     knobs = Knobs(**catalog.presets()["moe"].knobs)
     assert knobs.kt_embed_host == "auto"
@@ -62,11 +63,16 @@ def test_auto_keeps_them_on_the_gpu_where_the_move_cannot_run_and_says_why():
     assert auto.kv_pool_tokens == off.kv_pool_tokens and not [r for r in auto.reasons if r.kind == "kt_embed_host"]
     said = [n for n in auto.notes if n.startswith("--kt-embed-host auto:")]
     assert len(said) == 1 and "stay on the GPU" in said[0] and "ties its lm_head" in said[0]
+    # without the hybrid mode auto moves them too (measured on the optimized preset's 14B), and a tied head stays
     dense = plan(catalog.model(FP8), _desktop_target(), replace(knobs, kt_method=None, kt_gpu_prefill=0),
                  catalog.engine(), with_alternatives=False)
     said = [n for n in dense.notes if "kt-embed-host" in n]
-    assert dense.hybrid is None and dense.host_embed_bytes == 0
-    assert len(said) == 1 and "auto moves them on hybrid MoE plans" in said[0] and "--kt-embed-host on moves" in said[0]
+    assert dense.hybrid is None and dense.host_embed_bytes == GiB
+    assert len(said) == 1 and kt.EMBED_HOST_DENSE in said[0]
+    tied = plan(model, _desktop_target(), replace(knobs, kt_method=None, kt_gpu_prefill=0), catalog.engine(),
+                with_alternatives=False)
+    said = [n for n in tied.notes if "kt-embed-host" in n]
+    assert tied.host_embed_bytes == 0 and len(said) == 1 and "ties its lm_head" in said[0]
 
 
 @pytest.mark.parametrize("ram, moved, why", [
@@ -122,18 +128,23 @@ def test_the_server_runs_are_what_the_readme_and_the_plan_quote():
     assert f"decode {r0:.2f}x at depth 0 and {three} after 512 / 8K / 30K-token prompts, 4 streams {r4:.2f}x" in preset
 
 
-def test_without_the_hybrid_mode_on_moves_them_and_the_pool_grows_by_their_size(capsys, monkeypatch):
-    """The first user's 14B on a 16 GB card (the optimized preset): `on` moves its 1.45 GiB table (opt-in there,
-    derived, not yet run in a dense server), the pool grows by that many bytes of KV, the pinned copy counts in the
-    plan's host RAM, and the server gets the adapter on its path: natively through PYTHONPATH, in compose through
-    the mounted folder (tests/integration/test_render_compose.py)."""
+def test_without_the_hybrid_mode_auto_moves_them_and_the_pool_grows_by_their_size(capsys, monkeypatch):
+    """The first user's 14B on a 16 GB card (the optimized preset, whose default is auto): its 1.45 GiB table moves,
+    the pool grows by that many bytes of KV, the pinned copy counts in the plan's host RAM, and the server gets the
+    adapter on its path: natively through PYTHONPATH, in compose through the mounted folder
+    (tests/integration/test_render_compose.py). `on` gives the same plan, `off` the one without the move."""
     from vramkit.cli import main
     from vramkit.launch import hybrid
     args = ["plan", "--preset", "optimized", "--gpu", "rtx-5060-ti-16gb", "--host-ram-gib", "64", "--json"]
-    assert main(args) == 0
+    assert main([*args, "--kt-embed-host", "off"]) == 0
     off = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    auto = json.loads(capsys.readouterr().out)
     assert main([*args, "--kt-embed-host", "on"]) == 0
     on = json.loads(capsys.readouterr().out)
+    assert auto["knobs"]["kt_embed_host"] == "auto"
+    assert {k: v for k, v in auto.items() if k not in ("knobs", "notes")} == \
+        {k: v for k, v in on.items() if k not in ("knobs", "notes")}
     assert off["fits"] and on["fits"] and on["hybrid"] is None and off["host_embed_bytes"] == 0
     table = catalog.model(DENSE).vocab_size * catalog.model(DENSE).hidden_size * 2
     freed, pinned = kt.embed_host_bytes(table)
@@ -142,34 +153,48 @@ def test_without_the_hybrid_mode_on_moves_them_and_the_pool_grows_by_their_size(
     grown = on["kv_pool_tokens"] - off["kv_pool_tokens"]
     assert abs(grown * on["kv_bytes_per_token"] - freed) < 2 * on["kv_bytes_per_token"] * 64     # pages of 64 tokens
     assert on["server_env"] == {"VRAMKIT_KT_EMBED_HOST": "on"} and "server_env" not in off
-    said = next(n for n in on["notes"] if n.startswith("--kt-embed-host on:"))
+    said = next(n for n in auto["notes"] if n.startswith("--kt-embed-host auto:"))
     assert kt.EMBED_HOST_DENSE in said and "1.45 GiB" in said
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     env = hybrid.EmbedOnly().native_env()
     assert env == {"PYTHONPATH": f"{hybrid.KT_COMPAT_DIR}:/elsewhere", "VRAMKIT_KT_EMBED_HOST": "on"}
     assert (hybrid.KT_COMPAT_DIR / "sitecustomize.py").is_file()
-    # auto (the knob's value for the moe preset) leaves a dense plan as it was, and says `on` moves them
-    assert main([*args, "--kt-embed-host", "auto"]) == 0
-    auto = json.loads(capsys.readouterr().out)
-    assert auto["kv_pool_tokens"] == off["kv_pool_tokens"] and auto["host_embed_bytes"] == 0
-    assert any("auto moves them on hybrid MoE plans" in n for n in auto["notes"])
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert (f"the optimized preset's KV pool grows from {off['kv_pool_tokens']:,} to {on['kv_pool_tokens']:,} tokens"
             in readme) and f"`embed_tokens` ({freed / GiB:.2f} GiB; {pinned / GiB:.2f} GiB pinned)" in readme
 
 
+def test_the_dense_server_runs_are_what_the_plan_and_the_preset_quote():
+    """benchmarks/calibration/opt-embed-16g-h200.json beside opt-f085-16g-h200.json (one H200 machine at 16 GiB): the
+    figures the plan's note, the preset and the README quote; the move cost nothing measurable in decode or TTFT."""
+    cal = ROOT / "benchmarks/calibration"
+    on, off = (json.loads((cal / f"{n}.json").read_text()) for n in ("opt-embed-16g-h200", "opt-f085-16g-h200"))
+    assert on["kt_embed_host"] == "on" and off["kt_embed_host"] == "off" and on["device"] == off["device"]
+    pool = f"{on['measured']['kv_pool_tokens']:,} tokens against {off['measured']['kv_pool_tokens']:,}"
+    dec = f"{on['probe']['decode_256']['decode_tok_s']:.1f} tok/s against {off['probe']['decode_256']['decode_tok_s']:.1f}"
+    ttft = f"{on['probe']['long']['ttft_s']:.2f} s against {off['probe']['long']['ttft_s']:.2f}"
+    preset = " ".join((ROOT / "config/presets.toml").read_text().replace("\n#", "\n").split())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for text in (kt.EMBED_HOST_DENSE, preset, readme):
+        assert pool in text and dec in text and ttft in text
+    assert abs(on["probe"]["decode_256"]["decode_tok_s"] / off["probe"]["decode_256"]["decode_tok_s"] - 1) < 0.02
+
+
 def test_a_plan_that_does_not_fit_offers_the_move_where_it_would():
     """The 14B at a 48K context on a 16 GB card: the pool falls short by less than the embeddings' size, so the
-    alternatives offer --kt-embed-host on, re-planned (it fits), labelled as not yet run without the hybrid mode; a
-    tied table is never offered it."""
+    alternatives of the plan with them on the GPU offer --kt-embed-host on, re-planned (it fits), with what the
+    dense server measured; a tied table is never offered it."""
     target = _desktop_target()
-    knobs = Knobs(**(catalog.presets()["optimized"].knobs | {"context": 49152}))
+    knobs = Knobs(**(catalog.presets()["optimized"].knobs | {"context": 49152, "kt_embed_host": "off"}))
     base = plan(catalog.model(DENSE), target, knobs, catalog.engine())
     offered = [a for a in base.alternatives if a.knobs == {"kt_embed_host": "on"}]
     assert not base.fits and len(offered) == 1 and offered[0].fits
     moved = plan(catalog.model(DENSE), target, replace(knobs, kt_embed_host="on"), catalog.engine(),
                  with_alternatives=False)
-    assert f"pool {moved.kv_pool_tokens:,} tokens" in offered[0].cost and kt.EMBED_HOST_UNRUN in offered[0].cost
+    assert f"pool {moved.kv_pool_tokens:,} tokens" in offered[0].cost and kt.EMBED_HOST_DENSE in offered[0].cost
+    # the preset's own auto moves them by itself there, and fits
+    auto = plan(catalog.model(DENSE), target, replace(knobs, kt_embed_host="auto"), catalog.engine())
+    assert auto.fits and auto.kv_pool_tokens == moved.kv_pool_tokens
     assert offered[0].change == "the token embeddings in host RAM (--kt-embed-host on)"
     # a tied table (the head shares it: the 14B's plan drops one 1.45 GiB copy) at a context it does not fit either
     tied = plan(replace(catalog.model(DENSE), tie_word_embeddings=True), target, replace(knobs, context=65536),
@@ -289,11 +314,15 @@ def test_up_warns_when_the_started_server_kept_the_embeddings_on_the_gpu():
                                                                  | {"kt_embed_host": "on"})), catalog.engine(),
              with_alternatives=False)
     assert p.host_embed_bytes and steps.embed_warning(p, f"{moved}\n{pool}") is None
+    # the dashboard re-plans a running server from the same line (sglang_log: kt_embed_host is not an SGLang flag)
+    assert sglang_log.parse(f"{moved}\n{pool}").values.get("embed_moved") is not None
+    assert "embed_moved" not in sglang_log.parse(f"{stayed}\n{pool}").values
     said = steps.embed_warning(p, f"{stayed}\n{pool}")
     assert said is not None and "the lm_head is tied to the embeddings" in said
     assert f"KV pool 34,349 tokens against the plan's {p.kv_pool_tokens:,}" in said and "--kt-embed-host off" in said
     assert "not on SGLang's path" in (steps.embed_warning(p, pool) or "")
-    off = plan(catalog.model(DENSE), _desktop_target(), Knobs(**catalog.presets()["optimized"].knobs), catalog.engine(),
+    off = plan(catalog.model(DENSE), _desktop_target(), Knobs(**(catalog.presets()["optimized"].knobs
+                                                                 | {"kt_embed_host": "off"})), catalog.engine(),
                with_alternatives=False)
     assert steps.embed_warning(off, pool) is None        # nothing was moved: nothing to check
 

@@ -184,14 +184,20 @@ def test_plan_does_not_fit():
 
 
 def test_host_ram_too_small_for_hicache():
-    """8 GB of host cache + the 10 GiB SGLang keeps free does not fit in 12 GiB of available RAM."""
+    """8 GB of host cache + the 10 GiB SGLang keeps free does not fit in 12 GiB of available RAM (the preset's auto
+    then keeps the token embeddings on the GPU: no room for their pinned copy either); with them moved (on) the
+    check counts their 2 GiB too."""
     small = _resolved("--preset", "optimized", host_ram_gib=12)
+    assert not small.plan.host_embed_bytes
     checks = _preflight(small, host_ram=12 * GiB)
     c = checks["host-ram"]
     assert (c.ok, c.fatal, c.code) == (False, True, Exit.HOST_MEMORY)
     assert "7.45 GiB pinned needed + 10 GiB SGLang keeps free, 12.00 GiB available" == c.detail
     enough = _preflight(small, host_ram=(8e9 / GiB + 10.01) * GiB)["host-ram"]
     assert enough.ok
+    moved = _resolved("--preset", "optimized", "--kt-embed-host", "on", host_ram_gib=12)
+    c = _preflight(moved, host_ram=12 * GiB)["host-ram"]
+    assert not c.ok and "9.45 GiB pinned needed + 10 GiB SGLang keeps free, 12.00 GiB available" == c.detail
 
 
 def test_host_ram_too_small_exits_host_memory():

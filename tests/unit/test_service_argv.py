@@ -65,13 +65,13 @@ def test_the_moe_unit_carries_the_weights_and_the_adapter(capsys, tmp_path):
 
 
 def test_a_dense_unit_with_the_embeddings_in_host_ram_carries_the_adapter(capsys, tmp_path):
-    """--kt-embed-host on without the hybrid mode: the unit puts the kit's adapter on SGLang's path as `vramkit up`
-    does, and the preset without it starts the plain server."""
-    assert main(["install-service", "--dir", str(tmp_path / "u"), "--preset", "optimized", "--kt-embed-host", "on",
-                 *COMMON]) == 0
+    """The optimized preset (its auto moves the token embeddings without the hybrid mode): the unit puts the kit's
+    adapter on SGLang's path as `vramkit up` does; with --kt-embed-host off it starts the plain server."""
+    assert main(["install-service", "--dir", str(tmp_path / "u"), "--preset", "optimized", *COMMON]) == 0
     out = capsys.readouterr().out
     assert "PYTHONPATH=" in out and "services/sglang-kt/kt_compat" in out and "VRAMKIT_KT_EMBED_HOST=on" in out
-    assert main(["install-service", "--dir", str(tmp_path / "u"), "--preset", "optimized", *COMMON]) == 0
+    assert main(["install-service", "--dir", str(tmp_path / "u"), "--preset", "optimized", "--kt-embed-host", "off",
+                 *COMMON]) == 0
     plain = capsys.readouterr().out
     assert "PYTHONPATH=" not in plain and "VRAMKIT_KT_EMBED_HOST" not in plain
 

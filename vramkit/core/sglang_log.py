@@ -33,9 +33,11 @@ _PATTERNS = {
     "context_len": r"max_total_num_tokens=.*?context_len=(\d+)",
     "max_running_requests": r"max_total_num_tokens=.*?max_running_requests=(\d+)",
     "available_after_start": r"max_total_num_tokens=.*?available_gpu_mem=([\d.]+) GB",
+    # the kit's adapter (services/sglang-kt/kt_compat), not SGLang: the token embeddings moved to pinned host RAM
+    "embed_moved": r"VRAMKIT_KT_EMBED_HOST=on: embed_tokens \(([\d.]+) GiB\) moved",
 }
 _GIB_KEYS = {"dist_init_mem", "load_begin_avail", "load_end_avail", "weights", "pool_end_avail", "graph_begin_avail",
-             "graph_mem", "graph_end_avail", "available_after_start"}
+             "graph_mem", "graph_end_avail", "available_after_start", "embed_moved"}
 
 # Start-up phases in order: (marker in the log, what to tell the user)
 PHASES = [

@@ -106,11 +106,13 @@ def plan_view(params: dict[str, Any], read_gpu: Callable | None, read_host: Call
     return d
 
 
-def running_params(record: dict, server_info: dict | None, load_begin_avail_gib: float | None) -> dict[str, Any]:
+def running_params(record: dict, server_info: dict | None, log_figures: dict | None) -> dict[str, Any]:
     """The explorer fields that re-plan a running server: its model and preset from the kit's state
     record, its knobs from SGLang's own /server_info, the free memory SGLang saw when it began loading
-    weights from its log ("Load weight begin. avail mem", measured). Without that log line the plan is for
-    the card NVML names (`gpu auto` is not used: with the server up, NVML's free memory is not the start's)."""
+    weights from its log ("Load weight begin. avail mem", measured), and from the same log whether the kit's
+    adapter moved the token embeddings to host RAM (kt_embed_host is not an SGLang flag: the log says what ran).
+    Without that log line the plan is for the card NVML names (`gpu auto` is not used: with the server up,
+    NVML's free memory is not the start's)."""
     params: dict[str, Any] = {}
     if record.get("preset"):
         params["preset"] = record["preset"]
@@ -121,6 +123,9 @@ def running_params(record: dict, server_info: dict | None, load_begin_avail_gib:
     if server_info:
         for k, v in knobs_from_server_info(server_info).items():
             params[k] = v
-    if load_begin_avail_gib is not None:
-        params["gpu_free_gib"] = load_begin_avail_gib
+    figs = log_figures or {}
+    if figs.get("load_begin_avail") is not None:
+        params["gpu_free_gib"] = figs["load_begin_avail"]
+    if figs.get("weights") is not None:      # the load ended: the adapter's line, if any, came before the pool
+        params["kt_embed_host"] = "on" if figs.get("embed_moved") is not None else "off"
     return params

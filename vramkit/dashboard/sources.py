@@ -170,7 +170,7 @@ class LiveSource:
 
     def predict_running(self, record: dict, info: dict | None, loads: dict | None, log_figs: dict, snap,
                         nvml_view: dict) -> dict:
-        params = planning.running_params(record, info, log_figs.get("load_begin_avail"))
+        params = planning.running_params(record, info, log_figs)
         if "gpu_free_gib" not in params:
             name = _nvml_card_name(snap)
             if name:

@@ -43,9 +43,15 @@ def memory_segments(plan: dict[str, Any], card_total_bytes: int | None,
                 + (" + expert-location maps" if plan.get("expert_maps_bytes") else ""), startup, "engine.toml",
                 "other")]
     parts = {k: int(v) for k, v in plan["weights_on_gpu_by_component"].items()}
+    # the token embeddings moved to host RAM after the load (kt_embed_host): their allocator segment, the table
+    # rounded up, leaves the GPU
+    moved = int(plan.get("embed_freed_bytes") or 0)
+    rounding = max(0, moved - parts.get("embed_tokens", 0))
+    if moved:
+        parts["embed_tokens"] = max(0, parts.get("embed_tokens", 0) - moved)
     for name, n in parts.items():
         gpu.append(_seg(f"weights.{name}", f"weights: {name}", n, "planner", "weights"))
-    load_overhead = int(plan["weights_load_overhead_bytes"])
+    load_overhead = int(plan["weights_load_overhead_bytes"]) - rounding
     if load_overhead > 0:
         gpu.append(_seg("weights.load", "weights: load overhead (rope cache, allocator)", load_overhead,
                         "planner", "weights"))
@@ -66,6 +72,9 @@ def memory_segments(plan: dict[str, Any], card_total_bytes: int | None,
         # what they pin: each tensor rounded up to a power of two
         host.append(_seg("offload", "offloaded weights (pinned)", int(plan["weights_pinned_host_bytes"]), "planner",
                          "host"))
+    if plan.get("host_embed_bytes"):
+        host.append(_seg("embed", "token embeddings (pinned; the GPU reads a row a token)",
+                         int(plan["host_embed_bytes"]), "planner", "host"))
     pinned = sum(s["bytes"] for s in host)
     if host and host_available_bytes:
         host.append(_seg("host-free", "host RAM left available (psutil, measured)", host_available_bytes - pinned,

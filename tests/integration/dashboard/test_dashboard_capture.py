@@ -59,7 +59,7 @@ def test_replayed_page_says_whose_capture_it_shows(tmp_path, state_dir, dashboar
 
 def test_replay_of_a_real_runs_server_draws_predicted_vs_actual(tmp_path, state_dir, dashboard_cli):
     """A capture assembled from committed GPU-host data (the /server_info SGLang returned on the H100 held
-    to 16 GiB, and that configuration's log figure), through the same prediction code as a live capture:
+    to 16 GiB, and that configuration's log figures: no adapter line, the embeddings stayed on the GPU), through the same prediction code as a live capture:
     the page draws the predicted-vs-actual table from it."""
     out, d = capture(tmp_path)
     assert out.returncode == 0, out.stderr
@@ -67,7 +67,7 @@ def test_replay_of_a_real_runs_server_draws_predicted_vs_actual(tmp_path, state_
     calib = json.loads((REPO / "benchmarks/calibration/opt-16g.json").read_text())
     record = {"name": "vramkit-optimized", "preset": "optimized", "model": calib["model"], "port": 30000}
     server = {"url": "http://127.0.0.1:30000", "running": True, "record": record, "server_info": bench["server"],
-              "loads": None, "sglang_memory": {}, "sglang_metrics": {}, "log_figures": {"load_begin_avail": 15.33},
+              "loads": None, "sglang_memory": {}, "sglang_metrics": {}, "log_figures": calib["measured"]["log_figures_gib"],
               "nvml": {"bytes": calib["measured"]["peak_vram_bytes"], "how": "NVML peak (calibration run)"}}
 
     class Recorded(LiveSource):

@@ -271,10 +271,10 @@ class Knobs:
         "off", str, "", "on = the token embeddings move to pinned host RAM once the weights are loaded, and the GPU "
         "reads a token's row over the bus (the kit's SGLang adapter): their GPU memory goes to the KV pool and, on a "
         "hybrid MoE plan, to more GPU experts (a 30B coder's 0.58 GiB: one more whole FP8 layer at 16 GB; a 14B's "
-        "1.45 GiB: ~16K more fp8 KV tokens, not yet run without the hybrid mode); auto = on for a hybrid plan where "
-        "it can run (tp 1, an untied bf16 table) and fits with a tenth of the host RAM left free, else off with the "
-        "reason. Lossless. Measured on one H200 machine at 16 GiB: decode 0.99x at depth 0, 1.05-1.12x after "
-        "512-30K-token prompts",
+        "1.45 GiB: ~16K more fp8 KV tokens); auto = on where it can run (tp 1, an untied bf16 table, no "
+        "--cpu-offload-gb) and the plan fits with a tenth of the host RAM left free, else off with the reason. "
+        "Lossless. Measured on one H200 machine at 16 GiB each: the FP8 MoE preset decoded 0.99x at depth 0, "
+        "1.05-1.12x after 512-30K-token prompts; the 14B's pool 1.40x, decode 1.00x",
         choices=EMBED_HOST, env="VRAMKIT_KT_EMBED_HOST")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,

@@ -162,6 +162,7 @@ class Plan:
     weights_load_overhead_bytes: int = 0  # the load beyond its tensors: rope cache, workspaces, allocator rounding
     hicache_bytes: int = 0      # the hierarchical cache's pinned host pool (--hicache-size, GB)
     host_embed_bytes: int = 0   # the token embeddings pinned in host RAM (kt_embed_host; 0: they stay on the GPU)
+    embed_freed_bytes: int = 0  # ... and the GPU memory their move gives back (in weights_bytes, as SGLang logs it)
     reasons: tuple[Reason, ...] = ()
     notes: tuple[str, ...] = ()
     alternatives: tuple[Alternative, ...] = ()
@@ -277,7 +278,7 @@ def plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with
 
 def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, with_alternatives: bool,
           candidates: tuple[ModelSpec, ...]) -> Plan:
-    """`plan` with kt_gpu_prefill resolved and kt_embed_host's auto taken as "on where a hybrid plan allows it"
+    """`plan` with kt_gpu_prefill resolved and kt_embed_host's auto taken as "on where the plan allows it"
     (_auto_embed then checks that the plan still fits and leaves host RAM free)."""
     reasons: list[Reason] = []
     notes: list[str] = []
@@ -377,14 +378,14 @@ def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, wit
     weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
     # kt_embed_host: the token embeddings leave the GPU after the load (counted in the weights, as SGLang logs them)
     hybrid_plan = n_gpu_experts is not None
-    embed_freed, embed_pinned = _embed_freed(layout, knobs, model, tp, hybrid_plan, offloaded)
+    embed_freed, embed_pinned = _embed_freed(layout, knobs, model, tp, offloaded)
     resident = weights_gpu - embed_freed      # the weights the GPU keeps once the server is up
     if knobs.kt_embed_host != "off":
         flag, asked = by_name()["kt_embed_host"].cli_flag, knobs.kt_embed_host
         if (cannot := kt.embed_host_problem(model, tp, offloaded)) is not None:
             if asked == "on":
                 reasons.append(Reason("kt_embed_host", f"{flag} on: {cannot}; off keeps the embeddings on the GPU"))
-            elif hybrid_plan:     # auto on a hybrid plan: say why they stay
+            else:     # auto: say why they stay
                 notes.append(f"{flag} auto: the token embeddings stay on the GPU: {cannot}")
         elif embed_freed:
             notes.append(f"{flag} {asked}: the token embeddings ({bytes2human(embed_freed)}) move to pinned host RAM "
@@ -392,9 +393,6 @@ def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, wit
                          "to a power of two) and the GPU reads a token's row over the bus; the weights row counts them "
                          "as SGLang's \"Load weight end\" does, and the KV pool gets their GPU memory; "
                          + (kt.EMBED_HOST_MEASURED if hybrid_plan else kt.EMBED_HOST_DENSE))
-        else:     # auto without the hybrid mode: opt-in there
-            notes.append(f"{flag} auto: the token embeddings stay on the GPU: auto moves them on hybrid MoE plans, "
-                         f"where it was measured; {flag} on moves them here ({kt.EMBED_HOST_UNRUN})")
 
     # 3. KV pool
     rest = _pool_room(free, pre_load, resident, engine, frac)
@@ -555,7 +553,7 @@ def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, wit
         buffers_bytes=engine.pre_kv + req_to_token + engine.post_kv_misc + engine.attention_backend + host_map,
         graphs_bytes=graphs, comm_runtime_bytes=comm_runtime,
         weights_on_gpu_by_component=weights_on_gpu(comps, offloaded), hicache_bytes=hicache_bytes,
-        host_embed_bytes=embed_pinned,
+        host_embed_bytes=embed_pinned, embed_freed_bytes=embed_freed,
         reasons=tuple(reasons), notes=tuple(notes), hybrid=hybrid, serving=model.serving,
     )
     if with_alternatives and not p.fits:
@@ -608,22 +606,24 @@ def _auto_embed(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, 
     prompt path's auto does; else the plan with them on the GPU and a note why. Inside kt_gpu_prefill's auto, so the
     prompt path (the larger lever) keeps the host RAM first."""
     on = _plan(model, target, knobs, engine, with_alternatives=False, candidates=candidates)
-    if on.hybrid is None or not on.hybrid.host_embed_bytes:      # not moved: the plan says why where it matters
+    if not on.host_embed_bytes:      # not moved: the plan says why
         return on if on.fits or not with_alternatives else \
             _plan(model, target, knobs, engine, with_alternatives=True, candidates=candidates)
     ram = target.host_ram_available_bytes
-    flag, moved = by_name()["kt_embed_host"].cli_flag, bytes2human(on.hybrid.host_embed_bytes)
+    held = on.hybrid.host_ram_bytes if on.hybrid is not None else on.host_ram_bytes
+    flag, moved = by_name()["kt_embed_host"].cli_flag, bytes2human(on.host_embed_bytes)
     if not on.fits:
         why = f"the plan does not fit with their {moved} pinned in host RAM ({on.reasons[0]})"
-    elif ram is not None and on.hybrid.host_ram_bytes > (1 - kt.AUTO_PREFILL_HOST_HEADROOM) * ram:
-        why = (f"with their {moved} pinned the server would hold {bytes2human(on.hybrid.host_ram_bytes)} of the "
+    elif ram is not None and held > (1 - kt.AUTO_PREFILL_HOST_HEADROOM) * ram:
+        why = (f"with their {moved} pinned the server would hold {bytes2human(held)} of the "
                f"{bytes2human(ram)} available, more than {100 * (1 - kt.AUTO_PREFILL_HOST_HEADROOM):.0f} % (auto "
                f"leaves the rest to the desktop; {flag} on asks for it anyway)")
     else:
         return on
     off = _plan(model, target, replace(knobs, kt_embed_host="off"), engine, with_alternatives=with_alternatives,
                 candidates=candidates)
-    if not off.fits and not on.fits:
+    if not off.fits and not on.fits and not any(r.kind == "host_ram" for r in on.reasons):
+        # short on the GPU either way: the plan with them moved is the nearer one, and its alternatives start there
         return _plan(model, target, knobs, engine, with_alternatives=with_alternatives, candidates=candidates)
     return replace(off, notes=(*off.notes, f"{flag} auto: the token embeddings stay on the GPU: {why}"))
 
@@ -697,14 +697,12 @@ def _marlin_holes(model: ModelSpec, moe_kernel: str | None, counts: int | tuple[
     return engine.marlin_moe_holes
 
 
-def _embed_freed(layout: WeightLayout, knobs: Knobs, model: ModelSpec, tp: int, hybrid: bool,
-                 offloaded: int = 0) -> tuple[int, int]:
-    """(GPU bytes freed, host bytes pinned) by kt_embed_host = "on", or "auto" on a hybrid plan, where it can run
+def _embed_freed(layout: WeightLayout, knobs: Knobs, model: ModelSpec, tp: int, offloaded: int = 0) -> tuple[int, int]:
+    """(GPU bytes freed, host bytes pinned) by kt_embed_host = "on" or "auto" where it can run
     (kt.embed_host_problem), else (0, 0): the adapter moves the token embeddings (the layout's head) after SGLang's
     "Load weight end", so they count in the weights as SGLang logs them, and their segment goes back before the KV
     pool is sized (SGLang empties the allocator's cache before it reads the free memory: get_available_gpu_memory)."""
-    asked = knobs.kt_embed_host
-    if asked == "off" or (asked == "auto" and not hybrid) or kt.embed_host_problem(model, tp, offloaded) is not None:
+    if knobs.kt_embed_host == "off" or kt.embed_host_problem(model, tp, offloaded) is not None:
         return 0, 0
     return kt.embed_host_bytes(sum(p.nbytes for p in layout.head))
 
@@ -739,7 +737,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         layout = weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts)
         load = _replay(layout, 0, priced, counts, staging, knobs.kt_prefill_fp8)
         weights = _weights_on_gpu(load, priced, kernel, counts, staging, engine)
-        freed = _embed_freed(layout, knobs, model, tp, True)[0]
+        freed = _embed_freed(layout, knobs, model, tp)[0]
         return kv.tokens(_pool_room(free, maps, weights - freed, engine, frac))
 
     lo, hi = 0, e
@@ -1097,7 +1095,7 @@ def alternatives(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine,
         # the token embeddings in pinned host RAM (the kit's adapter): their GPU memory to the pool
         trial("the token embeddings in pinned host RAM, read by the GPU a row a token (the kit's SGLang adapter; "
               "lossless): pool {p.kv_pool_tokens:,} tokens; decode {tok_s} tok/s; "
-              + (kt.EMBED_HOST_MEASURED if base.hybrid is not None else kt.EMBED_HOST_UNRUN), kt_embed_host="on")
+              + (kt.EMBED_HOST_MEASURED if base.hybrid is not None else kt.EMBED_HOST_DENSE), kt_embed_host="on")
     if knobs.tp == 1:
         trial("needs a second card of this size; weights and KV split per rank; decode ceiling "
               "{tok_s} tok/s per rank-bandwidth", tp=2)
