@@ -35,8 +35,8 @@ _safe = && { dry='$(DRY_RUN)'; [[ $${dry,,} =~ ^(1|true|yes)$$ ]] || { out=$$($(
 #   make start-qwen-moe KT_WEIGHT_PATH=$(MODEL_DIR) UP_ARGS="--kt-method FP8"
 # the opt-in AMXINT4 (~27 % MoE-layer error): make kt-convert start-qwen-moe KT_METHOD=AMXINT4 UP_ARGS="--kt-method AMXINT4"
 # the split instead of whole layers (the preset's default since): make start-qwen-moe UP_ARGS="--kt-gpu-layers off"
-# the token embeddings stay on the GPU (the preset moves them to host RAM, auto): UP_ARGS="--kt-embed-host off"; a dense
-# preset's moved there, opt-in and not yet run in a server: make start-qwen-optimized UP_ARGS="--kt-embed-host on"
+# the token embeddings stay on the GPU (the moe and optimized presets move them to host RAM, auto):
+#   make start-qwen-optimized UP_ARGS="--kt-embed-host off"
 MODEL_DIR ?=
 KT_METHOD ?= AMXINT8
 KT_CONVERT_PATH ?= $(HOME)/.cache/vramkit/kt/qwen3-coder-30b-a3b-instruct-fp8-$(KT_METHOD)

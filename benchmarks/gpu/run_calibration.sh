@@ -100,15 +100,16 @@ session_final() {  # the optimized preset as it now ships: fraction 0.85 + 8 GB 
 }
 
 session_embed() {  # the optimized preset's 14B with its token embeddings in pinned host RAM (--kt-embed-host on: 1.45
-  # GiB; the plan's pool 50,200 tokens against 34,349 on an RTX 5060 Ti 16GB, derived) beside the preset as it ships,
+  # GiB; the plan's pool 50,200 tokens against 34,349 on an RTX 5060 Ti 16GB) beside the preset with them on the GPU,
   # one machine at 16 GB: the pool against the plan, the latency suite. The lever's first run without the hybrid
-  # mode. Written 2026-11-28, twenty-fourth session, not run yet (~15 min with marlin's first compile):
+  # mode. Written 2026-11-28, twenty-fourth session; run in the twenty-fifth on an H200 (~4 min with the JIT cache:
+  # benchmarks/calibration/opt-embed-16g-h200.json, opt-f085-16g-h200.json after collect_calibration.py):
   #   setsid nohup bash benchmarks/gpu/run_calibration.sh embed > /tmp/gpuwork/driver.log 2>&1 &
   ballast 16; VRAMKIT_DEVICE_LABEL="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0), memory emulated at 16 GB"
   point opt-embed-16g $M14 16 "--suites latency --quick $B --label opt-embed-16g --out $RES/bench/opt-embed-16g.json" \
     -- --preset optimized --kt-embed-host on
   point opt-f085-16g-b $M14 16 "--suites latency --quick $B --label opt-16g-b --out $RES/bench/opt-16g-b.json" \
-    -- --preset optimized
+    -- --preset optimized --kt-embed-host off
 }
 
 session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knobs without the host cache
