@@ -331,6 +331,16 @@ POINTS = (
            "medians of 3 rounds"),
           ("int8-amx-16g-fp8-embhost-h200f2", "h200-embhost/second-start", "k16-int8-embhost",
            "--kt-embed-host on, the machine's third start", "one round"))),
+    # 2026-11-28, twenty-fifth session (moe-vs-llamacpp-gptq/h200-embhost/, STEPS="setup embhost4", REPEAT=1): the moe
+    # preset on the GPTQ-Int4 config with the token embeddings in pinned host RAM (auto, 38 GPU layers; the server's log
+    # says so), then with them on the GPU (--kt-embed-host off, 36), one H200 machine, one round each
+    *(Point(f"layers-int8-amx-16g-gptq-{tag}-h200g", "held-out", f"moe-vs-llamacpp-gptq/h200-embhost/{pt}.json",
+            f"moe-vs-llamacpp-gptq/h200-embhost/{pt}.probe.json", "moe-vs-llamacpp-gptq/h200-embhost/membw-session.json",
+            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_prefill_pin": "alloc"}, rss_end_read=True,
+            note=f"one round; {what}, on an H200; seeded by name; this machine's own sweep", gpu_checkpoint="gptq",
+            kv_splits=32, gpu="h200-141gb")
+      for tag, pt, what in (("embhost", "k16-preset", "the preset as it comes, the embeddings in host RAM (auto)"),
+                            ("embgpu", "k16-preset-embgpu", "--kt-embed-host off"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -605,7 +615,8 @@ def compute() -> dict:
                "threads": h.cpuinfer_threads, "gpu_layers": h.gpu_layers, "note": p.note,
                "host_experts_bytes": h.host_experts_bytes,
                "host_checkpoint_bytes": h.host_checkpoint_bytes, "host_pinned_bytes": h.host_pinned_bytes,
-               "host_prefill_bytes": h.host_prefill_bytes, "compile_pool": h.compile_pool}
+               "host_prefill_bytes": h.host_prefill_bytes, "host_embed_bytes": h.host_embed_bytes,
+               "compile_pool": h.compile_pool}
         if run:
             lf = run["log_figures_gib"]
             rec |= {"weights_gib": lf["weights"], "plan_weights_gib": pl.weights_bytes / GiB,
@@ -651,8 +662,10 @@ def compute() -> dict:
     for q in points:
         if q.get("rss_after_start_bytes"):
             # SGLang's own as the plan gives it on the measured host: less the compile pool where none starts
+            # (and the token embeddings' pinned copy where they moved, as the plan's host RAM counts it)
             q["plan_rss_bytes"] = q["host_experts_bytes"] + q["host_checkpoint_bytes"] + q["host_pinned_bytes"] \
-                + q["host_prefill_bytes"] + kt.sglang_own_bytes(k.sglang_host_bytes, None, q["compile_pool"])[0]
+                + q["host_prefill_bytes"] + q["host_embed_bytes"] \
+                + kt.sglang_own_bytes(k.sglang_host_bytes, None, q["compile_pool"])[0]
             q["rss_error"] = q["plan_rss_bytes"] / q["rss_after_start_bytes"] - 1
             if q.get("rss_peak_bytes"):
                 q["rss_peak_error"] = q["plan_rss_bytes"] / q["rss_peak_bytes"] - 1

@@ -366,3 +366,24 @@ def test_the_import_hook_wraps_the_load_only_when_asked_and_beside_the_snapshot(
     ModelRunner().load_model()
     assert [c[0] for c in calls] == ["record", "load", "move", "dump", "record"]
     assert calls[2][1] == "the model" and "vramkit_kt_compat: moved it" in capsys.readouterr().err
+
+
+def test_the_gptq_config_run_is_what_the_readme_quotes():
+    """moe-vs-llamacpp-gptq/h200-embhost/ (one H200 machine, the moe preset on the GPTQ-Int4 config, starts on, off):
+    the GPU layers the servers logged, and the README's figures, from the probes."""
+    from vramkit.launch import steps
+    run = ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-gptq/h200-embhost"
+    on, off = (json.loads((run / f"{n}.probe.json").read_text()) for n in ("k16-preset", "k16-preset-embgpu"))
+    logs = [(run / f"{n}.evidence.txt").read_text() for n in ("k16-preset", "k16-preset-embgpu")]
+    assert "(38 layers, no CPU round trip)" in logs[0] and "(36 layers, no CPU round trip)" in logs[1]
+    assert steps.EMBED_MOVED in logs[0] and steps.EMBED_MOVED not in logs[1]
+    dec = lambda p, n: next(d["aggregate_tok_s"] for d in p["decode"] if d["streams"] == n)     # noqa: E731
+    after = lambda p, t, k="decode_tok_s": next(r[k] for r in p["ttft"] if r["prompt_tokens"] == t)   # noqa: E731
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"Decode {dec(on, 1):.1f} against {dec(off, 1):.1f} tok/s at depth 0 ({dec(on, 1) / dec(off, 1):.2f}x)" in readme
+    three = lambda p: " / ".join(f"{after(p, t):.1f}" for t in (512, 8192, 30000))     # noqa: E731
+    ratios = " / ".join(f"{after(on, t) / after(off, t):.2f}x" for t in (512, 8192, 30000))
+    assert f"after a 512 / 8K / 30K prompt {three(on)} against {three(off)} ({ratios})" in readme
+    assert f"4 streams {dec(on, 4):.1f} against {dec(off, 4):.1f} tok/s ({dec(on, 4) / dec(off, 4):.2f}x)" in readme
+    t_on, t_off = after(on, 30000, "ttft_s"), after(off, 30000, "ttft_s")
+    assert f"after 30K in {t_on:.2f} against {t_off:.2f} s ({t_on / t_off:.2f}x)" in readme
