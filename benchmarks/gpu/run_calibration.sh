@@ -9,6 +9,7 @@
 #   final  (H100)      the optimized preset at its final settings (fraction 0.85 + 8 GB host cache) with
 #                      every bench suite, its host-cache A/B at 0.85, and the two points whose peak was lost
 #   embed  (one GPU)   the optimized preset with its token embeddings in host RAM (--kt-embed-host on) beside it
+#   embed2 (one GPU)   the same on another machine, the embeddings-on-the-GPU control first
 #   tp2    (2 GPUs)    tensor parallel 2, each card emulated at 16 GB: per-rank figures for the planner.
 #                      Dense models: a fresh host compiles the GPTQ marlin kernels for ~6 min, more than a
 #                      session's device time; the 7B in bf16 does not fit one 16 GB card, and fits two.
@@ -22,7 +23,7 @@
 #                      first by stage_extra.sh), MoE with --cpu-offload-gb on 24 GB, the folder model, GPTQ marlin
 #                      MoE (its JIT kernels compiled meanwhile by prewarm_jit.py, GPU hidden), MLA + offload, Gemma 3
 set -u
-SESSION=${1:?usage: run_calibration.sh first|final|embed|tp2|models|rest|mla|pinned|gptoss}
+SESSION=${1:?usage: run_calibration.sh first|final|embed|embed2|tp2|models|rest|mla|pinned|gptoss}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 . benchmarks/gpu/host_env.sh   # SGLang archive, PYTHONPATH, the archive's extra flags
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
@@ -110,6 +111,15 @@ session_embed() {  # the optimized preset's 14B with its token embeddings in pin
     -- --preset optimized --kt-embed-host on
   point opt-f085-16g-b $M14 16 "--suites latency --quick $B --label opt-16g-b --out $RES/bench/opt-16g-b.json" \
     -- --preset optimized --kt-embed-host off
+}
+
+session_embed2() {  # 'embed' again on another machine, the control first (2026-11-28, twenty-fifth session): the
+  # order's effect and a second machine's pools (~5 min with the JIT cache)
+  ballast 16; VRAMKIT_DEVICE_LABEL="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0), memory emulated at 16 GB"
+  point opt-f085-16g-h200b $M14 16 "--suites latency --quick $B --label opt-16g-h200b --out $RES/bench/opt-16g-h200b.json" \
+    -- --preset optimized --kt-embed-host off
+  point opt-embed-16g-h200b $M14 16 "--suites latency --quick $B --label opt-embed-16g-h200b \
+    --out $RES/bench/opt-embed-16g-h200b.json" -- --preset optimized --kt-embed-host on
 }
 
 session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knobs without the host cache
