@@ -940,14 +940,15 @@ EMBED_HOST_MEASURED = ("measured on one H200 machine at 16 GiB, the FP8 preset w
                        "row bit-identical, 0.016 ms against 0.014 from GPU memory (uva-embed/h200/)")
 
 
-# Without the hybrid mode (benchmarks/calibration/opt-embed-16g-h200.json beside opt-f085-16g-h200.json, one H200
-# machine at 16 GiB, 2026-11-28, twenty-fifth session): the optimized preset's 14B GPTQ-Int4 with its 1.45 GiB table
-# moved held a KV pool of 55,211 tokens against 39,403 (planned 55,213 and 39,362), decoded 192.8 tok/s against 192.8
-# and answered a 29K-token prompt in 5.42 s against 5.43; the host's available RAM fell 2.91 GiB more (2.00 planned).
-EMBED_HOST_DENSE = ("measured without the hybrid mode on one H200 machine at 16 GiB, the optimized preset's 14B: "
-                    "KV pool 55,211 tokens against 39,403, decode 192.8 tok/s against 192.8, a 29K-token prompt's "
-                    "first token 5.42 s against 5.43 (benchmarks/calibration/opt-embed-16g-h200.json, "
-                    "opt-f085-16g-h200.json)")
+# Without the hybrid mode (benchmarks/calibration/opt-embed-16g-h200*.json beside opt-f085-16g-h200*.json, two H200
+# machines at 16 GiB, 2026-11-28, twenty-fifth session; the second started the control first): the optimized preset's
+# 14B GPTQ-Int4 with its 1.45 GiB table moved held a KV pool of 55,211 tokens against 39,403 on both (planned 55,213
+# and 39,362), decoded 192.8 tok/s against 192.8 and 192.8 against 193.1, and answered a 29K-token prompt in 5.42 s
+# against 5.43 and 5.45 against 5.42; the host's available RAM fell 2.91 and 1.34 GiB more (2.00 planned).
+EMBED_HOST_DENSE = ("measured without the hybrid mode on two H200 machines at 16 GiB, the optimized preset's 14B: "
+                    "KV pool 55,211 tokens against 39,403 on both, decode 192.8 tok/s against 192.8 and 192.8 against "
+                    "193.1, a 29K-token prompt's first token 5.42 s against 5.43 and 5.45 against 5.42 "
+                    "(benchmarks/calibration/opt-embed-16g-h200*.json, opt-f085-16g-h200*.json)")
 
 
 def embed_host_problem(model: ModelSpec, tp: int, offload_bytes: int = 0) -> str | None:
