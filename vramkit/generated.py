@@ -90,6 +90,8 @@ def presets_table() -> list[str]:
             what.append(f"YaRN x{r.yarn_factor:g}")
         if k.cpu_offload_gib:
             what.append(f"{k.cpu_offload_gib} GiB of weights offloaded")
+        if r.host_embed_bytes:
+            what.append(f"token embeddings in host RAM ({r.embed_freed_bytes / GiB:.2f} GiB freed on the GPU)")
         if hy is not None:
             short = dict(hy.decode_tok_s_by_context).get(512, hy.decode_tok_s)
             offload = (f" vs a ~{hy.layer_offload_decode_tok_s:.1f} tok/s ceiling with layer offload"
