@@ -17,7 +17,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from vramkit.core import sglang_log
-from vramkit.launch.steps import EMBED_MOVED
 
 OUT = ROOT / "benchmarks" / "calibration"
 
@@ -69,7 +68,7 @@ def main(dirs: list[str]) -> int:
             "hicache_size_gb": int(server_arg(text, "hicache_size") or 0),
             "moe_runner_backend": server_arg(text, "moe_runner_backend") or "auto",
             # the token embeddings in pinned host RAM: where the adapter's own log line says it moved them
-            "kt_embed_host": "on" if EMBED_MOVED in text else "off",
+            "kt_embed_host": "on" if sglang_log.EMBED_MOVED in text else "off",
             "survived": p.get("survived"),
             "start_s": p.get("start_s"),       # `vramkit up` wall time: plan, start, /health, warm-up
             "measured": p["measured"],

@@ -37,7 +37,7 @@ from moe_session import last_flag, plan_split, ran_whole_layers  # noqa: E402
 from vramkit import catalog  # noqa: E402
 from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
 from vramkit.core.plan.planner import FOUR_STREAM_CONTEXT, Knobs, Plan, Target, plan  # noqa: E402
-from vramkit.launch.steps import EMBED_MOVED  # noqa: E402
+from vramkit.core.sglang_log import EMBED_MOVED  # noqa: E402
 
 GiB = 2**30
 RES = ROOT / "benchmarks" / "results" / "gpu"

@@ -377,12 +377,11 @@ def test_the_import_hook_wraps_the_load_only_when_asked_and_beside_the_snapshot(
 def test_the_gptq_config_run_is_what_the_readme_quotes():
     """moe-vs-llamacpp-gptq/h200-embhost/ (one H200 machine, the moe preset on the GPTQ-Int4 config, starts on, off):
     the GPU layers the servers logged, and the README's figures, from the probes."""
-    from vramkit.launch import steps
     run = ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-gptq/h200-embhost"
     on, off = (json.loads((run / f"{n}.probe.json").read_text()) for n in ("k16-preset", "k16-preset-embgpu"))
     logs = [(run / f"{n}.evidence.txt").read_text() for n in ("k16-preset", "k16-preset-embgpu")]
     assert "(38 layers, no CPU round trip)" in logs[0] and "(36 layers, no CPU round trip)" in logs[1]
-    assert steps.EMBED_MOVED in logs[0] and steps.EMBED_MOVED not in logs[1]
+    assert sglang_log.EMBED_MOVED in logs[0] and sglang_log.EMBED_MOVED not in logs[1]
     dec = lambda p, n: next(d["aggregate_tok_s"] for d in p["decode"] if d["streams"] == n)     # noqa: E731
     after = lambda p, t, k="decode_tok_s": next(r[k] for r in p["ttft"] if r["prompt_tokens"] == t)   # noqa: E731
     readme = " ".join((ROOT / "README.md").read_text().split())

@@ -16,6 +16,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from vramkit.core.plan.knobs import by_name
+
+# The kit's adapter (services/sglang-kt/kt_compat/vramkit_host_embed.py), not SGLang, writes these into the log: the
+# token embeddings moved to pinned host RAM, or left on the GPU with the reason (kt_embed_host's variable)
+_EMBED_ENV = by_name()["kt_embed_host"].env
+EMBED_MOVED = f"{_EMBED_ENV}=on: embed_tokens"
+EMBED_STAYED = f"{_EMBED_ENV}: "
+
 GIB = 1 << 30
 
 _PATTERNS = {
@@ -33,8 +41,7 @@ _PATTERNS = {
     "context_len": r"max_total_num_tokens=.*?context_len=(\d+)",
     "max_running_requests": r"max_total_num_tokens=.*?max_running_requests=(\d+)",
     "available_after_start": r"max_total_num_tokens=.*?available_gpu_mem=([\d.]+) GB",
-    # the kit's adapter (services/sglang-kt/kt_compat), not SGLang: the token embeddings moved to pinned host RAM
-    "embed_moved": r"VRAMKIT_KT_EMBED_HOST=on: embed_tokens \(([\d.]+) GiB\) moved",
+    "embed_moved": re.escape(EMBED_MOVED) + r" \(([\d.]+) GiB\) moved",     # the adapter's line (above)
 }
 _GIB_KEYS = {"dist_init_mem", "load_begin_avail", "load_end_avail", "weights", "pool_end_avail", "graph_begin_avail",
              "graph_mem", "graph_end_avail", "available_after_start", "embed_moved"}

@@ -15,7 +15,7 @@ from vramkit.core import progress, sglang_log
 from vramkit.core.plan.knobs import SGLANG_FLAGS
 from vramkit.core.render.sglang import compose_yaml, container_model_path, sglang_args
 from vramkit.errors import Exit, VramkitError
-from vramkit.launch.hybrid import EMBED_ENV, adapter_for
+from vramkit.launch.hybrid import adapter_for
 from vramkit.launch.settings import setting
 
 
@@ -131,20 +131,18 @@ def wait_healthy(client, spec: LaunchSpec, *, is_alive, read_log, on_phase=None,
         sleep(2.0)
 
 
-EMBED_MOVED = f"{EMBED_ENV}=on: embed_tokens"     # the adapter's line when it moved the table (vramkit_host_embed.py)
-EMBED_STAYED = f"{EMBED_ENV}: "                    # ... and when it left it on the GPU, with the reason
-
-
 def embed_warning(plan, log_text: str) -> str | None:
     """Where the plan moved the token embeddings to host RAM (kt_embed_host) but the started server's log does not
     show the adapter moving them: what happened and what the pool came to against the plan (None: as planned, or
     nothing was moved). The adapter leaves the table on the GPU rather than fail the load (vramkit_host_embed.py),
     and the pool is then that much smaller than the plan."""
-    if not plan.host_embed_bytes or EMBED_MOVED in log_text:
+    figures = sglang_log.parse(log_text).values
+    if not plan.host_embed_bytes or figures.get("embed_moved") is not None:
         return None
-    said = next((ln.split(EMBED_STAYED, 1)[1].strip() for ln in log_text.splitlines() if EMBED_STAYED in ln), None)
+    stayed = sglang_log.EMBED_STAYED
+    said = next((ln.split(stayed, 1)[1].strip() for ln in log_text.splitlines() if stayed in ln), None)
     why = said or "the kit's adapter did not report the move (it is not on SGLang's path)"
-    pool = sglang_log.parse(log_text).values.get("max_total_num_tokens")
+    pool = figures.get("max_total_num_tokens")
     return (f"the token embeddings stayed on the GPU: {why}; KV pool "
             + (f"{int(pool):,} tokens" if pool is not None else "not logged")
             + f" against the plan's {plan.kv_pool_tokens:,} -> `--kt-embed-host off` plans the server as it runs")
