@@ -341,6 +341,15 @@ POINTS = (
             kv_splits=32, gpu="h200-141gb")
       for tag, pt, what in (("embhost", "k16-preset", "the preset as it comes, the embeddings in host RAM (auto)"),
                             ("embgpu", "k16-preset-embgpu", "--kt-embed-host off"))),
+    # 2026-11-28, twenty-sixth session (moe-vs-llamacpp-gptq/h200-embhost-llama/, EMBHOST_CONTROL=0 EMBHOST_LLAMA=1
+    # REPEAT=3 STEPS="setup embhost4"): the same preset as it comes (38 GPU layers) beside llama.cpp's Q4_K_M pair on
+    # another H200 machine, each figure the median of 3 rounds
+    Point("layers-int8-amx-16g-gptq-embhost-h200h", "held-out", "moe-vs-llamacpp-gptq/h200-embhost-llama/k16-preset.json",
+          "moe-vs-llamacpp-gptq/h200-embhost-llama/k16-preset.probe.json",
+          "moe-vs-llamacpp-gptq/h200-embhost-llama/membw-session.json",
+          {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_prefill_pin": "alloc"}, rss_end_read=True,
+          note="medians of 3 rounds; the preset as it comes, the embeddings in host RAM (auto), on an H200; seeded by "
+               "name; this machine's own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb"),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

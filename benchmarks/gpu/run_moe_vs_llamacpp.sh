@@ -930,8 +930,9 @@ if has embhost4; then  # the token embeddings in host RAM (the preset's auto sin
   # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup embhost4"
   ballast 16
   kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
-  kit k16-preset-embgpu 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
-    --kt-embed-host off
+  # EMBHOST_CONTROL=0 leaves out the control (measured 2026-11-28, h200-embhost/) when the time left is short
+  [ "${EMBHOST_CONTROL:-1}" = 1 ] && kit k16-preset-embgpu 16 "$FULL" -- --preset moe --model-path $GQ \
+    --load-format dummy --kt-weight-path $KT8 --kt-embed-host off
   [ "${EMBHOST_LLAMA:-0}" = 1 ] && lpair 16 11
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml

@@ -392,3 +392,39 @@ def test_the_gptq_config_run_is_what_the_readme_quotes():
     assert f"4 streams {dec(on, 4):.1f} against {dec(off, 4):.1f} tok/s ({dec(on, 4) / dec(off, 4):.2f}x)" in readme
     t_on, t_off = after(on, 30000, "ttft_s"), after(off, 30000, "ttft_s")
     assert f"after 30K in {t_on:.2f} against {t_off:.2f} s ({t_on / t_off:.2f}x)" in readme
+
+
+def test_the_gptq_default_beside_llama_cpp_is_what_the_readme_quotes():
+    """moe-vs-llamacpp-gptq/h200-embhost-llama/ (a third H200 machine: the moe preset as it comes on the GPTQ-Int4
+    config, llama.cpp's Q4_K_M pair, medians of 3 rounds): the kit placed 38 GPU layers with the embeddings moved, and
+    the README's table and ratios are the probes' medians, each the middle of its rounds."""
+    moe_session = load_module("benchmarks/gpu/moe_session.py", "moe_session_embhost", register=True)
+    run = ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-gptq/h200-embhost-llama"
+    names = ("k16-preset", "llama-16-fit", "llama-16-best")
+    probes = {n: json.loads((run / f"{n}.probe.json").read_text()) for n in names}
+    evidence = (run / "k16-preset.evidence.txt").read_text()
+    assert "(38 layers, no CPU round trip)" in evidence and sglang_log.EMBED_MOVED in evidence
+    assert (run / "llama-16-best-ncmoe.txt").read_text().strip() == "11"
+    fig = {n: moe_session.probe_figures(p) for n, p in probes.items()}
+    for n, p in probes.items():
+        assert p["repeat"] == 3 and sorted(r["per_stream_tok_s"] for r in p["decode"][0]["rounds"])[1] \
+            == pytest.approx(fig[n]["decode_tok_s"], abs=0.005)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    rounds = lambda n: ", ".join(f"{r['per_stream_tok_s']:.1f}" for r in probes[n]["decode"][0]["rounds"])  # noqa: E731
+    k, f, b = (fig[n] for n in names)
+    assert (f"| decode, depth 0 (the three rounds) | {k['decode_tok_s']:.1f} tok/s ({rounds(names[0])}) | "
+            f"{f['decode_tok_s']:.1f} ({rounds(names[1])}) | **{b['decode_tok_s']:.1f}** ({rounds(names[2])}) |") in readme
+    ttft = {n: {r["prompt_tokens"]: r["ttft_s"] for r in p["ttft"]} for n, p in probes.items()}     # unrounded
+    cells = [f"{ttft[n][8192]:.2f} / {ttft[n][30000]:.2f} s" for n in names]
+    assert f"| TTFT 8K / 30K | **{cells[0]}** | {cells[1]} | {cells[2]} |" in readme
+    assert (f"| 4 streams, aggregate | {k['aggregate_4_streams_tok_s']:.1f} tok/s | {f['aggregate_4_streams_tok_s']:.1f}"
+            f" | **{b['aggregate_4_streams_tok_s']:.1f}** |") in readme
+    best = lambda key, low=False: (min if low else max)(f[key], b[key])     # noqa: E731
+    said = (f"decode **{k['decode_tok_s'] / best('decode_tok_s'):.2f}x** at depth 0, "
+            f"{k['decode_tok_s_8k'] / best('decode_tok_s_8k'):.2f}x after 8K, "
+            f"{k['decode_tok_s_30k'] / best('decode_tok_s_30k'):.2f}x after 30K; the first token after 30K in "
+            f"{k['ttft_30k_s'] / best('ttft_30k_s', True):.2f}x the time; 4 streams "
+            f"{k['aggregate_4_streams_tok_s'] / best('aggregate_4_streams_tok_s'):.2f}x")
+    assert said in readme
+    assert (f"the kit {1000 / k['decode_tok_s']:.2f} ms with 10 CPU layers, llama.cpp {1000 / b['decode_tok_s']:.2f} ms"
+            in readme)

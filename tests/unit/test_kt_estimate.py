@@ -214,9 +214,13 @@ RSS_LOWER_STATE = {"int8-amx-16g-gptq-seed-b85": ("after", "peak"), "int8-amx-16
 # as the embeddings-on-the-GPU one (36 GPU layers, the same plan, 15.6 GiB) read 15.2 GiB on the H100 host
 # (layers-int8-amx-16g-gptq-marlin-preset-p3, +2.9 %) and 14.0 here. The scheduler's share differs in kind: 5.20 GiB
 # of its RSS shared (file-backed pages) on the H100 host against 0.53 here, 8.05 GiB private against 11.51 (moe_point's
-# per-process readings); why the mapped pages differ is not traced. The plan stays over, on the safe side; the test
-# fails the day one is within 10 %, or under the plan.
-RSS_OVER = {"layers-int8-amx-16g-gptq-embhost-h200g": 0.11, "layers-int8-amx-16g-gptq-embgpu-h200g": 0.12}
+# per-process readings); why the mapped pages differ is not traced. (Those are the 36-layer server's;
+# the 38-layer one's scheduler read 11.40 GiB, 1.56 shared, 9.84 private.) A second H200 machine
+# (h200-embhost-llama/, twenty-sixth session) started the 38-layer config again and its scheduler read the same to
+# 0.001 GiB, 13.3 GiB in all after start, +10.2 %: on this GPU host kind a repeatable figure, not one machine's. The
+# plan stays over, on the safe side; the test fails the day one is within 10 %, or under the plan.
+RSS_OVER = {"layers-int8-amx-16g-gptq-embhost-h200g": 0.11, "layers-int8-amx-16g-gptq-embgpu-h200g": 0.12,
+            "layers-int8-amx-16g-gptq-embhost-h200h": 0.11}
 # A server that never starts that pool (whole layers on marlin) is planned without it and with what it grows by
 # serving (kt_hybrid.starts_compile_pool, SERVING_GROWTH_BYTES): within the bars like every other run
 
