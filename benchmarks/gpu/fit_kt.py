@@ -333,10 +333,13 @@ POINTS = (
            "--kt-embed-host on, the machine's third start", "one round"))),
     # 2026-11-28, twenty-fifth session (moe-vs-llamacpp-gptq/h200-embhost/, STEPS="setup embhost4", REPEAT=1): the moe
     # preset on the GPTQ-Int4 config with the token embeddings in pinned host RAM (auto, 38 GPU layers; the server's log
-    # says so), then with them on the GPU (--kt-embed-host off, 36), one H200 machine, one round each
+    # says so), then with them on the GPU (--kt-embed-host off, 36), one H200 machine, one round each. Their prompt
+    # path's copies registered at their own size (kt_prefill_pin's default since the eighteenth session: the knob's
+    # default here); planned with PyTorch's power-of-two allocator until the twenty-sixth session, which put the plan
+    # 0.97-1.16 GiB (10-12 %) over their RSS
     *(Point(f"layers-int8-amx-16g-gptq-{tag}-h200g", "held-out", f"moe-vs-llamacpp-gptq/h200-embhost/{pt}.json",
             f"moe-vs-llamacpp-gptq/h200-embhost/{pt}.probe.json", "moe-vs-llamacpp-gptq/h200-embhost/membw-session.json",
-            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_prefill_pin": "alloc"}, rss_end_read=True,
+            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto"}, rss_end_read=True,
             note=f"one round; {what}, on an H200; seeded by name; this machine's own sweep", gpu_checkpoint="gptq",
             kv_splits=32, gpu="h200-141gb")
       for tag, pt, what in (("embhost", "k16-preset", "the preset as it comes, the embeddings in host RAM (auto)"),
@@ -347,7 +350,7 @@ POINTS = (
     Point("layers-int8-amx-16g-gptq-embhost-h200h", "held-out", "moe-vs-llamacpp-gptq/h200-embhost-llama/k16-preset.json",
           "moe-vs-llamacpp-gptq/h200-embhost-llama/k16-preset.probe.json",
           "moe-vs-llamacpp-gptq/h200-embhost-llama/membw-session.json",
-          {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_prefill_pin": "alloc"}, rss_end_read=True,
+          {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto"}, rss_end_read=True,
           note="medians of 3 rounds; the preset as it comes, the embeddings in host RAM (auto), on an H200; seeded by "
                "name; this machine's own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb"),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
