@@ -444,7 +444,7 @@ def test_each_run_s_prompt_path_copies_are_planned_as_its_server_pinned_them():
     size (the default since the eighteenth session): their planned RSS stood 10-12 % over, put down to the machines."""
     import re
     checked = 0
-    for p, q in zip(fit_kt.POINTS, result()["points"]):
+    for p, q in zip(fit_kt.POINTS, result()["points"], strict=True):
         if not p.point or not q["host_prefill_bytes"]:
             continue
         run = json.loads((fit_kt.RES / p.point).read_text())
