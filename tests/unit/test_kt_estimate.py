@@ -459,3 +459,33 @@ def test_each_run_s_prompt_path_copies_are_planned_as_its_server_pinned_them():
             assert abs(float(printed.group(1)) - q["host_prefill_bytes"] / GiB) < 0.006, p.name
             checked += 1
     assert checked >= 12
+
+
+def test_the_host_read_section_lists_every_machine_that_swept_more_than_once():
+    """fit_kt's host-read section: every held-out run whose session left more than one sweep is listed, with the
+    estimate it gives; the session's best reading is no reading's inferior at any thread count, and the summary is
+    its rows'. (The section reads; it changes no estimate: the main table keeps the one-round sweep.)"""
+    hr = result()["host_read_input"]
+    listed = {r["point"] for r in hr["points"]}
+    assert listed == {p.name for p in fit_kt.POINTS if p.role == "held-out" and fit_kt.session_sweeps(p)}
+    assert len(listed) >= 8
+    for p in fit_kt.POINTS:
+        if p.name in listed:
+            sweeps = fit_kt.session_sweeps(p)
+            best = {r["threads"]: r["bytes_per_s"] for r in fit_kt.best_reading(sweeps)}
+            assert all(best[r["threads"]] >= r["bytes_per_s"] for runs in sweeps.values() for r in runs
+                       if r["threads"] in best), p.name
+    rows = {m["point"]: m for m in result()["measurements"]}
+    for r in hr["points"]:
+        assert r["read_gbs_session_best"] >= r["read_gbs_one_round"]
+        # the one-round column is the main table's estimate
+        assert r["errors_one_round"][0] == pytest.approx(
+            next(m["error"] for m in result()["measurements"] if m["point"] == r["point"]), abs=1e-4)
+        assert r["point"] in rows
+    errs = [abs(e) for r in hr["points"] for e in r["errors_session_best"]]
+    assert hr["session_best"]["n"] == len(errs) and hr["session_best"]["over_20pct"] == sum(e > 0.2 for e in errs)
+    one, best = hr["one_round"], hr["session_best"]
+    readme = " ".join((fit_kt.ROOT / "README.md").read_text().split())
+    assert (f"their {best['n']} decodes' mean error falls from {one['mean_abs'] * 100:.1f} % to "
+            f"{best['mean_abs'] * 100:.1f} %, and those outside 20 % from {one['over_20pct']} to {best['over_20pct']}") \
+        in readme
