@@ -11,8 +11,10 @@ round takes each count's passes within a fraction of a second, and on the GPU ho
 was not monotone in the thread count (2026-11-28: 78 GB/s at 12 threads and 123 at 14 on one machine, 95 and 80 on
 another; benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-*/membw-session.json). `sweep_pinned` runs the same sweep
 in a child process whose OpenMP threads are bound one to a core (OMP_PROC_BIND=close, OMP_PLACES=cores), as
-kt-kernel binds its worker pool; the decode estimate reads the unpinned one-round sweep, on which its constants
-were fitted.
+kt-kernel binds its worker pool. The decode estimate's constants were fitted on the H100 host's one-round sweep,
+which was monotone; on the H200 machines each thread count's best reading of the session halved the estimate's error
+against the one-round sweep (benchmarks/results/gpu/kt-estimate.md, last section), so `vramkit host --bandwidth`
+keeps each count's best of HOST_ROUNDS rounds: on a quiet desktop that is the one round's figure.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import sys
 import time
 
 PINNED_ENV = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
+HOST_ROUNDS = 3     # `vramkit host --bandwidth`: each thread count's best of this many rounds
 
 
 def _best_pass(buf, threads: int, repeats: int) -> float:

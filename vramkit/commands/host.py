@@ -50,8 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--copy-test-gib", type=float, default=1.0,
                    help="size of the pinned host-to-GPU copy test, GiB; 0 skips it (default 1)")
     p.add_argument("--bandwidth", action="store_true",
-                   help="measure host memory read bandwidth on 1, 2, 4, ... threads up to the server's cores (the "
-                        "hybrid MoE mode's CPU experts: preset moe); --write keeps it in .env as "
+                   help="measure host memory read bandwidth on 1, 2, 4, ... threads up to the server's cores, each "
+                        "count's best of 3 rounds (the hybrid MoE mode's CPU experts: preset moe); --write keeps it "
+                        "in .env as "
                         "VRAMKIT_HOST_READ_GBS=THREADS:GBS,... for the planner's thread term")
     p.add_argument("--warmup", action="store_true", help="warm up a running server")
     p.add_argument("--url", default=None, help=f"server for --warmup (default: running state, else {DEFAULT_URL})")
@@ -172,7 +173,7 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], dict]:
         # per thread count (the planner's thread term for --kt-cpuinfer): 1, 2, 4, ... and the server's cores
         counts = sorted({threads} | {2 ** i for i in range(8) if 2 ** i < threads})
         try:
-            runs = membw.sweep(counts)
+            runs = membw.sweep(counts, rounds=membw.HOST_ROUNDS)
         except (ImportError, RuntimeError, MemoryError) as e:
             checks.append(Check("host_read_bw", WARN, f"skipped: {e}"))
         else:
