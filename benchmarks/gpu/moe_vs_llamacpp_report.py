@@ -2,6 +2,7 @@
 
     python3 benchmarks/gpu/moe_vs_llamacpp_report.py evidence RES_DIR      # on the GPU host (run_moe_vs_llamacpp.sh)
     python3 benchmarks/gpu/moe_vs_llamacpp_report.py report RES_DIR [--out benchmarks/results/gpu]
+        [--budgets 16] [--evidence DIR] [--no-levers] [--stem moe-vs-llamacpp-default]   # a later session's pairing
     python3 benchmarks/gpu/moe_vs_llamacpp_report.py int8 RES_DIR [--out benchmarks/results/gpu]
     python3 benchmarks/gpu/moe_vs_llamacpp_report.py merge OUT_DIR RES_1 RES_2 RES_3   # then: report OUT_DIR
 
@@ -439,7 +440,8 @@ def plot(c: dict, path: Path) -> None:
 
 
 def report(res: Path, out_dir: Path, budgets_: tuple[int, ...] = (16, 24), evd_name: str = "moe-vs-llamacpp",
-           with_levers: bool = True) -> list[Path]:
+           with_levers: bool = True, q4_stem: str | None = None) -> list[Path]:
+    """`q4_stem`: the Q4_K_M pairing's files under another name (a later session's pairing beside the first one's)."""
     res = untar(res)                             # the archive the device call brought back, or a folder
     written = []
     evd = out_dir / evd_name
@@ -449,7 +451,7 @@ def report(res: Path, out_dir: Path, budgets_: tuple[int, ...] = (16, 24), evd_n
         if c is None:
             continue
         c["evidence_dir"] = evd_name
-        stem = out_dir / f"{pairing.stem}-{budget}g"
+        stem = out_dir / f"{q4_stem if q4_stem and pairing is Q4 else pairing.stem}-{budget}g"
         stem.with_suffix(".json").write_text(json.dumps(c, indent=1) + "\n")
         stem.with_suffix(".md").write_text(markdown(c))
         try:
@@ -548,10 +550,11 @@ def main(argv: list[str]) -> int:
             print(p)
         return 0
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else RESULTS
-    if argv[0] == "report":     # --budgets 24 --evidence DIR --no-levers: a later run beside the first one's files
+    if argv[0] == "report":     # --budgets 24 --evidence DIR --no-levers [--stem NAME]: a later run beside the first one's files
         bud = tuple(int(x) for x in argv[argv.index("--budgets") + 1].split(",")) if "--budgets" in argv else (16, 24)
         evd = argv[argv.index("--evidence") + 1] if "--evidence" in argv else "moe-vs-llamacpp"
-        written = report(res, out, bud, evd, "--no-levers" not in argv)
+        written = report(res, out, bud, evd, "--no-levers" not in argv,
+                         argv[argv.index("--stem") + 1] if "--stem" in argv else None)
     else:
         written = int8(res, out)
     for p in written:

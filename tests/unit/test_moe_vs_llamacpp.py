@@ -431,3 +431,23 @@ def test_the_q8_table_is_the_medians_pairing_and_a_near_miss_prints_three_decima
                      ("llama-q8-16-fit", f"{med['llama-q8-16-fit']:.1f}"),
                      ("llama-q8-16-best", f"**{med['llama-q8-16-best']:.1f}**")):
         assert f"{label} ({', '.join(f'{x:.1f}' for x in rounds[n])})" in readme, n
+
+
+def test_the_preset_as_it_now_comes_pairing_is_what_its_points_give(tmp_path):
+    """moe-vs-llamacpp-default-16g.json/.md (the moe preset as it comes since its token embeddings moved to host RAM,
+    beside llama.cpp's Q4_K_M pair, a later session) regenerate from the points committed beside them under their
+    own stem, the first session's files untouched; the kit's row is the preset's 38 whole GPU layers."""
+    import shutil
+    res = REPO / "benchmarks" / "results" / "gpu"
+    c = json.loads((res / "moe-vs-llamacpp-default-16g.json").read_text())
+    evd = c["evidence_dir"]
+    pts, out = tmp_path / "points", tmp_path / "out"
+    shutil.copytree(res / evd, pts)
+    written = report.report(pts, out, (16,), evd, with_levers=False, q4_stem="moe-vs-llamacpp-default")
+    assert not (out / "moe-vs-llamacpp-16g.json").exists() and not (out / "moe-vs-llamacpp-levers.md").exists()
+    assert {p.name for p in written} >= {"moe-vs-llamacpp-default-16g.json", "moe-vs-llamacpp-default-16g.md"}
+    for name in ("moe-vs-llamacpp-default-16g.json", "moe-vs-llamacpp-default-16g.md"):
+        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    kit = c["engines"]["vramkit"]["settings"]
+    assert kit["point"] == "k16-preset" and kit["gpu_layers"] == 38 and c["budget_gib"] == 16
+    assert "--kt-embed-host" not in kit["vramkit_up"] and c["rounds"] == 3
