@@ -489,3 +489,7 @@ def test_the_host_read_section_lists_every_machine_that_swept_more_than_once():
     assert (f"their {best['n']} decodes' mean error falls from {one['mean_abs'] * 100:.1f} % to "
             f"{best['mean_abs'] * 100:.1f} %, and those outside 20 % from {one['over_20pct']} to {best['over_20pct']}") \
         in readme
+    h = next(r for r in hr["points"] if r["point"] == "layers-int8-amx-16g-gptq-embhost-h200h")
+    assert (f"({h['read_gbs_session_best']:.0f} GB/s at {h['threads']} threads against its one-round sweep's "
+            f"{h['read_gbs_one_round']:.0f}) the estimate errs "
+            + " / ".join(f"{e * 100:+.1f}" for e in h["errors_session_best"]) + " %") in readme
