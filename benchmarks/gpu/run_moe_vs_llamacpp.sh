@@ -195,11 +195,11 @@ has_any() { local s; for s in "$@"; do has "$s" && return 0; done; return 1; }
 LLAMA_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
   llama-q8 lprefill8 lint8 med8 pair8 lt16 profile"
 INT4_STEPS="kit-16 kit-24 levers threads gptq-n"
-INT8_STEPS="embhost4 amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
+INT8_STEPS="embhost4 stagesnap amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
   profile med16 kcores hot triv-rec hotctl layers-t10 layers-pair seedcheck mf90 fp8-layers best16 ldefer lmarlin
   lggml lmf lpreset lprefill kprefill kprefill8 lprefill8 lint8 med8 pair8 fp8cpu fp8stage fp8pin fp8int8 kmarlin
   raw4 kraw4 ctpool embhost"
-GPTQ_STEPS="embhost4 gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
+GPTQ_STEPS="embhost4 stagesnap gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
 Q4_GGUF_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
@@ -934,6 +934,19 @@ if has embhost4; then  # the token embeddings in host RAM (the preset's auto sin
   [ "${EMBHOST_CONTROL:-1}" = 1 ] && kit k16-preset-embgpu 16 "$FULL" -- --preset moe --model-path $GQ \
     --load-format dummy --kt-weight-path $KT8 --kt-embed-host off
   [ "${EMBHOST_LLAMA:-0}" = 1 ] && lpair 16 11
+fi
+if has stagesnap; then  # the GPU prompt path's staging set on the GPTQ config, under torch's memory recorder (the
+  # adapter's VRAMKIT_CUDA_SNAPSHOT). On these servers the plan's weights are ~0.02 GiB over SGLang's and the KV pool
+  # 1.7-1.8 % under (kt-estimate.md); the servers without the path are within 0.6 %. Likely the set's two scale tensors
+  # (6 and 3 MiB, a 20 MiB segment in the replay) landing in marlin's free space; the snapshot says where each of the
+  # set's tensors went. Written 2026-11-28, twenty-sixth session, not run yet (~8 min with setup):
+  # DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup stagesnap"
+  ballast 16
+  kit k16-preset-snap 16 "$SHORT" --env VRAMKIT_CUDA_SNAPSHOT=$W/staging-load -- --preset moe --model-path $GQ \
+    --load-format dummy --kt-weight-path $KT8
+  python3 benchmarks/gpu/alloc_snapshot.py $W/staging-load.gpu0.pickle --out "$RES/staging-load-snapshot.json" \
+    > "$RES/logs/staging-load-snapshot.txt" 2>&1
+  step "staging load snapshot: $(head -c 300 "$RES/staging-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's
