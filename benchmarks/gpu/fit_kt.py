@@ -848,7 +848,8 @@ def markdown(res: dict) -> str:
                   "", "Since 2026-11-28 the driver sweeps each machine three ways before its servers: one round (the "
                   "estimate's input, as its constants were fitted), 3 rounds, and 3 rounds with the threads bound one "
                   "to a core (`membw-session-r3.json`). On these virtual machines the sweeps disagree by up to a third "
-                  "at one thread count. Here each held-out decode's error with the one-round sweep, and with each "
+                  "at one thread count; an idle one's one-round readings fell in two modes that far apart "
+                  "(`membw-noise/h200.json`). Here each held-out decode's error with the one-round sweep, and with each "
                   "thread count's best reading of the session. The rule was chosen after seeing these runs, so this "
                   "says how much of their error is the input's noise; it checks nothing.", "",
                   "| run | sweeps | threads | host read GB/s: one round / session's best | errors: one round | "

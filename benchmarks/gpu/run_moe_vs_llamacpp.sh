@@ -1182,10 +1182,11 @@ if has kthreads; then  # the estimate's thread term at kernel level (its AMXINT8
 {r.get('cpu_ms_per_token_median')} ms\" for f in sorted(glob.glob('$RES/kt-threads-*.json')) for r in json.load(open(f))['runs']))" 2>&1 | tail -c 600)"
 fi
 ballast_off
-# the machine's one-round sweep again, its servers stopped (~10 s): the sweeps before them disagreed by up to a third at
-# a thread count on these virtual machines (fit_kt.py's host-read section reads every sweep of the session)
+# the machine's sweep again, its servers stopped, each count's best of HOST_ROUNDS rounds (~40 s): an idle machine's
+# one-round readings fell in two modes a third apart (membw-noise/h200.json; fit_kt.py's host-read section reads every
+# sweep of the session)
 python3 -c "import json; from vramkit.adapters import membw
-print(json.dumps(membw.sweep([4, 8, 12, $THREADS, $PHYS], 4 << 30)))" > "$RES/membw-session-end.json" \
+print(json.dumps(membw.sweep([4, 8, 12, $THREADS, $PHYS], 4 << 30, rounds=membw.HOST_ROUNDS)))" > "$RES/membw-session-end.json" \
   2> "$RES/logs/membw-session-end.err"
 pack
 step "DONE ($(elapsed) s)"

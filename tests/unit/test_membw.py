@@ -36,3 +36,24 @@ def test_the_pinned_sweep_runs_in_a_child_with_bound_threads(monkeypatch):
     monkeypatch.setattr(membw.sys, "executable", "false")      # a child that fails without a word: one line still
     with pytest.raises(RuntimeError, match=r"^pinned sweep failed: exit status 1$"):
         membw.sweep_pinned([1], SIZE)
+
+
+def test_the_idle_machine_s_sweeps_are_what_the_readme_and_host_rounds_say():
+    """membw-noise/h200.json (benchmarks/gpu/membw_noise.py on an idle H200 machine of the GPU host): the README's
+    12-thread figures are the file's, its readings fall in two modes a third apart, and HOST_ROUNDS is the least
+    count of rounds that misses the high mode at most one time in ten, if each sweep lands in it as often as there."""
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    d = json.loads((root / "benchmarks/results/gpu/membw-noise/h200.json").read_text())
+    xs = [r["bytes_per_s"] / 1e9 for s in d["sweeps"] for r in s["runs"] if r["threads"] == 12]
+    b = d["by_threads"]["12"]
+    assert b["n"] == len(xs) and b["min_gbs"] == round(min(xs), 1) and b["max_gbs"] == round(max(xs), 1)
+    high = sum(x >= 0.85 * max(xs) for x in xs)
+    assert max(xs) / min(xs) > 1.3 and 0 < high < len(xs)
+    assert not any(0.8 * max(xs) < x < 0.85 * max(xs) for x in xs)            # a gap between the two modes
+    readme = " ".join((root / "README.md").read_text().split())
+    assert (f"{len(d['sweeps'])} one-round sweeps in 140 s read 12 threads in two modes" in readme
+            and f"({b['min_gbs']}-{b['max_gbs']}, median {b['median_gbs']}; the high mode in {high};" in readme)
+    miss = 1 - high / len(xs)
+    assert miss ** membw.HOST_ROUNDS <= 0.10 < miss ** (membw.HOST_ROUNDS - 1)

@@ -25,7 +25,10 @@ import sys
 import time
 
 PINNED_ENV = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
-HOST_ROUNDS = 3     # `vramkit host --bandwidth`: each thread count's best of this many rounds
+# `vramkit host --bandwidth`: each thread count's best of this many rounds. An idle H200 machine of the GPU host gave 29
+# one-round sweeps in 140 s whose 12-thread readings fell in two modes, ~70 and ~97-105 GB/s, the high one in 11
+# (benchmarks/results/gpu/membw-noise/h200.json): five rounds miss it about one time in ten, three one in four
+HOST_ROUNDS = 5
 
 
 def _best_pass(buf, threads: int, repeats: int) -> float:

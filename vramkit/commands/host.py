@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="size of the pinned host-to-GPU copy test, GiB; 0 skips it (default 1)")
     p.add_argument("--bandwidth", action="store_true",
                    help="measure host memory read bandwidth on 1, 2, 4, ... threads up to the server's cores, each "
-                        "count's best of 3 rounds (the hybrid MoE mode's CPU experts: preset moe); --write keeps it "
+                        "count's best of 5 rounds (the hybrid MoE mode's CPU experts: preset moe); --write keeps it "
                         "in .env as "
                         "VRAMKIT_HOST_READ_GBS=THREADS:GBS,... for the planner's thread term")
     p.add_argument("--warmup", action="store_true", help="warm up a running server")
