@@ -132,7 +132,7 @@ def method_rows(base: Path, out_dir: Path) -> list[str]:
                 + ("Both met: with accuracy within the proxy's noise of FP8, it qualifies as the preset's default. "
                    if meets and faster else "Not both met: it does not qualify as the preset's default. ")
                 + f"The moe preset's default CPU method: {preset_method()} (config/presets.toml)."]
-    return out + fp8_again_rows() + embed_host_rows()
+    return out + fp8_again_rows() + embed_host_rows() + embed_host_gptq_rows()
 
 
 # The FP8 method again once the GPU prompt path had taken its prefill gap away: beside the AMXINT8 preset on one H200
@@ -218,6 +218,43 @@ def embed_host_rows() -> list[str]:
             "GPU layer and the KV pool within 0.1 % of the plan on both (kt-estimate.md). Lossless (the rows are the "
             "GPU table's, bit for bit); no loss beyond the noise and a small gain after long prompts, so it is the "
             "moe preset's default (`--kt-embed-host auto`)."]
+    return out
+
+
+# The same lever on the GPTQ-Int4 config (the MoE table's 16 GiB rows): two more whole GPU layers (38 against 36), one
+# H200 machine, starts on, off, one round each (STEPS="setup embhost4", 2026-11-28, twenty-fifth session); then the
+# preset as it comes beside llama.cpp's Q4_K_M pair on another machine, medians of 3 rounds (twenty-sixth)
+EMBED_HOST_GPTQ = (("moe-vs-llamacpp-gptq/h200-embhost", "k16-preset", "in host RAM (auto)", "one round"),
+                   ("moe-vs-llamacpp-gptq/h200-embhost", "k16-preset-embgpu", "on the GPU (`--kt-embed-host off`)",
+                    "one round"),
+                   ("moe-vs-llamacpp-gptq/h200-embhost-llama", "k16-preset", "in host RAM (auto), another machine",
+                    "medians of 3 rounds"))
+
+
+def embed_host_gptq_rows() -> list[str]:
+    """The lever on the GPTQ-Int4 config: its pair on one machine, and the preset as it comes on another (whose
+    llama.cpp pair is the MoE table's "preset as it now comes" rows)."""
+    points = [(label, rounds, kit_point(RESULTS / d, name)) for d, name, label, rounds in EMBED_HOST_GPTQ]
+    if not all(p for _, _, p in points):
+        return []
+    out = ["", "### The token embeddings in host RAM on the GPTQ-Int4 config (2026-11-28, "
+           + " and ".join(dict.fromkeys(f"{d}/" for d, *_ in EMBED_HOST_GPTQ)) + ")", "",
+           "The moe preset on Qwen's GPTQ-Int4 config of the same shape (marlin MoE on the GPU, AMXINT8 on the CPU, 12 "
+           "KT threads, the GPU prompt path by auto), each H200 machine at 16 GiB:", "",
+           "| embeddings | figures | GPU layers | KV pool, tokens | decode d0 / 8K / 30K tok/s | TTFT 30K s | "
+           "4 streams tok/s |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for label, rounds, p in points:
+        f = p["figures"]  # type: ignore[index]
+        out.append(f"| {label} | {rounds} | {p['gpu_layers_logged']} | "  # type: ignore[index]
+                   f"{p['log_figures_gib']['kv_tokens']:,} | {fmt(f['decode_tok_s'])} / "  # type: ignore[index]
+                   f"{fmt(f['decode_tok_s_8k'])} / {fmt(f['decode_tok_s_30k'])} | {f['ttft_30k_s']:.2f} | "
+                   f"{fmt(f['aggregate_4_streams_tok_s'])} |")
+    on, off = points[0][2]["figures"], points[1][2]["figures"]  # type: ignore[index]
+    r = {k: on[k] / off[k] for k in ("decode_tok_s", "decode_tok_s_8k", "aggregate_4_streams_tok_s")}
+    out += ["", f"On the first machine the lever gave two more GPU layers, decode {r['decode_tok_s']:.2f}x at depth 0 "
+            f"and {r['aggregate_4_streams_tok_s']:.2f}x at 4 streams, {r['decode_tok_s_8k']:.2f}x after 8K (one "
+            "request a round, not repeated). The second machine's start is the MoE table's \"preset as it now comes\" "
+            "rows (moe-vs-llamacpp-default-16g.md), beside llama.cpp on the same machine."]
     return out
 
 
