@@ -497,6 +497,7 @@ def read_input_check(k: kt.KtConstants, splits_rate: dict[int, float]) -> dict:
         if p.role != "held-out" or (sweeps := session_sweeps(p)) is None:
             continue
         row: dict = {"point": p.name, "sweeps": str((RES / p.membw).parent.relative_to(RES))}
+        decodes = measurements(p)
         for key, readings in (("one_round", sweeps["one round"]), ("session_best", best_reading(sweeps))):
             pl, _ = plan_for(p, readings)
             h = pl.hybrid
@@ -504,7 +505,7 @@ def read_input_check(k: kt.KtConstants, splits_rate: dict[int, float]) -> dict:
             row["threads"] = int(h.cpuinfer_threads)
             row[f"read_gbs_{key}"] = round(h.host_read_bytes_s / 1e9, 1)
             row[f"errors_{key}"] = [round(predict(terms(pl, m["context"], p.kv_splits), k, splits_rate) / m["tok_s"] - 1,
-                                          4) for m in measurements(p)]
+                                          4) for m in decodes]
         out.append(row)
 
     def summary(key: str) -> dict:

@@ -190,6 +190,14 @@ EMBED_HOST_POINTS = (("", "k16-int8-embhost", "in host RAM, first start"), ("", 
                      ("second-start", "k16-int8-embhost", "in host RAM, third start (one round)"))
 
 
+def _embed_cells(p: dict) -> str:
+    """An embeddings table's cells for one start: GPU layers, KV pool, decode d0 / 8K / 30K, TTFT 30K, 4 streams."""
+    f = p["figures"]
+    return (f"{p['gpu_layers_logged']} | {p['log_figures_gib']['kv_tokens']:,} | {fmt(f['decode_tok_s'])} / "
+            f"{fmt(f['decode_tok_s_8k'])} / {fmt(f['decode_tok_s_30k'])} | {f['ttft_30k_s']:.2f} | "
+            f"{fmt(f['aggregate_4_streams_tok_s'])}")
+
+
 def embed_host_rows() -> list[str]:
     """The lever's three starts, and the two lever starts' mean over the middle one (the machine slowed from start to
     start, so the mean of the starts around the control takes a steady drift out)."""
@@ -204,10 +212,7 @@ def embed_host_rows() -> list[str]:
            "| embeddings | GPU layers | KV pool, tokens | decode d0 / 8K / 30K tok/s | TTFT 30K s | 4 streams tok/s |",
            "| --- | --- | --- | --- | --- | --- |"]
     for label, p in points:
-        f = p["figures"]  # type: ignore[index]
-        out.append(f"| {label} | {p['gpu_layers_logged']} | {p['log_figures_gib']['kv_tokens']:,} | "  # type: ignore[index]
-                   f"{fmt(f['decode_tok_s'])} / {fmt(f['decode_tok_s_8k'])} / {fmt(f['decode_tok_s_30k'])} | "
-                   f"{f['ttft_30k_s']:.2f} | {fmt(f['aggregate_4_streams_tok_s'])} |")
+        out.append(f"| {label} | {_embed_cells(p)} |")  # type: ignore[arg-type]
     on = [points[0][1]["figures"], points[2][1]["figures"]]  # type: ignore[index]
     off = points[1][1]["figures"]  # type: ignore[index]
     r = {k: (on[0][k] + on[1][k]) / 2 / off[k] for k in ("decode_tok_s", "decode_tok_s_8k", "decode_tok_s_30k",
@@ -244,11 +249,7 @@ def embed_host_gptq_rows() -> list[str]:
            "| embeddings | figures | GPU layers | KV pool, tokens | decode d0 / 8K / 30K tok/s | TTFT 30K s | "
            "4 streams tok/s |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for label, rounds, p in points:
-        f = p["figures"]  # type: ignore[index]
-        out.append(f"| {label} | {rounds} | {p['gpu_layers_logged']} | "  # type: ignore[index]
-                   f"{p['log_figures_gib']['kv_tokens']:,} | {fmt(f['decode_tok_s'])} / "  # type: ignore[index]
-                   f"{fmt(f['decode_tok_s_8k'])} / {fmt(f['decode_tok_s_30k'])} | {f['ttft_30k_s']:.2f} | "
-                   f"{fmt(f['aggregate_4_streams_tok_s'])} |")
+        out.append(f"| {label} | {rounds} | {_embed_cells(p)} |")  # type: ignore[arg-type]
     on, off = points[0][2]["figures"], points[1][2]["figures"]  # type: ignore[index]
     r = {k: on[k] / off[k] for k in ("decode_tok_s", "decode_tok_s_8k", "aggregate_4_streams_tok_s")}
     out += ["", f"On the first machine the lever gave two more GPU layers, decode {r['decode_tok_s']:.2f}x at depth 0 "
