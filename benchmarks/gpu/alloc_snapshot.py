@@ -2,7 +2,7 @@
 one at the end of SGLang's ModelRunner.load_model; issue 18: the marlin MoE load holds 0.06-0.07 GiB that the
 planner's replay, core/memory/weight_load.py, does not place).
 
-    python benchmarks/gpu/alloc_snapshot.py SNAPSHOT.pickle [--out R.json]
+    python benchmarks/gpu/alloc_snapshot.py SNAPSHOT.pickle [--out R.json] [--detail D.json]
 
 Reads the snapshot torch.cuda.memory._dump_snapshot writes (a pickled dict: "segments", each with its "blocks", and
 "device_traces") and reports: what the caching allocator reserves and what is allocated in it; the free space it keeps
@@ -77,10 +77,29 @@ def segment_order(snap: dict) -> dict:
             "equal_size_groups_rising": sum(1 for _, a in same if all(y > x for x, y in pairwise(a)))}
 
 
+def detail(snap: dict) -> dict:
+    """Segment by segment, in address order, each block's size and the line that allocated it ("free" for a free
+    one), and the recorded trace as compact events [action, bytes, address, site index]: what the replay
+    (core/memory/torch_alloc.py) can be set beside allocation by allocation. Sites are listed once."""
+    sites: dict[str, int] = {}
+
+    def sid(frames: list[dict]) -> int:
+        return sites.setdefault(site(frames), len(sites))
+    segments = [{"address": s.get("address", 0), "bytes": s["total_size"], "type": s.get("segment_type"),
+                 "blocks": [[b["size"], "free" if b["state"] == "inactive" else sid(b.get("frames", []))]
+                            for b in s["blocks"]]}
+                for s in sorted(snap.get("segments", []), key=lambda s: s.get("address", 0))]
+    events = [[e["action"], e.get("size", 0), e.get("addr", 0), sid(e.get("frames", []))]
+              for trace in snap.get("device_traces", []) for e in trace
+              if e.get("action") in ("alloc", "free_requested", "segment_alloc", "segment_free", "free_completed")]
+    return {"sites": list(sites), "segments": segments, "events": events}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("snapshot", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--detail", type=Path, help="also write every segment's blocks and the trace's events here")
     a = ap.parse_args()
     try:
         with a.snapshot.open("rb") as f:
@@ -92,6 +111,8 @@ def main() -> int:
     text = json.dumps(res, indent=1)
     if a.out:
         a.out.write_text(text + "\n")
+    if a.detail:
+        a.detail.write_text(json.dumps(detail(snap), separators=(",", ":")) + "\n")
     print(text)
     return 0
 

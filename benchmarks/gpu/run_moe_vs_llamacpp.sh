@@ -945,7 +945,7 @@ if has stagesnap; then  # the GPU prompt path's staging set on the GPTQ config, 
   kit k16-preset-snap 16 "$SHORT" --env VRAMKIT_CUDA_SNAPSHOT=$W/staging-load -- --preset moe --model-path $GQ \
     --load-format dummy --kt-weight-path $KT8
   python3 benchmarks/gpu/alloc_snapshot.py $W/staging-load.gpu0.pickle --out "$RES/staging-load-snapshot.json" \
-    > "$RES/logs/staging-load-snapshot.txt" 2>&1
+    --detail "$RES/staging-load-detail.json" > "$RES/logs/staging-load-snapshot.txt" 2>&1
   step "staging load snapshot: $(head -c 300 "$RES/staging-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml

@@ -105,3 +105,16 @@ def test_the_adapter_records_the_weight_load_only_when_asked(monkeypatch, tmp_pa
     assert [c[0] for c in calls] == ["record", "load", "dump", "record"]
     assert calls[2][1] == f"{tmp_path / 'load'}.gpu0.pickle" and calls[3][1] == {"enabled": None}
     assert "the weight load's CUDA memory snapshot in" in capsys.readouterr().err
+
+
+def test_the_detail_lists_each_segment_s_blocks_by_site_and_the_trace_compactly():
+    snap = snapshot()
+    snap["device_traces"] = [[{"action": "segment_alloc", "addr": 0, "size": 100 * MiB, "frames": REPACK},
+                              {"action": "alloc", "addr": 0, "size": 80 * MiB, "frames": REPACK},
+                              {"action": "snapshot", "addr": 0, "size": 0}]]
+    d = alloc_snapshot.detail(snap)
+    repack = d["sites"].index("srt/hardware_backend/gpu/quantization/gptq_kernels.py:320 process_weights_after_loading")
+    assert [s["bytes"] for s in d["segments"]] == [100 * MiB, 40 * MiB, 2 * MiB]
+    assert d["segments"][0]["blocks"] == [[80 * MiB, repack], [20 * MiB, "free"]]
+    assert d["segments"][2]["blocks"][0][1] == d["sites"].index("?")
+    assert d["events"] == [["segment_alloc", 100 * MiB, 0, repack], ["alloc", 80 * MiB, 0, repack]]
