@@ -935,18 +935,28 @@ if has embhost4; then  # the token embeddings in host RAM (the preset's auto sin
     --load-format dummy --kt-weight-path $KT8 --kt-embed-host off
   [ "${EMBHOST_LLAMA:-0}" = 1 ] && lpair 16 11
 fi
-if has stagesnap; then  # the GPU prompt path's staging set on the GPTQ config, under torch's memory recorder (the
-  # adapter's VRAMKIT_CUDA_SNAPSHOT). On these servers the plan's weights are ~0.02 GiB over SGLang's and the KV pool
-  # 1.7-1.8 % under (kt-estimate.md); the servers without the path are within 0.6 %. Likely the set's two scale tensors
-  # (6 and 3 MiB, a 20 MiB segment in the replay) landing in marlin's free space; the snapshot says where each of the
-  # set's tensors went. Written 2026-11-28, twenty-sixth session, not run yet (~8 min with setup):
-  # DUMMY_BY_NAME=1 STAGE=.stage-gg STEPS="setup stagesnap"
+if has stagesnap; then  # weight loads under torch's memory recorder (the adapter's VRAMKIT_CUDA_SNAPSHOT), each written
+  # as the snapshot's summary and its whole trace (alloc_snapshot.py --detail; benchmarks/gpu/replay_trace.py replays
+  # it through the planner's allocator model). 2026-11-28, twenty-seventh session (h200-stagesnap/): the GPTQ preset
+  # with the GPU prompt path; the model fed its trace reserved 12,972 MiB against 12,974, and the plan's 28 MiB over
+  # is the rotary cache's build temporaries, which the replay lacks. Modelled alone they push 16 other servers' pools
+  # 0.9-1.45 % over SGLang's: the FP8 preset's (its prompt path) and marlin loads without the path, whose holes
+  # constant (config/engine.toml) was set with those temporaries unmodelled. STAGESNAP_ALL=1 adds those two loads
+  # (~3 min each), so the replay can be set beside each: DUMMY_BY_NAME=1 STAGE=.stage-gg STAGESNAP_ALL=1
+  # STEPS="setup stagesnap" (~11 min with setup)
   ballast 16
-  kit k16-preset-snap 16 "$SHORT" --env VRAMKIT_CUDA_SNAPSHOT=$W/staging-load -- --preset moe --model-path $GQ \
-    --load-format dummy --kt-weight-path $KT8
-  python3 benchmarks/gpu/alloc_snapshot.py $W/staging-load.gpu0.pickle --out "$RES/staging-load-snapshot.json" \
-    --detail "$RES/staging-load-detail.json" > "$RES/logs/staging-load-snapshot.txt" 2>&1
-  step "staging load snapshot: $(head -c 300 "$RES/staging-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
+  snap() {  # name up-args...: one start under the recorder, its summary and trace
+    local n=$1; shift
+    kit $n 16 "$SHORT" --env VRAMKIT_CUDA_SNAPSHOT=$W/$n-load -- "$@"
+    python3 benchmarks/gpu/alloc_snapshot.py $W/$n-load.gpu0.pickle --out "$RES/$n-load-snapshot.json" \
+      --detail "$RES/$n-load-detail.json" > "$RES/logs/$n-load-snapshot.txt" 2>&1 && gzip -9f "$RES/$n-load-detail.json"
+    step "$n load snapshot: $(head -c 200 "$RES/$n-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
+  }
+  snap k16-preset-snap --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
+  if [ "${STAGESNAP_ALL:-0}" = 1 ]; then
+    snap k16-kt-prompts-snap --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 --kt-gpu-prefill 0
+    snap k16-fp8-preset-snap $KITF8
+  fi
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's
