@@ -43,12 +43,7 @@ def replay(detail: dict, prelude: tuple[int, ...] = (), without: tuple[str, ...]
     """The model's reserve after the trace and the allocator's final empty_cache, its segments by size (MiB), and
     what was left out."""
     a = CachingAllocator()
-    first: list[int | None] = []
-    for n in prelude:
-        if n > 0:
-            first.append(a.malloc(n))
-        else:
-            a.free(first[-n - 1])
+    a.run(prelude)
     a.empty_cache()
     skip_sites = {i for i, s in enumerate(detail["sites"]) if any(t in s for t in without)}
     live: dict[int, int | None] = {}

@@ -139,12 +139,7 @@ def prelude_reserved(prelude: tuple[int, ...]) -> int:
     pool is over by more than 0.5 %. moe-gptq-24g's load also logged 15.87 GiB as replayed apart (15.85 with the
     reuse)."""
     pre = CachingAllocator()
-    handles: list[int | None] = []
-    for n in prelude:
-        if n > 0:
-            handles.append(pre.malloc(n))
-        else:
-            pre.free(handles[-n - 1])
+    pre.run(prelude)
     pre.empty_cache()
     return pre.reserved
 
