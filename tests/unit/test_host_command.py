@@ -204,8 +204,31 @@ def test_bandwidth_keeps_each_count_s_best_of_three_rounds_and_writes_it(capsys,
     monkeypatch.setattr(membw, "_best_pass", one_pass)
     env = tmp_path / ".env"
     code, data = host_json(["--bandwidth", "--write", "--env-file", str(env)], capsys)
-    runs = checks_of(data)["host_read_bw"]["data"]["runs"]
+    check = checks_of(data)["host_read_bw"]
+    runs = check["data"]["runs"]
     assert code == 0 and membw.HOST_ROUNDS == 5 and set(calls.values()) == {5}
     assert runs and all(r["rounds"] == 5 and r["seconds"] == 1.0 for r in runs)
+    # the slowest round (7 s a pass) read a seventh of the best: the rounds disagree, and the check says so
+    assert all(r["slowest_bytes_per_s"] == int(r["bytes"] / 7.0) for r in runs)
+    assert check["status"] == "warn" and "the rounds disagreed" in check["reason"]
     written = next(x for x in env.read_text().splitlines() if x.startswith("VRAMKIT_HOST_READ_GBS="))
     assert written.endswith(f"{runs[-1]['threads']}:{runs[-1]['bytes_per_s'] / 1e9:.1f}")
+
+
+def test_bandwidth_rounds_that_agree_pass_without_a_word_about_noise(capsys, tmp_path, monkeypatch):
+    """Rounds within membw.NOISY_SPREAD of each other (a quiet host): the check passes and says nothing of noise."""
+    import torch
+
+    from vramkit.adapters import membw
+    calls: dict[int, int] = {}
+
+    def one_pass(buf, threads, repeats):     # 5 % apart at most
+        calls[threads] = calls.get(threads, 0) + 1
+        return 1.0 + 0.01 * calls[threads]
+    monkeypatch.setattr(membw, "_touched", lambda size: torch.empty(size // 4))
+    monkeypatch.setattr(membw, "_best_pass", one_pass)
+    code, data = host_json(["--bandwidth"], capsys)
+    check = checks_of(data)["host_read_bw"]
+    assert code == 0 and check["status"] == "pass" and "disagreed" not in check["reason"]
+    w = membw.widest_spread(check["data"]["runs"])
+    assert w is not None and 0 < w["spread"] <= membw.NOISY_SPREAD

@@ -27,6 +27,10 @@ def test_rounds_visit_every_count_in_turn_and_keep_each_best(monkeypatch):
     runs = membw.sweep([1, 2], SIZE, rounds=3)
     assert seen == [1, 2, 1, 2, 1, 2]
     assert [(r["threads"], r["seconds"], r["rounds"]) for r in runs] == [(1, 1.0, 3), (2, 0.5, 3)]
+    assert [r["slowest_bytes_per_s"] for r in runs] == [int(SIZE / 3.0), int(SIZE / 4.0)]     # each count's slowest
+    w = membw.widest_spread(runs)
+    assert w["threads"] == 2 and w["spread"] == pytest.approx(7.0, rel=1e-6)      # 4.0 s against 0.5 s
+    assert membw.widest_spread([{"threads": 1, "bytes_per_s": 10}]) is None    # one round: nothing to compare
 
 
 def test_the_pinned_sweep_runs_in_a_child_with_bound_threads(monkeypatch):

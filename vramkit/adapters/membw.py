@@ -13,8 +13,10 @@ another; benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-*/membw-session.json). `
 in a child process whose OpenMP threads are bound one to a core (OMP_PROC_BIND=close, OMP_PLACES=cores), as
 kt-kernel binds its worker pool. The decode estimate's constants were fitted on the H100 host's one-round sweep,
 which was monotone; on the H200 machines each thread count's best reading of the session halved the estimate's error
-against the one-round sweep (benchmarks/results/gpu/kt-estimate.md, last section), so `vramkit host --bandwidth`
-keeps each count's best of HOST_ROUNDS rounds: on a quiet desktop that is the one round's figure.
+against the one-round sweep, and on a machine not used to choose that rule took it from 15.9 % to 4.5 %
+(benchmarks/results/gpu/kt-estimate.md, last section), so `vramkit host --bandwidth` keeps each count's best of
+HOST_ROUNDS rounds: on a quiet desktop that is the one round's figure. Each record also keeps the count's slowest
+round, so the command can say when the rounds disagree (NOISY_SPREAD).
 """
 from __future__ import annotations
 
@@ -29,6 +31,9 @@ PINNED_ENV = {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
 # one-round sweeps in 140 s whose 12-thread readings fell in two modes, ~70 and ~97-105 GB/s, the high one in 11
 # (benchmarks/results/gpu/membw-noise/h200.json): five rounds miss it about one time in ten, three one in four
 HOST_ROUNDS = 5
+# rounds whose best reading is this much above their slowest at one thread count: a host whose read varies (other
+# work, a virtual machine); the H200 machines' rounds disagreed by up to ~50 %, a quiet host's by a few per cent
+NOISY_SPREAD = 0.20
 
 
 def _best_pass(buf, threads: int, repeats: int) -> float:
@@ -75,10 +80,21 @@ def sweep(thread_counts: list[int], size_bytes: int = 2 << 30, rounds: int = 1) 
         return [read_bandwidth(t, size_bytes) for t in thread_counts]
     buf = _touched(size_bytes)
     best = {t: float("inf") for t in thread_counts}
+    slowest = dict.fromkeys(thread_counts, 0.0)
     for _ in range(rounds):
         for t in thread_counts:
-            best[t] = min(best[t], _best_pass(buf, t, 5))
-    return [_record(t, buf.numel() * 4, s) | {"rounds": rounds} for t, s in best.items()]
+            s = _best_pass(buf, t, 5)
+            best[t], slowest[t] = min(best[t], s), max(slowest[t], s)
+    nbytes = buf.numel() * 4
+    return [_record(t, nbytes, s) | {"rounds": rounds, "slowest_bytes_per_s": int(nbytes / slowest[t])}
+            for t, s in best.items()]
+
+
+def widest_spread(runs: list[dict]) -> dict | None:
+    """The thread count whose rounds disagreed most (best reading over slowest, less 1), None for one-round runs."""
+    spread = [r | {"spread": r["bytes_per_s"] / r["slowest_bytes_per_s"] - 1} for r in runs
+              if r.get("slowest_bytes_per_s")]
+    return max(spread, key=lambda r: r["spread"]) if spread else None
 
 
 def sweep_pinned(thread_counts: list[int], size_bytes: int = 2 << 30, rounds: int = 3,
