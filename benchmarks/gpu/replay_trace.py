@@ -46,26 +46,21 @@ def replay(detail: dict, prelude: tuple[int, ...] = (), without: tuple[str, ...]
     a.run(prelude)
     a.empty_cache()
     skip_sites = {i for i, s in enumerate(detail["sites"]) if any(t in s for t in without)}
-    live: dict[int, int | None] = {}
-    left_out: set[int] = set()
+    live: dict[int, int | None] = {}      # address -> the model's handle
     dropped = 0
     for action, size, addr, site in detail["events"]:
         if action == "alloc":
             if site in skip_sites:
-                left_out.add(addr)
                 dropped += size
-                continue
-            live[addr] = a.malloc(size)
-        elif action == "free_completed":
-            if addr in live:
-                a.free(live.pop(addr))
             else:
-                left_out.discard(addr)
+                live[addr] = a.malloc(size)
+        elif action == "free_completed" and addr in live:     # not in it: a left-out allocation's free
+            a.free(live.pop(addr))
         elif action == "segment_free":          # SGLang emptied the cache (empty_device_cache)
             a.empty_cache()
     a.empty_cache()
     return {"reserved_mib": a.reserved / MiB, "allocated_mib": round(a.allocated / MiB, 2),
-            "segments_mib": dict(sorted(Counter(s // MiB for s in a._segments.values()).items())),
+            "segments_mib": dict(sorted(Counter(s // MiB for s in a.segment_sizes).items())),
             "left_out_mib": round(dropped / MiB, 2)}
 
 

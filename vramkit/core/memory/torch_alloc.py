@@ -135,5 +135,9 @@ class CachingAllocator:
         return sum(self._segments.values())
 
     @property
+    def segment_sizes(self) -> list[int]:
+        return list(self._segments.values())
+
+    @property
     def allocated(self) -> int:
         return sum(b[0] for blocks in self._blocks.values() for b in blocks.values() if not b[1])
