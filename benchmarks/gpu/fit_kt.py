@@ -517,10 +517,10 @@ def best_reading(sweeps: dict[str, list[dict]]) -> list[dict]:
     return [{"threads": r["threads"], "bytes_per_s": best[r["threads"]]} for r in sweeps["one round"]]
 
 
-def read_input_check(k: kt.KtConstants, splits_rate: dict[int, float]) -> dict:
+def read_input_check(k: kt.KtConstants, splits_rate: dict[int, float], plans: dict[str, Plan]) -> dict:
     """Each held-out point with more than one sweep: its decodes' estimate error with the one-round sweep and with the
-    session's best reading (the main table's), summed up over all, over the runs the rule was chosen on and over the
-    runs that checked it."""
+    session's best reading (the main table's: `plans`, each point's plan as compute() made it), summed up over all,
+    over the runs the rule was chosen on and over the runs that checked it."""
     out = []
     for p in POINTS:
         if p.role != "held-out" or (sweeps := session_sweeps(p)) is None:
@@ -528,8 +528,7 @@ def read_input_check(k: kt.KtConstants, splits_rate: dict[int, float]) -> dict:
         row: dict = {"point": p.name, "sweeps": str((RES / p.membw).parent.relative_to(RES)),
                      "rule": "chosen on" if p.name in READ_RULE_CHOSEN_ON else "checked on"}
         decodes = measurements(p)
-        for key, readings in (("one_round", sweeps["one round"]), ("session_best", best_reading(sweeps))):
-            pl, _ = plan_for(p, readings)
+        for key, pl in (("one_round", plan_for(p, sweeps["one round"])[0]), ("session_best", plans[p.name])):
             h = pl.hybrid
             assert h is not None
             row["threads"] = int(h.cpuinfer_threads)
@@ -699,8 +698,10 @@ def compute() -> dict:
     base = catalog.engine().kt
     assert base is not None
     rows, points, fours = [], [], []
+    plans: dict[str, Plan] = {}
     for p in POINTS:
         pl, run = plan_for(p)
+        plans[p.name] = pl
         h = pl.hybrid
         assert h is not None
         weights = gpu_weights(p, run)
@@ -782,7 +783,7 @@ def compute() -> dict:
         "held_out": sorted({r["point"] for r in rows if r["role"] == "held-out"}),
         "measurements": rows, "points": points,
         "four_streams": fours, "four_stream_spread": four_stream_spread(fours),
-        "host_read_input": read_input_check(k, splits_rate),
+        "host_read_input": read_input_check(k, splits_rate, plans),
     }
     return result
 

@@ -31,12 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     counts = [int(t) for t in a.threads.split(",")]
     size = int(a.gib * 2**30)
-    t0, sweeps = time.monotonic(), []
+    t0, sweeps, rec = time.monotonic(), [], {}
     while time.monotonic() - t0 < a.seconds:
         at = round(time.monotonic() - t0, 1)
         sweeps.append({"t_s": at, "runs": membw.sweep(counts, size)})
-        a.out.write_text(json.dumps(record(counts, size, sweeps), indent=1) + "\n")   # a machine lost keeps what ran
-    print(json.dumps(record(counts, size, sweeps)["by_threads"]))
+        rec = record(counts, size, sweeps)
+        a.out.write_text(json.dumps(rec, indent=1) + "\n")   # a machine lost keeps what ran
+    print(json.dumps(rec.get("by_threads", {})))
     return 0
 
 

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from vramkit import catalog
 from vramkit.adapters import host as hostio
-from vramkit.adapters import nvml, state
+from vramkit.adapters import membw, nvml, state
 from vramkit.bench.workloads import ANY_MODEL_VOCAB
 from vramkit.core import host_plan as hp
 from vramkit.core.checks import FAIL, PASS, WARN, Check
@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="size of the pinned host-to-GPU copy test, GiB; 0 skips it (default 1)")
     p.add_argument("--bandwidth", action="store_true",
                    help="measure host memory read bandwidth on 1, 2, 4, ... threads up to the server's cores, each "
-                        "count's best of 5 rounds (the hybrid MoE mode's CPU experts: preset moe); --write keeps it "
+                        f"count's best of {membw.HOST_ROUNDS} rounds (the hybrid MoE mode's CPU experts: preset moe); "
+                        "--write keeps it "
                         "in .env as "
                         "VRAMKIT_HOST_READ_GBS=THREADS:GBS,... for the planner's thread term")
     p.add_argument("--warmup", action="store_true", help="warm up a running server")
@@ -167,7 +168,6 @@ def collect(args: argparse.Namespace) -> tuple[list[Check], dict]:
                                    f"{res['h2d_pageable_GBps']} GB/s pageable", res))
 
     if args.bandwidth:
-        from vramkit.adapters import membw
         from vramkit.launch.hybrid import ENV_HOST_READ, format_read_gbs
         threads = max(1, len(topo.cores(plan.server)))
         # per thread count (the planner's thread term for --kt-cpuinfer): 1, 2, 4, ... and the server's cores

@@ -136,8 +136,10 @@ def embed_warning(plan, log_text: str) -> str | None:
     show the adapter moving them: what happened and what the pool came to against the plan (None: as planned, or
     nothing was moved). The adapter leaves the table on the GPU rather than fail the load (vramkit_host_embed.py),
     and the pool is then that much smaller than the plan."""
+    if not plan.host_embed_bytes:
+        return None
     figures = sglang_log.parse(log_text).values
-    if not plan.host_embed_bytes or figures.get("embed_moved") is not None:
+    if figures.get("embed_moved") is not None:
         return None
     stayed = sglang_log.EMBED_STAYED
     said = next((ln.split(stayed, 1)[1].strip() for ln in log_text.splitlines() if stayed in ln), None)
