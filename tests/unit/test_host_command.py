@@ -188,20 +188,29 @@ def test_a_negative_or_nan_size_is_refused(argv, capsys):
     assert "is not a size" in capsys.readouterr().err
 
 
-def test_bandwidth_keeps_each_count_s_best_of_three_rounds_and_writes_it(capsys, tmp_path, monkeypatch):
-    """`vramkit host --bandwidth --write`: the sweep runs HOST_ROUNDS rounds (an idle GPU-host machine's one-round
-    readings fell in two modes a third apart: membw-noise/h200.json), each count's best goes to .env for the planner's
-    thread term."""
+def _fake_rounds(monkeypatch, seconds) -> dict[int, int]:
+    """membw's passes faked at the timing boundary: a thread count's n-th pass takes seconds(n); returns the passes
+    made per thread count."""
     import torch
 
     from vramkit.adapters import membw
     calls: dict[int, int] = {}
 
-    def one_pass(buf, threads, repeats):     # seconds per pass: each count's second round its fastest
+    def one_pass(buf, threads, repeats):
         calls[threads] = calls.get(threads, 0) + 1
-        return 1.0 if calls[threads] == 2 else 2.0 + calls[threads]
+        return seconds(calls[threads])
     monkeypatch.setattr(membw, "_touched", lambda size: torch.empty(size // 4))
     monkeypatch.setattr(membw, "_best_pass", one_pass)
+    return calls
+
+
+def test_bandwidth_keeps_each_count_s_best_of_host_rounds_and_writes_it(capsys, tmp_path, monkeypatch):
+    """`vramkit host --bandwidth --write`: the sweep runs HOST_ROUNDS rounds (an idle GPU-host machine's one-round
+    readings fell in two modes a third apart: membw-noise/h200.json), each count's best goes to .env for the planner's
+    thread term."""
+    from vramkit.adapters import membw
+    # seconds per pass: each count's second round its fastest
+    calls = _fake_rounds(monkeypatch, lambda n: 1.0 if n == 2 else 2.0 + n)
     env = tmp_path / ".env"
     code, data = host_json(["--bandwidth", "--write", "--env-file", str(env)], capsys)
     check = checks_of(data)["host_read_bw"]
@@ -217,16 +226,8 @@ def test_bandwidth_keeps_each_count_s_best_of_three_rounds_and_writes_it(capsys,
 
 def test_bandwidth_rounds_that_agree_pass_without_a_word_about_noise(capsys, tmp_path, monkeypatch):
     """Rounds within membw.NOISY_SPREAD of each other (a quiet host): the check passes and says nothing of noise."""
-    import torch
-
     from vramkit.adapters import membw
-    calls: dict[int, int] = {}
-
-    def one_pass(buf, threads, repeats):     # 5 % apart at most
-        calls[threads] = calls.get(threads, 0) + 1
-        return 1.0 + 0.01 * calls[threads]
-    monkeypatch.setattr(membw, "_touched", lambda size: torch.empty(size // 4))
-    monkeypatch.setattr(membw, "_best_pass", one_pass)
+    _fake_rounds(monkeypatch, lambda n: 1.0 + 0.01 * n)      # 5 % apart at most
     code, data = host_json(["--bandwidth"], capsys)
     check = checks_of(data)["host_read_bw"]
     assert code == 0 and check["status"] == "pass" and "disagreed" not in check["reason"]
