@@ -312,6 +312,8 @@ KIT="--preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --kt
 KIT8="--preset moe --kt-gpu-layers off --model-path $FP8 --load-format dummy --kt-method AMXINT8 --kt-weight-path $KT8"
 # the moe preset as it comes on its own FP8 config (whole layers, AMXINT8, the prompt path by auto): the FP8 path's steps
 KITF8="--preset moe --model-path $FP8 --load-format dummy --kt-weight-path $KT8"
+# ... and on the GPTQ-Int4 config (the MoE table's 16 GiB rows): the GPTQ path's preset steps
+KITGP="--preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8"
 FULL="--new-tokens 128 --streams 1,4 --ttft 512,8192,30000 --ttft-new-tokens 64 --repeat ${REPEAT:-1} ${PROBE_EXTRA:-}"
 SHORT="--new-tokens 128 --streams 1 --ttft 8192 --ttft-new-tokens 64"
 # the recorder as kt-placement wants it (one spelling: vramkit/adapters/expert_dump.py)
@@ -910,8 +912,8 @@ if has kprefill || has lprefill; then  # the preset as it comes (kt_gpu_prefill 
   # ~9 min after setup). Run with DUMMY_BY_NAME=1 as the main table's points. 2026-11-28 (moe-gpu-prefill/run2) ran
   # kprefill before the preset took it: --kt-gpu-prefill 256 against the preset
   ballast 16
-  kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
-  kit k16-kt-prompts 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 \
+  kit k16-preset 16 "$FULL" -- $KITGP
+  kit k16-kt-prompts 16 "$FULL" -- $KITGP \
     --kt-gpu-prefill 0
   if has lprefill; then lpair 16 11; fi
 fi
@@ -919,7 +921,7 @@ if has lpreset; then  # the moe preset as it comes on the GPTQ config (mem_fract
   # marlin, AMXINT8, the plan's 12 KT threads): only the model, the dummy load and the KT layout's folder are given;
   # then llama.cpp's pair. Run with DUMMY_BY_NAME=1 as the main table's points (~12 min with the builds)
   ballast 16
-  kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
+  kit k16-preset 16 "$FULL" -- $KITGP
   lpair 16 11
 fi
 if has embhost4; then  # the token embeddings in host RAM (the preset's auto since 2026-11-28's twenty-fourth session)
@@ -929,7 +931,7 @@ if has embhost4; then  # the token embeddings in host RAM (the preset's auto sin
   # Written 2026-11-28, twenty-third session; llama.cpp's pair only with EMBHOST_LLAMA=1 (~20 min with the builds):
   # DUMMY_BY_NAME=1 STAGE=.stage-gg REPEAT=3 STEPS="setup embhost4"
   ballast 16
-  kit k16-preset 16 "$FULL" -- --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
+  kit k16-preset 16 "$FULL" -- $KITGP
   # EMBHOST_CONTROL=0 leaves out the control (measured 2026-11-28, h200-embhost/) when the time left is short
   [ "${EMBHOST_CONTROL:-1}" = 1 ] && kit k16-preset-embgpu 16 "$FULL" -- --preset moe --model-path $GQ \
     --load-format dummy --kt-weight-path $KT8 --kt-embed-host off
@@ -952,9 +954,9 @@ if has stagesnap; then  # weight loads under torch's memory recorder (the adapte
       --detail "$RES/$n-load-detail.json" > "$RES/logs/$n-load-snapshot.txt" 2>&1 && gzip -9f "$RES/$n-load-detail.json"
     step "$n load snapshot: $(head -c 200 "$RES/$n-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
   }
-  snap k16-preset-snap --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8
+  snap k16-preset-snap $KITGP
   if [ "${STAGESNAP_ALL:-0}" = 1 ]; then
-    snap k16-kt-prompts-snap --preset moe --model-path $GQ --load-format dummy --kt-weight-path $KT8 --kt-gpu-prefill 0
+    snap k16-kt-prompts-snap $KITGP --kt-gpu-prefill 0
     snap k16-fp8-preset-snap $KITF8
   fi
 fi
