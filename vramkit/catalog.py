@@ -274,7 +274,7 @@ def sglang() -> SglangFacts:
 
 ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "tp_comm_runtime_mib", "pre_kv_mib",
                "post_kv_misc_mib", "attention_backend_mib", "decode_graph_mib", "activation_factor",
-               "runtime_margin_mib", "hicache_host_reserve_mib", "pinned_gpu_map_mib_per_gib", "marlin_moe_holes_mib",
+               "runtime_margin_mib", "hicache_host_reserve_mib", "pinned_gpu_map_mib_per_gib",
                "kt_cpu_read_efficiency", "kt_layer_sync_us", "kt_attention_read_gbs", "kt_sglang_host_mib",
                "kt_whole_layer_step_us",
                "kt_reserved_cores", "kt_build_cpu_time_avx512", "kt_build_cpu_time_avx2", "kt_method_cpu_time_amxint8",
@@ -309,7 +309,6 @@ def engine() -> Engine:
         activation_factor=float(c["activation_factor"]), runtime_margin=int(c["runtime_margin_mib"] * mib),
         hicache_host_reserve=int(c["hicache_host_reserve_mib"] * mib),
         pinned_gpu_map_per_gib=int(c["pinned_gpu_map_mib_per_gib"] * mib),
-        marlin_moe_holes=int(c["marlin_moe_holes_mib"] * mib),
         kt=KtConstants(cpu_read_efficiency=float(c["kt_cpu_read_efficiency"]),
                        layer_sync_s=float(c["kt_layer_sync_us"]) * 1e-6,
                        attention_read_bytes_s=float(c["kt_attention_read_gbs"]) * 1e9,

@@ -363,6 +363,19 @@ POINTS = (
                  "seeded by name; this machine's own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
       for tag, run, what in (("h200i", "h200-embhost-i", ""),
                              ("h200i2", "h200-embhost-i/second-start", ", the machine's second start"))),
+    # 2026-11-28, twenty-eighth session (moe-vs-llamacpp-gptq/h200-stagesnap-j/ and -k/, two machines, DUMMY_BY_NAME=1
+    # SNAP_PRESET=0 STAGESNAP_ALL=1 STEPS="setup stagesnap poolcheck"): each load under torch's memory recorder (the
+    # adapter stops it at the load's end), then the SHORT probe: one decode after 512 tokens and one after 8K
+    Point("layers-int8-amx-16g-gptq-kt-prompts-h200j", "held-out", "moe-vs-llamacpp-gptq/h200-stagesnap-j/k16-kt-prompts-snap.json",
+          "moe-vs-llamacpp-gptq/h200-stagesnap-j/k16-kt-prompts-snap.probe.json",
+          "moe-vs-llamacpp-gptq/h200-stagesnap-j/membw-session.json", {"kt_method": "AMXINT8", "kt_gpu_prefill": 0},
+          rss_end_read=True, note="one round; the GPTQ preset with --kt-gpu-prefill 0, its load recorded, on an H200; "
+          "seeded by name; this machine's own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb"),
+    Point("layers-int8-amx-16g-fp8-preset-h200k", "held-out", "moe-vs-llamacpp-gptq/h200-stagesnap-k/k16-fp8-preset-snap.json",
+          "moe-vs-llamacpp-gptq/h200-stagesnap-k/k16-fp8-preset-snap.probe.json",
+          "moe-vs-llamacpp-gptq/h200-stagesnap-k/membw-session.json", {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto"},
+          rss_end_read=True, note="one round; the FP8 preset as it comes, its load recorded, on an H200; seeded by "
+          "name; this machine's own sweep", kv_splits=32, gpu="h200-141gb"),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

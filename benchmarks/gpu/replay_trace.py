@@ -9,10 +9,9 @@ assumes (core/memory/weight_load.py replays the one arch.py derives). The alloca
 started are the expert-location maps (arch.expert_location_prelude of --model); they are replayed first.
 
 `--without TEXT` leaves out every allocation whose line contains TEXT, with its free: the reserve SGLang would have
-had without them. Issue 18 (h200-stagesnap/): the GPTQ preset's load reserves 28 MiB more without the rotary cache's
-three 64 MiB temporaries and its 1 MiB of positions (`--without base.py:171 --without base.py:173 --without
-base.py:174 --without base.py:175`: rotary_embedding/base.py _compute_cos_sin_cache), which the planner's replay does
-not make.
+had without them. Issue 18: the three recorded loads (h200-stagesnap*/) reserve 8-28 MiB more without the rotary
+cache's build tensors (`--without base.py:171 --without base.py:173 --without base.py:174 --without base.py:175`:
+rotary_embedding/base.py _compute_cos_sin_cache), which the planner's replay makes since (arch.rope_build_temps).
 """
 from __future__ import annotations
 

@@ -195,11 +195,11 @@ has_any() { local s; for s in "$@"; do has "$s" && return 0; done; return 1; }
 LLAMA_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
   llama-q8 lprefill8 lint8 med8 pair8 lt16 profile"
 INT4_STEPS="kit-16 kit-24 levers threads gptq-n"
-INT8_STEPS="embhost4 stagesnap amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
+INT8_STEPS="embhost4 stagesnap poolcheck amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
   profile med16 kcores hot triv-rec hotctl layers-t10 layers-pair seedcheck mf90 fp8-layers best16 ldefer lmarlin
   lggml lmf lpreset lprefill kprefill kprefill8 lprefill8 lint8 med8 pair8 fp8cpu fp8stage fp8pin fp8int8 kmarlin
   raw4 kraw4 ctpool embhost"
-GPTQ_STEPS="embhost4 stagesnap gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
+GPTQ_STEPS="embhost4 stagesnap poolcheck gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
 Q4_GGUF_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
@@ -954,11 +954,22 @@ if has stagesnap; then  # weight loads under torch's memory recorder (the adapte
       --detail "$RES/$n-load-detail.json" > "$RES/logs/$n-load-snapshot.txt" 2>&1 && gzip -9f "$RES/$n-load-detail.json"
     step "$n load snapshot: $(head -c 200 "$RES/$n-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
   }
-  snap k16-preset-snap $KITGP
+  # SNAP_PRESET=0 leaves out the preset's own load (its trace: h200-stagesnap/, 2026-11-28)
+  [ "${SNAP_PRESET:-1}" = 1 ] && snap k16-preset-snap $KITGP
   if [ "${STAGESNAP_ALL:-0}" = 1 ]; then
-    snap k16-kt-prompts-snap $KITGP --kt-gpu-prefill 0
-    snap k16-fp8-preset-snap $KITF8
+    # SNAPS names which of the two (a machine lost after the first: SNAPS=fp8)
+    case " ${SNAPS:-kt-prompts fp8} " in *" kt-prompts "*) snap k16-kt-prompts-snap $KITGP --kt-gpu-prefill 0;; esac
+    case " ${SNAPS:-kt-prompts fp8} " in *" fp8 "*) snap k16-fp8-preset-snap $KITF8;; esac
   fi
+fi
+if has poolcheck; then  # points at a card size no earlier run had (20 GiB), the SHORT probe: KV pool, weights, host RSS
+  # and decode against the plan, none of them used to set a constant (written 2026-11-28, twenty-eighth session, beside
+  # STAGESNAP_ALL's traces: DUMMY_BY_NAME=1 STAGE=.stage-gg SNAP_PRESET=0 STAGESNAP_ALL=1 STEPS="setup stagesnap poolcheck")
+  ballast 20
+  P=" ${POOLS:-preset kt-prompts fp8} "   # which of the three (a machine lost midway: the rest)
+  case $P in *" preset "*) kit k20-preset 20 "$SHORT" -- $KITGP;; esac
+  case $P in *" kt-prompts "*) kit k20-kt-prompts 20 "$SHORT" -- $KITGP --kt-gpu-prefill 0;; esac
+  case $P in *" fp8 "*) kit k20-fp8-preset 20 "$SHORT" -- $KITF8;; esac
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's

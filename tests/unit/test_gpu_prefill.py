@@ -883,10 +883,12 @@ def test_vramkit_up_s_host_ram_check_counts_the_pinned_copies():
 
 
 def test_the_staging_set_is_replayed_where_the_adapter_allocates_it():
-    """The GPTQ set is allocated while SGLang converts the first CPU layer, into what the caching allocator holds
-    then: its two scales fit in a 20 MiB segment the load already has, so it reserves 288 MiB where a fresh allocator
-    reserves 308 (the planner's pool for run3 went from 2.8 % to 1.7 % under SGLang's, test_kt_estimate). The FP8 set
-    is placed after the adapter empties the cache, which keeps the segments still in use."""
+    """The GPTQ set is allocated while SGLang converts the first CPU layer, after the adapter's repack of that layer
+    (raw tensors, SGLang's marlin repack, all freed: kt.prefill_layer_work, done again for each CPU layer), into what
+    the caching allocator holds then: the load reserves 212 MiB more with the path, where the set alone in a fresh
+    allocator reserves 308 (the recorded loads with and without it, h200-stagesnap/ and -j/ on two machines, logged
+    13.24 and 13.04 GiB). The FP8 set is placed after the adapter empties the cache, which keeps the segments still in
+    use; it has no GPU repack."""
     from fit_kt import gptq_coder_config
 
     from vramkit.core.memory.weight_load import replay_load
@@ -897,8 +899,10 @@ def test_the_staging_set_is_replayed_where_the_adapter_allocates_it():
     counts = tuple(128 if i >= 12 else 0 for i in range(48))
     layout = weight_layout(gptq, 1, 262144, 132, gpu_experts=counts)
     base = replay_load(layout).gpu_reserved_bytes
-    staged = replay_load(layout, 0, kt.prefill_tensors(gptq), counts.index(0)).gpu_reserved_bytes - base
-    assert staged == 288 * MiB < kt.prefill_staging_bytes(gptq) == 308 * MiB
+    cpu, work = tuple(i for i, c in enumerate(counts) if not c), kt.prefill_layer_work(gptq)
+    staged = replay_load(layout, 0, kt.prefill_tensors(gptq), counts.index(0), False, cpu, work).gpu_reserved_bytes
+    assert staged - base == 212 * MiB < kt.prefill_staging_bytes(gptq) == 308 * MiB
+    assert kt.prefill_layer_work(catalog.model("qwen3-coder-30b-a3b-instruct-fp8")) == ()
     # reserved, not read: a decode step's weight bytes (live_by_role) are the same with it
     assert replay_load(layout, 0, kt.prefill_tensors(gptq), 0).live_by_role == replay_load(layout).live_by_role
     fp8 = catalog.model("qwen3-coder-30b-a3b-instruct-fp8")

@@ -11,8 +11,14 @@ expandable segments, no max_split_size, no roundup_power2_divisions):
   - requests of at most 1 MiB (kSmallSize) come from the small pool, in 2 MiB segments (kSmallBuffer);
   - larger ones from the large pool: under 10 MiB (kMinLargeAlloc) in 20 MiB segments (kLargeBuffer),
     from 10 MiB on in a segment of their own size rounded up to 2 MiB (kRoundLarge);
-  - a request takes the smallest free block of its pool that fits (ties: the older segment, the lower
-    address) and splits off the rest when that is >= 512 B (small pool) or > 1 MiB (large pool);
+  - a request takes the smallest free block of its pool that fits (ties: the lower address) and splits off
+    the rest when that is >= 512 B (small pool) or > 1 MiB (large pool). Addresses are cudaMalloc's, which
+    the model cannot know; it takes the newer segment as the lower one (the driver hands out addresses from
+    the top down) and, inside a segment, the lower offset. Three weight loads of Qwen3-Coder-30B-A3B recorded
+    by torch's memory recorder (benchmarks/results/gpu/moe-vs-llamacpp-gptq/h200-stagesnap*/, replayed by
+    benchmarks/gpu/replay_trace.py) end with the reserve the recorder saw to the MiB under this rule; taking
+    the older segment first leaves one of them 98 MiB under (a 1.5 MiB repack buffer lands in another
+    segment's free 2 MiB, and a 96 MiB segment is never cut);
   - a freed block merges with free neighbours in its segment; empty_cache() returns only segments
     that are entirely free.
 Checked against every committed calibration run (benchmarks/calibration/, tests/unit/test_calibration.py):
@@ -54,7 +60,7 @@ class CachingAllocator:
         self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}   # small? -> (size, seg, off)
         self._small_seg: dict[int, bool] = {}
         self._live: dict[int, tuple[int, int]] = {}         # handle -> (segment, offset)
-        self._next_seg = 0
+        self._next_seg = 0                                  # counts down: the newer segment sorts first
         self._next_handle = 0
 
     # -- bookkeeping of free blocks ------------------------------------------------------------
@@ -73,12 +79,12 @@ class CachingAllocator:
         n = round_size(nbytes)
         small = n <= SMALL_SIZE
         lst = self._free[small]
-        i = bisect.bisect_left(lst, (n, -1, -1))
+        i = bisect.bisect_left(lst, (n, -math.inf, -1))
         if i < len(lst):
             size, seg, off = lst.pop(i)
         else:
             seg, size, off = self._next_seg, segment_size(n), 0
-            self._next_seg += 1
+            self._next_seg -= 1
             self._segments[seg] = size
             self._small_seg[seg] = small
             self._blocks[seg] = {0: [size, True]}

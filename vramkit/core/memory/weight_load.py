@@ -37,11 +37,15 @@ class LoadResult:
 
 @lru_cache(maxsize=256)
 def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tuple[int, ...] = (),
-                staging_after_layer: int = 0, staging_fresh: bool = False) -> LoadResult:
+                staging_after_layer: int = 0, staging_fresh: bool = False, cpu_layers: tuple[int, ...] = (),
+                layer_work: tuple[int, ...] = ()) -> LoadResult:
     """`staging`: tensors the kt-kernel adapter's GPU prompt path allocates while the weights are converted, when
     SGLang converts decoder layer `staging_after_layer`'s experts (its first CPU layer), so after that layer's own
     conversions and before the next layer's; `staging_fresh`: the adapter empties the allocator's cache first (its
-    block-FP8 set), else the set takes what the cache holds by then (its GPTQ set)."""
+    block-FP8 set), else the set takes what the cache holds by then (its GPTQ set). `layer_work`: what the path does
+    on the GPU for each of `cpu_layers` at the same place (CachingAllocator.run's encoding, all of it freed): its
+    GPTQ set, repacked there before it is copied to host RAM (kt_hybrid.prefill_layer_work); the first layer's work
+    comes before the staging set."""
     a = CachingAllocator()
     live: dict[int, tuple[str, int]] = {}                       # handle -> (role, bytes) still on the GPU
     params: dict[tuple[int, str], tuple[str, int | None]] = {}  # (group, name) -> (role, handle)
@@ -66,8 +70,11 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
     for i, layer in enumerate(layout.layers):
         built = []
         for j, p in enumerate(layer):
-            if i == 0 and j == layout.rope_after:
-                keep("rope", layout.rope_first_layer)            # the rotary cache, once, in the first layer
+            if i == 0 and j == layout.rope_after:                # the rotary cache, once, in the first layer,
+                work = [a.malloc(n) for n in layout.rope_temps]  # built from work tensors freed after it
+                keep("rope", layout.rope_first_layer)
+                for handle in work:
+                    a.free(handle)
             if layout.rope_second[1] and i == layout.rope_second[0] and j == layout.rope_after:
                 keep("rope", layout.rope_second[1])              # Gemma 3: the other rope base's cache
             handle = keep(p.role, p.nbytes)
@@ -84,18 +91,22 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
             offloaded_groups.add(p.group)
     for p in layout.tail:
         keep(p.role, p.nbytes)
-    later = {p.group for layer in layout.layers[staging_after_layer + 1:] for p in layer} if staging else set()
-    staged = not staging
+    layer_of = {p.group: i for i, layer in enumerate(layout.layers) for p in layer}
+    # the path's stops: (layer, stage there?), each run before the first op of a later layer's group
+    stops = sorted({(n, bool(staging) and n == staging_after_layer) for n in (cpu_layers if layer_work else ())}
+                   | ({(staging_after_layer, True)} if staging else set()), key=lambda t: (t[0], not t[1]))
 
-    def stage() -> None:          # reserved, but no weight a decode step reads: not in live_by_role
+    def stop(stage: bool) -> None:   # reserved, but no weight a decode step reads: not in live_by_role
+        a.run(layer_work)
+        if not stage:
+            return
         if staging_fresh:
             a.empty_cache()
         for nbytes in staging:
             a.malloc(nbytes)
     for op in layout.ops:
-        if not staged and op.group in later:
-            stage()
-            staged = True
+        while stops and layer_of.get(op.group, -1) > stops[0][0]:
+            stop(stops.pop(0)[1])
         if op.group in offloaded_groups:
             continue
         role = group_role.get(op.group, "attention")
@@ -108,10 +119,12 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
         else:                                                    # replace: the new tensor, then the old freed
             role, old = params.get((op.group, op.name), (role, None))
             new = keep(role, op.nbytes)
+            for handle in [a.malloc(n) for n in op.temp]:
+                a.free(handle)
             release(old)
             params[(op.group, op.name)] = (role, new)
-    if not staged:                                              # no conversions after that layer's
-        stage()
+    for _, stage in stops:                                      # no conversions after those layers'
+        stop(stage)
     a.empty_cache()                                             # get_available_gpu_memory(empty_cache=True)
     by_role: dict[str, int] = {}
     for role, nbytes in live.values():

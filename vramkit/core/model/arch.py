@@ -33,6 +33,7 @@ from vramkit.core.model.spec import ModelSpec, Quantization
 # catalogued card (a bare --gpu-free-gib), the calibration host's H100 count: 132 x 4 B, under 1 KiB a layer.
 CALIBRATION_HOST_SMS = 132
 FP32, HALF = 4, 2
+SCALE_PERM_BYTES = 64 * 8   # marlin_permute_scales' permutation: 64 int64, on the GPU for each call
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,10 @@ class Op:
     kind: str                   # "alloc" (new tensor kept), "free" (param dropped), "replace" (new, then old freed)
     name: str
     nbytes: int = 0
+    temp: tuple[int, ...] = ()  # a replace's work tensors: allocated in order once the new tensor is, then freed in
+                                # order, before the old one is (a per-expert loop's buffers: the loop repeats the
+                                # same sizes, which the allocator hands back to the same blocks, so one pass stands
+                                # for all)
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class WeightLayout:
     rope_first_layer: int                   # bytes of the rotary cache, built inside the first layer
     rope_after: int = 0                     # ... right after this many of its parameters (the projections)
     rope_second: tuple[int, int] = (0, 0)   # (layer, bytes): a second rotary cache (Gemma 3's other rope base)
+    rope_temps: tuple[int, ...] = ()        # the cache's build tensors, allocated before it and freed after it
 
     # A layout holds ~10^3 Params and is a cache key (weight_load.replay_load): its hash is computed once, and
     # what every plan reads of it (bytes by role, each layer's bytes) once per layout (the instance's __dict__:
@@ -68,7 +74,7 @@ class WeightLayout:
         h = self.__dict__.get("_hash")
         if h is None:
             h = self.__dict__["_hash"] = hash((self.head, self.layers, self.tail, self.ops, self.rope_first_layer,
-                                               self.rope_after, self.rope_second))
+                                               self.rope_after, self.rope_second, self.rope_temps))
         return h
 
     @cached_property
@@ -263,8 +269,14 @@ class _Builder:
                    Param("experts", "w2_g_idx_sort_indices", num * i_rank * 4, g)]
             self.ops += [Op(g, "free", n) for n in ("w13_g_idx", "w2_g_idx", "w13_g_idx_sort_indices",
                                                      "w2_g_idx_sort_indices")]
-            self.ops += [Op(g, "replace", "w13_qweight", q13), Op(g, "replace", "w2_qweight", q2),
-                         Op(g, "replace", "w13_scales", s13), Op(g, "replace", "w2_scales", s2)]
+            # gptq_marlin_moe_repack and marlin_moe_permute_scales loop over the experts: each expert's repacked
+            # weight, and its permuted scales beside the 64-entry int64 permutation, is a work tensor copied into
+            # the new tensor and freed (recorded: benchmarks/results/gpu/moe-vs-llamacpp-gptq/h200-stagesnap-j/)
+            per = (lambda n: (n // num,)) if num else (lambda n: ())
+            perm = (SCALE_PERM_BYTES,) if num else ()
+            self.ops += [Op(g, "replace", "w13_qweight", q13, per(q13)), Op(g, "replace", "w2_qweight", q2, per(q2)),
+                         Op(g, "replace", "w13_scales", s13, perm + per(s13)),
+                         Op(g, "replace", "w2_scales", s2, perm + per(s2))]
             return out
         z13, z2 = num * g13 * 2 * i_rank * qq.bits // 8, num * g2 * h * qq.bits // 8
         self.ops += [Op(g, "replace", "w13_qweight", q13), Op(g, "replace", "w2_qweight", q2),
@@ -367,6 +379,17 @@ def rope_cache_bytes(model: ModelSpec, context_len: int) -> int:
     return context_len * rot * FP32
 
 
+def rope_build_temps(model: ModelSpec, context_len: int) -> tuple[int, ...]:
+    """RotaryEmbedding._compute_cos_sin_cache's work tensors (rotary_embedding/base.py): the positions (float32), their
+    products with the inverse frequencies, and those products' cos and sin (float32, half the cache each), all freed
+    once the cache is built. Only for the base class, the one whose sequence was recorded (h200-stagesnap*/: Qwen3-MoE,
+    no rope_scaling); the scaled classes (YaRN, Llama 3, ...) build theirs in other steps, not replayed."""
+    if model.rope_scaling or model.mla is not None:
+        return ()
+    half = rope_cache_bytes(model, context_len) // 2
+    return (context_len * FP32, half, half, half)
+
+
 # weight_layout is pure and its inputs are frozen: one build per (model, tp, context, card, backend, N). A plan
 # asks for the same layout many times (weights, alternatives, the hybrid split's search), a test run ~10^4 times.
 _LAYOUTS: dict[tuple[object, ...], WeightLayout] = {}
@@ -415,7 +438,7 @@ def _build_layout(model: ModelSpec, tp: int, context_len: int, sm_count: int, mx
         second = (sw.swa_layers.index(not sw.swa_layers[0]), rope_cache_bytes(model, context_len))
     return WeightLayout(head=head, layers=tuple(layers), tail=tuple(tail),
                         ops=tuple(b.ops), rope_first_layer=rope_cache_bytes(model, context_len),
-                        rope_after=rope_after, rope_second=second)
+                        rope_after=rope_after, rope_second=second, rope_temps=rope_build_temps(model, context_len))
 
 
 # The architectures whose SGLang model class defines get_model_config_for_expert_location (the ones modelled here):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from vramkit.core.memory.torch_alloc import CachingAllocator, round_size, segment_size
 from vramkit.core.memory.weight_load import pinned_size
+from vramkit.core.model.arch import SCALE_PERM_BYTES
 from vramkit.core.model.checkpoint import RAWINT4_GROUP, rawint4_problem
 from vramkit.core.model.spec import ModelSpec
 from vramkit.errors import Exit, VramkitError
@@ -345,7 +346,7 @@ KT_GPU_LAYERS = ("off", "auto")
 # H200s; fitted on a 30th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
 WHOLE_LAYER_SPREAD = (0.57, 1.41)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
-                           "(faster, as its split twin); the other 111 decodes 0.77-1.40x")
+                           "(faster, as its split twin); the other 115 decodes 0.77-1.40x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
@@ -902,6 +903,26 @@ def prefill_tensors(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> tuple[int
         return (e * 2 * i * h, e * h * i, e * -(-2 * i // bn) * -(-h // bk) * 4, e * -(-h // bn) * -(-i // bk) * 4)
     g = q.group_size if q.group_size > 0 else h
     return (e * h * 2 * i // 2, e * i * h // 2, e * (h // g) * 2 * i * 2, e * (i // g) * h * 2)
+
+
+def prefill_layer_work(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> tuple[int, ...]:
+    """What the adapter allocates and frees on the GPU for each CPU layer of a GPTQ model while the weights load
+    (vramkit_gpu_prefill.to_marlin, as CachingAllocator.run encodes it): the layer's raw qweights, then SGLang's
+    gptq_marlin_moe_repack of each (the new tensor and one expert's work tensor), then marlin_moe_permute_scales of
+    each raw scale (the new tensor, the 64-entry permutation and one expert's permuted scales); the raw tensors are
+    freed, then the repacked ones once copied to host RAM. Recorded in order: moe-vs-llamacpp-gptq/h200-stagesnap/.
+    Block FP8 copies its tensors without a GPU step: nothing."""
+    if block_fp8(model) or prefill_format(model, fp8_as) == "fp8-int8":
+        return ()
+    assert model.moe is not None
+    e = model.moe.num_experts
+    q13, q2, s13, s2 = prefill_tensors(model, fp8_as)
+    return (q13, q2,                                  # 1, 2: the raw qweights
+            q13, q13 // e, -4,                        # 3: w13 repacked (4: one expert's work)
+            q2, q2 // e, -6,                          # 5: w2 repacked
+            s13, s13, SCALE_PERM_BYTES, s13 // e, -9, -10, -7,    # 7: raw w13 scales, 8: permuted
+            s2, s2, SCALE_PERM_BYTES, s2 // e, -13, -14, -11,     # 11: raw w2 scales, 12: permuted
+            -1, -2, -3, -5, -8, -12)
 
 
 def prefill_staging_bytes(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> int:

@@ -74,7 +74,6 @@ class Engine:
     runtime_margin: int
     hicache_host_reserve: int
     pinned_gpu_map_per_gib: int = 0   # GPU memory per GiB of pinned host memory (its page tables)
-    marlin_moe_holes: int = 0         # free space a marlin GPTQ MoE repack leaves that the replay fills (measured)
     kt: kt.KtConstants | None = None  # the hybrid MoE mode's estimate (fitted; config/engine.toml kt_*)
 
     def pinned_map(self, pinned_host_bytes: int) -> int:
@@ -375,7 +374,7 @@ def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, wit
     load = _replay(layout, min(offload_req * GiB, layer_bytes), model, counts, staging, knobs.kt_prefill_fp8)
     offloaded = load.offloaded_bytes
     # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
-    weights_gpu = _weights_on_gpu(load, model, moe_kernel, counts, staging, engine)
+    weights_gpu = _weights_on_gpu(load, engine)
     # kt_embed_host: the token embeddings leave the GPU after the load (counted in the weights, as SGLang logs them)
     hybrid_plan = n_gpu_experts is not None
     embed_freed, embed_pinned = _embed_freed(layout, knobs, model, tp, offloaded)
@@ -672,29 +671,16 @@ def _replay(layout: WeightLayout, offload: int, model: ModelSpec, counts: int | 
     if not staging or not isinstance(counts, tuple) or 0 not in counts:
         return replay_load(layout, offload)
     return replay_load(layout, offload, staging=kt.prefill_tensors(model, fp8_as), staging_after_layer=counts.index(0),
-                       staging_fresh=kt.block_fp8(model))
+                       staging_fresh=kt.block_fp8(model), cpu_layers=tuple(i for i, c in enumerate(counts) if not c),
+                       layer_work=kt.prefill_layer_work(model, fp8_as))
 
 
-def _weights_on_gpu(load: LoadResult, model: ModelSpec, moe_kernel: str | None,
-                    counts: int | tuple[int, ...] | None, staging: int, engine: Engine) -> int:
+def _weights_on_gpu(load: LoadResult, engine: Engine) -> int:
     """SGLang's "Load weight end ... mem usage" for a replayed load (the GPU prompt path's staging set in it, _replay):
-    its reserve, the page tables of the pinned copies it maps (they count while the weights load) and marlin's free
-    space."""
-    return load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes) \
-        + _marlin_holes(model, moe_kernel, counts, staging, engine)
-
-
-def _marlin_holes(model: ModelSpec, moe_kernel: str | None, counts: int | tuple[int, ...] | None, staging: int,
-                  engine: Engine) -> int:
-    """The measured free space a GPTQ MoE load on marlin leaves that the replay fills (config/engine.toml), where any
-    expert is on the GPU (`counts`: the hybrid mode's GPU experts, None: all) and no GPU prompt-path staging set is
-    planned (it lands in that space)."""
-    q = model.quantization
-    if moe_kernel != "marlin" or staging or model.moe is None or q is None or q.method != "gptq":
-        return 0
-    if counts is not None and not (any(counts) if isinstance(counts, tuple) else counts):
-        return 0
-    return engine.marlin_moe_holes
+    its reserve and the page tables of the pinned copies it maps (they count while the weights load). A marlin GPTQ MoE
+    load's free space inside its segments is the replay's own (arch.py: the repack's per-expert work tensors; until
+    2026-11-28 a measured 68 MiB allowance, marlin_moe_holes_mib, stood for it)."""
+    return load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
 
 
 def _embed_freed(layout: WeightLayout, knobs: Knobs, model: ModelSpec, tp: int, offloaded: int = 0) -> tuple[int, int]:
@@ -736,7 +722,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         counts = kt.gpu_expert_counts(model, n, whole)
         layout = weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts)
         load = _replay(layout, 0, priced, counts, staging, knobs.kt_prefill_fp8)
-        weights = _weights_on_gpu(load, priced, kernel, counts, staging, engine)
+        weights = _weights_on_gpu(load, engine)
         freed = _embed_freed(layout, knobs, model, tp)[0]
         return kv.tokens(_pool_room(free, maps, weights - freed, engine, frac))
 
