@@ -272,11 +272,12 @@ class _Builder:
             # gptq_marlin_moe_repack and marlin_moe_permute_scales loop over the experts: each expert's repacked
             # weight, and its permuted scales beside the 64-entry int64 permutation, is a work tensor copied into
             # the new tensor and freed (recorded: benchmarks/results/gpu/moe-vs-llamacpp-gptq/h200-stagesnap-j/)
-            per = (lambda n: (n // num,)) if num else (lambda n: ())
+            def one(n: int) -> tuple[int, ...]:     # one expert's work tensor
+                return (n // num,) if num else ()
             perm = (SCALE_PERM_BYTES,) if num else ()
-            self.ops += [Op(g, "replace", "w13_qweight", q13, per(q13)), Op(g, "replace", "w2_qweight", q2, per(q2)),
-                         Op(g, "replace", "w13_scales", s13, perm + per(s13)),
-                         Op(g, "replace", "w2_scales", s2, perm + per(s2))]
+            self.ops += [Op(g, "replace", "w13_qweight", q13, one(q13)), Op(g, "replace", "w2_qweight", q2, one(q2)),
+                         Op(g, "replace", "w13_scales", s13, perm + one(s13)),
+                         Op(g, "replace", "w2_scales", s2, perm + one(s2))]
             return out
         z13, z2 = num * g13 * 2 * i_rank * qq.bits // 8, num * g2 * h * qq.bits // 8
         self.ops += [Op(g, "replace", "w13_qweight", q13), Op(g, "replace", "w2_qweight", q2),
