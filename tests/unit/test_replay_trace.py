@@ -55,7 +55,8 @@ def test_the_plan_replays_each_load_within_a_few_segments(details, prelude, name
     """The rotary cache's build tensors change what the load reserves (the trace without them reserves 8-28 MiB more),
     so the planner replays them, with the marlin repack's per-expert work tensors and the prompt path's per-layer
     repack. Its load (weights as SGLang logs them: the token embeddings' 594 MiB still on the GPU, the expert maps
-    apart) then stands 2-22 MiB over the recorded one, and its KV pool within 1.4 % of SGLang's."""
+    apart, less the prompt path's page tables) then stands 2-22 MiB over the recorded one, and its KV pool within 2 % of
+    SGLang's and under it."""
     trace, point, over, rope = TRACES[name]
     d = details[name]
     without = replay_trace.replay(d, prelude, ROPE_TEMPS)
@@ -64,8 +65,13 @@ def test_the_plan_replays_each_load_within_a_few_segments(details, prelude, name
     p = next(p for p in fit_kt.POINTS if p.name == point)
     pl, run = fit_kt.plan_for(p)
     load = replay_trace.recorded(d)["reserved_mib"] - prelude_reserved(prelude) / 2**20 + 594
-    assert pl.weights_bytes / 2**20 - load == over
-    assert abs(pl.kv_pool_tokens / run["log_figures_gib"]["kv_tokens"] - 1) < 0.014
+    h = pl.hybrid
+    assert h is not None
+    # the plan's weights also count the page tables of the prompt path's pinned copies (2 MiB a GiB, mapped while the
+    # weights load), which are not the allocator's: the recorder does not see them, SGLang's "mem usage" does
+    maps = catalog.engine().pinned_map(h.host_prefill_bytes) / 2**20
+    assert pl.weights_bytes / 2**20 - maps - load == pytest.approx(over, abs=1)
+    assert -0.02 < pl.kv_pool_tokens / run["log_figures_gib"]["kv_tokens"] - 1 < 0
 
 
 def test_an_unreadable_trace_is_one_line_and_exit_2(tmp_path):

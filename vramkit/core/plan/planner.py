@@ -374,7 +374,7 @@ def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, wit
     load = _replay(layout, min(offload_req * GiB, layer_bytes), model, counts, staging, knobs.kt_prefill_fp8)
     offloaded = load.offloaded_bytes
     # the pinned copies are mapped for the GPU while the weights load: their page tables count in "mem usage"
-    weights_gpu = _weights_on_gpu(load, engine)
+    weights_gpu = _weights_on_gpu(load, engine, _path_pinned(model, counts, staging, knobs))
     # kt_embed_host: the token embeddings leave the GPU after the load (counted in the weights, as SGLang logs them)
     hybrid_plan = n_gpu_experts is not None
     embed_freed, embed_pinned = _embed_freed(layout, knobs, model, tp, offloaded)
@@ -675,12 +675,20 @@ def _replay(layout: WeightLayout, offload: int, model: ModelSpec, counts: int | 
                        layer_work=kt.prefill_layer_work(model, fp8_as))
 
 
-def _weights_on_gpu(load: LoadResult, engine: Engine) -> int:
+def _weights_on_gpu(load: LoadResult, engine: Engine, path_pinned: int = 0) -> int:
     """SGLang's "Load weight end ... mem usage" for a replayed load (the GPU prompt path's staging set in it, _replay):
-    its reserve and the page tables of the pinned copies it maps (they count while the weights load). A marlin GPTQ MoE
+    its reserve and the page tables of the pinned copies mapped while the weights load, the offloaded weights' and the
+    GPU prompt path's (`path_pinned`: the CPU layers' copies the adapter pins as it converts each). A marlin GPTQ MoE
     load's free space inside its segments is the replay's own (arch.py: the repack's per-expert work tensors; until
     2026-11-28 a measured 68 MiB allowance, marlin_moe_holes_mib, stood for it)."""
-    return load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes)
+    return load.gpu_reserved_bytes + engine.pinned_map(load.pinned_host_bytes + path_pinned)
+
+
+def _path_pinned(model: ModelSpec, counts: int | tuple[int, ...] | None, staging: int, knobs: Knobs) -> int:
+    """The GPU prompt path's pinned copies (_weights_on_gpu): every CPU layer's, where the path is planned."""
+    if not staging or not isinstance(counts, tuple) or 0 not in counts:
+        return 0
+    return kt.prefill_pinned_bytes(model, counts.count(0), knobs.kt_prefill_pin, knobs.kt_prefill_fp8)
 
 
 def _embed_freed(layout: WeightLayout, knobs: Knobs, model: ModelSpec, tp: int, offloaded: int = 0) -> tuple[int, int]:
@@ -722,7 +730,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
         counts = kt.gpu_expert_counts(model, n, whole)
         layout = weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts)
         load = _replay(layout, 0, priced, counts, staging, knobs.kt_prefill_fp8)
-        weights = _weights_on_gpu(load, engine)
+        weights = _weights_on_gpu(load, engine, _path_pinned(priced, counts, staging, knobs))
         freed = _embed_freed(layout, knobs, model, tp)[0]
         return kv.tokens(_pool_room(free, maps, weights - freed, engine, frac))
 
