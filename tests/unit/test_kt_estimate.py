@@ -487,3 +487,24 @@ def test_the_estimate_reads_each_session_s_best_host_read_and_says_where_that_ru
     assert (f"({h['read_gbs_session_best']:.0f} GB/s at {h['threads']} threads against its one-round sweep's "
             f"{h['read_gbs_one_round']:.0f}; the estimate's input since the next session)") in readme
     assert (" / ".join(f"{e * 100:+.1f}" for e in h["errors_session_best"]) + " % off the server") in readme
+
+
+@pytest.mark.parametrize("run", ["h200-stagesnap-k/k20-preset.json", "h200-poolcheck-l/k20-kt-prompts.json"])
+def test_a_card_size_no_run_had_is_planned_within_the_bars(run):
+    """The moe preset on the GPTQ config at 20 GiB (2026-11-28, twenty-eighth session; no earlier run had that card and
+    nothing was set on these): every expert fits on the GPU, the embeddings in host RAM, so no KT. The plan as the
+    server ran it: weights within 0.2 % of the log, KV pool within 2 % and under, peak within 3 % of NVML's."""
+    from vramkit.core.plan.planner import Knobs, Target, plan
+    from vramkit.hf_config import parse_config
+    d = json.loads((fit_kt.RES / "moe-vs-llamacpp-gptq" / run).read_text())
+    lf = d["log_figures_gib"]
+    knobs = Knobs(context=lf["context_len"], kv_dtype="fp8_e5m2", mem_fraction=0.93, chunked_prefill=4096,
+                  cuda_graph_max_bs=4, max_running=lf["max_running_requests"], hicache_gb=0, cpu_offload_gib=0, tp=1,
+                  kt_embed_host="on")
+    model = parse_config(fit_kt.gptq_coder_config(), name="gptqcfg")
+    p = plan(model, Target(gpu=None, gpu_free_bytes=int(lf["load_begin_avail"] * GiB)), knobs, catalog.engine(),
+             with_alternatives=False)
+    assert p.hybrid is None and lf["embed_moved"] == 0.58
+    assert abs(p.weights_bytes / GiB / lf["weights"] - 1) < 0.002
+    assert -0.02 < p.kv_pool_tokens / lf["kv_tokens"] - 1 < 0
+    assert abs(p.peak_vram_bytes / d["peak_vram_bytes"] - 1) < 0.03
