@@ -381,14 +381,20 @@ def rope_cache_bytes(model: ModelSpec, context_len: int) -> int:
 
 
 def rope_build_temps(model: ModelSpec, context_len: int) -> tuple[int, ...]:
-    """RotaryEmbedding._compute_cos_sin_cache's work tensors (rotary_embedding/base.py): the positions (float32), their
-    products with the inverse frequencies, and those products' cos and sin (float32, half the cache each), all freed
-    once the cache is built. Only for the base class, the one whose sequence was recorded (h200-stagesnap*/: Qwen3-MoE,
-    no rope_scaling); the scaled classes (YaRN, Llama 3, ...) build theirs in other steps, not replayed."""
-    if model.rope_scaling or model.mla is not None:
+    """The rotary cos/sin cache's work tensors, as CachingAllocator.run encodes them, before the cache is allocated;
+    whatever they leave allocated is freed once it is built. RotaryEmbedding._compute_cos_sin_cache
+    (rotary_embedding/base.py): the positions (float32), their products with the inverse frequencies, and those
+    products' cos and sin, half the cache each (recorded: h200-stagesnap*/, Qwen3-MoE). YaRN's (yarn.py) scales cos
+    and sin by mscale, each product a new tensor and the unscaled one freed at once (derived from source). Other
+    scaled classes (Llama 3, linear, dynamic, DeepSeek's YaRN, ...) are not replayed: ()."""
+    scaling = model.rope_scaling or {}
+    kind = scaling.get("rope_type") or scaling.get("type")
+    if model.mla is not None or (scaling and kind != "yarn") or context_len <= 0:
         return ()
     half = rope_cache_bytes(model, context_len) // 2
-    return (context_len * FP32, half, half, half)
+    if not scaling:
+        return (context_len * FP32, half, half, half)
+    return (context_len * FP32, half, half, half, -3, half, half, -5)
 
 
 # weight_layout is pure and its inputs are frozen: one build per (model, tp, context, card, backend, N). A plan

@@ -253,6 +253,16 @@ def context_and_yarn(model: ModelSpec, context: int) -> tuple[int, float | None]
     return int(native * factor), factor
 
 
+def _as_roped(model: ModelSpec, rope_len: int) -> ModelSpec:
+    """The model as SGLang builds its rotary cache: YaRN-scaled where the rope cache passes the native window (the
+    kit's rope override, context_and_yarn), so the load replays YaRN's build tensors (arch.rope_build_temps)."""
+    native = model.max_position_embeddings
+    if rope_len <= native or model.rope_scaling:
+        return model
+    return replace(model, rope_scaling={"rope_type": "yarn", "factor": rope_len / native,
+                                        "original_max_position_embeddings": native})
+
+
 def unasked_context(model: ModelSpec, default: int) -> tuple[int, str | None]:
     """The context when neither --context nor the preset names one: the knob's default, but never beyond the
     model's native window (YaRN only when a context asks for it), with the note that says so."""
@@ -363,7 +373,7 @@ def _plan(model: ModelSpec, target: Target, knobs: Knobs, engine: Engine, *, wit
     counts = None if n_gpu_experts is None or model.moe is None else kt.gpu_expert_counts(
         model, n_gpu_experts, whole_layers)
     comps = weight_components(model, tp, mxfp4, gpu_experts=counts)
-    layout = weight_layout(model, tp, rope_len, sms, mxfp4, gpu_experts=counts)
+    layout = weight_layout(_as_roped(model, rope_len), tp, rope_len, sms, mxfp4, gpu_experts=counts)
     layer_sizes = layout.layer_bytes
     layer_bytes = sum(layer_sizes)
     if offload_req == "auto":
@@ -728,7 +738,7 @@ def _gpu_experts(model: ModelSpec, knobs: Knobs, tp: int, rope_len: int, sms: in
     def kv_tokens(n: int) -> int:
         priced, kernel = kt.moe_kernel(model, knobs.moe_kernel, n, whole)
         counts = kt.gpu_expert_counts(model, n, whole)
-        layout = weight_layout(priced, tp, rope_len, sms, mxfp4, gpu_experts=counts)
+        layout = weight_layout(_as_roped(priced, rope_len), tp, rope_len, sms, mxfp4, gpu_experts=counts)
         load = _replay(layout, 0, priced, counts, staging, knobs.kt_prefill_fp8)
         weights = _weights_on_gpu(load, engine, _path_pinned(priced, counts, staging, knobs))
         freed = _embed_freed(layout, knobs, model, tp)[0]
