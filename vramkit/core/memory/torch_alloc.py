@@ -126,14 +126,17 @@ class CachingAllocator:
             self._remove_free(self._small_seg[seg], self._segments[seg], seg, 0)
             del self._segments[seg], self._blocks[seg], self._small_seg[seg]
 
-    def run(self, ops: tuple[int, ...]) -> None:
-        """A sequence of allocator calls: n > 0 allocates n bytes, -k frees the k-th allocation (1-based)."""
+    def run(self, ops: tuple[int, ...]) -> list[int | None]:
+        """A sequence of allocator calls: n > 0 allocates n bytes, -k frees the k-th allocation (1-based). Returns the
+        handles in allocation order, None for those it freed."""
         handles: list[int | None] = []
         for n in ops:
             if n > 0:
                 handles.append(self.malloc(n))
             else:
                 self.free(handles[-n - 1])
+                handles[-n - 1] = None
+        return handles
 
     # -- what it holds --------------------------------------------------------------------------
     @property

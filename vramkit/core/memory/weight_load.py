@@ -71,13 +71,7 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
         built = []
         for j, p in enumerate(layer):
             if i == 0 and j == layout.rope_after:                # the rotary cache, once, in the first layer,
-                work: list[int | None] = []                      # built from work tensors freed after it
-                for n in layout.rope_temps:
-                    if n > 0:
-                        work.append(a.malloc(n))
-                    else:
-                        a.free(work[-n - 1])
-                        work[-n - 1] = None
+                work = a.run(layout.rope_temps)                  # built from work tensors freed after it
                 keep("rope", layout.rope_first_layer)
                 for handle in work:
                     a.free(handle)

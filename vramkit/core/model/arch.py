@@ -65,7 +65,7 @@ class WeightLayout:
     rope_first_layer: int                   # bytes of the rotary cache, built inside the first layer
     rope_after: int = 0                     # ... right after this many of its parameters (the projections)
     rope_second: tuple[int, int] = (0, 0)   # (layer, bytes): a second rotary cache (Gemma 3's other rope base)
-    rope_temps: tuple[int, ...] = ()        # the cache's build tensors, allocated before it and freed after it
+    rope_temps: tuple[int, ...] = ()        # the cache's build tensors (CachingAllocator.run) before it, freed after
 
     # A layout holds ~10^3 Params and is a cache key (weight_load.replay_load): its hash is computed once, and
     # what every plan reads of it (bytes by role, each layer's bytes) once per layout (the instance's __dict__:
