@@ -174,7 +174,8 @@ t_start=$(date +%s); elapsed() { echo $(( $(date +%s) - t_start )); }
 S=${STAGE:-.stage-moe}
 [ -d $S/overlay ] && cp -r $S/overlay/. .
 STEPS=${STEPS:-setup kit-16 llama-16 kit-24 llama-24 levers}
-has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
+listed() { case " $2 " in *" $1 "*) return 0;; esac; return 1; }   # WORD LIST: LIST (words) names WORD
+has() { listed "$1" "$STEPS"; }
 CK=/tmp/ck; FP8=$CK/fp8cfg; KT=$CK/kt-int4; KT8=$CK/kt-int8; GGUF=$CK/qwen3-coder-30b-a3b-q4_k_m-random.gguf
 MODEL_CFG=config/models/qwen3-coder-30b-a3b-instruct
 LL=$W/llama.cpp; BIN=$LL/build/bin; BUILT=$W/llama-built
@@ -957,19 +958,19 @@ if has stagesnap; then  # weight loads under torch's memory recorder (the adapte
   # SNAP_PRESET=0 leaves out the preset's own load (its trace: h200-stagesnap/, 2026-11-28)
   [ "${SNAP_PRESET:-1}" = 1 ] && snap k16-preset-snap $KITGP
   if [ "${STAGESNAP_ALL:-0}" = 1 ]; then
-    # SNAPS names which of the two (a machine lost after the first: SNAPS=fp8)
-    case " ${SNAPS:-kt-prompts fp8} " in *" kt-prompts "*) snap k16-kt-prompts-snap $KITGP --kt-gpu-prefill 0;; esac
-    case " ${SNAPS:-kt-prompts fp8} " in *" fp8 "*) snap k16-fp8-preset-snap $KITF8;; esac
+    SNAPS=${SNAPS:-kt-prompts fp8}   # which of the two (a machine lost after the first: SNAPS=fp8)
+    listed kt-prompts "$SNAPS" && snap k16-kt-prompts-snap $KITGP --kt-gpu-prefill 0
+    listed fp8 "$SNAPS" && snap k16-fp8-preset-snap $KITF8
   fi
 fi
 if has poolcheck; then  # points at a card size no earlier run had (20 GiB), the SHORT probe: KV pool, weights, host RSS
   # and decode against the plan, none of them used to set a constant (written 2026-11-28, twenty-eighth session, beside
   # STAGESNAP_ALL's traces: DUMMY_BY_NAME=1 STAGE=.stage-gg SNAP_PRESET=0 STAGESNAP_ALL=1 STEPS="setup stagesnap poolcheck")
   ballast 20
-  P=" ${POOLS:-preset kt-prompts fp8} "   # which of the three (a machine lost midway: the rest)
-  case $P in *" preset "*) kit k20-preset 20 "$SHORT" -- $KITGP;; esac
-  case $P in *" kt-prompts "*) kit k20-kt-prompts 20 "$SHORT" -- $KITGP --kt-gpu-prefill 0;; esac
-  case $P in *" fp8 "*) kit k20-fp8-preset 20 "$SHORT" -- $KITF8;; esac
+  POOLS=${POOLS:-preset kt-prompts fp8}   # which of the three (a machine lost midway: the rest)
+  listed preset "$POOLS" && kit k20-preset 20 "$SHORT" -- $KITGP
+  listed kt-prompts "$POOLS" && kit k20-kt-prompts 20 "$SHORT" -- $KITGP --kt-gpu-prefill 0
+  listed fp8 "$POOLS" && kit k20-fp8-preset 20 "$SHORT" -- $KITF8
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's

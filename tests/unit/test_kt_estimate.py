@@ -217,8 +217,6 @@ RSS_LOWER_STATE = {"int8-amx-16g-gptq-seed-b85": ("after", "peak"), "int8-amx-16
 # 24 GiB FP8 split 2.02 % under; whole layers on marlin 3.6-4.0 % over until a fitted 68 MiB allowance (removed since),
 # the GPU prompt path 2.8 % under until its staging set was replayed where the adapter allocates it.
 KV_MISSES: dict[str, float] = {}
-# the runs with the GPU prompt path's staging set (the marlin allowance is not applied beside it)
-PREFILL_PATH = ("layers-int8-amx-16g-gptq-marlin-prefill", "layers-int8-amx-16g-gptq-marlin-preset-p3")
 
 
 def test_memory_within_the_bars_on_every_run():

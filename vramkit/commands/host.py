@@ -52,9 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bandwidth", action="store_true",
                    help="measure host memory read bandwidth on 1, 2, 4, ... threads up to the server's cores, each "
                         f"count's best of {membw.HOST_ROUNDS} rounds (the hybrid MoE mode's CPU experts: preset moe); "
-                        "--write keeps it "
-                        "in .env as "
-                        "VRAMKIT_HOST_READ_GBS=THREADS:GBS,... for the planner's thread term")
+                        "--write keeps it in .env as VRAMKIT_HOST_READ_GBS=THREADS:GBS,... for the planner's thread "
+                        "term")
     p.add_argument("--warmup", action="store_true", help="warm up a running server")
     p.add_argument("--url", default=None, help=f"server for --warmup (default: running state, else {DEFAULT_URL})")
     p.add_argument("--warmup-max", type=int, default=20, help="most warm-up requests (default 20)")

@@ -92,21 +92,21 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
     for p in layout.tail:
         keep(p.role, p.nbytes)
     layer_of = {p.group: i for i, layer in enumerate(layout.layers) for p in layer}
-    # the path's stops: (layer, stage there?), each run before the first op of a later layer's group
-    stops = sorted({(n, bool(staging) and n == staging_after_layer) for n in (cpu_layers if layer_work else ())}
-                   | ({(staging_after_layer, True)} if staging else set()), key=lambda t: (t[0], not t[1]))
+    # the path's stops, each run before the first op of a later layer's group: every CPU layer's work, the staging
+    # set after its layer's
+    stops = sorted(set(cpu_layers if layer_work else ()) | ({staging_after_layer} if staging else set()))
 
-    def stop(stage: bool) -> None:   # reserved, but no weight a decode step reads: not in live_by_role
+    def stop(layer: int) -> None:    # reserved, but no weight a decode step reads: not in live_by_role
         a.run(layer_work)
-        if not stage:
+        if not staging or layer != staging_after_layer:
             return
         if staging_fresh:
             a.empty_cache()
         for nbytes in staging:
             a.malloc(nbytes)
     for op in layout.ops:
-        while stops and layer_of.get(op.group, -1) > stops[0][0]:
-            stop(stops.pop(0)[1])
+        while stops and layer_of.get(op.group, -1) > stops[0]:
+            stop(stops.pop(0))
         if op.group in offloaded_groups:
             continue
         role = group_role.get(op.group, "attention")
@@ -123,8 +123,8 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
                 a.free(handle)
             release(old)
             params[(op.group, op.name)] = (role, new)
-    for _, stage in stops:                                      # no conversions after those layers'
-        stop(stage)
+    for n in stops:                                             # no conversions after those layers'
+        stop(n)
     a.empty_cache()                                             # get_available_gpu_memory(empty_cache=True)
     by_role: dict[str, int] = {}
     for role, nbytes in live.values():

@@ -678,11 +678,20 @@ def _replay(layout: WeightLayout, offload: int, model: ModelSpec, counts: int | 
     """The replayed load, with the GPU prompt path's staging set (`staging` > 0) allocated where the adapter does:
     while SGLang converts the first CPU layer's experts (whole layers: the first decoder layer without GPU experts),
     its block-FP8 set after emptying the cache, its GPTQ set in what the cache holds then."""
-    if not staging or not isinstance(counts, tuple) or 0 not in counts:
+    cpu = _path_layers(counts, staging)
+    if not cpu:
         return replay_load(layout, offload)
-    return replay_load(layout, offload, staging=kt.prefill_tensors(model, fp8_as), staging_after_layer=counts.index(0),
-                       staging_fresh=kt.block_fp8(model), cpu_layers=tuple(i for i, c in enumerate(counts) if not c),
+    return replay_load(layout, offload, staging=kt.prefill_tensors(model, fp8_as), staging_after_layer=cpu[0],
+                       staging_fresh=kt.block_fp8(model), cpu_layers=cpu,
                        layer_work=kt.prefill_layer_work(model, fp8_as))
+
+
+def _path_layers(counts: int | tuple[int, ...] | None, staging: int) -> tuple[int, ...]:
+    """The CPU layers the GPU prompt path copies, where it is planned (`staging` > 0, whole layers): the decoder layers
+    without GPU experts; () otherwise."""
+    if not staging or not isinstance(counts, tuple):
+        return ()
+    return tuple(i for i, c in enumerate(counts) if not c)
 
 
 def _weights_on_gpu(load: LoadResult, engine: Engine, path_pinned: int = 0) -> int:
@@ -696,9 +705,8 @@ def _weights_on_gpu(load: LoadResult, engine: Engine, path_pinned: int = 0) -> i
 
 def _path_pinned(model: ModelSpec, counts: int | tuple[int, ...] | None, staging: int, knobs: Knobs) -> int:
     """The GPU prompt path's pinned copies (_weights_on_gpu): every CPU layer's, where the path is planned."""
-    if not staging or not isinstance(counts, tuple) or 0 not in counts:
-        return 0
-    return kt.prefill_pinned_bytes(model, counts.count(0), knobs.kt_prefill_pin, knobs.kt_prefill_fp8)
+    cpu = _path_layers(counts, staging)
+    return kt.prefill_pinned_bytes(model, len(cpu), knobs.kt_prefill_pin, knobs.kt_prefill_fp8) if cpu else 0
 
 
 def _embed_freed(layout: WeightLayout, knobs: Knobs, model: ModelSpec, tp: int, offloaded: int = 0) -> tuple[int, int]:
