@@ -57,7 +57,7 @@ def test_the_plan_replays_each_load_within_a_few_segments(details, prelude, name
     repack. Its load (weights as SGLang logs them: the token embeddings' 594 MiB still on the GPU, the expert maps
     apart, less the prompt path's page tables) then stands 2-22 MiB over the recorded one, and its KV pool within 2 % of
     SGLang's and under it."""
-    trace, point, over, rope = TRACES[name]
+    _, point, over, rope = TRACES[name]
     d = details[name]
     without = replay_trace.replay(d, prelude, ROPE_TEMPS)
     assert without["left_out_mib"] == 193
