@@ -337,6 +337,14 @@ kit() {  # name budget probe-args [--env K=V ...] -- up args
     | tee -a "$RES/progress.txt"
   pack
 }
+snap() {  # name up-args...: one 16 GiB start under torch's memory recorder (the adapter's VRAMKIT_CUDA_SNAPSHOT), the SHORT
+  # probe, the load's summary and whole trace (alloc_snapshot.py --detail; replay_trace.py replays it)
+  local n=$1; shift
+  kit $n 16 "$SHORT" --env VRAMKIT_CUDA_SNAPSHOT=$W/$n-load -- "$@"
+  python3 benchmarks/gpu/alloc_snapshot.py $W/$n-load.gpu0.pickle --out "$RES/$n-load-snapshot.json" \
+    --detail "$RES/$n-load-detail.json" > "$RES/logs/$n-load-snapshot.txt" 2>&1 && gzip -9f "$RES/$n-load-detail.json"
+  step "$n load snapshot: $(head -c 200 "$RES/$n-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
+}
 
 # ---- llama.cpp --------------------------------------------------------------------------------------------
 LSRV="-c 32768 -np 4 -kvu -fa on -ctk q8_0 -ctv q8_0 -t $THREADS --host 127.0.0.1 --port 8080"
@@ -948,13 +956,6 @@ if has stagesnap; then  # weight loads under torch's memory recorder (the adapte
   # (~3 min each), so the replay can be set beside each: DUMMY_BY_NAME=1 STAGE=.stage-gg STAGESNAP_ALL=1
   # STEPS="setup stagesnap" (~11 min with setup)
   ballast 16
-  snap() {  # name up-args...: one start under the recorder, its summary and trace
-    local n=$1; shift
-    kit $n 16 "$SHORT" --env VRAMKIT_CUDA_SNAPSHOT=$W/$n-load -- "$@"
-    python3 benchmarks/gpu/alloc_snapshot.py $W/$n-load.gpu0.pickle --out "$RES/$n-load-snapshot.json" \
-      --detail "$RES/$n-load-detail.json" > "$RES/logs/$n-load-snapshot.txt" 2>&1 && gzip -9f "$RES/$n-load-detail.json"
-    step "$n load snapshot: $(head -c 200 "$RES/$n-load-snapshot.json" 2>/dev/null | tr '\n' ' ')"
-  }
   # SNAP_PRESET=0 leaves out the preset's own load (its trace: h200-stagesnap/, 2026-11-28)
   [ "${SNAP_PRESET:-1}" = 1 ] && snap k16-preset-snap $KITGP
   if [ "${STAGESNAP_ALL:-0}" = 1 ]; then
@@ -962,6 +963,22 @@ if has stagesnap; then  # weight loads under torch's memory recorder (the adapte
     listed kt-prompts "$SNAPS" && snap k16-kt-prompts-snap $KITGP --kt-gpu-prefill 0
     listed fp8 "$SNAPS" && snap k16-fp8-preset-snap $KITF8
   fi
+fi
+if has realload; then  # a checkpoint read from disk, not --load-format dummy (written 2026-11-29, twenty-ninth session):
+  # every calibration and hybrid point before ran on dummy weights, whose fill makes float16 copies of each FP8
+  # tensor that a real load does not. A random 48-layer FP8 checkpoint of the coder's shape (17 s), then the moe preset
+  # on it with its CPU experts read from the same files (--kt-method FP8: no 29 GB KT layout beside a 31 GB checkpoint
+  # on a 64 GB disk), under the recorder, then the same flags on dummy weights of the same config, same machine
+  # (~8 min with setup): DUMMY_BY_NAME=1 STAGE=.stage-p STEPS="setup realload"; REALS: which of the two (real dummy)
+  C48=$CK/fp8-48l
+  [ -f $C48/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $MODEL_CFG $C48 --format fp8 \
+    > $RES/fp8-48l.json 2> $RES/logs/fp8-48l.err
+  step "48-layer FP8 checkpoint: $(tail -c 300 $RES/fp8-48l.json 2>/dev/null) ($(elapsed) s)"
+  ballast 16
+  RL="--preset moe --kt-method FP8 --kt-weight-path $C48"
+  listed real "${REALS:-real dummy}" && snap k16-fp8cpu-real $RL --model-path $C48 \
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --skip-tokenizer-init"
+  listed dummy "${REALS:-real dummy}" && snap k16-fp8cpu-dummy $RL --model-path $FP8 --load-format dummy
 fi
 if has poolcheck; then  # points at a card size no earlier run had (20 GiB), the SHORT probe: KV pool, weights, host RSS
   # and decode against the plan, none of them used to set a constant (written 2026-11-28, twenty-eighth session, beside

@@ -268,17 +268,18 @@ def _wired(monkeypatch, gptq_dir):
     import torch
     compat = _adapter("vramkit_kt_compat", "vramkit_kt_compat_prefill")
     gp = _adapter("vramkit_gpu_prefill")
-    made, added, ran = [], [], []
+    made, added, ran, lasts = [], [], [], []
 
     class Recorder:
         def __init__(self, least, hf, model_path, dummy):
             made.append((least, hf["num_experts"], model_path, dummy))
             self.least = least
 
-        def add_layer(self, layer_idx, order):
+        def add_layer(self, layer_idx, order, last=False):
             if layer_idx == 13:
                 raise RuntimeError("CUDA out of memory")
             added.append((layer_idx, order))
+            lasts.append(last)
 
         def drop(self):
             added.append("dropped")
@@ -339,26 +340,31 @@ def _wired(monkeypatch, gptq_dir):
     module = types.SimpleNamespace(create_kt_config_from_server_args=lambda args, i: KTConfig(i),
                                    KTEPWrapperMethod=KTEPWrapperMethod)
     compat.patch_sglang_kt(module, "auto")
-    return KTEPWrapperMethod, types.SimpleNamespace(made=made, added=added, ran=ran)
+    return KTEPWrapperMethod, types.SimpleNamespace(made=made, added=added, ran=ran, lasts=lasts, module=module,
+                                                    server=server, compat=compat)
 
 
 def test_the_adapter_routes_prompt_chunks_to_the_gpu_path_and_falls_back_in_one_line(monkeypatch, capsys, gptq_dir):
     """The wiring in vramkit_kt_compat (patch_sglang_kt with whole layers): one GpuPrefill per server, each CPU layer
     added with the server's expert order after kt-kernel loads it, forwards of N+ tokens sent to it and shorter ones to
-    kt-kernel; a layer that fails to add turns the path off for every layer, said once."""
+    kt-kernel; a layer that fails to add turns the path off for every layer, said once. The last CPU layer of the
+    placement is added as the last (the adapter then closes the checkpoint's files)."""
     import types
 
     import torch
     KTEPWrapperMethod, seen = _wired(monkeypatch, gptq_dir)
     made, added, ran = seen.made, seen.added, seen.ran
-    layers = [KTEPWrapperMethod(i) for i in (10, 11)]
+    seen.module.create_kt_config_from_server_args(seen.server, 0)      # the placement, as SGLang's first layer asks
+    gpu = seen.compat.gpu_layers("auto", 48, 128, seen.server.kt_num_gpu_experts)
+    assert max(i for i in range(48) if i not in gpu) == 10
+    layers = [KTEPWrapperMethod(i) for i in (9, 10)]
     for m in layers:
         m.process_weights_after_loading(object())
         m.create_moe_runner(object(), "runner-config")
     assert made == [(256, 128, str(gptq_dir), True)]                  # one per server
-    assert added == [(10, list(range(127, -1, -1))), (11, list(range(127, -1, -1)))]
+    assert added == [(9, list(range(127, -1, -1))), (10, list(range(127, -1, -1)))] and seen.lasts == [False, True]
     chunk = types.SimpleNamespace(hidden_states=torch.zeros(300, 4))
-    assert layers[0].apply(object(), chunk) == "gpu" and ran == [(10, 300, "runner-config")]
+    assert layers[0].apply(object(), chunk) == "gpu" and ran == [(9, 300, "runner-config")]
     step = types.SimpleNamespace(hidden_states=torch.zeros(4, 4))      # a decode batch: kt-kernel's
     out = layers[1].apply(object(), step)
     assert out[0] == "kt" and layers[1].submitted == 4 and len(ran) == 1
@@ -902,7 +908,7 @@ def test_the_staging_set_is_replayed_where_the_adapter_allocates_it():
     cpu, work = tuple(i for i, c in enumerate(counts) if not c), kt.prefill_layer_work(gptq)
     staged = replay_load(layout, 0, kt.prefill_tensors(gptq), counts.index(0), False, cpu, work).gpu_reserved_bytes
     assert staged - base == 212 * MiB < kt.prefill_staging_bytes(gptq) == 308 * MiB
-    assert kt.prefill_layer_work(catalog.model("qwen3-coder-30b-a3b-instruct-fp8")) == ()
+    assert kt.prefill_layer_work(catalog.model("qwen3-coder-30b-a3b-instruct-fp8"), "w8a8") == ()
     # reserved, not read: a decode step's weight bytes (live_by_role) are the same with it
     assert replay_load(layout, 0, kt.prefill_tensors(gptq), 0).live_by_role == replay_load(layout).live_by_role
     fp8 = catalog.model("qwen3-coder-30b-a3b-instruct-fp8")
@@ -918,6 +924,70 @@ def test_the_staging_set_is_replayed_where_the_adapter_allocates_it():
     assert staged == (384 + 192) * MiB < kt.prefill_staging_bytes(fp8) == (384 + 192 + 20) * MiB
     evidence = ROOT / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-q8" / "h200" / "k16-int8-prefill-int8.evidence.txt"
     assert f"staging set {sum(kt.prefill_tensors(fp8)) / 2**30:.2f} GiB on the GPU" in evidence.read_text()
+
+
+def test_fp8_is_requantized_on_the_gpu_in_the_staging_set_with_the_buffers_the_planner_replays(gp):
+    """Block FP8 as int8: the adapter copies a layer's codes into the staging set's own qweight bytes and converts them
+    there (int8_into), so the device gets only int8_work's buffers, recorded here op by op on the meta device (every
+    op whose result is a new tensor): the block scales, a float32 scratch of INT8_CHUNK experts, two reductions, for
+    w13 then w2. The planner replays the same sizes for each CPU layer (kt.prefill_layer_work), each projection's
+    freed at its end. On the CPU the same function gives int8_from_fp8's tensors (checked against the proxy's
+    arithmetic above)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Allocations(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            returns = func._schema.returns
+            if returns and returns[0].alias_info is None and isinstance(out, torch.Tensor) and out.is_meta:
+                self.sizes.append(out.numel() * out.element_size())
+            return out
+    h, i, e = 256, 128, 6                        # 6 experts: a last chunk of 2 after one of INT8_CHUNK
+    gen = torch.Generator().manual_seed(3)
+    layer = {"w13_weight": torch.randn(e, 2 * i, h, generator=gen).to(torch.float8_e4m3fn),
+             "w13_weight_scale_inv": torch.rand(e, 2, 2, generator=gen),
+             "w2_weight": torch.randn(e, h, i, generator=gen).to(torch.float8_e4m3fn),
+             "w2_weight_scale_inv": torch.rand(e, 2, 1, generator=gen)}
+    staged = {n: torch.empty(shape, dtype=getattr(torch, d), device="meta") for n, (shape, d) in gp.int8_shapes(h, i, e).items()}
+    with Allocations() as rec:
+        gp.int8_into(layer, (128, 128), staged)
+    assert rec.sizes == [*gp.int8_work(2 * i, h, e, (128, 128)), *gp.int8_work(h, i, e, (128, 128))]
+    assert gp.INT8_CHUNK == kt.INT8_CHUNK and gp.INT8_GROUP == kt.INT8_GROUP
+    fp8 = catalog.model("qwen3-coder-30b-a3b-instruct-fp8")
+    work = kt.prefill_layer_work(fp8)
+    hidden, inter, experts = fp8.hidden_size, fp8.moe.expert_intermediate, fp8.moe.num_experts
+    assert [n for n in work if n > 0] == [*gp.int8_work(2 * inter, hidden, experts, (128, 128)),
+                                          *gp.int8_work(hidden, inter, experts, (128, 128))]
+    assert sorted(-n for n in work if n < 0) == list(range(1, 9))          # everything freed
+    # the same code on the CPU: in chunks of one expert or of all, the same tensors
+    whole = gp.int8_from_fp8(layer, (128, 128), torch.bfloat16, chunk=e)
+    assert all(torch.equal(t, gp.int8_from_fp8(layer, (128, 128), torch.bfloat16, chunk=1)[n]) for n, t in whole.items())
+
+
+def test_the_reader_closes_the_checkpoint_files_it_opened(gp, tmp_path):
+    """The GPU prompt path's reader opens a checkpoint file at its first read and keeps it mapped until close(): on
+    the H200 host a reader left open kept the CPU layers' experts mapped in the server's RSS, 16.9 GiB
+    (moe-vs-llamacpp-q8/h200-realload/). After close() no file of the checkpoint is mapped; a later read opens it
+    again."""
+    import torch
+    from safetensors.torch import save_file
+    save_file({"a": torch.arange(4096, dtype=torch.int32), "b": torch.ones(8)}, str(tmp_path / "m.safetensors"))
+    r = gp.Reader(str(tmp_path))
+
+    def mapped() -> bool:
+        return str(tmp_path / "m.safetensors") in Path("/proc/self/maps").read_text()
+    assert not mapped()
+    assert int(r("a")[4095]) == 4095 and mapped()
+    r.close()
+    assert not mapped()
+    assert float(r("b").sum()) == 8.0
+    with pytest.raises(KeyError, match="c is not in the checkpoint"):
+        r("c")
 
 
 def test_auto_leaves_a_tenth_of_the_host_ram_to_the_desktop(capsys):

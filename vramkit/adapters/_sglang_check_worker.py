@@ -435,7 +435,7 @@ def _prefill_through(gp, quantization: dict, stand_ins: list, entry_module, entr
     with contextlib.ExitStack() as stack:
         for obj, name, value in [*stand_ins, (entry_module, entry_name, entry),
                                  (torch, "empty_like", lambda t, *a, device=None, **kw: orig_empty_like(t, *a, **kw)),
-                                 (engine, "_pin", lambda t: t)]:
+                                 (engine, "_pin", lambda t: t), (engine, "device", "cpu")]:
             stack.enter_context(mock.patch.object(obj, name, value))
         outcome = _add_and_forward(engine, h, e)
     return engine, seen, outcome

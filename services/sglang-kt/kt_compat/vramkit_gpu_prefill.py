@@ -175,30 +175,65 @@ def fp8_values(codes, block_scales, block: tuple[int, int]):
     return (codes.float().view(e, n // bn, bn, k // bk, bk) * block_scales[:, :, None, :, None]).view(e, n, k)
 
 
-def int8_from_fp8(layer: dict, block: tuple[int, int], scale_dtype, chunk: int = 16) -> dict:
-    """A layer's block-FP8 w13/w2 (fp8_shapes) as int8 per row and INT8_GROUP inputs (int8_shapes): the FP8 values
-    (code x its block's scale, float32) over max |value| / 127 of their group, rounded, stored + 128; the scales in
-    `scale_dtype`, the quotient by the scale as stored. `chunk` experts at a time (their float32 copy only: ~300 MB
-    for the coder's w13), in place where it can (3.2 s a layer of the coder on 2 cores, half the naive form's time).
-    Each dimension a whole number of FP8 blocks and of groups, as SGLang's block-FP8 MoE requires."""
+# Experts a time that int8_into converts (its float32 scratch: 48 MiB for the coder's w13), and what it allocates on
+# the tensors' device for each projection, in order, all of it freed at the projection's end: the block scales, the
+# scratch, two reductions (the planner's kt_hybrid.prefill_layer_work replays these sizes)
+INT8_CHUNK = 4
+
+
+def int8_work(n: int, k: int, experts: int, block: tuple[int, int], chunk: int = INT8_CHUNK) -> tuple[int, ...]:
+    """The bytes int8_into allocates for one projection of [experts, n, k] (block scales, scratch, two reductions)."""
+    bn, bk = block
+    m = min(chunk, experts)
+    return (experts * -(-n // bn) * -(-k // bk) * 4, m * n * k * 4, m * n * (k // INT8_GROUP) * 4,
+            m * n * (k // INT8_GROUP) * 4)
+
+
+def int8_into(layer: dict, block: tuple[int, int], out: dict, chunk: int = INT8_CHUNK) -> None:
+    """A layer's block-FP8 w13/w2 (fp8_shapes, on the CPU) requantized into `out` (int8_shapes, on its device: the
+    GPU staging set at load, or CPU tensors): the FP8 values (code x its block's scale, float32) over max |value| /
+    127 of their row's group of INT8_GROUP inputs, rounded, stored + 128; the scales in out's dtype, the quotient by
+    the scale as stored. The codes are copied into out's own qweight bytes and converted there `chunk` experts at a
+    time, so the device holds nothing else but int8_work's buffers (2026-11-29: on the CPU at load this took ~9.6 s a
+    layer in a server with a checkpoint on disk, moe-vs-llamacpp-q8/h200-realload/). Each dimension a whole number of
+    FP8 blocks and of groups, as SGLang's block-FP8 MoE requires."""
     import torch
     bn, bk = block
-    out: dict = {}
     for w in ("w13", "w2"):
         codes, block_scales = layer[f"{w}_weight"], layer[f"{w}_weight_scale_inv"]
+        q, scales = out[f"{w}_qweight"], out[f"{w}_scales"]
         e, n, k = codes.shape
         if n % bn or k % bk or k % INT8_GROUP:
             raise ValueError(f"{w} [{n}, {k}] is not whole blocks of {block} and groups of {INT8_GROUP}")
-        q = torch.empty((e, n, k), dtype=torch.uint8)
-        scales = torch.empty((e, n, k // INT8_GROUP), dtype=scale_dtype)
-        for lo in range(0, e, chunk):
-            hi = min(e, lo + chunk)
-            v = fp8_values(codes[lo:hi], block_scales[lo:hi], block).view(hi - lo, n, k // INT8_GROUP, INT8_GROUP)
-            step = (v.abs().amax(-1) / 127.0).clamp_min(1e-12).to(scale_dtype)
-            scales[lo:hi] = step
-            v.div_(step.float()[..., None]).round_().clamp_(-127, 127).add_(128)
-            q[lo:hi] = v.to(torch.uint8).view(hi - lo, n, k)
-        out[f"{w}_qweight"], out[f"{w}_scales"] = q, scales
+        q.copy_(codes.view(torch.uint8))
+        m = min(chunk, e)
+        s = block_scales.to(q.device, torch.float32)
+        v = torch.empty((m, n, k), dtype=torch.float32, device=q.device)
+        hi = torch.empty((m, n, k // INT8_GROUP), dtype=torch.float32, device=q.device)
+        lo = torch.empty_like(hi)
+        for a in range(0, e, m):
+            b = min(e, a + m)
+            vv, hh, ll = v[:b - a], hi[:b - a], lo[:b - a]
+            vv.copy_(q[a:b].view(torch.float8_e4m3fn))
+            vv.view(b - a, n // bn, bn, k // bk, bk).mul_(s[a:b, :, None, :, None])
+            g = vv.view(b - a, n, k // INT8_GROUP, INT8_GROUP)
+            torch.amax(g, -1, out=hh)
+            torch.amin(g, -1, out=ll)
+            torch.maximum(hh, ll.neg_(), out=hh)
+            scales[a:b].copy_(hh.div_(127.0).clamp_min_(1e-12))
+            hh.copy_(scales[a:b])                           # the step as stored
+            g.div_(hh[..., None]).round_().clamp_(-127, 127).add_(128)
+            q[a:b].copy_(vv)
+        del s, v, hi, lo
+
+
+def int8_from_fp8(layer: dict, block: tuple[int, int], scale_dtype, chunk: int = INT8_CHUNK) -> dict:
+    """int8_into on the CPU: the layer's int8 tensors (int8_shapes) in `scale_dtype` scales."""
+    import torch
+    e, n13, h = layer["w13_weight"].shape
+    out = {name: torch.empty(shape, dtype=getattr(torch, dtype))
+           for name, (shape, dtype) in int8_shapes(h, n13 // 2, e, str(scale_dtype).removeprefix("torch.")).items()}
+    int8_into(layer, block, out, chunk)
     return out
 
 
@@ -236,30 +271,42 @@ def assemble(read, prefix: str, order: list[int]) -> dict:
 
 
 class Reader:
-    """Tensors by name from a checkpoint folder's safetensors files (the index's weight map, else every file)."""
+    """Tensors by name from a checkpoint folder's safetensors files (the index's weight map, else every file). A file
+    is opened when one of its tensors is first read and stays open until close(): an open file keeps the pages read
+    mapped, in the server's RSS (2026-11-29: 16.9 GiB more than the same server on dummy weights, the CPU layers'
+    experts, while the reader stayed open; moe-vs-llamacpp-q8/h200-realload/)."""
 
     def __init__(self, folder: str) -> None:
-        from safetensors import safe_open
         root = Path(folder)
         if not root.is_dir():       # a Hugging Face id: the snapshot SGLang's loader downloaded into the cache
             from huggingface_hub import snapshot_download
             root = Path(snapshot_download(folder, local_files_only=True, allow_patterns=["*.safetensors", "*.json"]))
         index = root / "model.safetensors.index.json"
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() \
-            else sorted(p.name for p in root.glob("*.safetensors"))
-        if not files:
+        if index.exists():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            self._file: dict[str, Path] = {name: root / f for name, f in weight_map.items()}
+        else:
+            from safetensors import safe_open
+            self._file = {}
+            for f in sorted(root.glob("*.safetensors")):
+                with safe_open(str(f), framework="pt") as h:
+                    self._file.update((name, f) for name in h.keys())
+        if not self._file:
             raise FileNotFoundError(f"no safetensors files in {root}")
-        self._where: dict[str, object] = {}      # tensor name -> its file's open handle (which keeps it open)
-        for f in files:
-            h = safe_open(str(root / f), framework="pt")
-            for name in h.keys():
-                self._where[name] = h
+        self._open: dict[Path, object] = {}      # file -> its open handle
 
     def __call__(self, name: str):
-        h = self._where.get(name)
-        if h is None:
+        f = self._file.get(name)
+        if f is None:
             raise KeyError(f"{name} is not in the checkpoint")
-        return h.get_tensor(name)
+        if f not in self._open:
+            from safetensors import safe_open
+            self._open[f] = safe_open(str(f), framework="pt")
+        return self._open[f].get_tensor(name)
+
+    def close(self) -> None:
+        """Every open file closed (their mapped pages leave the RSS); a later read opens its file again."""
+        self._open.clear()
 
 
 def to_marlin(raw: dict, hidden: int, inter: int, group: int, device: str = "cuda") -> dict:
@@ -292,36 +339,65 @@ class GpuPrefill:
         self.host: dict[int, dict] = {}          # layer -> its tensors in pinned host RAM
         self.stage: dict | None = None
         self._reader: Reader | None = None
-        self._dummy: dict | None = None          # the FP8 dummy layer, drawn once (as int8 too, converted once)
+        self._dummy: dict | None = None          # the FP8 dummy layer, drawn once
         self.pin = pin_how()
         self.fp8_as = fp8_as() if self.block is not None else None
         self.scale_dtype = str(hf.get("torch_dtype") or "bfloat16")     # moe_wna16's scales: the model's dtype
         self._registered: list[int] = []         # host pointers registered with CUDA ("register")
+        self._times = [0.0, 0.0]                  # seconds reading the layers, converting and pinning them
+        self.device = "cuda"                      # the staging set's (the SGLang check runs the path on the CPU)
 
-    def add_layer(self, layer_idx: int, order: list[int]) -> None:
+    def add_layer(self, layer_idx: int, order: list[int], last: bool = False) -> None:
         """The layer's experts into pinned host RAM (read and repacked, or random for a dummy load); the staging set
-        at the first layer, while SGLang still counts what the load allocates."""
-        import torch
-        layer = (self._int8_layer(layer_idx, order) if self.fp8_as == "int8" else self._fp8_layer(layer_idx, order)) \
-            if self.block is not None else \
-            to_marlin(self._gptq_layer(layer_idx, order), self.hidden, self.inter, self.group)
-        pinned = {k: self._pin(v.cpu()) for k, v in layer.items()}
-        del layer
+        at the first layer, while SGLang still counts what the load allocates. Block FP8 as int8: the set first, the
+        layer requantized in it on the GPU (int8_into), then copied out. `last`: the last CPU layer, after which the
+        checkpoint's files are closed and the load's times said."""
+        import time
+        t0 = time.monotonic()
+        if self.block is not None and self.fp8_as == "int8":
+            fp8 = self._fp8_layer(layer_idx, order)
+            t1 = time.monotonic()
+            if self.stage is None:
+                self._place_stage({name: (shape, dtype) for name, (shape, dtype) in
+                                   int8_shapes(self.hidden, self.inter, self.experts, self.scale_dtype).items()})
+            assert self.stage is not None
+            int8_into(fp8, self.block, self.stage)
+            del fp8
+            pinned = {k: self._pin(v.to("cpu", copy=True)) for k, v in self.stage.items()}
+        else:
+            layer = self._fp8_layer(layer_idx, order) if self.block is not None else \
+                to_marlin(self._gptq_layer(layer_idx, order), self.hidden, self.inter, self.group)
+            t1 = time.monotonic()
+            pinned = {k: self._pin(v.cpu()) for k, v in layer.items()}
+            del layer
+            if self.stage is None:
+                self._place_stage({k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in pinned.items()})
         self.host[layer_idx] = pinned
-        if self.stage is None:
-            cached = 0
-            if self.block is not None:
-                # block FP8: the staging set in segments of its own. The load leaves cached free blocks behind (the
-                # dummy fill's float16 copies of each FP8 tensor, the loader's buffers); placed in those, the set
-                # kept their whole segments from SGLang's empty_cache at the load's end: 1.17 GiB of "mem usage" for
-                # a 0.57 GiB set, measured (benchmarks/results/gpu/moe-gpu-prefill/fp8-server/). GPTQ's set is placed
-                # after its repack's own blocks, as measured in run3, and stays so.
-                cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-                torch.cuda.empty_cache()
-            self.stage = {k: torch.empty_like(v, device="cuda") for k, v in pinned.items()}
-            size = sum(t.numel() * t.element_size() for t in self.stage.values())
-            say(f"staging set {size / 2**30:.2f} GiB on the GPU (layer {layer_idx}); "
-                f"{cached / 2**30:.2f} GiB of cached free blocks released first")
+        self._times[0] += t1 - t0
+        self._times[1] += time.monotonic() - t1
+        if last:
+            if self._reader is not None:
+                self._reader.close()
+            say(f"{len(self.host)} CPU layers' experts in pinned host RAM: {self._times[0]:.1f} s reading "
+                f"{'random values' if self.dummy else 'the checkpoint'}, {self._times[1]:.1f} s converting and "
+                "copying them")
+
+    def _place_stage(self, tensors: dict) -> None:
+        """The staging set on the GPU ({name: (shape, dtype)}). Block FP8: in segments of its own. The load leaves
+        cached free blocks behind (the dummy fill's float16 copies of each FP8 tensor, the loader's buffers); placed in
+        those, the set kept their whole segments from SGLang's empty_cache at the load's end: 1.17 GiB of "mem usage"
+        for a 0.57 GiB set, measured (benchmarks/results/gpu/moe-gpu-prefill/fp8-server/). GPTQ's set is placed after
+        its repack's own blocks, as measured in run3, and stays so."""
+        import torch
+        cached = 0
+        if self.block is not None:
+            cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+            torch.cuda.empty_cache()
+        self.stage = {k: torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+                      for k, (shape, dtype) in tensors.items()}
+        size = sum(t.numel() * t.element_size() for t in self.stage.values())
+        say(f"staging set {size / 2**30:.2f} GiB on the GPU; {cached / 2**30:.2f} GiB of cached free blocks "
+            "released first")
 
     def _pin(self, t):
         """A CPU tensor in page-locked memory, as PIN_ENV says: PyTorch's pinned copy, or the tensor's own storage
@@ -374,18 +450,6 @@ class GpuPrefill:
             self._dummy = {name: codes(shape) if dtype != "float32" else torch.rand(shape, generator=gen) * 1e-3 + 1e-4
                            for name, (shape, dtype) in fp8_shapes(self.hidden, self.inter, self.experts,
                                                                   self.block).items()}
-        return {name: t.clone() for name, t in self._dummy.items()}
-
-    def _int8_layer(self, layer_idx: int, order: list[int]) -> dict:
-        """The layer's block-FP8 experts requantized to int8 (int8_from_fp8); a dummy load's layer converted once and
-        copied for every layer, as it is drawn once."""
-        import torch
-        assert self.block is not None
-        dtype = getattr(torch, self.scale_dtype)
-        if not self.dummy:
-            return int8_from_fp8(self._fp8_layer(layer_idx, order), self.block, dtype)
-        if self._dummy is None or "w13_qweight" not in self._dummy:
-            self._dummy = int8_from_fp8(self._fp8_layer(layer_idx, order), self.block, dtype)
         return {name: t.clone() for name, t in self._dummy.items()}
 
     def drop(self) -> None:

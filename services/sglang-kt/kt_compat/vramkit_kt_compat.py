@@ -265,7 +265,8 @@ def patch_sglang_kt(module, spec: str) -> None:
             self.wrapper.load_weights(order.contiguous())
             if os.environ.get(PREFILL_ENV) and (engine := gpu_prefill(self.kt_config)) is not None:
                 try:
-                    engine.add_layer(self.kt_config.layer_idx, [int(e) for e in order.tolist()])
+                    engine.add_layer(self.kt_config.layer_idx, [int(e) for e in order.tolist()],
+                                     last=self.kt_config.layer_idx == chosen.get("last_cpu"))
                 except Exception as exc:     # noqa: BLE001 -- any failure: off for every layer, the server goes on
                     prefill_off(engine, self.kt_config.layer_idx, exc)
             if os.environ.get(GGML_ENV):      # opt-in: decode batches on llama.cpp's CPU kernels

@@ -44,8 +44,8 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
     conversions and before the next layer's; `staging_fresh`: the adapter empties the allocator's cache first (its
     block-FP8 set), else the set takes what the cache holds by then (its GPTQ set). `layer_work`: what the path does
     on the GPU for each of `cpu_layers` at the same place (CachingAllocator.run's encoding, all of it freed): its
-    GPTQ set, repacked there before it is copied to host RAM (kt_hybrid.prefill_layer_work); the first layer's work
-    comes before the staging set."""
+    GPTQ set, repacked there before it is copied to host RAM, the first layer's work before the staging set; its
+    block-FP8 set requantized to int8 inside the staging set, the work after it (kt_hybrid.prefill_layer_work)."""
     a = CachingAllocator()
     live: dict[int, tuple[str, int]] = {}                       # handle -> (role, bytes) still on the GPU
     params: dict[tuple[int, str], tuple[str, int | None]] = {}  # (group, name) -> (role, handle)
@@ -97,13 +97,18 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
     stops = sorted(set(cpu_layers if layer_work else ()) | ({staging_after_layer} if staging else set()))
 
     def stop(layer: int) -> None:    # reserved, but no weight a decode step reads: not in live_by_role
-        a.run(layer_work)
-        if not staging or layer != staging_after_layer:
+        if staging and layer == staging_after_layer:
+            if staging_fresh:            # the block-FP8 set: the cache emptied, the set placed, the work in it
+                a.empty_cache()
+                for nbytes in staging:
+                    a.malloc(nbytes)
+                a.run(layer_work)
+                return
+            a.run(layer_work)            # GPTQ: the layer's repack, then the set in what the cache holds
+            for nbytes in staging:
+                a.malloc(nbytes)
             return
-        if staging_fresh:
-            a.empty_cache()
-        for nbytes in staging:
-            a.malloc(nbytes)
+        a.run(layer_work)
     for op in layout.ops:
         while stops and layer_of.get(op.group, -1) > stops[0]:
             stop(stops.pop(0))

@@ -842,6 +842,7 @@ PREFILL_MEASURED = {
 # AMXINT8 from FP8 5.38 % (benchmarks/results/gpu/peer-accuracy/). int8 in a server: PREFILL_MEASURED["fp8-int8"]
 PREFILL_FP8 = ("int8", "w8a8")
 INT8_GROUP = 128
+INT8_CHUNK = 4      # experts the adapter requantizes at a time on the GPU (vramkit_gpu_prefill.INT8_CHUNK)
 
 
 def prefill_format(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> str | None:
@@ -911,11 +912,24 @@ def prefill_layer_work(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> tuple[
     gptq_marlin_moe_repack of each (the new tensor and one expert's work tensor), then marlin_moe_permute_scales of
     each raw scale (the new tensor, the 64-entry permutation and one expert's permuted scales); the raw tensors are
     freed, then the repacked ones once copied to host RAM. Recorded in order: moe-vs-llamacpp-gptq/h200-stagesnap/.
-    Block FP8 copies its tensors without a GPU step: nothing."""
-    if block_fp8(model) or prefill_format(model, fp8_as) == "fp8-int8":
-        return ()
+    Block FP8 requantized to int8 (the default): in the staging set itself, which comes first (weight_load.replay_load
+    with staging_fresh), each projection with its block scales, a float32 scratch of INT8_CHUNK experts and two
+    reductions, all freed (vramkit_gpu_prefill.int8_into). Block FP8 as is: copied without a GPU step, nothing."""
     assert model.moe is not None
     e = model.moe.num_experts
+    if prefill_format(model, fp8_as) == "fp8-int8":
+        q = model.quantization
+        assert q is not None and q.weight_block is not None
+        bn, bk = q.weight_block
+        h, i, m = model.hidden_size, model.moe.expert_intermediate, min(INT8_CHUNK, e)
+        work: tuple[int, ...] = ()
+        for n, k in ((2 * i, h), (h, i)):
+            base = sum(1 for x in work if x > 0)      # allocations so far (CachingAllocator.run numbers them)
+            work += (e * -(-n // bn) * -(-k // bk) * 4, m * n * k * 4, m * n * (k // INT8_GROUP) * 4,
+                     m * n * (k // INT8_GROUP) * 4, -(base + 1), -(base + 2), -(base + 3), -(base + 4))
+        return work
+    if block_fp8(model):
+        return ()
     q13, q2, s13, s2 = prefill_tensors(model, fp8_as)
     return (q13, q2,                                  # 1, 2: the raw qweights
             q13, q13 // e, -4,                        # 3: w13 repacked (4: one expert's work)
