@@ -376,6 +376,19 @@ POINTS = (
           "moe-vs-llamacpp-gptq/h200-stagesnap-k/membw-session.json", {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto"},
           rss_end_read=True, note="one round; the FP8 preset as it comes, its load recorded, on an H200; seeded by "
           "name; this machine's own sweep", kv_splits=32, gpu="h200-141gb"),
+    # 2026-11-29, twenty-ninth session (moe-vs-llamacpp-q8/h200-realload/ and -b/, two machines, DUMMY_BY_NAME=1
+    # STEPS="setup realload"): the preset with its CPU experts read from a written FP8 checkpoint (--kt-method FP8),
+    # first loaded from that checkpoint on disk (no --load-format dummy), then on dummy weights of its config, each
+    # load recorded; -b after the adapter's int8 requantization moved to the GPU and its reader closes the files
+    *(Point(f"layers-fp8-amx-16g-{tag}", "held-out", f"{Q}{run}/k16-fp8cpu-{how}.json",
+            f"{Q}{run}/k16-fp8cpu-{how}.probe.json", f"{Q}{run}/membw-session.json", {"kt_method": "FP8", **AS_IT_COMES},
+            rss_end_read=True, note=f"one round; --kt-method FP8, {what}, its load recorded, on an H200; "
+            "this machine's own sweep", kv_splits=32, gpu="h200-141gb")
+      for tag, run, how, what in (
+          ("real-h200l", "h200-realload", "real", "the checkpoint loaded from disk"),
+          ("dummy-h200l", "h200-realload", "dummy", "dummy weights seeded by name"),
+          ("real-h200m", "h200-realload-b", "real", "the checkpoint loaded from disk, int8 requantized on the GPU"),
+          ("dummy-h200m", "h200-realload-b", "dummy", "dummy weights seeded by name, int8 requantized on the GPU"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

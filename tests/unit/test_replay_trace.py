@@ -1,7 +1,8 @@
-"""benchmarks/gpu/replay_trace.py on three recorded loads of the moe preset's shape under torch's memory recorder
-(moe-vs-llamacpp-gptq/h200-stagesnap*/, 30,000-77,000 allocator events each): the GPTQ-Int4 config with the GPU
-prompt path, the same without it (--kt-gpu-prefill 0), and the FP8 checkpoint with it. The planner's caching-allocator
-model, fed SGLang's own sequence, reserves what the GPU did on all three, and the planner's own replay of each load
+"""benchmarks/gpu/replay_trace.py on six recorded loads of the moe preset's shape under torch's memory recorder
+(moe-vs-llamacpp-gptq/h200-stagesnap*/ and moe-vs-llamacpp-q8/h200-realload*/, 750-77,000 allocator events each):
+the GPTQ-Int4 config with the GPU prompt path, the same without it (--kt-gpu-prefill 0), the FP8 checkpoint's config
+with it on dummy weights, and a written FP8 checkpoint loaded from disk. The planner's caching-allocator
+model, fed SGLang's own sequence, reserves what the GPU did on all six, and the planner's own replay of each load
 (arch.py's sequence, no fitted allowance) lands within a few segments of it (issue 18: the KV pool within 2 %)."""
 from __future__ import annotations
 
@@ -20,17 +21,29 @@ from vramkit import catalog  # noqa: E402
 from vramkit.core.memory.weight_load import prelude_reserved  # noqa: E402
 from vramkit.core.model.arch import expert_location_prelude  # noqa: E402
 
-RUNS = fit_kt.RES / "moe-vs-llamacpp-gptq"
+RUNS = fit_kt.RES
 ROPE_TEMPS = ("base.py:171", "base.py:173", "base.py:174", "base.py:175")   # t, freqs, cos, sin
 # trace, the fit_kt point of that config, how far the planner's load may stand over the recorded one (MiB), and what
 # the recorded sequence reserves without the rotary cache's build tensors (MiB more)
 TRACES = {
-    "gptq-prompt-path": ("h200-stagesnap/staging-load-detail.json.gz", "layers-int8-amx-16g-gptq-embhost-h200i", 22, 28),
-    "gptq-kt-prompts": ("h200-stagesnap-j/k16-kt-prompts-snap-load-detail.json.gz",
+    "gptq-prompt-path": ("moe-vs-llamacpp-gptq/h200-stagesnap/staging-load-detail.json.gz",
+                         "layers-int8-amx-16g-gptq-embhost-h200i", 22, 28),
+    "gptq-kt-prompts": ("moe-vs-llamacpp-gptq/h200-stagesnap-j/k16-kt-prompts-snap-load-detail.json.gz",
                         "layers-int8-amx-16g-gptq-kt-prompts-h200j", 2, 8),
-    "fp8-prompt-path": ("h200-stagesnap-k/k16-fp8-preset-snap-load-detail.json.gz", "layers-int8-amx-16g-fp8-preset-h200k",
-                        12, 18),
+    "fp8-prompt-path": ("moe-vs-llamacpp-gptq/h200-stagesnap-k/k16-fp8-preset-snap-load-detail.json.gz",
+                        "layers-int8-amx-16g-fp8-preset-h200k", 12, 18),
+    # the first loads from a checkpoint on disk (2026-11-29): FP8 CPU experts read from it, the prompt path's int8
+    # requantized on the CPU (h200-realload/) and, since, on the GPU in its staging set (h200-realload-b/: its 30
+    # layers' buffers in the trace, a 48 and a 24 MiB segment made and given back), and that machine's dummy twin
+    "fp8-real-load": ("moe-vs-llamacpp-q8/h200-realload/k16-fp8cpu-real-load-detail.json.gz",
+                      "layers-fp8-amx-16g-real-h200l", 12, 18),
+    "fp8-real-load-gpu-int8": ("moe-vs-llamacpp-q8/h200-realload-b/k16-fp8cpu-real-load-detail.json.gz",
+                               "layers-fp8-amx-16g-real-h200m", 12, 18),
+    "fp8-dummy-gpu-int8": ("moe-vs-llamacpp-q8/h200-realload-b/k16-fp8cpu-dummy-load-detail.json.gz",
+                           "layers-fp8-amx-16g-dummy-h200m", 12, 18),
 }
+
+
 @pytest.fixture(scope="module")
 def details() -> dict[str, dict]:
     return {k: replay_trace.read_detail(RUNS / v[0]) for k, v in TRACES.items()}

@@ -342,11 +342,11 @@ KT_GPU_LAYERS = ("off", "auto")
 
 
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
-# kt-estimate.md: 29 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, 10-14 threads, six on
-# H200s; fitted on a 30th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
+# kt-estimate.md: 45 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, 10-14 threads, 22 on
+# H200s; fitted on a 46th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
 WHOLE_LAYER_SPREAD = (0.57, 1.41)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
-                           "(faster, as its split twin); the other 115 decodes 0.77-1.40x")
+                           "(faster, as its split twin); the other 123 decodes 0.77-1.40x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
