@@ -237,17 +237,31 @@ def int8_from_fp8(layer: dict, block: tuple[int, int], scale_dtype, chunk: int =
     return out
 
 
+def _gather(read, names: list[tuple[str, str, str]], out: dict, keys: tuple[str, str], dim: int) -> None:
+    """Each slot's (gate, up, down) tensors read into out[w13] (gate and up joined along `dim` + 1) and out[w2]
+    [slot], both made at the first slot: one copy from the file's pages, no list of them to stack."""
+    import torch
+    for slot, (gate_name, up_name, down_name) in enumerate(names):
+        gate, up, down = read(gate_name), read(up_name), read(down_name)
+        if slot == 0:
+            shape = list(gate.shape)
+            shape[dim] += up.shape[dim]
+            out[keys[0]] = torch.empty((len(names), *shape), dtype=gate.dtype)
+            out[keys[1]] = torch.empty((len(names), *down.shape), dtype=down.dtype)
+        w13 = out[keys[0]][slot]
+        w13.narrow(dim, 0, gate.shape[dim]).copy_(gate)
+        w13.narrow(dim, gate.shape[dim], up.shape[dim]).copy_(up)
+        out[keys[1]][slot].copy_(down)
+
+
 def fp8_assemble(read, prefix: str, order: list[int]) -> dict:
     """One layer's block-FP8 w13/w2 and their scales from the checkpoint's per-expert linears ([out, in] each, as
     FusedMoE loads them), slot by slot in the server's physical order; w13 is gate over up."""
-    import torch
-    out: dict = {k: [] for k in ("w13_weight", "w2_weight", "w13_weight_scale_inv", "w2_weight_scale_inv")}
-    for logical in order:
-        base = f"{prefix}.experts.{logical}"
-        for t in ("weight", "weight_scale_inv"):
-            out[f"w13_{t}"].append(torch.cat([read(f"{base}.gate_proj.{t}"), read(f"{base}.up_proj.{t}")]))
-            out[f"w2_{t}"].append(read(f"{base}.down_proj.{t}"))
-    return {k: torch.stack(v) for k, v in out.items()}
+    out: dict = {}
+    for t in ("weight", "weight_scale_inv"):
+        names = [tuple(f"{prefix}.experts.{logical}.{p}_proj.{t}" for p in ("gate", "up", "down")) for logical in order]
+        _gather(read, names, out, (f"w13_{t}", f"w2_{t}"), 0)
+    return {k: out[k] for k in ("w13_weight", "w2_weight", "w13_weight_scale_inv", "w2_weight_scale_inv")}
 
 
 def expert_names(prefix: str, expert: int) -> dict[str, str]:
@@ -260,14 +274,14 @@ def assemble(read, prefix: str, order: list[int]) -> dict:
     """One layer's w13/w2 qweight and scales from the checkpoint's per-expert linears, slot by slot in the server's
     physical order (`order[slot]` = the logical expert): `read(name)` gives a CPU tensor. GPTQ stores a linear's
     qweight as [K / 8, N] and its scales as [K / group, N], the layout FusedMoE loads as is (is_transposed)."""
-    import torch
-    out: dict = {k: [] for k in ("w13_qweight", "w2_qweight", "w13_scales", "w2_scales")}
-    for logical in order:
-        n = expert_names(prefix, logical)
-        for t in ("qweight", "scales"):
-            out[f"w13_{t}"].append(torch.cat([read(n[f"gate.{t}"]), read(n[f"up.{t}"])], dim=1))
-            out[f"w2_{t}"].append(read(n[f"down.{t}"]))
-    return {k: torch.stack(v) for k, v in out.items()}
+    out: dict = {}
+    for t in ("qweight", "scales"):
+        names = []
+        for logical in order:
+            n = expert_names(prefix, logical)
+            names.append((n[f"gate.{t}"], n[f"up.{t}"], n[f"down.{t}"]))
+        _gather(read, names, out, (f"w13_{t}", f"w2_{t}"), 1)
+    return {k: out[k] for k in ("w13_qweight", "w2_qweight", "w13_scales", "w2_scales")}
 
 
 class Reader:
@@ -355,7 +369,7 @@ class GpuPrefill:
         import time
         t0 = time.monotonic()
         if self.block is not None and self.fp8_as == "int8":
-            fp8 = self._fp8_layer(layer_idx, order)
+            fp8 = self._fp8_layer(layer_idx, order, copy=False)      # int8_into only reads it
             t1 = time.monotonic()
             if self.stage is None:
                 self._place_stage({name: (shape, dtype) for name, (shape, dtype) in
@@ -431,12 +445,12 @@ class GpuPrefill:
                        else (torch.rand(shape, generator=gen) * 2e-3 - 1e-3).half())
                 for name, (shape, dtype) in shapes(self.hidden, self.inter, self.experts, self.group).items()}
 
-    def _fp8_layer(self, layer_idx: int, order: list[int]) -> dict:
+    def _fp8_layer(self, layer_idx: int, order: list[int], copy: bool = True) -> dict:
         """The layer's block-FP8 tensors as SGLang's GPU layers hold them (no repack on CUDA): read, or random for a
         dummy load: e4m3 codes below 1.0 in magnitude with either sign (0x00-0x37 and 0x80-0xB7: no NaN, drawn as
         bytes), scales ~1e-3, so the weights have SGLang's dummy magnitude. A dummy layer is drawn once and copied
         for every layer (0.6 GB of codes a layer: drawing each would add minutes to a start; the values are random
-        either way)."""
+        either way). `copy`: a dummy layer as a copy of the drawn one (False: the drawn one itself, for a reader)."""
         import torch
         if not self.dummy:
             return fp8_assemble(self._reader_for(), f"model.layers.{layer_idx}.mlp", order)
@@ -450,7 +464,7 @@ class GpuPrefill:
             self._dummy = {name: codes(shape) if dtype != "float32" else torch.rand(shape, generator=gen) * 1e-3 + 1e-4
                            for name, (shape, dtype) in fp8_shapes(self.hidden, self.inter, self.experts,
                                                                   self.block).items()}
-        return {name: t.clone() for name, t in self._dummy.items()}
+        return {name: t.clone() if copy else t for name, t in self._dummy.items()}
 
     def drop(self) -> None:
         """Give back what add_layer took (after a failure: the server goes on with every prompt on kt-kernel)."""
