@@ -1,6 +1,6 @@
 """Write a random-weight checkpoint with a model's real tensor names, shapes, dtypes and packing.
 
-    python3 tools/make_random_checkpoint.py CONFIG_DIR OUT_DIR --format fp8 [--layers N] [--jobs 4]
+    python3 tools/make_random_checkpoint.py CONFIG_DIR OUT_DIR --format fp8|gptq|bf16 [--layers N] [--jobs 4]
 
 CONFIG_DIR holds the model's real config.json (config/models/<name>/). OUT_DIR gets config.json (with the
 format's quantization_config), sharded safetensors and model.safetensors.index.json: a local model folder
@@ -22,9 +22,10 @@ own values repacked (vramkit/core/model/kt_repack.py; no kt-kernel needed), else
 of 2e-4 (a weight's RMS ~1e-3, as SGLang's dummy weights).
 
 Values are kept small and finite so a forward pass stays finite: bf16 ~ N(0, 0.02), norms 1, FP8 codes
-with |x| <= 1.875 (no NaN code) and a block scale of 0.01. Random bytes are drawn once into a pool and
-sliced, so a 30 GB checkpoint costs memcpy and disk time, not RNG time. Needs torch and safetensors (the
-GPU host has both; the kit's CPU venv too).
+with |x| <= 1.875 (no NaN code) and a block scale of 0.01; GPTQ: random nibbles, every zero point 8, a scale of
+2e-4, g_idx as no act-order has it (float16 around them, as Qwen's GPTQ-Int4 releases). Random bytes are drawn
+once into a pool and sliced, so a 30 GB checkpoint costs memcpy and disk time, not RNG time. Needs torch and
+safetensors (the GPU host has both; the kit's CPU venv too).
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ from vramkit.errors import Exit, VramkitError  # noqa: E402
 POOL_ELEMS = 1 << 26          # 64 Mi values per pool: large enough that neighbouring tensors differ
 FP8_MAGNITUDE_MASK = 0xBF     # e4m3fn S.EEEE.MMM: clearing the top exponent bit keeps |x| <= 1.875, no NaN
 FP8_SCALE = 0.01
+GPTQ_ZEROS = 0x77777777       # eight nibbles of 7: zero point 8 (symmetric), as AutoGPTQ stores it
+GPTQ_SCALE = 2e-4
 
 
 class Pools:
@@ -55,22 +58,35 @@ class Pools:
         raw = torch.randint(0, 256, (POOL_ELEMS,), dtype=torch.uint8, generator=g) & FP8_MAGNITUDE_MASK
         self.fp8 = raw.view(torch.float8_e4m3fn)
         self.offset = 0
+        self.groups_of: dict[str, int] = {}     # a g_idx's name -> its groups (its qzeros' rows), set by write()
 
     def tensor(self, spec: cl.TensorSpec):
         torch = self.torch
         if spec.dtype == "f32":
             return torch.full(spec.shape, FP8_SCALE, dtype=torch.float32)
+        float_type = torch.float16 if spec.dtype == "f16" else torch.bfloat16
         if spec.role == "norm":
-            return torch.ones(spec.shape, dtype=torch.bfloat16)
-        pool = self.fp8 if spec.dtype == "fp8_e4m3" else self.bf16
-        n = spec.numel
+            return torch.ones(spec.shape, dtype=float_type)
+        if spec.role == "zeros":      # symmetric GPTQ: every zero point 8, stored as 7 in each nibble (AutoGPTQ's v1)
+            return torch.full(spec.shape, GPTQ_ZEROS, dtype=torch.int32)
+        if spec.role == "g_idx":      # no act-order: input i in group i // group
+            group = spec.shape[0] // self.groups_of[spec.name]
+            return (torch.arange(spec.shape[0], dtype=torch.int32) // group).to(torch.int32)
+        if spec.role == "scale":      # GPTQ's: a weight's RMS ~ 4.6 x the scale, ~1e-3 as SGLang's dummy weights
+            return torch.full(spec.shape, GPTQ_SCALE, dtype=torch.float16)
+        if spec.dtype == "fp8_e4m3":
+            return self._slice(self.fp8, spec.numel).view(spec.shape)
+        if spec.dtype == "i32":       # qweight: random nibbles, drawn as bytes (four to an int32)
+            return self._slice(self.fp8, spec.numel * 4).view(torch.uint8).view(torch.int32).view(spec.shape)
+        return self._slice(self.bf16, spec.numel).to(float_type).view(spec.shape)
+
+    def _slice(self, pool, n: int):
+        torch = self.torch
         self.offset = (self.offset + 7919 * 64) % POOL_ELEMS
         if n <= POOL_ELEMS - self.offset:
-            flat = pool[self.offset:self.offset + n].clone()
-        else:
-            reps = -(-n // POOL_ELEMS) + 1
-            flat = pool.repeat(reps)[self.offset:self.offset + n].clone()
-        return flat.view(spec.shape)
+            return pool[self.offset:self.offset + n].clone()
+        reps = -(-n // POOL_ELEMS) + 1
+        return torch.cat([pool] * reps)[self.offset:self.offset + n].clone()
 
 
 def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, jobs: int = 4,
@@ -84,6 +100,7 @@ def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, 
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     pools = Pools(seed)
+    pools.groups_of = {s.name.removesuffix(".qzeros") + ".g_idx": s.shape[0] for s in specs if s.role == "zeros"}
 
     def one(k: int) -> int:
         tensors = {s.name: pools.tensor(s) for s in shards[k]}
@@ -95,12 +112,14 @@ def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, 
     weight_map = {s.name: cl.shard_name(k, len(shards)) for k, group in enumerate(shards) for s in group}
     (out_dir / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
-    qc = cl.quantization_config(fmt)
+    qc = cl.quantization_config(fmt, cl.gptq_group(cfg))
+    if fmt == "gptq" and (cfg.get("quantization_config") or {}).get("quant_method") == "gptq":
+        qc = cfg["quantization_config"]          # a GPTQ release's own config (checked by gptq_group) stays as it is
     if qc:
         cfg["quantization_config"] = qc
     else:
         cfg.pop("quantization_config", None)
-    cfg["torch_dtype"] = "bfloat16"
+    cfg["torch_dtype"] = "float16" if fmt == "gptq" else "bfloat16"
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2))
     return {"out": str(out_dir), "format": fmt, "tensors": len(specs), "shards": len(shards),
             "bytes": total, "seconds": round(time.time() - t0, 1)}

@@ -196,11 +196,11 @@ has_any() { local s; for s in "$@"; do has "$s" && return 0; done; return 1; }
 LLAMA_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
   llama-q8 lprefill8 lint8 med8 pair8 lt16 profile"
 INT4_STEPS="kit-16 kit-24 levers threads gptq-n"
-INT8_STEPS="embhost4 stagesnap poolcheck amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
+INT8_STEPS="embhost4 stagesnap poolcheck realload-gptq amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
   profile med16 kcores hot triv-rec hotctl layers-t10 layers-pair seedcheck mf90 fp8-layers best16 ldefer lmarlin
   lggml lmf lpreset lprefill kprefill kprefill8 lprefill8 lint8 med8 pair8 fp8cpu fp8stage fp8pin fp8int8 kmarlin
   raw4 kraw4 ctpool embhost"
-GPTQ_STEPS="embhost4 stagesnap poolcheck gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
+GPTQ_STEPS="embhost4 stagesnap poolcheck realload-gptq gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
 Q4_GGUF_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
@@ -979,6 +979,20 @@ if has realload; then  # a checkpoint read from disk, not --load-format dummy (w
   listed real "${REALS:-real dummy}" && snap k16-fp8cpu-real $RL --model-path $C48 \
     --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --skip-tokenizer-init"
   listed dummy "${REALS:-real dummy}" && snap k16-fp8cpu-dummy $RL --model-path $FP8 --load-format dummy
+fi
+if has realload-gptq; then  # the same for the GPTQ-Int4 preset (written 2026-11-29, twenty-ninth session; not run yet):
+  # a random GPTQ-Int4 checkpoint of the coder's shape from Qwen's release config (make_random_checkpoint.py --format
+  # gptq, 16.9 GB: its GPU layers on marlin from disk, its CPU layers' experts read by the prompt path's reader), the
+  # AMXINT8 layout beside it as setup writes it, then the preset on dummy weights of the same config (~12 min with
+  # setup and the JIT cache): DUMMY_BY_NAME=1 STAGE=.stage-p STEPS="setup realload-gptq"
+  GQC=$CK/gptq-48l
+  [ -f $GQC/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $GQ $GQC --format gptq \
+    > $RES/gptq-48l.json 2> $RES/logs/gptq-48l.err
+  step "48-layer GPTQ-Int4 checkpoint: $(tail -c 300 $RES/gptq-48l.json 2>/dev/null) ($(elapsed) s)"
+  ballast 16
+  listed real "${REALS:-real dummy}" && snap k16-gptq-real --preset moe --model-path $GQC --kt-weight-path $KT8 \
+    --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --skip-tokenizer-init"
+  listed dummy "${REALS:-real dummy}" && snap k16-gptq-dummy $KITGP
 fi
 if has poolcheck; then  # points at a card size no earlier run had (20 GiB), the SHORT probe: KV pool, weights, host RSS
   # and decode against the plan, none of them used to set a constant (written 2026-11-28, twenty-eighth session, beside

@@ -66,6 +66,47 @@ def test_writer_and_planner_agree_on_every_byte(name, fmt):
     assert written == sum(v for r, v in roles.items() if r != "rope")
 
 
+def test_gptq_layout_has_the_release_s_names_shapes_and_packing():
+    """Qwen's GPTQ-Int4 releases (AutoGPTQ's format): each Linear as qweight int32 [in / 8, out], qzeros int32 [in /
+    group, out / 8], scales float16 [in / group, out], g_idx int32 [in]; the router, norms and embeddings float16. The
+    group is the config's; a GPTQ the writer cannot make is refused."""
+    cfg = json.loads((ROOT / "config/models/qwen3-30b-a3b-gptq-int4/config.json").read_text())
+    t = {s.name: s for s in cl.checkpoint_tensors(cfg, "gptq")}
+    e = "model.layers.47.mlp.experts.127"
+    assert t[f"{e}.gate_proj.qweight"] == cl.TensorSpec(f"{e}.gate_proj.qweight", (256, 768), "i32", "expert")
+    assert t[f"{e}.down_proj.qweight"].shape == (96, 2048) and t[f"{e}.down_proj.scales"].shape == (6, 2048)
+    assert t[f"{e}.up_proj.qzeros"].shape == (16, 96) and t[f"{e}.up_proj.g_idx"].shape == (2048,)
+    assert t["model.layers.0.self_attn.o_proj.qweight"].shape == (512, 2048)
+    assert t["model.layers.0.mlp.gate.weight"].dtype == t["lm_head.weight"].dtype == "f16"
+    assert cl.quantization_config("gptq", 64)["group_size"] == 64 and cl.gptq_group(cfg) == 128
+    for bad in ({"desc_act": True}, {"sym": False}, {"bits": 8}):
+        with pytest.raises(ValueError, match="4-bit symmetric GPTQ without act-order"):
+            cl.checkpoint_tensors(cfg | {"quantization_config": cfg["quantization_config"] | bad}, "gptq")
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-coder-14b-instruct-gptq-int4", "qwen3-30b-a3b-gptq-int4"])
+def test_gptq_writer_and_planner_differ_by_what_sglang_makes_of_the_files(name):
+    """The GPTQ checkpoint's bytes against the planner's layout of SGLang's parameters (its GPTQ linear and marlin MoE
+    create_weights) differ by exactly what SGLang does with the files, derived from its code: a fused linear keeps one
+    g_idx for its shards (q, k, v: two dropped; gate, up: one), a marlin MoE layer keeps one w13 g_idx an expert (up's
+    dropped), holds its qzeros in float16 (half the file's int32) and adds the act-order sort indices (one int32 an
+    input of w13 and w2). Anything else would be a name or a shape one of the two has wrong."""
+    from vramkit.core.model import arch
+    cfg = json.loads((ROOT / f"config/models/{name}/config.json").read_text())
+    written = sum(s.nbytes for s in cl.checkpoint_tensors(cfg, "gptq"))
+    roles = arch.bytes_by_role(arch.weight_layout(catalog.model(name), 1, 1))
+    planned = sum(v for r, v in roles.items() if r != "rope")
+    h, layers, g = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), cl.gptq_group(cfg)
+    per_layer = 2 * h * 4                                     # q, k, v -> qkv_proj: two g_idx of [h]
+    if cfg.get("num_experts"):
+        e, inter = int(cfg["num_experts"]), int(cfg["moe_intermediate_size"])
+        zeros_file = (2 * (h // g) * (inter // 8) + (inter // g) * (h // 8)) * 4
+        per_layer += e * (h * 4 + zeros_file // 2 - (h + inter) * 4)
+    else:
+        per_layer += h * 4                                    # gate, up -> gate_up_proj: one g_idx of [h]
+    assert written - planned == layers * per_layer
+
+
 def test_shards_keep_order_and_bound_size():
     specs = cl.checkpoint_tensors(CFG | {"num_hidden_layers": 2}, "fp8")
     shards = cl.shard(specs, 1 << 30)
