@@ -40,7 +40,7 @@ ROUND_LARGE = 2 << 20
 
 
 def round_size(nbytes: int) -> int:
-    return MIN_BLOCK if nbytes < MIN_BLOCK else MIN_BLOCK * math.ceil(nbytes / MIN_BLOCK)
+    return MIN_BLOCK if nbytes < MIN_BLOCK else -(-nbytes // MIN_BLOCK) * MIN_BLOCK
 
 
 def segment_size(rounded: int) -> int:
