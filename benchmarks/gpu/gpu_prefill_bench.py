@@ -178,6 +178,15 @@ def bench(tokens: list[int], reps: int, fmt: str = "gptq", pin: str = "alloc", d
                                      "ref_rms": float(ref.pow(2).mean().sqrt()), "input_kept": out_kept}}
     if fmt == "fp8-int8":
         out["int8_convert_s"] = {"seconds": round(convert_s, 2), "threads": torch.get_num_threads()}
+        if on_gpu:      # the adapter converts on the GPU since 2026-11-29, in its staging set: the same tensors?
+            staged = {n: torch.empty(shape, dtype=getattr(torch, d), device=dev)
+                      for n, (shape, d) in gp.int8_shapes(h, i, e, "float16").items()}
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            gp.int8_into(raw, (128, 128), staged)
+            torch.cuda.synchronize()
+            out["int8_convert_gpu"] = {"seconds": round(time.perf_counter() - t0, 4), "bit_equal_to_cpu": all(
+                torch.equal(staged[n].cpu(), layer[n]) for n in staged)}
     if not on_gpu:
         return out | {"device": "cpu, Triton's interpreter", "format": fmt}
 
