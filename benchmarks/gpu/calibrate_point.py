@@ -5,7 +5,8 @@
 
 1. reads NVML's "in use" before the start (the ballast and driver reserve are the baseline);
 2. `python3 -m vramkit up --runtime native --load-format dummy ...` (the kit plans, checks, starts,
-   waits for /health and warms up), while a thread samples NVML at 20 Hz for the peak;
+   waits for /health and warms up), while a thread samples NVML at 20 Hz for the peak; with --checkpoint DIR,
+   that checkpoint's weights from disk instead of dummy ones;
 3. a probe: one prompt of ~90 % of the longest the server accepts (the largest prefill the pool
    allows) plus 4 concurrent short requests, then optionally `vramkit bench`;
 4. `vramkit down`; writes DIR/NAME.json with what SGLang logged, the NVML peak, device and versions.
@@ -85,6 +86,8 @@ def main() -> int:
     ap.add_argument("--decode-tokens", type=int, default=256,
                     help="tokens of the single-stream decode probe (few with --cpu-offload-gb: each step copies it)")
     ap.add_argument("--gpus", default="0", help="GPU indices the server uses (one per tensor-parallel rank)")
+    ap.add_argument("--checkpoint", type=Path, help="a checkpoint folder on disk to load (make_random_checkpoint.py) "
+                    "instead of dummy weights of the model's config")
     ap.add_argument("up_args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     up_args = [x for x in a.up_args if x != "--"]
@@ -95,6 +98,9 @@ def main() -> int:
     # a catalogued name runs its config folder as --model-path; a folder model (`--model <folder>`) is
     # given as the user gives it, so the kit's own folder rendering is what starts the server
     where = [] if folder else ["--model-path", str(ROOT / "config" / "models" / a.model)]
+    dummy = ["--load-format", "dummy"]
+    if a.checkpoint is not None:    # its weights read from disk, as a user's download is
+        where, dummy = ["--model-path", str(a.checkpoint)], []
 
     gpus = [int(x) for x in a.gpus.split(",")]
     baseline = {i: in_use(i) for i in gpus}    # the ballast and the driver's own, before the server
@@ -102,7 +108,7 @@ def main() -> int:
     sampler.start()
     t0 = time.time()
     up = subprocess.run([sys.executable, "-m", "vramkit", "up", "--runtime", "native", "--name", name,
-                         "--model", str(folder or a.model), *where, "--load-format", "dummy",
+                         "--model", str(folder or a.model), *where, *dummy,
                          "--no-fit-check", "--timeout", "900", "--gpus", a.gpus, *up_args], capture_output=True, text=True)
     start_s = time.time() - t0
     (a.out / f"{a.name}.up.txt").write_text(up.stdout[-20000:] + "\n--- stderr ---\n" + up.stderr[-5000:])

@@ -10,6 +10,7 @@
 #                      every bench suite, its host-cache A/B at 0.85, and the two points whose peak was lost
 #   embed  (one GPU)   the optimized preset with its token embeddings in host RAM (--kt-embed-host on) beside it
 #   embed2 (one GPU)   the same on another machine, the embeddings-on-the-GPU control first
+#   realload (one GPU) the optimized preset's 14B GPTQ-Int4 from a checkpoint on disk beside its dummy twin (not run yet)
 #   tp2    (2 GPUs)    tensor parallel 2, each card emulated at 16 GB: per-rank figures for the planner.
 #                      Dense models: a fresh host compiles the GPTQ marlin kernels for ~6 min, more than a
 #                      session's device time; the 7B in bf16 does not fit one 16 GB card, and fits two.
@@ -23,7 +24,7 @@
 #                      first by stage_extra.sh), MoE with --cpu-offload-gb on 24 GB, the folder model, GPTQ marlin
 #                      MoE (its JIT kernels compiled meanwhile by prewarm_jit.py, GPU hidden), MLA + offload, Gemma 3
 set -u
-SESSION=${1:?usage: run_calibration.sh first|final|embed|embed2|tp2|models|rest|mla|pinned|gptoss}
+SESSION=${1:?usage: run_calibration.sh first|final|embed|embed2|realload|tp2|models|rest|mla|pinned|gptoss}
 RES=${RES:-/tmp/gpuwork/res}; mkdir -p "$RES/cal" "$RES/bench" "$RES/logs"
 . benchmarks/gpu/host_env.sh   # SGLang archive, PYTHONPATH, the archive's extra flags
 # the multi-GPU hosts: NVLink multicast stays off (the device tool's KINDS.md: it can take shared GPUs down)
@@ -120,6 +121,23 @@ session_embed2() {  # 'embed' again on another machine, the control first (2026-
     -- --preset optimized --kt-embed-host off
   point opt-embed-16g-h200b $M14 16 "--suites latency --quick $B --label opt-embed-16g-h200b \
     --out $RES/bench/opt-embed-16g-h200b.json" -- --preset optimized --kt-embed-host on
+}
+
+session_realload() {  # the first user's model from a checkpoint on disk (written 2026-11-29, twenty-ninth session; not
+  # run yet): Qwen2.5-Coder-14B GPTQ-Int4 in its release's format (make_random_checkpoint.py --format gptq, 10.0 GB,
+  # random values), the optimized preset at 16 GB read from it, then the same on dummy weights of its config, one
+  # machine (~6 min with the JIT cache). Every calibration point before ran on dummy weights; the moe preset's FP8
+  # checkpoint from disk reserved the same GPU memory to the MiB (benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-realload/)
+  #   setsid nohup bash benchmarks/gpu/run_calibration.sh realload > /tmp/gpuwork/driver.log 2>&1 &
+  local ck=/tmp/ck/$M14
+  [ -f $ck/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py config/models/$M14 $ck \
+    --format gptq > "$RES/logs/checkpoint-14b.json" 2>&1
+  step "14B GPTQ-Int4 checkpoint: $(tail -c 200 "$RES/logs/checkpoint-14b.json")"
+  ballast 16; VRAMKIT_DEVICE_LABEL="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0), memory emulated at 16 GB"
+  point opt-real-16g $M14 16 "--suites latency --quick $B --label opt-real-16g --out $RES/bench/opt-real-16g.json" \
+    --checkpoint $ck -- --preset optimized --extra-args "$VRAMKIT_SGLANG_EXTRA_ARGS --skip-tokenizer-init"
+  point opt-dummy-16g $M14 16 "--suites latency --quick $B --label opt-dummy-16g --out $RES/bench/opt-dummy-16g.json" \
+    -- --preset optimized
 }
 
 session_tp2() {  # two GPUs, each emulated at 16 GB; the optimized preset's knobs without the host cache
