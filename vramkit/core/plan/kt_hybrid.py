@@ -907,8 +907,8 @@ def prefill_tensors(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> tuple[int
 
 
 def prefill_layer_work(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> tuple[int, ...]:
-    """What the adapter allocates and frees on the GPU for each CPU layer of a GPTQ model while the weights load
-    (vramkit_gpu_prefill.to_marlin, as CachingAllocator.run encodes it): the layer's raw qweights, then SGLang's
+    """What the adapter allocates and frees on the GPU for each CPU layer while the weights load, as
+    CachingAllocator.run encodes it. GPTQ (vramkit_gpu_prefill.to_marlin): the layer's raw qweights, then SGLang's
     gptq_marlin_moe_repack of each (the new tensor and one expert's work tensor), then marlin_moe_permute_scales of
     each raw scale (the new tensor, the 64-entry permutation and one expert's permuted scales); the raw tensors are
     freed, then the repacked ones once copied to host RAM. Recorded in order: moe-vs-llamacpp-gptq/h200-stagesnap/.
