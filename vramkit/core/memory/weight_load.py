@@ -99,18 +99,13 @@ def replay_load(layout: WeightLayout, offload_budget_bytes: int = 0, staging: tu
     stops = sorted(set(cpu_layers if layer_work else ()) | ({staging_after_layer} if staging else set()))
 
     def stop(layer: int) -> None:    # reserved, but no weight a decode step reads: not in live_by_role
-        if staging and layer == staging_after_layer:
-            if staging_fresh:            # the block-FP8 set: the cache emptied, the set placed, the work in it
-                a.empty_cache()
-                for nbytes in staging:
-                    a.malloc(nbytes)
-                a.run(layer_work)
-                return
-            a.run(layer_work)            # GPTQ: the layer's repack, then the set in what the cache holds
-            for nbytes in staging:
-                a.malloc(nbytes)
-            return
+        placing = bool(staging) and layer == staging_after_layer
+        if placing and staging_fresh:    # the block-FP8 set: the cache emptied, the set placed, the work in it
+            a.empty_cache()
+            a.run(staging)
         a.run(layer_work)
+        if placing and not staging_fresh:    # GPTQ: the layer's repack, then the set in what the cache holds
+            a.run(staging)
     for op in layout.ops:
         while stops and layer_of.get(op.group, -1) > stops[0]:
             stop(stops.pop(0))

@@ -923,10 +923,9 @@ def prefill_layer_work(model: ModelSpec, fp8_as: str = PREFILL_FP8[0]) -> tuple[
         bn, bk = q.weight_block
         h, i, m = model.hidden_size, model.moe.expert_intermediate, min(INT8_CHUNK, e)
         work: tuple[int, ...] = ()
-        for n, k in ((2 * i, h), (h, i)):
-            base = sum(1 for x in work if x > 0)      # allocations so far (CachingAllocator.run numbers them)
+        for j, (n, k) in enumerate(((2 * i, h), (h, i))):      # w13, then w2: four allocations each, then freed
             work += (e * -(-n // bn) * -(-k // bk) * 4, m * n * k * 4, m * n * (k // INT8_GROUP) * 4,
-                     m * n * (k // INT8_GROUP) * 4, -(base + 1), -(base + 2), -(base + 3), -(base + 4))
+                     m * n * (k // INT8_GROUP) * 4, *(-(4 * j + x) for x in range(1, 5)))
         return work
     if block_fp8(model):
         return ()
