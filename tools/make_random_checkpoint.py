@@ -58,7 +58,7 @@ class Pools:
         raw = torch.randint(0, 256, (POOL_ELEMS,), dtype=torch.uint8, generator=g) & FP8_MAGNITUDE_MASK
         self.fp8 = raw.view(torch.float8_e4m3fn)
         self.offset = 0
-        self.groups_of: dict[str, int] = {}     # a g_idx's name -> its groups (its qzeros' rows), set by write()
+        self.gptq_group = cl.GPTQ_GROUP          # the checkpoint's GPTQ group (write() sets the config's)
 
     def tensor(self, spec: cl.TensorSpec):
         torch = self.torch
@@ -70,8 +70,7 @@ class Pools:
         if spec.role == "zeros":      # symmetric GPTQ: every zero point 8, stored as 7 in each nibble (AutoGPTQ's v1)
             return torch.full(spec.shape, GPTQ_ZEROS, dtype=torch.int32)
         if spec.role == "g_idx":      # no act-order: input i in group i // group
-            group = spec.shape[0] // self.groups_of[spec.name]
-            return (torch.arange(spec.shape[0], dtype=torch.int32) // group).to(torch.int32)
+            return torch.arange(spec.shape[0], dtype=torch.int32) // self.gptq_group
         if spec.role == "scale":      # GPTQ's: a weight's RMS ~ 4.6 x the scale, ~1e-3 as SGLang's dummy weights
             return torch.full(spec.shape, GPTQ_SCALE, dtype=torch.float16)
         if spec.dtype == "fp8_e4m3":
@@ -81,12 +80,12 @@ class Pools:
         return self._slice(self.bf16, spec.numel).to(float_type).view(spec.shape)
 
     def _slice(self, pool, n: int):
-        torch = self.torch
+        """n values of `pool` from a moving offset (a copy), the pool repeated where n passes its end."""
         self.offset = (self.offset + 7919 * 64) % POOL_ELEMS
         if n <= POOL_ELEMS - self.offset:
             return pool[self.offset:self.offset + n].clone()
         reps = -(-n // POOL_ELEMS) + 1
-        return torch.cat([pool] * reps)[self.offset:self.offset + n].clone()
+        return pool.repeat(reps)[self.offset:self.offset + n].clone()
 
 
 def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, jobs: int = 4,
@@ -100,7 +99,8 @@ def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, 
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     pools = Pools(seed)
-    pools.groups_of = {s.name.removesuffix(".qzeros") + ".g_idx": s.shape[0] for s in specs if s.role == "zeros"}
+    if fmt == "gptq":
+        pools.gptq_group = cl.gptq_group(cfg)
 
     def one(k: int) -> int:
         tensors = {s.name: pools.tensor(s) for s in shards[k]}
@@ -112,7 +112,7 @@ def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, 
     weight_map = {s.name: cl.shard_name(k, len(shards)) for k, group in enumerate(shards) for s in group}
     (out_dir / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
-    qc = cl.quantization_config(fmt, cl.gptq_group(cfg))
+    qc = cl.quantization_config(fmt)
     if fmt == "gptq" and (cfg.get("quantization_config") or {}).get("quant_method") == "gptq":
         qc = cfg["quantization_config"]          # a GPTQ release's own config (checked by gptq_group) stays as it is
     if qc:

@@ -80,8 +80,10 @@ def test_gptq_layout_has_the_release_s_names_shapes_and_packing():
     assert t["model.layers.0.mlp.gate.weight"].dtype == t["lm_head.weight"].dtype == "f16"
     assert cl.quantization_config("gptq", 64)["group_size"] == 64 and cl.gptq_group(cfg) == 128
     for bad in ({"desc_act": True}, {"sym": False}, {"bits": 8}):
+        odd = cfg | {"quantization_config": cfg["quantization_config"] | bad}
         with pytest.raises(ValueError, match="4-bit symmetric GPTQ without act-order"):
-            cl.checkpoint_tensors(cfg | {"quantization_config": cfg["quantization_config"] | bad}, "gptq")
+            cl.checkpoint_tensors(odd, "gptq")
+        assert len(cl.checkpoint_tensors(odd, "fp8")) == len(t)     # another format does not read the GPTQ config
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-coder-14b-instruct-gptq-int4", "qwen3-30b-a3b-gptq-int4"])

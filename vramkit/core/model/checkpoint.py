@@ -105,7 +105,7 @@ def layer_tensors(cfg: dict[str, Any], i: int, fmt: str) -> list[TensorSpec]:
     n_q, n_kv = int(cfg["num_attention_heads"]), int(cfg.get("num_key_value_heads", cfg["num_attention_heads"]))
     hd = int(cfg.get("head_dim") or h // n_q)
     p = f"model.layers.{i}"
-    fd, g = float_dtype(fmt), gptq_group(cfg)
+    fd, g = float_dtype(fmt), gptq_group(cfg) if fmt == "gptq" else GPTQ_GROUP
 
     def linear(name: str, out_f: int, in_f: int, role: str) -> list[TensorSpec]:
         return _linear(name, out_f, in_f, role, fmt, g)
