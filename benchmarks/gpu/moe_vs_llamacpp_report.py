@@ -57,7 +57,7 @@ from vramkit.units import ratio_text  # noqa: E402
 SGLANG_LINES = re.compile(
     r"Load weight (begin|end)|KV Cache is allocated|max_total_num_tokens|Memory pool end|Capture cuda graph (begin|end)"
     r"|avail mem|kt_|KTMoE|[Kk][Tt]ransformers|CPUInfer|cpuinfer|gpu_experts|num_gpu_experts|thread|numa|NUMA"
-    r"|vramkit_kt_compat|vramkit_gpu_prefill|context_len|max_running_requests|chunked_prefill_size|AMX|amx|deferred"
+    r"|vramkit_kt_compat|vramkit_gpu_prefill|vramkit_int4_experts|vramkit_ggml_experts|context_len|max_running_requests|chunked_prefill_size|AMX|amx|deferred"
     r"|Load.*experts|memory|Memory|OOM|Error|error")
 LLAMA_LINES = re.compile(
     r"fit|overflow|offload|n_cpu_moe|buffer size|KV buffer|kv_unified|n_ctx|n_seq|n_batch|n_ubatch|flash_attn"

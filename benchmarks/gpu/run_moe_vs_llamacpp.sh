@@ -193,17 +193,17 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 # the steps that need each part of the setup (has_any: any of them in STEPS)
 has_any() { local s; for s in "$@"; do has "$s" && return 0; done; return 1; }
-LLAMA_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
+LLAMA_STEPS="lint4 llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
   llama-q8 lprefill8 lint8 med8 pair8 lt16 profile"
 INT4_STEPS="kit-16 kit-24 levers threads gptq-n"
-INT8_STEPS="embhost4 stagesnap poolcheck realload-gptq amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
+INT8_STEPS="lint4 kint4 embhost4 stagesnap poolcheck realload-gptq amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
   profile med16 kcores hot triv-rec hotctl layers-t10 layers-pair seedcheck mf90 fp8-layers best16 ldefer lmarlin
   lggml lmf lpreset lprefill kprefill kprefill8 lprefill8 lint8 med8 pair8 fp8cpu fp8stage fp8pin fp8int8 kmarlin
   raw4 kraw4 ctpool embhost"
-GPTQ_STEPS="embhost4 stagesnap poolcheck realload-gptq gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
+GPTQ_STEPS="lint4 kint4 embhost4 stagesnap poolcheck realload-gptq gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
-Q4_GGUF_STEPS="llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
+Q4_GGUF_STEPS="lint4 llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
 need_llama=; has_any $LLAMA_STEPS && need_llama=1
 has_any embhost embhost4 && [ "${EMBHOST_LLAMA:-0}" = 1 ] && need_llama=1     # their llama.cpp pair only when asked
 need_int4=; has_any $INT4_STEPS && need_int4=1
@@ -1002,6 +1002,23 @@ if has poolcheck; then  # points at a card size no earlier run had (20 GiB), the
   listed preset "$POOLS" && kit k20-preset 20 "$SHORT" -- $KITGP
   listed kt-prompts "$POOLS" && kit k20-kt-prompts 20 "$SHORT" -- $KITGP --kt-gpu-prefill 0
   listed fp8 "$POOLS" && kit k20-fp8-preset 20 "$SHORT" -- $KITF8
+fi
+if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 values as the checkpoint has them (the
+  # adapter's opt-in VRAMKIT_KT_CPU_DECODE=int4: int4_experts.c, compiled here at the first CPU layer), first the kernel
+  # alone beside kt-kernel's AMXINT8 (no server, 12 threads as the plan's KT threads), then the preset with it and
+  # without it, one machine; lint4 adds llama.cpp's pair (~20 min with the builds; kint4 ~12). Written 2026-11-29,
+  # thirtieth session. DUMMY_BY_NAME=1 as the main table's points
+  timeout 300 python3 benchmarks/gpu/int4_experts_bench.py --threads "12,8,4,$PHYS" --batches 1,4 \
+    --out "$RES/int4-bench.json" > "$RES/logs/int4-bench.txt" 2>&1
+  step "int4 kernel alone: $(grep -h '"threads": 12' "$RES/logs/int4-bench.txt" | head -c 400)"
+  timeout 300 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8 --threads 12 --gpu-experts 0 --tokens 16 \
+    --prefill 0 --out "$RES/kt-amxint8-bench.json" > "$RES/logs/kt-amxint8-bench.txt" 2>&1
+  step "kt-kernel AMXINT8 alone (48 whole CPU layers a token): $(tail -c 300 "$RES/logs/kt-amxint8-bench.txt")"
+  pack
+  ballast 16
+  kit k16-preset-int4 16 "$FULL" --env VRAMKIT_KT_CPU_DECODE=int4 -- $KITGP
+  kit k16-preset 16 "$FULL" -- $KITGP
+  if has lint4; then lpair 16 11; fi
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's

@@ -17,7 +17,9 @@ RUNS = ROOT / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-ggml"
 
 @pytest.fixture(scope="module")
 def vge():
-    return load_module("services/sglang-kt/kt_compat/vramkit_ggml_experts.py")
+    with pytest.MonkeyPatch.context() as mp:     # its sibling vramkit_host_experts, as the server's path has it
+        mp.syspath_prepend(str(ROOT / "services" / "sglang-kt" / "kt_compat"))
+        yield load_module("services/sglang-kt/kt_compat/vramkit_ggml_experts.py")
 
 
 @pytest.fixture(scope="module")

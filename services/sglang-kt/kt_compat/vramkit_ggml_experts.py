@@ -9,10 +9,8 @@ where kt-kernel 0.5.1 takes 0.76 (AMXINT8) and 0.78 (its own Q4_K path) (benchma
 Measured in the server it was even with AMXINT8 (73.25 against 72.61 tok/s, benchmarks/results/gpu/
 moe-vs-llamacpp-ggml/run2), holding 10 GB more host RAM: so it stays opt-in, and the plan does not count it.
 
-How it runs: the layer's input, top-k ids and routing weights are copied into pinned buffers on SGLang's stream, a
-CUDA host function (``cuLaunchHostFunc``, as kt-kernel's ``submit_with_cuda_stream``) runs the shim's ``vk_run`` on
-them, and the output is copied back on the same stream, so SGLang's CUDA graphs capture all of it and a replay calls
-the C shim (ggml_experts.c) with no Python. The shim and ggml come from ``benchmarks/gpu/build_ggml.sh DIR cpu``
+How it runs: as vramkit_host_experts.py says, the host function the shim's ``vk_run`` (ggml_experts.c). The
+shim and ggml come from ``benchmarks/gpu/build_ggml.sh DIR cpu``
 (``VRAMKIT_GGML_LIB_DIR=DIR/lib-native``); ggml runs on its own thread pool of ``VRAMKIT_GGML_THREADS`` threads
 (--kt-cpuinfer's count unless set).
 
@@ -26,6 +24,8 @@ import ctypes
 import os
 import sys
 from pathlib import Path
+
+from vramkit_host_experts import HostExperts
 
 GGUF_ENV = "VRAMKIT_KT_GGML"
 LIB_ENV = "VRAMKIT_GGML_LIB_DIR"
@@ -130,76 +130,7 @@ def reader(path: str):
     return _READER[0]
 
 
-class GgmlExperts:
-    """Stands in for one CPU layer's KT wrapper: submit_forward / sync_forward as SGLang's KTEPWrapperMethod calls
-    them; a batch of at most `max_tokens` tokens goes to ggml, a larger one (a prompt chunk) to the KT wrapper."""
-
-    def __init__(self, kt, eng: Engine, layer_ptr: int, hidden: int, used: int, max_tokens: int):
-        self.kt = kt
-        self.eng = eng
-        self.layer_ptr = layer_ptr
-        self.hidden = hidden
-        self.used = used
-        self.max_tokens = max_tokens
-        self._bufs: dict[int, tuple] = {}
-        self._kt_pending = False
-
-    def load_weights(self, *args, **kwargs):
-        return self.kt.load_weights(*args, **kwargs)
-
-    def _buffers(self, n: int, device):
-        b = self._bufs.get(n)
-        if b is None:
-            import torch
-            x = torch.empty((n, self.hidden), dtype=torch.float32, pin_memory=True)
-            ids = torch.empty((n, self.used), dtype=torch.int32, pin_memory=True)
-            w = torch.empty((n, self.used), dtype=torch.float32, pin_memory=True)
-            out = torch.zeros((n, self.hidden), dtype=torch.float32, pin_memory=True)
-            out_gpu = torch.empty((n, self.hidden), dtype=torch.float32, device=device)
-            job = self.eng.shim.vk_job_new(self.layer_ptr, n, x.data_ptr(), ids.data_ptr(), w.data_ptr(),
-                                           out.data_ptr())
-            b = self._bufs[n] = (x, ids, w, out, out_gpu, job)
-        return b
-
-    def submit_forward(self, hidden_states, topk_ids, topk_weights, cuda_stream):
-        flat = hidden_states.view(-1, hidden_states.shape[-1])
-        n = flat.shape[0]
-        self._kt_pending = n > self.max_tokens
-        if self._kt_pending:
-            return self.kt.submit_forward(hidden_states, topk_ids, topk_weights, cuda_stream)
-        import torch
-        x, ids, w, _out, _out_gpu, job = self._buffers(n, flat.device)
-        x.copy_(flat.to(torch.float32), non_blocking=True)
-        ids.copy_(topk_ids.to(torch.int32), non_blocking=True)
-        w.copy_(topk_weights.to(torch.float32), non_blocking=True)
-        launch_host_func(cuda_stream, self.eng.shim.run_ptr, job)
-
-    def sync_forward(self, hidden_states, cuda_stream):
-        if self._kt_pending:
-            return self.kt.sync_forward(hidden_states, cuda_stream)
-        n = hidden_states.view(-1, hidden_states.shape[-1]).shape[0]
-        _x, _ids, _w, out, out_gpu, _job = self._bufs[n]
-        out_gpu.copy_(out, non_blocking=True)
-        return out_gpu.to(hidden_states.dtype)
-
-
-_CUDA: list = []
-
-
-def launch_host_func(stream: int, fn: int, arg: int) -> None:
-    """cuLaunchHostFunc(stream, fn, arg) through the driver API (one libcuda a process, whichever runtime made the
-    stream); under stream capture it becomes a host node of the graph."""
-    if not _CUDA:
-        lib = ctypes.CDLL("libcuda.so.1")
-        lib.cuLaunchHostFunc.restype = ctypes.c_int
-        lib.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        _CUDA.append(lib)
-    rc = _CUDA[0].cuLaunchHostFunc(stream, fn, arg)
-    if rc != 0:
-        raise RuntimeError(f"cuLaunchHostFunc failed: CUresult {rc}")
-
-
-def wrap(kt, layer_idx: int, hf: dict, kt_threads: int | None, deferred: int, placed: bool) -> GgmlExperts:
+def wrap(kt, layer_idx: int, hf: dict, kt_threads: int | None, deferred: int, placed: bool) -> HostExperts:
     """The KT wrapper of CPU layer `layer_idx`, wrapped to run its decode batches on ggml (the environment says
     where the GGUF and the shim are)."""
     if deferred:
@@ -217,4 +148,5 @@ def wrap(kt, layer_idx: int, hf: dict, kt_threads: int | None, deferred: int, pl
     repacked = [eng.shim.vk_layer_repacked(ptr, i) for i in range(3)]
     print(f"vramkit_ggml_experts: layer {layer_idx}: ggml experts (gate/up/down repacked {repacked}, {threads} "
           f"threads) for batches of <= {max_tokens} tokens, kt-kernel above", file=sys.stderr, flush=True)
-    return GgmlExperts(kt, eng, ptr, hidden, used, max_tokens)
+    return HostExperts(kt, eng.shim.run_ptr, lambda n, x, ids, w, out: eng.shim.vk_job_new(ptr, n, x, ids, w, out),
+                       hidden, used, max_tokens)

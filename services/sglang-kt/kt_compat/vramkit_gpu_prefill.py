@@ -284,6 +284,16 @@ def assemble(read, prefix: str, order: list[int]) -> dict:
     return {k: out[k] for k in ("w13_qweight", "w2_qweight", "w13_scales", "w2_scales")}
 
 
+def dummy_gptq(layer_idx: int, hidden: int, inter: int, experts: int, group: int) -> dict:
+    """A dummy load's raw GPTQ tensors for one CPU layer (shapes()): random words, scales in SGLang's dummy range,
+    drawn from the layer's own seed, so every reader of the layer (this path, the int4 decode kernel) gets the same."""
+    import torch
+    gen = torch.Generator().manual_seed(1234 + layer_idx)
+    return {name: (torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32, generator=gen) if dtype == "int32"
+                   else (torch.rand(shape, generator=gen) * 2e-3 - 1e-3).half())
+            for name, (shape, dtype) in shapes(hidden, inter, experts, group).items()}
+
+
 class Reader:
     """Tensors by name from a checkpoint folder's safetensors files (the index's weight map, else every file). A file
     is opened when one of its tensors is first read and stays open until close(): an open file keeps the pages read
@@ -437,13 +447,9 @@ class GpuPrefill:
     def _gptq_layer(self, layer_idx: int, order: list[int]) -> dict:
         """The layer's raw GPTQ tensors (the checkpoint's layout, before the repack): read, or random for a dummy
         load in SGLang's dummy range (the repack then treats them as a real load's)."""
-        import torch
         if not self.dummy:
             return assemble(self._reader_for(), f"model.layers.{layer_idx}.mlp", order)
-        gen = torch.Generator().manual_seed(1234 + layer_idx)
-        return {name: (torch.randint(-2**31, 2**31 - 1, shape, dtype=torch.int32, generator=gen) if dtype == "int32"
-                       else (torch.rand(shape, generator=gen) * 2e-3 - 1e-3).half())
-                for name, (shape, dtype) in shapes(self.hidden, self.inter, self.experts, self.group).items()}
+        return dummy_gptq(layer_idx, self.hidden, self.inter, self.experts, self.group)
 
     def _fp8_layer(self, layer_idx: int, order: list[int], copy: bool = True) -> dict:
         """The layer's block-FP8 tensors as SGLang's GPU layers hold them (no repack on CUDA): read, or random for a

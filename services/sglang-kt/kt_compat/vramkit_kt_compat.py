@@ -32,6 +32,9 @@ back to the int32 the KT wrapper's GPU kernels take. Under the trivial map it pa
 Checked on the H100 host (2026-11-27, benchmarks/results/gpu/moe-budget/hotcheck/): outputs at kernel rounding of
 the unplaced server's with it, 3.5x further without it.
 
+Opt-in, with ``VRAMKIT_KT_GPU_LAYERS`` and a GPTQ-Int4 checkpoint: ``VRAMKIT_KT_CPU_DECODE=int4`` runs the CPU layers'
+decode batches on the checkpoint's own 4-bit values (int4_experts.c; vramkit_int4_experts.py says how and why).
+
 With ``VRAMKIT_KT_GPU_LAYERS``: ``VRAMKIT_KT_GPU_PREFILL=<tokens>`` runs a CPU layer's forward of
 at least that many tokens (a prompt chunk) on the GPU, its GPTQ-Int4 or block-FP8 experts copied in from pinned host
 RAM (vramkit_gpu_prefill.py says how and why; the planner's kt_gpu_prefill knob sets it and plans its memory).
@@ -69,6 +72,7 @@ DISPATCH_ENV = "VRAMKIT_KT_PLACEMENT_DISPATCH"
 SGLANG_LOADER = "sglang.srt.model_loader.loader"
 DUMMY_ENV = "VRAMKIT_DUMMY_SEED_BY_NAME"
 GGML_ENV = "VRAMKIT_KT_GGML"
+INT4_ENV = "VRAMKIT_KT_CPU_DECODE"     # "int4": the CPU layers' decode on the GPTQ-Int4 values (vramkit_int4_experts)
 SGLANG_RUNNER = "sglang.srt.model_executor.model_runner"
 SNAPSHOT_ENV = "VRAMKIT_CUDA_SNAPSHOT"
 PREFILL_ENV = "VRAMKIT_KT_GPU_PREFILL"
@@ -269,6 +273,20 @@ def patch_sglang_kt(module, spec: str) -> None:
                                      last=self.kt_config.layer_idx == chosen.get("last_cpu"))
                 except Exception as exc:     # noqa: BLE001 -- any failure: off for every layer, the server goes on
                     prefill_off(engine, self.kt_config.layer_idx, exc)
+            if os.environ.get(INT4_ENV, "").strip() not in ("", "kt"):   # opt-in: decode on the GPTQ-Int4 values
+                import vramkit_int4_experts as vi
+                from sglang.srt.server_args import get_global_server_args
+                args = get_global_server_args()
+                if vi.decode_kernel() == "int4":
+                    try:
+                        self.wrapper = vi.wrap(
+                            self.wrapper, self.kt_config.layer_idx, _hf_config(args), args.model_path,
+                            args.load_format == "dummy", [int(e) for e in order.tolist()], args.kt_cpuinfer,
+                            self.kt_config.max_deferred_experts_per_token or 0,
+                            last=self.kt_config.layer_idx == chosen.get("last_cpu"))
+                    except (ValueError, OSError, RuntimeError) as exc:   # this layer stays on kt-kernel
+                        print(f"vramkit_int4_experts: layer {self.kt_config.layer_idx}: {exc}; its decode stays on "
+                              "kt-kernel", file=sys.stderr, flush=True)
             if os.environ.get(GGML_ENV):      # opt-in: decode batches on llama.cpp's CPU kernels
                 import vramkit_ggml_experts
                 from sglang.srt.server_args import get_global_server_args

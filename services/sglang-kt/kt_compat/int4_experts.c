@@ -1,0 +1,554 @@
+// A CPU layer's GPTQ-Int4 experts computed from the checkpoint's own 4-bit values (issue 18; the adapter's opt-in
+// VRAMKIT_KT_CPU_DECODE=int4, vramkit_int4_experts.py). Why: at 16 GiB the kit's token is its GPU work plus ~10 CPU
+// layers, and a CPU layer's decode reads its 8 experts' weights once a token: 37.7 MB in kt-kernel's AMXINT8, 19.5 MB
+// as GPTQ-Int4 (4 bits and a float16 scale per 128 inputs). At batch 1 the layer is bound by host read bandwidth,
+// so half the bytes is close to half the time; kt-kernel 0.5.1 has no int4 kernel that reads the GPTQ values as they
+// are at that pace (its RAWINT4 computes the value -8 wrong and read 35 GB/s, benchmarks/results/gpu/kt-rawint4/).
+//
+// What it computes, for each token t of a decode batch and each of its top-k slots (expert e, routing weight w):
+//   out[t] += w * down_e(silu(gate_e(x[t])) * up_e(x[t])),  W[k][n] = (q[k][n] - 8) * scale[k / group][n]
+// with symmetric GPTQ (zero point 8, no act-order): the same values SGLang's marlin MoE computes on the GPU layers,
+// here in float32 (the inputs as float32, each group's sum scaled once). A slot whose expert id is outside 0..E-1
+// (SGLang's -1 for a masked slot) adds nothing.
+//
+// Layout (repacked at load, from the checkpoint's [K / 8, N] qweight and [K / group, N] scales): each projection in
+// strips of 16 output columns, a strip's words in input order, so one unit of work streams one contiguous block:
+//   w13 (gate | up) per expert [I / 16][H / 8][2][16] u32, scales [I / 16][H / group][2][16] f16
+//   w2 (down) per expert       [H / 16][I / 8][16] u32,    scales [H / 16][I / group][16] f16
+// A call runs two phases on the pool: (expert, strip) units of gate/up into a float32 scratch, then output strips of
+// down, each summing every slot's weighted share of its 16 columns (no reduction across threads).
+//
+// Threads: n - 1 workers pinned one to a CPU (the list it is given: the first of the process's affinity), plus the
+// caller (the CUDA driver thread that runs the host function); units are taken from one atomic counter. Idle workers
+// spin 20 ms (the gap between two CPU layers of a token is ~0.1-1 ms of GPU work), then sleep on a futex.
+//
+// Build: cc -O3 -march=native -shared -fPIC -pthread int4_experts.c -o libvramkit_int4_experts.so
+// (-march=native: AVX-512 where the CPU has it, else AVX2, else the compiler's generic vectors; v4_isa() says which)
+#define _GNU_SOURCE
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#pragma GCC diagnostic ignored "-Wpsabi"    // the 64-byte vectors never cross this file's boundary
+
+#define STRIP 16
+#define PACK 8
+#define MAX_TOKENS 64
+#define SPIN_MS 20.0
+#if defined(__AVX512F__)
+#define TCHUNK 4          // tokens computed on one pass over a strip's words (their accumulators stay in registers)
+#define ISA "avx512"
+#elif defined(__AVX2__)
+#define TCHUNK 2
+#define ISA "avx2"
+#else
+#define TCHUNK 2
+#define ISA "generic"
+#endif
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__SSE2__)
+    _mm_pause();
+#endif
+}
+
+#if !defined(__AVX512F__) && !defined(__F16C__)
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t) (h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {                      // subnormal: normalize
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000 | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+#endif
+
+static inline v16f scales16(const uint16_t *s) {
+#if defined(__AVX512F__)
+    return (v16f) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) s));
+#elif defined(__F16C__)
+    v16f r;
+    __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) s)), hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (s + 8)));
+    memcpy(&r, &lo, 32);
+    memcpy((char *) &r + 32, &hi, 32);
+    return r;
+#else
+    v16f r;
+    for (int c = 0; c < 16; c++) r[c] = half_to_float(s[c]);
+    return r;
+#endif
+}
+
+// the 16 values (q - 8) of nibble j of each word
+static inline v16f nibbles(v16u q, int j) {
+#if defined(__AVX512F__)
+    const __m512 lut = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    return (v16f) _mm512_permutexvar_ps((__m512i) (q >> (4 * j)), lut);   // the index's low 4 bits only
+#else
+    return __builtin_convertvector((v16i) ((q >> (4 * j)) & 15u) - 8, v16f);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------- the pool
+typedef void (*unit_fn)(void *arg, int unit);
+
+typedef struct v4_pool {
+    int n_workers;
+    pthread_t *threads;
+    int *cpus;
+    _Atomic uint32_t gen;
+    _Atomic int next, done, sleepers, stop;
+    unit_fn fn;
+    void *arg;
+    int units;
+    // statistics for the server log: every call, and a window of report_every calls (compute time, and the time
+    // from one call's end to the next call's start where under 50 ms: the GPU's share between two CPU layers)
+    long calls, report_every, win_calls, win_gaps;
+    double compute_ms, win_ms, win_gap_ms, last_end;
+} v4_pool;
+
+typedef struct { v4_pool *p; int idx; } warg;
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
+    syscall(SYS_futex, (uint32_t *) addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *addr) {
+    syscall(SYS_futex, (uint32_t *) addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void run_units(v4_pool *p) {
+    int u;
+    while ((u = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->units) p->fn(p->arg, u);
+}
+
+static void *worker(void *arg) {
+    warg *w = arg;
+    v4_pool *p = w->p;
+    if (p->cpus && p->cpus[w->idx] >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(p->cpus[w->idx], &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    free(w);
+    uint32_t seen = atomic_load(&p->gen);
+    for (;;) {
+        uint32_t g;
+        long spins = 0;
+        double t0 = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+            cpu_relax();
+            if ((++spins & 1023) == 0) {
+                double t = now_ms();
+                if (t0 == 0) {
+                    t0 = t;
+                } else if (t - t0 > SPIN_MS) {
+                    atomic_fetch_add(&p->sleepers, 1);
+                    futex_wait(&p->gen, seen);
+                    atomic_fetch_sub(&p->sleepers, 1);
+                    t0 = 0;
+                }
+            }
+        }
+        seen = g;
+        if (atomic_load(&p->stop)) break;
+        run_units(p);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+// n_threads computing threads in all: n_threads - 1 workers pinned to cpus[0..] (NULL or a -1: not pinned), and the
+// caller of each call
+v4_pool *v4_pool_new(int n_threads, const int *cpus, long report_every) {
+    if (n_threads < 1) return NULL;
+    v4_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n_workers = n_threads - 1;
+    p->report_every = report_every;
+    p->threads = calloc((size_t) p->n_workers + 1, sizeof *p->threads);
+    p->cpus = calloc((size_t) p->n_workers + 1, sizeof *p->cpus);
+    for (int i = 0; i < p->n_workers; i++) p->cpus[i] = cpus ? cpus[i] : -1;
+    for (int i = 0; i < p->n_workers; i++) {
+        warg *w = malloc(sizeof *w);
+        *w = (warg){p, i};
+        if (pthread_create(&p->threads[i], NULL, worker, w) != 0) {
+            free(w);
+            p->n_workers = i;         // the ones started stop with the pool
+            break;
+        }
+    }
+    return p;
+}
+
+static void dispatch(v4_pool *p, unit_fn fn, void *arg, int units) {
+    p->fn = fn;
+    p->arg = arg;
+    p->units = units;
+    atomic_store(&p->next, 0);
+    atomic_store(&p->done, 0);
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleepers) > 0) futex_wake(&p->gen);
+    run_units(p);
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n_workers) cpu_relax();
+}
+
+void v4_pool_free(v4_pool *p) {
+    atomic_store(&p->stop, 1);
+    atomic_fetch_add(&p->gen, 1);
+    futex_wake(&p->gen);
+    for (int i = 0; i < p->n_workers; i++) pthread_join(p->threads[i], NULL);
+    free(p->threads);
+    free(p->cpus);
+    free(p);
+}
+
+int v4_pool_threads(v4_pool *p) { return p->n_workers + 1; }
+
+void v4_stats(v4_pool *p, long *calls, double *ms) {
+    *calls = p->calls;
+    *ms = p->compute_ms;
+}
+
+const char *v4_isa(void) { return ISA; }
+
+int v4_max_tokens(void) { return MAX_TOKENS; }
+
+// ---------------------------------------------------------------------------------------------------- a layer
+typedef struct v4_layer {
+    v4_pool *pool;
+    int E, K, H, I, G;
+    uint32_t *w13, *w2;
+    uint16_t *s13, *s2;
+    size_t w13_e, w2_e, s13_e, s2_e;   // elements per expert
+    size_t bytes;
+} v4_layer;
+
+static void *big_alloc(size_t bytes) {
+    size_t align = 2u << 20;
+    void *p = NULL;
+    if (posix_memalign(&p, align, (bytes + align - 1) / align * align) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);   // fewer TLB misses on a 19 MB stream a token
+#endif
+    return p;
+}
+
+// NULL where the shape is not whole strips and groups (the Python side says which)
+v4_layer *v4_layer_new(v4_pool *pool, int n_expert, int n_used, int hidden, int inter, int group) {
+    if (n_expert < 1 || n_used < 1 || n_used > n_expert || group < PACK || group % PACK || hidden % STRIP
+        || inter % STRIP || hidden % group || inter % group)
+        return NULL;
+    v4_layer *L = calloc(1, sizeof *L);
+    if (!L) return NULL;
+    *L = (v4_layer){.pool = pool, .E = n_expert, .K = n_used, .H = hidden, .I = inter, .G = group};
+    L->w13_e = (size_t) (hidden / PACK) * 2 * inter;
+    L->w2_e = (size_t) (inter / PACK) * hidden;
+    L->s13_e = (size_t) (hidden / group) * 2 * inter;
+    L->s2_e = (size_t) (inter / group) * hidden;
+    L->bytes = (size_t) n_expert * ((L->w13_e + L->w2_e) * 4 + (L->s13_e + L->s2_e) * 2);
+    L->w13 = big_alloc((size_t) n_expert * L->w13_e * 4);
+    L->w2 = big_alloc((size_t) n_expert * L->w2_e * 4);
+    L->s13 = big_alloc((size_t) n_expert * L->s13_e * 2);
+    L->s2 = big_alloc((size_t) n_expert * L->s2_e * 2);
+    if (!L->w13 || !L->w2 || !L->s13 || !L->s2) {
+        free(L->w13); free(L->w2); free(L->s13); free(L->s2); free(L);
+        return NULL;
+    }
+    return L;
+}
+
+size_t v4_layer_bytes(v4_layer *L) { return L->bytes; }
+
+void v4_layer_free(v4_layer *L) {
+    free(L->w13); free(L->w2); free(L->s13); free(L->s2); free(L);
+}
+
+// every expert from the checkpoint's layout, as SGLang's FusedMoE holds it before its repack (contiguous):
+// w13_q [E][H / 8][2I] (gate columns, then up), w13_s [E][H / G][2I] f16, w2_q [E][I / 8][H], w2_s [E][I / G][H] f16
+void v4_layer_set(v4_layer *L, const uint32_t *w13_q, const uint16_t *w13_s, const uint32_t *w2_q,
+                  const uint16_t *w2_s) {
+    const int H = L->H, I = L->I, G = L->G, KB13 = H / PACK, GB13 = H / G, KB2 = I / PACK, GB2 = I / G;
+    for (int e = 0; e < L->E; e++) {
+        const uint32_t *q = w13_q + e * L->w13_e;
+        const uint16_t *s = w13_s + e * L->s13_e;
+        uint32_t *dq = L->w13 + e * L->w13_e;
+        uint16_t *ds = L->s13 + e * L->s13_e;
+        for (int st = 0; st < I / STRIP; st++) {
+            for (int kb = 0; kb < KB13; kb++)
+                for (int half = 0; half < 2; half++)
+                    memcpy(dq + (((size_t) st * KB13 + kb) * 2 + half) * STRIP,
+                           q + (size_t) kb * 2 * I + half * I + st * STRIP, STRIP * 4);
+            for (int g = 0; g < GB13; g++)
+                for (int half = 0; half < 2; half++)
+                    memcpy(ds + (((size_t) st * GB13 + g) * 2 + half) * STRIP,
+                           s + (size_t) g * 2 * I + half * I + st * STRIP, STRIP * 2);
+        }
+        q = w2_q + e * L->w2_e;
+        s = w2_s + e * L->s2_e;
+        dq = L->w2 + e * L->w2_e;
+        ds = L->s2 + e * L->s2_e;
+        for (int st = 0; st < H / STRIP; st++) {
+            for (int kb = 0; kb < KB2; kb++)
+                memcpy(dq + ((size_t) st * KB2 + kb) * STRIP, q + (size_t) kb * H + st * STRIP, STRIP * 4);
+            for (int g = 0; g < GB2; g++)
+                memcpy(ds + ((size_t) st * GB2 + g) * STRIP, s + (size_t) g * H + st * STRIP, STRIP * 2);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------- kernels
+// gate and up of one strip for nt <= TCHUNK inputs: q [KB][2][16], s [KB / (G / 8)][2][16]; og/ou [nt][16]
+static inline __attribute__((always_inline)) void strip13(const uint32_t *q, const uint16_t *s, int KB, int GB8,
+                                                           const float *const *xs, int nt, v16f *og, v16f *ou) {
+    for (int t = 0; t < nt; t++) og[t] = ou[t] = (v16f){0};
+    for (int k0 = 0, g = 0; k0 < KB; k0 += GB8, g++) {
+        v16f pg[TCHUNK], pu[TCHUNK];
+        for (int t = 0; t < nt; t++) pg[t] = pu[t] = (v16f){0};
+        for (int kb = k0; kb < k0 + GB8; kb++) {
+            __builtin_prefetch(q + (size_t) (kb + 16) * 2 * STRIP);
+            __builtin_prefetch(q + (size_t) (kb + 16) * 2 * STRIP + STRIP);
+            v16u qg, qu;
+            memcpy(&qg, q + (size_t) kb * 2 * STRIP, 64);
+            memcpy(&qu, q + (size_t) kb * 2 * STRIP + STRIP, 64);
+            for (int j = 0; j < PACK; j++) {
+                v16f wg = nibbles(qg, j), wu = nibbles(qu, j);
+                for (int t = 0; t < nt; t++) {
+                    float xv = xs[t][kb * PACK + j];
+                    pg[t] += xv * wg;
+                    pu[t] += xv * wu;
+                }
+            }
+        }
+        v16f sg = scales16(s + (size_t) g * 2 * STRIP), su = scales16(s + (size_t) g * 2 * STRIP + STRIP);
+        for (int t = 0; t < nt; t++) {
+            og[t] += pg[t] * sg;
+            ou[t] += pu[t] * su;
+        }
+    }
+}
+
+// down of one strip for nt inputs: q [KB][16], s [KB / (G / 8)][16]; o [nt][16]
+static inline __attribute__((always_inline)) void strip2(const uint32_t *q, const uint16_t *s, int KB, int GB8,
+                                                          const float *const *xs, int nt, v16f *o) {
+    for (int t = 0; t < nt; t++) o[t] = (v16f){0};
+    for (int k0 = 0, g = 0; k0 < KB; k0 += GB8, g++) {
+        v16f p[TCHUNK];
+        for (int t = 0; t < nt; t++) p[t] = (v16f){0};
+        for (int kb = k0; kb < k0 + GB8; kb++) {
+            __builtin_prefetch(q + (size_t) (kb + 16) * STRIP);
+            v16u qq;
+            memcpy(&qq, q + (size_t) kb * STRIP, 64);
+            for (int j = 0; j < PACK; j++) {
+                v16f w = nibbles(qq, j);
+                for (int t = 0; t < nt; t++) p[t] += xs[t][kb * PACK + j] * w;
+            }
+        }
+        v16f sc = scales16(s + (size_t) g * STRIP);
+        for (int t = 0; t < nt; t++) o[t] += p[t] * sc;
+    }
+}
+
+// one specialisation per token count, so each one's accumulators stay in registers
+#define STRIP13_N(n) static void strip13_##n(const uint32_t *q, const uint16_t *s, int KB, int GB8, \
+                                             const float *const *xs, v16f *og, v16f *ou) { \
+        strip13(q, s, KB, GB8, xs, n, og, ou); }
+#define STRIP2_N(n) static void strip2_##n(const uint32_t *q, const uint16_t *s, int KB, int GB8, \
+                                           const float *const *xs, v16f *o) { strip2(q, s, KB, GB8, xs, n, o); }
+STRIP13_N(1) STRIP13_N(2) STRIP2_N(1) STRIP2_N(2)
+#if TCHUNK == 4
+STRIP13_N(3) STRIP13_N(4) STRIP2_N(3) STRIP2_N(4)
+#endif
+
+static void run13(int nt, const uint32_t *q, const uint16_t *s, int KB, int GB8, const float *const *xs, v16f *og,
+                  v16f *ou) {
+    switch (nt) {
+    case 1: strip13_1(q, s, KB, GB8, xs, og, ou); break;
+    case 2: strip13_2(q, s, KB, GB8, xs, og, ou); break;
+#if TCHUNK == 4
+    case 3: strip13_3(q, s, KB, GB8, xs, og, ou); break;
+    case 4: strip13_4(q, s, KB, GB8, xs, og, ou); break;
+#endif
+    }
+}
+
+static void run2(int nt, const uint32_t *q, const uint16_t *s, int KB, int GB8, const float *const *xs, v16f *o) {
+    switch (nt) {
+    case 1: strip2_1(q, s, KB, GB8, xs, o); break;
+    case 2: strip2_2(q, s, KB, GB8, xs, o); break;
+#if TCHUNK == 4
+    case 3: strip2_3(q, s, KB, GB8, xs, o); break;
+    case 4: strip2_4(q, s, KB, GB8, xs, o); break;
+#endif
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------- a call
+typedef struct v4_job {
+    v4_layer *L;
+    int n;
+    const float *x;        // [n][H]
+    const int32_t *ids;    // [n][K]
+    const float *w;        // [n][K]
+    float *out;            // [n][H]
+    // per call: the distinct experts, the slots (t * K + k) naming each, and gate/up's output per slot
+    int nd;
+    int *dexp, *dstart, *dslots, *dpos, *emap;
+    float *h;              // [n * K][I]
+} v4_job;
+
+static inline float silu(float g) { return g / (1.0f + __builtin_expf(-g)); }
+
+static void unit13(void *arg, int u) {
+    v4_job *j = arg;
+    v4_layer *L = j->L;
+    const int strips = L->I / STRIP, d = u / strips, st = u % strips, e = j->dexp[d];
+    const uint32_t *q = L->w13 + e * L->w13_e + (size_t) st * (L->H / PACK) * 2 * STRIP;
+    const uint16_t *s = L->s13 + e * L->s13_e + (size_t) st * (L->H / L->G) * 2 * STRIP;
+    for (int a = j->dstart[d]; a < j->dstart[d + 1]; a += TCHUNK) {
+        int nt = j->dstart[d + 1] - a < TCHUNK ? j->dstart[d + 1] - a : TCHUNK;
+        const float *xs[TCHUNK];
+        for (int t = 0; t < nt; t++) xs[t] = j->x + (size_t) (j->dslots[a + t] / L->K) * L->H;
+        v16f og[TCHUNK], ou[TCHUNK];
+        run13(nt, q, s, L->H / PACK, L->G / PACK, xs, og, ou);
+        for (int t = 0; t < nt; t++) {
+            float *h = j->h + (size_t) j->dslots[a + t] * L->I + st * STRIP;
+            for (int c = 0; c < STRIP; c++) h[c] = silu(og[t][c]) * ou[t][c];
+        }
+    }
+}
+
+static void unit2(void *arg, int st) {
+    v4_job *j = arg;
+    v4_layer *L = j->L;
+    const int n = j->n;
+    v16f acc[MAX_TOKENS];
+    for (int t = 0; t < n; t++) acc[t] = (v16f){0};
+    for (int d = 0; d < j->nd; d++) {
+        const int e = j->dexp[d];
+        const uint32_t *q = L->w2 + e * L->w2_e + (size_t) st * (L->I / PACK) * STRIP;
+        const uint16_t *s = L->s2 + e * L->s2_e + (size_t) st * (L->I / L->G) * STRIP;
+        for (int a = j->dstart[d]; a < j->dstart[d + 1]; a += TCHUNK) {
+            int nt = j->dstart[d + 1] - a < TCHUNK ? j->dstart[d + 1] - a : TCHUNK;
+            const float *hs[TCHUNK];
+            for (int t = 0; t < nt; t++) hs[t] = j->h + (size_t) j->dslots[a + t] * L->I;
+            v16f o[TCHUNK];
+            run2(nt, q, s, L->I / PACK, L->G / PACK, hs, o);
+            for (int t = 0; t < nt; t++) {
+                int slot = j->dslots[a + t];
+                acc[slot / L->K] += j->w[slot] * o[t];
+            }
+        }
+    }
+    for (int t = 0; t < n; t++) memcpy(j->out + (size_t) t * L->H + st * STRIP, &acc[t], 64);
+}
+
+// a call's pinned buffers, fixed when CUDA captures it (NULL where n is outside 1..MAX_TOKENS)
+v4_job *v4_job_new(v4_layer *L, int n, const float *x, const int32_t *ids, const float *w, float *out) {
+    if (n < 1 || n > MAX_TOKENS) return NULL;
+    v4_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    size_t slots = (size_t) n * L->K;
+    *j = (v4_job){.L = L, .n = n, .x = x, .ids = ids, .w = w, .out = out};
+    j->dexp = malloc(slots * sizeof(int));
+    j->dstart = malloc((slots + 1) * sizeof(int));
+    j->dslots = malloc(slots * sizeof(int));
+    j->dpos = malloc(slots * sizeof(int));
+    j->emap = malloc((size_t) L->E * sizeof(int));
+    j->h = big_alloc(slots * L->I * sizeof(float));
+    if (!j->dexp || !j->dstart || !j->dslots || !j->dpos || !j->emap || !j->h) {
+        free(j->dexp); free(j->dstart); free(j->dslots); free(j->dpos); free(j->emap); free(j->h); free(j);
+        return NULL;
+    }
+    return j;
+}
+
+// the host function: the job's inputs are in its pinned buffers (the stream copied them before this node)
+void v4_run(void *arg) {
+    v4_job *j = arg;
+    v4_layer *L = j->L;
+    v4_pool *p = L->pool;
+    const int n = j->n, K = L->K, E = L->E;
+    double t0 = now_ms();
+    // the distinct experts of the batch, in order of first use, and the slots naming each (counting sort)
+    for (int e = 0; e < E; e++) j->emap[e] = -1;
+    int nd = 0;
+    for (int i = 0; i < n * K; i++) {
+        int e = j->ids[i];
+        if (e < 0 || e >= E) continue;
+        if (j->emap[e] < 0) {
+            j->emap[e] = nd;
+            j->dexp[nd] = e;
+            j->dstart[nd + 1] = 0;
+            nd++;
+        }
+        j->dstart[j->emap[e] + 1]++;
+    }
+    j->dstart[0] = 0;
+    for (int d = 0; d < nd; d++) j->dstart[d + 1] += j->dstart[d];
+    for (int d = 0; d < nd; d++) j->dpos[d] = j->dstart[d];
+    for (int i = 0; i < n * K; i++) {
+        int e = j->ids[i];
+        if (e >= 0 && e < E) j->dslots[j->dpos[j->emap[e]]++] = i;
+    }
+    j->nd = nd;
+    if (nd > 0) {
+        dispatch(p, unit13, j, nd * (L->I / STRIP));
+        dispatch(p, unit2, j, L->H / STRIP);
+    } else {
+        memset(j->out, 0, sizeof(float) * (size_t) n * L->H);
+    }
+    double t1 = now_ms();
+    p->compute_ms += t1 - t0;
+    p->calls++;
+    p->win_calls++;
+    p->win_ms += t1 - t0;
+    if (p->last_end > 0 && t0 - p->last_end < 50.0) {
+        p->win_gaps++;
+        p->win_gap_ms += t0 - p->last_end;
+    }
+    p->last_end = t1;
+    if (p->report_every > 0 && p->win_calls >= p->report_every) {
+        fprintf(stderr, "vramkit_int4_experts: calls %ld-%ld: %.3f ms a call computing on %d threads (%s), %.3f ms "
+                "between calls (%ld gaps under 50 ms)\n", p->calls - p->win_calls + 1, p->calls,
+                p->win_ms / p->win_calls, p->n_workers + 1, ISA, p->win_gaps ? p->win_gap_ms / p->win_gaps : 0.0,
+                p->win_gaps);
+        p->win_calls = p->win_gaps = 0;
+        p->win_ms = p->win_gap_ms = 0.0;
+    }
+}
