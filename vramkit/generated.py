@@ -182,7 +182,10 @@ MOE_PAIRINGS = (("moe-vs-llamacpp-16g", "16 GiB"), ("moe-vs-llamacpp-24g", "24 G
                 ("moe-vs-llamacpp-q8-16g", "16 GiB, Q8_0 peer"),
                 # the moe preset as it now comes on the GPTQ-Int4 config (the token embeddings in host RAM, 2026-11-28):
                 # the 16 GiB rows' pairing again, a later session
-                ("moe-vs-llamacpp-default-16g", "16 GiB, preset as it now comes"))
+                ("moe-vs-llamacpp-default-16g", "16 GiB, preset as it now comes"),
+                # the same preset with its CPU layers' decode on the GPTQ-Int4 values (VRAMKIT_KT_CPU_DECODE=int4, the
+                # adapter's int4_experts.c; 2026-11-29), beside the preset without it and llama.cpp, one machine
+                ("moe-vs-llamacpp-int4cpu-16g", "16 GiB, int4 CPU decode"))
 GPU_RESULTS = "benchmarks/results/gpu"
 MOE_ROWS = (("decode, 1 stream, depth 0", "decode_tok_s", " tok/s", ">= 1.0x"),
             ("decode, 1 stream, depth 8K", "decode_tok_s_8k", " tok/s", ">= 1.0x"),
@@ -216,8 +219,10 @@ def moe_vs_llamacpp_table() -> list[str]:
             st = k["settings"]
             experts = st["gpu_expert_dtype"]             # "GPTQ-Int4 (group 128, moe_wna16 triton MoE)"
             g = st["gpu_layers"]        # whole layers on the GPU as the report counted them; 0: the split
+            cpu = ("decode on their GPTQ-Int4 values (int4_experts.c), longer chunks' " if st.get("cpu_decode") == "int4"
+                   else "")
             kit = ((f"whole layers: the experts of {g} MoE layers {experts} on the GPU, the others' "
-                    f"{st['kt_method']} on the CPU" if g else
+                    f"{cpu}{st['kt_method']} on the CPU" if g else
                     f"{st['kt_num_gpu_experts']} {experts} GPU experts per layer planned, {st['kt_method']} on the CPU")
                    if st.get("kt_method") else f"every {experts} expert on the GPU, no hybrid mode")
             levers = ["2 deferred experts"] if "deferred-experts-per-token 2" in st["vramkit_up"] else []
@@ -235,7 +240,7 @@ def moe_vs_llamacpp_table() -> list[str]:
              "random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the file "
              "closest to the kit's preset in accuracy; the kit's configuration per card below; "
              "`benchmarks/results/gpu/moe-vs-llamacpp-{16,24}g.md`, `moe-vs-llamacpp-q8-16g.md`, "
-             "`moe-vs-llamacpp-default-16g.md`, the levers in "
+             "`moe-vs-llamacpp-default-16g.md`, `moe-vs-llamacpp-int4cpu-16g.md`, the levers in "
              "`moe-vs-llamacpp-levers.md`):",
              ""] + out + ["", "Per-token time at batch 1, depth 0 (1000 / decode tok/s): " + "; ".join(notes) + ". "
                           + ("Goals not met: " + "; ".join(missed) + ". The levers file and the measured budgets "

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from moe_levers import INT8_DIR, LEVERS_DIR, levers  # noqa: E402
 from moe_session import (  # noqa: E402
     EXPERTS,
+    INT4_DECODE_WORDS,
     LOWER_IS_BETTER,
     METRICS,
     MOE_LAYERS,
@@ -41,6 +42,7 @@ from moe_session import (  # noqa: E402
     Pairing,
     bench_rows,
     best,
+    cpu_decode,
     disturbed,
     failed_requests,
     fmt,
@@ -258,6 +260,8 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
                          "env": k["env"], "kt_num_gpu_experts": k["planned_gpu_experts_per_layer"],
                          "gpu_layers": gpu_layers(k),
                          "kt_cpuinfer": kt_threads(k) if k["kt_method"] else 0, "kt_method": k["kt_method"],
+                         # the adapter's int4 kernel for the CPU layers' decode (absent: kt-kernel's method)
+                         **({"cpu_decode": "int4"} if k["kt_method"] and cpu_decode(k["env"]) == "int4" else {}),
                          "gpu_expert_dtype": k["gpu_expert_dtype"], "activations": k["activations"]},
             "start_s": k["start_s"], "peak_vram_bytes": k["peak_vram_bytes"],
             "host_rss_after_start_bytes": k["host_rss_after_start_bytes"], "log_figures_gib": k["log_figures_gib"],
@@ -376,7 +380,9 @@ def markdown(c: dict) -> str:
                      + ((f"; whole layers: the experts of {g} of {MOE_LAYERS} MoE layers on the GPU "
                          f"({s['gpu_expert_dtype']}; the plan's share, {s['kt_num_gpu_experts']} of {EXPERTS} a layer, "
                          f"as whole layers), those of {MOE_LAYERS - g} on the CPU, KT {s['kt_method']}, "
-                         f"{s['kt_cpuinfer']} threads" if (g := s["gpu_layers"]) else
+                         f"{s['kt_cpuinfer']} threads"
+                         + (f"; {INT4_DECODE_WORDS} {s['kt_method']}" if s.get("cpu_decode") == "int4" else "")
+                         if (g := s["gpu_layers"]) else
                          f"; planned {s['kt_num_gpu_experts']} GPU experts per layer ({s['gpu_expert_dtype']}), "
                          f"KT {s['kt_method']} on the CPU, {s['kt_cpuinfer']} threads") if s["kt_method"] else
                         f"; every expert on the GPU ({s['gpu_expert_dtype']}): the plan holds them all beside the "

@@ -1008,10 +1008,11 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   # alone beside kt-kernel's AMXINT8 (no server, 12 threads as the plan's KT threads), then the preset with it and
   # without it, one machine; lint4 adds llama.cpp's pair (~20 min with the builds; kint4 ~12). Written 2026-11-29,
   # thirtieth session. DUMMY_BY_NAME=1 as the main table's points
-  timeout 300 python3 benchmarks/gpu/int4_experts_bench.py --threads "12,8,4,$PHYS" --batches 1,4 \
+  # INT4_BENCH=0: the servers alone (a second run on the same machine, REPEAT=3)
+  [ "${INT4_BENCH:-1}" = 1 ] && timeout 300 python3 benchmarks/gpu/int4_experts_bench.py --threads "12,8,4,$PHYS" --batches 1,4 \
     --out "$RES/int4-bench.json" > "$RES/logs/int4-bench.txt" 2>&1
   step "int4 kernel alone: $(grep -h '"threads": 12' "$RES/logs/int4-bench.txt" | head -c 400)"
-  timeout 300 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8 --threads 12 --gpu-experts 0 --tokens 16 \
+  [ "${INT4_BENCH:-1}" = 1 ] && timeout 300 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8 --threads 12 --gpu-experts 0 --tokens 16 \
     --prefill 0 --out "$RES/kt-amxint8-bench.json" > "$RES/logs/kt-amxint8-bench.txt" 2>&1
   step "kt-kernel AMXINT8 alone (48 whole CPU layers a token): $(tail -c 300 "$RES/logs/kt-amxint8-bench.txt")"
   pack

@@ -451,3 +451,24 @@ def test_the_preset_as_it_now_comes_pairing_is_what_its_points_give(tmp_path):
     kit = c["engines"]["vramkit"]["settings"]
     assert kit["point"] == "k16-preset" and kit["gpu_layers"] == 38 and c["budget_gib"] == 16
     assert "--kt-embed-host" not in kit["vramkit_up"] and c["rounds"] == 3
+
+
+def test_the_int4_cpu_decode_pairing_is_what_its_points_give(tmp_path):
+    """moe-vs-llamacpp-int4cpu-16g.json/.md (the preset with its CPU layers' decode on the GPTQ-Int4 values, beside the
+    preset without it and llama.cpp's Q4_K_M pair, one machine) regenerate from the points committed beside them; the
+    kit's row is the int4 point, the preset without it is listed beside it, and the words say what computed the CPU
+    layers."""
+    import shutil
+    res = REPO / "benchmarks" / "results" / "gpu"
+    c = json.loads((res / "moe-vs-llamacpp-int4cpu-16g.json").read_text())
+    evd = c["evidence_dir"]
+    pts, out = tmp_path / "points", tmp_path / "out"
+    shutil.copytree(res / evd, pts)
+    report.report(pts, out, (16,), evd, with_levers=False, q4_stem="moe-vs-llamacpp-int4cpu")
+    for name in ("moe-vs-llamacpp-int4cpu-16g.json", "moe-vs-llamacpp-int4cpu-16g.md"):
+        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    kit = c["engines"]["vramkit"]
+    assert kit["settings"]["point"] == "k16-preset-int4" and kit["settings"]["cpu_decode"] == "int4"
+    assert [p["point"] for p in kit["other_points"]] == ["k16-preset"] and c["rounds"] == 3
+    assert "decode on their GPTQ-Int4 values" in (res / "moe-vs-llamacpp-int4cpu-16g.md").read_text()
+    assert session.cpu_decode(["VRAMKIT_KT_CPU_DECODE=int4"]) == "int4" and session.cpu_decode(None) == "kt"
