@@ -219,8 +219,8 @@ def moe_vs_llamacpp_table() -> list[str]:
             st = k["settings"]
             experts = st["gpu_expert_dtype"]             # "GPTQ-Int4 (group 128, moe_wna16 triton MoE)"
             g = st["gpu_layers"]        # whole layers on the GPU as the report counted them; 0: the split
-            cpu = ("decode on their GPTQ-Int4 values (int4_experts.c), longer chunks' " if st.get("cpu_decode") == "int4"
-                   else "")
+            int4 = st.get("cpu_decode") == "int4"
+            cpu = "decode on their GPTQ-Int4 values (int4_experts.c), longer chunks' " if int4 else ""
             kit = ((f"whole layers: the experts of {g} MoE layers {experts} on the GPU, the others' "
                     f"{cpu}{st['kt_method']} on the CPU" if g else
                     f"{st['kt_num_gpu_experts']} {experts} GPU experts per layer planned, {st['kt_method']} on the CPU")

@@ -166,7 +166,8 @@ static void *worker(void *arg) {
         pthread_setaffinity_np(pthread_self(), sizeof set, &set);
     }
     free(w);
-    uint32_t seen = atomic_load(&p->gen);
+    uint32_t seen = 0;    // the pool's first generation, not the one it reads now: a call made before this thread
+                          // ran would otherwise be missed, and its caller wait for this worker forever
     for (;;) {
         uint32_t g;
         long spins = 0;

@@ -1,0 +1,180 @@
+"""The adapter's int4 CPU-expert kernel (services/sglang-kt/kt_compat/int4_experts.c + vramkit_int4_experts.py),
+compiled here with the host's C compiler for each instruction set this CPU runs (AVX-512, AVX2, the compiler's generic
+vectors) and checked against the GPTQ arithmetic in float64: what it computes, what it refuses, how it says so. Its
+speed is measured on the GPU host (benchmarks/gpu/int4_experts_bench.py, moe-vs-llamacpp-int4/)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KT_COMPAT = ROOT / "services" / "sglang-kt" / "kt_compat"
+CC = shutil.which("cc") or shutil.which("gcc")
+# a pool that missed a call would leave its caller waiting for ever (a worker started after the first call did, until
+# 2026-11-29): the timeout makes that a failure
+pytestmark = [pytest.mark.skipif(CC is None, reason="no C compiler on this machine (the kernel is compiled at start)"),
+              pytest.mark.timeout(120)]
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
+
+
+FLAGS = _cpu_flags()
+# (instruction set the build reports, its flags, whether this CPU runs it)
+VARIANTS = [("avx512", ("-mavx512f", "-mf16c", "-mfma"), "avx512f" in FLAGS),
+            ("avx2", ("-mavx2", "-mfma", "-mf16c"), {"avx2", "fma", "f16c"} <= FLAGS),
+            ("generic", ("-march=x86-64",), True)]
+
+
+@pytest.fixture(scope="module")
+def vi():
+    with pytest.MonkeyPatch.context() as mp:     # its siblings, as the server's path has them
+        mp.syspath_prepend(str(KT_COMPAT))
+        import vramkit_gpu_prefill
+        import vramkit_int4_experts
+        yield vramkit_int4_experts, vramkit_gpu_prefill
+
+
+@pytest.fixture(scope="module")
+def libs(vi, tmp_path_factory):
+    mod, _ = vi
+    out = tmp_path_factory.mktemp("int4lib")
+    return {isa: mod.Lib(mod.build(out, cflags=("-O2", *flags, "-shared", "-fPIC", "-pthread"), cc=CC))
+            for isa, flags, runs in VARIANTS if runs}
+
+
+E, K, H, INTER, G = 8, 3, 256, 128, 64      # a small layer: whole strips of 16, groups of 64
+
+
+def _layer(gp, seed: int = 0):
+    """Random GPTQ words (the dummy load's draw) and scales of either sign."""
+    import torch
+    raw = gp.dummy_gptq(seed, H, INTER, E, G)
+    gen = torch.Generator().manual_seed(seed)
+    for name in ("w13_scales", "w2_scales"):
+        raw[name] = ((torch.rand(raw[name].shape, generator=gen) - 0.3) * 0.2).half()
+    return raw
+
+
+def _reference(raw, x, ids, w):
+    """out[t] = sum_k w[t, k] * down_e(silu(gate_e(x[t])) * up_e(x[t])), W = (nibble - 8) * scale, in float64."""
+    def values(q, s):
+        q = q.numpy().view(np.uint32)
+        nib = np.stack([(q >> (4 * j)) & 15 for j in range(8)], axis=2).reshape(q.shape[0], -1, q.shape[2])
+        return (nib.astype(np.float64) - 8) * np.repeat(s.numpy().astype(np.float64), G, axis=1)
+    w13, w2 = values(raw["w13_qweight"], raw["w13_scales"]), values(raw["w2_qweight"], raw["w2_scales"])
+    out = np.zeros((x.shape[0], H))
+    for t in range(x.shape[0]):
+        for k in range(ids.shape[1]):
+            e = ids[t, k]
+            if 0 <= e < E:
+                gu = x[t].astype(np.float64) @ w13[e]
+                out[t] += w[t, k] * ((gu[:INTER] / (1 + np.exp(-gu[:INTER])) * gu[INTER:]) @ w2[e])
+    return out
+
+
+def _run(mod, lib, raw, x, ids, w, threads: int):
+    kern = mod.Kernel(lib, threads, report_every=0, pin=False)
+    layer = kern.layer(raw, E, K, H, INTER, G)
+    out = np.full((x.shape[0], H), np.nan, np.float32)
+    job = kern.job(layer, x.shape[0], x.ctypes.data, ids.ctypes.data, w.ctypes.data, out.ctypes.data)
+    lib.v4_run(job)
+    return out
+
+
+def _batch(n: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, H)).astype(np.float32)
+    ids = np.stack([rng.choice(E, K, replace=False) for _ in range(n)]).astype(np.int32)
+    ids[0, 1] = -1                      # SGLang's masked slot: adds nothing
+    if n > 2:
+        ids[2, 0] = E + 5               # an id outside the layer: adds nothing either
+    return x, ids, rng.random((n, K)).astype(np.float32)
+
+
+@pytest.mark.parametrize("isa", [v[0] for v in VARIANTS if v[2]])
+def test_each_build_computes_the_gptq_values_as_float64_does(vi, libs, isa):
+    mod, gp = vi
+    lib = libs[isa]
+    assert lib.isa == isa
+    raw = _layer(gp)
+    for n in (1, 3, 9):                 # one token, a chunk of the widest build's 4 and a remainder, several chunks
+        x, ids, w = _batch(n)
+        out, ref = _run(mod, lib, raw, x, ids, w, threads=3), _reference(raw, x, ids, w)
+        assert np.abs(out - ref).max() <= 2e-6 * np.abs(ref).max(), (isa, n)
+
+
+def test_the_result_does_not_depend_on_the_thread_count(vi, libs):
+    mod, gp = vi
+    lib = next(iter(libs.values()))
+    raw = _layer(gp, seed=2)
+    x, ids, w = _batch(5, seed=3)
+    one = _run(mod, lib, raw, x, ids, w, threads=1)
+    assert np.array_equal(one, _run(mod, lib, raw, x, ids, w, threads=4))     # each unit's sums in a fixed order
+
+
+def test_a_batch_with_every_slot_masked_gives_zeros(vi, libs):
+    mod, gp = vi
+    x, ids, w = _batch(2)
+    ids[:] = -1
+    assert not _run(mod, next(iter(libs.values())), _layer(gp), x, ids, w, threads=2).any()
+
+
+@pytest.mark.parametrize("quant, deferred, said", [
+    ({"quant_method": "fp8"}, 0, "the checkpoint is fp8, not GPTQ-Int4"),
+    ({"quant_method": "gptq", "bits": 4, "desc_act": True}, 0, "act-order or asymmetric GPTQ"),
+    ({"quant_method": "gptq", "bits": 4, "sym": False}, 0, "act-order or asymmetric GPTQ"),
+    ({"quant_method": "gptq", "bits": 4}, 2, "deferred experts"),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 96}, 0, "are not whole strips of 16 and groups of 96"),
+])
+def test_what_the_kernel_cannot_compute_is_refused_in_one_line(vi, quant, deferred, said):
+    mod, _ = vi
+    hf = {"hidden_size": 2048, "moe_intermediate_size": 768, "quantization_config": quant}
+    why = mod.unsupported(hf, deferred)
+    assert why is not None and said in why and "\n" not in why
+    with pytest.raises(ValueError, match=f"{mod.ENV}=int4: "):
+        mod.wrap(object(), 3, {**hf, "num_experts": 128, "num_experts_per_tok": 8}, "/nowhere", True, [], 4,
+                 deferred, last=False)
+
+
+def test_a_qwen3_coder_gptq_layer_is_accepted(vi):
+    mod, _ = vi
+    hf = {"hidden_size": 2048, "moe_intermediate_size": 768,
+          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True, "desc_act": False}}
+    assert mod.unsupported(hf, 0) is None
+
+
+def test_tensors_of_another_shape_are_refused_before_the_kernel_reads_them(vi, libs):
+    mod, gp = vi
+    raw = _layer(gp)
+    raw["w2_scales"] = raw["w2_scales"][:, :1]
+    kern = mod.Kernel(next(iter(libs.values())), 1, report_every=0, pin=False)
+    with pytest.raises(ValueError, match=r"w2_scales is \(8, 1, 256\) torch.float16, the layer's is \(8, 2, 256\)"):
+        kern.layer(raw, E, K, H, INTER, G)
+
+
+def test_the_setting_takes_kt_or_int4_and_says_what_else_means(vi):
+    mod, _ = vi
+    assert mod.decode_kernel({}) == "kt" and mod.decode_kernel({mod.ENV: " int4 "}) == "int4"
+    with pytest.raises(SystemExit) as e:
+        mod.decode_kernel({mod.ENV: "int8"})
+    assert str(e.value) == (f"vramkit_int4_experts: {mod.ENV}='int8': give kt (kt-kernel's method (--kt-method)) or "
+                            "int4 (the GPTQ-Int4 values as they are (int4_experts.c))")
+
+
+def test_a_missing_compiler_is_one_line_and_a_build_is_reused(vi, tmp_path, libs):
+    mod, _ = vi
+    with pytest.raises(ValueError, match=r"^no C compiler \(/no/such/cc\) to build int4_experts.c: install gcc"):
+        mod.build(tmp_path, cc="/no/such/cc")
+    first = mod.build(tmp_path / "lib", cflags=("-O0", "-shared", "-fPIC", "-pthread"), cc=CC)
+    mtime = first.stat().st_mtime_ns
+    assert mod.build(tmp_path / "lib", cflags=("-O0", "-shared", "-fPIC", "-pthread"), cc=CC) == first
+    assert first.stat().st_mtime_ns == mtime and first.parent.stat().st_mode & 0o077 == 0
