@@ -15,7 +15,7 @@ from vramkit import gguf_model
 from vramkit.core.model.spec import GpuSpec, ModelSpec, Quantization  # noqa: F401  (re-exported: the core owns them)
 from vramkit.core.plan import knobs as knob_decl
 from vramkit.core.plan.knobs import Serving
-from vramkit.core.plan.kt_hybrid import KtConstants
+from vramkit.core.plan.kt_hybrid import INT4_DECODE, KtConstants
 from vramkit.core.plan.planner import Engine
 from vramkit.errors import Exit, VramkitError
 from vramkit.hf_config import read_model_config
@@ -278,7 +278,7 @@ ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "t
                "kt_cpu_read_efficiency", "kt_layer_sync_us", "kt_attention_read_gbs", "kt_sglang_host_mib",
                "kt_whole_layer_step_us",
                "kt_reserved_cores", "kt_build_cpu_time_avx512", "kt_build_cpu_time_avx2", "kt_method_cpu_time_amxint8",
-               "kt_method_cpu_time_amxint4")
+               "kt_method_cpu_time_amxint4", "kt_method_cpu_time_int4_decode")
 
 
 @cache
@@ -318,7 +318,8 @@ def engine() -> Engine:
                        build_cpu_time=(("avx512", float(c["kt_build_cpu_time_avx512"])),
                                        ("avx2", float(c["kt_build_cpu_time_avx2"]))),
                        method_cpu_time=(("AMXINT8", float(c["kt_method_cpu_time_amxint8"])),
-                                        ("AMXINT4", float(c["kt_method_cpu_time_amxint4"])))),
+                                        ("AMXINT4", float(c["kt_method_cpu_time_amxint4"])),
+                                        (INT4_DECODE, float(c["kt_method_cpu_time_int4_decode"])))),
     )
 
 

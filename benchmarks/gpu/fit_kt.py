@@ -389,6 +389,17 @@ POINTS = (
           ("dummy-h200l", "h200-realload", "dummy", "dummy weights seeded by name"),
           ("real-h200m", "h200-realload-b", "real", "the checkpoint loaded from disk, int8 requantized on the GPU"),
           ("dummy-h200m", "h200-realload-b", "dummy", "dummy weights seeded by name, int8 requantized on the GPU"))),
+    # 2026-11-29, thirtieth session (moe-vs-llamacpp-int4/r1/ and r3/, one H200 machine, DUMMY_BY_NAME=1 STEPS="setup
+    # lint4", then REPEAT=3 INT4_BENCH=0 the same): the GPTQ preset as it comes with its CPU layers' decode on the kit's
+    # int4 kernel (--kt-cpu-decode int4, whose pace constant is its kernel bench's, not fitted here), then without it
+    *(Point(f"layers-{dec}-amx-16g-gptq-preset-h200n{rnd}", "held-out", f"moe-vs-llamacpp-int4/r{rnd}/{pt}.json",
+            f"moe-vs-llamacpp-int4/r{rnd}/{pt}.probe.json", f"moe-vs-llamacpp-int4/r{rnd}/membw-session.json",
+            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_cpu_decode": knob}, rss_end_read=True,
+            note=f"{'medians of 3 rounds' if rnd == 3 else 'one round'}; the GPTQ preset as it comes{what}, on an "
+            "H200; seeded by name; this machine's own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
+      for rnd in (1, 3) for dec, pt, knob, what in (
+          ("int4dec", "k16-preset-int4", "int4", ", its CPU layers' decode on the int4 kernel (--kt-cpu-decode int4)"),
+          ("int8", "k16-preset", "kt", ""))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -745,6 +756,7 @@ def compute() -> dict:
                "host_experts_bytes": h.host_experts_bytes,
                "host_checkpoint_bytes": h.host_checkpoint_bytes, "host_pinned_bytes": h.host_pinned_bytes,
                "host_prefill_bytes": h.host_prefill_bytes, "host_embed_bytes": h.host_embed_bytes,
+               "host_int4_bytes": h.host_int4_bytes,
                "compile_pool": h.compile_pool}
         if run:
             lf = run["log_figures_gib"]
@@ -793,7 +805,7 @@ def compute() -> dict:
             # SGLang's own as the plan gives it on the measured host: less the compile pool where none starts
             # (and the token embeddings' pinned copy where they moved, as the plan's host RAM counts it)
             q["plan_rss_bytes"] = q["host_experts_bytes"] + q["host_checkpoint_bytes"] + q["host_pinned_bytes"] \
-                + q["host_prefill_bytes"] + q["host_embed_bytes"] \
+                + q["host_prefill_bytes"] + q["host_embed_bytes"] + q["host_int4_bytes"] \
                 + kt.sglang_own_bytes(k.sglang_host_bytes, None, q["compile_pool"])[0]
             q["rss_error"] = q["plan_rss_bytes"] / q["rss_after_start_bytes"] - 1
             if q.get("rss_peak_bytes"):

@@ -29,6 +29,7 @@ PREFILL_ENV = knob_decl.by_name()["kt_gpu_prefill"].env      # the CPU layers' p
 PIN_ENV = knob_decl.by_name()["kt_prefill_pin"].env          # how that path page-locks its host copies
 FP8_ENV = knob_decl.by_name()["kt_prefill_fp8"].env          # how it computes block-FP8 experts
 EMBED_ENV = knob_decl.by_name()["kt_embed_host"].env         # the token embeddings in pinned host RAM
+INT4_ENV = knob_decl.by_name()["kt_cpu_decode"].env          # the CPU layers' decode on the GPTQ-Int4 values
 LAYERS_FLAG = knob_decl.by_name()["kt_gpu_layers"].cli_flag
 # The desktop the committed compose files and the README's presets table are planned for (launch/reference.py;
 # `make start-qwen-moe` re-plans for the real host). Its read bandwidth is an assumption, labelled so.
@@ -225,6 +226,8 @@ class Hybrid:
         if name == EMBED_ENV:
             return ("the token embeddings moved to pinned host RAM after the load, read by the GPU over the bus "
                     "(--kt-embed-host on)")
+        if name == INT4_ENV:
+            return "the CPU layers' decode on the checkpoint's GPTQ-Int4 values, the kit's int4 kernel (--kt-cpu-decode)"
         if name == PIN_ENV:
             how = ("at their own size (cudaHostRegister)" if self.plan.prefill_pin == "register"
                    else "in PyTorch's pinned allocator (a power of two each)")
@@ -246,13 +249,14 @@ class Hybrid:
         layers on the GPU (kt_gpu_layers = "auto"), and with them the GPU prompt path when planned (kt_gpu_prefill);
         the token embeddings in host RAM when planned (kt_embed_host), with whole layers or SGLang's own split."""
         assert LAYERS_ENV is not None and PREFILL_ENV is not None and PIN_ENV is not None and FP8_ENV is not None
-        assert EMBED_ENV is not None
+        assert EMBED_ENV is not None and INT4_ENV is not None
         embed = {EMBED_ENV: "on"} if self.plan.host_embed_bytes else {}
         if not self.plan.gpu_layers:
             return embed
         path = {PREFILL_ENV: str(self.plan.prefill_tokens), PIN_ENV: self.plan.prefill_pin} \
             | ({FP8_ENV: self.plan.prefill_fp8} if self.plan.prefill_fp8 != kt.PREFILL_FP8[0] else {})
-        return {LAYERS_ENV: "auto"} | (path if self.plan.prefill_tokens else {}) | embed
+        int4 = {INT4_ENV: "int4"} if self.plan.cpu_decode == "int4" else {}
+        return {LAYERS_ENV: "auto"} | (path if self.plan.prefill_tokens else {}) | embed | int4
 
     def to_json(self) -> dict:
         return {"weight_path": self.weight_path, "this_host_isa": self.here_isa, "placement": self.placement}

@@ -18,7 +18,15 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
-from vramkit.core.plan.kt_hybrid import EMBED_HOST, KT_GPU_LAYERS, KT_METHODS, MOE_KERNELS, PREFILL_FP8, PREFILL_PINS
+from vramkit.core.plan.kt_hybrid import (
+    CPU_DECODES,
+    EMBED_HOST,
+    KT_GPU_LAYERS,
+    KT_METHODS,
+    MOE_KERNELS,
+    PREFILL_FP8,
+    PREFILL_PINS,
+)
 
 # "32k" tokens on the command line is 32 x 1024, as model cards and SGLang's own logs count context windows
 TOKENS_PER_K = 1024
@@ -276,6 +284,13 @@ class Knobs:
         "Lossless. Measured on one H200 machine at 16 GiB each: the FP8 MoE preset decoded 0.99x at depth 0, "
         "1.05-1.12x after 512-30K-token prompts; the 14B's pool 1.40x, decode 1.00x",
         choices=EMBED_HOST, env="VRAMKIT_KT_EMBED_HOST")
+    kt_cpu_decode: str = knob(
+        "kt", str, "", "what computes the CPU layers' decode batches: kt = kt-kernel's --kt-method; int4 = the kit's "
+        "adapter on a GPTQ-Int4 checkpoint's own 4-bit values and scales (whole layers; float32, what SGLang's marlin "
+        "computes on the GPU layers, so lossless against the checkpoint; compiled at start with the host's C "
+        "compiler; 0.29 GiB more host RAM a CPU layer of a 30B coder); longer chunks stay on --kt-method or the GPU "
+        "prompt path. Measured on one H200 machine at 16 GiB: 120.6 tok/s at depth 0 against 94.6 with kt-kernel's "
+        "AMXINT8, llama.cpp's best 106.0", choices=CPU_DECODES, env="VRAMKIT_KT_CPU_DECODE")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
         sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))

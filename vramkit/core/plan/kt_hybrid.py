@@ -342,11 +342,11 @@ KT_GPU_LAYERS = ("off", "auto")
 
 
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
-# kt-estimate.md: 45 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, 10-14 threads, 22 on
-# H200s; fitted on a 46th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
+# kt-estimate.md: 49 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, four of them with the
+# int4 decode kernel, 10-14 threads, 26 on H200s; fitted on a 50th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
 WHOLE_LAYER_SPREAD = (0.57, 1.41)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
-                           "(faster, as its split twin); the other 123 decodes 0.77-1.40x")
+                           "(faster, as its split twin); the other 135 decodes 0.77-1.40x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
@@ -748,7 +748,7 @@ AGGREGATE_SPREAD: dict[tuple[str, bool], tuple[float, float, int]] = {
     ("AMXINT4", False): (0.71, 1.13, 4),
     ("AMXINT4", True): (0.85, 0.86, 1),
     ("AMXINT8", False): (0.85, 1.28, 22),
-    ("AMXINT8", True): (0.65, 1.31, 36),
+    ("AMXINT8", True): (0.65, 1.31, 40),      # 4 of them with the int4 decode kernel (kt_cpu_decode): 0.79-0.84x
     ("FP8", False): (0.87, 0.96, 2),
     ("FP8", True): (0.95, 1.03, 2),
     ("LLAMAFILE_Q8_0", False): (0.70, 0.91, 5),
@@ -968,6 +968,47 @@ PAGE_BYTES = 4096
 # 0 34.6 tok/s (the two starts' mean) against 34.9, after 512 / 8K / 30K-token prompts 1.05x / 1.06x / 1.12x, 4
 # streams 1.00x, the first token after 30K in 0.98x the time. The moe preset's default since ("auto")
 EMBED_HOST = ("off", "on", "auto")
+
+
+# The CPU layers' decode on the GPTQ-Int4 values as the checkpoint has them (kt_cpu_decode = "int4"): the kit's adapter
+# (services/sglang-kt/kt_compat/int4_experts.c, vramkit_int4_experts.py) computes each whole CPU layer's decode batch
+# from the checkpoint's 4-bit words and float16 scales in float32, SGLang's marlin arithmetic on the GPU layers; a
+# longer chunk goes to kt-kernel's method (or the GPU prompt path) as before. It reads 19.5 MB a CPU layer a token
+# where AMXINT8 reads 37.8. Measured (benchmarks/results/gpu/moe-vs-llamacpp-int4/r3/, one H200 machine at 16 GiB, the
+# GPTQ-Int4 preset, medians of 3 rounds): 120.6 tok/s at depth 0 against 94.6 without it, llama.cpp's best 106.0.
+CPU_DECODES = ("kt", "int4")
+INT4_DECODE = "INT4_DECODE"     # its pace's key in KtConstants.method_cpu_time (config/engine.toml)
+INT4_DECODE_MEASURED = ("measured on one H200 machine at 16 GiB (the GPTQ-Int4 preset, medians of 3 rounds): 120.6 "
+                        "tok/s at depth 0 against 94.6 with kt-kernel's AMXINT8 alone, llama.cpp's best 106.0 "
+                        "(benchmarks/results/gpu/moe-vs-llamacpp-int4cpu-16g.md)")
+
+
+def int4_decode_bytes(model: ModelSpec) -> int:
+    """One routed expert as the int4 decode kernel holds it: the GPTQ words (4 bits a weight) and one float16 scale a
+    group of each output column, gate, up and down (int4_experts.c's strips keep the checkpoint's bytes)."""
+    assert model.moe is not None
+    h, i = model.hidden_size, model.moe.expert_intermediate
+    q = model.quantization
+    gs = q.group_size if q is not None and q.group_size > 0 else h
+    return 3 * h * i // 2 + 2 * (2 * (h // gs) * i + (i // gs) * h)
+
+
+def int4_decode_problem(model: ModelSpec, whole_layers: bool) -> str | None:
+    """Why the int4 decode kernel cannot run this plan's CPU layers (None: it can): symmetric GPTQ-Int4 without
+    act-order, whole CPU layers, strips of 16 and groups that divide both widths (int4_experts.c's shape rule)."""
+    q = model.quantization
+    if q is None or q.method != "gptq" or q.bits != 4:
+        return f"it computes GPTQ-Int4 experts; this checkpoint is {checkpoint_format(model)}"
+    if not q.sym or q.desc_act:
+        return "it reads symmetric GPTQ values in input order; this checkpoint has " + \
+            ("zero points" if not q.sym else "act-order")
+    if not whole_layers:
+        return "it computes whole CPU layers; give --kt-gpu-layers auto"
+    assert model.moe is not None
+    h, i, gs = model.hidden_size, model.moe.expert_intermediate, q.group_size
+    if gs <= 0 or gs % 8 or h % 16 or i % 16 or h % gs or i % gs:
+        return f"hidden {h} / expert width {i} are not whole strips of 16 and groups of {gs}"
+    return None
 EMBED_HOST_MEASURED = ("measured on one H200 machine at 16 GiB, the FP8 preset with and without it (starts on, off, "
                        "on): one more whole GPU layer, decode 0.99x at depth 0 and 1.05-1.12x after 512-30K-token "
                        "prompts, 4 streams 1.00x (benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-embhost/); a token's "
@@ -1089,6 +1130,8 @@ class HybridSection:
     prefill_pin: str = "register"           # kt_prefill_pin: how its host copies are page-locked (PREFILL_PINS)
     prefill_fp8: str = PREFILL_FP8[0]       # kt_prefill_fp8: how it computes block-FP8 experts (PREFILL_FP8)
     host_embed_bytes: int = 0               # kt_embed_host: the token embeddings pinned in host RAM (0: on the GPU)
+    cpu_decode: str = "kt"                  # kt_cpu_decode: what computes the CPU layers' decode (CPU_DECODES)
+    host_int4_bytes: int = 0                # kt_cpu_decode = "int4": the CPU layers' GPTQ-Int4 copies (int4_decode_bytes)
     aggregate_streams: int = 0              # max_running requests decoding together (0: one at a time)
     aggregate_tok_s: float | None = None    # their tok/s in all after 512-token prompts (aggregate_tok_s, derived)
 
@@ -1096,7 +1139,7 @@ class HybridSection:
     def host_ram_bytes(self) -> int:
         """What the server needs of host RAM (the mapped checkpoint's pages are reclaimable: not counted)."""
         return self.host_experts_bytes + self.host_sglang_bytes + self.host_pinned_bytes + self.host_prefill_bytes \
-            + self.host_embed_bytes
+            + self.host_embed_bytes + self.host_int4_bytes
 
     @property
     def host_ram_bytes_text(self) -> str:

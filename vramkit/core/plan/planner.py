@@ -822,12 +822,22 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
     build = None if not meth.kt_kernels else kt.build_for(planned, host.isa, host.kt_kernel) if method and host.isa \
         else ("avx2" if host.isa == "avx2" and planned in kt.AVX2_SOURCE else None)
 
+    # the CPU layers' decode on the kit's int4 kernel (kt_cpu_decode = "int4"): its bytes and its pace, no kt-kernel
+    # build factor (its own code, measured on the AVX-512 / AMX host); refused where it cannot run
+    int4 = knobs.kt_cpu_decode == "int4"
+    if int4 and (no_int4 := kt.int4_decode_problem(model, bool(gpu_layers))) is not None:
+        reasons.append(Reason("kt_cpu_decode", f"{by_name()['kt_cpu_decode'].cli_flag} int4: {no_int4}; "
+                              "kt keeps the decode on kt-kernel's method"))
+        int4 = False
+    decode_each = kt.int4_decode_bytes(model) if int4 else each
+
     def estimate(context: int) -> kt.DecodeEstimate:
-        return kt.decode_estimate(model, num_gpu_experts=n, cpu_expert_bytes_each=each, threads=threads,
+        return kt.decode_estimate(model, num_gpu_experts=n, cpu_expert_bytes_each=decode_each, threads=threads,
                                   context=context, kv_bytes_per_token=cell,
                                   gpu_non_expert_read=gpu_read - gpu_expert_read,
                                   gpu_expert_read=gpu_expert_read, gpu_bandwidth_bytes_s=gpu.bandwidth_bytes_s,
-                                  host=host, k=k, build=build, gpu_layers=gpu_layers, method=planned)
+                                  host=host, k=k, build=None if int4 else build, gpu_layers=gpu_layers,
+                                  method=kt.INT4_DECODE if int4 else planned)
 
     d = estimate(knobs.context)
     by_context = tuple((c, round(estimate(c).tok_s, 2)) for c in HYBRID_CONTEXTS if c < knobs.context)
@@ -865,6 +875,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         if staged else 0,
         prefill_gpu_bytes=staged, prefill_tokens=int(knobs.kt_gpu_prefill) if staged else 0,
         prefill_pin=knobs.kt_prefill_pin, prefill_fp8=knobs.kt_prefill_fp8, host_embed_bytes=embed_pinned,
+        cpu_decode="int4" if int4 else "kt", host_int4_bytes=moe.num_experts * kt_layers * decode_each if int4 else 0,
         aggregate_streams=streams if agg is not None else 0, aggregate_tok_s=agg)
     if method is None:
         reasons.append(Reason("cpu", f"--kt-method {asked}: {why} ({host.isa_source})"))
@@ -886,6 +897,8 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                                  if hp.host_prefill_bytes else "")
                               + (f" + {bytes2human(hp.host_embed_bytes)} pinned for the token embeddings"
                                  if hp.host_embed_bytes else "")
+                              + (f" + {bytes2human(hp.host_int4_bytes)} for the int4 decode's copies"
+                                 if hp.host_int4_bytes else "")
                               + f" > {bytes2human(target.host_ram_available_bytes)} available"))
     short = "; ".join(f"~{t:.0f} at {c:,}" for c, t in by_context)
     mapped = "the CPU layers' expert files'" if gpu_layers and not meth.gguf_type else "the checkpoint's"
@@ -923,6 +936,12 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                         f"its {fmt} experts: not run in a server on a GPU yet; the measured formats' runs are in "
                         "benchmarks/results/gpu/moe-gpu-prefill/")
                      + ")" + _prefill_copy_words(model, target, kt_layers, step, knobs.context, knobs.kt_prefill_fp8))
+    if hp.host_int4_bytes:
+        notes.append(f"the {kt_layers} CPU layers' decode on their GPTQ-Int4 values ({by_name()['kt_cpu_decode'].cli_flag}"
+                     f" int4: the kit's adapter, float32 on the checkpoint's own values, lossless against it; "
+                     f"{bytes2human(hp.host_int4_bytes)} of host RAM for its copies; the estimate takes its kernel's "
+                     "pace, measured without a server; needs a C compiler where the server starts); "
+                     + kt.INT4_DECODE_MEASURED)
     if hp.aggregate_tok_s is not None:
         notes.append(kt.aggregate_note(hp.aggregate_streams, hp.aggregate_tok_s, planned, bool(gpu_layers),
                                        kt.distinct_expert_factor(moe.num_experts, moe.top_k, hp.aggregate_streams)))
