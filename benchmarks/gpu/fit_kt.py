@@ -448,6 +448,9 @@ def run_knobs(run: dict | None, p: Point) -> dict:
     # twenty-fourth session, or --kt-embed-host on), else on the GPU, as every point before ran
     knobs.setdefault("kt_embed_host", "on" if EMBED_MOVED in logged else "off")
     knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args, logged) else "off")
+    # the CPU layers' decode: the int4 kernel where the run's environment asked for it (--kt-cpu-decode, the moe
+    # preset's auto since 2026-11-29's thirtieth session), else kt-kernel's method, as every run before it
+    knobs.setdefault("kt_cpu_decode", "int4" if "VRAMKIT_KT_CPU_DECODE=int4" in (run or {}).get("env", []) else "kt")
     # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else the MoE method SGLang's log names for
     # a GPU layer, else moe_wna16: what auto gave every hybrid GPTQ run until whole layers took marlin, 2026-11-27's
     # eleventh session)

@@ -71,7 +71,8 @@ def test_the_staging_set_and_the_pinned_copies_are_planned(capsys, gptq_dir):
     assert h["num_gpu_experts"] < h0["num_gpu_experts"] and on["kv_pool_tokens"] >= on["knobs"]["context"]
     assert on["weights_bytes"] - off["weights_bytes"] < h["prefill_gpu_bytes"]     # one GPU layer's experts fewer
     assert on["server_env"] == {"VRAMKIT_KT_GPU_LAYERS": "auto", "VRAMKIT_KT_GPU_PREFILL": "256",
-                                "VRAMKIT_KT_PREFILL_PIN": "register", "VRAMKIT_KT_EMBED_HOST": "on"}
+                                "VRAMKIT_KT_PREFILL_PIN": "register", "VRAMKIT_KT_EMBED_HOST": "on",
+                                "VRAMKIT_KT_CPU_DECODE": "int4"}     # the preset's auto, on a GPTQ-Int4 checkpoint
     assert "VRAMKIT_KT_GPU_PREFILL" not in off["server_env"] and "VRAMKIT_KT_PREFILL_PIN" not in off["server_env"]
     said = next(n for n in on["notes"] if n.startswith("prompt chunks of 256+ tokens"))
     # the figures the note quotes are run3's medians (kt.PREFILL_MEASURED, read from the run by a test below)
@@ -91,6 +92,31 @@ def test_where_it_cannot_run_the_plan_refuses_and_says_why(capsys, gptq_dir, mod
     assert rc == 10 and not d["fits"]
     reason = next(r for r in d["reasons"] if "--kt-gpu-prefill 512" in r)
     assert said in reason and "0 leaves prompts on kt-kernel" in reason
+
+
+def test_the_int4_decode_is_planned_where_it_runs_and_refused_where_asked_and_it_cannot(capsys, gptq_dir):
+    """kt_cpu_decode: the moe preset's auto takes the int4 kernel on a GPTQ-Int4 checkpoint with whole layers (its
+    copies in host RAM, its pace in the estimate, the adapter's variable), kt-kernel's method elsewhere; int4 asked
+    where it cannot run is a one-line refusal (exit 10: does not fit)."""
+    rc, auto = _plan(capsys, str(gptq_dir))
+    _, kt_only = _plan(capsys, str(gptq_dir), "--kt-cpu-decode", "kt")
+    h, h0 = auto["hybrid"], kt_only["hybrid"]
+    assert rc == 0 and h["cpu_decode"] == "int4" and h0["cpu_decode"] == "kt" and h0["host_int4_bytes"] == 0
+    cpu_layers = h["moe_layers"] - h["gpu_layers"]
+    per_expert = 3 * 2048 * 768 // 2 + 2 * (2 * 16 * 768 + 6 * 2048)      # 4-bit words + f16 scales a group of 128
+    assert h["host_int4_bytes"] == cpu_layers * 128 * per_expert and h["host_int4_bytes"] / cpu_layers / 2**30 > 0.28
+    assert h["host_ram_bytes"] - h0["host_ram_bytes"] == h["host_int4_bytes"]
+    assert h["cpu_bytes_per_token"] == 8 * cpu_layers * per_expert < h0["cpu_bytes_per_token"]
+    assert h["decode_tok_s"] > 1.15 * h0["decode_tok_s"]          # fewer bytes at a faster pace per byte
+    assert auto["server_env"]["VRAMKIT_KT_CPU_DECODE"] == "int4" and "VRAMKIT_KT_CPU_DECODE" not in kt_only["server_env"]
+    rc, fp8 = _plan(capsys, "qwen3-coder-30b-a3b-instruct-fp8")
+    assert rc == 0 and fp8["hybrid"]["cpu_decode"] == "kt"         # auto: the preset's own FP8 model stays on kt
+    for model, extra, said in ((str(gptq_dir), ("--kt-gpu-layers", "off"), "it computes whole CPU layers"),
+                               ("qwen3-coder-30b-a3b-instruct-fp8", (), "it computes GPTQ-Int4 experts; this "
+                                                                        "checkpoint is fp8")):
+        rc, p = _plan(capsys, model, "--kt-cpu-decode", "int4", *extra)
+        assert rc == 10 and not p["fits"]
+        assert any(r.startswith(f"--kt-cpu-decode int4: {said}") for r in p["reasons"]), p["reasons"]
 
 
 def test_the_adapter_reads_the_knob_s_environment_name(gp):

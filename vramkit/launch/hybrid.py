@@ -227,7 +227,7 @@ class Hybrid:
             return ("the token embeddings moved to pinned host RAM after the load, read by the GPU over the bus "
                     "(--kt-embed-host on)")
         if name == INT4_ENV:
-            return "the CPU layers' decode on the checkpoint's GPTQ-Int4 values, the kit's int4 kernel (--kt-cpu-decode)"
+            return "the CPU layers' decode on the checkpoint's GPTQ-Int4 values, the kit's kernel (--kt-cpu-decode)"
         if name == PIN_ENV:
             how = ("at their own size (cudaHostRegister)" if self.plan.prefill_pin == "register"
                    else "in PyTorch's pinned allocator (a power of two each)")

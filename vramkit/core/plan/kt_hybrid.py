@@ -343,7 +343,8 @@ KT_GPU_LAYERS = ("off", "auto")
 
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
 # kt-estimate.md: 49 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, four of them with the
-# int4 decode kernel, 10-14 threads, 26 on H200s; fitted on a 50th), rounded outward; tests/unit/test_kt_estimate.py holds it to the data
+# int4 decode kernel, 10-14 threads, 26 on H200s; fitted on a 50th), rounded outward; tests/unit/test_kt_estimate.py
+# holds it to the data
 WHOLE_LAYER_SPREAD = (0.57, 1.41)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
                            "(faster, as its split twin); the other 135 decodes 0.77-1.40x")
@@ -976,7 +977,7 @@ EMBED_HOST = ("off", "on", "auto")
 # longer chunk goes to kt-kernel's method (or the GPU prompt path) as before. It reads 19.5 MB a CPU layer a token
 # where AMXINT8 reads 37.8. Measured (benchmarks/results/gpu/moe-vs-llamacpp-int4/r3/, one H200 machine at 16 GiB, the
 # GPTQ-Int4 preset, medians of 3 rounds): 120.6 tok/s at depth 0 against 94.6 without it, llama.cpp's best 106.0.
-CPU_DECODES = ("kt", "int4")
+CPU_DECODES = ("kt", "int4", "auto")     # auto: int4 where int4_decode_problem finds nothing in the way, else kt
 INT4_DECODE = "INT4_DECODE"     # its pace's key in KtConstants.method_cpu_time (config/engine.toml)
 INT4_DECODE_MEASURED = ("measured on one H200 machine at 16 GiB (the GPTQ-Int4 preset, medians of 3 rounds): 120.6 "
                         "tok/s at depth 0 against 94.6 with kt-kernel's AMXINT8 alone, llama.cpp's best 106.0 "
@@ -1131,7 +1132,7 @@ class HybridSection:
     prefill_fp8: str = PREFILL_FP8[0]       # kt_prefill_fp8: how it computes block-FP8 experts (PREFILL_FP8)
     host_embed_bytes: int = 0               # kt_embed_host: the token embeddings pinned in host RAM (0: on the GPU)
     cpu_decode: str = "kt"                  # kt_cpu_decode: what computes the CPU layers' decode (CPU_DECODES)
-    host_int4_bytes: int = 0                # kt_cpu_decode = "int4": the CPU layers' GPTQ-Int4 copies (int4_decode_bytes)
+    host_int4_bytes: int = 0                # kt_cpu_decode = "int4": the CPU layers' GPTQ-Int4 copies
     aggregate_streams: int = 0              # max_running requests decoding together (0: one at a time)
     aggregate_tok_s: float | None = None    # their tok/s in all after 512-token prompts (aggregate_tok_s, derived)
 

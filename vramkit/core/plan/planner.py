@@ -824,11 +824,11 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
 
     # the CPU layers' decode on the kit's int4 kernel (kt_cpu_decode = "int4"): its bytes and its pace, no kt-kernel
     # build factor (its own code, measured on the AVX-512 / AMX host); refused where it cannot run
-    int4 = knobs.kt_cpu_decode == "int4"
-    if int4 and (no_int4 := kt.int4_decode_problem(model, bool(gpu_layers))) is not None:
+    no_int4 = kt.int4_decode_problem(model, bool(gpu_layers))
+    int4 = knobs.kt_cpu_decode in ("int4", "auto") and no_int4 is None
+    if knobs.kt_cpu_decode == "int4" and no_int4 is not None:
         reasons.append(Reason("kt_cpu_decode", f"{by_name()['kt_cpu_decode'].cli_flag} int4: {no_int4}; "
                               "kt keeps the decode on kt-kernel's method"))
-        int4 = False
     decode_each = kt.int4_decode_bytes(model) if int4 else each
 
     def estimate(context: int) -> kt.DecodeEstimate:
@@ -937,8 +937,9 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                         "benchmarks/results/gpu/moe-gpu-prefill/")
                      + ")" + _prefill_copy_words(model, target, kt_layers, step, knobs.context, knobs.kt_prefill_fp8))
     if hp.host_int4_bytes:
-        notes.append(f"the {kt_layers} CPU layers' decode on their GPTQ-Int4 values ({by_name()['kt_cpu_decode'].cli_flag}"
-                     f" int4: the kit's adapter, float32 on the checkpoint's own values, lossless against it; "
+        flag = by_name()["kt_cpu_decode"].cli_flag
+        notes.append(f"the {kt_layers} CPU layers' decode on their GPTQ-Int4 values ({flag} {knobs.kt_cpu_decode}: "
+                     "the kit's adapter, float32 on the checkpoint's own values, lossless against it; "
                      f"{bytes2human(hp.host_int4_bytes)} of host RAM for its copies; the estimate takes its kernel's "
                      "pace, measured without a server; needs a C compiler where the server starts); "
                      + kt.INT4_DECODE_MEASURED)
