@@ -21,6 +21,9 @@
 #   bash benchmarks/gpu/run_moe_vs_llamacpp.sh wait 540 [STEP-NAME: return early once that step begins]
 #   (wait exits 3 at once where no run is on the machine: the earlier machine was given back or lost, and the call
 #   found a fresh one; start the driver again rather than wait out SECONDS on nothing)
+# The int4 CPU decode (--kt-cpu-decode int4) beside the preset without it and llama.cpp's pair, its kernel alone first
+# (~13 min with the builds; ran 2026-11-29, moe-vs-llamacpp-int4/r1/; then REPEAT=3 INT4_BENCH=0 on the same machine,
+# r3/): DUMMY_BY_NAME=1 STAGE=.stage-l STEPS="setup lint4" (.stage-l: .stage-w16 without its 0.7.0 wheel, 7.1 MB)
 # Steps of `all` (each skipped when LEVELS/STEPS leaves it out; results land in $RES as they come):
 #   setup     SGLang archive, kt-kernel, gguf; llama.cpp build (in the background, through the kit's first
 #             start); KT's AMXINT4 layout and the Q4_K_M GGUF, both random, both the exact shape
