@@ -1006,6 +1006,16 @@ if has poolcheck; then  # points at a card size no earlier run had (20 GiB), the
   listed kt-prompts "$POOLS" && kit k20-kt-prompts 20 "$SHORT" -- $KITGP --kt-gpu-prefill 0
   listed fp8 "$POOLS" && kit k20-fp8-preset 20 "$SHORT" -- $KITF8
 fi
+if has int4bench; then  # the int4 kernel alone beside kt-kernel's AMXINT8 (no server; ~3 min with setup): STAGE=.stage-p
+  # STEPS="setup int4bench"
+  timeout 300 python3 benchmarks/gpu/int4_experts_bench.py --threads "12,8,6,4,$PHYS" --batches 1,4 \
+    --out "$RES/int4-bench.json" > "$RES/logs/int4-bench.txt" 2>&1
+  step "int4 kernel alone: $(grep -h '"threads": 12' "$RES/logs/int4-bench.txt" | head -c 400)"
+  timeout 300 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8 --threads 12 --gpu-experts 0 --tokens 16 \
+    --prefill 0 --out "$RES/kt-amxint8-bench.json" > "$RES/logs/kt-amxint8-bench.txt" 2>&1
+  step "kt-kernel AMXINT8 alone (48 whole CPU layers a token): $(tail -c 300 "$RES/logs/kt-amxint8-bench.txt")"
+  pack
+fi
 if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 values as the checkpoint has them (the
   # adapter's opt-in VRAMKIT_KT_CPU_DECODE=int4: int4_experts.c, compiled here at the first CPU layer), first the kernel
   # alone beside kt-kernel's AMXINT8 (no server, 12 threads as the plan's KT threads), then the preset with it and
