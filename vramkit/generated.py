@@ -452,7 +452,22 @@ def _which_to_run(comparisons: dict[str, dict], rows: dict[str, dict]) -> list[s
                 + (", before its deferred experts, which change the computation further" if
                    "deferred-experts-per-token" in k4["settings"]["vramkit_up"] else "")
                 + f"), and the kit answers a 30K-token prompt in {k4['ttft_30k_s']:.1f} s against llama.cpp's "
-                f"{l4['ttft_30k_s']:.1f} on that file." + now]
+                f"{l4['ttft_30k_s']:.1f} on that file." + now + _int4_sentence(comparisons, rows, e_q4)]
+
+
+def _int4_sentence(comparisons: dict[str, dict], rows: dict[str, dict], e_q4: float) -> str:
+    """The int4 CPU decode's pairing in the 16 GB choice: its speed against llama.cpp's on the same machine, and its
+    error, the proxy's every-expert-GPTQ-Int4 row (the CPU layers compute the checkpoint's own values)."""
+    c, row = comparisons.get("moe-vs-llamacpp-int4cpu-16g"), rows.get("GPTQ_INT4 (GPU)")
+    if not c or not row or "vramkit" not in c["engines"] or "llamacpp" not in c["engines"]:
+        return ""
+    k, ll = c["engines"]["vramkit"], c["engines"]["llamacpp"]
+    return (f" With a GPTQ-Int4 checkpoint the preset decodes its CPU layers on their own values (--kt-cpu-decode, "
+            f"auto there; one session, {_card(c)}{_rounds(c)}): {k['decode_tok_s']:.1f} tok/s, "
+            f"{k['decode_tok_s'] / ll['decode_tok_s']:.2f}x llama.cpp's {ll['decode_tok_s']:.1f} on the Q4_K_M file "
+            f"beside it, {k['decode_tok_s_8k'] / ll['decode_tok_s_8k']:.2f}x after 8K, at {_mean_error(row):.1f} % "
+            f"(every expert computes the checkpoint's GPTQ-Int4 values, the proxy's 24 GB row) against its "
+            f"{e_q4:.1f} %: faster than llama.cpp on this proxy's Q4 class, and further from bf16.")
 
 
 def settings_table() -> list[str]:
