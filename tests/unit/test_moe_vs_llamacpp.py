@@ -472,3 +472,26 @@ def test_the_int4_cpu_decode_pairing_is_what_its_points_give(tmp_path):
     assert [p["point"] for p in kit["other_points"]] == ["k16-preset"] and c["rounds"] == 3
     assert "decode on their GPTQ-Int4 values" in (res / "moe-vs-llamacpp-int4cpu-16g.md").read_text()
     assert session.cpu_decode(["VRAMKIT_KT_CPU_DECODE=int4"]) == "int4" and session.cpu_decode(None) == "kt"
+
+
+def test_the_int4_decode_figures_the_readme_and_the_plan_quote_are_the_runs():
+    """The int4 kernel's bench beside kt-kernel's (moe-vs-llamacpp-int4/r1/) as the README quotes it, and the pace
+    constant the plan takes from them (config/engine.toml kt_method_cpu_time_int4_decode: its time per byte over
+    AMXINT8's on that machine, times AMXINT8's own pace)."""
+    import tomllib
+    run = REPO / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-int4"
+    bench = json.loads((run / "r1" / "int4-bench.json").read_text())
+    kt_run = json.loads((run / "r1" / "kt-amxint8-bench.json").read_text())["runs"][0]
+    row = next(r for r in bench["rows"] if r["threads"] == 12 and r["batch"] == 1)
+    kt_ms = kt_run["cpu_ms_per_token_median"] / 48          # 48 whole CPU layers a token
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert f"| {row['ms_median']:.3f} ms ({row['read_gb_s_at_median']:.1f} GB/s) | {kt_ms:.3f} ms |" in readme
+    kt_bytes = 8 * (3 * 2048 * 768 + 4 * (2 * 768 + 2048))  # AMXINT8: int8 + one f32 scale a row, 8 experts
+    pace = (row["ms_median"] / row["bytes_per_call"]) / (kt_ms / kt_bytes)
+    engine = tomllib.loads((REPO / "config" / "engine.toml").read_text())
+    assert round(pace * engine["kt_method_cpu_time_amxint8"], 2) == engine["kt_method_cpu_time_int4_decode"]
+    r3 = {n: session.probe_figures(json.loads((run / "r3" / f"{n}.probe.json").read_text()))
+          for n in ("k16-preset-int4", "k16-preset")}
+    assert (f"| **{r3['k16-preset-int4']['decode_tok_s']:.1f}** / {r3['k16-preset-int4']['decode_tok_s_8k']:.1f} / "
+            f"{r3['k16-preset-int4']['decode_tok_s_30k']:.1f} tok/s | {r3['k16-preset']['decode_tok_s']:.1f} / "
+            f"{r3['k16-preset']['decode_tok_s_8k']:.1f} / {r3['k16-preset']['decode_tok_s_30k']:.1f} |") in readme
