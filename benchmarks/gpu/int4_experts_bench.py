@@ -29,6 +29,7 @@ import vramkit_gpu_prefill as gp  # noqa: E402
 import vramkit_int4_experts as vi  # noqa: E402
 
 E, H, INTER, TOPK, GROUP = 128, 2048, 768, 8, 128
+ISA_FLAGS = {"native": ("-march=native",), "avx2": ("-mavx2", "-mfma", "-mf16c")}
 
 
 def expert_bytes() -> int:
@@ -43,9 +44,11 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--calls", type=int, default=240)
     ap.add_argument("--lib-dir", default=None)
+    ap.add_argument("--isa", choices=sorted(ISA_FLAGS), default="native",
+                    help="the build: this CPU's own (-march=native), or AVX2 forced (what an AVX2-only desktop runs)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    lib = vi.Lib(vi.build(a.lib_dir))
+    lib = vi.Lib(vi.build(a.lib_dir, cflags=("-O3", *ISA_FLAGS[a.isa], "-shared", "-fPIC", "-pthread")))
     rng = np.random.default_rng(0)
     raws = [gp.dummy_gptq(i, H, INTER, E, GROUP) for i in range(a.layers)]
     rows = []
@@ -74,7 +77,7 @@ def main() -> int:
                          "bytes_per_call": round(bytes_read), "read_gb_s_at_median": round(bytes_read / med / 1e9, 1)})
             print(json.dumps(rows[-1]), flush=True)
         # the pool and layers of this count stay until exit (a bench process; the server keeps one pool)
-    doc = {"what": __doc__.split("\n\n")[0], "isa": lib.isa, "cpu": vi._cpu_id().splitlines()[0] if vi._cpu_id() else
+    doc = {"what": __doc__.split("\n\n")[0], "isa": lib.isa, "isa_asked": a.isa, "cpu": vi._cpu_id().splitlines()[0] if vi._cpu_id() else
            platform.processor(), "cpus": os.cpu_count(), "layers": a.layers, "calls": a.calls,
            "shape": {"experts": E, "hidden": H, "inter": INTER, "top_k": TOPK, "group": GROUP},
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}

@@ -1016,6 +1016,16 @@ if has int4bench; then  # the int4 kernel alone beside kt-kernel's AMXINT8 (no s
   step "kt-kernel AMXINT8 alone (48 whole CPU layers a token): $(tail -c 300 "$RES/logs/kt-amxint8-bench.txt")"
   pack
 fi
+if has int4isa; then  # the int4 kernel's AVX2 build forced beside this CPU's own, no server (~3 min with setup): the
+  # speed an AVX2-only desktop's kernel has on these cores and this memory (other kernels, same host): STAGE=.stage-p
+  # STEPS="setup int4isa"
+  for isa in avx2 native; do
+    timeout 200 python3 benchmarks/gpu/int4_experts_bench.py --isa $isa --threads "12,8,6,4" --batches 1,4 \
+      --out "$RES/int4-bench-$isa.json" > "$RES/logs/int4-bench-$isa.txt" 2>&1
+    step "int4 kernel alone, $isa build: $(grep -h '"threads": 12' "$RES/logs/int4-bench-$isa.txt" | head -c 300)"
+    pack
+  done
+fi
 if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 values as the checkpoint has them (the
   # adapter's opt-in VRAMKIT_KT_CPU_DECODE=int4: int4_experts.c, compiled here at the first CPU layer), first the kernel
   # alone beside kt-kernel's AMXINT8 (no server, 12 threads as the plan's KT threads), then the preset with it and
