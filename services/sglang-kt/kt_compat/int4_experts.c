@@ -97,29 +97,39 @@ static float half_to_float(uint16_t h) {
 }
 #endif
 
-static inline v16f scales16(const uint16_t *s) {
+// The kernels compute in vectors of the CPU's own width, W floats (AVX-512: one 16-column strip a vector; AVX2 and the
+// generic build: two of 8): a 64-byte vector type on an AVX2 target is lowered through memory by the compiler (measured
+// on the dev host: ~1 GB/s a thread), so the strips' code is written over `vf`.
 #if defined(__AVX512F__)
-    return (v16f) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) s));
-#elif defined(__F16C__)
-    v16f r;
-    __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) s)), hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (s + 8)));
-    memcpy(&r, &lo, 32);
-    memcpy((char *) &r + 32, &hi, 32);
-    return r;
+#define W 16
 #else
-    v16f r;
-    for (int c = 0; c < 16; c++) r[c] = half_to_float(s[c]);
+#define W 8
+#endif
+#define NV (STRIP / W)      // vectors a strip
+typedef float vf __attribute__((vector_size(W * 4)));
+typedef int32_t vi __attribute__((vector_size(W * 4)));
+typedef uint32_t vu __attribute__((vector_size(W * 4)));
+
+// W scales from float16
+static inline __attribute__((always_inline)) vf scales_w(const uint16_t *s) {
+#if defined(__AVX512F__)
+    return (vf) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) s));
+#elif defined(__F16C__)
+    return (vf) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) s));
+#else
+    vf r;
+    for (int c = 0; c < W; c++) r[c] = half_to_float(s[c]);
     return r;
 #endif
 }
 
-// the 16 values (q - 8) of nibble j of each word
-static inline v16f nibbles(v16u q, int j) {
+// the W values (q - 8) of nibble j of each word
+static inline __attribute__((always_inline)) vf nibbles(vu q, int j) {
 #if defined(__AVX512F__)
     const __m512 lut = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
-    return (v16f) _mm512_permutexvar_ps((__m512i) (q >> (4 * j)), lut);   // the index's low 4 bits only
+    return (vf) _mm512_permutexvar_ps((__m512i) (q >> (4 * j)), lut);   // the index's low 4 bits only
 #else
-    return __builtin_convertvector((v16i) ((q >> (4 * j)) & 15u) - 8, v16f);
+    return __builtin_convertvector((vi) ((q >> (4 * j)) & 15u) - 8, vf);
 #endif
 }
 
@@ -350,35 +360,46 @@ void v4_layer_set(v4_layer *L, const uint32_t *w13_q, const uint16_t *w13_s, con
 static inline __attribute__((always_inline)) void strip13(const uint32_t *q, const uint16_t *s, int KB, int GB8,
                                                            const float *const *xs, int nt, v16f *og, v16f *ou) {
     const int C = CHAINS13(nt);
-    for (int t = 0; t < nt; t++) og[t] = ou[t] = (v16f){0};
+    vf tg[TCHUNK][NV], tu[TCHUNK][NV];
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < NV; h++) tg[t][h] = tu[t][h] = (vf){0};
     for (int k0 = 0, g = 0; k0 < KB; k0 += GB8, g++) {
-        v16f pg[ILP][TCHUNK], pu[ILP][TCHUNK];
+        vf pg[ILP][TCHUNK][NV], pu[ILP][TCHUNK][NV];
         for (int c = 0; c < C; c++)
-            for (int t = 0; t < nt; t++) pg[c][t] = pu[c][t] = (v16f){0};
+            for (int t = 0; t < nt; t++)
+                for (int h = 0; h < NV; h++) pg[c][t][h] = pu[c][t][h] = (vf){0};
         for (int kb = k0; kb < k0 + GB8; kb++) {
             __builtin_prefetch(q + (size_t) (kb + 16) * 2 * STRIP);
             __builtin_prefetch(q + (size_t) (kb + 16) * 2 * STRIP + STRIP);
-            v16u qg, qu;
-            memcpy(&qg, q + (size_t) kb * 2 * STRIP, 64);
-            memcpy(&qu, q + (size_t) kb * 2 * STRIP + STRIP, 64);
-            for (int j = 0; j < PACK; j++) {
-                v16f wg = nibbles(qg, j), wu = nibbles(qu, j);
-                for (int t = 0; t < nt; t++) {
-                    float xv = xs[t][kb * PACK + j];
-                    pg[j % C][t] += xv * wg;
-                    pu[j % C][t] += xv * wu;
+            for (int h = 0; h < NV; h++) {
+                vu qg, qu;
+                memcpy(&qg, q + (size_t) kb * 2 * STRIP + h * W, W * 4);
+                memcpy(&qu, q + (size_t) kb * 2 * STRIP + STRIP + h * W, W * 4);
+                for (int j = 0; j < PACK; j++) {
+                    vf wg = nibbles(qg, j), wu = nibbles(qu, j);
+                    for (int t = 0; t < nt; t++) {
+                        float xv = xs[t][kb * PACK + j];
+                        pg[j % C][t][h] += xv * wg;
+                        pu[j % C][t][h] += xv * wu;
+                    }
                 }
             }
         }
-        v16f sg = scales16(s + (size_t) g * 2 * STRIP), su = scales16(s + (size_t) g * 2 * STRIP + STRIP);
-        for (int t = 0; t < nt; t++) {
-            for (int c = 1; c < C; c++) {
-                pg[0][t] += pg[c][t];
-                pu[0][t] += pu[c][t];
+        for (int h = 0; h < NV; h++) {
+            vf sg = scales_w(s + (size_t) g * 2 * STRIP + h * W), su = scales_w(s + (size_t) g * 2 * STRIP + STRIP + h * W);
+            for (int t = 0; t < nt; t++) {
+                for (int c = 1; c < C; c++) {
+                    pg[0][t][h] += pg[c][t][h];
+                    pu[0][t][h] += pu[c][t][h];
+                }
+                tg[t][h] += pg[0][t][h] * sg;
+                tu[t][h] += pu[0][t][h] * su;
             }
-            og[t] += pg[0][t] * sg;
-            ou[t] += pu[0][t] * su;
         }
+    }
+    for (int t = 0; t < nt; t++) {
+        memcpy(&og[t], tg[t], 64);
+        memcpy(&ou[t], tu[t], 64);
     }
 }
 
@@ -386,26 +407,34 @@ static inline __attribute__((always_inline)) void strip13(const uint32_t *q, con
 static inline __attribute__((always_inline)) void strip2(const uint32_t *q, const uint16_t *s, int KB, int GB8,
                                                           const float *const *xs, int nt, v16f *o) {
     const int C = CHAINS2(nt);
-    for (int t = 0; t < nt; t++) o[t] = (v16f){0};
+    vf to[TCHUNK][NV];
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < NV; h++) to[t][h] = (vf){0};
     for (int k0 = 0, g = 0; k0 < KB; k0 += GB8, g++) {
-        v16f p[2 * ILP][TCHUNK];
+        vf p[2 * ILP][TCHUNK][NV];
         for (int c = 0; c < C; c++)
-            for (int t = 0; t < nt; t++) p[c][t] = (v16f){0};
+            for (int t = 0; t < nt; t++)
+                for (int h = 0; h < NV; h++) p[c][t][h] = (vf){0};
         for (int kb = k0; kb < k0 + GB8; kb++) {
             __builtin_prefetch(q + (size_t) (kb + 16) * STRIP);
-            v16u qq;
-            memcpy(&qq, q + (size_t) kb * STRIP, 64);
-            for (int j = 0; j < PACK; j++) {
-                v16f w = nibbles(qq, j);
-                for (int t = 0; t < nt; t++) p[j % C][t] += xs[t][kb * PACK + j] * w;
+            for (int h = 0; h < NV; h++) {
+                vu qq;
+                memcpy(&qq, q + (size_t) kb * STRIP + h * W, W * 4);
+                for (int j = 0; j < PACK; j++) {
+                    vf w = nibbles(qq, j);
+                    for (int t = 0; t < nt; t++) p[j % C][t][h] += xs[t][kb * PACK + j] * w;
+                }
             }
         }
-        v16f sc = scales16(s + (size_t) g * STRIP);
-        for (int t = 0; t < nt; t++) {
-            for (int c = 1; c < C; c++) p[0][t] += p[c][t];
-            o[t] += p[0][t] * sc;
+        for (int h = 0; h < NV; h++) {
+            vf sc = scales_w(s + (size_t) g * STRIP + h * W);
+            for (int t = 0; t < nt; t++) {
+                for (int c = 1; c < C; c++) p[0][t][h] += p[c][t][h];
+                to[t][h] += p[0][t][h] * sc;
+            }
         }
     }
+    for (int t = 0; t < nt; t++) memcpy(&o[t], to[t], 64);
 }
 
 // one specialisation per token count, so each one's accumulators stay in registers
