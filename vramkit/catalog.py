@@ -278,7 +278,8 @@ ENGINE_KEYS = ("cuda_context_mib", "driver_reserved_mib", "tp_comm_init_mib", "t
                "kt_cpu_read_efficiency", "kt_layer_sync_us", "kt_attention_read_gbs", "kt_sglang_host_mib",
                "kt_whole_layer_step_us",
                "kt_reserved_cores", "kt_build_cpu_time_avx512", "kt_build_cpu_time_avx2", "kt_method_cpu_time_amxint8",
-               "kt_method_cpu_time_amxint4", "kt_method_cpu_time_int4_decode")
+               "kt_method_cpu_time_amxint4", "kt_method_cpu_time_int4_decode",
+               "kt_method_cpu_time_int4_decode_avx2")
 
 
 @cache
@@ -319,7 +320,8 @@ def engine() -> Engine:
                                        ("avx2", float(c["kt_build_cpu_time_avx2"]))),
                        method_cpu_time=(("AMXINT8", float(c["kt_method_cpu_time_amxint8"])),
                                         ("AMXINT4", float(c["kt_method_cpu_time_amxint4"])),
-                                        (INT4_DECODE, float(c["kt_method_cpu_time_int4_decode"])))),
+                                        (INT4_DECODE, float(c["kt_method_cpu_time_int4_decode"])),
+                                        (INT4_DECODE + "_AVX2", float(c["kt_method_cpu_time_int4_decode_avx2"])))),
     )
 
 

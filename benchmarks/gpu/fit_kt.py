@@ -851,7 +851,8 @@ def markdown(res: dict) -> str:
              f"only, the GPU side's step {c['kt_whole_layer_step_us']} us, fitted on the one whole-layer run marked "
              "fit (the three above on the split's fitted runs alone). Measured, not fitted: each method's CPU-expert "
              "time per byte against FP8's on the AMX build (" + ", ".join(
-                 f"{m} {v}x" for m, v in catalog.engine().kt.method_cpu_time) + "; kt-accuracy.json cpu_expert_time), "
+                 f"{m} {v}x" for m, v in catalog.engine().kt.method_cpu_time) + "; kt-accuracy.json cpu_expert_time; the kit's int4 decode kernel's from its benches beside AMXINT8's, "
+                 "moe-vs-llamacpp-int4/r1/ and isa/), "
              "and a lesser build's against the AMX build's (" + ", ".join(
                  f"{b} {v}x" for b, v in catalog.engine().kt.build_cpu_time) + "): the CPU-expert bytes count at "
              "that pace.", "",

@@ -978,7 +978,8 @@ EMBED_HOST = ("off", "on", "auto")
 # where AMXINT8 reads 37.8. Measured (benchmarks/results/gpu/moe-vs-llamacpp-int4/r3/, one H200 machine at 16 GiB, the
 # GPTQ-Int4 preset, medians of 3 rounds): 120.6 tok/s at depth 0 against 94.6 without it, llama.cpp's best 106.0.
 CPU_DECODES = ("kt", "int4", "auto")     # auto: int4 where int4_decode_problem finds nothing in the way, else kt
-INT4_DECODE = "INT4_DECODE"     # its pace's key in KtConstants.method_cpu_time (config/engine.toml)
+INT4_DECODE = "INT4_DECODE"     # its pace's key in KtConstants.method_cpu_time (config/engine.toml); + "_AVX2": its
+# AVX2 build's, on a host without AVX-512
 INT4_DECODE_MEASURED = ("measured on one H200 machine at 16 GiB (the GPTQ-Int4 preset, medians of 3 rounds): 120.6 "
                         "tok/s at depth 0 against 94.6 with kt-kernel's AMXINT8 alone, llama.cpp's best 106.0 "
                         "(benchmarks/results/gpu/moe-vs-llamacpp-int4cpu-16g.md)")

@@ -830,6 +830,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
         reasons.append(Reason("kt_cpu_decode", f"{by_name()['kt_cpu_decode'].cli_flag} int4: {no_int4}; "
                               "kt keeps the decode on kt-kernel's method"))
     decode_each = kt.int4_decode_bytes(model) if int4 else each
+    int4_pace = kt.INT4_DECODE + ("_AVX2" if host.isa == "avx2" else "")      # its AVX2 build on an AVX2-only host
 
     def estimate(context: int) -> kt.DecodeEstimate:
         return kt.decode_estimate(model, num_gpu_experts=n, cpu_expert_bytes_each=decode_each, threads=threads,
@@ -837,7 +838,7 @@ def _hybrid_section(model: ModelSpec, target: Target, knobs: Knobs, engine: Engi
                                   gpu_non_expert_read=gpu_read - gpu_expert_read,
                                   gpu_expert_read=gpu_expert_read, gpu_bandwidth_bytes_s=gpu.bandwidth_bytes_s,
                                   host=host, k=k, build=None if int4 else build, gpu_layers=gpu_layers,
-                                  method=kt.INT4_DECODE if int4 else planned)
+                                  method=int4_pace if int4 else planned)
 
     d = estimate(knobs.context)
     by_context = tuple((c, round(estimate(c).tok_s, 2)) for c in HYBRID_CONTEXTS if c < knobs.context)
