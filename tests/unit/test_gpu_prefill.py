@@ -1084,3 +1084,37 @@ def test_int8_is_the_fp8_path_s_default_and_w8a8_is_passed_to_the_server_when_as
             f"of one layer {b['fp8-int8']['run_ms']['4096']:.1f} against {b['fp8']['run_ms']['4096']:.1f} ms beside its "
             f"{b['fp8-int8']['copy_ms']:.1f} ms copy") in " ".join(help_.split())
     assert all(x["device"] == "NVIDIA H200" and x["pin"] == "register" for x in b.values())
+
+
+def test_the_adapter_wraps_each_cpu_layer_for_the_int4_decode_and_stops_trying_after_one_failure(monkeypatch, capsys,
+                                                                                                 gptq_dir):
+    """VRAMKIT_KT_CPU_DECODE=int4 (the plan's kt_cpu_decode): each CPU layer's KT wrapper is wrapped with the server's
+    checkpoint, load format, physical expert order, KT threads and whether it is the last CPU layer; a layer the kernel
+    cannot take (no C compiler, say) stays on kt-kernel with one line, and later layers do not try again."""
+    import types
+    KTEPWrapperMethod, seen = _wired(monkeypatch, gptq_dir)
+    calls: list = []
+
+    def wrap(kt, layer_idx, hf, model_path, dummy, order, kt_threads, deferred, last):
+        calls.append((layer_idx, model_path, dummy, order[:2], kt_threads, deferred, last))
+        if layer_idx == 10:
+            raise ValueError("no C compiler (cc) to build int4_experts.c: install gcc, or set CC")
+        return ("int4", kt)
+
+    fake = types.SimpleNamespace(decode_kernel=lambda: "int4", wrap=wrap)
+    monkeypatch.setitem(sys.modules, "vramkit_int4_experts", fake)
+    monkeypatch.setenv(seen.compat.INT4_ENV, "int4")
+    monkeypatch.delenv("VRAMKIT_KT_GPU_PREFILL")
+    seen.module.create_kt_config_from_server_args(seen.server, 0)      # the placement: CPU layers 0..10
+    layers = [KTEPWrapperMethod(i) for i in (9, 10, 11)]
+    kt_wrappers = [m.wrapper for m in layers]
+    capsys.readouterr()
+    for m in layers:
+        m.process_weights_after_loading(object())
+    assert calls == [(9, str(gptq_dir), True, [127, 126], 12, 0, False),
+                     (10, str(gptq_dir), True, [127, 126], 12, 0, True)]
+    assert layers[0].wrapper == ("int4", kt_wrappers[0])
+    assert layers[1].wrapper is kt_wrappers[1] and layers[2].wrapper is kt_wrappers[2]      # no retry at layer 11
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == ["vramkit_int4_experts: layer 10: no C compiler (cc) to build int4_experts.c: install gcc, or set "
+                    "CC; the CPU layers' decode stays on kt-kernel from here on"]

@@ -233,6 +233,7 @@ def patch_sglang_kt(module, spec: str) -> None:
     orig_runner = method.create_moe_runner
     orig_apply = method.apply
     prefill: dict = {}      # "engine": the GPU prefill (vramkit_gpu_prefill.GpuPrefill), None when off or refused
+    int4_state: dict = {}   # "failed": why the int4 decode kernel could not take a layer (later layers do not retry)
 
     def gpu_prefill(kt_config):
         if "engine" not in prefill:
@@ -277,16 +278,17 @@ def patch_sglang_kt(module, spec: str) -> None:
                 import vramkit_int4_experts as vi
                 from sglang.srt.server_args import get_global_server_args
                 args = get_global_server_args()
-                if vi.decode_kernel() == "int4":
+                if vi.decode_kernel() == "int4" and "failed" not in int4_state:
                     try:
                         self.wrapper = vi.wrap(
                             self.wrapper, self.kt_config.layer_idx, _hf_config(args), args.model_path,
                             args.load_format == "dummy", [int(e) for e in order.tolist()], args.kt_cpuinfer,
                             self.kt_config.max_deferred_experts_per_token or 0,
                             last=self.kt_config.layer_idx == chosen.get("last_cpu"))
-                    except (ValueError, OSError, RuntimeError) as exc:   # this layer stays on kt-kernel
-                        print(f"vramkit_int4_experts: layer {self.kt_config.layer_idx}: {exc}; its decode stays on "
-                              "kt-kernel", file=sys.stderr, flush=True)
+                    except (ValueError, OSError, RuntimeError) as exc:   # this and every later layer on kt-kernel
+                        int4_state["failed"] = str(exc)
+                        print(f"vramkit_int4_experts: layer {self.kt_config.layer_idx}: {exc}; the CPU layers' "
+                              "decode stays on kt-kernel from here on", file=sys.stderr, flush=True)
             if os.environ.get(GGML_ENV):      # opt-in: decode batches on llama.cpp's CPU kernels
                 import vramkit_ggml_experts
                 from sglang.srt.server_args import get_global_server_args
