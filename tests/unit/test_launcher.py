@@ -415,3 +415,26 @@ def test_plan_json_carries_typed_reasons(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["fits"] is False and any("131,072-token request" in r for r in d["reasons"])
     assert d["knobs"]["hicache_gb"] == 8 and "sglang_args" in d
+
+
+def test_a_native_start_decoding_on_the_int4_kernel_warns_without_a_c_compiler():
+    """The plan decodes the CPU layers on the int4 kernel (the moe preset's auto on a GPTQ-Int4 checkpoint): a native
+    start asks for the C compiler the server builds it with, and warns (not fatal: the layers then decode on kt-kernel)
+    where there is none; a plan on kt-kernel's decode, or a container start, does not ask."""
+    flags = ("--preset", "moe", "--model", "qwen3-30b-a3b-gptq-int4", "--gpu", "rtx-5060-ti-16gb", "--cpu-isa", "amx",
+             "--host-cores", "16")
+    asked: list[str] = []
+
+    def checks(resolved, runtime, cc):
+        spec = steps.LaunchSpec(name="vramkit-test", runtime=runtime)
+        return {c.name: c for c in launch_checks.preflight(
+            resolved, spec, gpu_present=True, docker_check=docker_fine, host_ram=lambda: 256 * GiB,
+            memlock=lambda: (None, None), port_free=lambda host, port: True,
+            c_compiler=lambda: asked.append(runtime) or cc)}
+    int4, kt_only = _resolved(*flags), _resolved(*flags, "--kt-cpu-decode", "kt")
+    assert int4.hybrid.plan.cpu_decode == "int4" and kt_only.hybrid.plan.cpu_decode == "kt"
+    missing = checks(int4, "native", None)["int4-cc"]
+    assert not missing.ok and not missing.fatal and "install gcc, or --kt-cpu-decode kt" in missing.reason
+    assert checks(int4, "native", "/usr/bin/cc")["int4-cc"].ok
+    assert "int4-cc" not in checks(kt_only, "native", None) and "int4-cc" not in checks(int4, "docker", None)
+    assert asked == ["native", "native"]

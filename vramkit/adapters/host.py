@@ -90,6 +90,12 @@ def memlock_limit() -> tuple[int | None, int | None]:
     return (None if soft == inf else soft, None if hard == inf else hard)
 
 
+def c_compiler() -> str | None:
+    """The C compiler a native SGLang server would build the kit's int4 decode kernel with ($CC, else cc), or None."""
+    import shutil
+    return shutil.which(os.environ.get("CC") or "cc")
+
+
 def in_docker(root: Path | str = "/") -> tuple[bool, str]:
     """(inside a container?, what said so)."""
     r = Path(root)

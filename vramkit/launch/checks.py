@@ -12,9 +12,11 @@ from vramkit.units import bytes2human
 
 
 def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, host_ram, memlock, port_free,
-              gpu_count: int | None = None, sglang_import=None) -> list[Check]:
+              gpu_count: int | None = None, sglang_import=None, c_compiler=None) -> list[Check]:
     """Every check before starting; each adapter is passed in so tests can drive the situations.
-    `sglang_import(python) -> Probe` (adapters/native_python.py): asked for RUNTIME=native only."""
+    `sglang_import(python) -> Probe` (adapters/native_python.py): asked for RUNTIME=native only.
+    `c_compiler() -> path or None`: the C compiler a native server builds the int4 decode kernel with, asked only where
+    the plan decodes the CPU layers on it (kt_cpu_decode)."""
     p = resolved.plan
     checks: list[Check] = []
     if spec.runtime == "docker":
@@ -40,6 +42,14 @@ def preflight(resolved, spec: LaunchSpec, *, gpu_present: bool, docker_check, ho
         checks.extend(sglang_checks(spec, probe))
         if resolved.hybrid is not None and probe.ok:
             checks.append(kt_kernel_check(spec, probe, resolved.hybrid.plan.kt_kernel))
+    if spec.runtime == "native" and c_compiler is not None and resolved.hybrid is not None \
+            and resolved.hybrid.plan.cpu_decode == "int4":
+        cc = c_compiler()
+        # not fatal: without one the server starts and its CPU layers decode on kt-kernel (the adapter says so)
+        checks.append(Check.of("int4-cc", cc is not None, f"C compiler {cc} builds the int4 decode kernel" if cc else
+                               "no C compiler (cc, or $CC) for the int4 decode kernel: the CPU layers would decode on "
+                               "kt-kernel, slower than planned -> install gcc, or --kt-cpu-decode kt",
+                               Exit.BAD_INPUT, fatal=False))
     if p.host_ram_bytes:
         avail = host_ram()          # read again now: the plan's figure may be minutes old
         # the plan's pinned figure (host cache, offloaded weights, the moved embeddings); SGLang's reserve beside it

@@ -95,7 +95,7 @@ def prepare(request: PlanRequest, spec: steps.LaunchSpec, *, assume_gpu: bool = 
     checks = launch_checks.preflight(r, spec, gpu_present=gpu_present, docker_check=docker.check_engine,
                                      host_ram=lambda: host.host_memory()[1], memlock=host.memlock_limit,
                                      port_free=process.port_free, gpu_count=gpu_count or None,
-                                     sglang_import=native_python.probe_sglang)
+                                     sglang_import=native_python.probe_sglang, c_compiler=host.c_compiler)
     return Prepared(r, spec, ids, in_use(snap, ids), native, compose_text, steps.state_paths(spec.name), checks,
                     fit, refused)
 
