@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import time
 from pathlib import Path
 
@@ -92,7 +93,6 @@ def memlock_limit() -> tuple[int | None, int | None]:
 
 def c_compiler() -> str | None:
     """The C compiler a native SGLang server would build the kit's int4 decode kernel with ($CC, else cc), or None."""
-    import shutil
     return shutil.which(os.environ.get("CC") or "cc")
 
 
