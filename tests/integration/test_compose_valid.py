@@ -112,3 +112,36 @@ def test_an_avx2_only_hosts_moe_compose_builds_the_avx2_release_and_passes_the_v
     assert svc["image"] == v.sglang_kt_image_for(v.kt_kernel_avx2_pip) != v.sglang_kt_image
     cmd = svc["command"]
     assert cmd[cmd.index("--kt-method") + 1] == "LLAMAFILE"        # the AVX2 method at the decode goal
+
+
+def test_the_moe_preset_on_a_gptq_int4_checkpoint_passes_the_int4_decode_to_the_container(tmp_path):
+    """The moe preset's kt_cpu_decode auto on a GPTQ-Int4 checkpoint: the rendered compose file gives the KT image's
+    adapter VRAMKIT_KT_CPU_DECODE=int4 beside whole layers, and passes Compose v2; on the preset's FP8 model (the
+    committed file) it does not."""
+    import yaml
+
+    from vramkit import catalog
+    from vramkit.core.plan.planner import Knobs, Target, plan
+    from vramkit.core.render.sglang import compose_yaml, sglang_args
+    from vramkit.launch import hybrid, reference
+    from vramkit.units import GiB
+    model, preset = catalog.model("qwen3-30b-a3b-gptq-int4"), catalog.preset("moe")
+    p = plan(model, Target(gpu=catalog.gpu(reference.GPU), host_ram_available_bytes=int(reference.HOST_RAM_GIB * GiB),
+                           host=hybrid.REFERENCE_HOST), Knobs(**preset.knobs), catalog.engine(),
+             with_alternatives=False)
+    assert p.fits and p.hybrid is not None and p.hybrid.cpu_decode == "int4"
+    kt = hybrid.adapter_for(hybrid.for_plan(p), p).compose_parts("services/sglang-kt")
+    argv = sglang_args(model, p, model_path=model.hf_id, host="0.0.0.0", port=catalog.sglang().port) + kt["args"]
+    text = compose_yaml(project="vramkit-moe-gptq", preset="moe", model=model, gpu_name="rtx-5060-ti-16gb", p=p,
+                        image=kt["image"], argv=argv, gpu_ids=[0], port=catalog.sglang().port,
+                        build_context=kt.get("build_context"), build_args=kt.get("build_args"),
+                        extra_volumes=kt.get("extra_volumes", ()), extra_env=kt.get("extra_env", ()),
+                        source_note="integration test")
+    (tmp_path / "docker-compose.yml").write_text(text)
+    ok, error = compose.validate(tmp_path / "docker-compose.yml", VALIDATION_ENV)
+    assert ok, error
+    env = yaml.safe_load(text)["services"]["sglang"]["environment"]
+    pairs = dict(e.split("=", 1) for e in env) if isinstance(env, list) else env
+    assert pairs["VRAMKIT_KT_CPU_DECODE"] == "int4" and pairs["VRAMKIT_KT_GPU_LAYERS"] == "auto"
+    committed = (REPO / "docker-compose.qwen-moe.yml").read_text()
+    assert "VRAMKIT_KT_CPU_DECODE" not in committed
