@@ -147,10 +147,15 @@ def render_plan(r: Resolved):
                     f"({bytes2human(h.host_experts_bytes)}) + SGLang's own "
                     f"({bytes2human(h.host_sglang_bytes)}, {h.host_sglang_source})"
                     + (f" + the GPU prompt path's pinned copies ({bytes2human(h.host_prefill_bytes)})"
-                       if h.host_prefill_bytes else ""))
+                       if h.host_prefill_bytes else "")
+                    + (f" + the int4 decode's copies ({bytes2human(h.host_int4_bytes)})" if h.host_int4_bytes else "")
+                    + (f" + the token embeddings ({bytes2human(h.host_embed_bytes)}, pinned)" if h.host_embed_bytes
+                       else ""))
         rows.insert(2, ("experts on GPU / CPU", f"{h.num_gpu_experts} / {h.num_experts - h.num_gpu_experts}",
                         f"per MoE layer; CPU: {h.kt_method} on {h.cpuinfer_threads} threads "
-                        f"({h.cpu_cores} cores, {h.cpu_cores_source}), "
+                        + ("(decode batches on the checkpoint's GPTQ-Int4 values, --kt-cpu-decode) "
+                           if h.cpu_decode == "int4" else "")
+                        + f"({h.cpu_cores} cores, {h.cpu_cores_source}), "
                         f"{h.cpu_isa or 'no AVX2'} ({h.cpu_isa_source})"
                         + (f"; as whole layers: the experts of the last {h.gpu_layers} of {h.moe_layers} all on the "
                            "GPU, the others' all on the CPU" if h.gpu_layers else "")))
