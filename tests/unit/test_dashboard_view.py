@@ -152,3 +152,20 @@ def test_budget_lines_per_gpu_of_each_recorded_server():
             {"name": "old", "gpu_indices": [2]}]
     assert budget_lines(recs) == {"0": {"bytes": 15 * GiB, "service": "vramkit-optimized"},
                                   "1": {"bytes": 15 * GiB, "service": "vramkit-optimized"}}
+
+
+def test_a_running_moe_server_replans_with_the_cpu_decode_its_log_says_ran():
+    """kt_cpu_decode is not an SGLang flag: the dashboard reads the adapter's lines in the server log. The committed
+    evidence of the int4 run (moe-vs-llamacpp-int4/r3/) re-plans with the int4 decode, its twin without the variable
+    with kt-kernel's, and a log where the kernel gave up on a layer with kt-kernel's too."""
+    from vramkit.core import sglang_log
+    run = REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/r3"
+    record = {"preset": "moe", "model": "qwen3-30b-a3b-gptq-int4"}
+    for point, want in (("k16-preset-int4", "int4"), ("k16-preset", "kt")):
+        figs = sglang_log.parse((run / f"{point}.evidence.txt").read_text()).values
+        assert planning.running_params(record, None, figs)["kt_cpu_decode"] == want, point
+    gave_up = ("Load weight end. elapsed=40.1 s, type=Qwen3MoeForCausalLM, avail mem=2.07 GB, mem usage=13.24 GB.\n"
+               "vramkit_int4_experts: layer 0: no C compiler (cc) to build int4_experts.c: install gcc, or set CC; "
+               "the CPU layers' decode stays on kt-kernel from here on")
+    figs = sglang_log.parse(gave_up).values
+    assert figs["int4_failed"] == 0 and planning.running_params(record, None, figs)["kt_cpu_decode"] == "kt"

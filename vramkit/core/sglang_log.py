@@ -23,6 +23,8 @@ from vramkit.core.plan.knobs import by_name
 _EMBED_ENV = by_name()["kt_embed_host"].env
 EMBED_MOVED = f"{_EMBED_ENV}=on: embed_tokens"
 EMBED_STAYED = f"{_EMBED_ENV}: "
+INT4_TOOK = r"vramkit_int4_experts: layer \d+: decode batches of <= \d+ tokens on the GPTQ-Int4 values"
+INT4_GAVE_UP = "the CPU layers' decode stays on kt-kernel from here on"
 
 GIB = 1 << 30
 
@@ -42,9 +44,13 @@ _PATTERNS = {
     "max_running_requests": r"max_total_num_tokens=.*?max_running_requests=(\d+)",
     "available_after_start": r"max_total_num_tokens=.*?available_gpu_mem=([\d.]+) GB",
     "embed_moved": re.escape(EMBED_MOVED) + r" \(([\d.]+) GiB\) moved",     # the adapter's line (above)
+    # the adapter's int4 decode kernel took a CPU layer (vramkit_int4_experts.py: one line a layer, its copy's GiB), or
+    # gave up on one (every later layer then stays on kt-kernel)
+    "int4_layer": INT4_TOOK + r" \(([\d.]+) GiB",
+    "int4_failed": r"vramkit_int4_experts: layer (\d+): .*" + re.escape(INT4_GAVE_UP),
 }
 _GIB_KEYS = {"dist_init_mem", "load_begin_avail", "load_end_avail", "weights", "pool_end_avail", "graph_begin_avail",
-             "graph_mem", "graph_end_avail", "available_after_start", "embed_moved"}
+             "graph_mem", "graph_end_avail", "available_after_start", "embed_moved", "int4_layer"}
 
 # Start-up phases in order: (marker in the log, what to tell the user)
 PHASES = [

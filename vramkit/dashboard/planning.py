@@ -110,7 +110,8 @@ def running_params(record: dict, server_info: dict | None, log_figures: dict | N
     """The explorer fields that re-plan a running server: its model and preset from the kit's state
     record, its knobs from SGLang's own /server_info, the free memory SGLang saw when it began loading
     weights from its log ("Load weight begin. avail mem", measured), and from the same log whether the kit's
-    adapter moved the token embeddings to host RAM (kt_embed_host is not an SGLang flag: the log says what ran).
+    adapter moved the token embeddings to host RAM and decoded the CPU layers on its int4 kernel (kt_embed_host and
+    kt_cpu_decode are not SGLang flags: the log says what ran).
     Without that log line the plan is for the card NVML names (`gpu auto` is not used: with the server up,
     NVML's free memory is not the start's)."""
     params: dict[str, Any] = {}
@@ -128,4 +129,7 @@ def running_params(record: dict, server_info: dict | None, log_figures: dict | N
         params["gpu_free_gib"] = figs["load_begin_avail"]
     if figs.get("weights") is not None:      # the load ended: the adapter's line, if any, came before the pool
         params["kt_embed_host"] = "on" if figs.get("embed_moved") is not None else "off"
+        # the CPU layers' decode: the int4 kernel where the adapter said it took them (and gave up on none)
+        params["kt_cpu_decode"] = "int4" if figs.get("int4_layer") is not None and figs.get("int4_failed") is None \
+            else "kt"
     return params
