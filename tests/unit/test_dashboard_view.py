@@ -169,3 +169,4 @@ def test_a_running_moe_server_replans_with_the_cpu_decode_its_log_says_ran():
                "the CPU layers' decode stays on kt-kernel from here on")
     figs = sglang_log.parse(gave_up).values
     assert figs["int4_failed"] == 0 and planning.running_params(record, None, figs)["kt_cpu_decode"] == "kt"
+

@@ -27,6 +27,8 @@ from vramkit.launch import steps
 from vramkit.launch.resolve import resolve
 from vramkit.units import GiB
 
+ROOT = Path(__file__).resolve().parents[2]
+
 REAL_LOG = (Path(__file__).parents[1] / "data" / "sglang-gptq-start.log").read_text()
 
 
@@ -438,3 +440,26 @@ def test_a_native_start_decoding_on_the_int4_kernel_warns_without_a_c_compiler()
     assert checks(int4, "native", "/usr/bin/cc")["int4-cc"].ok
     assert "int4-cc" not in checks(kt_only, "native", None) and "int4-cc" not in checks(int4, "docker", None)
     assert asked == ["native", "native"]
+
+
+def test_vramkit_up_warns_where_the_planned_int4_decode_did_not_run():
+    """After a start, `vramkit up` reads the log: the committed int4 run passes silently; a log where the kernel gave
+    up on a layer, or where the adapter said nothing, gets one warning with the way to plan what runs."""
+    from vramkit import catalog
+    from vramkit.core.plan.planner import Knobs, Target, plan
+    from vramkit.launch import hybrid
+    from vramkit.units import GiB
+    p = plan(catalog.model("qwen3-30b-a3b-gptq-int4"),
+             Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB, host=hybrid.REFERENCE_HOST),
+             Knobs(**catalog.preset("moe").knobs), catalog.engine(), with_alternatives=False)
+    assert p.hybrid is not None and p.hybrid.cpu_decode == "int4"
+    ran = (ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-int4/r3/k16-preset-int4.evidence.txt").read_text()
+    assert steps.int4_warning(p, ran) is None
+    gave_up = ran + ("\nvramkit_int4_experts: layer 3: no C compiler (cc) to build int4_experts.c: install gcc, or set "
+                     "CC; the CPU layers' decode stays on kt-kernel from here on")
+    said = steps.int4_warning(p, gave_up)
+    assert said is not None and said.startswith("the CPU layers' decode is not all on the int4 kernel: layer 3: no C "
+                                                "compiler") and said.endswith("-> `--kt-cpu-decode kt` plans the "
+                                                                              "server as it runs")
+    twin = (ROOT / "benchmarks/results/gpu/moe-vs-llamacpp-int4/r3/k16-preset.evidence.txt").read_text()
+    assert "not on SGLang's path" in (steps.int4_warning(p, twin) or "")

@@ -150,6 +150,24 @@ def embed_warning(plan, log_text: str) -> str | None:
             + f" against the plan's {plan.kv_pool_tokens:,} -> `--kt-embed-host off` plans the server as it runs")
 
 
+def int4_warning(plan, log_text: str) -> str | None:
+    """Where the plan decodes the CPU layers on the kit's int4 kernel (kt_cpu_decode) but the started server's log
+    does not show it taking them: what happened (the adapter's own line, or that it did not report) and what that
+    means (None: as planned, or nothing planned). The adapter leaves those layers on kt-kernel rather than fail the
+    load (vramkit_int4_experts.py), so the server decodes slower than the plan's estimate."""
+    h = plan.hybrid
+    if h is None or h.cpu_decode != "int4":
+        return None
+    figures = sglang_log.parse(log_text).values
+    if figures.get("int4_layer") is not None and figures.get("int4_failed") is None:
+        return None
+    gave_up = next((ln.split("vramkit_int4_experts: ", 1)[1].strip() for ln in log_text.splitlines()
+                    if sglang_log.INT4_GAVE_UP in ln), None)
+    why = gave_up or "the kit's adapter did not report the int4 kernel (it is not on SGLang's path)"
+    return (f"the CPU layers' decode is not all on the int4 kernel: {why}; it decodes slower than the plan's "
+            f"~{h.decode_tok_s:.0f} tok/s -> `--kt-cpu-decode kt` plans the server as it runs")
+
+
 def warm_up(client, spec: LaunchSpec, vocab_size: int) -> list[float]:
     """A few short generations so the first user request does not pay one-time costs."""
     lat = []

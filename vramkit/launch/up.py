@@ -166,8 +166,10 @@ def start(prep: Prepared, *, say: Callable[[str], None], on_phase: Callable[[str
                                   last_start_s=last_start_seconds(key))
         save_start_seconds(key, took)
         say(f"healthy after {took:.0f} s")
-        if (stayed := steps.embed_warning(r.plan, read_log())) is not None:
-            say(f"[yellow]warning[/yellow]: {stayed}")
+        log_now = read_log()
+        for warned in (steps.embed_warning(r.plan, log_now), steps.int4_warning(r.plan, log_now)):
+            if warned is not None:
+                say(f"[yellow]warning[/yellow]: {warned}")
         lat = steps.warm_up(client, spec, r.model.vocab_size)
         say("warm-up: " + ", ".join(f"{x * 1000:.0f} ms" for x in lat))
     except BaseException:
