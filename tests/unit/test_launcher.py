@@ -448,7 +448,6 @@ def test_vramkit_up_warns_where_the_planned_int4_decode_did_not_run():
     from vramkit import catalog
     from vramkit.core.plan.planner import Knobs, Target, plan
     from vramkit.launch import hybrid
-    from vramkit.units import GiB
     p = plan(catalog.model("qwen3-30b-a3b-gptq-int4"),
              Target(gpu=catalog.gpu("rtx-5060-ti-16gb"), host_ram_available_bytes=64 * GiB, host=hybrid.REFERENCE_HOST),
              Knobs(**catalog.preset("moe").knobs), catalog.engine(), with_alternatives=False)
