@@ -43,12 +43,24 @@ def vi():
         yield vramkit_int4_experts, vramkit_gpu_prefill
 
 
+def _cflags(flags: tuple[str, ...]) -> tuple[str, ...]:
+    return ("-O2", *flags, "-shared", "-fPIC", "-pthread")
+
+
 @pytest.fixture(scope="module")
-def libs(vi, tmp_path_factory):
+def lib_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("int4lib")
+
+
+@pytest.fixture(scope="module")
+def libs(vi, lib_dir):
+    """Each build this CPU runs, compiled side by side (a compiler process each)."""
+    from concurrent.futures import ThreadPoolExecutor
     mod, _ = vi
-    out = tmp_path_factory.mktemp("int4lib")
-    return {isa: mod.Lib(mod.build(out, cflags=("-O2", *flags, "-shared", "-fPIC", "-pthread"), cc=CC))
-            for isa, flags, runs in VARIANTS if runs}
+    runnable = [(isa, flags) for isa, flags, runs in VARIANTS if runs]
+    with ThreadPoolExecutor(len(runnable)) as pool:
+        paths = list(pool.map(lambda v: mod.build(lib_dir, cflags=_cflags(v[1]), cc=CC), runnable))
+    return {isa: mod.Lib(path) for (isa, _), path in zip(runnable, paths, strict=True)}
 
 
 E, K, H, INTER, G = 8, 3, 256, 128, 64      # a small layer: whole strips of 16, groups of 64
@@ -170,11 +182,13 @@ def test_the_setting_takes_kt_or_int4_and_says_what_else_means(vi):
                             "int4 (the GPTQ-Int4 values as they are (int4_experts.c))")
 
 
-def test_a_missing_compiler_is_one_line_and_a_build_is_reused(vi, tmp_path, libs):
+def test_a_missing_compiler_is_one_line_and_a_build_is_reused(vi, tmp_path, libs, lib_dir):
     mod, _ = vi
     with pytest.raises(ValueError, match=r"^no C compiler \(/no/such/cc\) to build int4_experts.c: install gcc"):
-        mod.build(tmp_path, cc="/no/such/cc")
-    first = mod.build(tmp_path / "lib", cflags=("-O0", "-shared", "-fPIC", "-pthread"), cc=CC)
-    mtime = first.stat().st_mtime_ns
-    assert mod.build(tmp_path / "lib", cflags=("-O0", "-shared", "-fPIC", "-pthread"), cc=CC) == first
-    assert first.stat().st_mtime_ns == mtime and first.parent.stat().st_mode & 0o077 == 0
+        mod.build(tmp_path / "cache", cc="/no/such/cc")
+    assert (tmp_path / "cache").stat().st_mode & 0o077 == 0      # the kit's cache folder: its owner's alone
+    built = sorted(lib_dir.glob("libvramkit_int4_experts-*.so"))
+    assert len(built) == len(libs)                     # one file a build, named by the source, flags and CPU
+    mtimes = [b.stat().st_mtime_ns for b in built]
+    again = mod.build(lib_dir, cflags=_cflags(VARIANTS[-1][1]), cc=CC)     # the generic build, asked again
+    assert again in built and [b.stat().st_mtime_ns for b in built] == mtimes
