@@ -192,3 +192,41 @@ def test_a_missing_compiler_is_one_line_and_a_build_is_reused(vi, tmp_path, libs
     mtimes = [b.stat().st_mtime_ns for b in built]
     again = mod.build(lib_dir, cflags=_cflags(VARIANTS[-1][1]), cc=CC)     # the generic build, asked again
     assert again in built and [b.stat().st_mtime_ns for b in built] == mtimes
+
+
+def test_calls_from_several_threads_at_once_give_each_its_own_result(vi, libs):
+    """Host functions of two CUDA streams may run on two driver threads: the pool takes one call at a time, so four
+    threads calling at once (ctypes lets go of the GIL) get what each gets alone, and none waits for ever. (Without
+    the lock one call in ~800 of this came out wrong on the dev host: this run may not catch that; it holds the lock
+    to giving every call its own result.)"""
+    import threading
+    mod, gp = vi
+    lib = libs["generic"]
+    kern = mod.Kernel(lib, 2, report_every=0, pin=False)
+    h, inter = 1024, 512                      # calls of ~a millisecond, so the two threads' calls overlap
+    layer = kern.layer(gp.dummy_gptq(4, h, inter, E, G), E, K, h, inter, G)
+    rng = np.random.default_rng(5)
+    batches = [(rng.standard_normal((n, h)).astype(np.float32),
+                np.stack([rng.choice(E, K, replace=False) for _ in range(n)]).astype(np.int32),
+                rng.random((n, K)).astype(np.float32)) for n in (1, 2, 3, 4)]
+    outs = [np.zeros((len(b[0]), h), np.float32) for b in batches]
+    jobs = [kern.job(layer, len(x), x.ctypes.data, ids.ctypes.data, w.ctypes.data, o.ctypes.data)
+            for (x, ids, w), o in zip(batches, outs, strict=True)]
+    alone = []
+    for job, o in zip(jobs, outs, strict=True):
+        lib.v4_run(job)
+        alone.append(o.copy())
+
+    wrong: list[int] = []
+
+    def hammer(job, out, want):
+        for _ in range(50):
+            out.fill(np.nan)                 # each call must write its whole output again
+            lib.v4_run(job)
+            wrong.append(int(not np.array_equal(out, want)))
+    threads = [threading.Thread(target=hammer, args=args) for args in zip(jobs, outs, alone, strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wrong) == 200 and sum(wrong) == 0

@@ -145,6 +145,7 @@ typedef struct v4_pool {
     unit_fn fn;
     void *arg;
     int units;
+    pthread_mutex_t run_lock;   // one call at a time: host functions of two streams may run on two driver threads
     // statistics for the server log: every call, and a window of report_every calls (compute time, and the time
     // from one call's end to the next call's start where under 50 ms: the GPU's share between two CPU layers)
     long calls, report_every, win_calls, win_gaps;
@@ -212,6 +213,7 @@ v4_pool *v4_pool_new(int n_threads, const int *cpus, long report_every) {
     if (!p) return NULL;
     p->n_workers = n_threads - 1;
     p->report_every = report_every;
+    pthread_mutex_init(&p->run_lock, NULL);
     p->threads = calloc((size_t) p->n_workers + 1, sizeof *p->threads);
     p->cpus = calloc((size_t) p->n_workers + 1, sizeof *p->cpus);
     for (int i = 0; i < p->n_workers; i++) p->cpus[i] = cpus ? cpus[i] : -1;
@@ -244,6 +246,7 @@ void v4_pool_free(v4_pool *p) {
     atomic_fetch_add(&p->gen, 1);
     futex_wake(&p->gen);
     for (int i = 0; i < p->n_workers; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->run_lock);
     free(p->threads);
     free(p->cpus);
     free(p);
@@ -557,6 +560,7 @@ void v4_run(void *arg) {
     v4_layer *L = j->L;
     v4_pool *p = L->pool;
     const int n = j->n, K = L->K, E = L->E;
+    pthread_mutex_lock(&p->run_lock);
     double t0 = now_ms();
     // the distinct experts of the batch, in order of first use, and the slots naming each (counting sort)
     for (int e = 0; e < E; e++) j->emap[e] = -1;
@@ -604,4 +608,5 @@ void v4_run(void *arg) {
         p->win_calls = p->win_gaps = 0;
         p->win_ms = p->win_gap_ms = 0.0;
     }
+    pthread_mutex_unlock(&p->run_lock);
 }
