@@ -230,3 +230,23 @@ def test_calls_from_several_threads_at_once_give_each_its_own_result(vi, libs):
     for t in threads:
         t.join()
     assert len(wrong) == 200 and sum(wrong) == 0
+
+
+def test_a_cpu_layer_is_drawn_once_for_the_gpu_prompt_path_and_the_int4_kernel(vi, monkeypatch):
+    """Both take each CPU layer's raw GPTQ tensors: the second gets the first's (one draw, ~1 s a layer of the coder;
+    one read of a real checkpoint) until the adapter releases the layer; another layer is drawn afresh."""
+    mod, gp = vi
+    drawn: list[int] = []
+    real = gp.dummy_gptq
+    monkeypatch.setattr(gp, "dummy_gptq", lambda i, *a: drawn.append(i) or real(i, *a))
+    hf = {"hidden_size": H, "moe_intermediate_size": INTER, "num_experts": E,
+          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": G}}
+    order = list(range(E))
+    gp.release()
+    first = gp.gptq_layer(7, order, H, INTER, E, G)                   # as the GPU prompt path asks for it
+    assert mod.raw_layer(hf, "/nowhere", True, 7, order, last=False) is first and drawn == [7]
+    gp.release()
+    assert mod.raw_layer(hf, "/nowhere", True, 7, order, last=False) is not first and drawn == [7, 7]
+    mod.raw_layer(hf, "/nowhere", True, 8, order, last=True)
+    assert drawn == [7, 7, 8]
+    gp.release()

@@ -294,6 +294,29 @@ def dummy_gptq(layer_idx: int, hidden: int, inter: int, experts: int, group: int
             for name, (shape, dtype) in shapes(hidden, inter, experts, group).items()}
 
 
+_LAYER: dict = {}     # one CPU layer's raw GPTQ tensors while its consumers take them (release() drops them)
+
+
+def gptq_layer(layer_idx: int, order: list[int], hidden: int, inter: int, experts: int, group: int,
+               read=None) -> dict:
+    """One CPU layer's raw GPTQ tensors (shapes()): `read` from the checkpoint (assemble), or a dummy load's draw
+    (read None). The GPU prompt path and the int4 decode kernel (vramkit_int4_experts.py) both take each CPU layer's:
+    the second gets what the first read or drew (0.29 GiB a layer of the coder, ~1 s to draw), until the adapter
+    releases the layer."""
+    key = (layer_idx, tuple(order), read is None)
+    if _LAYER.get("key") != key:
+        _LAYER.clear()
+        raw = dummy_gptq(layer_idx, hidden, inter, experts, group) if read is None else \
+            assemble(read, f"model.layers.{layer_idx}.mlp", order)
+        _LAYER.update(key=key, raw=raw)
+    return _LAYER["raw"]
+
+
+def release() -> None:
+    """Drop the layer gptq_layer holds (the adapter calls it once the layer's consumers have their copies)."""
+    _LAYER.clear()
+
+
 class Reader:
     """Tensors by name from a checkpoint folder's safetensors files (the index's weight map, else every file). A file
     is opened when one of its tensors is first read and stays open until close(): an open file keeps the pages read
@@ -447,9 +470,8 @@ class GpuPrefill:
     def _gptq_layer(self, layer_idx: int, order: list[int]) -> dict:
         """The layer's raw GPTQ tensors (the checkpoint's layout, before the repack): read, or random for a dummy
         load in SGLang's dummy range (the repack then treats them as a real load's)."""
-        if not self.dummy:
-            return assemble(self._reader_for(), f"model.layers.{layer_idx}.mlp", order)
-        return dummy_gptq(layer_idx, self.hidden, self.inter, self.experts, self.group)
+        return gptq_layer(layer_idx, order, self.hidden, self.inter, self.experts, self.group,
+                          None if self.dummy else self._reader_for())
 
     def _fp8_layer(self, layer_idx: int, order: list[int], copy: bool = True) -> dict:
         """The layer's block-FP8 tensors as SGLang's GPU layers hold them (no repack on CUDA): read, or random for a

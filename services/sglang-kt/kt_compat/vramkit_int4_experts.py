@@ -124,7 +124,6 @@ class Lib:
         "v4_run": (None, [P]),
         "v4_isa": (ctypes.c_char_p, []),
         "v4_max_tokens": (ctypes.c_int, []),
-        "v4_stats": (None, [P, ctypes.POINTER(ctypes.c_long), ctypes.POINTER(ctypes.c_double)]),
     }
 
     def __init__(self, path: str | Path):
@@ -155,37 +154,27 @@ class Kernel:
         if not self.pool:
             raise ValueError(f"the int4 kernel's pool of {threads} threads did not start")
         self.threads = lib.v4_pool_threads(self.pool)
-        self.layers: list[int] = []
 
     def layer(self, raw: dict, experts: int, used: int, hidden: int, inter: int, group: int) -> int:
         """A layer from its raw GPTQ tensors (vramkit_gpu_prefill.shapes: w13/w2 qweight int32, scales float16, as
         SGLang's FusedMoE holds them before its repack; experts in the server's physical order)."""
         import torch
-        want = {"w13_qweight": ((experts, hidden // 8, 2 * inter), torch.int32),
-                "w2_qweight": ((experts, inter // 8, hidden), torch.int32),
-                "w13_scales": ((experts, hidden // group, 2 * inter), torch.float16),
-                "w2_scales": ((experts, inter // group, hidden), torch.float16)}
+        import vramkit_gpu_prefill as gp
         t = {}
-        for name, (shape, dtype) in want.items():
-            v = raw[name]
-            if tuple(v.shape) != shape or v.dtype != dtype:
-                raise ValueError(f"{name} is {tuple(v.shape)} {v.dtype}, the layer's is {shape} {dtype}")
+        for name, (shape, dtype) in gp.shapes(hidden, inter, experts, group).items():
+            v, want = raw[name], getattr(torch, dtype)
+            if tuple(v.shape) != shape or v.dtype != want:
+                raise ValueError(f"{name} is {tuple(v.shape)} {v.dtype}, the layer's is {shape} {want}")
             t[name] = v.contiguous()
         ptr = self.lib.v4_layer_new(self.pool, experts, used, hidden, inter, group)
         if not ptr:
             raise ValueError("could not allocate an int4 layer (host RAM, or a shape of no whole strips)")
         self.lib.v4_layer_set(ptr, *(t[k].data_ptr() for k in ("w13_qweight", "w13_scales", "w2_qweight",
                                                                "w2_scales")))
-        self.layers.append(ptr)
         return ptr
 
     def job(self, layer: int, n: int, x: int, ids: int, w: int, out: int) -> int:
         return self.lib.v4_job_new(layer, n, x, ids, w, out)
-
-    def stats(self) -> tuple[int, float]:
-        calls, ms = ctypes.c_long(), ctypes.c_double()
-        self.lib.v4_stats(self.pool, ctypes.byref(calls), ctypes.byref(ms))
-        return calls.value, ms.value
 
 
 _KERNEL: list[Kernel] = []
@@ -200,18 +189,16 @@ def kernel(threads: int) -> Kernel:
 
 def raw_layer(hf: dict, model_path: str, dummy: bool, layer_idx: int, order: list[int], last: bool) -> dict:
     """One CPU layer's raw GPTQ tensors: read from the checkpoint (its files closed after the last CPU layer), or a
-    dummy load's, drawn as the GPU prompt path draws them."""
+    dummy load's draw; the GPU prompt path's where it took the layer first (vramkit_gpu_prefill.gptq_layer)."""
     import vramkit_gpu_prefill as gp
     hidden, inter, experts = int(hf["hidden_size"]), int(hf["moe_intermediate_size"]), int(hf["num_experts"])
     group = int(hf["quantization_config"].get("group_size", 128))
-    if dummy:
-        return gp.dummy_gptq(layer_idx, hidden, inter, experts, group)
-    if not _READER:
+    if not dummy and not _READER:
         _READER.append(gp.Reader(model_path))
     try:
-        return gp.assemble(_READER[0], f"model.layers.{layer_idx}.mlp", order)
+        return gp.gptq_layer(layer_idx, order, hidden, inter, experts, group, None if dummy else _READER[0])
     finally:
-        if last:
+        if last and _READER:
             _READER[0].close()
 
 

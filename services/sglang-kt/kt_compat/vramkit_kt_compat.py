@@ -289,6 +289,8 @@ def patch_sglang_kt(module, spec: str) -> None:
                         int4_state["failed"] = str(exc)
                         print(f"vramkit_int4_experts: layer {self.kt_config.layer_idx}: {exc}; the CPU layers' "
                               "decode stays on kt-kernel from here on", file=sys.stderr, flush=True)
+            import vramkit_gpu_prefill
+            vramkit_gpu_prefill.release()     # the layer's raw GPTQ tensors, once both consumers have their copies
             if os.environ.get(GGML_ENV):      # opt-in: decode batches on llama.cpp's CPU kernels
                 import vramkit_ggml_experts
                 from sglang.srt.server_args import get_global_server_args
