@@ -1006,15 +1006,19 @@ if has poolcheck; then  # points at a card size no earlier run had (20 GiB), the
   listed kt-prompts "$POOLS" && kit k20-kt-prompts 20 "$SHORT" -- $KITGP --kt-gpu-prefill 0
   listed fp8 "$POOLS" && kit k20-fp8-preset 20 "$SHORT" -- $KITF8
 fi
-if has int4bench; then  # the int4 kernel alone beside kt-kernel's AMXINT8 (no server; ~3 min with setup): STAGE=.stage-p
-  # STEPS="setup int4bench"
-  timeout 300 python3 benchmarks/gpu/int4_experts_bench.py --threads "12,8,6,4,$PHYS" --batches 1,4 \
+int4_alone() {  # THREADS: the int4 kernel alone (no server) at these thread counts, then kt-kernel's AMXINT8 beside
+  # it at 12 (the plan's KT threads), each into $RES
+  timeout 300 python3 benchmarks/gpu/int4_experts_bench.py --threads "$1" --batches 1,4 \
     --out "$RES/int4-bench.json" > "$RES/logs/int4-bench.txt" 2>&1
   step "int4 kernel alone: $(grep -h '"threads": 12' "$RES/logs/int4-bench.txt" | head -c 400)"
   timeout 300 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8 --threads 12 --gpu-experts 0 --tokens 16 \
     --prefill 0 --out "$RES/kt-amxint8-bench.json" > "$RES/logs/kt-amxint8-bench.txt" 2>&1
   step "kt-kernel AMXINT8 alone (48 whole CPU layers a token): $(tail -c 300 "$RES/logs/kt-amxint8-bench.txt")"
   pack
+}
+if has int4bench; then  # the int4 kernel alone beside kt-kernel's AMXINT8 (no server; ~3 min with setup): STAGE=.stage-p
+  # STEPS="setup int4bench"
+  int4_alone "12,8,6,4,$PHYS"
 fi
 if has int4isa; then  # the int4 kernel's AVX2 build forced beside this CPU's own, no server (~3 min with setup): the
   # speed an AVX2-only desktop's kernel has on these cores and this memory (other kernels, same host): STAGE=.stage-p
@@ -1032,13 +1036,7 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   # without it, one machine; lint4 adds llama.cpp's pair (~20 min with the builds; kint4 ~12). Written 2026-11-29,
   # thirtieth session. DUMMY_BY_NAME=1 as the main table's points
   # INT4_BENCH=0: the servers alone (a second run on the same machine, REPEAT=3)
-  [ "${INT4_BENCH:-1}" = 1 ] && timeout 300 python3 benchmarks/gpu/int4_experts_bench.py --threads "12,8,4,$PHYS" --batches 1,4 \
-    --out "$RES/int4-bench.json" > "$RES/logs/int4-bench.txt" 2>&1
-  step "int4 kernel alone: $(grep -h '"threads": 12' "$RES/logs/int4-bench.txt" | head -c 400)"
-  [ "${INT4_BENCH:-1}" = 1 ] && timeout 300 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8 --threads 12 --gpu-experts 0 --tokens 16 \
-    --prefill 0 --out "$RES/kt-amxint8-bench.json" > "$RES/logs/kt-amxint8-bench.txt" 2>&1
-  step "kt-kernel AMXINT8 alone (48 whole CPU layers a token): $(tail -c 300 "$RES/logs/kt-amxint8-bench.txt")"
-  pack
+  [ "${INT4_BENCH:-1}" = 1 ] && int4_alone "12,8,4,$PHYS"
   ballast 16
   kit k16-preset-int4 16 "$FULL" --env VRAMKIT_KT_CPU_DECODE=int4 -- $KITGP
   kit k16-preset 16 "$FULL" -- $KITGP
