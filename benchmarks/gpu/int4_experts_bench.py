@@ -29,7 +29,6 @@ import vramkit_gpu_prefill as gp  # noqa: E402
 import vramkit_int4_experts as vi  # noqa: E402
 
 E, H, INTER, TOPK, GROUP = 128, 2048, 768, 8, 128
-ISA_FLAGS = {"native": ("-march=native",), "avx2": ("-mavx2", "-mfma", "-mf16c")}
 
 
 def expert_bytes() -> int:
@@ -44,11 +43,11 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--calls", type=int, default=240)
     ap.add_argument("--lib-dir", default=None)
-    ap.add_argument("--isa", choices=sorted(ISA_FLAGS), default="native",
+    ap.add_argument("--isa", choices=sorted(vi.ISA_FLAGS), default="native",
                     help="the build: this CPU's own (-march=native), or AVX2 forced (what an AVX2-only desktop runs)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    lib = vi.Lib(vi.build(a.lib_dir, cflags=("-O3", *ISA_FLAGS[a.isa], "-shared", "-fPIC", "-pthread")))
+    lib = vi.Lib(vi.build(a.lib_dir, cflags=vi.cflags({vi.ISA_ENV: a.isa})))
     rng = np.random.default_rng(0)
     raws = [gp.dummy_gptq(i, H, INTER, E, GROUP) for i in range(a.layers)]
     rows = []

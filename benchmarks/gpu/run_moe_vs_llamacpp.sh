@@ -987,8 +987,12 @@ if has realload-gptq; then  # the same for the GPTQ-Int4 preset (written 2026-11
   # a random GPTQ-Int4 checkpoint of the coder's shape from Qwen's release config (make_random_checkpoint.py --format
   # gptq, 16.9 GB: its GPU layers on marlin from disk, its CPU layers' experts read by the prompt path's reader), the
   # AMXINT8 layout beside it as setup writes it, then the preset on dummy weights of the same config (~12 min with
-  # setup and the JIT cache): DUMMY_BY_NAME=1 STAGE=.stage-p STEPS="setup realload-gptq"
+  # setup and the JIT cache): DUMMY_BY_NAME=1 STAGE=.stage-p STEPS="setup realload-gptq". The preset decodes the CPU
+  # layers on the int4 kernel since (--kt-cpu-decode auto), so the real point also reads its raw GPTQ tensors from
+  # these files. After lint4 on the same machine: the Q4_K_M GGUF (18.5 GB) goes first, or the disk cannot hold the
+  # checkpoint beside KT's AMXINT8 layout (29 GB)
   GQC=$CK/gptq-48l
+  [ -f $GQC/model.safetensors.index.json ] || rm -f $GGUF
   [ -f $GQC/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $GQ $GQC --format gptq \
     > $RES/gptq-48l.json 2> $RES/logs/gptq-48l.err
   step "48-layer GPTQ-Int4 checkpoint: $(tail -c 300 $RES/gptq-48l.json 2>/dev/null) ($(elapsed) s)"
@@ -1035,11 +1039,16 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   # alone beside kt-kernel's AMXINT8 (no server, 12 threads as the plan's KT threads), then the preset with it and
   # without it, one machine; lint4 adds llama.cpp's pair (~20 min with the builds; kint4 ~12). Written 2026-11-29,
   # thirtieth session. DUMMY_BY_NAME=1 as the main table's points
-  # INT4_BENCH=0: the servers alone (a second run on the same machine, REPEAT=3)
+  # INT4_BENCH=0: the servers alone (a second run on the same machine, REPEAT=3). The preset takes int4 on its own
+  # since (--kt-cpu-decode auto): each point names its decode. INT4_AVX2=1 (the default; written 2026-11-29,
+  # thirty-first session) adds the int4 kernel's AVX2 build forced in the server (VRAMKIT_INT4_ISA=avx2: an AVX2-only
+  # desktop's decode kernel on these cores and this memory; kt-kernel's prompt chunks stay on its AMX build)
   [ "${INT4_BENCH:-1}" = 1 ] && int4_alone "12,8,4,$PHYS"
   ballast 16
-  kit k16-preset-int4 16 "$FULL" --env VRAMKIT_KT_CPU_DECODE=int4 -- $KITGP
-  kit k16-preset 16 "$FULL" -- $KITGP
+  kit k16-preset-int4 16 "$FULL" -- $KITGP --kt-cpu-decode int4
+  kit k16-preset 16 "$FULL" -- $KITGP --kt-cpu-decode kt
+  [ "${INT4_AVX2:-1}" = 1 ] && kit k16-preset-int4-avx2 16 "$FULL" --env VRAMKIT_INT4_ISA=avx2 -- $KITGP \
+    --kt-cpu-decode int4
   if has lint4; then lpair 16 11; fi
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml

@@ -182,6 +182,18 @@ def test_the_setting_takes_kt_or_int4_and_says_what_else_means(vi):
                             "int4 (the GPTQ-Int4 values as they are (int4_experts.c))")
 
 
+def test_the_isa_override_compiles_the_avx2_build_or_refuses_in_one_line(vi):
+    """VRAMKIT_INT4_ISA=avx2 gives the flags of the AVX2 build checked above (an AVX2-only desktop's, forced on a
+    bigger CPU for its speed); unset is this CPU's own; another name is refused before anything compiles."""
+    mod, _ = vi
+    assert mod.cflags({}) == mod.CFLAGS and "-march=native" in mod.cflags({mod.ISA_ENV: " native "})
+    avx2 = mod.cflags({mod.ISA_ENV: "avx2"})
+    assert set(VARIANTS[1][1]) <= set(avx2) and not any(f.startswith("-march") for f in avx2)
+    with pytest.raises(ValueError) as e:
+        mod.cflags({mod.ISA_ENV: "avx512"})
+    assert str(e.value) == f"{mod.ISA_ENV}='avx512': give native or avx2"
+
+
 def test_a_missing_compiler_is_one_line_and_a_build_is_reused(vi, tmp_path, libs, lib_dir):
     mod, _ = vi
     with pytest.raises(ValueError, match=r"^no C compiler \(/no/such/cc\) to build int4_experts.c: install gcc"):

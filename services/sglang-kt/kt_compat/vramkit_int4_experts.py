@@ -12,7 +12,9 @@ lossless as the GPU's against the checkpoint (kt-kernel's AMXINT8 requantizes th
 The library is compiled at the first CPU layer with the host's C compiler (``$CC`` or cc, ``-O3 -march=native``:
 AVX-512, AVX2 or the compiler's generic vectors, the server log says which) into ``VRAMKIT_INT4_LIB_DIR`` (default
 ``$XDG_CACHE_HOME/vramkit`` or ``~/.cache/vramkit``), named by a digest of the source, the flags and this CPU's model
-and flags, so a rebuild happens only when one of them changes. Its pool has ``VRAMKIT_INT4_THREADS`` threads
+and flags, so a rebuild happens only when one of them changes. ``VRAMKIT_INT4_ISA=avx2`` compiles the AVX2 build
+instead of this CPU's own (what an AVX2-only desktop runs, measured on an AVX-512 host's cores; ``native``, the default,
+is -march=native). Its pool has ``VRAMKIT_INT4_THREADS`` threads
 (--kt-cpuinfer's count unless set): the caller (CUDA's host-function thread) and the rest pinned one to a CPU of the
 process's affinity, first ones first, as kt-kernel pins its workers (whose pool sleeps during decode: it gets no
 decode batch).
@@ -42,7 +44,9 @@ LIB_ENV = "VRAMKIT_INT4_LIB_DIR"
 THREADS_ENV = "VRAMKIT_INT4_THREADS"
 MAX_TOKENS_ENV = "VRAMKIT_INT4_MAX_TOKENS"
 SOURCE = Path(__file__).with_name("int4_experts.c")
-CFLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-pthread")
+ISA_ENV = "VRAMKIT_INT4_ISA"
+ISA_FLAGS = {"native": ("-march=native",), "avx2": ("-mavx2", "-mfma", "-mf16c")}   # the build each name compiles
+CFLAGS = ("-O3", *ISA_FLAGS["native"], "-shared", "-fPIC", "-pthread")
 REPORT_EVERY = 1024     # a server-log line every 1,024 layer calls: the kernel's time a call and the gap between calls
 DECODES = {"kt": "kt-kernel's method (--kt-method)", "int4": "the GPTQ-Int4 values as they are (int4_experts.c)"}
 
@@ -69,6 +73,14 @@ def unsupported(hf: dict, deferred: int) -> str | None:
     if group % 8 or hidden % 16 or inter % 16 or hidden % group or inter % group:
         return f"hidden {hidden} / intermediate {inter} are not whole strips of 16 and groups of {group}"
     return None
+
+
+def cflags(environ: dict | None = None) -> tuple[str, ...]:
+    """The compiler flags VRAMKIT_INT4_ISA asks for (native unless set); ValueError in one line for another name."""
+    isa = (os.environ if environ is None else environ).get(ISA_ENV, "").strip() or "native"
+    if isa not in ISA_FLAGS:
+        raise ValueError(f"{ISA_ENV}={isa!r}: give " + " or ".join(ISA_FLAGS))
+    return ("-O3", *ISA_FLAGS[isa], "-shared", "-fPIC", "-pthread")
 
 
 def _cpu_id() -> str:
@@ -183,7 +195,7 @@ _READER: list = []
 
 def kernel(threads: int) -> Kernel:
     if not _KERNEL:
-        _KERNEL.append(Kernel(Lib(build()), threads))
+        _KERNEL.append(Kernel(Lib(build(cflags=cflags())), threads))
     return _KERNEL[0]
 
 
