@@ -78,7 +78,8 @@ Q4 = Pairing("moe-vs-llamacpp", "llama-{b}", "a Q4_K_M-typed GGUF (tools/make_ra
               "16:k16-gptq-layers", "16:k16-gptq-layers-defer2", "16:k16-wna16-defer2", "16:k16-wna16-layers",
               "16:k16-wna16-layers-defer2",
               "16:k16-wna16-layers-t12", "16:k16-wna16-layers-t12-defer2", "16:k16-marlin-layers-t12",
-              "16:k16-preset", "16:k16-kt-prompts", "16:k16-preset-int4"))
+              "16:k16-preset", "16:k16-kt-prompts", "16:k16-preset-int4",
+              "16:k16-preset-int4-avx2"))
 # the 8-bit class (benchmarks/results/gpu/peer-accuracy/): the kit's FP8 GPU experts + AMXINT8 CPU experts, no deferral,
 # against llama.cpp on a Q8_0 file (run_moe_vs_llamacpp.sh STEPS="setup llama-q8", since 2026-11-28 "setup lprefill8")
 Q8 = Pairing("moe-vs-llamacpp-q8", "llama-q8-{b}", "a Q8_0 GGUF (tools/make_random_gguf.py --type Q8_0, 30.3 GiB)",
@@ -178,9 +179,13 @@ INT4_DECODE_WORDS = ("the CPU layers' decode on their GPTQ-Int4 values as the ch
                      "int4_experts.c), longer chunks on kt-kernel's")
 
 
-def cpu_decode(env: list[str] | None) -> str:
-    """What computed a point's CPU layers' decode batches: kt-kernel (its --kt-method), or the adapter's int4 kernel."""
-    return "int4" if INT4_DECODE in (env or []) else "kt"
+def cpu_decode(env: list[str] | None, up_args: list[str] | None = None) -> str:
+    """What computed a point's CPU layers' decode batches: kt-kernel (its --kt-method), or the adapter's int4 kernel
+    (the server's environment said so, or `vramkit up --kt-cpu-decode int4` did, as every point since the preset's
+    auto took it)."""
+    args = up_args or []
+    flag = next((args[i + 1] for i in range(len(args) - 2, -1, -1) if args[i] == "--kt-cpu-decode"), None)
+    return "int4" if INT4_DECODE in (env or []) or flag == "int4" else "kt"
 
 
 def disturbed(res: Path, name: str, budget: int) -> str | None:

@@ -203,6 +203,16 @@ def kt_threads(point: dict) -> int | None:
     return _server_setting(point, "kt_cpuinfer")
 
 
+def decode_of(p: dict, best: dict) -> dict:
+    """What decoded another point's CPU layers, where the int4 kernel is in the session (its build where forced by
+    VRAMKIT_INT4_ISA): kt-kernel's method or the int4 kernel; nothing for sessions without it."""
+    dec = {q["name"]: cpu_decode(q["env"], q["vramkit_up_args"]) for q in (p, best) if q["kt_method"]}
+    if "int4" not in dec.values():
+        return {}
+    isa = next((e.split("=", 1)[1] for e in p["env"] or [] if e.startswith("VRAMKIT_INT4_ISA=")), None)
+    return {"cpu_decode": dec.get(p["name"], "kt"), **({"int4_isa": isa} if isa else {})}
+
+
 def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
     kits = [p for p in (kit_point(res, n) for n in pairing.kits(budget)) if p and not disturbed(res, p["name"], budget)]
     full = [p for p in kits if all(p["figures"][k] for k in METRICS)]
@@ -261,11 +271,11 @@ def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
                          "gpu_layers": gpu_layers(k),
                          "kt_cpuinfer": kt_threads(k) if k["kt_method"] else 0, "kt_method": k["kt_method"],
                          # the adapter's int4 kernel for the CPU layers' decode (absent: kt-kernel's method)
-                         **({"cpu_decode": "int4"} if k["kt_method"] and cpu_decode(k["env"]) == "int4" else {}),
+                         **({"cpu_decode": "int4"} if k["kt_method"] and cpu_decode(k["env"], k["vramkit_up_args"]) == "int4" else {}),
                          "gpu_expert_dtype": k["gpu_expert_dtype"], "activations": k["activations"]},
             "start_s": k["start_s"], "peak_vram_bytes": k["peak_vram_bytes"],
             "host_rss_after_start_bytes": k["host_rss_after_start_bytes"], "log_figures_gib": k["log_figures_gib"],
-            "other_points": [{"point": p["name"], **p["figures"],
+            "other_points": [{"point": p["name"], **p["figures"], **decode_of(p, k),
                               **({"failed": f} if (f := failed_requests(res / f"{p['name']}.probe.json")) else {})}
                              for p in kits if p is not k]}
     if lb_which:
@@ -388,7 +398,11 @@ def markdown(c: dict) -> str:
                         f"; every expert on the GPU ({s['gpu_expert_dtype']}): the plan holds them all beside the "
                         "pool and drops the hybrid mode (no kt-kernel, no CPU round trip)"))
         for p in k.get("other_points", []):
-            lines.append(f"  - also measured, {p['point']}: decode {fmt(p['decode_tok_s'])} / {fmt(p['decode_tok_s_8k'])} "
+            how = ("" if "cpu_decode" not in p else " (the CPU layers' decode on the int4 kernel"
+                   + (f", its {p['int4_isa'].upper()} build forced" if p.get("int4_isa") else "") + ")"
+                   if p["cpu_decode"] == "int4" else f" (the CPU layers' decode on kt-kernel's {s['kt_method']})")
+            lines.append(f"  - also measured, {p['point']}{how}: decode {fmt(p['decode_tok_s'])} / "
+                         f"{fmt(p['decode_tok_s_8k'])} "
                          f"tok/s (0 / 8K), TTFT 30K {fmt(p['ttft_30k_s'])} s, 4 streams "
                          f"{fmt(p['aggregate_4_streams_tok_s'])} tok/s"
                          + "".join(f"; {f}" for f in p.get("failed", [])))

@@ -469,9 +469,15 @@ def test_the_int4_cpu_decode_pairing_is_what_its_points_give(tmp_path):
         assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
     kit = c["engines"]["vramkit"]
     assert kit["settings"]["point"] == "k16-preset-int4" and kit["settings"]["cpu_decode"] == "int4"
-    assert [p["point"] for p in kit["other_points"]] == ["k16-preset"] and c["rounds"] == 3
-    assert "decode on their GPTQ-Int4 values" in (res / "moe-vs-llamacpp-int4cpu-16g.md").read_text()
+    others = {p["point"]: p for p in kit["other_points"]}
+    assert list(others) == ["k16-preset", "k16-preset-int4-avx2"] and c["rounds"] == 3
+    assert others["k16-preset"]["cpu_decode"] == "kt" and others["k16-preset-int4-avx2"]["int4_isa"] == "avx2"
+    md = (res / "moe-vs-llamacpp-int4cpu-16g.md").read_text()
+    assert "decode on their GPTQ-Int4 values" in md and "k16-preset-int4-avx2 (the CPU layers' decode on the int4 " \
+        "kernel, its AVX2 build forced)" in md
     assert session.cpu_decode(["VRAMKIT_KT_CPU_DECODE=int4"]) == "int4" and session.cpu_decode(None) == "kt"
+    assert session.cpu_decode([], ["--preset", "moe", "--kt-cpu-decode", "int4"]) == "int4"
+    assert session.cpu_decode([], ["--kt-cpu-decode", "int4", "--kt-cpu-decode", "kt"]) == "kt"
 
 
 def test_the_int4_decode_figures_the_readme_and_the_plan_quote_are_the_runs():
