@@ -37,7 +37,7 @@ from moe_session import last_flag, plan_split, ran_whole_layers  # noqa: E402
 from vramkit import catalog  # noqa: E402
 from vramkit.core.plan import kt_hybrid as kt  # noqa: E402
 from vramkit.core.plan.planner import FOUR_STREAM_CONTEXT, Knobs, Plan, Target, plan  # noqa: E402
-from vramkit.core.sglang_log import EMBED_MOVED  # noqa: E402
+from vramkit.core.sglang_log import EMBED_MOVED, INT4_TOOK  # noqa: E402
 
 GiB = 2**30
 RES = ROOT / "benchmarks" / "results" / "gpu"
@@ -68,6 +68,9 @@ class Point:
                                  # gives the GPU host since 2026-11-27 02:01 (commit 3fb1d49; every session after it)
     gpu: str = "h100-80gb"       # the card it ran on (config/gpus.toml): the H100 host until 2026-11-28's twentieth
                                  # session, an H200 of the same host CPU since
+    decode_isa: str | None = None   # the int4 decode kernel's build where forced apart from kt-kernel's
+                                    # (VRAMKIT_INT4_ISA=avx2): the decode is planned for a host of that ISA, whose
+                                    # pace the plan takes; memory and RSS as the server ran (kt-kernel's build)
 
 
 ANCHOR_SWEEP = "host bandwidth: the anchor session's sweep (same host type), not re-measured"
@@ -400,6 +403,32 @@ POINTS = (
       for rnd in (1, 3) for dec, pt, knob, what in (
           ("int4dec", "k16-preset-int4", "int4", ", its CPU layers' decode on the int4 kernel (--kt-cpu-decode int4)"),
           ("int8", "k16-preset", "kt", ""))),
+    # 2026-11-29, thirty-first session (moe-vs-llamacpp-int4/r4/, another H200 machine, DUMMY_BY_NAME=1 REPEAT=3
+    # STEPS="setup lint4", after the kernel's FMA chains, AVX2 vector width and mutex): the same pair, and the int4
+    # kernel's AVX2 build forced in the server (VRAMKIT_INT4_ISA=avx2; its pace constant is the AVX2 bench's, isa/):
+    # planned for an AVX2 host, whose decode estimate takes that pace (kt-kernel's method plays no part in the decode
+    # there; its prompt chunks ran on the AMX build)
+    *(Point(f"layers-{dec}-amx-16g-gptq-preset-h200o", "held-out", f"moe-vs-llamacpp-int4/r4/{pt}.json",
+            f"moe-vs-llamacpp-int4/r4/{pt}.probe.json", "moe-vs-llamacpp-int4/r4/membw-session.json",
+            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_cpu_decode": knob}, rss_end_read=True,
+            decode_isa=None if isa == "amx" else isa,
+            note=f"medians of 3 rounds; the GPTQ preset as it comes{what}, on an H200; seeded by name; this machine's "
+            "own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
+      for dec, pt, knob, isa, what in (
+          ("int4dec", "k16-preset-int4", "int4", "amx", ", its CPU layers' decode on the int4 kernel"),
+          ("int4dec-avx2", "k16-preset-int4-avx2", "int4", "avx2",
+           ", its CPU layers' decode on the int4 kernel's AVX2 build (forced; kt-kernel's AMX build for prompts)"),
+          ("int8", "k16-preset", "kt", "amx", ""))),
+    # the same machine right after (moe-vs-llamacpp-int4/realload/, STEPS="setup realload-gptq" twice, REALS=real then
+    # dummy): a random GPTQ-Int4 checkpoint loaded from disk, its CPU layers' int4 decode reading the same files, then
+    # dummy weights of its config; each load recorded, one round, the SHORT probe
+    *(Point(f"layers-int4dec-amx-16g-gptq-{how}-h200o", "held-out", f"moe-vs-llamacpp-int4/realload/k16-gptq-{how}.json",
+            f"moe-vs-llamacpp-int4/realload/k16-gptq-{how}.probe.json", f"moe-vs-llamacpp-int4/realload/{sweep}",
+            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto"}, rss_end_read=True,
+            note=f"one round; the GPTQ preset as it comes (int4 decode by auto), {what}, its load recorded, on an "
+            "H200; this machine's own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
+      for how, sweep, what in (("real", "membw-session.json", "the checkpoint loaded from disk"),
+                               ("dummy", "membw-session-b.json", "dummy weights seeded by name"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),
@@ -448,9 +477,11 @@ def run_knobs(run: dict | None, p: Point) -> dict:
     # twenty-fourth session, or --kt-embed-host on), else on the GPU, as every point before ran
     knobs.setdefault("kt_embed_host", "on" if EMBED_MOVED in logged else "off")
     knobs.setdefault("kt_gpu_layers", "auto" if ran_whole_layers((run or {}).get("env"), args, logged) else "off")
-    # the CPU layers' decode: the int4 kernel where the run's environment asked for it (--kt-cpu-decode, the moe
-    # preset's auto since 2026-11-29's thirtieth session), else kt-kernel's method, as every run before it
-    knobs.setdefault("kt_cpu_decode", "int4" if "VRAMKIT_KT_CPU_DECODE=int4" in (run or {}).get("env", []) else "kt")
+    # the CPU layers' decode: the int4 kernel where the server's log says it took the layers (or the run's
+    # environment asked for it; --kt-cpu-decode, the moe preset's auto since 2026-11-29's thirtieth session), else
+    # kt-kernel's method, as every run before it
+    knobs.setdefault("kt_cpu_decode", "int4" if re.search(INT4_TOOK, logged)
+                     or "VRAMKIT_KT_CPU_DECODE=int4" in (run or {}).get("env", []) else "kt")
     # the GPTQ checkpoint's GPU experts: the kernel it ran (--moe-kernel, else the MoE method SGLang's log names for
     # a GPU layer, else moe_wna16: what auto gave every hybrid GPTQ run until whole layers took marlin, 2026-11-27's
     # eleventh session)
@@ -498,6 +529,12 @@ def fraction_ran(run: dict | None, p: Point) -> float:
         return float(asked)
     m = re.search(r"mem_fraction_static=([0-9.]+)", evidence(p))
     return float(m.group(1)) if m else FRACTION_BEFORE
+
+
+def decode_point(p: Point) -> Point:
+    """The point as its decode is planned: where the int4 kernel's build was forced (decode_isa), on a host of that
+    ISA, whose int4 pace the plan takes; else the point."""
+    return replace(p, build=p.decode_isa) if p.decode_isa else p
 
 
 def plan_for(p: Point, readings: list[dict] | None = None) -> tuple[Plan, dict | None]:
@@ -568,7 +605,8 @@ def read_input_check(k: kt.KtConstants, splits_rate: dict[int, float], plans: di
         row: dict = {"point": p.name, "sweeps": str((RES / p.membw).parent.relative_to(RES)),
                      "rule": "chosen on" if p.name in READ_RULE_CHOSEN_ON else "checked on"}
         decodes = measurements(p)
-        for key, pl in (("one_round", plan_for(p, sweeps["one round"])[0]), ("session_best", plans[p.name])):
+        for key, pl in (("one_round", plan_for(decode_point(p), sweeps["one round"])[0]),
+                        ("session_best", plans[p.name])):
             h = pl.hybrid
             assert h is not None
             row["threads"] = int(h.cpuinfer_threads)
@@ -741,20 +779,24 @@ def compute() -> dict:
     plans: dict[str, Plan] = {}
     for p in POINTS:
         pl, run = plan_for(p)
-        plans[p.name] = pl
+        # the decode's plan: the run's, or where the int4 kernel's build was forced, a host of that ISA's
+        dpl = plan_for(decode_point(p))[0] if p.decode_isa else pl
+        plans[p.name] = dpl
         h = pl.hybrid
-        assert h is not None
+        assert h is not None and dpl.hybrid is not None
         weights = gpu_weights(p, run)
         if (agg := four_streams(p)) is not None:     # 4 requests after 512-token prompts: their mean depth
             moe = model_for(p).moe
             assert moe is not None
             fours.append({"point": p.name, "method": h.kt_method, "gpu_layers": h.gpu_layers, "gpu_weights": weights,
                           "tok_s": agg, "experts": (moe.num_experts, moe.top_k),
-                          "t": terms(pl, FOUR_STREAM_CONTEXT, p.kv_splits)})
+                          "t": terms(dpl, FOUR_STREAM_CONTEXT, p.kv_splits)})
         for m in measurements(p):
             rows.append({"point": p.name, "role": p.role, "gpu_weights": weights, **m,
-                         "t": terms(pl, m["context"], p.kv_splits)})
-        rec = {"name": p.name, "role": p.role, "method": h.kt_method, "build": p.build, "gpu_experts": h.num_gpu_experts,
+                         "t": terms(dpl, m["context"], p.kv_splits)})
+        rec = {"name": p.name, "role": p.role, "method": h.kt_method,
+               "build": p.build + (f"; int4 decode {p.decode_isa}" if p.decode_isa else ""),
+               "gpu_experts": h.num_gpu_experts,
                "threads": h.cpuinfer_threads, "gpu_layers": h.gpu_layers, "note": p.note,
                "host_experts_bytes": h.host_experts_bytes,
                "host_checkpoint_bytes": h.host_checkpoint_bytes, "host_pinned_bytes": h.host_pinned_bytes,

@@ -54,7 +54,8 @@ def test_the_16_gb_choice_is_worded_from_the_comparisons(tmp_path, monkeypatch):
     assert f"(one session, {q8['device'].split(',')[0]}" + (f", each figure the median of {rounds} rounds" if rounds > 1
                                                             else "") + ")" in text
     q4 = json.loads((dst / "moe-vs-llamacpp-16g.json").read_text())
-    assert f"In the Q4_K_M pairing (one session, {q4['device'].split(',')[0]})" in text
+    assert (f"In the first Q4_K_M pairing ({q4['date'][:10]}, the CPU layers on kt-kernel; one session, "
+            f"{q4['device'].split(',')[0]})") in text
     assert f"{q4['engines']['llamacpp']['decode_tok_s'] / q4['engines']['vramkit']['decode_tok_s']:.2f}x the kit's" in text
     assert k8["settings"]["gpu_layers"] > 0 and "The preset now places whole layers" not in text
     # a split 8-bit row (as 2026-11-27's was): the paired whole-layer figure says what the preset places since

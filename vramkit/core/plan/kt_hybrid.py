@@ -342,12 +342,12 @@ KT_GPU_LAYERS = ("off", "auto")
 
 
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
-# kt-estimate.md: 49 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, four of them with the
-# int4 decode kernel, 10-14 threads, 26 on H200s; fitted on a 50th), rounded outward; tests/unit/test_kt_estimate.py
+# kt-estimate.md: 54 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, eight of them with the
+# int4 decode kernel, 10-14 threads, 31 on H200s; fitted on a 55th), rounded outward; tests/unit/test_kt_estimate.py
 # holds it to the data
 WHOLE_LAYER_SPREAD = (0.57, 1.41)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
-                           "(faster, as its split twin); the other 135 decodes 0.77-1.40x")
+                           "(faster, as its split twin); the other 148 decodes 0.77-1.40x")
 # Whole layers against the split, one machine, paired by prompt (benchmarks/results/gpu/moe-budget.md, the seeded
 # section; tests/unit/test_kt_placement.py holds it to moe-budget.json)
 WHOLE_LAYER_SPEED = ("measured on the H100 host, GPTQ-Int4 at 16 GiB, 12 KT threads: 1.32x the split single-stream, "
@@ -749,7 +749,7 @@ AGGREGATE_SPREAD: dict[tuple[str, bool], tuple[float, float, int]] = {
     ("AMXINT4", False): (0.71, 1.13, 4),
     ("AMXINT4", True): (0.85, 0.86, 1),
     ("AMXINT8", False): (0.85, 1.28, 22),
-    ("AMXINT8", True): (0.65, 1.31, 40),      # 4 of them with the int4 decode kernel (kt_cpu_decode): 0.79-0.84x
+    ("AMXINT8", True): (0.65, 1.31, 43),      # 6 of them with the int4 decode kernel (kt_cpu_decode): 0.79-0.84x
     ("FP8", False): (0.87, 0.96, 2),
     ("FP8", True): (0.95, 1.03, 2),
     ("LLAMAFILE_Q8_0", False): (0.70, 0.91, 5),
@@ -975,13 +975,14 @@ EMBED_HOST = ("off", "on", "auto")
 # (services/sglang-kt/kt_compat/int4_experts.c, vramkit_int4_experts.py) computes each whole CPU layer's decode batch
 # from the checkpoint's 4-bit words and float16 scales in float32, SGLang's marlin arithmetic on the GPU layers; a
 # longer chunk goes to kt-kernel's method (or the GPU prompt path) as before. It reads 19.5 MB a CPU layer a token
-# where AMXINT8 reads 37.8. Measured (benchmarks/results/gpu/moe-vs-llamacpp-int4/r3/, one H200 machine at 16 GiB, the
-# GPTQ-Int4 preset, medians of 3 rounds): 120.6 tok/s at depth 0 against 94.6 without it, llama.cpp's best 106.0.
+# where AMXINT8 reads 37.8. Measured (benchmarks/results/gpu/moe-vs-llamacpp-int4/r4/, one H200 machine at 16 GiB, the
+# GPTQ-Int4 preset, medians of 3 rounds): 125.6 tok/s at depth 0 against 91.8 without it, llama.cpp's best 114.4; its
+# AVX2 build forced on the same cores 109.0.
 CPU_DECODES = ("kt", "int4", "auto")     # auto: int4 where int4_decode_problem finds nothing in the way, else kt
 INT4_DECODE = "INT4_DECODE"     # its pace's key in KtConstants.method_cpu_time (config/engine.toml); + "_AVX2": its
 # AVX2 build's, on a host without AVX-512
-INT4_DECODE_MEASURED = ("measured on one H200 machine at 16 GiB (the GPTQ-Int4 preset, medians of 3 rounds): 120.6 "
-                        "tok/s at depth 0 against 94.6 with kt-kernel's AMXINT8 alone, llama.cpp's best 106.0 "
+INT4_DECODE_MEASURED = ("measured on one H200 machine at 16 GiB (the GPTQ-Int4 preset, medians of 3 rounds): 125.6 "
+                        "tok/s at depth 0 against 91.8 with kt-kernel's AMXINT8 alone, llama.cpp's best 114.4 "
                         "(benchmarks/results/gpu/moe-vs-llamacpp-int4cpu-16g.md)")
 
 
