@@ -24,6 +24,8 @@
 # The int4 CPU decode (--kt-cpu-decode int4) beside the preset without it and llama.cpp's pair, its kernel alone first
 # (~13 min with the builds; ran 2026-11-29, moe-vs-llamacpp-int4/r1/; then REPEAT=3 INT4_BENCH=0 on the same machine,
 # r3/): DUMMY_BY_NAME=1 STAGE=.stage-l STEPS="setup lint4" (.stage-l: .stage-w16 without its 0.7.0 wheel, 7.1 MB)
+# Again with the kernel's fixes and its AVX2 build forced in a server, REPEAT=3 on a fresh machine (2026-11-29,
+# thirty-first session, ~15 min: r4/), then STEPS="setup realload-gptq" REALS=real and REALS=dummy there (realload/)
 # Steps of `all` (each skipped when LEVELS/STEPS leaves it out; results land in $RES as they come):
 #   setup     SGLang archive, kt-kernel, gguf; llama.cpp build (in the background, through the kit's first
 #             start); KT's AMXINT4 layout and the Q4_K_M GGUF, both random, both the exact shape
