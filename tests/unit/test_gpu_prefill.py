@@ -1118,3 +1118,29 @@ def test_the_adapter_wraps_each_cpu_layer_for_the_int4_decode_and_stops_trying_a
     said = capsys.readouterr().err.strip().splitlines()
     assert said == ["vramkit_int4_experts: layer 10: no C compiler (cc) to build int4_experts.c: install gcc, or set "
                     "CC; the CPU layers' decode stays on kt-kernel from here on"]
+
+
+def test_the_int4_kernel_s_rule_is_the_planner_s(monkeypatch):
+    """The int4 decode's rule has two copies: the adapter's (vramkit_int4_experts.unsupported, on the server's
+    config.json: the kit's package is not in the server's image) and the planner's (kt_hybrid.int4_decode_problem, on
+    the parsed ModelSpec). On every variant of the coder's checkpoint below they agree on whether it can run."""
+    from fit_kt import gptq_coder_config
+
+    from vramkit.hf_config import parse_config
+    monkeypatch.syspath_prepend(str(ROOT / "services" / "sglang-kt" / "kt_compat"))    # its sibling, as the server has it
+    vi = _adapter("vramkit_int4_experts")
+    hf = gptq_coder_config()
+    q = hf["quantization_config"]
+    fp8 = json.loads((catalog.CONFIG_DIR / "models" / "qwen3-coder-30b-a3b-instruct-fp8" / "config.json").read_text())
+    bf16 = json.loads((catalog.CONFIG_DIR / "models" / "qwen3-coder-30b-a3b-instruct" / "config.json").read_text())
+    variants = {"as released": (hf, True), "act-order": (hf | {"quantization_config": q | {"desc_act": True}}, False),
+                "zero points": (hf | {"quantization_config": q | {"sym": False}}, False),
+                "8-bit": (hf | {"quantization_config": q | {"bits": 8}}, False),
+                "group 64": (hf | {"quantization_config": q | {"group_size": 64}}, True),
+                "group 96": (hf | {"quantization_config": q | {"group_size": 96}}, False),
+                "intermediate 776": (hf | {"moe_intermediate_size": 776}, False),
+                "block FP8": (fp8, False), "bf16": (bf16, False)}
+    for name, (cfg, runs) in variants.items():
+        model = parse_config(cfg, name=name.replace(" ", "-"))
+        adapter, planner = vi.unsupported(cfg, 0), kt.int4_decode_problem(model, True)
+        assert (adapter is None) == (planner is None) == runs, (name, adapter, planner)
