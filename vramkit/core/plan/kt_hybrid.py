@@ -969,6 +969,21 @@ PAGE_BYTES = 4096
 # 0 34.6 tok/s (the two starts' mean) against 34.9, after 512 / 8K / 30K-token prompts 1.05x / 1.06x / 1.12x, 4
 # streams 1.00x, the first token after 30K in 0.98x the time. The moe preset's default since ("auto")
 EMBED_HOST = ("off", "on", "auto")
+EMBED_HOST_MEASURED = ("measured on one H200 machine at 16 GiB, the FP8 preset with and without it (starts on, off, "
+                       "on): one more whole GPU layer, decode 0.99x at depth 0 and 1.05-1.12x after 512-30K-token "
+                       "prompts, 4 streams 1.00x (benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-embhost/); a token's "
+                       "row bit-identical, 0.016 ms against 0.014 from GPU memory (uva-embed/h200/)")
+
+
+# Without the hybrid mode (benchmarks/calibration/opt-embed-16g-h200*.json beside opt-f085-16g-h200*.json, two H200
+# machines at 16 GiB, 2026-11-28, twenty-fifth session; the second started the control first): the optimized preset's
+# 14B GPTQ-Int4 with its 1.45 GiB table moved held a KV pool of 55,211 tokens against 39,403 on both (planned 55,213
+# and 39,362), decoded 192.8 tok/s against 192.8 and 192.8 against 193.1, and answered a 29K-token prompt in 5.42 s
+# against 5.43 and 5.45 against 5.42; the host's available RAM fell 2.91 and 1.34 GiB more (2.00 planned).
+EMBED_HOST_DENSE = ("measured without the hybrid mode on two H200 machines at 16 GiB, the optimized preset's 14B: "
+                    "KV pool 55,211 tokens against 39,403 on both, decode 192.8 tok/s against 192.8 and 192.8 against "
+                    "193.1, a 29K-token prompt's first token 5.42 s against 5.43 and 5.45 against 5.42 "
+                    "(benchmarks/calibration/opt-embed-16g-h200*.json, opt-f085-16g-h200*.json)")
 
 
 # The CPU layers' decode on the GPTQ-Int4 values as the checkpoint has them (kt_cpu_decode = "int4"): the kit's adapter
@@ -1012,21 +1027,6 @@ def int4_decode_problem(model: ModelSpec, whole_layers: bool) -> str | None:
     if gs <= 0 or gs % 8 or h % 16 or i % 16 or h % gs or i % gs:
         return f"hidden {h} / expert width {i} are not whole strips of 16 and groups of {gs}"
     return None
-EMBED_HOST_MEASURED = ("measured on one H200 machine at 16 GiB, the FP8 preset with and without it (starts on, off, "
-                       "on): one more whole GPU layer, decode 0.99x at depth 0 and 1.05-1.12x after 512-30K-token "
-                       "prompts, 4 streams 1.00x (benchmarks/results/gpu/moe-vs-llamacpp-q8/h200-embhost/); a token's "
-                       "row bit-identical, 0.016 ms against 0.014 from GPU memory (uva-embed/h200/)")
-
-
-# Without the hybrid mode (benchmarks/calibration/opt-embed-16g-h200*.json beside opt-f085-16g-h200*.json, two H200
-# machines at 16 GiB, 2026-11-28, twenty-fifth session; the second started the control first): the optimized preset's
-# 14B GPTQ-Int4 with its 1.45 GiB table moved held a KV pool of 55,211 tokens against 39,403 on both (planned 55,213
-# and 39,362), decoded 192.8 tok/s against 192.8 and 192.8 against 193.1, and answered a 29K-token prompt in 5.42 s
-# against 5.43 and 5.45 against 5.42; the host's available RAM fell 2.91 and 1.34 GiB more (2.00 planned).
-EMBED_HOST_DENSE = ("measured without the hybrid mode on two H200 machines at 16 GiB, the optimized preset's 14B: "
-                    "KV pool 55,211 tokens against 39,403 on both, decode 192.8 tok/s against 192.8 and 192.8 against "
-                    "193.1, a 29K-token prompt's first token 5.42 s against 5.43 and 5.45 against 5.42 "
-                    "(benchmarks/calibration/opt-embed-16g-h200*.json, opt-f085-16g-h200*.json)")
 
 
 def embed_host_problem(model: ModelSpec, tp: int, offload_bytes: int = 0) -> str | None:
