@@ -46,7 +46,6 @@ MAX_TOKENS_ENV = "VRAMKIT_INT4_MAX_TOKENS"
 SOURCE = Path(__file__).with_name("int4_experts.c")
 ISA_ENV = "VRAMKIT_INT4_ISA"
 ISA_FLAGS = {"native": ("-march=native",), "avx2": ("-mavx2", "-mfma", "-mf16c")}   # the build each name compiles
-CFLAGS = ("-O3", *ISA_FLAGS["native"], "-shared", "-fPIC", "-pthread")
 REPORT_EVERY = 1024     # a server-log line every 1,024 layer calls: the kernel's time a call and the gap between calls
 DECODES = {"kt": "kt-kernel's method (--kt-method)", "int4": "the GPTQ-Int4 values as they are (int4_experts.c)"}
 
@@ -81,6 +80,9 @@ def cflags(environ: dict | None = None) -> tuple[str, ...]:
     if isa not in ISA_FLAGS:
         raise ValueError(f"{ISA_ENV}={isa!r}: give " + " or ".join(ISA_FLAGS))
     return ("-O3", *ISA_FLAGS[isa], "-shared", "-fPIC", "-pthread")
+
+
+CFLAGS = cflags({})     # this CPU's own build
 
 
 def _cpu_id() -> str:
@@ -199,12 +201,17 @@ def kernel(threads: int) -> Kernel:
     return _KERNEL[0]
 
 
+def shape(hf: dict) -> tuple[int, int, int, int]:
+    """A GPTQ MoE layer's (experts, hidden, expert width, group) from the server's config.json."""
+    return (int(hf["num_experts"]), int(hf["hidden_size"]), int(hf["moe_intermediate_size"]),
+            int(hf["quantization_config"].get("group_size", 128)))
+
+
 def raw_layer(hf: dict, model_path: str, dummy: bool, layer_idx: int, order: list[int], last: bool) -> dict:
     """One CPU layer's raw GPTQ tensors: read from the checkpoint (its files closed after the last CPU layer), or a
     dummy load's draw; the GPU prompt path's where it took the layer first (vramkit_gpu_prefill.gptq_layer)."""
     import vramkit_gpu_prefill as gp
-    hidden, inter, experts = int(hf["hidden_size"]), int(hf["moe_intermediate_size"]), int(hf["num_experts"])
-    group = int(hf["quantization_config"].get("group_size", 128))
+    experts, hidden, inter, group = shape(hf)
     if not dummy and not _READER:
         _READER.append(gp.Reader(model_path))
     try:
@@ -220,9 +227,7 @@ def wrap(kt, layer_idx: int, hf: dict, model_path: str, dummy: bool, order: list
     why = unsupported(hf, deferred)
     if why is not None:
         raise ValueError(f"{ENV}=int4: {why}")
-    experts, used = int(hf["num_experts"]), int(hf["num_experts_per_tok"])
-    hidden, inter = int(hf["hidden_size"]), int(hf["moe_intermediate_size"])
-    group = int(hf["quantization_config"].get("group_size", 128))
+    (experts, hidden, inter, group), used = shape(hf), int(hf["num_experts_per_tok"])
     threads = int(os.environ.get(THREADS_ENV) or kt_threads or os.cpu_count() or 1)
     k = kernel(threads)
     ptr = k.layer(raw_layer(hf, model_path, dummy, layer_idx, order, last), experts, used, hidden, inter, group)
