@@ -31,11 +31,6 @@ import vramkit_int4_experts as vi  # noqa: E402
 E, H, INTER, TOPK, GROUP = 128, 2048, 768, 8, 128
 
 
-def expert_bytes() -> int:
-    """One expert's bytes in the kernel's layout: w13 and w2 words, float16 scales."""
-    return (H // 8 * 2 * INTER + INTER // 8 * H) * 4 + (H // GROUP * 2 * INTER + INTER // GROUP * H) * 2
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", default="12")
@@ -54,6 +49,7 @@ def main() -> int:
     for threads in (int(t) for t in a.threads.split(",")):
         k = vi.Kernel(lib, threads, report_every=0)
         layers = [k.layer(r, E, TOPK, H, INTER, GROUP) for r in raws]
+        expert_bytes = lib.v4_layer_bytes(layers[0]) // E      # the kernel's own: w13 and w2 words, float16 scales
         for n in (int(b) for b in a.batches.split(",")):
             x = rng.standard_normal((n, H)).astype(np.float32)
             w = rng.random((n, TOPK)).astype(np.float32)
@@ -70,14 +66,14 @@ def main() -> int:
                     times.append(dt)
                     distinct.append(len(np.unique(ids)))
             med = statistics.median(times)
-            bytes_read = statistics.mean(distinct) * expert_bytes()
+            bytes_read = statistics.mean(distinct) * expert_bytes
             rows.append({"threads": threads, "batch": n, "ms_median": round(med * 1e3, 4),
                          "ms_best": round(min(times) * 1e3, 4), "distinct_experts_mean": statistics.mean(distinct),
                          "bytes_per_call": round(bytes_read), "read_gb_s_at_median": round(bytes_read / med / 1e9, 1)})
             print(json.dumps(rows[-1]), flush=True)
         # the pool and layers of this count stay until exit (a bench process; the server keeps one pool)
-    doc = {"what": __doc__.split("\n\n")[0], "isa": lib.isa, "isa_asked": a.isa, "cpu": vi._cpu_id().splitlines()[0] if vi._cpu_id() else
-           platform.processor(), "cpus": os.cpu_count(), "layers": a.layers, "calls": a.calls,
+    doc = {"what": __doc__.split("\n\n")[0], "isa": lib.isa, "isa_asked": a.isa,
+           "cpu": (vi._cpu_id().splitlines() or [platform.processor()])[0], "cpus": os.cpu_count(), "layers": a.layers, "calls": a.calls,
            "shape": {"experts": E, "hidden": H, "inter": INTER, "top_k": TOPK, "group": GROUP},
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
     if a.out:
