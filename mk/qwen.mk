@@ -35,7 +35,7 @@ _safe = && { dry='$(DRY_RUN)'; [[ $${dry,,} =~ ^(1|true|yes)$$ ]] || { out=$$($(
 #   make start-qwen-moe KT_WEIGHT_PATH=$(MODEL_DIR) UP_ARGS="--kt-method FP8"
 # the opt-in AMXINT4 (~27 % MoE-layer error): make kt-convert start-qwen-moe KT_METHOD=AMXINT4 UP_ARGS="--kt-method AMXINT4"
 # the split instead of whole layers (the preset's default since): make start-qwen-moe UP_ARGS="--kt-gpu-layers off"
-# a GPTQ-Int4 checkpoint (the fastest at 16 GB, measured 1.14x llama.cpp's decode): its CPU layers decode on its own
+# a GPTQ-Int4 checkpoint (the fastest at 16 GB, measured 1.10x llama.cpp's decode): its CPU layers decode on its own
 # int4 values (--kt-cpu-decode auto, a C compiler on the host), prompts of 1,024+ tokens on the GPU, and kt-kernel's
 # RAWINT4, repacked from the same files without kt-kernel, takes the chunks in between (lossy there: -8 becomes -7):
 #   make kt-convert start-qwen-moe KT_METHOD=RAWINT4 MODEL_DIR=<GPTQ folder> MODEL=<GPTQ folder> UP_ARGS="--kt-method RAWINT4"

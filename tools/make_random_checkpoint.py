@@ -119,7 +119,7 @@ def write(config_dir: Path, out_dir: Path, fmt: str, layers: int | None = None, 
         cfg["quantization_config"] = qc
     else:
         cfg.pop("quantization_config", None)
-    cfg["torch_dtype"] = "float16" if fmt == "gptq" else "bfloat16"
+    cfg["torch_dtype"] = {"f16": "float16", "bf16": "bfloat16"}[cl.float_dtype(fmt)]     # as the tensors above
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2))
     return {"out": str(out_dir), "format": fmt, "tensors": len(specs), "shards": len(shards),
             "bytes": total, "seconds": round(time.time() - t0, 1)}

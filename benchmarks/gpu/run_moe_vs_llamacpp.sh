@@ -994,9 +994,8 @@ if has realload-gptq; then  # the same for the GPTQ-Int4 preset (written 2026-11
   # these files. After lint4 on the same machine: the Q4_K_M GGUF (18.5 GB) goes first, or the disk cannot hold the
   # checkpoint beside KT's AMXINT8 layout (29 GB)
   GQC=$CK/gptq-48l
-  [ -f $GQC/model.safetensors.index.json ] || rm -f $GGUF
-  [ -f $GQC/model.safetensors.index.json ] || python3 tools/make_random_checkpoint.py $GQ $GQC --format gptq \
-    > $RES/gptq-48l.json 2> $RES/logs/gptq-48l.err
+  [ -f $GQC/model.safetensors.index.json ] || { rm -f $GGUF; python3 tools/make_random_checkpoint.py $GQ $GQC \
+    --format gptq > $RES/gptq-48l.json 2> $RES/logs/gptq-48l.err; }
   step "48-layer GPTQ-Int4 checkpoint: $(tail -c 300 $RES/gptq-48l.json 2>/dev/null) ($(elapsed) s)"
   ballast 16
   listed real "${REALS:-real dummy}" && snap k16-gptq-real --preset moe --model-path $GQC --kt-weight-path $KT8 \

@@ -831,7 +831,7 @@ def test_a_method_s_pace_per_byte_is_its_measured_cpu_time():
     (kt.cpu_expert_bytes); the estimate's CPU term carries it on the AMX build only, and a lesser build its own
     factor. With it the held-out AMXINT8 split servers decode 1.11x the estimate on average (1.27x before it), the
     whole-layer ones on the H100 host 1.01x. On the H200 machines the whole-layer AMXINT8 servers decode 1.07x it on
-    average (16 servers on 13 machines, 0.77-1.40x; 1.16x before the estimate read each session's best host-read
+    average (19 servers on 14 machines, 0.77-1.40x; 1.16x before the estimate read each session's best host-read
     reading: the machines, not the pace), which is why they are held to the issue's 20 % only. The pace itself is the same on the H200 machines' CPU: kt-pace/h200/ (kernel level, 43 GPU
     experts) gave AMXINT8 0.78x FP8's time at 14 threads and 0.82x at 12, within 5 % of 0.81."""
     run = json.loads((ROOT / "benchmarks/results/gpu/kt-accuracy.json").read_text())["cpu_expert_time"]["bench-051-amx"]
