@@ -183,6 +183,8 @@ MOE_PAIRINGS = (
     # the moe preset on the GPTQ-Int4 config as it comes since 2026-11-29: its CPU layers' decode on the GPTQ-Int4
     # values (--kt-cpu-decode auto, the adapter's int4_experts.c), beside the preset without it and llama.cpp
     ("moe-vs-llamacpp-int4cpu-16g", "16 GiB"),
+    # the same on a second machine, llama.cpp's --n-cpu-moe swept there and both engines' thread counts tried
+    ("moe-vs-llamacpp-int4cpu-r5-16g", "16 GiB, second machine"),
     ("moe-vs-llamacpp-24g", "24 GiB"),
     # the FP8 preset (the moe preset's default checkpoint) beside llama.cpp on a Q8_0 file
     ("moe-vs-llamacpp-q8-16g", "16 GiB, Q8_0 peer"),
@@ -246,7 +248,8 @@ def moe_vs_llamacpp_table() -> list[str]:
              f"host session per card ({cards}; {_host_cpus(comparisons)}; "
              "random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the file "
              "closest to the kit's preset in accuracy; the kit's configuration per card below; "
-             "`benchmarks/results/gpu/moe-vs-llamacpp-int4cpu-16g.md`, `moe-vs-llamacpp-24g.md`, "
+             "`benchmarks/results/gpu/moe-vs-llamacpp-int4cpu-16g.md`, `moe-vs-llamacpp-int4cpu-r5-16g.md`, "
+             "`moe-vs-llamacpp-24g.md`, "
              "`moe-vs-llamacpp-q8-16g.md`, and the earlier `moe-vs-llamacpp-default-16g.md` and "
              "`moe-vs-llamacpp-16g.md`; the levers in `moe-vs-llamacpp-levers.md`):",
              ""] + out + ["", "Per-token time at batch 1, depth 0 (1000 / decode tok/s): " + "; ".join(notes) + ". "

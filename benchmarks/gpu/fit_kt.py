@@ -429,6 +429,24 @@ POINTS = (
             "H200; this machine's own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
       for how, sweep, what in (("real", "membw-session.json", "the checkpoint loaded from disk"),
                                ("dummy", "membw-session-b.json", "dummy weights seeded by name"))),
+    # 2026-11-29, thirty-second session (moe-vs-llamacpp-int4/r5/, another H200 machine, DUMMY_BY_NAME=1 REPEAT=3
+    # INT4_SWEEP=1 INT4_THREADS="14 16 6:1"): the preset with the int4 decode at the plan's 12 KT threads, at 14, and
+    # at 6 (one round; 16 was refused by `vramkit up`), then r5-again/ on the same machine right after: the int4 point
+    # again and its kt-kernel twin
+    *(Point(f"layers-{dec}-amx-16g-gptq-preset-h200p{tag}", "held-out", f"moe-vs-llamacpp-int4/{run}/{pt}.json",
+            f"moe-vs-llamacpp-int4/{run}/{pt}.probe.json", f"moe-vs-llamacpp-int4/{run}/membw-session.json",
+            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_cpu_decode": knob}, rss_end_read=True,
+            note=f"{rounds}; the GPTQ preset as it comes{what}, on an H200; seeded by name; this machine's own sweep",
+            gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
+      for dec, tag, run, pt, knob, rounds, what in (
+          ("int4dec", "", "r5", "k16-preset-int4", "int4", "medians of 3 rounds", ", its CPU layers' decode on the int4 kernel"),
+          ("int4dec", "-t14", "r5", "k16-preset-int4-t14", "int4", "medians of 3 rounds",
+           ", its CPU layers' decode on the int4 kernel, 14 KT threads"),
+          ("int4dec", "-t6", "r5", "k16-preset-int4-t6", "int4", "one round",
+           ", its CPU layers' decode on the int4 kernel, 6 KT threads"),
+          ("int4dec", "-b", "r5-again", "k16-preset-int4", "int4", "medians of 3 rounds",
+           ", its CPU layers' decode on the int4 kernel, started again"),
+          ("int8", "-b", "r5-again", "k16-preset", "kt", "medians of 3 rounds", ""))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

@@ -26,6 +26,9 @@
 # r3/): DUMMY_BY_NAME=1 STAGE=.stage-l STEPS="setup lint4" (.stage-l: .stage-w16 without its 0.7.0 wheel, 7.1 MB)
 # Again with the kernel's fixes and its AVX2 build forced in a server, REPEAT=3 on a fresh machine (2026-11-29,
 # thirty-first session, ~15 min: r4/), then STEPS="setup realload-gptq" REALS=real and REALS=dummy there (realload/)
+# On a second machine with llama.cpp swept there and both engines' thread counts (2026-11-29, thirty-second session:
+# r5/): DUMMY_BY_NAME=1 REPEAT=3 INT4_KT=0 INT4_AVX2=0 INT4_SWEEP=1 INT4_THREADS="14 16 6:1" LLAMA_T16=1 LB_THREADS=14
+# LB_D30K=0 STAGE=.stage-l STEPS="setup lint4"
 # Steps of `all` (each skipped when LEVELS/STEPS leaves it out; results land in $RES as they come):
 #   setup     SGLang archive, kt-kernel, gguf; llama.cpp build (in the background, through the kit's first
 #             start); KT's AMXINT4 layout and the Q4_K_M GGUF, both random, both the exact shape
@@ -1045,12 +1048,28 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   # thirty-first session) adds the int4 kernel's AVX2 build forced in the server (VRAMKIT_INT4_ISA=avx2: an AVX2-only
   # desktop's decode kernel on these cores and this memory; kt-kernel's prompt chunks stay on its AMX build)
   [ "${INT4_BENCH:-1}" = 1 ] && int4_alone "12,8,4,$PHYS"
+  # INT4_KT=0: no kt-kernel twin. INT4_SWEEP=1 (written 2026-11-29, thirty-second session): llama.cpp's --n-cpu-moe
+  # swept down from 11 on this machine (llama 16 11: the lowest that starts, llama-bench at 8K beside it) right after
+  # the first point, then INT4_THREADS' counts (the int4 pool and kt-kernel's at --kt-cpuinfer N; a count ending in
+  # :1 one round) and LLAMA_T16=1 llama.cpp's best again at every physical core: both engines' thread counts tried
   ballast 16
   kit k16-preset-int4 16 "$FULL" -- $KITGP --kt-cpu-decode int4
-  kit k16-preset 16 "$FULL" -- $KITGP --kt-cpu-decode kt
+  if has lint4 && [ "${INT4_SWEEP:-0}" = 1 ]; then
+    llama 16 11
+    ballast 16
+  fi
+  [ "${INT4_KT:-1}" = 1 ] && kit k16-preset 16 "$FULL" -- $KITGP --kt-cpu-decode kt
   [ "${INT4_AVX2:-1}" = 1 ] && kit k16-preset-int4-avx2 16 "$FULL" --env VRAMKIT_INT4_ISA=avx2 -- $KITGP \
     --kt-cpu-decode int4
-  if has lint4; then lpair 16 11; fi
+  for tr in ${INT4_THREADS:-}; do
+    t=${tr%%:*}; pr=$FULL; [ "$tr" = "$t:1" ] && pr=${FULL/--repeat ${REPEAT:-1}/--repeat 1}
+    kit k16-preset-int4-t$t 16 "$pr" -- $KITGP --kt-cpu-decode int4 --kt-cpuinfer "$t"
+  done
+  if has lint4 && [ "${INT4_SWEEP:-0}" = 1 ]; then
+    best=$(cat "$RES/llama-16-best-ncmoe.txt" 2>/dev/null)
+    [ "${LLAMA_T16:-0}" = 1 ] && [ -n "$best" ] && { step "llama-16 --n-cpu-moe $best at $PHYS threads"
+      lfull "llama-16-best-t$PHYS" --fit off -ngl 99 --n-cpu-moe "$best" -t "$PHYS"; pack; }
+  elif has lint4; then lpair 16 11; fi
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's

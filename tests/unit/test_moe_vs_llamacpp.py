@@ -492,6 +492,38 @@ def test_the_int4_cpu_decode_pairing_is_what_its_points_give(tmp_path):
     assert session.cpu_decode([], ["--kt-cpu-decode", "int4", "--kt-cpu-decode", "kt"]) == "kt"
 
 
+def test_the_second_machine_s_int4_pairing_swept_both_engines_threads(tmp_path):
+    """moe-vs-llamacpp-int4cpu-r5-16g.json/.md (the int4 preset on a second machine, r5/) regenerate from the points
+    committed beside them; llama.cpp's --n-cpu-moe was swept there (the lowest that starts, its best also at every
+    physical core) and the kit ran at other KT threads, each listed; the README quotes the start-to-start figure of
+    r5-again/ from its probe."""
+    import shutil
+    res = REPO / "benchmarks" / "results" / "gpu"
+    c = json.loads((res / "moe-vs-llamacpp-int4cpu-r5-16g.json").read_text())
+    evd = c["evidence_dir"]
+    pts, out = tmp_path / "points", tmp_path / "out"
+    shutil.copytree(res / evd, pts)
+    report.report(pts, out, (16,), evd, with_levers=False, q4_stem="moe-vs-llamacpp-int4cpu-r5")
+    for name in ("moe-vs-llamacpp-int4cpu-r5-16g.json", "moe-vs-llamacpp-int4cpu-r5-16g.md"):
+        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    ll = c["engines"]["llamacpp"]
+    assert ll["settings"]["n_cpu_moe_swept_best"] == 11 and set(ll["by_mode"]) == {
+        "--fit on", "--n-cpu-moe 11", "--n-cpu-moe 11 -t 16"}
+    assert "10 did not start (out of memory)" in ll["settings"]["modes"]["--n-cpu-moe 11"]
+    kit = c["engines"]["vramkit"]
+    others = {p["point"]: p for p in kit["other_points"]}
+    assert kit["settings"]["point"] == "k16-preset-int4" and set(others) == {"k16-preset-int4-t14", "k16-preset-int4-t6"}
+    assert kit["decode_tok_s"] > others["k16-preset-int4-t14"]["decode_tok_s"] > others["k16-preset-int4-t6"][
+        "decode_tok_s"]
+    # 16 KT threads on 16 cores is refused before anything starts: the point's failure says why
+    assert "leaves none of the 16 physical cores" in (pts / "k16-preset-int4-t16.up.txt").read_text()
+    again = session.probe_figures(json.loads((res / evd / ".." / "r5-again" / "k16-preset-int4.probe.json").read_text()))
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert (f"the int4 point started again decoded {again['decode_tok_s']:.1f} / {again['decode_tok_s_8k']:.1f} tok/s "
+            f"(4 streams {again['aggregate_4_streams_tok_s']:.1f}), {again['decode_tok_s'] / kit['decode_tok_s']:.2f}x "
+            f"its first start and {again['decode_tok_s'] / ll['decode_tok_s']:.2f}x llama.cpp's best") in readme
+
+
 def test_the_int4_decode_figures_the_readme_and_the_plan_quote_are_the_runs():
     """The int4 kernel's bench beside kt-kernel's (moe-vs-llamacpp-int4/r1/) as the README quotes it, and the pace
     constant the plan takes from them (config/engine.toml kt_method_cpu_time_int4_decode: its time per byte over
