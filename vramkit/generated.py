@@ -126,6 +126,22 @@ def roofline() -> list[str]:
 KT_ESTIMATE = "benchmarks/results/gpu/kt-estimate.json"
 
 
+def _held_out_by_placement(res: dict, by: dict) -> str:
+    """The held-out decodes by where the CPU layers' experts sat and what decoded them: the moe preset's placement
+    (whole layers) apart from the split it left, and the int4 decode (a GPTQ-Int4 checkpoint's, --kt-cpu-decode) among
+    the whole layers, each with how many missed by more than 20 %."""
+    held = [m for m in res["measurements"] if m["role"] == "held-out"]
+    groups = (("whole layers (the moe preset's placement)", lambda q: q["gpu_layers"]),
+              ("of them the int4 decode", lambda q: q["gpu_layers"] and q.get("host_int4_bytes")),
+              ("the split (the placement before)", lambda q: not q["gpu_layers"]))
+    parts = []
+    for word, keep in groups:
+        e = [m["error"] for m in held if keep(by[m["point"]])]
+        if e:
+            parts.append(f"{word} {len(e)}, {min(e):+.1%} to {max(e):+.1%}, {sum(abs(x) > 0.2 for x in e)} outside 20 %")
+    return "- held out, by placement: " + "; ".join(parts)
+
+
 def kt_estimate_table() -> list[str]:
     """README: the hybrid MoE decode estimate against every committed KT run, fitted and held-out apart
     (benchmarks/gpu/fit_kt.py writes the data)."""
@@ -158,6 +174,7 @@ def kt_estimate_table() -> list[str]:
                            for w in dict.fromkeys(m["gpu_weights"] for m in res["measurements"])
                            if (e := [abs(m["error"]) for m in res["measurements"]
                                      if m["role"] == role and m["gpu_weights"] == w])))
+    out.append(_held_out_by_placement(res, by))
     budget = REPO_ROOT / MOE_BUDGET
     by_name = [m["error"] for m in res["measurements"] if m["gpu_weights"] == "dummy by name"]
     if budget.exists() and (r := json.loads(budget.read_text()).get("dummy_layer_routing")):
