@@ -138,7 +138,8 @@ def _held_out_by_placement(res: dict, by: dict) -> str:
     for word, keep in groups:
         e = [m["error"] for m in held if keep(by[m["point"]])]
         if e:
-            parts.append(f"{word} {len(e)}, {min(e):+.1%} to {max(e):+.1%}, {sum(abs(x) > 0.2 for x in e)} outside 20 %")
+            missed = sum(abs(x) > 0.2 for x in e)
+            parts.append(f"{word} {len(e)}, {min(e):+.1%} to {max(e):+.1%}, {missed} outside 20 %")
     return "- held out, by placement: " + "; ".join(parts)
 
 

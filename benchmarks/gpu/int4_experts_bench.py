@@ -13,6 +13,7 @@ measured in a server run, not derived from this.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -40,9 +41,11 @@ def main() -> int:
     ap.add_argument("--lib-dir", default=None)
     ap.add_argument("--isa", choices=sorted(vi.ISA_FLAGS), default="native",
                     help="the build: this CPU's own (-march=native), or AVX2 forced (what an AVX2-only desktop runs)")
+    ap.add_argument("--source", type=Path, default=vi.SOURCE,
+                    help="the kernel's C source to build (default: the adapter's; another revision for a before/after)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    lib = vi.Lib(vi.build(a.lib_dir, cflags=vi.cflags({vi.ISA_ENV: a.isa})))
+    lib = vi.Lib(vi.build(a.lib_dir, cflags=vi.cflags({vi.ISA_ENV: a.isa}), source=a.source))
     rng = np.random.default_rng(0)
     raws = [gp.dummy_gptq(i, H, INTER, E, GROUP) for i in range(a.layers)]
     rows = []
@@ -73,6 +76,7 @@ def main() -> int:
             print(json.dumps(rows[-1]), flush=True)
         # the pool and layers of this count stay until exit (a bench process; the server keeps one pool)
     doc = {"what": __doc__.split("\n\n")[0], "isa": lib.isa, "isa_asked": a.isa,
+           "source_sha256": hashlib.sha256(a.source.read_bytes()).hexdigest()[:16],
            "cpu": (vi._cpu_id().splitlines() or [platform.processor()])[0], "cpus": os.cpu_count(), "layers": a.layers, "calls": a.calls,
            "shape": {"experts": E, "hidden": H, "inter": INTER, "top_k": TOPK, "group": GROUP},
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}

@@ -8,8 +8,9 @@
 // What it computes, for each token t of a decode batch and each of its top-k slots (expert e, routing weight w):
 //   out[t] += w * down_e(silu(gate_e(x[t])) * up_e(x[t])),  W[k][n] = (q[k][n] - 8) * scale[k / group][n]
 // with symmetric GPTQ (zero point 8, no act-order): the same values SGLang's marlin MoE computes on the GPU layers,
-// here in float32 (the inputs as float32, each group's sum scaled once). A slot whose expert id is outside 0..E-1
-// (SGLang's -1 for a masked slot) adds nothing.
+// here in float32 (the inputs as float32, each group's sum scaled once; the 8-wide builds sum x * q and take 8 * the
+// group's input sum off, the same sum in another order: within 1e-6 of float64 of the largest output). A slot whose
+// expert id is outside 0..E-1 (SGLang's -1 for a masked slot) adds nothing.
 //
 // Layout (repacked at load, from the checkpoint's [K / 8, N] qweight and [K / group, N] scales): each projection in
 // strips of 16 output columns, a strip's words in input order, so one unit of work streams one contiguous block:
@@ -123,15 +124,28 @@ static inline __attribute__((always_inline)) vf scales_w(const uint16_t *s) {
 #endif
 }
 
-// the W values (q - 8) of nibble j of each word
-static inline __attribute__((always_inline)) vf nibbles(vu q, int j) {
+// AVX-512: nibble j of each word as the W values q - 8, one shift and one permute through a table of -8..7.
+// The 8-wide builds (AVX2, generic): nibble j masked in place, q * 16^j for j < 7 (an AND: exact as an int32 and as
+// a float, at most 4 significant bits), and q for j = 7 (a shift), converted: 2 operations before the FMA where
+// (q >> 4j) & 15, - 8 and the conversion took 4. The inputs are taken scaled by 16^-j (XSCALE, exact: a power of two)
+// so each product is x * q exactly as before, and the 8 of q - 8 comes off once a group: 8 * the group's input sum
+// (OFFSET_IN_SUMS) before its scale multiplies
 #if defined(__AVX512F__)
+#define OFFSET_IN_SUMS 0
+static inline __attribute__((always_inline)) vf nibbles(vu q, int j) {
     const __m512 lut = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     return (vf) _mm512_permutexvar_ps((__m512i) (q >> (4 * j)), lut);   // the index's low 4 bits only
-#else
-    return __builtin_convertvector((vi) ((q >> (4 * j)) & 15u) - 8, vf);
-#endif
 }
+#else
+#define OFFSET_IN_SUMS 1
+static inline __attribute__((always_inline)) vf nibbles(vu q, int j) {
+    return __builtin_convertvector((vi) (j == PACK - 1 ? q >> (4 * j) : q & (15u << (4 * j))), vf);
+}
+#endif
+#if OFFSET_IN_SUMS
+// what input k is multiplied by before it meets nibble k % 8
+static const float XSCALE[PACK] = {1.0f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 1.0f};
+#endif
 
 // ---------------------------------------------------------------------------------------------------- the pool
 typedef void (*unit_fn)(void *arg, int unit);
@@ -354,10 +368,15 @@ void v4_layer_set(v4_layer *L, const uint32_t *w13_q, const uint16_t *w13_s, con
 #define CHAINS13(nt) ((nt) >= ILP ? 1 : ILP / (nt))
 #define CHAINS2(nt) ((nt) >= 2 * ILP ? 1 : 2 * ILP / (nt))
 
-// gate and up of one strip for nt <= TCHUNK inputs: q [KB][2][16], s [KB / (G / 8)][2][16]; og/ou [nt][16]
+// gate and up of one strip for nt <= TCHUNK inputs: q [KB][2][16], s [KB / (G / 8)][2][16]; og/ou [nt][16]; xs the
+// inputs (scaled by XSCALE where OFFSET_IN_SUMS), sums each input's group sums (read where OFFSET_IN_SUMS)
 static inline __attribute__((always_inline)) void strip13(const uint32_t *q, const uint16_t *s, int KB, int GB8,
-                                                           const float *const *xs, int nt, v16f *og, v16f *ou) {
+                                                           const float *const *xs, const float *const *sums, int nt,
+                                                           v16f *og, v16f *ou) {
     const int C = CHAINS13(nt);
+#if !OFFSET_IN_SUMS
+    (void) sums;
+#endif
     vf tg[TCHUNK][NV], tu[TCHUNK][NV];
     for (int t = 0; t < nt; t++)
         for (int h = 0; h < NV; h++) tg[t][h] = tu[t][h] = (vf){0};
@@ -390,6 +409,11 @@ static inline __attribute__((always_inline)) void strip13(const uint32_t *q, con
                     pg[0][t][h] += pg[c][t][h];
                     pu[0][t][h] += pu[c][t][h];
                 }
+#if OFFSET_IN_SUMS
+                const float off = 8.0f * sums[t][g];
+                pg[0][t][h] -= off;
+                pu[0][t][h] -= off;
+#endif
                 tg[t][h] += pg[0][t][h] * sg;
                 tu[t][h] += pu[0][t][h] * su;
             }
@@ -401,10 +425,14 @@ static inline __attribute__((always_inline)) void strip13(const uint32_t *q, con
     }
 }
 
-// down of one strip for nt inputs: q [KB][16], s [KB / (G / 8)][16]; o [nt][16]
+// down of one strip for nt inputs: q [KB][16], s [KB / (G / 8)][16]; o [nt][16]; xs and sums as strip13's
 static inline __attribute__((always_inline)) void strip2(const uint32_t *q, const uint16_t *s, int KB, int GB8,
-                                                          const float *const *xs, int nt, v16f *o) {
+                                                          const float *const *xs, const float *const *sums, int nt,
+                                                          v16f *o) {
     const int C = CHAINS2(nt);
+#if !OFFSET_IN_SUMS
+    (void) sums;
+#endif
     vf to[TCHUNK][NV];
     for (int t = 0; t < nt; t++)
         for (int h = 0; h < NV; h++) to[t][h] = (vf){0};
@@ -428,6 +456,9 @@ static inline __attribute__((always_inline)) void strip2(const uint32_t *q, cons
             vf sc = scales_w(s + (size_t) g * STRIP + h * W);
             for (int t = 0; t < nt; t++) {
                 for (int c = 1; c < C; c++) p[0][t][h] += p[c][t][h];
+#if OFFSET_IN_SUMS
+                p[0][t][h] -= 8.0f * sums[t][g];
+#endif
                 to[t][h] += p[0][t][h] * sc;
             }
         }
@@ -437,34 +468,36 @@ static inline __attribute__((always_inline)) void strip2(const uint32_t *q, cons
 
 // one specialisation per token count, so each one's accumulators stay in registers
 #define STRIP13_N(n) static void strip13_##n(const uint32_t *q, const uint16_t *s, int KB, int GB8, \
-                                             const float *const *xs, v16f *og, v16f *ou) { \
-        strip13(q, s, KB, GB8, xs, n, og, ou); }
+                                             const float *const *xs, const float *const *sums, v16f *og, \
+                                             v16f *ou) { strip13(q, s, KB, GB8, xs, sums, n, og, ou); }
 #define STRIP2_N(n) static void strip2_##n(const uint32_t *q, const uint16_t *s, int KB, int GB8, \
-                                           const float *const *xs, v16f *o) { strip2(q, s, KB, GB8, xs, n, o); }
+                                           const float *const *xs, const float *const *sums, v16f *o) { \
+        strip2(q, s, KB, GB8, xs, sums, n, o); }
 STRIP13_N(1) STRIP13_N(2) STRIP2_N(1) STRIP2_N(2)
 #if TCHUNK == 4
 STRIP13_N(3) STRIP13_N(4) STRIP2_N(3) STRIP2_N(4)
 #endif
 
-static void run13(int nt, const uint32_t *q, const uint16_t *s, int KB, int GB8, const float *const *xs, v16f *og,
-                  v16f *ou) {
+static void run13(int nt, const uint32_t *q, const uint16_t *s, int KB, int GB8, const float *const *xs,
+                  const float *const *sums, v16f *og, v16f *ou) {
     switch (nt) {
-    case 1: strip13_1(q, s, KB, GB8, xs, og, ou); break;
-    case 2: strip13_2(q, s, KB, GB8, xs, og, ou); break;
+    case 1: strip13_1(q, s, KB, GB8, xs, sums, og, ou); break;
+    case 2: strip13_2(q, s, KB, GB8, xs, sums, og, ou); break;
 #if TCHUNK == 4
-    case 3: strip13_3(q, s, KB, GB8, xs, og, ou); break;
-    case 4: strip13_4(q, s, KB, GB8, xs, og, ou); break;
+    case 3: strip13_3(q, s, KB, GB8, xs, sums, og, ou); break;
+    case 4: strip13_4(q, s, KB, GB8, xs, sums, og, ou); break;
 #endif
     }
 }
 
-static void run2(int nt, const uint32_t *q, const uint16_t *s, int KB, int GB8, const float *const *xs, v16f *o) {
+static void run2(int nt, const uint32_t *q, const uint16_t *s, int KB, int GB8, const float *const *xs,
+                 const float *const *sums, v16f *o) {
     switch (nt) {
-    case 1: strip2_1(q, s, KB, GB8, xs, o); break;
-    case 2: strip2_2(q, s, KB, GB8, xs, o); break;
+    case 1: strip2_1(q, s, KB, GB8, xs, sums, o); break;
+    case 2: strip2_2(q, s, KB, GB8, xs, sums, o); break;
 #if TCHUNK == 4
-    case 3: strip2_3(q, s, KB, GB8, xs, o); break;
-    case 4: strip2_4(q, s, KB, GB8, xs, o); break;
+    case 3: strip2_3(q, s, KB, GB8, xs, sums, o); break;
+    case 4: strip2_4(q, s, KB, GB8, xs, sums, o); break;
 #endif
     }
 }
@@ -480,7 +513,13 @@ typedef struct v4_job {
     // per call: the distinct experts, the slots (t * K + k) naming each, and gate/up's output per slot
     int nd;
     int *dexp, *dstart, *dslots, *dpos, *emap;
-    float *h;              // [n * K][I]
+    float *h;              // [n * K][I] (scaled by XSCALE where OFFSET_IN_SUMS)
+    // OFFSET_IN_SUMS: the inputs scaled by XSCALE and their group sums; each slot's h summed by 8 columns (phase 1,
+    // a unit each strip) and by group (the caller, between the phases)
+    float *xq;             // [n][H]
+    float *xsum;           // [n][H / G]
+    float *hpart;          // [n * K][I / 8]
+    float *hsum;           // [n * K][I / G]
 } v4_job;
 
 static inline float silu(float g) { return g / (1.0f + __builtin_expf(-g)); }
@@ -493,13 +532,28 @@ static void unit13(void *arg, int u) {
     const uint16_t *s = L->s13 + e * L->s13_e + (size_t) st * (L->H / L->G) * 2 * STRIP;
     for (int a = j->dstart[d]; a < j->dstart[d + 1]; a += TCHUNK) {
         int nt = j->dstart[d + 1] - a < TCHUNK ? j->dstart[d + 1] - a : TCHUNK;
-        const float *xs[TCHUNK];
-        for (int t = 0; t < nt; t++) xs[t] = j->x + (size_t) (j->dslots[a + t] / L->K) * L->H;
-        v16f og[TCHUNK], ou[TCHUNK];
-        run13(nt, q, s, L->H / PACK, L->G / PACK, xs, og, ou);
+        const float *xs[TCHUNK], *sums[TCHUNK];
         for (int t = 0; t < nt; t++) {
-            float *h = j->h + (size_t) j->dslots[a + t] * L->I + st * STRIP;
+            const size_t tok = (size_t) (j->dslots[a + t] / L->K);
+            xs[t] = (OFFSET_IN_SUMS ? j->xq : j->x) + tok * L->H;
+            sums[t] = j->xsum + tok * (L->H / L->G);
+        }
+        v16f og[TCHUNK], ou[TCHUNK];
+        run13(nt, q, s, L->H / PACK, L->G / PACK, xs, sums, og, ou);
+        for (int t = 0; t < nt; t++) {
+            const size_t slot = (size_t) j->dslots[a + t];
+            float *h = j->h + slot * L->I + st * STRIP;
+#if OFFSET_IN_SUMS
+            float part[STRIP / PACK] = {0};
+            for (int c = 0; c < STRIP; c++) {
+                const float v = silu(og[t][c]) * ou[t][c];
+                part[c / PACK] += v;
+                h[c] = v * XSCALE[c % PACK];
+            }
+            memcpy(j->hpart + slot * (L->I / PACK) + st * (STRIP / PACK), part, sizeof part);
+#else
             for (int c = 0; c < STRIP; c++) h[c] = silu(og[t][c]) * ou[t][c];
+#endif
         }
     }
 }
@@ -516,10 +570,13 @@ static void unit2(void *arg, int st) {
         const uint16_t *s = L->s2 + e * L->s2_e + (size_t) st * (L->I / L->G) * STRIP;
         for (int a = j->dstart[d]; a < j->dstart[d + 1]; a += TCHUNK) {
             int nt = j->dstart[d + 1] - a < TCHUNK ? j->dstart[d + 1] - a : TCHUNK;
-            const float *hs[TCHUNK];
-            for (int t = 0; t < nt; t++) hs[t] = j->h + (size_t) j->dslots[a + t] * L->I;
+            const float *hs[TCHUNK], *sums[TCHUNK];
+            for (int t = 0; t < nt; t++) {
+                hs[t] = j->h + (size_t) j->dslots[a + t] * L->I;
+                sums[t] = j->hsum + (size_t) j->dslots[a + t] * (L->I / L->G);
+            }
             v16f o[TCHUNK];
-            run2(nt, q, s, L->I / PACK, L->G / PACK, hs, o);
+            run2(nt, q, s, L->I / PACK, L->G / PACK, hs, sums, o);
             for (int t = 0; t < nt; t++) {
                 int slot = j->dslots[a + t];
                 acc[slot / L->K] += j->w[slot] * o[t];
@@ -542,12 +599,53 @@ v4_job *v4_job_new(v4_layer *L, int n, const float *x, const int32_t *ids, const
     j->dpos = malloc(slots * sizeof(int));
     j->emap = malloc((size_t) L->E * sizeof(int));
     j->h = big_alloc(slots * L->I * sizeof(float));
-    if (!j->dexp || !j->dstart || !j->dslots || !j->dpos || !j->emap || !j->h) {
-        free(j->dexp); free(j->dstart); free(j->dslots); free(j->dpos); free(j->emap); free(j->h); free(j);
+    j->xq = malloc((size_t) n * L->H * sizeof(float));
+    j->xsum = malloc((size_t) n * (L->H / L->G) * sizeof(float));
+    j->hpart = malloc(slots * (L->I / PACK) * sizeof(float));
+    j->hsum = malloc(slots * (L->I / L->G) * sizeof(float));
+    if (!j->dexp || !j->dstart || !j->dslots || !j->dpos || !j->emap || !j->h || !j->xq || !j->xsum || !j->hpart
+        || !j->hsum) {
+        free(j->dexp); free(j->dstart); free(j->dslots); free(j->dpos); free(j->emap); free(j->h);
+        free(j->xq); free(j->xsum); free(j->hpart); free(j->hsum); free(j);
         return NULL;
     }
     return j;
 }
+
+#if OFFSET_IN_SUMS
+// before phase 1, on the caller: each token's input scaled by XSCALE, and its sum over each group of G inputs
+static void scale_inputs(v4_job *j) {
+    const v4_layer *L = j->L;
+    for (int t = 0; t < j->n; t++) {
+        const float *x = j->x + (size_t) t * L->H;
+        float *xq = j->xq + (size_t) t * L->H, *sum = j->xsum + (size_t) t * (L->H / L->G);
+        for (int g = 0; g < L->H / L->G; g++) {
+            float acc = 0.0f;
+            for (int k = g * L->G; k < (g + 1) * L->G; k++) {
+                acc += x[k];
+                xq[k] = x[k] * XSCALE[k % PACK];
+            }
+            sum[g] = acc;
+        }
+    }
+}
+
+// between the phases, on the caller: each slot's h summed over each group of G (from phase 1's sums of 8 columns)
+static void h_group_sums(v4_job *j) {
+    const v4_layer *L = j->L;
+    const int per = L->G / PACK;
+    for (int a = 0; a < j->dstart[j->nd]; a++) {
+        const size_t slot = (size_t) j->dslots[a];
+        const float *part = j->hpart + slot * (L->I / PACK);
+        float *sum = j->hsum + slot * (L->I / L->G);
+        for (int g = 0; g < L->I / L->G; g++) {
+            float acc = 0.0f;
+            for (int b = g * per; b < (g + 1) * per; b++) acc += part[b];
+            sum[g] = acc;
+        }
+    }
+}
+#endif
 
 // the host function: the job's inputs are in its pinned buffers (the stream copied them before this node)
 void v4_run(void *arg) {
@@ -580,7 +678,13 @@ void v4_run(void *arg) {
     }
     j->nd = nd;
     if (nd > 0) {
+#if OFFSET_IN_SUMS
+        scale_inputs(j);
+#endif
         dispatch(p, unit13, j, nd * (L->I / STRIP));
+#if OFFSET_IN_SUMS
+        h_group_sums(j);
+#endif
         dispatch(p, unit2, j, L->H / STRIP);
     } else {
         memset(j->out, 0, sizeof(float) * (size_t) n * L->H);

@@ -95,29 +95,30 @@ def _cpu_id() -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
-def build(out_dir: str | Path | None = None, cflags: tuple[str, ...] = CFLAGS, cc: str | None = None) -> Path:
+def build(out_dir: str | Path | None = None, cflags: tuple[str, ...] = CFLAGS, cc: str | None = None,
+          source: Path = SOURCE) -> Path:
     """The library for this CPU, compiled once into out_dir (the environment's, else the cache); ValueError in one
-    line where the compiler is missing or fails."""
+    line where the compiler is missing or fails. `source`: another revision of the kernel (a bench's before/after)."""
     cc = cc or os.environ.get("CC") or "cc"
     if out_dir is None:
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         out_dir = os.environ.get(LIB_ENV) or cache / "vramkit"
     out = Path(out_dir)
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((cc, *cflags)).encode() + _cpu_id().encode()).hexdigest()[:16]
+    key = hashlib.sha256(source.read_bytes() + " ".join((cc, *cflags)).encode() + _cpu_id().encode()).hexdigest()[:16]
     lib = out / f"libvramkit_int4_experts-{key}.so"
     if lib.is_file():
         return lib
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = lib.with_suffix(f".{os.getpid()}.tmp")
     try:
-        done = subprocess.run([cc, *cflags, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True,
+        done = subprocess.run([cc, *cflags, str(source), "-o", str(tmp)], capture_output=True, text=True,
                               timeout=300, check=False)
     except FileNotFoundError:
-        raise ValueError(f"no C compiler ({cc}) to build {SOURCE.name}: install gcc, or set CC") from None
+        raise ValueError(f"no C compiler ({cc}) to build {source.name}: install gcc, or set CC") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         tmp.unlink(missing_ok=True)
-        raise ValueError(f"{cc} could not build {SOURCE.name}: {last}")
+        raise ValueError(f"{cc} could not build {source.name}: {last}")
     os.replace(tmp, lib)
     return lib
 
