@@ -437,21 +437,29 @@ def test_the_q8_table_is_the_medians_pairing_and_a_near_miss_prints_three_decima
         assert f"{label} ({', '.join(f'{x:.1f}' for x in rounds[n])})" in readme, n
 
 
+def _regenerate_pairing(tmp_path, stem: str) -> tuple[dict, Path, list[Path]]:
+    """A later session's 16 GiB pairing (STEM-16g.json/.md) regenerated from the points committed beside it into
+    tmp_path, checked equal to the committed files: its JSON, the copied points' folder and what the report wrote."""
+    import shutil
+    res = REPO / "benchmarks" / "results" / "gpu"
+    c = json.loads((res / f"{stem}-16g.json").read_text())
+    evd = c["evidence_dir"]
+    pts, out = tmp_path / "points", tmp_path / "out"
+    shutil.copytree(res / evd, pts)
+    written = report.report(pts, out, (16,), evd, with_levers=False, q4_stem=stem)
+    for name in (f"{stem}-16g.json", f"{stem}-16g.md"):
+        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    return c, pts, written
+
+
 def test_the_preset_as_it_now_comes_pairing_is_what_its_points_give(tmp_path):
     """moe-vs-llamacpp-default-16g.json/.md (the moe preset as it comes since its token embeddings moved to host RAM,
     beside llama.cpp's Q4_K_M pair, a later session) regenerate from the points committed beside them under their
     own stem, the first session's files untouched; the kit's row is the preset's 38 whole GPU layers."""
-    import shutil
-    res = REPO / "benchmarks" / "results" / "gpu"
-    c = json.loads((res / "moe-vs-llamacpp-default-16g.json").read_text())
-    evd = c["evidence_dir"]
-    pts, out = tmp_path / "points", tmp_path / "out"
-    shutil.copytree(res / evd, pts)
-    written = report.report(pts, out, (16,), evd, with_levers=False, q4_stem="moe-vs-llamacpp-default")
+    c, _pts, written = _regenerate_pairing(tmp_path, "moe-vs-llamacpp-default")
+    out = tmp_path / "out"
     assert not (out / "moe-vs-llamacpp-16g.json").exists() and not (out / "moe-vs-llamacpp-levers.md").exists()
     assert {p.name for p in written} >= {"moe-vs-llamacpp-default-16g.json", "moe-vs-llamacpp-default-16g.md"}
-    for name in ("moe-vs-llamacpp-default-16g.json", "moe-vs-llamacpp-default-16g.md"):
-        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
     kit = c["engines"]["vramkit"]["settings"]
     assert kit["point"] == "k16-preset" and kit["gpu_layers"] == 38 and c["budget_gib"] == 16
     assert "--kt-embed-host" not in kit["vramkit_up"] and c["rounds"] == 3
@@ -462,15 +470,8 @@ def test_the_int4_cpu_decode_pairing_is_what_its_points_give(tmp_path):
     preset without it and llama.cpp's Q4_K_M pair, one machine) regenerate from the points committed beside them; the
     kit's row is the int4 point, the preset without it is listed beside it, and the words say what computed the CPU
     layers."""
-    import shutil
     res = REPO / "benchmarks" / "results" / "gpu"
-    c = json.loads((res / "moe-vs-llamacpp-int4cpu-16g.json").read_text())
-    evd = c["evidence_dir"]
-    pts, out = tmp_path / "points", tmp_path / "out"
-    shutil.copytree(res / evd, pts)
-    report.report(pts, out, (16,), evd, with_levers=False, q4_stem="moe-vs-llamacpp-int4cpu")
-    for name in ("moe-vs-llamacpp-int4cpu-16g.json", "moe-vs-llamacpp-int4cpu-16g.md"):
-        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    c, _pts, _written = _regenerate_pairing(tmp_path, "moe-vs-llamacpp-int4cpu")
     kit = c["engines"]["vramkit"]
     assert kit["settings"]["point"] == "k16-preset-int4" and kit["settings"]["cpu_decode"] == "int4"
     others = {p["point"]: p for p in kit["other_points"]}
@@ -497,15 +498,9 @@ def test_the_second_machine_s_int4_pairing_swept_both_engines_threads(tmp_path):
     committed beside them; llama.cpp's --n-cpu-moe was swept there (the lowest that starts, its best also at every
     physical core) and the kit ran at other KT threads, each listed; the README quotes the start-to-start figure of
     r5-again/ from its probe."""
-    import shutil
     res = REPO / "benchmarks" / "results" / "gpu"
-    c = json.loads((res / "moe-vs-llamacpp-int4cpu-r5-16g.json").read_text())
+    c, pts, _written = _regenerate_pairing(tmp_path, "moe-vs-llamacpp-int4cpu-r5")
     evd = c["evidence_dir"]
-    pts, out = tmp_path / "points", tmp_path / "out"
-    shutil.copytree(res / evd, pts)
-    report.report(pts, out, (16,), evd, with_levers=False, q4_stem="moe-vs-llamacpp-int4cpu-r5")
-    for name in ("moe-vs-llamacpp-int4cpu-r5-16g.json", "moe-vs-llamacpp-int4cpu-r5-16g.md"):
-        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
     ll = c["engines"]["llamacpp"]
     assert ll["settings"]["n_cpu_moe_swept_best"] == 11 and set(ll["by_mode"]) == {
         "--fit on", "--n-cpu-moe 11", "--n-cpu-moe 11 -t 16"}
