@@ -234,5 +234,19 @@ METRICS = ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams
 LOWER_IS_BETTER = ("ttft_30k_s",)
 
 
+def llama_best(modes: dict[str, dict | None]) -> tuple[dict, dict]:
+    """llama.cpp's best per metric over its modes (--fit, --n-cpu-moe swept), and which mode gave each."""
+    best: dict = {}
+    which: dict = {}
+    for key in METRICS + ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k"):
+        vals = [(f[key], m) for m, f in modes.items() if f and f.get(key)]
+        if vals:
+            v, m = (min if key in LOWER_IS_BETTER or key.startswith("ttft") else max)(vals)
+            best[key], which[key] = v, m
+        else:
+            best[key] = None
+    return best, which
+
+
 def fmt(x, unit="") -> str:
     return "-" if x is None else (f"{x:,.1f}{unit}" if isinstance(x, float) else f"{x}{unit}")

@@ -32,7 +32,6 @@ from moe_levers import INT8_DIR, LEVERS_DIR, levers  # noqa: E402
 from moe_session import (  # noqa: E402
     EXPERTS,
     INT4_DECODE_WORDS,
-    LOWER_IS_BETTER,
     METRICS,
     MOE_LAYERS,
     PAIRINGS,
@@ -47,6 +46,7 @@ from moe_session import (  # noqa: E402
     failed_requests,
     fmt,
     kit_point,
+    llama_best,
     llama_point,
     load,
     ran_whole_layers,
@@ -144,20 +144,6 @@ def device(res: Path) -> str:
 ALL_CORES = 16     # the GPU host's physical cores: llama-server's other thread count (run_moe_vs_llamacpp.sh's $PHYS)
 LLAMA_SETTINGS = ("-c 32768 -np 4 -kvu -fa on -ctk q8_0 -ctv q8_0 -t {t} (llama-server, 4 slots sharing one "
                   "32K KV cache; requests: token ids, greedy, EOS ignored, no prompt cache)")
-
-
-def llama_best(modes: dict[str, dict]) -> tuple[dict, dict]:
-    """llama.cpp's best per metric over its modes (--fit, --n-cpu-moe swept), and which mode gave each."""
-    best: dict = {}
-    which: dict = {}
-    for key in METRICS + ("ttft_512_s", "ttft_8k_s", "decode_tok_s_30k"):
-        vals = [(f[key], m) for m, f in modes.items() if f and f.get(key)]
-        if vals:
-            v, m = (min if key in LOWER_IS_BETTER or key.startswith("ttft") else max)(vals)
-            best[key], which[key] = v, m
-        else:
-            best[key] = None
-    return best, which
 
 
 def sweep_note(res: Path, budget: int, ncmoe: str | None, pairing: Pairing = Q4) -> str:

@@ -201,17 +201,17 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 # the steps that need each part of the setup (has_any: any of them in STEPS)
 has_any() { local s; for s in "$@"; do has "$s" && return 0; done; return 1; }
-LLAMA_STEPS="lint4 llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
+LLAMA_STEPS="lint4 lint4ab llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
   llama-q8 lprefill8 lint8 med8 pair8 lt16 profile"
 INT4_STEPS="kit-16 kit-24 levers threads gptq-n"
-INT8_STEPS="lint4 kint4 embhost4 stagesnap poolcheck realload-gptq amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
+INT8_STEPS="lint4 lint4ab kint4 embhost4 stagesnap poolcheck realload-gptq amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
   profile med16 kcores hot triv-rec hotctl layers-t10 layers-pair seedcheck mf90 fp8-layers best16 ldefer lmarlin
   lggml lmf lpreset lprefill kprefill kprefill8 lprefill8 lint8 med8 pair8 fp8cpu fp8stage fp8pin fp8int8 kmarlin
   raw4 kraw4 ctpool embhost"
-GPTQ_STEPS="lint4 kint4 embhost4 stagesnap poolcheck realload-gptq gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
+GPTQ_STEPS="lint4 lint4ab kint4 embhost4 stagesnap poolcheck realload-gptq gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
-Q4_GGUF_STEPS="lint4 llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
+Q4_GGUF_STEPS="lint4 lint4ab llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
 need_llama=; has_any $LLAMA_STEPS && need_llama=1
 has_any embhost embhost4 && [ "${EMBHOST_LLAMA:-0}" = 1 ] && need_llama=1     # their llama.cpp pair only when asked
 need_int4=; has_any $INT4_STEPS && need_int4=1
@@ -1070,6 +1070,24 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
     [ "${LLAMA_T16:-0}" = 1 ] && [ -n "$best" ] && { step "llama-16 --n-cpu-moe $best at $PHYS threads"
       lfull "llama-16-best-t$PHYS" --fit off -ngl 99 --n-cpu-moe "$best" -t "$PHYS"; pack; }
   elif has lint4; then lpair 16 11; fi
+fi
+if has lint4ab; then  # the int4 preset and llama.cpp's two modes started in turn, STARTS rounds (default 3), each
+  # round a fresh start of each (NAME-sN points), then moe_starts.py's medians and each round's paired ratio (written
+  # 2026-11-29, thirty-second session, not run yet: r5-again/ found one start 0.90x the one before, the order of the
+  # kit's margin at depth 0). ~6 min a round after the builds: DUMMY_BY_NAME=1 REPEAT=3 STAGE=.stage-l
+  # STEPS="setup lint4ab" (STARTS=2 fits one session's device time beside the setup)
+  ballast 16
+  for s in $(seq 1 "${STARTS:-3}"); do     # the kit's start waits for the llama.cpp build (moe_point.py --wait-file)
+    kit k16-preset-int4-s$s 16 "$FULL" -- $KITGP --kt-cpu-decode int4
+    [ -f $BUILT ] || { step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"; continue; }
+    step "round $s: llama-16 --n-cpu-moe ${LLAMA_NCMOE:-11} and --fit"
+    lfull llama-16-best-s$s --fit off -ngl 99 --n-cpu-moe "${LLAMA_NCMOE:-11}"
+    lfull llama-16-fit-s$s --fit on
+    pack
+  done
+  python3 benchmarks/gpu/moe_starts.py "$RES" --out "$RES/starts" > "$RES/logs/starts.txt" 2>&1
+  step "starts: $(head -c 1200 "$RES/starts.md" 2>/dev/null)"
+  pack
 fi
 if has lggml; then  # the CPU layers' decode on llama.cpp's own CPU kernels (the adapter's opt-in VRAMKIT_KT_GGML: ggml
   # Q4_K/Q6_K from the Q4_K_M GGUF llama.cpp reads, CPU_REPACK as llama.cpp places it; prompt chunks stay on kt-kernel's

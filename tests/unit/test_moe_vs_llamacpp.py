@@ -557,3 +557,38 @@ def test_the_int4_decode_figures_the_readme_and_the_plan_quote_are_the_runs():
     i3 = fig["r3", "k16-preset-int4"]
     assert (f"| **{i3['decode_tok_s']:.1f}** / {i3['decode_tok_s_8k']:.1f} / {i3['decode_tok_s_30k']:.1f} tok/s | | "
             f"{depths(fig['r3', 'k16-preset'])} |") in readme
+
+
+def test_starts_taken_in_turn_pair_each_round_and_list_a_missing_one(tmp_path):
+    """moe_starts.py (STEPS="setup lint4ab"'s summary): round N's kit probe against llama.cpp's best over its modes in
+    the same round, each engine's median and each ratio's median and worst round over the rounds; a round without
+    llama.cpp's probes is listed and left out. Here the committed starts of one machine stand in for two rounds: r5/'s
+    first start and r5-again/'s, each beside r5/'s llama.cpp modes, and a third round with the kit alone."""
+    import shutil
+    starts = load_module("benchmarks/gpu/moe_starts.py")
+    run = REPO / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-int4"
+    for n, kit_run in ((1, "r5"), (2, "r5-again"), (3, "r5")):
+        shutil.copy(run / kit_run / "k16-preset-int4.probe.json", tmp_path / f"k16-preset-int4-s{n}.probe.json")
+        for mode in ("llama-16-best", "llama-16-fit"):
+            if n < 3:
+                shutil.copy(run / "r5" / f"{mode}.probe.json", tmp_path / f"{mode}-s{n}.probe.json")
+    assert starts.main([str(tmp_path), "--out", str(tmp_path / "starts")]) == 0
+    d = json.loads((tmp_path / "starts.json").read_text())
+    fig = {r: session.probe_figures(json.loads((run / r / "k16-preset-int4.probe.json").read_text()))
+           for r in ("r5", "r5-again")}
+    ll = {m: session.probe_figures(json.loads((run / "r5" / f"{m}.probe.json").read_text()))
+          for m in ("llama-16-best", "llama-16-fit")}
+    decode_ll = max(f["decode_tok_s"] for f in ll.values())
+    ttft_ll = min(f["ttft_30k_s"] for f in ll.values())
+    rounds = {r["round"]: r for r in d["rounds"]}
+    assert rounds[3]["missing"] == "llama.cpp's probes" and "ratios" not in rounds[3]
+    assert rounds[2]["ratios"]["decode_tok_s"] == round(fig["r5-again"]["decode_tok_s"] / decode_ll, 3)
+    s = d["summary"]
+    assert s["decode_tok_s"]["rounds"] == 2 and s["decode_tok_s"]["ratio_worst"] == rounds[2]["ratios"]["decode_tok_s"]
+    assert s["decode_tok_s"]["kit_median"] == pytest.approx((fig["r5"]["decode_tok_s"] + fig["r5-again"]["decode_tok_s"]) / 2)
+    # a time: the worst round is the largest ratio, and the goal is at most 1.0x
+    ttft = [fig[r]["ttft_30k_s"] / ttft_ll for r in ("r5", "r5-again")]
+    assert s["ttft_30k_s"]["ratio_worst"] == pytest.approx(max(ttft), abs=1e-3) and s["ttft_30k_s"]["goal"] == "<= 1.0x"
+    assert s["ttft_30k_s"]["rounds_meeting_goal"] == 2 and s["aggregate_4_streams_tok_s"]["rounds_meeting_goal"] == 0
+    assert "| 3 | missing: llama.cpp's probes |" in (tmp_path / "starts.md").read_text()
+    assert starts.main([str(tmp_path / "nothing")]) == 2 and starts.main([str(run / "r4")]) == 3
