@@ -85,7 +85,12 @@ Q4 = Pairing("moe-vs-llamacpp", "llama-{b}", "a Q4_K_M-typed GGUF (tools/make_ra
 Q8 = Pairing("moe-vs-llamacpp-q8", "llama-q8-{b}", "a Q8_0 GGUF (tools/make_random_gguf.py --type Q8_0, 30.3 GiB)",
              ("k{b}-int8", "k{b}-int8-layers", "16:k16-int8-preset", "16:k16-int8-prefill", "16:k16-int8-kt-prompts",
               "16:k16-int8-prefill-int8"))
-PAIRINGS = (Q4, Q8)
+# an AVX2-only desktop's two engines on the GPU host's cores (run_moe_vs_llamacpp.sh LLAMA_CPU_VARIANTS=1 STEPS="setup
+# lint4", since 2026-11-29's thirty-second session): the kit's int4 decode on its AVX2 build against llama.cpp on its
+# haswell CPU backend, the same Q4_K_M file and GPU placement
+AVX2 = Pairing("moe-vs-llamacpp-avx2", "llama-avx2-{b}", "a Q4_K_M-typed GGUF (tools/make_random_gguf.py, 17.3 GiB) "
+               "on its haswell (AVX2) CPU backend", ("16:k16-preset-int4-avx2",))
+PAIRINGS = (Q4, Q8, AVX2)
 
 
 def bench_rows(res: Path, budget: int, pairing: Pairing = Q4) -> list[dict]:

@@ -64,7 +64,7 @@ SGLANG_LINES = re.compile(
 LLAMA_LINES = re.compile(
     r"fit|overflow|offload|n_cpu_moe|buffer size|KV buffer|kv_unified|n_ctx|n_seq|n_batch|n_ubatch|flash_attn"
     r"|CUDA0|model size|model params|file type|type +(f32|q4_K|q6_K)|threads|system_info|AMX|n_slots|slot +init"
-    r"|total VRAM|free|error|failed")
+    r"|total VRAM|free|error|failed|load_backend")
 MAX_LINES = 160
 NOISE = ("Decode batch", "Prefill batch", "slot update_slots", "slot launch_slot", "print_timing",
          "Ignore import error", "Loading from", "Creating AMX_MOE_TP", "slot release", "slot get_availabl",
@@ -129,9 +129,12 @@ def versions(res: Path) -> dict:
     f = next((p for p in (res / "logs" / "site.txt", res / "site.txt") if p.exists()), None)
     site = f.read_text(errors="replace") if f else ""
     kt = next((ln.split(None, 1)[1] for ln in site.splitlines() if ln.startswith("kt_kernel ")), "0.5.1")
+    # the driver's llama.cpp CPU flags where it wrote them (LLAMA_CPU_VARIANTS=1: the CPU backend as loadable
+    # variants), else the one static build every earlier session ran
+    built = (res / "llama-build.txt").read_text().strip() if (res / "llama-build.txt").exists() else "GGML_NATIVE=ON"
     return {"sglang": "0.5.15.post1", "kt_kernel": kt,
             "llama_cpp": "as vendored by the llama-cpp-python 0.3.36 sdist (commit 0c1e570), built with "
-                         "GGML_CUDA=ON CMAKE_CUDA_ARCHITECTURES=90 GGML_NATIVE=ON"}
+                         f"GGML_CUDA=ON CMAKE_CUDA_ARCHITECTURES=90 {built}"}
 
 
 def device(res: Path) -> str:

@@ -236,12 +236,31 @@ print(json.dumps({'rounds': membw.sweep(c, 4 << 30, rounds=3), 'pinned': membw.s
   > "$RES/membw-session-r3.json" 2> "$RES/logs/membw-session-r3.err"
 step "host read, 3 rounds / pinned: $(python3 -c "import json; d = json.load(open('$RES/membw-session-r3.json'))
 print(', '.join(f\"{a['threads']}t {a['bytes_per_s'] / 1e9:.0f}/{b['bytes_per_s'] / 1e9:.0f}\" for a, b in zip(d['rounds'], d['pinned'])))" 2>&1 | tail -c 300) GB/s"
+# LLAMA_CPU_VARIANTS=1 (written 2026-11-29, thirty-second session, not run on the GPU host yet): the CPU backend as
+# loadable variants, haswell (AVX2) and sapphirerapids (this host's), one CUDA build for both: build/bin loads the
+# best (sapphirerapids here), build/bin-avx2 holds haswell alone, what an AVX2-only desktop's llama.cpp runs
+# (benchmarks/gpu/llama_cpu_variants.py; the two folders checked on the dev machine with a CPU-only build of haswell
+# and zen4: each llama-bench loaded its folder's libggml-cpu-*.so); else one static build for this CPU
+# (-march=native), as every run before
+LLAMA_CPU="-DGGML_NATIVE=ON"; LLAMA_VARIANT_TARGETS=
+if [ "${LLAMA_CPU_VARIANTS:-0}" = 1 ]; then
+  LLAMA_CPU="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DBUILD_SHARED_LIBS=ON -DGGML_CPU_ALL_VARIANTS=ON"
+  LLAMA_VARIANT_TARGETS="ggml-cuda ggml-cpu-haswell ggml-cpu-sapphirerapids"
+fi
+BIN_AVX2=$LL/build/bin-avx2
+REPO=$PWD
+[ -n "$need_llama" ] && echo "${LLAMA_CPU//-D/}${LLAMA_VARIANT_TARGETS:+ (variants haswell, sapphirerapids; bin-avx2: haswell alone)}" \
+  > "$RES/llama-build.txt"
 [ -n "$need_llama" ] && (
   mkdir -p $W && tar -xJf $S/llama-src.tar.xz -C $W && cd $LL && \
+  { [ -z "$LLAMA_VARIANT_TARGETS" ] || python3 "$REPO/benchmarks/gpu/llama_cpu_variants.py" . haswell sapphirerapids; } \
+    > $W/variants.log 2>&1 && \
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+    $LLAMA_CPU -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF > $W/cmake.log 2>&1 && \
-  ninja -C build llama-bench llama-server > $W/ninja.log 2>&1 && touch $BUILT
+  ninja -C build llama-bench llama-server $LLAMA_VARIANT_TARGETS > $W/ninja.log 2>&1 && \
+  { [ -z "$LLAMA_VARIANT_TARGETS" ] || { rm -rf build/bin-avx2 && cp -a build/bin build/bin-avx2 && \
+      rm -f build/bin-avx2/libggml-cpu-sapphirerapids.so; }; } && touch $BUILT
   echo "build rc=$? after $(( $(date +%s) - t_start )) s" > $W/build-rc.txt
 ) &
 build_pid=$!
@@ -1061,6 +1080,13 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   [ "${INT4_KT:-1}" = 1 ] && kit k16-preset 16 "$FULL" -- $KITGP --kt-cpu-decode kt
   [ "${INT4_AVX2:-1}" = 1 ] && kit k16-preset-int4-avx2 16 "$FULL" --env VRAMKIT_INT4_ISA=avx2 -- $KITGP \
     --kt-cpu-decode int4
+  # its peer: llama.cpp's pair on its haswell (AVX2) CPU backend, the same GPU placement (LLAMA_CPU_VARIANTS=1)
+  if has lint4 && [ "${INT4_AVX2:-1}" = 1 ] && [ -n "$LLAMA_VARIANT_TARGETS" ]; then
+    bin0=$BIN; BIN=$BIN_AVX2
+    lpair 16 11 llama-avx2-16
+    BIN=$bin0
+    grep -h "load_backend" "$RES"/llama-avx2-16-*.llama.log | sort -u | head -3 | tee -a "$RES/progress.txt"
+  fi
   for tr in ${INT4_THREADS:-}; do
     t=${tr%%:*}; pr=$FULL; [ "$tr" = "$t:1" ] && pr=${FULL/--repeat ${REPEAT:-1}/--repeat 1}
     kit k16-preset-int4-t$t 16 "$pr" -- $KITGP --kt-cpu-decode int4 --kt-cpuinfer "$t"

@@ -592,3 +592,38 @@ def test_starts_taken_in_turn_pair_each_round_and_list_a_missing_one(tmp_path):
     assert s["ttft_30k_s"]["rounds_meeting_goal"] == 2 and s["aggregate_4_streams_tok_s"]["rounds_meeting_goal"] == 0
     assert "| 3 | missing: llama.cpp's probes |" in (tmp_path / "starts.md").read_text()
     assert starts.main([str(tmp_path / "nothing")]) == 2 and starts.main([str(run / "r4")]) == 3
+
+
+# ggml/src/CMakeLists.txt's variant list as llama.cpp (the llama-cpp-python 0.3.36 sdist's) writes it, abridged
+GGML_VARIANTS = """if (GGML_CPU_ALL_VARIANTS)
+    if (NOT GGML_BACKEND_DL)
+        message(FATAL_ERROR "GGML_CPU_ALL_VARIANTS requires GGML_BACKEND_DL")
+    elseif (GGML_SYSTEM_ARCH STREQUAL "x86")
+        ggml_add_cpu_backend_variant(x64)
+        ggml_add_cpu_backend_variant(haswell            SSE42 AVX F16C FMA AVX2 BMI2)
+        ggml_add_cpu_backend_variant(skylakex           SSE42 AVX F16C FMA AVX2 BMI2 AVX512)
+        if (NOT MSVC)
+            ggml_add_cpu_backend_variant(sapphirerapids SSE42 AVX F16C FMA AVX2 BMI2 AVX512 AMX_TILE AMX_INT8)
+        endif()
+    elseif(GGML_SYSTEM_ARCH STREQUAL "ARM")
+            ggml_add_cpu_backend_variant(armv8.0_1)
+    endif()
+endif()
+"""
+
+
+def test_llama_cpp_keeps_the_cpu_variants_asked_and_refuses_an_unknown_one(tmp_path, capsys):
+    """llama_cpu_variants.py: the x86 variants not named are commented out (the ARM ones untouched), so one CUDA build
+    gives llama.cpp's haswell (AVX2) and this host's CPU backends; a variant the file lacks is one line, exit 2, the
+    file unchanged."""
+    variants = load_module("benchmarks/gpu/llama_cpu_variants.py")
+    cm = tmp_path / "ggml" / "src" / "CMakeLists.txt"
+    cm.parent.mkdir(parents=True)
+    cm.write_text(GGML_VARIANTS)
+    assert variants.main([str(tmp_path), "haswell", "zen5"]) == 2
+    assert "zen5 not among" in capsys.readouterr().err and cm.read_text() == GGML_VARIANTS
+    assert variants.main([str(tmp_path), "haswell", "sapphirerapids"]) == 0
+    live = [ln.split("(")[1].split()[0].rstrip(")") for ln in cm.read_text().splitlines()
+            if ln.strip().startswith("ggml_add_cpu_backend_variant(")]
+    assert live == ["haswell", "sapphirerapids", "armv8.0_1"]
+    assert "# ggml_add_cpu_backend_variant(skylakex" in cm.read_text()
