@@ -201,17 +201,17 @@ step "setup ($PHYS physical cores, llama.cpp threads $THREADS)"
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 # the steps that need each part of the setup (has_any: any of them in STEPS)
 has_any() { local s; for s in "$@"; do has "$s" && return 0; done; return 1; }
-LLAMA_STEPS="lint4 lint4ab llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
+LLAMA_STEPS="lint4 profile4 lint4ab llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 kbench llama-24 med3 med16 k24lev
   llama-q8 lprefill8 lint8 med8 pair8 lt16 profile"
 INT4_STEPS="kit-16 kit-24 levers threads gptq-n"
-INT8_STEPS="lint4 lint4ab kint4 embhost4 stagesnap poolcheck realload-gptq amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
+INT8_STEPS="lint4 profile4 lint4ab kint4 embhost4 stagesnap poolcheck realload-gptq amxint8 amxint8-levers threads threads24 gptq gptq-bf16 diag-fp16 wna16 again gensweep med3 llama-q8 thp
   profile med16 kcores hot triv-rec hotctl layers-t10 layers-pair seedcheck mf90 fp8-layers best16 ldefer lmarlin
   lggml lmf lpreset lprefill kprefill kprefill8 lprefill8 lint8 med8 pair8 fp8cpu fp8stage fp8pin fp8int8 kmarlin
   raw4 kraw4 ctpool embhost"
-GPTQ_STEPS="lint4 lint4ab kint4 embhost4 stagesnap poolcheck realload-gptq gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
+GPTQ_STEPS="lint4 profile4 lint4ab kint4 embhost4 stagesnap poolcheck realload-gptq gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
-Q4_GGUF_STEPS="lint4 lint4ab llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
+Q4_GGUF_STEPS="lint4 profile4 lint4ab llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
 need_llama=; has_any $LLAMA_STEPS && need_llama=1
 has_any embhost embhost4 && [ "${EMBHOST_LLAMA:-0}" = 1 ] && need_llama=1     # their llama.cpp pair only when asked
 need_int4=; has_any $INT4_STEPS && need_int4=1
@@ -733,6 +733,30 @@ if has kprefill8 || has lprefill8; then  # the moe preset on its own block-FP8 c
 fi
 # KT threads on every physical core (2026-11-27, after llama-q8 on the same machine, a step since removed: its point
 # moe-vs-llamacpp-q8/k16-int8-t16 decoded 1.7 tok/s against 36.1 at 14): vramkit up refuses that count now (exit 64)
+llama_sweep() {  # llama.cpp's per-token budget: llama-bench's decode with --n-cpu-moe swept (the all-GPU step and the
+  # cost per CPU layer) and by threads, without the ballast (--n-cpu-moe alone sets the placement; the card's size only
+  # decides what starts), summarized by decode_profile.py sweep
+  ballast_off
+  local LB="-m $GGUF -ngl 99 -fa 1 -ctk q8_0 -ctv q8_0 -o json -p 0 -n 64 -r 2" n t
+  for n in 0 6 11 18 24 36 48; do
+    timeout 120 $BIN/llama-bench $LB -ncmoe $n -t $THREADS > "$RES/llama-sweep-ncmoe$n.json" 2> "$RES/logs/llama-sweep-$n.err"
+  done
+  for t in 6 10; do   # the CPU layers' cost by thread count (every layer's experts on the CPU)
+    timeout 120 $BIN/llama-bench $LB -ncmoe 48 -t $t > "$RES/llama-sweep-ncmoe48-t$t.json" 2> "$RES/logs/llama-sweep-48-t$t.err"
+  done
+  python3 benchmarks/gpu/decode_profile.py sweep "$RES"/llama-sweep-ncmoe*.json > "$RES/llama-sweep.json" 2>&1
+  step "llama.cpp sweep: $(tr -d ' \n' < "$RES/llama-sweep.json" | tail -c 400)"
+  pack
+}
+if has profile4; then  # the int4 preset's per-token budget measured (written 2026-11-29, thirty-second session, not run
+  # yet: the README's int4 budget is derived from the kernel's log windows): SGLang's profiler over 32 decode steps at
+  # 1 and 4 streams on the preset as it comes (moe_probe.py --profile-steps: decode_profile.py's budget in the probe's
+  # JSON), then llama.cpp's llama-bench sweep beside it. ~12 min after the builds: DUMMY_BY_NAME=1 STAGE=.stage-l
+  # STEPS="setup profile4"
+  ballast 16
+  kit k16-preset-int4-prof 16 "$FULL --profile-steps 32 --profile-dir $W/prof" -- $KITGP --kt-cpu-decode int4
+  if [ -f $BUILT ]; then llama_sweep; else step "llama.cpp not built: $(cat $W/build-rc.txt 2>/dev/null)"; fi
+fi
 if has profile; then  # issue 18 item 2, the per-token budgets measured (2026-11-27, sixth session): the kit's best 16 GiB
   # point (GPTQ-Int4 split N per layer on moe_wna16, AMXINT8 CPU experts) and its whole-layer twin (never measured on
   # moe_wna16), each with SGLang's profiler over 32 decode steps at 1 and 4 streams (moe_probe.py --profile-steps:
@@ -744,20 +768,7 @@ if has profile; then  # issue 18 item 2, the per-token budgets measured (2026-11
   ballast 16
   kit k16-wna16-prof 16 "$PROF" -- $KITG $CPU8
   kit k16-wna16-layers-prof 16 "$PROF" --env VRAMKIT_KT_GPU_LAYERS=auto -- $KITG $CPU8
-  if lpair 16 11; then
-    # the sweep without the ballast: --n-cpu-moe alone sets the placement (the card's size only decides what starts)
-    ballast_off
-    LB="-m $GGUF -ngl 99 -fa 1 -ctk q8_0 -ctv q8_0 -o json -p 0 -n 64 -r 2"
-    for n in 0 6 11 18 24 36 48; do
-      timeout 120 $BIN/llama-bench $LB -ncmoe $n -t $THREADS > "$RES/llama-sweep-ncmoe$n.json" 2> "$RES/logs/llama-sweep-$n.err"
-    done
-    for t in 6 10; do   # the CPU layers' cost by thread count (every layer's experts on the CPU)
-      timeout 120 $BIN/llama-bench $LB -ncmoe 48 -t $t > "$RES/llama-sweep-ncmoe48-t$t.json" 2> "$RES/logs/llama-sweep-48-t$t.err"
-    done
-    python3 benchmarks/gpu/decode_profile.py sweep "$RES"/llama-sweep-ncmoe*.json > "$RES/llama-sweep.json" 2>&1
-    step "llama.cpp sweep: $(tr -d ' \n' < "$RES/llama-sweep.json" | tail -c 400)"
-    pack
-  fi
+  lpair 16 11 && llama_sweep
   ballast_off
   for g in 88 0; do   # 88: the plan's split; 0: a layer whose experts are all on the CPU (the whole-layer placement)
     timeout 600 python3 benchmarks/gpu/kt_decode_bench.py --methods AMXINT8 --threads $THREADS --tokens 16 --prefill 0 \
