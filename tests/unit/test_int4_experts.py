@@ -262,3 +262,33 @@ def test_a_cpu_layer_is_drawn_once_for_the_gpu_prompt_path_and_the_int4_kernel(v
     mod.raw_layer(hf, "/nowhere", True, 8, order, last=True)
     assert drawn == [7, 7, 8]
     gp.release()
+
+
+def _sys_tree(root, cores_of: dict[int, tuple[int, int]]):
+    for cpu, (pkg, core) in cores_of.items():
+        topo = root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "physical_package_id").write_text(f"{pkg}\n")
+        (topo / "core_id").write_text(f"{core}\n")
+
+
+@pytest.mark.parametrize("layout, cores_of, threads, want", [
+    # an Intel desktop: a core's two threads numbered side by side; 4 workers on 4 cores, a fifth on a second thread
+    ("siblings side by side", {c: (0, c // 2) for c in range(8)}, 5, [0, 2, 4, 6]),
+    ("siblings side by side", {c: (0, c // 2) for c in range(8)}, 6, [0, 2, 4, 6, 1]),
+    # most AMD desktops and servers: the second threads a core count apart
+    ("siblings apart", {c: (0, c % 4) for c in range(8)}, 6, [0, 1, 2, 3, 4]),
+    # no SMT (the GPU host): CPU order, wrapping round past the last CPU
+    ("one thread a core", {c: (0, c) for c in range(4)}, 6, [0, 1, 2, 3, 0]),
+])
+def test_the_pool_s_workers_take_one_thread_of_each_core_first(vi, tmp_path, layout, cores_of, threads, want):
+    """The pool's pinned workers (threads - 1; the caller is the CUDA host-function thread) land on distinct physical
+    cores before any core's second thread, whatever order the host numbers its SMT siblings in."""
+    mod, _ = vi
+    _sys_tree(tmp_path, cores_of)
+    assert mod.pinned_cpus(threads, cpus=set(cores_of), sys_root=tmp_path) == want, layout
+
+
+def test_without_topology_the_pool_pins_in_cpu_order(vi, tmp_path):
+    mod, _ = vi
+    assert mod.pinned_cpus(4, cpus={5, 1, 3}, sys_root=tmp_path) == [1, 3, 5]

@@ -16,8 +16,8 @@ and flags, so a rebuild happens only when one of them changes. ``VRAMKIT_INT4_IS
 instead of this CPU's own (what an AVX2-only desktop runs, measured on an AVX-512 host's cores; ``native``, the default,
 is -march=native). Its pool has ``VRAMKIT_INT4_THREADS`` threads
 (--kt-cpuinfer's count unless set): the caller (CUDA's host-function thread) and the rest pinned one to a CPU of the
-process's affinity, first ones first, as kt-kernel pins its workers (whose pool sleeps during decode: it gets no
-decode batch).
+process's affinity, one physical core each before any core's second thread (core_order; kt-kernel's pool sleeps
+during decode: it gets no decode batch).
 
 Weights: each CPU layer's gate/up/down qweight and scales, read from the checkpoint's safetensors in the server's
 physical expert order (or drawn as vramkit_gpu_prefill draws a dummy load's, the same values), repacked into the
@@ -152,10 +152,29 @@ class Lib:
         self.max_tokens = self.v4_max_tokens()
 
 
-def pinned_cpus(threads: int) -> list[int]:
-    """The CPUs the pool's workers (threads - 1 of them) are pinned to: the first of this process's affinity."""
-    cpus = sorted(os.sched_getaffinity(0))
-    return [cpus[i % len(cpus)] for i in range(max(0, threads - 1))]
+def core_order(cpus, sys_root: str | Path = "/sys") -> list[int]:
+    """`cpus` one physical core at a time: each core's lowest-numbered thread in CPU order, then the cores' other
+    threads. SMT siblings are numbered side by side on some hosts (Intel desktops: 0 and 1 one core) and a core count
+    apart on others (most AMD and servers): either way the first n of this order are n cores where the host has
+    them. CPU order where /sys does not say (a container without it)."""
+    first, rest, seen = [], [], set()
+    for c in sorted(cpus):
+        topo = Path(sys_root, "devices", "system", "cpu", f"cpu{c}", "topology")
+        try:
+            key = ((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip())
+        except OSError:
+            return sorted(cpus)
+        (rest if key in seen else first).append(c)
+        seen.add(key)
+    return first + rest
+
+
+def pinned_cpus(threads: int, cpus=None, sys_root: str | Path = "/sys") -> list[int]:
+    """The CPUs the pool's workers (threads - 1 of them) are pinned to: this process's affinity (or `cpus`), one
+    physical core each first (core_order), so a compute-bound pool does not share a core's two threads while other
+    cores idle."""
+    order = core_order(os.sched_getaffinity(0) if cpus is None else cpus, sys_root)
+    return [order[i % len(order)] for i in range(max(0, threads - 1))]
 
 
 class Kernel:
