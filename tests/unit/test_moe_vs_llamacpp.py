@@ -627,3 +627,17 @@ def test_llama_cpp_keeps_the_cpu_variants_asked_and_refuses_an_unknown_one(tmp_p
             if ln.strip().startswith("ggml_add_cpu_backend_variant(")]
     assert live == ["haswell", "sapphirerapids", "armv8.0_1"]
     assert "# ggml_add_cpu_backend_variant(skylakex" in cm.read_text()
+
+
+def test_the_avx2_kernel_s_before_and_after_the_readme_quotes_are_the_runs():
+    """The README's AVX2 arithmetic figures are ab-devbox/summary.json's medians (int4_ab.sh: before and after in
+    turn), and the AVX-512 build, unchanged, is the control: within 5 % of itself."""
+    s = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/ab-devbox/summary.json").read_text())
+    ms = {(r["side"], r["isa"], r["threads"], r["batch"]): r["ms_median_of_rounds"] for r in s["rows"]}
+    assert all(r["rounds"] == 3 for r in s["rows"])
+    readme = " ".join((REPO / "README.md").read_text().split())
+    b, a = ms["before", "avx2", 1, 1], ms["after", "avx2", 1, 1]
+    assert f"{b:.2f} -> {a:.2f} ms a layer at batch 1 on one thread" in readme and a < b
+    assert f"{ms['before', 'avx2', 2, 1]:.2f} -> {ms['after', 'avx2', 2, 1]:.2f} on two" in readme
+    for t in (1, 2):
+        assert abs(ms["after", "avx512", t, 1] / ms["before", "avx512", t, 1] - 1) < 0.05
