@@ -87,6 +87,19 @@ L = "kt-llamafile/"
 W = "moe-vs-llamacpp-wna16/"
 Q = "moe-vs-llamacpp-q8/"
 B = "moe-budget/"
+
+
+def int4_preset_point(name: str, run: str, point: str, cpu_decode: str, note: str, decode_isa: str | None = None
+                      ) -> Point:
+    """A held-out start of the GPTQ preset as it comes on an H200 (moe-vs-llamacpp-int4/RUN/POINT, seeded by name,
+    the session's own sweep), its CPU layers' decode named (--kt-cpu-decode int4 or kt)."""
+    d = f"moe-vs-llamacpp-int4/{run}/"
+    return Point(name, "held-out", f"{d}{point}.json", f"{d}{point}.probe.json", f"{d}membw-session.json",
+                 {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_cpu_decode": cpu_decode}, rss_end_read=True,
+                 decode_isa=decode_isa, note=f"{note}, on an H200; seeded by name; this machine's own sweep",
+                 gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
+
+
 POINTS = (
     # 2026-11-23, kt-kernel 0.5.1, 16 GB emulated, 14 threads (benchmarks/gpu/run_moe.sh kit)
     Point("int4-amx-16g", "fit", M + "moe-16g-int4-amx.json", M + "moe-16g-int4-amx.probe.json",
@@ -395,11 +408,8 @@ POINTS = (
     # 2026-11-29, thirtieth session (moe-vs-llamacpp-int4/r1/ and r3/, one H200 machine, DUMMY_BY_NAME=1 STEPS="setup
     # lint4", then REPEAT=3 INT4_BENCH=0 the same): the GPTQ preset as it comes with its CPU layers' decode on the kit's
     # int4 kernel (--kt-cpu-decode int4, whose pace constant is its kernel bench's, not fitted here), then without it
-    *(Point(f"layers-{dec}-amx-16g-gptq-preset-h200n{rnd}", "held-out", f"moe-vs-llamacpp-int4/r{rnd}/{pt}.json",
-            f"moe-vs-llamacpp-int4/r{rnd}/{pt}.probe.json", f"moe-vs-llamacpp-int4/r{rnd}/membw-session.json",
-            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_cpu_decode": knob}, rss_end_read=True,
-            note=f"{'medians of 3 rounds' if rnd == 3 else 'one round'}; the GPTQ preset as it comes{what}, on an "
-            "H200; seeded by name; this machine's own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
+    *(int4_preset_point(f"layers-{dec}-amx-16g-gptq-preset-h200n{rnd}", f"r{rnd}", pt, knob,
+                        f"{'medians of 3 rounds' if rnd == 3 else 'one round'}; the GPTQ preset as it comes{what}")
       for rnd in (1, 3) for dec, pt, knob, what in (
           ("int4dec", "k16-preset-int4", "int4", ", its CPU layers' decode on the int4 kernel (--kt-cpu-decode int4)"),
           ("int8", "k16-preset", "kt", ""))),
@@ -408,12 +418,8 @@ POINTS = (
     # kernel's AVX2 build forced in the server (VRAMKIT_INT4_ISA=avx2; its pace constant is the AVX2 bench's, isa/):
     # planned for an AVX2 host, whose decode estimate takes that pace (kt-kernel's method plays no part in the decode
     # there; its prompt chunks ran on the AMX build)
-    *(Point(f"layers-{dec}-amx-16g-gptq-preset-h200o", "held-out", f"moe-vs-llamacpp-int4/r4/{pt}.json",
-            f"moe-vs-llamacpp-int4/r4/{pt}.probe.json", "moe-vs-llamacpp-int4/r4/membw-session.json",
-            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_cpu_decode": knob}, rss_end_read=True,
-            decode_isa=None if isa == "amx" else isa,
-            note=f"medians of 3 rounds; the GPTQ preset as it comes{what}, on an H200; seeded by name; this machine's "
-            "own sweep", gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
+    *(int4_preset_point(f"layers-{dec}-amx-16g-gptq-preset-h200o", "r4", pt, knob,
+                        f"medians of 3 rounds; the GPTQ preset as it comes{what}", None if isa == "amx" else isa)
       for dec, pt, knob, isa, what in (
           ("int4dec", "k16-preset-int4", "int4", "amx", ", its CPU layers' decode on the int4 kernel"),
           ("int4dec-avx2", "k16-preset-int4-avx2", "int4", "avx2",
@@ -433,11 +439,8 @@ POINTS = (
     # INT4_SWEEP=1 INT4_THREADS="14 16 6:1"): the preset with the int4 decode at the plan's 12 KT threads, at 14, and
     # at 6 (one round; 16 was refused by `vramkit up`), then r5-again/ on the same machine right after: the int4 point
     # again and its kt-kernel twin
-    *(Point(f"layers-{dec}-amx-16g-gptq-preset-h200p{tag}", "held-out", f"moe-vs-llamacpp-int4/{run}/{pt}.json",
-            f"moe-vs-llamacpp-int4/{run}/{pt}.probe.json", f"moe-vs-llamacpp-int4/{run}/membw-session.json",
-            {"kt_method": "AMXINT8", "kt_gpu_prefill": "auto", "kt_cpu_decode": knob}, rss_end_read=True,
-            note=f"{rounds}; the GPTQ preset as it comes{what}, on an H200; seeded by name; this machine's own sweep",
-            gpu_checkpoint="gptq", kv_splits=32, gpu="h200-141gb")
+    *(int4_preset_point(f"layers-{dec}-amx-16g-gptq-preset-h200p{tag}", run, pt, knob,
+                        f"{rounds}; the GPTQ preset as it comes{what}")
       for dec, tag, run, pt, knob, rounds, what in (
           ("int4dec", "", "r5", "k16-preset-int4", "int4", "medians of 3 rounds", ", its CPU layers' decode on the int4 kernel"),
           ("int4dec", "-t14", "r5", "k16-preset-int4-t14", "int4", "medians of 3 rounds",
