@@ -31,7 +31,7 @@ from pathlib import Path
 out, rev = Path(sys.argv[1]), sys.argv[2]
 runs = {}
 for f in sorted(out.glob("*-r*.json")):
-    side, isa = f.stem.split("-")[:2]
+    side = f.stem.split("-")[0]
     d = json.loads(f.read_text())
     for r in d["rows"]:
         runs.setdefault((side, d["isa"], r["threads"], r["batch"]), []).append(r["ms_median"])

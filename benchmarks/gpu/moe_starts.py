@@ -43,9 +43,10 @@ def one_round(res: Path, kit: str, llamas: list[str], n: int) -> dict:
     k = load(res / f"{kit}-s{n}.probe.json")
     modes = {m: probe_figures(p) for m in llamas if isinstance(p := load(res / f"{m}-s{n}.probe.json"), dict)}
     row: dict = {"round": n, "kit": probe_figures(k) if isinstance(k, dict) else None}
-    if row["kit"] is None or not modes:
-        row["missing"] = ("the kit's probe" if row["kit"] is None else "") + \
-            (" and " if row["kit"] is None and not modes else "") + ("llama.cpp's probes" if not modes else "")
+    missing = [what for what, gone in (("the kit's probe", row["kit"] is None), ("llama.cpp's probes", not modes))
+               if gone]
+    if missing:
+        row["missing"] = " and ".join(missing)
         return row
     best, which = llama_best(modes)
     row["llamacpp"] = {key: best[key] for key in METRICS}
