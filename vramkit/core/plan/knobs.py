@@ -21,6 +21,7 @@ from typing import Any
 from vramkit.core.plan.kt_hybrid import (
     CPU_DECODES,
     EMBED_HOST,
+    INT4_DECODE_MEASURED,
     KT_GPU_LAYERS,
     KT_METHODS,
     MOE_KERNELS,
@@ -289,9 +290,8 @@ class Knobs:
         "adapter on a GPTQ-Int4 checkpoint's own 4-bit values and scales (whole layers; float32, what SGLang's marlin "
         "computes on the GPU layers, so lossless against the checkpoint; compiled at start with the host's C "
         "compiler; 0.29 GiB more host RAM a CPU layer of a 30B coder); longer chunks stay on --kt-method or the GPU "
-        "prompt path; auto = int4 where it can run (symmetric GPTQ-Int4 without act-order, whole layers), else kt. "
-        "Measured on one H200 machine at 16 GiB: 125.6 tok/s at depth 0 against 91.8 with kt-kernel's AMXINT8, "
-        "llama.cpp's best 114.4", choices=CPU_DECODES, env="VRAMKIT_KT_CPU_DECODE")
+        "prompt path; auto = int4 where it can run (symmetric GPTQ-Int4 without act-order, whole layers), else kt; "
+        + INT4_DECODE_MEASURED, choices=CPU_DECODES, env="VRAMKIT_KT_CPU_DECODE")
     kt_threadpool_count: int = knob(
         1, int, "NUMA nodes", "KT thread pools, one per NUMA node the server's CPUs span", minimum=1,
         sglang_flag="--kt-threadpool-count", render=lambda v, p: _kt("--kt-threadpool-count", v, p))
