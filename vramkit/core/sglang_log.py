@@ -81,6 +81,12 @@ class StartupFigures:
         return None if v is None else int(round(v * GIB))
 
 
+def int4_decoded(values: dict[str, Any]) -> bool:
+    """Whether a parsed log (parse().values) shows the kit's int4 kernel taking the CPU layers' decode and giving up
+    on none of them."""
+    return values.get("int4_layer") is not None and values.get("int4_failed") is None
+
+
 # With tensor parallelism every rank logs its own line ("[TP0] ...", "[TP1] ..."). SGLang sizes the KV pool
 # of every rank from the smallest free memory across ranks (model_runner.init_torch_distributed takes
 # the MIN), so for free-memory figures the smallest rank is the one that counts; for the rest, the last.

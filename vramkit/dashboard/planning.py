@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vramkit import catalog
+from vramkit.core import sglang_log
 from vramkit.core.plan.knobs import VALID_KV_DTYPES, specs
 from vramkit.core.plan.request import TARGET_FIELDS, request_from_text
 from vramkit.dashboard.view import knobs_from_server_info, memory_segments
@@ -130,6 +131,5 @@ def running_params(record: dict, server_info: dict | None, log_figures: dict | N
     if figs.get("weights") is not None:      # the load ended: the adapter's line, if any, came before the pool
         params["kt_embed_host"] = "on" if figs.get("embed_moved") is not None else "off"
         # the CPU layers' decode: the int4 kernel where the adapter said it took them (and gave up on none)
-        params["kt_cpu_decode"] = "int4" if figs.get("int4_layer") is not None and figs.get("int4_failed") is None \
-            else "kt"
+        params["kt_cpu_decode"] = "int4" if sglang_log.int4_decoded(figs) else "kt"
     return params

@@ -159,7 +159,7 @@ def int4_warning(plan, log_text: str) -> str | None:
     if h is None or h.cpu_decode != "int4":
         return None
     figures = sglang_log.parse(log_text).values
-    if figures.get("int4_layer") is not None and figures.get("int4_failed") is None:
+    if sglang_log.int4_decoded(figures):
         return None
     gave_up = next((ln.split("vramkit_int4_experts: ", 1)[1].strip() for ln in log_text.splitlines()
                     if sglang_log.INT4_GAVE_UP in ln), None)
