@@ -203,8 +203,11 @@ MOE_PAIRINGS = (
     ("moe-vs-llamacpp-int4cpu-16g", "16 GiB"),
     # the same on a second machine, llama.cpp's --n-cpu-moe swept there and both engines' thread counts tried
     ("moe-vs-llamacpp-int4cpu-r5-16g", "16 GiB, second machine"),
-    # both engines' AVX2 builds on the GPU host's cores (an AVX2-only desktop's kernels; once measured)
-    ("moe-vs-llamacpp-avx2-16g", "16 GiB, AVX2 builds"),
+    # a third, llama.cpp's CPU backend built as loadable variants (its sapphirerapids one here), then both engines'
+    # AVX2 builds on the same cores in the same run (an AVX2-only desktop's kernels: the int4 kernel's AVX2 build
+    # forced, llama.cpp's haswell backend alone)
+    ("moe-vs-llamacpp-int4cpu-r6-16g", "16 GiB, third machine"),
+    ("moe-vs-llamacpp-avx2-16g", "16 GiB, AVX2 builds (third machine)"),
     ("moe-vs-llamacpp-24g", "24 GiB"),
     # the FP8 preset (the moe preset's default checkpoint) beside llama.cpp on a Q8_0 file
     ("moe-vs-llamacpp-q8-16g", "16 GiB, Q8_0 peer"),

@@ -450,6 +450,15 @@ POINTS = (
           ("int4dec", "-b", "r5-again", "k16-preset-int4", "int4", "medians of 3 rounds",
            ", its CPU layers' decode on the int4 kernel, started again"),
           ("int8", "-b", "r5-again", "k16-preset", "kt", "medians of 3 rounds", ""))),
+    # 2026-11-29, thirty-third session (moe-vs-llamacpp-int4/r6/, another H200 machine, LLAMA_CPU_VARIANTS=1
+    # DUMMY_BY_NAME=1 REPEAT=3 INT4_KT=0 INT4_BENCH=0 STEPS="setup int4isa lint4"): the preset with the int4 decode, and
+    # with the kernel's AVX2 build forced (after its masked nibbles; the plan's AVX2 pace is this machine's bench, r6/)
+    *(int4_preset_point(f"layers-{dec}-amx-16g-gptq-preset-h200q", "r6", pt, "int4",
+                        f"medians of 3 rounds; the GPTQ preset as it comes{what}", isa)
+      for dec, pt, isa, what in (
+          ("int4dec", "k16-preset-int4", None, ", its CPU layers' decode on the int4 kernel"),
+          ("int4dec-avx2", "k16-preset-int4-avx2", "avx2",
+           ", its CPU layers' decode on the int4 kernel's AVX2 build (forced; kt-kernel's AMX build for prompts)"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

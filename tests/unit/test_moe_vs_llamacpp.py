@@ -493,6 +493,56 @@ def test_the_int4_cpu_decode_pairing_is_what_its_points_give(tmp_path):
     assert session.cpu_decode([], ["--kt-cpu-decode", "int4", "--kt-cpu-decode", "kt"]) == "kt"
 
 
+def test_the_third_machine_pairs_both_engines_avx2_builds_in_one_run(tmp_path):
+    """moe-vs-llamacpp-int4cpu-r6-16g and moe-vs-llamacpp-avx2-16g regenerate from r6/'s points in one report call:
+    the first sets the int4 preset beside llama.cpp's variant build (its best CPU library), the second the int4
+    kernel's AVX2 build forced beside llama.cpp's haswell library alone, both from the same CUDA build; the AVX2 kit
+    point stays out of the first table's row and the native one out of the second's."""
+    res = REPO / "benchmarks" / "results" / "gpu"
+    c, pts, written = _regenerate_pairing(tmp_path, "moe-vs-llamacpp-int4cpu-r6")
+    out = tmp_path / "out"
+    for name in ("moe-vs-llamacpp-avx2-16g.json", "moe-vs-llamacpp-avx2-16g.md"):
+        assert (out / name).read_text() == (res / name).read_text(), f"{name} is stale: rerun the report"
+    a = json.loads((res / "moe-vs-llamacpp-avx2-16g.json").read_text())
+    assert c["engines"]["vramkit"]["settings"]["point"] == "k16-preset-int4"
+    kit = a["engines"]["vramkit"]["settings"]
+    assert kit["point"] == "k16-preset-int4-avx2" and "VRAMKIT_INT4_ISA=avx2" in kit["env"]
+    build = (pts / "llama-build.txt").read_text()
+    assert "GGML_BACKEND_DL=ON" in build and "bin-avx2: haswell alone" in build
+    assert "bin-avx2: haswell alone" in a["versions"]["llama_cpp"] == c["versions"]["llama_cpp"]
+    assert "haswell (AVX2) CPU backend" in a["model"] and "haswell" not in c["model"]
+    # each table's llama.cpp side is its own pair of servers, run one after the other in the same session
+    assert a["engines"]["llamacpp"] != c["engines"]["llamacpp"] and a["rounds"] == c["rounds"] == 3
+    readme = " ".join((REPO / "README.md").read_text().split())
+    k, ll = a["engines"]["vramkit"], a["engines"]["llamacpp"]
+    assert (f"The kit: {k['decode_tok_s']:.1f} / {k['decode_tok_s_8k']:.1f} tok/s against {ll['decode_tok_s']:.1f} / "
+            f"{ll['decode_tok_s_8k']:.1f} ({k['decode_tok_s'] / ll['decode_tok_s']:.2f}x at depth 0, "
+            f"{k['decode_tok_s_8k'] / ll['decode_tok_s_8k']:.3f}x after 8K") in readme
+
+
+def test_the_measured_int4_budget_the_readme_quotes_is_the_profile():
+    """The per-token budget of the int4 preset (r6-prof/: SGLang's profiler over 32 decode steps at 1 and 4 streams,
+    llama.cpp's --n-cpu-moe sweep beside it) as the README quotes it: each stream count's step, GPU kernels and the
+    waits for the 10 CPU layers, and llama.cpp's all-GPU step and cost a CPU layer."""
+    run = REPO / "benchmarks" / "results" / "gpu" / "moe-vs-llamacpp-int4" / "r6-prof"
+    prof = {p["streams"]: p["budget"] for p in json.loads((run / "k16-preset-int4-prof.probe.json").read_text())["profile"]}
+    sweep = json.loads((run / "llama-sweep.json").read_text())
+    readme = " ".join((REPO / "README.md").read_text().split())
+    one, four = prof[1], prof[4]
+    assert one["stalls_over_20us_per_step"] == four["stalls_over_20us_per_step"] == 10     # one wait a CPU layer
+    assert (f"the kit's step {one['period_ms']:.2f} ms under the profiler" in readme
+            and f"= {one['gpu_busy_ms']:.2f} ms of GPU kernels" in readme
+            and f"+ {one['wait_stall_ms']:.2f} ms waiting for the 10 CPU layers ({one['wait_stall_ms'] / 10:.2f} ms each"
+            in readme)
+    assert (f"the kit's step {four['period_ms']:.2f} ms = {four['gpu_busy_ms']:.2f} ms of GPU kernels" in readme
+            and f"+ {four['wait_stall_ms']:.2f} ms waiting for the CPU layers ({four['wait_stall_ms'] / 10:.2f} ms each"
+            in readme)
+    assert (f"llama.cpp: {sweep['all_gpu_step_ms']:.2f} ms with every expert on the GPU + {sweep['per_cpu_layer_ms']:.3f} "
+            f"ms a CPU layer" in readme)
+    assert abs(sweep["all_gpu_step_ms"] + 11 * sweep["per_cpu_layer_ms"] - next(
+        p["step_ms"] for p in sweep["points"] if p["n_cpu_moe"] == 11)) < 0.05 * 8.8     # the line holds at 11
+
+
 def test_the_second_machine_s_int4_pairing_swept_both_engines_threads(tmp_path):
     """moe-vs-llamacpp-int4cpu-r5-16g.json/.md (the int4 preset on a second machine, r5/) regenerate from the points
     committed beside them; llama.cpp's --n-cpu-moe was swept there (the lowest that starts, its best also at every
@@ -539,8 +589,9 @@ def test_the_int4_decode_figures_the_readme_and_the_plan_quote_are_the_runs():
     pace = (row["ms_median"] / row["bytes_per_call"]) / (kt_ms / kt_bytes)
     engine = tomllib.loads((REPO / "config" / "engine.toml").read_text())
     assert round(pace * engine["kt_method_cpu_time_amxint8"], 2) == engine["kt_method_cpu_time_int4_decode"]
-    # its AVX2 build forced beside the AVX-512 one on one machine's cores (isa/): the pace on an AVX2-only host
-    isa = {b: next(r["ms_median"] for r in json.loads((run / "isa" / f"int4-bench-{b}.json").read_text())["rows"]
+    # its AVX2 build forced beside the AVX-512 one on one machine's cores (r6/, the kernel as it now is): the pace on an
+    # AVX2-only host
+    isa = {b: next(r["ms_median"] for r in json.loads((run / "r6" / f"int4-bench-{b}.json").read_text())["rows"]
                    if r["threads"] == 12 and r["batch"] == 1) for b in ("avx2", "native")}
     assert round(pace * engine["kt_method_cpu_time_amxint8"] * isa["avx2"] / isa["native"], 2) \
         == engine["kt_method_cpu_time_int4_decode_avx2"]
