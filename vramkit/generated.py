@@ -327,11 +327,21 @@ def _measured_budget() -> list[str]:
     k, ll, m = d["kit"], d["llamacpp"], d["medians_of_3"]
     row = ((_comparisons().get("moe-vs-llamacpp-16g") or {}).get("engines", {}).get("vramkit") or {}) \
         .get("settings", {})
+    now, lnow = d["kit_now"], d["llamacpp_now"]
+    one, four = now["one_stream"], now["four_streams"]
     return ["", f"Where a 16 GiB token goes, measured (`{GPU_RESULTS}/moe-budget.md`: SGLang's profiler over 32 "
-                "decode steps; llama.cpp's --n-cpu-moe swept): the kit's GPTQ-Int4 split as planned "
-                f"({k['point']}" + (f"; the 2026-11-27 row is {row['point']}"
-                                    if row.get("point", k["point"]) != k["point"] else "")
-                + f", before the int4 decode) {k['step_ms']:.1f} ms = "
+                "decode steps; llama.cpp's --n-cpu-moe swept): the moe preset as it now comes on a GPTQ-Int4 "
+                f"checkpoint ({now['point']}, one H200 machine) {one['step_ms']:.2f} ms under the profiler "
+                f"({one['unprofiled_step_ms']:.2f} ms without) = {one['gpu_kernels_ms']:.2f} ms of GPU kernels + "
+                f"{one['wait_ms']:.2f} ms waiting for its {now['cpu_layers']} CPU layers' int4 decode + "
+                f"{one['other_gaps_ms']:.2f} ms of shorter gaps; at 4 streams {four['step_ms']:.2f} ms = "
+                f"{four['gpu_kernels_ms']:.2f} + {four['wait_ms']:.2f} + {four['other_gaps_ms']:.2f}; llama.cpp on the "
+                f"same machine {lnow['step_ms_n_cpu_moe_11']:.2f} ms at --n-cpu-moe 11 = "
+                f"{lnow['all_gpu_step_ms']:.2f} ms with every expert on the GPU + 11 CPU layers at "
+                f"{lnow['per_cpu_layer_ms']:.3f} ms (least squares over the sweep). Before the int4 decode, the kit's "
+                f"GPTQ-Int4 split as planned ({k['point']}" + (f"; the 2026-11-27 row is {row['point']}"
+                                                               if row.get("point", k["point"]) != k["point"] else "")
+                + f", H100) {k['step_ms']:.1f} ms = "
                 f"{k['gpu_kernels_ms']:.1f} ms of GPU kernels + {k['handoff_ms']:.1f} ms handing {k['moe_layers']} "
                 f"layers' CPU experts over through kt-kernel's host nodes + {k['wait_ms']:.1f} ms waiting for them + "
                 f"{k['other_gaps_ms']:.1f} ms of shorter gaps; llama.cpp at --n-cpu-moe {ll['n_cpu_moe']} "
