@@ -29,6 +29,10 @@
 # On a second machine with llama.cpp swept there and both engines' thread counts (2026-11-29, thirty-second session:
 # r5/): DUMMY_BY_NAME=1 REPEAT=3 INT4_KT=0 INT4_AVX2=0 INT4_SWEEP=1 INT4_THREADS="14 16 6:1" LLAMA_T16=1 LB_THREADS=14
 # LB_D30K=0 STAGE=.stage-l STEPS="setup lint4"
+# On a third, both engines' AVX2 builds beside their own (2026-11-29, thirty-third session, ~24 min held: the marlin JIT
+# cache left out of .gpu to keep the carry under 64 MiB, so setup compiled it there, ~10 min beside the llama.cpp
+# build: r6/): LLAMA_CPU_VARIANTS=1 DUMMY_BY_NAME=1 REPEAT=3 INT4_KT=0 INT4_BENCH=0 STAGE=.stage-l STEPS="setup int4isa
+# lint4"; then on the same machine (r6-prof/, ~4 min) REPEAT=1 STEPS="setup profile4"
 # Steps of `all` (each skipped when LEVELS/STEPS leaves it out; results land in $RES as they come):
 #   setup     SGLang archive, kt-kernel, gguf; llama.cpp build (in the background, through the kit's first
 #             start); KT's AMXINT4 layout and the Q4_K_M GGUF, both random, both the exact shape
@@ -236,7 +240,7 @@ print(json.dumps({'rounds': membw.sweep(c, 4 << 30, rounds=3), 'pinned': membw.s
   > "$RES/membw-session-r3.json" 2> "$RES/logs/membw-session-r3.err"
 step "host read, 3 rounds / pinned: $(python3 -c "import json; d = json.load(open('$RES/membw-session-r3.json'))
 print(', '.join(f\"{a['threads']}t {a['bytes_per_s'] / 1e9:.0f}/{b['bytes_per_s'] / 1e9:.0f}\" for a, b in zip(d['rounds'], d['pinned'])))" 2>&1 | tail -c 300) GB/s"
-# LLAMA_CPU_VARIANTS=1 (written 2026-11-29, thirty-second session, not run on the GPU host yet): the CPU backend as
+# LLAMA_CPU_VARIANTS=1 (written 2026-11-29, thirty-second session; ran in the thirty-third, r6/): the CPU backend as
 # loadable variants, haswell (AVX2) and sapphirerapids (this host's), one CUDA build for both: build/bin loads the
 # best (sapphirerapids here), build/bin-avx2 holds haswell alone, what an AVX2-only desktop's llama.cpp runs
 # (benchmarks/gpu/llama_cpu_variants.py; the two folders checked on the dev machine with a CPU-only build of haswell
@@ -748,8 +752,9 @@ llama_sweep() {  # llama.cpp's per-token budget: llama-bench's decode with --n-c
   step "llama.cpp sweep: $(tr -d ' \n' < "$RES/llama-sweep.json" | tail -c 400)"
   pack
 }
-if has profile4; then  # the int4 preset's per-token budget measured (written 2026-11-29, thirty-second session, not run
-  # yet: the README's int4 budget is derived from the kernel's log windows): SGLang's profiler over 32 decode steps at
+if has profile4; then  # the int4 preset's per-token budget measured (written 2026-11-29, thirty-second session; ran in
+  # the thirty-third, moe-vs-llamacpp-int4/r6-prof/, where the server was gone after the profile: no TTFT figures, as
+  # an earlier profiled 4-stream run had crashed in the profiler): SGLang's profiler over 32 decode steps at
   # 1 and 4 streams on the preset as it comes (moe_probe.py --profile-steps: decode_profile.py's budget in the probe's
   # JSON), then llama.cpp's llama-bench sweep beside it. ~12 min after the builds: DUMMY_BY_NAME=1 STAGE=.stage-l
   # STEPS="setup profile4"
