@@ -1065,8 +1065,9 @@ if has int4bench; then  # the int4 kernel alone beside kt-kernel's AMXINT8 (no s
 fi
 if has int4isa; then  # the int4 kernel's AVX2 build forced beside this CPU's own, no server (~3 min with setup): the
   # speed an AVX2-only desktop's kernel has on these cores and this memory (other kernels, same host): STAGE=.stage-p
-  # STEPS="setup int4isa"
-  for isa in avx2 native; do
+  # STEPS="setup int4isa". Since 2026-11-29's thirty-third session also this CPU's own build with the masked nibbles
+  # (VRAMKIT_INT4_ISA=masked, int4_experts.c V4_MASKED: the AVX-512 build's candidate)
+  for isa in avx2 native masked; do
     timeout 200 python3 benchmarks/gpu/int4_experts_bench.py --isa $isa --threads "12,8,6,4" --batches 1,4 \
       --out "$RES/int4-bench-$isa.json" > "$RES/logs/int4-bench-$isa.txt" 2>&1
     step "int4 kernel alone, $isa build: $(grep -h '"threads": 12' "$RES/logs/int4-bench-$isa.txt" | head -c 300)"

@@ -31,6 +31,8 @@ FLAGS = _cpu_flags()
 # (instruction set the build reports, its flags, whether this CPU runs it)
 VARIANTS = [("avx512", ("-mavx512f", "-mf16c", "-mfma"), "avx512f" in FLAGS),
             ("avx2", ("-mavx2", "-mfma", "-mf16c"), {"avx2", "fma", "f16c"} <= FLAGS),
+            # the AVX-512 build with the 8-wide builds' masked nibbles (VRAMKIT_INT4_ISA=masked: a speed candidate)
+            ("avx512-masked", ("-mavx512f", "-mf16c", "-mfma", "-DV4_MASKED=1"), "avx512f" in FLAGS),
             ("generic", ("-march=x86-64",), True)]
 
 
@@ -184,14 +186,17 @@ def test_the_setting_takes_kt_or_int4_and_says_what_else_means(vi):
 
 def test_the_isa_override_compiles_the_avx2_build_or_refuses_in_one_line(vi):
     """VRAMKIT_INT4_ISA=avx2 gives the flags of the AVX2 build checked above (an AVX2-only desktop's, forced on a
-    bigger CPU for its speed); unset is this CPU's own; another name is refused before anything compiles."""
+    bigger CPU for its speed), masked this CPU's own with the masked nibbles; unset is this CPU's own; another name is
+    refused before anything compiles."""
     mod, _ = vi
     assert mod.cflags({}) == mod.CFLAGS and "-march=native" in mod.cflags({mod.ISA_ENV: " native "})
     avx2 = mod.cflags({mod.ISA_ENV: "avx2"})
     assert set(VARIANTS[1][1]) <= set(avx2) and not any(f.startswith("-march") for f in avx2)
     with pytest.raises(ValueError) as e:
         mod.cflags({mod.ISA_ENV: "avx512"})
-    assert str(e.value) == f"{mod.ISA_ENV}='avx512': give native or avx2"
+    assert str(e.value) == f"{mod.ISA_ENV}='avx512': give native or avx2 or masked"
+    masked = mod.cflags({mod.ISA_ENV: "masked"})
+    assert "-march=native" in masked and "-DV4_MASKED=1" in masked
 
 
 def test_a_missing_compiler_is_one_line_and_a_build_is_reused(vi, tmp_path, libs, lib_dir):

@@ -680,6 +680,24 @@ def test_llama_cpp_keeps_the_cpu_variants_asked_and_refuses_an_unknown_one(tmp_p
     assert "# ggml_add_cpu_backend_variant(skylakex" in cm.read_text()
 
 
+def test_the_masked_avx512_candidate_s_figures_the_readme_quotes_are_the_runs():
+    """ab-devbox-masked/summary.json: the AVX-512 build with the masked nibbles against the permute build (HEAD's source
+    ignores -DV4_MASKED, so its two names are one build), as the README quotes it; opt-in, its default unchanged."""
+    s = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/ab-devbox-masked/summary.json").read_text())
+    ms = {(r["side"], r["isa"], r["threads"], r["batch"]): r["ms_median_of_rounds"] for r in s["rows"]}
+    assert {i for _, i, _, _ in ms} == {"avx512", "avx512-masked"}
+    assert not any(side == "before" and isa == "avx512-masked" for side, isa, _, _ in ms)
+    readme = " ".join((REPO / "README.md").read_text().split())
+
+    def permute(t: int, b: int) -> str:
+        lo, hi = sorted((ms["before", "avx512", t, b], ms["after", "avx512", t, b]))
+        return f"{lo:.2f}-{hi:.2f}"
+    masked = {k[2:]: v for k, v in ms.items() if k[1] == "avx512-masked"}
+    assert (f"the masked build {masked[1, 1]:.2f} ms a layer at batch 1 on one thread against the permute build's "
+            f"{permute(1, 1)}, {masked[2, 1]:.2f} against {permute(2, 1)} on two") in readme
+    assert masked[1, 1] < min(ms["before", "avx512", 1, 1], ms["after", "avx512", 1, 1])
+
+
 def test_the_avx2_kernel_s_before_and_after_the_readme_quotes_are_the_runs():
     """The README's AVX2 arithmetic figures are ab-devbox/summary.json's medians (int4_ab.sh: before and after in
     turn), and the AVX-512 build, unchanged, is the control: within 5 % of itself."""

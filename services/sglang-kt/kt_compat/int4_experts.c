@@ -49,9 +49,24 @@
 #define PACK 8
 #define MAX_TOKENS 64
 #define SPIN_MS 20.0
+// V4_MASKED: how a word's nibbles become floats (nibbles(), below): a permute through a table on AVX-512, masked in
+// place on the 8-wide builds. -DV4_MASKED=1 gives an AVX-512 build the masked nibbles at 16 wide
+// (VRAMKIT_INT4_ISA=masked): a candidate, faster in a one-thread loop on the dev machine's Zen 4, not yet measured on
+// the GPU host
+#ifndef V4_MASKED
+#if defined(__AVX512F__)
+#define V4_MASKED 0
+#else
+#define V4_MASKED 1
+#endif
+#endif
 #if defined(__AVX512F__)
 #define TCHUNK 4          // tokens computed on one pass over a strip's words (their accumulators stay in registers)
+#if V4_MASKED
+#define ISA "avx512-masked"
+#else
 #define ISA "avx512"
+#endif
 #elif defined(__AVX2__)
 #define TCHUNK 2
 #define ISA "avx2"
@@ -130,7 +145,7 @@ static inline __attribute__((always_inline)) vf scales_w(const uint16_t *s) {
 // (q >> 4j) & 15, - 8 and the conversion took 4. The inputs are taken scaled by 16^-j (XSCALE, exact: a power of two)
 // so each product is x * q exactly as before, and the 8 of q - 8 comes off once a group: 8 * the group's input sum
 // (OFFSET_IN_SUMS) before its scale multiplies
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && !V4_MASKED
 #define OFFSET_IN_SUMS 0
 static inline __attribute__((always_inline)) vf nibbles(vu q, int j) {
     const __m512 lut = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);

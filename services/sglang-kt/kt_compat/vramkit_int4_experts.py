@@ -14,7 +14,7 @@ AVX-512, AVX2 or the compiler's generic vectors, the server log says which) into
 ``$XDG_CACHE_HOME/vramkit`` or ``~/.cache/vramkit``), named by a digest of the source, the flags and this CPU's model
 and flags, so a rebuild happens only when one of them changes. ``VRAMKIT_INT4_ISA=avx2`` compiles the AVX2 build
 instead of this CPU's own (what an AVX2-only desktop runs, measured on an AVX-512 host's cores; ``native``, the default,
-is -march=native). Its pool has ``VRAMKIT_INT4_THREADS`` threads
+is -march=native; ``masked`` is native with the AVX2 build's masked nibbles, an AVX-512 speed candidate). Its pool has ``VRAMKIT_INT4_THREADS`` threads
 (--kt-cpuinfer's count unless set): the caller (CUDA's host-function thread) and the rest pinned one to a CPU of the
 process's affinity, one physical core each before any core's second thread (core_order; kt-kernel's pool sleeps
 during decode: it gets no decode batch).
@@ -45,7 +45,10 @@ THREADS_ENV = "VRAMKIT_INT4_THREADS"
 MAX_TOKENS_ENV = "VRAMKIT_INT4_MAX_TOKENS"
 SOURCE = Path(__file__).with_name("int4_experts.c")
 ISA_ENV = "VRAMKIT_INT4_ISA"
-ISA_FLAGS = {"native": ("-march=native",), "avx2": ("-mavx2", "-mfma", "-mf16c")}   # the build each name compiles
+# the build each name compiles: this CPU's own, AVX2 forced, or this CPU's own with the 8-wide builds' masked nibbles
+# (on an AVX-512 CPU a candidate for its own build: int4_experts.c V4_MASKED)
+ISA_FLAGS = {"native": ("-march=native",), "avx2": ("-mavx2", "-mfma", "-mf16c"),
+             "masked": ("-march=native", "-DV4_MASKED=1")}
 REPORT_EVERY = 1024     # a server-log line every 1,024 layer calls: the kernel's time a call and the gap between calls
 DECODES = {"kt": "kt-kernel's method (--kt-method)", "int4": "the GPTQ-Int4 values as they are (int4_experts.c)"}
 
