@@ -14,8 +14,8 @@ AVX-512, AVX2 or the compiler's generic vectors, the server log says which) into
 ``$XDG_CACHE_HOME/vramkit`` or ``~/.cache/vramkit``), named by a digest of the source, the flags and this CPU's model
 and flags, so a rebuild happens only when one of them changes. ``VRAMKIT_INT4_ISA=avx2`` compiles the AVX2 build
 instead of this CPU's own (what an AVX2-only desktop runs, measured on an AVX-512 host's cores; ``native``, the default,
-is -march=native; ``masked`` is native with the AVX2 build's masked nibbles, an AVX-512 speed candidate). Its pool has ``VRAMKIT_INT4_THREADS`` threads
-(--kt-cpuinfer's count unless set): the caller (CUDA's host-function thread) and the rest pinned one to a CPU of the
+is -march=native; ``masked`` is native with the AVX2 build's masked nibbles, an AVX-512 speed candidate). Its pool has
+``VRAMKIT_INT4_THREADS`` threads (--kt-cpuinfer's count unless set): the caller (CUDA's host-function thread) and the rest pinned one to a CPU of the
 process's affinity, one physical core each before any core's second thread (core_order; kt-kernel's pool sleeps
 during decode: it gets no decode batch).
 
