@@ -15,9 +15,9 @@ AVX-512, AVX2 or the compiler's generic vectors, the server log says which) into
 and flags, so a rebuild happens only when one of them changes. ``VRAMKIT_INT4_ISA=avx2`` compiles the AVX2 build
 instead of this CPU's own (what an AVX2-only desktop runs, measured on an AVX-512 host's cores; ``native``, the default,
 is -march=native; ``masked`` is native with the AVX2 build's masked nibbles, an AVX-512 speed candidate). Its pool has
-``VRAMKIT_INT4_THREADS`` threads (--kt-cpuinfer's count unless set): the caller (CUDA's host-function thread) and the rest pinned one to a CPU of the
-process's affinity, one physical core each before any core's second thread (core_order; kt-kernel's pool sleeps
-during decode: it gets no decode batch).
+``VRAMKIT_INT4_THREADS`` threads (--kt-cpuinfer's count unless set): the caller (CUDA's host-function thread) and
+the rest pinned one to a CPU of the process's affinity, one physical core each before any core's second thread
+(core_order; kt-kernel's pool sleeps during decode: it gets no decode batch).
 
 Weights: each CPU layer's gate/up/down qweight and scales, read from the checkpoint's safetensors in the server's
 physical expert order (or drawn as vramkit_gpu_prefill draws a dummy load's, the same values), repacked into the
