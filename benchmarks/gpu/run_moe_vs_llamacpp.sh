@@ -1097,6 +1097,10 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   [ "${INT4_KT:-1}" = 1 ] && kit k16-preset 16 "$FULL" -- $KITGP --kt-cpu-decode kt
   [ "${INT4_AVX2:-1}" = 1 ] && kit k16-preset-int4-avx2 16 "$FULL" --env VRAMKIT_INT4_ISA=avx2 -- $KITGP \
     --kt-cpu-decode int4
+  # INT4_MASKED=1 (written 2026-11-29, thirty-third session, not run yet): the AVX-512 build with the masked nibbles
+  # (VRAMKIT_INT4_ISA=masked, int4_experts.c V4_MASKED), the candidate int4isa's kernel-alone figures rank
+  [ "${INT4_MASKED:-0}" = 1 ] && kit k16-preset-int4-masked 16 "$FULL" --env VRAMKIT_INT4_ISA=masked -- $KITGP \
+    --kt-cpu-decode int4
   # its peer: llama.cpp's pair on its haswell (AVX2) CPU backend, the same GPU placement (LLAMA_CPU_VARIANTS=1)
   if has lint4 && [ "${INT4_AVX2:-1}" = 1 ] && [ -n "$LLAMA_VARIANT_TARGETS" ]; then
     bin0=$BIN; BIN=$BIN_AVX2
