@@ -14,6 +14,7 @@ old=$(mktemp --suffix=.c)
 trap 'rm -f "$old"' EXIT
 git show "$rev:services/sglang-kt/kt_compat/int4_experts.c" > "$old" \
   || { echo "$0: no int4_experts.c at $rev" >&2; exit 2; }
+rev=$(git rev-parse --short "$rev")     # the summary names the commit, not a name that moves (HEAD)
 mkdir -p "$out"
 for r in $(seq 1 "$rounds"); do
   for isa in $isas; do

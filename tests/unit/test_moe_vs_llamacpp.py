@@ -698,6 +698,23 @@ def test_the_masked_avx512_candidate_s_figures_the_readme_quotes_are_the_runs():
     assert masked[1, 1] < min(ms["before", "avx512", 1, 1], ms["after", "avx512", 1, 1])
 
 
+def test_the_down_phase_s_units_before_and_after_the_readme_quotes_are_the_runs():
+    """ab-devbox-phase2/summary.json (int4_ab.sh: the kernel before and after down's units became one expert's strips,
+    rounds in turn) as the README quotes it; faster on both builds at batch 1 on one and two threads."""
+    s = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/ab-devbox-phase2/summary.json").read_text())
+    ms = {(r["side"], r["isa"], r["threads"], r["batch"]): r["ms_median_of_rounds"] for r in s["rows"]}
+    assert all(r["rounds"] == 3 for r in s["rows"]) and s["before"] == "1acfeec"
+    readme = " ".join((REPO / "README.md").read_text().split())
+
+    def pair(isa: str, t: int, b: int) -> str:
+        return f"{ms['before', isa, t, b]:.2f} -> {ms['after', isa, t, b]:.2f}"
+    assert (f"the AVX-512 build {pair('avx512', 1, 1)} ms a layer at batch 1 on one thread, {pair('avx512', 2, 1)} on "
+            f"two, {pair('avx512', 2, 4)} at batch 4 on two; the AVX2 build {pair('avx2', 1, 1)}") in readme
+    for isa in ("avx512", "avx2"):
+        for t in (1, 2):
+            assert ms["after", isa, t, 1] < ms["before", isa, t, 1]
+
+
 def test_the_avx2_kernel_s_before_and_after_the_readme_quotes_are_the_runs():
     """The README's AVX2 arithmetic figures are ab-devbox/summary.json's medians (int4_ab.sh: before and after in
     turn), and the AVX-512 build, unchanged, is the control: within 5 % of itself."""

@@ -16,8 +16,9 @@
 // strips of 16 output columns, a strip's words in input order, so one unit of work streams one contiguous block:
 //   w13 (gate | up) per expert [I / 16][H / 8][2][16] u32, scales [I / 16][H / group][2][16] f16
 //   w2 (down) per expert       [H / 16][I / 8][16] u32,    scales [H / 16][I / group][16] f16
-// A call runs two phases on the pool: (expert, strip) units of gate/up into a float32 scratch, then output strips of
-// down, each summing every slot's weighted share of its 16 columns (no reduction across threads).
+// A call runs three phases on the pool: (expert, strip) units of gate/up into a float32 scratch; (expert, 8 output
+// strips) units of down, each slot's weighted share into a second scratch; then output strips, each token's shares
+// summed in slot order (no reduction across threads: the result does not depend on the thread count).
 //
 // Threads: n - 1 workers pinned one to a CPU (the list it is given: the first of the process's affinity), plus the
 // caller (the CUDA driver thread that runs the host function); units are taken from one atomic counter. Idle workers
@@ -535,6 +536,7 @@ typedef struct v4_job {
     float *xsum;           // [n][H / G]
     float *hpart;          // [n * K][I / 8]
     float *hsum;           // [n * K][I / G]
+    float *part;           // [n * K][H]: each slot's weighted down output (phase 2), summed per token in phase 3
 } v4_job;
 
 static inline float silu(float g) { return g / (1.0f + __builtin_expf(-g)); }
@@ -573,14 +575,20 @@ static void unit13(void *arg, int u) {
     }
 }
 
-static void unit2(void *arg, int st) {
+// phase 2: down for one expert's slots over STRIPS2 consecutive output strips, its weights read as one contiguous run
+// (an expert's strips of w2 lie one after the other: 48 KB for Qwen3-30B-A3B), each slot's share weighted into `part`.
+// Units of one output strip over every expert, as before, read 6 KB from each of the batch's experts in turn: on the
+// dev machine's one core that phase ran at half the first one's rate, the access pattern and not the arithmetic
+#ifndef STRIPS2
+#define STRIPS2 8
+#endif
+static void unit2(void *arg, int u) {
     v4_job *j = arg;
     v4_layer *L = j->L;
-    const int n = j->n;
-    v16f acc[MAX_TOKENS];
-    for (int t = 0; t < n; t++) acc[t] = (v16f){0};
-    for (int d = 0; d < j->nd; d++) {
-        const int e = j->dexp[d];
+    const int groups = (L->H / STRIP + STRIPS2 - 1) / STRIPS2, d = u / groups, g = u % groups;
+    const int st0 = g * STRIPS2, st1 = st0 + STRIPS2 < L->H / STRIP ? st0 + STRIPS2 : L->H / STRIP;
+    const int e = j->dexp[d];
+    for (int st = st0; st < st1; st++) {
         const uint32_t *q = L->w2 + e * L->w2_e + (size_t) st * (L->I / PACK) * STRIP;
         const uint16_t *s = L->s2 + e * L->s2_e + (size_t) st * (L->I / L->G) * STRIP;
         for (int a = j->dstart[d]; a < j->dstart[d + 1]; a += TCHUNK) {
@@ -593,12 +601,30 @@ static void unit2(void *arg, int st) {
             v16f o[TCHUNK];
             run2(nt, q, s, L->I / PACK, L->G / PACK, hs, sums, o);
             for (int t = 0; t < nt; t++) {
-                int slot = j->dslots[a + t];
-                acc[slot / L->K] += j->w[slot] * o[t];
+                const int slot = j->dslots[a + t];
+                v16f r = j->w[slot] * o[t];
+                memcpy(j->part + (size_t) slot * L->H + st * STRIP, &r, 64);
             }
         }
     }
-    for (int t = 0; t < n; t++) memcpy(j->out + (size_t) t * L->H + st * STRIP, &acc[t], 64);
+}
+
+// phase 3: each token's output strip, its slots' weighted shares summed in slot order (a masked slot adds nothing):
+// the same sum whichever thread ran which unit
+static void unit3(void *arg, int st) {
+    v4_job *j = arg;
+    v4_layer *L = j->L;
+    for (int t = 0; t < j->n; t++) {
+        v16f acc = (v16f){0};
+        for (int k = 0; k < L->K; k++) {
+            const int slot = t * L->K + k, e = j->ids[slot];
+            if (e < 0 || e >= L->E) continue;
+            v16f v;
+            memcpy(&v, j->part + (size_t) slot * L->H + st * STRIP, 64);
+            acc += v;
+        }
+        memcpy(j->out + (size_t) t * L->H + st * STRIP, &acc, 64);
+    }
 }
 
 // a call's pinned buffers, fixed when CUDA captures it (NULL where n is outside 1..MAX_TOKENS)
@@ -618,10 +644,11 @@ v4_job *v4_job_new(v4_layer *L, int n, const float *x, const int32_t *ids, const
     j->xsum = malloc((size_t) n * (L->H / L->G) * sizeof(float));
     j->hpart = malloc(slots * (L->I / PACK) * sizeof(float));
     j->hsum = malloc(slots * (L->I / L->G) * sizeof(float));
+    j->part = malloc(slots * L->H * sizeof(float));
     if (!j->dexp || !j->dstart || !j->dslots || !j->dpos || !j->emap || !j->h || !j->xq || !j->xsum || !j->hpart
-        || !j->hsum) {
+        || !j->hsum || !j->part) {
         free(j->dexp); free(j->dstart); free(j->dslots); free(j->dpos); free(j->emap); free(j->h);
-        free(j->xq); free(j->xsum); free(j->hpart); free(j->hsum); free(j);
+        free(j->xq); free(j->xsum); free(j->hpart); free(j->hsum); free(j->part); free(j);
         return NULL;
     }
     return j;
@@ -700,7 +727,8 @@ void v4_run(void *arg) {
 #if OFFSET_IN_SUMS
         h_group_sums(j);
 #endif
-        dispatch(p, unit2, j, L->H / STRIP);
+        dispatch(p, unit2, j, nd * ((L->H / STRIP + STRIPS2 - 1) / STRIPS2));
+        dispatch(p, unit3, j, L->H / STRIP);
     } else {
         memset(j->out, 0, sizeof(float) * (size_t) n * L->H);
     }
