@@ -3,6 +3,7 @@
 # ("before") against the working tree's ("after"), each build asked (ISAS: avx2, native), rounds taken in turn so a
 # host's drift lands on both sides, then each (side, build, threads, batch)'s median over the rounds.
 #   benchmarks/gpu/int4_ab.sh REV OUT [ROUNDS] [ISAS] [THREADS] [BATCHES]     (PY: the python with numpy and torch)
+# REV may be a file instead: that source as "before" (staged where the tree has no .git, as on the GPU host)
 # Writes OUT/{before,after}-{isa}-r{N}.json (int4_experts_bench.py's) and OUT/summary.json. A kernel-level figure:
 # the server's decode is measured in a server run.
 set -euo pipefail
@@ -12,9 +13,13 @@ PY=${PY:-python3}
 cd "$(dirname "$0")/../.."
 old=$(mktemp --suffix=.c)
 trap 'rm -f "$old"' EXIT
-git show "$rev:services/sglang-kt/kt_compat/int4_experts.c" > "$old" \
-  || { echo "$0: no int4_experts.c at $rev" >&2; exit 2; }
-rev=$(git rev-parse --short "$rev")     # the summary names the commit, not a name that moves (HEAD)
+if [ -f "$rev" ]; then      # a file: that source as "before" (a tree without .git: the GPU host's copy)
+  cp "$rev" "$old"; rev=$(basename "$rev")
+else
+  git show "$rev:services/sglang-kt/kt_compat/int4_experts.c" > "$old" \
+    || { echo "$0: no int4_experts.c at $rev" >&2; exit 2; }
+  rev=$(git rev-parse --short "$rev")     # the summary names the commit, not a name that moves (HEAD)
+fi
 mkdir -p "$out"
 for r in $(seq 1 "$rounds"); do
   for isa in $isas; do

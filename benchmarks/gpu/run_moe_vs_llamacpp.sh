@@ -1074,6 +1074,16 @@ if has int4isa; then  # the int4 kernel's AVX2 build forced beside this CPU's ow
     pack
   done
 fi
+if has int4ab; then  # the int4 kernel alone, the tree's against an earlier one, rounds in turn (written 2026-11-29,
+  # thirty-third session, not run yet: down's units by expert and units in runs, 1.07-1.35x on the dev machine,
+  # ab-devbox-since-r6/). Staging: the earlier source in $S (git show 1c3d7d2:services/sglang-kt/kt_compat/int4_experts.c
+  # > .stage-l/int4_experts-r6.c; the device's copy of the tree has no .git). ~3 min: STEPS="setup int4ab"
+  ballast_off
+  PY=python3 timeout 500 bash benchmarks/gpu/int4_ab.sh "${INT4_AB_BEFORE:-$S/int4_experts-r6.c}" "$RES/int4ab" 3 \
+    "native avx2" 12,8 1,4 > "$RES/logs/int4ab.txt" 2>&1
+  step "int4 kernel A/B: $(grep '"threads": 12' "$RES/logs/int4ab.txt" | tr -d '\n' | head -c 700)"
+  pack
+fi
 if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 values as the checkpoint has them (the
   # adapter's opt-in VRAMKIT_KT_CPU_DECODE=int4: int4_experts.c, compiled here at the first CPU layer), first the kernel
   # alone beside kt-kernel's AMXINT8 (no server, 12 threads as the plan's KT threads), then the preset with it and
