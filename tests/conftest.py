@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 SGLANG_FILES = ("tests/integration/test_sglang_parser.py", "tests/integration/test_model_families_sglang.py",
-                "tests/integration/test_tool_parsers.py", "tests/integration/test_dummy_weights.py")
+                "tests/integration/test_tool_parsers.py", "tests/integration/test_dummy_weights.py",
+                "tests/integration/test_gpu_prefill_sglang.py")
 # The units that take longest, longest first (measured; the rest follow in collection order).
 HEAVY_FIRST = (
     "embed-model",
