@@ -753,8 +753,9 @@ llama_sweep() {  # llama.cpp's per-token budget: llama-bench's decode with --n-c
   pack
 }
 if has profile4; then  # the int4 preset's per-token budget measured (written 2026-11-29, thirty-second session; ran in
-  # the thirty-third, moe-vs-llamacpp-int4/r6-prof/, where the server was gone after the profile: no TTFT figures, as
-  # an earlier profiled 4-stream run had crashed in the profiler): SGLang's profiler over 32 decode steps at
+  # the thirty-third, moe-vs-llamacpp-int4/r6-prof/, where the server segfaulted after the profile, in torch's profiler
+  # (libkineto's MemoryTraceLogger destructor, the evidence file): no TTFT figures; an earlier profiled 4-stream run had
+  # crashed in the profiler too): SGLang's profiler over 32 decode steps at
   # 1 and 4 streams on the preset as it comes (moe_probe.py --profile-steps: decode_profile.py's budget in the probe's
   # JSON), then llama.cpp's llama-bench sweep beside it. ~12 min after the builds: DUMMY_BY_NAME=1 STAGE=.stage-l
   # STEPS="setup profile4"
