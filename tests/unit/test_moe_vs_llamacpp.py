@@ -696,6 +696,19 @@ def test_the_masked_avx512_candidate_s_figures_the_readme_quotes_are_the_runs():
     assert (f"the masked build {masked[1, 1]:.2f} ms a layer at batch 1 on one thread against the permute build's "
             f"{permute(1, 1)}, {masked[2, 1]:.2f} against {permute(2, 1)} on two") in readme
     assert masked[1, 1] < min(ms["before", "avx512", 1, 1], ms["after", "avx512", 1, 1])
+    # again on the kernel as it now is (down's units, units in runs): both sides one source, each build's rounds
+    now = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/ab-devbox-masked-now/summary.json").read_text())
+    by: dict = {}
+    for r in now["rows"]:
+        by.setdefault((r["isa"], r["threads"], r["batch"]), []).append(r["ms_median_of_rounds"])
+
+    def span(k: tuple) -> str:
+        lo, hi = f"{min(by[k]):.2f}", f"{max(by[k]):.2f}"
+        return lo if lo == hi else f"{lo}-{hi}"
+    assert (f"the masked build {span(('avx512-masked', 1, 1))} ms a layer at batch 1 on one thread against the permute "
+            f"build's {span(('avx512', 1, 1))}, {span(('avx512-masked', 2, 1))} against {span(('avx512', 2, 1))} on two, "
+            f"{span(('avx512-masked', 2, 4))} against {span(('avx512', 2, 4))} at batch 4 on two") in readme
+    assert all(max(by["avx512-masked", t, b]) < min(by["avx512", t, b]) for t in (1, 2) for b in (1, 4))
 
 
 def test_the_down_phase_s_units_before_and_after_the_readme_quotes_are_the_runs():
