@@ -267,14 +267,15 @@ def moe_vs_llamacpp_table() -> list[str]:
     rows = _proxy_rows()
     notes_after = _peer_accuracy_line(rows) + _which_to_run(comparisons, rows)
     cards = "; ".join(f"{label}: {_card(comparisons[stem])}" for stem, label in MOE_PAIRINGS if stem in comparisons)
+    now = [f"`{stem}.md`" for stem, _ in MOE_PAIRINGS if stem in comparisons and stem not in MOE_EARLIER]
+    earlier = [f"`{stem}.md`" for stem, _ in MOE_PAIRINGS if stem in comparisons and stem in MOE_EARLIER]
     return (["Against llama.cpp on the same GPU host, model shape and emulated card, both engines measured in one "
              f"host session per card ({cards}; {_host_cpus(comparisons)}; "
              "random weights; llama.cpp: Q4_K_M, and in the Q8_0 peer rows Q8_0, the file "
              "closest to the kit's preset in accuracy; the kit's configuration per card below; "
-             "`benchmarks/results/gpu/moe-vs-llamacpp-int4cpu-16g.md`, `moe-vs-llamacpp-int4cpu-r5-16g.md`, "
-             "`moe-vs-llamacpp-24g.md`, "
-             "`moe-vs-llamacpp-q8-16g.md`, and the earlier `moe-vs-llamacpp-default-16g.md` and "
-             "`moe-vs-llamacpp-16g.md`; the levers in `moe-vs-llamacpp-levers.md`):",
+             f"in `{GPU_RESULTS}/`: " + ", ".join(now)
+             + (", and the earlier " + " and ".join(earlier) if earlier else "")
+             + "; the levers in `moe-vs-llamacpp-levers.md`):",
              ""] + out + ["", "Per-token time at batch 1, depth 0 (1000 / decode tok/s): " + "; ".join(notes) + ". "
                           + ("Goals not met (the kit as it now comes; the dated rows are earlier sessions' kit, "
                              "kept for the record): " + "; ".join(missed) + ". The levers file and the measured "
