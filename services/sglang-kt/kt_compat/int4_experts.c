@@ -591,13 +591,13 @@ static void unit13(void *arg, int u) {
 // (an expert's strips of w2 lie one after the other: 48 KB for Qwen3-30B-A3B), each slot's share weighted into `part`.
 // Units of one output strip over every expert, as before, read 6 KB from each of the batch's experts in turn: on the
 // dev machine's one core that phase ran at half the first one's rate, the access pattern and not the arithmetic
-#ifndef STRIPS2
 #define STRIPS2 8
-#endif
+static inline int down_groups(const v4_layer *L) { return (L->H / STRIP + STRIPS2 - 1) / STRIPS2; }   // units / expert
+
 static void unit2(void *arg, int u) {
     v4_job *j = arg;
     v4_layer *L = j->L;
-    const int groups = (L->H / STRIP + STRIPS2 - 1) / STRIPS2, d = u / groups, g = u % groups;
+    const int groups = down_groups(L), d = u / groups, g = u % groups;
     const int st0 = g * STRIPS2, st1 = st0 + STRIPS2 < L->H / STRIP ? st0 + STRIPS2 : L->H / STRIP;
     const int e = j->dexp[d];
     for (int st = st0; st < st1; st++) {
@@ -739,7 +739,7 @@ void v4_run(void *arg) {
 #if OFFSET_IN_SUMS
         h_group_sums(j);
 #endif
-        dispatch(p, unit2, j, nd * ((L->H / STRIP + STRIPS2 - 1) / STRIPS2));
+        dispatch(p, unit2, j, nd * down_groups(L));
         dispatch(p, unit3, j, L->H / STRIP);
     } else {
         memset(j->out, 0, sizeof(float) * (size_t) n * L->H);
