@@ -680,11 +680,16 @@ def test_llama_cpp_keeps_the_cpu_variants_asked_and_refuses_an_unknown_one(tmp_p
     assert "# ggml_add_cpu_backend_variant(skylakex" in cm.read_text()
 
 
+def _ab_summary(folder: str) -> tuple[dict, dict]:
+    """An int4_ab.sh summary under moe-vs-llamacpp-int4/FOLDER, and its medians by (side, build, threads, batch)."""
+    s = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4" / folder / "summary.json").read_text())
+    return s, {(r["side"], r["isa"], r["threads"], r["batch"]): r["ms_median_of_rounds"] for r in s["rows"]}
+
+
 def test_the_masked_avx512_candidate_s_figures_the_readme_quotes_are_the_runs():
     """ab-devbox-masked/summary.json: the AVX-512 build with the masked nibbles against the permute build (HEAD's source
     ignores -DV4_MASKED, so its two names are one build), as the README quotes it; opt-in, its default unchanged."""
-    s = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/ab-devbox-masked/summary.json").read_text())
-    ms = {(r["side"], r["isa"], r["threads"], r["batch"]): r["ms_median_of_rounds"] for r in s["rows"]}
+    _s, ms = _ab_summary("ab-devbox-masked")
     assert {i for _, i, _, _ in ms} == {"avx512", "avx512-masked"}
     assert not any(side == "before" and isa == "avx512-masked" for side, isa, _, _ in ms)
     readme = " ".join((REPO / "README.md").read_text().split())
@@ -697,10 +702,9 @@ def test_the_masked_avx512_candidate_s_figures_the_readme_quotes_are_the_runs():
             f"{permute(1, 1)}, {masked[2, 1]:.2f} against {permute(2, 1)} on two") in readme
     assert masked[1, 1] < min(ms["before", "avx512", 1, 1], ms["after", "avx512", 1, 1])
     # again on the kernel as it now is (down's units, units in runs): both sides one source, each build's rounds
-    now = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/ab-devbox-masked-now/summary.json").read_text())
     by: dict = {}
-    for r in now["rows"]:
-        by.setdefault((r["isa"], r["threads"], r["batch"]), []).append(r["ms_median_of_rounds"])
+    for (_side, isa, t, b), v in _ab_summary("ab-devbox-masked-now")[1].items():
+        by.setdefault((isa, t, b), []).append(v)
 
     def span(k: tuple) -> str:
         lo, hi = f"{min(by[k]):.2f}", f"{max(by[k]):.2f}"
@@ -714,8 +718,7 @@ def test_the_masked_avx512_candidate_s_figures_the_readme_quotes_are_the_runs():
 def test_the_down_phase_s_units_before_and_after_the_readme_quotes_are_the_runs():
     """ab-devbox-phase2/summary.json (int4_ab.sh: the kernel before and after down's units became one expert's strips,
     rounds in turn) as the README quotes it; faster on both builds at batch 1 on one and two threads."""
-    s = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/ab-devbox-phase2/summary.json").read_text())
-    ms = {(r["side"], r["isa"], r["threads"], r["batch"]): r["ms_median_of_rounds"] for r in s["rows"]}
+    s, ms = _ab_summary("ab-devbox-phase2")
     assert all(r["rounds"] == 3 for r in s["rows"]) and s["before"] == "1acfeec"
     readme = " ".join((REPO / "README.md").read_text().split())
 
@@ -733,8 +736,7 @@ def test_the_kernel_since_r6_the_readme_quotes_is_the_run_and_the_plan_says_it_e
     the README quotes it, faster on every build, thread count and batch; the plan's pace constants are that older
     kernel's, and config/engine.toml says the estimate errs low for this one."""
     import tomllib
-    s = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/ab-devbox-since-r6/summary.json").read_text())
-    ms = {(r["side"], r["isa"], r["threads"], r["batch"]): r["ms_median_of_rounds"] for r in s["rows"]}
+    s, ms = _ab_summary("ab-devbox-since-r6")
     assert s["before"] == "1c3d7d2" and all(r["rounds"] == 3 for r in s["rows"])
     gain = {k[1:]: ms[("before", *k[1:])] / v for k, v in ms.items() if k[0] == "after"}
     assert min(gain.values()) > 1.0
@@ -750,8 +752,7 @@ def test_the_kernel_since_r6_the_readme_quotes_is_the_run_and_the_plan_says_it_e
 def test_the_avx2_kernel_s_before_and_after_the_readme_quotes_are_the_runs():
     """The README's AVX2 arithmetic figures are ab-devbox/summary.json's medians (int4_ab.sh: before and after in
     turn), and the AVX-512 build, unchanged, is the control: within 5 % of itself."""
-    s = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/ab-devbox/summary.json").read_text())
-    ms = {(r["side"], r["isa"], r["threads"], r["batch"]): r["ms_median_of_rounds"] for r in s["rows"]}
+    s, ms = _ab_summary("ab-devbox")
     assert all(r["rounds"] == 3 for r in s["rows"])
     readme = " ".join((REPO / "README.md").read_text().split())
     b, a = ms["before", "avx2", 1, 1], ms["after", "avx2", 1, 1]
