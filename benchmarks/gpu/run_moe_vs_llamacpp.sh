@@ -1117,7 +1117,9 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
     bin0=$BIN; BIN=$BIN_AVX2
     lpair 16 11 llama-avx2-16
     BIN=$bin0
-    grep -h "load_backend" "$RES"/llama-avx2-16-*.llama.log | sort -u | head -3 | tee -a "$RES/progress.txt"
+    # what that server could load: llama-server names no backend at its default verbosity (r6/'s logs), and ggml
+    # looks only in the executable's folder and the working directory
+    (cd "$BIN_AVX2" && ls libggml-cpu-*.so) | tee "$RES/llama-avx2-16-cpu-libs.txt" | tee -a "$RES/progress.txt"
   fi
   for tr in ${INT4_THREADS:-}; do
     t=${tr%%:*}; pr=$FULL; [ "$tr" = "$t:1" ] && pr=${FULL/--repeat ${REPEAT:-1}/--repeat 1}
