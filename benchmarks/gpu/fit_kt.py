@@ -459,6 +459,16 @@ POINTS = (
           ("int4dec", "k16-preset-int4", None, ", its CPU layers' decode on the int4 kernel"),
           ("int4dec-avx2", "k16-preset-int4-avx2", "avx2",
            ", its CPU layers' decode on the int4 kernel's AVX2 build (forced; kt-kernel's AMX build for prompts)"))),
+    # 2026-11-29, thirty-fourth session (moe-vs-llamacpp-int4/r7/, another H200 machine, DUMMY_BY_NAME=1 REPEAT=3
+    # INT4_KT=0 INT4_AVX2=0 INT4_MASKED=1 STEPS="setup int4ab int4isa lint4"): the kernel as it now is (down's units by
+    # expert, units in runs; the plan's int4 pace is this machine's bench), and its AVX-512 build with the masked
+    # nibbles (VRAMKIT_INT4_ISA=masked: an AVX-512 build, planned with the same pace)
+    *(int4_preset_point(f"layers-{dec}-amx-16g-gptq-preset-h200r", "r7", pt, "int4",
+                        f"medians of 3 rounds; the GPTQ preset as it comes{what}")
+      for dec, pt, what in (
+          ("int4dec", "k16-preset-int4", ", its CPU layers' decode on the int4 kernel as it now is"),
+          ("int4dec-masked", "k16-preset-int4-masked",
+           ", its CPU layers' decode on the int4 kernel's masked AVX-512 build (VRAMKIT_INT4_ISA=masked)"))),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

@@ -35,9 +35,10 @@ Inputs (run_moe_vs_llamacpp.sh; one H100 host session each, the card emulated at
          start, .fail.txt), then on another machine unprofiled, one round (k16-wna16-layers-t10)
   thp-a/, thp-b/ the same machine, next commands: transparent huge pages "always" (thp-a), then the host's "madvise"
          and "always" again (thp-b, AnonHugePages sampled while they ran: thp-meminfo.txt)
-  ../moe-vs-llamacpp-int4/r6-prof/ (2026-11-29, thirty-third session, an H200 machine, STEPS="setup profile4"): the
-         moe preset as it now comes on a GPTQ-Int4 checkpoint (whole layers, the CPU layers' decode on int4_experts.c)
-         profiled the same way, and llama.cpp's --n-cpu-moe sweep on that machine
+  ../moe-vs-llamacpp-int4/r7-prof/ (2026-11-29, thirty-fourth session, an H200 machine, STEPS="setup profile4"): the
+         moe preset as it now comes on a GPTQ-Int4 checkpoint (whole layers, the CPU layers' decode on int4_experts.c
+         as it now is: down's units by expert, units in runs) profiled the same way, and llama.cpp's --n-cpu-moe sweep
+         on that machine (r6-prof/, the session before, profiled the kernel before those two changes)
 Every figure is a measurement; the closing list says which lines are derived from them.
 """
 from __future__ import annotations
@@ -59,7 +60,7 @@ from vramkit.core.plan import kt_placement as kp  # noqa: E402
 DIR = RESULTS / "moe-budget"
 OUT = RESULTS / "moe-budget.md"
 SUMMARY = RESULTS / "moe-budget.json"     # the figures README's MoE section quotes (vramkit/generated.py)
-NOW = "../moe-vs-llamacpp-int4/r6-prof"     # the preset as it now comes, profiled (a folder beside moe-budget/)
+NOW = "../moe-vs-llamacpp-int4/r7-prof"     # the preset as it now comes, profiled (a folder beside moe-budget/)
 KIT_POINTS = (   # (folder, point, what it is)
     (NOW, "k16-preset-int4-prof", "the moe preset as it now comes on a GPTQ-Int4 checkpoint: 38 whole layers on the "
      "GPU (marlin), the other 10 decoded on their GPTQ-Int4 values (int4_experts.c, 12 threads); an H200, 2026-11-29"),
@@ -907,7 +908,7 @@ def summary() -> dict:
                 "other_gaps_ms": round(_other_gaps_ms(nb), 3), "waits_per_step": nb["stalls_over_20us_per_step"]}
     return {
         "how": "benchmarks/gpu/moe_budget.py over benchmarks/results/gpu/moe-budget/ (measured 2026-11-27, H100 host, "
-               "card emulated at 16 GiB) and moe-vs-llamacpp-int4/r6-prof/ (the preset as it now comes, 2026-11-29, "
+               "card emulated at 16 GiB) and moe-vs-llamacpp-int4/r7-prof/ (the preset as it now comes, 2026-11-29, "
                "an H200 machine)",
         "kit_now": {"point": "k16-preset-int4-prof", "cpu_layers": 10, "one_stream": now_budget(1),
                     "four_streams": now_budget(4)},

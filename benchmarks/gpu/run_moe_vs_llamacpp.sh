@@ -33,6 +33,10 @@
 # cache left out of .gpu to keep the carry under 64 MiB, so setup compiled it there, ~10 min beside the llama.cpp
 # build: r6/): LLAMA_CPU_VARIANTS=1 DUMMY_BY_NAME=1 REPEAT=3 INT4_KT=0 INT4_BENCH=0 STAGE=.stage-l STEPS="setup int4isa
 # lint4"; then on the same machine (r6-prof/, ~4 min) REPEAT=1 STEPS="setup profile4"
+# On a fourth, the kernel as it now is A/B'd against r6/'s and its masked AVX-512 build as a server point (2026-11-29,
+# thirty-fourth session, ~23 min held, the marlin JIT compiled there again: r7/): DUMMY_BY_NAME=1 REPEAT=3 INT4_KT=0
+# INT4_AVX2=0 INT4_MASKED=1 STAGE=.stage-l STEPS="setup int4ab int4isa lint4"; then on the same machine (r7-prof/,
+# ~4 min) REPEAT=1 STEPS="setup profile4"
 # Steps of `all` (each skipped when LEVELS/STEPS leaves it out; results land in $RES as they come):
 #   setup     SGLang archive, kt-kernel, gguf; llama.cpp build (in the background, through the kit's first
 #             start); KT's AMXINT4 layout and the Q4_K_M GGUF, both random, both the exact shape
@@ -1076,12 +1080,14 @@ if has int4isa; then  # the int4 kernel's AVX2 build forced beside this CPU's ow
   done
 fi
 if has int4ab; then  # the int4 kernel alone, the tree's against an earlier one, rounds in turn (written 2026-11-29,
-  # thirty-third session, not run yet: down's units by expert and units in runs, 1.07-1.35x on the dev machine,
-  # ab-devbox-since-r6/). Staging: the earlier source in $S (git show 1c3d7d2:services/sglang-kt/kt_compat/int4_experts.c
-  # > .stage-l/int4_experts-r6.c; the device's copy of the tree has no .git). ~3 min: STEPS="setup int4ab"
+  # thirty-third session; ran in the thirty-fourth, moe-vs-llamacpp-int4/r7/int4ab/: down's units by expert and units in
+  # runs, 1.20-1.32x at 12 threads). Staging: the earlier source in $S (git show 1c3d7d2:services/sglang-kt/kt_compat/
+  # int4_experts.c > .stage-l/int4_experts-r6.c; the device's copy of the tree has no .git). ~3 min: STEPS="setup int4ab".
+  # Two builds of one source ranked in turn (the masked AVX-512 candidate against the default):
+  # INT4_AB_BEFORE=services/sglang-kt/kt_compat/int4_experts.c INT4_AB_ISAS="native masked" STEPS="setup int4ab"
   ballast_off
   PY=python3 timeout 500 bash benchmarks/gpu/int4_ab.sh "${INT4_AB_BEFORE:-$S/int4_experts-r6.c}" "$RES/int4ab" 3 \
-    "native avx2" 12,8 1,4 > "$RES/logs/int4ab.txt" 2>&1
+    "${INT4_AB_ISAS:-native avx2}" 12,8 1,4 > "$RES/logs/int4ab.txt" 2>&1
   step "int4 kernel A/B: $(grep '"threads": 12' "$RES/logs/int4ab.txt" | tr -d '\n' | head -c 700)"
   pack
 fi
@@ -1108,8 +1114,8 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   [ "${INT4_KT:-1}" = 1 ] && kit k16-preset 16 "$FULL" -- $KITGP --kt-cpu-decode kt
   [ "${INT4_AVX2:-1}" = 1 ] && kit k16-preset-int4-avx2 16 "$FULL" --env VRAMKIT_INT4_ISA=avx2 -- $KITGP \
     --kt-cpu-decode int4
-  # INT4_MASKED=1 (written 2026-11-29, thirty-third session, not run yet): the AVX-512 build with the masked nibbles
-  # (VRAMKIT_INT4_ISA=masked, int4_experts.c V4_MASKED), the candidate int4isa's kernel-alone figures rank
+  # INT4_MASKED=1 (written 2026-11-29, thirty-third session; ran in the thirty-fourth, r7/): the AVX-512 build with
+  # the masked nibbles (VRAMKIT_INT4_ISA=masked, int4_experts.c V4_MASKED), the candidate int4isa's figures rank
   [ "${INT4_MASKED:-0}" = 1 ] && kit k16-preset-int4-masked 16 "$FULL" --env VRAMKIT_INT4_ISA=masked -- $KITGP \
     --kt-cpu-decode int4
   # its peer: llama.cpp's pair on its haswell (AVX2) CPU backend, the same GPU placement (LLAMA_CPU_VARIANTS=1)
