@@ -3,6 +3,7 @@
     python3 benchmarks/gpu/decode_profile.py kineto TRACE.trace.json.gz   # SGLang's /start_profile trace
     python3 benchmarks/gpu/decode_profile.py sweep BENCH.json ...          # llama-bench points, --n-cpu-moe swept
     python3 benchmarks/gpu/decode_profile.py waits TRACE.trace.json.gz ... # every step's wait stalls, layer by layer
+    python3 benchmarks/gpu/decode_profile.py handoffs TRACE.trace.json.gz ...  # each CPU layer's GPU gap, split
 
 The kit's side is a PyTorch (kineto) trace of N decode steps that SGLang writes when asked (`moe_probe.py
 --profile-steps`). Each decode step is one CUDA graph replay: its kernels carry the correlation id of the
@@ -127,6 +128,55 @@ def waits(events: list[dict], bin_us: float = 25.0, long_us: float = 600.0) -> d
                                                             if len(s["wait_gaps_us"]) > i), 1) for i in range(width)]}
 
 
+def _spread(vals: list[float]) -> dict:
+    v = sorted(vals)
+    return {"median": round(statistics.median(v), 1), "p10": round(v[len(v) // 10], 1),
+            "p90": round(v[9 * len(v) // 10], 1)}
+
+
+HANDOFF_PARTS = ("before_us", "copies_out_us", "host_us", "copy_back_us", "after_us", "total_us")
+
+
+def handoffs(events: list[dict], min_bytes: int = 1024) -> dict:
+    """Each CPU layer's stretch of GPU time without a kernel, split at the copies the adapter's host-function path
+    (vramkit_host_experts.py) puts around its host node: the last kernel's end to the first copy to the host
+    (before), the copies to the host (the hidden states, then the top-k ids and weights: copies_out), the first
+    copy's group end to the copy back (host: the host node, which runs the CPU kernel's call), the copy back, and
+    its end to the next kernel (after); microseconds, median and 10th / 90th percentiles over every hand-off of the
+    trace. A hand-off starts at a copy to the host of at least `min_bytes` (the hidden states) after a kernel."""
+    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in KERNEL_CATS), key=lambda e: e["ts"])
+
+    def is_copy(e: dict, way: str) -> bool:
+        return e.get("cat") == "gpu_memcpy" and way in e.get("name", "")
+
+    rows = []
+    for i, e in enumerate(gpu):
+        if not is_copy(e, "DtoH") or int(e.get("args", {}).get("bytes", 0)) < min_bytes:
+            continue
+        if i == 0 or is_copy(gpu[i - 1], "DtoH"):
+            continue
+        prev = next((k for k in reversed(gpu[:i]) if k.get("cat") == "kernel"), None)
+        j = i
+        while j + 1 < len(gpu) and is_copy(gpu[j + 1], "DtoH"):
+            j += 1
+        back = next((h for h in range(j + 1, len(gpu)) if is_copy(gpu[h], "HtoD")), None)
+        if prev is None or back is None:
+            continue
+        nxt = next((k for k in gpu[back + 1:] if k.get("cat") == "kernel"), None)
+        if nxt is None:
+            continue
+        out_end = gpu[j]["ts"] + gpu[j]["dur"]
+        b = gpu[back]
+        rows.append({"before_us": e["ts"] - (prev["ts"] + prev["dur"]), "copies_out_us": out_end - e["ts"],
+                     "host_us": b["ts"] - out_end, "copy_back_us": b["dur"],
+                     "after_us": nxt["ts"] - (b["ts"] + b["dur"]), "total_us": nxt["ts"] - (prev["ts"] + prev["dur"]),
+                     "bytes": int(e["args"]["bytes"])})
+    if not rows:
+        return {"handoffs": 0}
+    return {"handoffs": len(rows), "hidden_bytes": sorted({r["bytes"] for r in rows}),
+            **{k: _spread([r[k] for r in rows]) for k in HANDOFF_PARTS}}
+
+
 def kineto(events: list[dict]) -> dict:
     """The decode budget of a kineto trace whose steps are CUDA graph replays (module docstring)."""
     steps = replays(events)
@@ -160,6 +210,7 @@ def kineto(events: list[dict]) -> dict:
     out["per_step"] = [{k: round(st[k] * ms, 3) if isinstance(st[k], float) else st[k]
                         for k in ("period_us", "span_us", "busy_us", "handoff_us", "wait_us", "other_stall_us", "stalls")
                         if st.get(k) is not None} for st in steps]
+    out["handoffs"] = handoffs(events)
     if period is not None:
         for st in steps:
             st["outside_us"] = st["period_us"] - st["span_us"] if st["period_us"] is not None else None
@@ -187,13 +238,15 @@ def sweep(rows: list[dict], threads: int | None = None) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("kineto", "sweep", "waits"):
+    if len(argv) < 2 or argv[0] not in ("kineto", "sweep", "waits", "handoffs"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 64
     if argv[0] == "kineto":
         print(json.dumps(kineto(load(Path(argv[1]))), indent=1))
     elif argv[0] == "waits":
         print(json.dumps({Path(p).name: waits(load(Path(p))) for p in argv[1:]}, indent=1))
+    elif argv[0] == "handoffs":
+        print(json.dumps({Path(p).name: handoffs(load(Path(p))) for p in argv[1:]}, indent=1))
     else:
         rows = []
         for p in argv[1:]:

@@ -128,3 +128,24 @@ def test_waits_lists_each_layer_s_wait_and_counts_the_long_ones(dp):
     assert w["per_layer_median_us"] == [200]
     with pytest.raises(ValueError, match="no wait stalls"):
         dp.waits([e for e in _step(0.0, 1, wait_us=0) if not e["name"].startswith("Memcpy HtoD")])
+
+
+def test_handoffs_split_each_cpu_layer_s_gap_at_its_copies(dp):
+    """The adapter's host-function path, two CPU layers: the hidden states' copy to the host and the top-k ids' and
+    weights' after it, the host node (no GPU event), the result's copy back; each gap split at those copies. A small
+    copy to the host with no kernel before it, or the ids' copy alone, starts no hand-off."""
+    def ev(name, ts, dur, nbytes=0):
+        cat = "gpu_memcpy" if name.startswith("Memcpy") else "kernel"
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": {"bytes": nbytes}}
+    out, back = "Memcpy DtoH (Device -> Pinned)", "Memcpy HtoD (Pinned -> Device)"
+    events = []
+    for t0, host in ((0.0, 278.0), (1000.0, 478.0)):
+        events += [ev("gemm", t0, 10), ev(out, t0 + 15, 3, 8192), ev(out, t0 + 19, 1, 32), ev(out, t0 + 21, 1, 32),
+                   ev(back, t0 + 22 + host, 2, 8192), ev("attn", t0 + 27 + host, 5)]
+    events.append(ev(out, 5000.0, 1, 4))         # the sampled token's copy: too small to be a layer's hidden states
+    h = dp.handoffs(events)
+    assert h["handoffs"] == 2 and h["hidden_bytes"] == [8192]
+    assert h["before_us"]["median"] == 5 and h["copies_out_us"]["median"] == 7 and h["copy_back_us"]["median"] == 2
+    assert h["after_us"]["median"] == 3 and h["host_us"]["median"] == 378 and h["host_us"]["p90"] == 478
+    assert h["total_us"]["median"] == pytest.approx(5 + 7 + 378 + 2 + 3)
+    assert dp.handoffs([ev("gemm", 0, 10)]) == {"handoffs": 0}

@@ -559,8 +559,19 @@ def test_the_measured_int4_budget_the_readme_quotes_is_the_profile():
     assert (f"{prof[1]['gpu_busy_ms']:.2f} ms of GPU kernels are dense GEMMs {c['dense GEMMs']:.2f} ms, the 38 GPU "
             f"layers' experts "
             f"{c['experts (MoE GEMMs)']:.2f}, attention {c['attention']:.2f}") in readme
-    assert f"each of the 10 waits for the CPU, {prof[1]['wait_stall_ms'] / 10:.2f} ms" in readme
+    assert f"each of the 10 waits for the CPU is {prof[1]['wait_stall_ms'] / 10:.2f} ms" in readme
     assert f"At 4 streams a wait is {prof[4]['wait_stall_ms'] / 10:.2f} ms" in readme
+    # the waits split at their copies (decode_profile.py handoffs over the two traces the profile wrote)
+    h = {k.split("-")[1]: v for k, v in json.loads((run / "handoffs.json").read_text()).items()}
+    assert h["s1"]["handoffs"] == h["s4"]["handoffs"] == 32 * 10
+    one, four = h["s1"], h["s4"]
+    spacing = {n: sum(x[k]["median"] for k in ("before_us", "copies_out_us", "copy_back_us", "after_us"))
+               for n, x in (("1", one), ("4", four))}
+    assert (f"{one['before_us']['median']:.1f} us from the last kernel to the hidden states' copy, "
+            f"{one['copies_out_us']['median']:.1f} us of copies to the host, {one['host_us']['median']:.0f} us of host "
+            f"node") in readme
+    assert f"So the hand-off itself is ~{spacing['1']:.0f} us a layer" in readme
+    assert f"{four['host_us']['median']:,.0f} us of host node" in readme and f"{spacing['4']:.0f} us of copies" in readme
     assert (f"{now['one_stream']['step_ms']:.2f} ms under the profiler ({now['one_stream']['unprofiled_step_ms']:.2f} "
             "ms without)") in readme
 
