@@ -79,3 +79,27 @@ def test_start_time_is_the_kernels_count_since_boot_and_a_gone_pid_says_so(bysta
     bystander.wait()
     with pytest.raises(psutil.NoSuchProcess):
         start_time(bystander.pid)
+
+
+def test_a_record_waits_out_the_parent_s_and_the_empty_command_line_of_a_child_in_exec(tmp_path, monkeypatch):
+    """Right after Popen a child reads the parent's command line until it execs, and an empty one while the kernel
+    replaces its memory; the record names the program it became, never either of those."""
+    import vramkit.adapters.process as process
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve"])
+    try:
+        real = psutil.Process(child.pid).cmdline()
+        while real == psutil.Process().cmdline() or not real:
+            real = psutil.Process(child.pid).cmdline()
+        reads = iter([psutil.Process().cmdline(), [], [], real])
+
+        class Seen(psutil.Process):
+            def cmdline(self):
+                return next(reads, real) if self.pid == child.pid else super().cmdline()
+        monkeypatch.setattr(process.psutil, "Process", Seen)
+        rec = record_pid(tmp_path / "x.pid", child.pid)
+        assert rec["cmdline"] == real and next(reads, None) is None       # every read before it was waited out
+        monkeypatch.undo()
+        assert recorded_process(tmp_path / "x.pid")[0] == child.pid
+    finally:
+        child.kill()
+        child.wait()

@@ -133,11 +133,15 @@ def record_pid(path: Path, pid: int, **extra: object) -> dict:
     """Write a pid record (JSON, 0600, replaced atomically); returns it. `extra` is kept beside it."""
     proc = psutil.Process(pid)
     # A child just started by Popen may not have exec'd yet: until then its command line is ours (seen on a busy
-    # machine: the record held `embed up`'s, and the next `up` took its own service for a stranger's)
+    # machine: the record held `embed up`'s, and the next `up` took its own service for a stranger's); while the
+    # kernel replaces its memory in exec it reads empty (seen on a loaded machine, 2026-11-29: a record with no
+    # command line, so neither the next `up` nor `down` knew the service as ours and it outlived its test)
     ours, deadline = psutil.Process().cmdline(), time.monotonic() + 10
-    while proc.cmdline() == ours and time.monotonic() < deadline:
+    cmdline = proc.cmdline()
+    while cmdline in (ours, []) and time.monotonic() < deadline:
         time.sleep(0.01)
-    rec = {"pid": pid, "create_time": start_time(pid), "cmdline": proc.cmdline(), **extra}
+        cmdline = proc.cmdline()
+    rec = {"pid": pid, "create_time": start_time(pid), "cmdline": cmdline, **extra}
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as fh:
