@@ -4,6 +4,7 @@ vectors) and checked against the GPTQ arithmetic in float64: what it computes, w
 speed is measured on the GPU host (benchmarks/gpu/int4_experts_bench.py, moe-vs-llamacpp-int4/)."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -297,3 +298,36 @@ def test_the_pool_s_workers_take_one_thread_of_each_core_first(vi, tmp_path, lay
 def test_without_topology_the_pool_pins_in_cpu_order(vi, tmp_path):
     mod, _ = vi
     assert mod.pinned_cpus(4, cpus={5, 1, 3}, sys_root=tmp_path) == [1, 3, 5]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs: the caller apart from the worker")
+def test_the_log_window_says_when_the_caller_shared_a_worker_s_cpu(vi, libs, capfd):
+    """The server log's line every report_every calls says how far apart the threads finished and in how many calls
+    the caller (CUDA's host-function thread) ran on a CPU a worker is pinned to: a worker pinned to this thread's
+    only CPU clashes in every call, one pinned to another CPU in none."""
+    import re
+    mod, gp = vi
+    lib = next(iter(libs.values()))
+    c0, c1 = sorted(os.sched_getaffinity(0))[:2]
+    mine = os.sched_getaffinity(0)
+    raw = _layer(gp)
+    x, ids, w = _batch(2)
+    said = {}
+    try:
+        for case, worker_cpu, caller_cpu in (("shared", c0, c0), ("apart", c0, c1)):
+            os.sched_setaffinity(0, {worker_cpu})          # the pool pins its worker within this thread's CPUs
+            kern = mod.Kernel(lib, 2, report_every=4)
+            os.sched_setaffinity(0, {caller_cpu})
+            layer = kern.layer(raw, E, K, H, INTER, G)
+            out = np.zeros((2, H), np.float32)
+            job = kern.job(layer, 2, x.ctypes.data, ids.ctypes.data, w.ctypes.data, out.ctypes.data)
+            for _ in range(4):
+                lib.v4_run(job)
+            said[case] = capfd.readouterr().err
+    finally:
+        os.sched_setaffinity(0, mine)
+    for case, clashes in (("shared", 4), ("apart", 0)):
+        m = re.search(r"calls 1-4: [\d.]+ ms a call computing on 2 threads .*, threads finishing ([\d.]+) ms apart "
+                      r"a call, the caller on a worker's CPU in (\d+) calls", said[case])
+        assert m, said[case]
+        assert int(m.group(2)) == clashes and float(m.group(1)) >= 0

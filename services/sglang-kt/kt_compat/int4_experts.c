@@ -178,9 +178,12 @@ typedef struct v4_pool {
     int units;
     pthread_mutex_t run_lock;   // one call at a time: host functions of two streams may run on two driver threads
     // statistics for the server log: every call, and a window of report_every calls (compute time, and the time
-    // from one call's end to the next call's start where under 50 ms: the GPU's share between two CPU layers)
-    long calls, report_every, win_calls, win_gaps;
-    double win_ms, win_gap_ms, last_end;
+    // from one call's end to the next call's start where under 50 ms: the GPU's share between two CPU layers; how
+    // far apart the threads finished each phase, summed over a call's phases: a thread slowed by another process on
+    // its core shows here; and the calls whose caller ran on a worker's CPU, so the two shared a core)
+    long calls, report_every, win_calls, win_gaps, win_clash;
+    double win_ms, win_gap_ms, last_end, win_spread_ms, call_spread_ms;
+    double *finish;             // each worker's end of its last phase (written before its done count)
 } v4_pool;
 
 typedef struct { v4_pool *p; int idx; } warg;
@@ -212,6 +215,7 @@ static void run_units(v4_pool *p) {
 static void *worker(void *arg) {
     warg *w = arg;
     v4_pool *p = w->p;
+    const int idx = w->idx;
     if (p->cpus && p->cpus[w->idx] >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);
@@ -242,6 +246,7 @@ static void *worker(void *arg) {
         seen = g;
         if (atomic_load(&p->stop)) break;
         run_units(p);
+        p->finish[idx] = now_ms();
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
     }
     return NULL;
@@ -258,6 +263,15 @@ v4_pool *v4_pool_new(int n_threads, const int *cpus, long report_every) {
     pthread_mutex_init(&p->run_lock, NULL);
     p->threads = calloc((size_t) p->n_workers + 1, sizeof *p->threads);
     p->cpus = calloc((size_t) p->n_workers + 1, sizeof *p->cpus);
+    p->finish = calloc((size_t) p->n_workers + 1, sizeof *p->finish);
+    if (!p->threads || !p->cpus || !p->finish) {
+        free(p->threads);
+        free(p->cpus);
+        free(p->finish);
+        pthread_mutex_destroy(&p->run_lock);
+        free(p);
+        return NULL;
+    }
     for (int i = 0; i < p->n_workers; i++) p->cpus[i] = cpus ? cpus[i] : -1;
     for (int i = 0; i < p->n_workers; i++) {
         warg *w = malloc(sizeof *w);
@@ -280,7 +294,14 @@ static void dispatch(v4_pool *p, unit_fn fn, void *arg, int units) {
     atomic_fetch_add(&p->gen, 1);
     if (atomic_load(&p->sleepers) > 0) futex_wake(&p->gen);
     run_units(p);
+    const double mine = now_ms();
     while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n_workers) cpu_relax();
+    double lo = mine, hi = mine;
+    for (int i = 0; i < p->n_workers; i++) {
+        lo = p->finish[i] < lo ? p->finish[i] : lo;
+        hi = p->finish[i] > hi ? p->finish[i] : hi;
+    }
+    p->call_spread_ms += hi - lo;
 }
 
 void v4_pool_free(v4_pool *p) {
@@ -291,6 +312,7 @@ void v4_pool_free(v4_pool *p) {
     pthread_mutex_destroy(&p->run_lock);
     free(p->threads);
     free(p->cpus);
+    free(p->finish);
     free(p);
 }
 
@@ -709,6 +731,13 @@ void v4_run(void *arg) {
     const int n = j->n, K = L->K, E = L->E;
     pthread_mutex_lock(&p->run_lock);
     double t0 = now_ms();
+    p->call_spread_ms = 0.0;
+    const int cpu = sched_getcpu();
+    for (int i = 0; i < p->n_workers; i++)
+        if (p->cpus[i] >= 0 && p->cpus[i] == cpu) {
+            p->win_clash++;
+            break;
+        }
     // the distinct experts of the batch, in order of first use, and the slots naming each (counting sort)
     for (int e = 0; e < E; e++) j->emap[e] = -1;
     int nd = 0;
@@ -748,6 +777,7 @@ void v4_run(void *arg) {
     p->calls++;
     p->win_calls++;
     p->win_ms += t1 - t0;
+    p->win_spread_ms += p->call_spread_ms;
     if (p->last_end > 0 && t0 - p->last_end < 50.0) {
         p->win_gaps++;
         p->win_gap_ms += t0 - p->last_end;
@@ -755,11 +785,12 @@ void v4_run(void *arg) {
     p->last_end = t1;
     if (p->report_every > 0 && p->win_calls >= p->report_every) {
         fprintf(stderr, "vramkit_int4_experts: calls %ld-%ld: %.3f ms a call computing on %d threads (%s), %.3f ms "
-                "between calls (%ld gaps under 50 ms)\n", p->calls - p->win_calls + 1, p->calls,
+                "between calls (%ld gaps under 50 ms), threads finishing %.3f ms apart a call, the caller on a "
+                "worker's CPU in %ld calls\n", p->calls - p->win_calls + 1, p->calls,
                 p->win_ms / p->win_calls, p->n_workers + 1, ISA, p->win_gaps ? p->win_gap_ms / p->win_gaps : 0.0,
-                p->win_gaps);
-        p->win_calls = p->win_gaps = 0;
-        p->win_ms = p->win_gap_ms = 0.0;
+                p->win_gaps, p->win_spread_ms / p->win_calls, p->win_clash);
+        p->win_calls = p->win_gaps = p->win_clash = 0;
+        p->win_ms = p->win_gap_ms = p->win_spread_ms = 0.0;
     }
     pthread_mutex_unlock(&p->run_lock);
 }

@@ -49,7 +49,9 @@ ISA_ENV = "VRAMKIT_INT4_ISA"
 # (on an AVX-512 CPU a candidate for its own build: int4_experts.c V4_MASKED)
 ISA_FLAGS = {"native": ("-march=native",), "avx2": ("-mavx2", "-mfma", "-mf16c"),
              "masked": ("-march=native", "-DV4_MASKED=1")}
-REPORT_EVERY = 1024     # a server-log line every 1,024 layer calls: the kernel's time a call and the gap between calls
+# a server-log line every 1,024 layer calls: the kernel's time a call, the gap between calls, how far apart its threads
+# finished (summed over a call's phases) and in how many calls the caller ran on a CPU a worker is pinned to
+REPORT_EVERY = 1024
 DECODES = {"kt": "kt-kernel's method (--kt-method)", "int4": "the GPTQ-Int4 values as they are (int4_experts.c)"}
 
 
