@@ -134,8 +134,10 @@ def record_pid(path: Path, pid: int, **extra: object) -> dict:
     proc = psutil.Process(pid)
     # A child just started by Popen may not have exec'd yet: until then its command line is ours (seen on a busy
     # machine: the record held `embed up`'s, and the next `up` took its own service for a stranger's); while the
-    # kernel replaces its memory in exec it reads empty (seen on a loaded machine, 2026-11-29: a record with no
-    # command line, so neither the next `up` nor `down` knew the service as ours and it outlived its test)
+    # kernel replaces its memory in exec it reads empty, and a record with no command line never matches again (a
+    # loaded machine's test run, 2026-11-29: neither the next `up` nor `down` knew the service as ours and it
+    # outlived its test; its record was gone with the run's temporary folder, so this is the likely cause, not a
+    # confirmed one)
     ours, deadline = psutil.Process().cmdline(), time.monotonic() + 10
     cmdline = proc.cmdline()
     while cmdline in (ours, []) and time.monotonic() < deadline:
