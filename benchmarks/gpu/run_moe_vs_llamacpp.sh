@@ -1118,6 +1118,11 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   # the masked nibbles (VRAMKIT_INT4_ISA=masked, int4_experts.c V4_MASKED), the candidate int4isa's figures rank
   [ "${INT4_MASKED:-0}" = 1 ] && kit k16-preset-int4-masked 16 "$FULL" --env VRAMKIT_INT4_ISA=masked -- $KITGP \
     --kt-cpu-decode int4
+  # INT4_PIN=1 (written 2026-11-29, thirty-fourth session, not run yet): the caller (CUDA's host-function thread, which
+  # computes beside the pool's workers) pinned to a core of its own (VRAMKIT_INT4_PIN_CALLER=1): r7-prof/ found the
+  # kernel's call slower in the server than alone, and the log window now counts the calls whose caller shared a core
+  [ "${INT4_PIN:-0}" = 1 ] && kit k16-preset-int4-pincaller 16 "$FULL" --env VRAMKIT_INT4_PIN_CALLER=1 -- $KITGP \
+    --kt-cpu-decode int4
   # its peer: llama.cpp's pair on its haswell (AVX2) CPU backend, the same GPU placement (LLAMA_CPU_VARIANTS=1)
   if has lint4 && [ "${INT4_AVX2:-1}" = 1 ] && [ -n "$LLAMA_VARIANT_TARGETS" ]; then
     bin0=$BIN; BIN=$BIN_AVX2

@@ -304,7 +304,8 @@ def test_without_topology_the_pool_pins_in_cpu_order(vi, tmp_path):
 def test_the_log_window_says_when_the_caller_shared_a_worker_s_cpu(vi, libs, capfd):
     """The server log's line every report_every calls says how far apart the threads finished and in how many calls
     the caller (CUDA's host-function thread) ran on a CPU a worker is pinned to: a worker pinned to this thread's
-    only CPU clashes in every call, one pinned to another CPU in none."""
+    only CPU clashes in every call, one pinned to another CPU in none; and with pin_caller (VRAMKIT_INT4_PIN_CALLER)
+    the caller is pinned at its first call to a core of its own."""
     import re
     mod, gp = vi
     lib = next(iter(libs.values()))
@@ -324,9 +325,22 @@ def test_the_log_window_says_when_the_caller_shared_a_worker_s_cpu(vi, libs, cap
             for _ in range(4):
                 lib.v4_run(job)
             said[case] = capfd.readouterr().err
+        # VRAMKIT_INT4_PIN_CALLER: the caller pinned, at its first call, to the core after the worker's
+        both = {c0, c1}
+        os.sched_setaffinity(0, both)
+        kern = mod.Kernel(lib, 2, report_every=4, pin_caller=True)
+        assert kern.caller_cpu in both
+        layer = kern.layer(raw, E, K, H, INTER, G)
+        out = np.zeros((2, H), np.float32)
+        job = kern.job(layer, 2, x.ctypes.data, ids.ctypes.data, w.ctypes.data, out.ctypes.data)
+        for _ in range(4):
+            lib.v4_run(job)
+        said["pinned"] = capfd.readouterr().err
+        pinned_to = os.sched_getaffinity(0)
     finally:
         os.sched_setaffinity(0, mine)
-    for case, clashes in (("shared", 4), ("apart", 0)):
+    assert pinned_to == {kern.caller_cpu}
+    for case, clashes in (("shared", 4), ("apart", 0), ("pinned", 0)):
         m = re.search(r"calls 1-4: [\d.]+ ms a call computing on 2 threads .*, threads finishing ([\d.]+) ms apart "
                       r"a call, the caller on a worker's CPU in (\d+) calls", said[case])
         assert m, said[case]

@@ -184,6 +184,7 @@ typedef struct v4_pool {
     long calls, report_every, win_calls, win_gaps, win_clash;
     double win_ms, win_gap_ms, last_end, win_spread_ms, call_spread_ms;
     double *finish;             // each worker's end of its last phase (written before its done count)
+    int caller_cpu;             // >= 0: the calling thread is pinned there at its first call (v4_pool_pin_caller)
 } v4_pool;
 
 typedef struct { v4_pool *p; int idx; } warg;
@@ -260,6 +261,7 @@ v4_pool *v4_pool_new(int n_threads, const int *cpus, long report_every) {
     if (!p) return NULL;
     p->n_workers = n_threads - 1;
     p->report_every = report_every;
+    p->caller_cpu = -1;
     pthread_mutex_init(&p->run_lock, NULL);
     p->threads = calloc((size_t) p->n_workers + 1, sizeof *p->threads);
     p->cpus = calloc((size_t) p->n_workers + 1, sizeof *p->cpus);
@@ -317,6 +319,10 @@ void v4_pool_free(v4_pool *p) {
 }
 
 int v4_pool_threads(v4_pool *p) { return p->n_workers + 1; }
+
+// Pin whichever thread calls v4_run (in the server CUDA's host-function thread, which computes beside the workers) to
+// `cpu` at its first call, so it never shares a worker's core; -1: leave it where the OS puts it (the default)
+void v4_pool_pin_caller(v4_pool *p, int cpu) { p->caller_cpu = cpu; }
 
 const char *v4_isa(void) { return ISA; }
 
@@ -730,6 +736,13 @@ void v4_run(void *arg) {
     v4_pool *p = L->pool;
     const int n = j->n, K = L->K, E = L->E;
     pthread_mutex_lock(&p->run_lock);
+    static __thread int pinned_to = -1;       // this thread's pin, once made
+    if (p->caller_cpu >= 0 && pinned_to != p->caller_cpu) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(p->caller_cpu, &set);
+        if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0) pinned_to = p->caller_cpu;
+    }
     double t0 = now_ms();
     p->call_spread_ms = 0.0;
     const int cpu = sched_getcpu();

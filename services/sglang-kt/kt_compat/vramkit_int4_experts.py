@@ -17,7 +17,9 @@ instead of this CPU's own (what an AVX2-only desktop runs, measured on an AVX-51
 is -march=native; ``masked`` is native with the AVX2 build's masked nibbles, an AVX-512 speed candidate). Its pool has
 ``VRAMKIT_INT4_THREADS`` threads (--kt-cpuinfer's count unless set): the caller (CUDA's host-function thread) and
 the rest pinned one to a CPU of the process's affinity, one physical core each before any core's second thread
-(core_order; kt-kernel's pool sleeps during decode: it gets no decode batch).
+(core_order; kt-kernel's pool sleeps during decode: it gets no decode batch). ``VRAMKIT_INT4_PIN_CALLER=1`` pins the
+caller too, at its first call, to the next core in that order (opt-in, not measured in a server yet: the log window
+says in how many calls the caller ran on a worker's CPU).
 
 Weights: each CPU layer's gate/up/down qweight and scales, read from the checkpoint's safetensors in the server's
 physical expert order (or drawn as vramkit_gpu_prefill draws a dummy load's, the same values), repacked into the
@@ -43,6 +45,7 @@ ENV = "VRAMKIT_KT_CPU_DECODE"
 LIB_ENV = "VRAMKIT_INT4_LIB_DIR"
 THREADS_ENV = "VRAMKIT_INT4_THREADS"
 MAX_TOKENS_ENV = "VRAMKIT_INT4_MAX_TOKENS"
+PIN_CALLER_ENV = "VRAMKIT_INT4_PIN_CALLER"     # "1": the calling thread pinned to a core of its own (opt-in)
 SOURCE = Path(__file__).with_name("int4_experts.c")
 ISA_ENV = "VRAMKIT_INT4_ISA"
 # the build each name compiles: this CPU's own, AVX2 forced, or this CPU's own with the 8-wide builds' masked nibbles
@@ -136,6 +139,7 @@ class Lib:
         "v4_pool_new": (P, [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_long]),
         "v4_pool_free": (None, [P]),
         "v4_pool_threads": (ctypes.c_int, [P]),
+        "v4_pool_pin_caller": (None, [P, ctypes.c_int]),
         "v4_layer_new": (P, [P] + [ctypes.c_int] * 5),
         "v4_layer_set": (None, [P, P, P, P, P]),
         "v4_layer_bytes": (ctypes.c_size_t, [P]),
@@ -185,14 +189,21 @@ def pinned_cpus(threads: int, cpus=None, sys_root: str | Path = "/sys") -> list[
 class Kernel:
     """The process's library and thread pool, and the layers loaded into it."""
 
-    def __init__(self, lib: Lib, threads: int, report_every: int = REPORT_EVERY, pin: bool = True):
+    def __init__(self, lib: Lib, threads: int, report_every: int = REPORT_EVERY, pin: bool = True,
+                 pin_caller: bool = False):
+        """`pin_caller`: the thread that calls the kernel (CUDA's host-function thread in the server) pinned, at its
+        first call, to the next core in the workers' order, so it shares none of theirs (pin only)."""
         self.lib = lib
-        cpus = pinned_cpus(threads) if pin else []
+        cpus = pinned_cpus(threads + 1 if pin_caller else threads) if pin else []
+        caller = cpus.pop() if pin and pin_caller and len(cpus) >= threads else -1
         arr = (ctypes.c_int * max(1, len(cpus)))(*cpus) if cpus else None
         self.pool = lib.v4_pool_new(threads, arr, report_every)
         if not self.pool:
             raise ValueError(f"the int4 kernel's pool of {threads} threads did not start")
         self.threads = lib.v4_pool_threads(self.pool)
+        self.caller_cpu = caller
+        if caller >= 0:
+            lib.v4_pool_pin_caller(self.pool, caller)
 
     def layer(self, raw: dict, experts: int, used: int, hidden: int, inter: int, group: int) -> int:
         """A layer from its raw GPTQ tensors (vramkit_gpu_prefill.shapes: w13/w2 qweight int32, scales float16, as
@@ -222,7 +233,8 @@ _READER: list = []
 
 def kernel(threads: int) -> Kernel:
     if not _KERNEL:
-        _KERNEL.append(Kernel(Lib(build(cflags=cflags())), threads))
+        pin_caller = os.environ.get(PIN_CALLER_ENV, "").strip() == "1"
+        _KERNEL.append(Kernel(Lib(build(cflags=cflags())), threads, pin_caller=pin_caller))
     return _KERNEL[0]
 
 
@@ -257,8 +269,9 @@ def wrap(kt, layer_idx: int, hf: dict, model_path: str, dummy: bool, order: list
     k = kernel(threads)
     ptr = k.layer(raw_layer(hf, model_path, dummy, layer_idx, order, last), experts, used, hidden, inter, group)
     max_tokens = min(int(os.environ.get(MAX_TOKENS_ENV) or 16), k.lib.max_tokens)
+    pinned = f", the caller pinned to CPU {k.caller_cpu}" if k.caller_cpu >= 0 else ""
     print(f"vramkit_int4_experts: layer {layer_idx}: decode batches of <= {max_tokens} tokens on the GPTQ-Int4 values "
-          f"({k.lib.v4_layer_bytes(ptr) / 2**30:.2f} GiB, {k.threads} threads, {k.lib.isa}), kt-kernel above",
+          f"({k.lib.v4_layer_bytes(ptr) / 2**30:.2f} GiB, {k.threads} threads{pinned}, {k.lib.isa}), kt-kernel above",
           file=sys.stderr, flush=True)
     return HostExperts(kt, k.lib.run_ptr, lambda n, x, ids, w, out: k.job(ptr, n, x, ids, w, out), hidden, used,
                        max_tokens)
