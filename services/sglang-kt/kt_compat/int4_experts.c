@@ -53,8 +53,8 @@
 #define SPIN_MS 20.0
 // V4_MASKED: how a word's nibbles become floats (nibbles(), below): a permute through a table on AVX-512, masked in
 // place on the 8-wide builds. -DV4_MASKED=1 gives an AVX-512 build the masked nibbles at 16 wide
-// (VRAMKIT_INT4_ISA=masked): a candidate, faster in a one-thread loop on the dev machine's Zen 4, not yet measured on
-// the GPU host
+// (VRAMKIT_INT4_ISA=masked): a candidate, 6-8 % faster alone on the dev machine's Zen 4; in a GPU host's server
+// (moe-vs-llamacpp-int4/r7/) faster at depth 0 and slower after 8K, each within one start's spread: not the default
 #ifndef V4_MASKED
 #if defined(__AVX512F__)
 #define V4_MASKED 0
@@ -182,7 +182,7 @@ typedef struct v4_pool {
     // far apart the threads finished each phase, summed over a call's phases: a thread slowed by another process on
     // its core shows here; and the calls whose caller ran on a worker's CPU, so the two shared a core)
     long calls, report_every, win_calls, win_gaps, win_clash;
-    double win_ms, win_gap_ms, last_end, win_spread_ms, call_spread_ms;
+    double win_ms, win_gap_ms, last_end, win_spread_ms;
     double *finish;             // each worker's end of its last phase (written before its done count)
     int caller_cpu;             // >= 0: the calling thread is pinned there at its first call (v4_pool_pin_caller)
 } v4_pool;
@@ -213,16 +213,19 @@ static void run_units(v4_pool *p) {
     }
 }
 
+// pin the calling thread to `cpu`; 0 where it is now pinned there
+static int pin_self(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 static void *worker(void *arg) {
     warg *w = arg;
     v4_pool *p = w->p;
     const int idx = w->idx;
-    if (p->cpus && p->cpus[w->idx] >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(p->cpus[w->idx], &set);
-        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    }
+    if (p->cpus && p->cpus[idx] >= 0) pin_self(p->cpus[idx]);
     free(w);
     uint32_t seen = 0;    // the pool's first generation, not the one it reads now: a call made before this thread
                           // ran would otherwise be missed, and its caller wait for this worker forever
@@ -287,7 +290,8 @@ v4_pool *v4_pool_new(int n_threads, const int *cpus, long report_every) {
     return p;
 }
 
-static void dispatch(v4_pool *p, unit_fn fn, void *arg, int units) {
+// runs `units` units of `fn` on the pool and the caller; returns how far apart (ms) the threads finished them
+static double dispatch(v4_pool *p, unit_fn fn, void *arg, int units) {
     p->fn = fn;
     p->arg = arg;
     p->units = units;
@@ -303,7 +307,7 @@ static void dispatch(v4_pool *p, unit_fn fn, void *arg, int units) {
         lo = p->finish[i] < lo ? p->finish[i] : lo;
         hi = p->finish[i] > hi ? p->finish[i] : hi;
     }
-    p->call_spread_ms += hi - lo;
+    return hi - lo;
 }
 
 void v4_pool_free(v4_pool *p) {
@@ -737,14 +741,8 @@ void v4_run(void *arg) {
     const int n = j->n, K = L->K, E = L->E;
     pthread_mutex_lock(&p->run_lock);
     static __thread int pinned_to = -1;       // this thread's pin, once made
-    if (p->caller_cpu >= 0 && pinned_to != p->caller_cpu) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(p->caller_cpu, &set);
-        if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0) pinned_to = p->caller_cpu;
-    }
-    double t0 = now_ms();
-    p->call_spread_ms = 0.0;
+    if (p->caller_cpu >= 0 && pinned_to != p->caller_cpu && pin_self(p->caller_cpu) == 0) pinned_to = p->caller_cpu;
+    double t0 = now_ms(), spread = 0.0;
     const int cpu = sched_getcpu();
     for (int i = 0; i < p->n_workers; i++)
         if (p->cpus[i] >= 0 && p->cpus[i] == cpu) {
@@ -777,12 +775,12 @@ void v4_run(void *arg) {
 #if OFFSET_IN_SUMS
         scale_inputs(j);
 #endif
-        dispatch(p, unit13, j, nd * (L->I / STRIP));
+        spread += dispatch(p, unit13, j, nd * (L->I / STRIP));
 #if OFFSET_IN_SUMS
         h_group_sums(j);
 #endif
-        dispatch(p, unit2, j, nd * down_groups(L));
-        dispatch(p, unit3, j, L->H / STRIP);
+        spread += dispatch(p, unit2, j, nd * down_groups(L));
+        spread += dispatch(p, unit3, j, L->H / STRIP);
     } else {
         memset(j->out, 0, sizeof(float) * (size_t) n * L->H);
     }
@@ -790,7 +788,7 @@ void v4_run(void *arg) {
     p->calls++;
     p->win_calls++;
     p->win_ms += t1 - t0;
-    p->win_spread_ms += p->call_spread_ms;
+    p->win_spread_ms += spread;
     if (p->last_end > 0 && t0 - p->last_end < 50.0) {
         p->win_gaps++;
         p->win_gap_ms += t0 - p->last_end;

@@ -195,7 +195,7 @@ class Kernel:
         first call, to the next core in the workers' order, so it shares none of theirs (pin only)."""
         self.lib = lib
         cpus = pinned_cpus(threads + 1 if pin_caller else threads) if pin else []
-        caller = cpus.pop() if pin and pin_caller and len(cpus) >= threads else -1
+        caller = cpus.pop() if pin and pin_caller else -1
         arr = (ctypes.c_int * max(1, len(cpus)))(*cpus) if cpus else None
         self.pool = lib.v4_pool_new(threads, arr, report_every)
         if not self.pool:
