@@ -1068,6 +1068,13 @@ if has int4bench; then  # the int4 kernel alone beside kt-kernel's AMXINT8 (no s
   # STEPS="setup int4bench"
   int4_alone "12,8,6,4,$PHYS"
 fi
+kernel_ab() {  # NAME BEFORE ISAS ROUNDS WHAT: int4_ab.sh (BEFORE against the tree's source, rounds in turn) at 12 and 8
+  # threads, batches 1 and 4, no server and no ballast; its summary in $RES/NAME/
+  ballast_off
+  PY=python3 timeout 500 bash benchmarks/gpu/int4_ab.sh "$2" "$RES/$1" "$4" "$3" 12,8 1,4 > "$RES/logs/$1.txt" 2>&1
+  step "$5: $(grep '"threads": 12' "$RES/logs/$1.txt" | tr -d '\n' | head -c 700)"
+  pack
+}
 if has int4isa; then  # the int4 kernel's builds side by side, no server: its AVX2 build forced (the speed an AVX2-only
   # desktop's kernel has on these cores and this memory: other kernels, same host), this CPU's own, and since
   # 2026-11-29's thirty-third session the AVX-512 build with the masked nibbles (VRAMKIT_INT4_ISA=masked, V4_MASKED).
@@ -1075,21 +1082,15 @@ if has int4isa; then  # the int4 kernel's builds side by side, no server: its AV
   # that pass, right after setup, ran ~1.5x slower than the same kernel minutes later, so no ratio could be taken from
   # it. Now int4_ab.sh with the tree's own source on both sides: every build in each round, rounds in turn, 6 runs a
   # build (int4isa/summary.json). ~3 min with setup: STAGE=.stage-p STEPS="setup int4isa"
-  PY=python3 timeout 500 bash benchmarks/gpu/int4_ab.sh services/sglang-kt/kt_compat/int4_experts.c "$RES/int4isa" \
-    "${INT4ISA_ROUNDS:-3}" "avx2 native masked" 12,8 1,4 > "$RES/logs/int4isa.txt" 2>&1
-  step "int4 kernel's builds in turn: $(grep '"threads": 12' "$RES/logs/int4isa.txt" | tr -d '\n' | head -c 700)"
-  pack
+  kernel_ab int4isa services/sglang-kt/kt_compat/int4_experts.c "avx2 native masked" "${INT4ISA_ROUNDS:-3}" \
+    "int4 kernel's builds in turn"
 fi
 if has int4ab; then  # the int4 kernel alone, the tree's against an earlier one, rounds in turn (written 2026-11-29,
   # thirty-third session; ran in the thirty-fourth, moe-vs-llamacpp-int4/r7/int4ab/: down's units by expert and units in
   # runs, 1.20-1.32x at 12 threads). Staging: the earlier source in $S (git show 1c3d7d2:services/sglang-kt/kt_compat/
   # int4_experts.c > .stage-l/int4_experts-r6.c; the device's copy of the tree has no .git). ~3 min: STEPS="setup int4ab".
   # INT4_AB_ISAS: the builds it takes (the int4isa step ranks one source's builds the same way)
-  ballast_off
-  PY=python3 timeout 500 bash benchmarks/gpu/int4_ab.sh "${INT4_AB_BEFORE:-$S/int4_experts-r6.c}" "$RES/int4ab" 3 \
-    "${INT4_AB_ISAS:-native avx2}" 12,8 1,4 > "$RES/logs/int4ab.txt" 2>&1
-  step "int4 kernel A/B: $(grep '"threads": 12' "$RES/logs/int4ab.txt" | tr -d '\n' | head -c 700)"
-  pack
+  kernel_ab int4ab "${INT4_AB_BEFORE:-$S/int4_experts-r6.c}" "${INT4_AB_ISAS:-native avx2}" 3 "int4 kernel A/B"
 fi
 if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 values as the checkpoint has them (the
   # adapter's opt-in VRAMKIT_KT_CPU_DECODE=int4: int4_experts.c, compiled here at the first CPU layer), first the kernel
