@@ -908,7 +908,7 @@ def summary() -> dict:
                 "other_gaps_ms": round(_other_gaps_ms(nb), 3), "waits_per_step": nb["stalls_over_20us_per_step"]}
     return {
         "how": "benchmarks/gpu/moe_budget.py over benchmarks/results/gpu/moe-budget/ (measured 2026-11-27, H100 host, "
-               "card emulated at 16 GiB) and moe-vs-llamacpp-int4/r7-prof/ (the preset as it now comes, 2026-11-29, "
+               f"card emulated at 16 GiB) and {NOW.removeprefix('../')}/ (the preset as it now comes, 2026-11-29, "
                "an H200 machine)",
         "kit_now": {"point": "k16-preset-int4-prof", "cpu_layers": 10, "one_stream": now_budget(1),
                     "four_streams": now_budget(4)},

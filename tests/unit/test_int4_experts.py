@@ -313,29 +313,28 @@ def test_the_log_window_says_when_the_caller_shared_a_worker_s_cpu(vi, libs, cap
     mine = os.sched_getaffinity(0)
     raw = _layer(gp)
     x, ids, w = _batch(2)
+    out = np.zeros((2, H), np.float32)
+
+    def four_calls(kern) -> str:
+        """What the pool logs over one window of four calls from this thread."""
+        job = kern.job(kern.layer(raw, E, K, H, INTER, G), 2, x.ctypes.data, ids.ctypes.data, w.ctypes.data,
+                       out.ctypes.data)
+        for _ in range(4):
+            lib.v4_run(job)
+        return capfd.readouterr().err
     said = {}
     try:
         for case, worker_cpu, caller_cpu in (("shared", c0, c0), ("apart", c0, c1)):
             os.sched_setaffinity(0, {worker_cpu})          # the pool pins its worker within this thread's CPUs
             kern = mod.Kernel(lib, 2, report_every=4)
             os.sched_setaffinity(0, {caller_cpu})
-            layer = kern.layer(raw, E, K, H, INTER, G)
-            out = np.zeros((2, H), np.float32)
-            job = kern.job(layer, 2, x.ctypes.data, ids.ctypes.data, w.ctypes.data, out.ctypes.data)
-            for _ in range(4):
-                lib.v4_run(job)
-            said[case] = capfd.readouterr().err
+            said[case] = four_calls(kern)
         # VRAMKIT_INT4_PIN_CALLER: the caller pinned, at its first call, to the core after the worker's
         both = {c0, c1}
         os.sched_setaffinity(0, both)
         kern = mod.Kernel(lib, 2, report_every=4, pin_caller=True)
         assert kern.caller_cpu in both
-        layer = kern.layer(raw, E, K, H, INTER, G)
-        out = np.zeros((2, H), np.float32)
-        job = kern.job(layer, 2, x.ctypes.data, ids.ctypes.data, w.ctypes.data, out.ctypes.data)
-        for _ in range(4):
-            lib.v4_run(job)
-        said["pinned"] = capfd.readouterr().err
+        said["pinned"] = four_calls(kern)
         pinned_to = os.sched_getaffinity(0)
     finally:
         os.sched_setaffinity(0, mine)

@@ -342,8 +342,8 @@ KT_GPU_LAYERS = ("off", "auto")
 
 
 # The whole-layer estimate's measured/estimate range on the runs not used to fit it (benchmarks/results/gpu/
-# kt-estimate.md: 61 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, twelve of them with
-# the int4 decode kernel, 6-14 threads, 38 on H200s; fitted on a 62nd), rounded outward; tests/unit/test_kt_estimate.py
+# kt-estimate.md: 63 servers, FP8 and GPTQ-Int4 GPU experts, AMXINT4, AMXINT8, FP8 and RAWINT4, fourteen of them with
+# the int4 decode kernel, 6-14 threads, 40 on H200s; fitted on a 64th), rounded outward; tests/unit/test_kt_estimate.py
 # holds it to the data
 WHOLE_LAYER_SPREAD = (0.57, 1.41)
 WHOLE_LAYER_SPREAD_NOTE = ("one decode after 30K at 0.57x; the FP8 checkpoint's per-layer-seeded run 1.12-1.20x "
