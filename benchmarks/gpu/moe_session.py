@@ -80,7 +80,7 @@ Q4 = Pairing("moe-vs-llamacpp", "llama-{b}", "a Q4_K_M-typed GGUF (tools/make_ra
               "16:k16-wna16-layers-t12", "16:k16-wna16-layers-t12-defer2", "16:k16-marlin-layers-t12",
               "16:k16-preset", "16:k16-kt-prompts", "16:k16-preset-int4",
               "16:k16-preset-int4-avx2", "16:k16-preset-int4-t14", "16:k16-preset-int4-t16", "16:k16-preset-int4-t6",
-              "16:k16-preset-int4-masked", "16:k16-preset-int4-pincaller"))
+              "16:k16-preset-int4-masked", "16:k16-preset-int4-pincaller", "16:k16-preset-int4-share"))
 # the 8-bit class (benchmarks/results/gpu/peer-accuracy/): the kit's FP8 GPU experts + AMXINT8 CPU experts, no deferral,
 # against llama.cpp on a Q8_0 file (run_moe_vs_llamacpp.sh STEPS="setup llama-q8", since 2026-11-28 "setup lprefill8")
 Q8 = Pairing("moe-vs-llamacpp-q8", "llama-q8-{b}", "a Q8_0 GGUF (tools/make_random_gguf.py --type Q8_0, 30.3 GiB)",

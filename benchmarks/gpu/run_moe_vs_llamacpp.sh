@@ -216,7 +216,7 @@ INT8_STEPS="lint4 profile4 lint4ab kint4 embhost4 stagesnap poolcheck realload-g
   profile med16 kcores hot triv-rec hotctl layers-t10 layers-pair seedcheck mf90 fp8-layers best16 ldefer lmarlin
   lggml lmf lpreset lprefill kprefill kprefill8 lprefill8 lint8 med8 pair8 fp8cpu fp8stage fp8pin fp8int8 kmarlin
   raw4 kraw4 ctpool embhost"
-GPTQ_STEPS="lint4 profile4 lint4ab kint4 embhost4 stagesnap poolcheck realload-gptq gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
+GPTQ_STEPS="gshare lint4 profile4 lint4ab kint4 embhost4 stagesnap poolcheck realload-gptq gptq gptq-n gptq-bf16 gptq24 wna16 again gensweep med3 med16 profile k24lev kcores hot triv-rec hotctl
   layers-t10 layers-pair seedcheck mf90 best16 ldefer lmarlin lggml lmf lpreset lprefill kprefill gprefill kmarlin
   raw4 kraw4"
 Q4_GGUF_STEPS="lint4 profile4 lint4ab llama-16 lbest16 best16 lmarlin lggml lmf lpreset lprefill raw4 llama-24 med3 med16 profile k24lev"
@@ -1085,6 +1085,25 @@ if has int4isa; then  # the int4 kernel's builds side by side, no server: its AV
   kernel_ab int4isa services/sglang-kt/kt_compat/int4_experts.c "avx2 native masked" "${INT4ISA_ROUNDS:-3}" \
     "int4 kernel's builds in turn"
 fi
+if has gshare; then  # a CPU layer's decode batch shared with the GPU, which reads that share's experts over the bus
+  # (services/sglang-kt/kt_compat/vramkit_gpu_share.py; written 2026-11-29, thirty-fifth session): the adapter's
+  # HostExperts with and without the share in CUDA graphs, no server (~1.5 min after setup). INT4_SHARE=auto below
+  # takes the fraction fastest at batch 4 here
+  ballast_off
+  timeout 300 python3 benchmarks/gpu/gpu_share_bench.py --threads 12 --shares "${SHARE_FRACS:-0.3,0.35,0.4,0.45,0.5}" \
+    --out "$RES/share-bench.json" > "$RES/logs/share-bench.txt" 2>&1
+  step "gpu share bench: $(grep -h '^{"' "$RES/logs/share-bench.txt" | tr -d '\n' | head -c 1200)"
+  pack
+fi
+share_fraction() {  # INT4_SHARE: a fraction, or auto: the one share-bench.json found fastest at batch 4 (0.4 without it)
+  [ "$INT4_SHARE" != auto ] && { echo "$INT4_SHARE"; return; }
+  python3 -c 'import json, sys
+try:
+    row = json.load(open(sys.argv[1]))["ms_per_layer"]["4"]
+    print(min((v, k.split("_")[1]) for k, v in row.items() if k.startswith("share_"))[1])
+except Exception:
+    print("0.4")' "$RES/share-bench.json"
+}
 if has int4ab; then  # the int4 kernel alone, the tree's against an earlier one, rounds in turn (written 2026-11-29,
   # thirty-third session; ran in the thirty-fourth, moe-vs-llamacpp-int4/r7/int4ab/: down's units by expert and units in
   # runs, 1.20-1.32x at 12 threads). Staging: the earlier source in $S (git show 1c3d7d2:services/sglang-kt/kt_compat/
@@ -1124,6 +1143,12 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   # kernel's call slower in the server than alone, and the log window now counts the calls whose caller shared a core
   [ "${INT4_PIN:-0}" = 1 ] && kit k16-preset-int4-pincaller 16 "$FULL" --env VRAMKIT_INT4_PIN_CALLER=1 -- $KITGP \
     --kt-cpu-decode int4
+  # INT4_SHARE=F|auto (written 2026-11-29, thirty-fifth session): that fraction of each CPU layer's decode experts on
+  # the GPU over the bus (VRAMKIT_INT4_GPU_SHARE; the gshare step's bench picks it under auto)
+  if [ -n "${INT4_SHARE:-}" ]; then
+    f=$(share_fraction); step "the GPU's share of a CPU layer's decode experts: $f"
+    kit k16-preset-int4-share 16 "$FULL" --env VRAMKIT_INT4_GPU_SHARE=$f -- $KITGP --kt-cpu-decode int4
+  fi
   # its peer: llama.cpp's pair on its haswell (AVX2) CPU backend, the same GPU placement (LLAMA_CPU_VARIANTS=1)
   if has lint4 && [ "${INT4_AVX2:-1}" = 1 ] && [ -n "$LLAMA_VARIANT_TARGETS" ]; then
     bin0=$BIN; BIN=$BIN_AVX2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -344,3 +345,26 @@ def test_the_log_window_says_when_the_caller_shared_a_worker_s_cpu(vi, libs, cap
                       r"a call, the caller on a worker's CPU in (\d+) calls", said[case])
         assert m, said[case]
         assert int(m.group(2)) == clashes and float(m.group(1)) >= 0
+
+
+def test_a_call_started_and_waited_for_gives_what_one_call_gives(vi, libs):
+    """v4_start hands the job to the pool's coordinator and returns; v4_wait returns once the output is written: the
+    same numbers as v4_run, call after call and after the coordinator went to sleep (a lost hand-off would hang here:
+    the module's timeout)."""
+    mod, gp = vi
+    lib = next(iter(libs.values()))
+    raw = _layer(gp)
+    kern = mod.Kernel(lib, 2, report_every=0, pin=False)
+    layer = kern.layer(raw, E, K, H, INTER, G)
+    assert lib.v4_pool_async(kern.pool) == 0 and lib.v4_pool_async(kern.pool) == 0     # once, then a no-op
+    for seed in range(40):
+        if seed % 10 == 9:
+            time.sleep(0.05)        # past the coordinator's 20 ms of spinning: the next call wakes it from its futex
+        x, ids, w = _batch(3, seed)
+        want = _run(mod, lib, raw, x, ids, w, 1)
+        out = np.full((3, H), np.nan, np.float32)
+        job = kern.job(layer, 3, x.ctypes.data, ids.ctypes.data, w.ctypes.data, out.ctypes.data)
+        lib.v4_start(job)
+        lib.v4_wait(job)
+        np.testing.assert_array_equal(out, want)
+    lib.v4_pool_free(kern.pool)

@@ -185,6 +185,13 @@ typedef struct v4_pool {
     double win_ms, win_gap_ms, last_end, win_spread_ms;
     double *finish;             // each worker's end of its last phase (written before its done count)
     int caller_cpu;             // >= 0: the calling thread is pinned there at its first call (v4_pool_pin_caller)
+    // a call in two halves (v4_start / v4_wait): the job handed to a coordinator thread, which runs it as v4_run's
+    // caller would, so the stream that started it can run the GPU's share of the layer before it waits
+    pthread_t coord;
+    int coord_on;
+    _Atomic(void *) posted;
+    _Atomic uint32_t post_gen;
+    _Atomic int coord_sleeps;
 } v4_pool;
 
 typedef struct { v4_pool *p; int idx; } warg;
@@ -315,6 +322,11 @@ void v4_pool_free(v4_pool *p) {
     atomic_fetch_add(&p->gen, 1);
     futex_wake(&p->gen);
     for (int i = 0; i < p->n_workers; i++) pthread_join(p->threads[i], NULL);
+    if (p->coord_on) {
+        atomic_fetch_add(&p->post_gen, 1);
+        futex_wake(&p->post_gen);
+        pthread_join(p->coord, NULL);
+    }
     pthread_mutex_destroy(&p->run_lock);
     free(p->threads);
     free(p->cpus);
@@ -581,6 +593,7 @@ typedef struct v4_job {
     float *hpart;          // [n * K][I / 8]
     float *hsum;           // [n * K][I / G]
     float *part;           // [n * K][H]: each slot's weighted down output (phase 2), summed per token in phase 3
+    _Atomic int done;      // v4_start / v4_wait: set by the coordinator once the job's output is written
 } v4_job;
 
 static inline float silu(float g) { return g / (1.0f + __builtin_expf(-g)); }
@@ -804,4 +817,67 @@ void v4_run(void *arg) {
         p->win_ms = p->win_gap_ms = p->win_spread_ms = 0.0;
     }
     pthread_mutex_unlock(&p->run_lock);
+}
+
+// ---------------------------------------------------------------------------------------------------- a call in halves
+// v4_start (a host function) hands the job to the pool's coordinator thread and returns, so the stream goes on to the
+// GPU's share of the layer (the adapter's VRAMKIT_INT4_GPU_SHARE: some experts' slots computed by marlin reading their
+// weights from pinned host RAM over the bus); v4_wait (the next host function) returns once the job's output is
+// written. The coordinator runs v4_run as its caller, so the result and the log window are v4_run's.
+static void *coordinator(void *arg) {
+    v4_pool *p = arg;
+    uint32_t seen = 0;
+    for (;;) {
+        uint32_t g;
+        long spins = 0;
+        double t0 = 0;
+        while ((g = atomic_load_explicit(&p->post_gen, memory_order_acquire)) == seen) {
+            cpu_relax();
+            if ((++spins & 1023) == 0) {
+                double t = now_ms();
+                if (t0 == 0) {
+                    t0 = t;
+                } else if (t - t0 > SPIN_MS) {
+                    atomic_store(&p->coord_sleeps, 1);
+                    futex_wait(&p->post_gen, seen);
+                    atomic_store(&p->coord_sleeps, 0);
+                    t0 = 0;
+                }
+            }
+        }
+        seen = g;
+        if (atomic_load(&p->stop)) break;
+        v4_job *j = atomic_exchange(&p->posted, NULL);
+        if (j) {
+            v4_run(j);
+            atomic_store_explicit(&j->done, 1, memory_order_release);
+        }
+    }
+    return NULL;
+}
+
+// start the coordinator (once); 0 where it runs
+int v4_pool_async(v4_pool *p) {
+    if (p->coord_on) return 0;
+    if (pthread_create(&p->coord, NULL, coordinator, p) != 0) return -1;
+    p->coord_on = 1;
+    return 0;
+}
+
+void v4_start(void *arg) {
+    v4_job *j = arg;
+    v4_pool *p = j->L->pool;
+    atomic_store_explicit(&j->done, 0, memory_order_relaxed);
+    void *none = NULL;
+    while (!atomic_compare_exchange_weak(&p->posted, &none, (void *) j)) {   // the one before not taken yet
+        none = NULL;
+        cpu_relax();
+    }
+    atomic_fetch_add(&p->post_gen, 1);      // seq_cst: ordered before the sleeper check, as the worker's wake
+    if (atomic_load(&p->coord_sleeps)) futex_wake(&p->post_gen);
+}
+
+void v4_wait(void *arg) {
+    v4_job *j = arg;
+    while (!atomic_load_explicit(&j->done, memory_order_acquire)) cpu_relax();
 }

@@ -33,14 +33,19 @@ class _HostView:
 
     def __init__(self, t: Any):
         assert t.is_pinned() and t.is_contiguous(), "the GPU reads only page-locked, contiguous host memory"
-        self.__cuda_array_interface__ = {"shape": tuple(t.shape), "typestr": "<i2", "data": (t.data_ptr(), False),
-                                         "strides": None, "version": 3}
+        self.__cuda_array_interface__ = {"shape": tuple(t.shape), "typestr": f"<i{t.element_size()}",
+                                         "data": (t.data_ptr(), False), "strides": None, "version": 3}
+
+
+_INTS = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 
 
 def device_view(pinned: Any) -> Any:
-    """A CUDA tensor of `pinned`'s 2-byte dtype (bf16/fp16) that reads it over the bus; no GPU memory of its own."""
+    """A CUDA tensor of `pinned`'s dtype that reads it over the bus; no GPU memory of its own (the embeddings' bf16 or
+    fp16 here, a CPU layer's marlin words and scales in vramkit_gpu_share)."""
     import torch
-    return torch.as_tensor(_HostView(pinned.view(torch.int16)), device="cuda").view(pinned.dtype)
+    as_int = getattr(torch, _INTS[pinned.element_size()])
+    return torch.as_tensor(_HostView(pinned.view(as_int)), device="cuda").view(pinned.dtype)
 
 
 def _pin(t: Any) -> Any:

@@ -34,15 +34,20 @@ class HostExperts:
     buffers (x [n, hidden] f32, ids [n, top-k] i32, w [n, top-k] f32, out [n, hidden] f32), made once per n."""
 
     def __init__(self, kt, run_ptr: int, job_new: Callable[[int, int, int, int, int], int], hidden: int, used: int,
-                 max_tokens: int):
+                 max_tokens: int, share=None):
+        """`share`: (bus, fraction, start_ptr, wait_ptr) where part of each decode batch runs on the GPU over the bus
+        (vramkit_gpu_share.py): the C function started and waited for by two host functions around the GPU's share."""
         self.kt = kt
         self.run_ptr = run_ptr
         self.job_new = job_new
         self.hidden = hidden
         self.used = used
         self.max_tokens = max_tokens
+        self.share = share
+        self.runner_config = None      # the layer's MoeRunnerConfig, set by the adapter's apply (the GPU's share)
         self._bufs: dict[int, tuple] = {}
         self._kt_pending = False
+        self._gpu_out = None
 
     def load_weights(self, *args, **kwargs):
         return self.kt.load_weights(*args, **kwargs)
@@ -70,15 +75,28 @@ class HostExperts:
             return self.kt.submit_forward(hidden_states, topk_ids, topk_weights, cuda_stream)
         import torch
         x, ids, w, _out, _out_gpu, job = self._buffers(n, flat.device)
+        self._gpu_out = None
+        if self.share is not None:
+            import vramkit_gpu_share
+            bus, frac, start_ptr, _wait = self.share
+            gpu_ids, topk_ids = vramkit_gpu_share.split_ids(topk_ids.to(torch.int32), frac, bus.experts)
         x.copy_(flat.to(torch.float32), non_blocking=True)
         ids.copy_(topk_ids.to(torch.int32), non_blocking=True)
         w.copy_(topk_weights.to(torch.float32), non_blocking=True)
-        launch_host_func(cuda_stream, self.run_ptr, job)
+        if self.share is None:
+            launch_host_func(cuda_stream, self.run_ptr, job)
+            return
+        launch_host_func(cuda_stream, start_ptr, job)        # returns at once: the CPU computes its share
+        self._gpu_out = bus.run(flat, gpu_ids, topk_weights, self.runner_config)
 
     def sync_forward(self, hidden_states, cuda_stream):
         if self._kt_pending:
             return self.kt.sync_forward(hidden_states, cuda_stream)
         n = hidden_states.view(-1, hidden_states.shape[-1]).shape[0]
-        _x, _ids, _w, out, out_gpu, _job = self._bufs[n]
+        _x, _ids, _w, out, out_gpu, job = self._bufs[n]
+        if self._gpu_out is not None:
+            launch_host_func(cuda_stream, self.share[3], job)     # the CPU's share written
         out_gpu.copy_(out, non_blocking=True)
+        if self._gpu_out is not None:
+            return (out_gpu + self._gpu_out.view(out_gpu.shape).to(out_gpu.dtype)).to(hidden_states.dtype)
         return out_gpu.to(hidden_states.dtype)

@@ -146,6 +146,9 @@ class Lib:
         "v4_layer_free": (None, [P]),
         "v4_job_new": (P, [P, ctypes.c_int, P, P, P, P]),
         "v4_run": (None, [P]),
+        "v4_pool_async": (ctypes.c_int, [P]),
+        "v4_start": (None, [P]),
+        "v4_wait": (None, [P]),
         "v4_isa": (ctypes.c_char_p, []),
         "v4_max_tokens": (ctypes.c_int, []),
     }
@@ -157,6 +160,9 @@ class Lib:
             fn.restype, fn.argtypes = res, args
             setattr(self, name, fn)
         self.run_ptr = ctypes.cast(self.lib.v4_run, ctypes.c_void_p).value
+        # a call in two halves (the GPU's share of the layer between them): host functions too
+        self.start_ptr = ctypes.cast(self.lib.v4_start, ctypes.c_void_p).value
+        self.wait_ptr = ctypes.cast(self.lib.v4_wait, ctypes.c_void_p).value
         self.isa = self.v4_isa().decode()
         self.max_tokens = self.v4_max_tokens()
 
@@ -259,8 +265,9 @@ def raw_layer(hf: dict, model_path: str, dummy: bool, layer_idx: int, order: lis
 
 
 def wrap(kt, layer_idx: int, hf: dict, model_path: str, dummy: bool, order: list[int], kt_threads: int | None,
-         deferred: int, last: bool) -> HostExperts:
-    """The KT wrapper of CPU layer `layer_idx`, wrapped so its decode batches run on int4_experts.c."""
+         deferred: int, last: bool, bus: dict | None = None) -> HostExperts:
+    """The KT wrapper of CPU layer `layer_idx`, wrapped so its decode batches run on int4_experts.c. `bus`: the GPU
+    prompt path's pinned marlin copy of the layer, for VRAMKIT_INT4_GPU_SHARE (vramkit_gpu_share.py)."""
     why = unsupported(hf, deferred)
     if why is not None:
         raise ValueError(f"{ENV}=int4: {why}")
@@ -270,8 +277,19 @@ def wrap(kt, layer_idx: int, hf: dict, model_path: str, dummy: bool, order: list
     ptr = k.layer(raw_layer(hf, model_path, dummy, layer_idx, order, last), experts, used, hidden, inter, group)
     max_tokens = min(int(os.environ.get(MAX_TOKENS_ENV) or 16), k.lib.max_tokens)
     pinned = f", the caller pinned to CPU {k.caller_cpu}" if k.caller_cpu >= 0 else ""
+    share, shared = None, ""
+    import vramkit_gpu_share
+    if (frac := vramkit_gpu_share.fraction()) is not None:
+        if bus is None:
+            shared = (f"; {vramkit_gpu_share.ENV}={frac} not used: it reads the GPU prompt path's host copy of the "
+                      "layer (--kt-gpu-prefill)")
+        else:
+            if k.lib.v4_pool_async(k.pool) != 0:
+                raise RuntimeError("the int4 kernel's coordinator thread did not start")
+            share = (vramkit_gpu_share.BusExperts(bus, experts), frac, k.lib.start_ptr, k.lib.wait_ptr)
+            shared = f"; {frac:.2f} of each batch's experts on the GPU over the bus ({vramkit_gpu_share.ENV})"
     print(f"vramkit_int4_experts: layer {layer_idx}: decode batches of <= {max_tokens} tokens on the GPTQ-Int4 values "
-          f"({k.lib.v4_layer_bytes(ptr) / 2**30:.2f} GiB, {k.threads} threads{pinned}, {k.lib.isa}), kt-kernel above",
-          file=sys.stderr, flush=True)
+          f"({k.lib.v4_layer_bytes(ptr) / 2**30:.2f} GiB, {k.threads} threads{pinned}, {k.lib.isa}), kt-kernel above"
+          + shared, file=sys.stderr, flush=True)
     return HostExperts(kt, k.lib.run_ptr, lambda n, x, ids, w, out: k.job(ptr, n, x, ids, w, out), hidden, used,
-                       max_tokens)
+                       max_tokens, share)

@@ -255,9 +255,14 @@ def patch_sglang_kt(module, spec: str) -> None:
     def prefill_off(engine, layer_idx: int, exc: Exception) -> None:
         """Any failure of the GPU prompt path: off for every layer (the server goes on, prompts on kt-kernel)."""
         import vramkit_gpu_prefill as gp
-        engine.drop()
+        import vramkit_gpu_share
+        kept = ""
+        if vramkit_gpu_share.fraction() is None:
+            engine.drop()
+        else:       # the decode share's marlin reads the host copies where they are: they stay pinned
+            kept = f" (the layers' host copies stay for {vramkit_gpu_share.ENV})"
         prefill["engine"] = None
-        gp.say(f"layer {layer_idx}: {type(exc).__name__}: {exc}; prompts stay on kt-kernel for every layer")
+        gp.say(f"layer {layer_idx}: {type(exc).__name__}: {exc}; prompts stay on kt-kernel for every layer{kept}")
 
     def process_weights_after_loading(self, layer):
         if self.num_gpu_experts != 0:
@@ -284,7 +289,7 @@ def patch_sglang_kt(module, spec: str) -> None:
                             self.wrapper, self.kt_config.layer_idx, _hf_config(args), args.model_path,
                             args.load_format == "dummy", [int(e) for e in order.tolist()], args.kt_cpuinfer,
                             self.kt_config.max_deferred_experts_per_token or 0,
-                            last=self.kt_config.layer_idx == chosen.get("last_cpu"))
+                            last=self.kt_config.layer_idx == chosen.get("last_cpu"), bus=bus_copy(self.kt_config))
                     except (ValueError, OSError, RuntimeError) as exc:   # this and every later layer on kt-kernel
                         int4_state["failed"] = str(exc)
                         print(f"vramkit_int4_experts: layer {self.kt_config.layer_idx}: {exc}; the CPU layers' "
@@ -298,6 +303,13 @@ def patch_sglang_kt(module, spec: str) -> None:
                 self.wrapper = vramkit_ggml_experts.wrap(
                     self.wrapper, self.kt_config.layer_idx, _hf_config(args), args.kt_cpuinfer,
                     self.kt_config.max_deferred_experts_per_token or 0, args.init_expert_location != "trivial")
+
+    def bus_copy(kt_config):
+        """The GPU prompt path's pinned marlin copy of this CPU layer (GPTQ-Int4 only), for VRAMKIT_INT4_GPU_SHARE."""
+        engine = prefill.get("engine")
+        if engine is None or engine.block is not None:
+            return None
+        return engine.host.get(kt_config.layer_idx)
 
     def create_moe_runner(self, layer, moe_runner_config):
         if self.num_gpu_experts != 0:
@@ -315,6 +327,8 @@ def patch_sglang_kt(module, spec: str) -> None:
                 return engine.run(self.kt_config.layer_idx, dispatch_output, self.moe_runner_config)
             except Exception as exc:     # noqa: BLE001 -- any failure: off for every layer, this chunk on kt-kernel
                 prefill_off(engine, self.kt_config.layer_idx, exc)
+        if getattr(self.wrapper, "share", None) is not None:     # the GPU's share runs SGLang's marlin: its config
+            self.wrapper.runner_config = self.moe_runner_config
         self.submit(layer, dispatch_output)
         return StandardCombineInput(hidden_states=self.sync(x).clone())
 

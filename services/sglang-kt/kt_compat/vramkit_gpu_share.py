@@ -1,0 +1,93 @@
+"""A CPU layer's decode batch shared with the GPU, which reads that share's experts over the bus (issue 18, the 4-stream
+goal; opt-in: ``VRAMKIT_INT4_GPU_SHARE=<fraction>`` with the int4 decode kernel and the GPU prompt path on).
+
+Why: a CPU layer's decode batch is bound by the host's read rate (at 4 streams ~29 distinct experts, 70 MB a layer,
+~1.1 ms of the 16 GiB step's ~16 ms, moe-vs-llamacpp-int4/r7-prof/), while the PCIe link sits idle. The GPU prompt
+path already keeps each CPU layer's experts in marlin's layout in pinned host RAM (vramkit_gpu_prefill.py), and under
+CUDA's unified addressing a pinned host address is a device address: marlin can read them where they lie
+(vramkit_host_embed.device_view, as the token embeddings are read). So each call's distinct experts are split: the
+lowest-numbered `fraction` of them go to SGLang's own marlin MoE on the GPU (what its GPU layers run, in float16 with
+float32 reduction), the rest to the int4 kernel on the CPU, started before the GPU's share and waited for after it
+(int4_experts.c v4_start / v4_wait), and the two outputs are added. Two memory systems read at once; lossless against
+the checkpoint either side.
+
+Measured without a server on an H200 host, 12 threads, 10 random layers cycled, CUDA graphs (benchmarks/gpu/
+gpu_share_bench.py, benchmarks/results/gpu/moe-vs-llamacpp-int4/share-bench/): a batch-4 call 1.14 ms on the CPU
+alone against 0.84 with the experts below 48 of 128 over the bus; batch 1 0.36 against 0.33-0.36 (a token's 8
+experts leave the bus little to take). The GPU reads ~48 GB/s over the bus there; the host's own read rate drops
+while it does (the CPU's share took 0.69 ms alone and ~0.84 beside it).
+
+The split is made on the GPU, in the decode graph: which experts the call uses (a scatter over the expert ids), each
+one's rank among them, and the first round(fraction x used) taken by the GPU. A slot the GPU takes is -1 for the CPU
+kernel (it adds nothing) and the other way round for marlin, whose expert map makes it skip -1 slots.
+"""
+from __future__ import annotations
+
+import os
+
+ENV = "VRAMKIT_INT4_GPU_SHARE"
+
+
+def fraction(environ: dict | None = None) -> float | None:
+    """VRAMKIT_INT4_GPU_SHARE: the fraction of each decode call's distinct experts computed on the GPU over the bus;
+    None where unset or 0 (off). Anything that is not a number in [0, 1) stops the server at start with one line."""
+    raw = (os.environ if environ is None else environ).get(ENV, "").strip()
+    if raw in ("", "0", "off"):
+        return None
+    try:
+        f = float(raw)
+    except ValueError:
+        f = -1.0
+    if not 0.0 <= f < 1.0:
+        raise SystemExit(f"vramkit_gpu_share: {ENV}={raw!r}: give the fraction of a CPU layer's decode experts to "
+                         "compute on the GPU over the bus, at least 0 and below 1 (0: off)")
+    return f or None
+
+
+def split_ids(ids, frac: float, experts: int):
+    """(gpu_ids, cpu_ids) of a call's top-k ids [n, k]: the lowest-numbered round(frac x distinct) experts the call
+    uses go to the GPU; each side sees -1 in the other's slots (and in slots that were -1 already)."""
+    import torch
+    flat = ids.reshape(-1).long()
+    valid = (flat >= 0) & (flat < experts)
+    slot = torch.where(valid, flat, torch.full_like(flat, experts))          # invalid slots to a spare bin
+    used = torch.zeros(experts + 1, dtype=torch.int32, device=ids.device).scatter_(0, slot, 1)[:experts]
+    rank = used.cumsum(0) - 1
+    quota = torch.round(used.sum().to(torch.float32) * frac).to(torch.int32)
+    take = (used > 0) & (rank < quota)                                      # [experts]
+    on_gpu = (take[slot.clamp(max=experts - 1)] & valid).view(ids.shape)
+    none = torch.full_like(ids, -1)
+    return torch.where(on_gpu, ids, none), torch.where(on_gpu | ~valid.view(ids.shape), none, ids)
+
+
+class BusExperts:
+    """One CPU layer's marlin tensors in pinned host RAM, read by marlin on the GPU through device views."""
+
+    def __init__(self, host: dict, experts: int, view=None):
+        """`host`: the GPU prompt path's pinned copy of the layer (vramkit_gpu_prefill.GpuPrefill.host[layer]);
+        `view`: the device view (vramkit_host_embed.device_view; replaced in the dev host's tests)."""
+        import torch
+        if view is None:
+            from vramkit_host_embed import device_view as view
+        self.host = host        # the pinned tensors the views read live as long as this layer's share
+        t = {k: view(v) for k, v in host.items()}
+        from sglang.srt.layers.moe.moe_runner.marlin import MarlinMoeQuantInfo
+        empty = torch.empty((experts, 0), dtype=torch.int32, device=t["w13_qweight"].device)
+        self.experts = experts
+        self.info = MarlinMoeQuantInfo(
+            w13_qweight=t["w13_qweight"], w2_qweight=t["w2_qweight"], w13_scales=t["w13_scales"],
+            w2_scales=t["w2_scales"], w13_g_idx_sort_indices=empty, w2_g_idx_sort_indices=empty, weight_bits=4,
+            w13_g_idx=empty, w2_g_idx=empty, is_k_full=True, global_num_experts=experts,
+            # any map makes marlin skip the blocks of -1 slots (is_ep); without one it computes them with expert
+            # -1's weights (measured on the H200 host: an illegal address, gpu_share_bench.py's first run)
+            expert_map=torch.arange(experts, dtype=torch.int32, device=t["w13_qweight"].device))
+
+    def run(self, x, ids, weights, runner_config):
+        """marlin's MoE output for the slots of `ids` (others -1), in x's dtype."""
+        from sglang.srt.layers.moe.moe_runner.marlin import fused_experts_none_to_marlin
+        from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
+        from sglang.srt.layers.moe.topk import StandardTopKOutput
+        # marlin reads the router logits' row count only: the weights' [n, k] has it
+        d = StandardDispatchOutput(hidden_states=x, hidden_states_scale=None, topk_output=StandardTopKOutput(
+            topk_weights=weights, topk_ids=ids, router_logits=weights))
+        return fused_experts_none_to_marlin(d, self.info, runner_config).hidden_states
