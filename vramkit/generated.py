@@ -210,6 +210,8 @@ MOE_PAIRINGS = (
     ("moe-vs-llamacpp-avx2-16g", "16 GiB, AVX2 builds (third machine)"),
     # a fourth, the int4 kernel as it now is (down's units by expert, units in runs), its masked AVX-512 build beside
     ("moe-vs-llamacpp-int4cpu-r7-16g", "16 GiB, fourth machine"),
+    # a fifth, beside the opt-in decode share (part of each CPU layer's experts read by the GPU over the bus)
+    ("moe-vs-llamacpp-int4cpu-r8-16g", "16 GiB, fifth machine"),
     ("moe-vs-llamacpp-24g", "24 GiB"),
     # the FP8 preset (the moe preset's default checkpoint) beside llama.cpp on a Q8_0 file
     ("moe-vs-llamacpp-q8-16g", "16 GiB, Q8_0 peer"),

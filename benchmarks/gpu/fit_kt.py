@@ -469,6 +469,11 @@ POINTS = (
           ("int4dec", "k16-preset-int4", ", its CPU layers' decode on the int4 kernel as it now is"),
           ("int4dec-masked", "k16-preset-int4-masked",
            ", its CPU layers' decode on the int4 kernel's masked AVX-512 build (VRAMKIT_INT4_ISA=masked)"))),
+    # 2026-11-29, thirty-fifth session (moe-vs-llamacpp-int4/r8/, another H200 machine, DUMMY_BY_NAME=1 REPEAT=3
+    # INT4_KT=0 INT4_AVX2=0 INT4_BENCH=0 INT4_SHARE=auto STEPS="setup gshare lint4"): the preset as it comes (its
+    # share point, part of each CPU layer's experts on the GPU over the bus, is not planned: not a point here)
+    int4_preset_point("layers-int4dec-amx-16g-gptq-preset-h200s", "r8", "k16-preset-int4", "int4",
+                      "medians of 3 rounds; the GPTQ preset as it comes, its CPU layers' decode on the int4 kernel"),
     Point("layers-int8-amx-16g-gptq-t10", "held-out", f"{B}layers-t10/k16-wna16-layers-t10.json",
           f"{B}layers-t10/k16-wna16-layers-t10.probe.json", f"{B}layers-t10/membw-anchor.json", {"kt_method": "AMXINT8"},
           rss_end_read=True, note=ANCHOR_SWEEP, gpu_checkpoint="gptq", kv_splits=32),

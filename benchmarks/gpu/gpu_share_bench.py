@@ -61,6 +61,22 @@ def bench(a) -> dict:
         pass
     from sglang.srt.layers.moe.moe_runner.base import MoeRunnerConfig
 
+    # before to_marlin's repack import: SGLang's quantization package imports in this order in a server (the repack's
+    # module first gave a circular import, measured on the H200 host)
+    from sglang.srt.layers.moe.moe_runner.marlin import MarlinMoeQuantInfo  # noqa: F401
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput  # noqa: F401
+    from sglang.srt.layers.moe.topk import StandardTopKOutput  # noqa: F401
+
+    def pin(t):
+        """The host copy pinned as --pin says: PyTorch's pinned allocator, or the server's default (the GPU prompt
+        path's VRAMKIT_KT_PREFILL_PIN=register: the tensor's own pages registered with CUDA)."""
+        if a.pin == "alloc":
+            return t.pin_memory()
+        rc = int(torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 1))
+        if rc != 0:
+            raise RuntimeError(f"cudaHostRegister failed: cudaError {rc}")
+        return t
+
     t0 = time.monotonic()
     lib = vi.Lib(vi.build(cflags=vi.cflags({vi.ISA_ENV: a.isa})))
     kern = vi.Kernel(lib, a.threads, report_every=0)
@@ -73,7 +89,7 @@ def bench(a) -> dict:
         m = gp.to_marlin(raw, H, INTER, GROUP)
         if gpu_copy is None:
             gpu_copy = BusExperts(m, E, view=lambda t: t)     # layer 0 also from GPU memory: the bus read's check
-        bus.append(BusExperts({k: v.cpu().pin_memory() for k, v in m.items()}, E))
+        bus.append(BusExperts({k: pin(v.cpu()) for k, v in m.items()}, E))
         del raw, m
     torch.cuda.synchronize()
     setup_s = time.monotonic() - t0
@@ -154,7 +170,7 @@ def bench(a) -> dict:
 
     for n in (int(b) for b in a.batches.split(",")):
         one_batch(n)
-    out |= {"device": torch.cuda.get_device_name(0), "threads": kern.threads, "isa": lib.isa, "layers": a.layers,
+    out |= {"device": torch.cuda.get_device_name(0), "pin": a.pin, "threads": kern.threads, "isa": lib.isa, "layers": a.layers,
             "reps": a.reps, "shape": {"experts": E, "hidden": H, "inter": INTER, "top_k": TOPK, "group": GROUP},
             "expert_bytes_marlin": sum(t.numel() * t.element_size() for t in bus[0].host.values()) // E,
             "torch": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -172,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(VRAMKIT_INT4_GPU_SHARE)")
     ap.add_argument("--layers", type=int, default=10, help="distinct layers cycled (the 16 GiB preset's CPU layers)")
     ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--pin", choices=("alloc", "register"), default="register",
+                    help="how the layers' host copies are pinned (the server's default: register)")
     ap.add_argument("--isa", choices=("native", "avx2", "masked"), default="native")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)

@@ -199,7 +199,9 @@ def decode_of(p: dict, best: dict) -> dict:
     if "int4" not in dec.values():
         return {}
     isa = next((e.split("=", 1)[1] for e in p["env"] or [] if e.startswith("VRAMKIT_INT4_ISA=")), None)
-    return {"cpu_decode": dec.get(p["name"], "kt"), **({"int4_isa": isa} if isa else {})}
+    share = next((e.split("=", 1)[1] for e in p["env"] or [] if e.startswith("VRAMKIT_INT4_GPU_SHARE=")), None)
+    return {"cpu_decode": dec.get(p["name"], "kt"), **({"int4_isa": isa} if isa else {}),
+            **({"int4_gpu_share": share} if share else {})}
 
 
 def compare(res: Path, budget: int, pairing: Pairing = Q4) -> dict | None:
@@ -388,7 +390,9 @@ def markdown(c: dict) -> str:
                         "pool and drops the hybrid mode (no kt-kernel, no CPU round trip)"))
         for p in k.get("other_points", []):
             how = ("" if "cpu_decode" not in p else " (the CPU layers' decode on the int4 kernel"
-                   + (f", its {p['int4_isa'].upper()} build forced" if p.get("int4_isa") else "") + ")"
+                   + (f", its {p['int4_isa'].upper()} build forced" if p.get("int4_isa") else "")
+                   + (f"; {p['int4_gpu_share']} of each call's experts on the GPU over the bus"
+                      if p.get("int4_gpu_share") else "") + ")"
                    if p["cpu_decode"] == "int4" else f" (the CPU layers' decode on kt-kernel's {s['kt_method']})")
             lines.append(f"  - also measured, {p['point']}{how}: decode {fmt(p['decode_tok_s'])} / "
                          f"{fmt(p['decode_tok_s_8k'])} "

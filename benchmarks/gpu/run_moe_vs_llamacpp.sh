@@ -37,6 +37,10 @@
 # thirty-fourth session, ~23 min held, the marlin JIT compiled there again: r7/): DUMMY_BY_NAME=1 REPEAT=3 INT4_KT=0
 # INT4_AVX2=0 INT4_MASKED=1 STAGE=.stage-l STEPS="setup int4ab int4isa lint4"; then on the same machine (r7-prof/,
 # ~4 min) REPEAT=1 STEPS="setup profile4"
+# On a fifth, the decode share (part of each CPU layer's experts on the GPU over the bus) beside the preset (2026-11-29,
+# thirty-fifth session, ~16 min: r8/; the gshare step failed there on an import order, since fixed, so the share point
+# took the fallback 0.4 with the copies registered; the bench ran on the same machine in a call of its own):
+# DUMMY_BY_NAME=1 REPEAT=3 INT4_KT=0 INT4_AVX2=0 INT4_BENCH=0 INT4_SHARE=auto STAGE=.stage-l STEPS="setup gshare lint4"
 # Steps of `all` (each skipped when LEVELS/STEPS leaves it out; results land in $RES as they come):
 #   setup     SGLang archive, kt-kernel, gguf; llama.cpp build (in the background, through the kit's first
 #             start); KT's AMXINT4 layout and the Q4_K_M GGUF, both random, both the exact shape
@@ -1090,19 +1094,20 @@ if has gshare; then  # a CPU layer's decode batch shared with the GPU, which rea
   # HostExperts with and without the share in CUDA graphs, no server (~1.5 min after setup). INT4_SHARE=auto below
   # takes the fraction fastest at batch 4 here
   ballast_off
-  timeout 300 python3 benchmarks/gpu/gpu_share_bench.py --threads 12 --shares "${SHARE_FRACS:-0.3,0.35,0.4,0.45,0.5}" \
+  timeout 300 python3 benchmarks/gpu/gpu_share_bench.py --threads 12 --shares "${SHARE_FRACS:-0.2,0.25,0.3,0.35,0.4}" \
+    --pin "${SHARE_PIN:-alloc}" \
     --out "$RES/share-bench.json" > "$RES/logs/share-bench.txt" 2>&1
   step "gpu share bench: $(grep -h '^{"' "$RES/logs/share-bench.txt" | tr -d '\n' | head -c 1200)"
   pack
 fi
-share_fraction() {  # INT4_SHARE: a fraction, or auto: the one share-bench.json found fastest at batch 4 (0.4 without it)
+share_fraction() {  # INT4_SHARE: a fraction, or auto: the one share-bench.json found fastest at batch 4 (0.3 without it)
   [ "$INT4_SHARE" != auto ] && { echo "$INT4_SHARE"; return; }
   python3 -c 'import json, sys
 try:
     row = json.load(open(sys.argv[1]))["ms_per_layer"]["4"]
     print(min((v, k.split("_")[1]) for k, v in row.items() if k.startswith("share_"))[1])
 except Exception:
-    print("0.4")' "$RES/share-bench.json"
+    print("0.3")' "$RES/share-bench.json"
 }
 if has int4ab; then  # the int4 kernel alone, the tree's against an earlier one, rounds in turn (written 2026-11-29,
   # thirty-third session; ran in the thirty-fourth, moe-vs-llamacpp-int4/r7/int4ab/: down's units by expert and units in
@@ -1143,11 +1148,14 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
   # kernel's call slower in the server than alone, and the log window now counts the calls whose caller shared a core
   [ "${INT4_PIN:-0}" = 1 ] && kit k16-preset-int4-pincaller 16 "$FULL" --env VRAMKIT_INT4_PIN_CALLER=1 -- $KITGP \
     --kt-cpu-decode int4
-  # INT4_SHARE=F|auto (written 2026-11-29, thirty-fifth session): that fraction of each CPU layer's decode experts on
-  # the GPU over the bus (VRAMKIT_INT4_GPU_SHARE; the gshare step's bench picks it under auto)
+  # INT4_SHARE=F|auto (written 2026-11-29, thirty-fifth session; ran in r8/ at 0.4 with registered copies): that
+  # fraction of each CPU layer's decode experts on the GPU over the bus (VRAMKIT_INT4_GPU_SHARE; the gshare step's
+  # bench picks it under auto). SHARE_PIN (default alloc): the host copies' pinning, --kt-prefill-pin (share-pin/: the
+  # GPU read registered pages 12-21 % slower than PyTorch's pinned allocator's)
   if [ -n "${INT4_SHARE:-}" ]; then
-    f=$(share_fraction); step "the GPU's share of a CPU layer's decode experts: $f"
-    kit k16-preset-int4-share 16 "$FULL" --env VRAMKIT_INT4_GPU_SHARE=$f -- $KITGP --kt-cpu-decode int4
+    f=$(share_fraction); step "the GPU's share of a CPU layer's decode experts: $f (copies pinned: ${SHARE_PIN:-alloc})"
+    kit k16-preset-int4-share 16 "$FULL" --env VRAMKIT_INT4_GPU_SHARE=$f -- $KITGP --kt-cpu-decode int4 \
+      --kt-prefill-pin "${SHARE_PIN:-alloc}"
   fi
   # its peer: llama.cpp's pair on its haswell (AVX2) CPU backend, the same GPU placement (LLAMA_CPU_VARIANTS=1)
   if has lint4 && [ "${INT4_AVX2:-1}" = 1 ] && [ -n "$LLAMA_VARIANT_TARGETS" ]; then

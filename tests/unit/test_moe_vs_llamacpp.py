@@ -816,3 +816,81 @@ def test_the_avx2_kernel_s_before_and_after_the_readme_quotes_are_the_runs():
     assert f"{ms['before', 'avx2', 2, 1]:.2f} -> {ms['after', 'avx2', 2, 1]:.2f} on two" in readme
     for t in (1, 2):
         assert abs(ms["after", "avx512", t, 1] / ms["before", "avx512", t, 1] - 1) < 0.05
+
+
+def test_the_fifth_machine_s_pairing_keeps_the_preset_and_lists_its_share_point(tmp_path):
+    """moe-vs-llamacpp-int4cpu-r8-16g regenerates from r8/'s points: its kit side is the preset as it comes (the share
+    point decoded slower with one stream), the share point listed beside it with its fraction; the README quotes both
+    against llama.cpp's best from the same table."""
+    c, _pts, _written = _regenerate_pairing(tmp_path, "moe-vs-llamacpp-int4cpu-r8")
+    kit, ll = c["engines"]["vramkit"], c["engines"]["llamacpp"]
+    assert kit["settings"]["point"] == "k16-preset-int4" and c["rounds"] == 3
+    share = next(p for p in kit["other_points"] if p["point"] == "k16-preset-int4-share")
+    assert share["int4_gpu_share"] == "0.4" and share["decode_tok_s"] < kit["decode_tok_s"]
+    readme = " ".join((REPO / "README.md").read_text().split())
+    r = {m: kit[m] / ll[m] for m in ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")}
+    assert (f"the preset as it comes decoded {kit['decode_tok_s']:.1f} / {kit['decode_tok_s_8k']:.1f} / "
+            f"{kit['more']['decode_tok_s_30k']:.1f} tok/s after 512 / 8K / 30K tokens against llama.cpp's best "
+            f"{ll['decode_tok_s']:.1f} / {ll['decode_tok_s_8k']:.1f} ({r['decode_tok_s']:.2f}x, "
+            f"{r['decode_tok_s_8k']:.2f}x), TTFT after 30K {kit['ttft_30k_s']:.1f} s against {ll['ttft_30k_s']:.1f} "
+            f"({r['ttft_30k_s']:.2f}x), 4 streams {kit['aggregate_4_streams_tok_s']:.1f} against "
+            f"{ll['aggregate_4_streams_tok_s']:.1f} ({r['aggregate_4_streams_tok_s']:.2f}x") in readme
+    gain = share["aggregate_4_streams_tok_s"] / kit["aggregate_4_streams_tok_s"] - 1
+    single = share["decode_tok_s"] / kit["decode_tok_s"] - 1
+    assert (f"4 streams decoded {share['aggregate_4_streams_tok_s']:.1f} tok/s against the preset's "
+            f"{kit['aggregate_4_streams_tok_s']:.1f} ({_pct(gain)}) and one stream {share['decode_tok_s']:.1f} against "
+            f"{kit['decode_tok_s']:.1f} ({_pct(single)})") in readme
+
+
+def _pct(x: float) -> str:
+    """A change as the README writes it: "+2 %", "-11 %"."""
+    return f"{x * 100:+.0f} %"
+
+
+def _windows(name: str) -> list[dict]:
+    """The int4 kernel's log windows in an r8/ point's evidence: each window's ms a call, ms between calls, ms the
+    threads finished apart and calls whose caller shared a worker's CPU."""
+    import re
+    text = (REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/r8" / f"{name}.evidence.txt").read_text()
+    pat = re.compile(r"calls \d+-\d+: ([\d.]+) ms a call .*?, ([\d.]+) ms between calls .*?finishing ([\d.]+) ms apart "
+                     r"a call, the caller on a worker's CPU in (\d+) calls")
+    return [{"call": float(a), "gap": float(b), "spread": float(c), "clash": int(d)} for a, b, c, d in pat.findall(text)]
+
+
+def test_the_share_s_server_windows_are_what_the_readme_says():
+    """r8/'s kernel log windows: the 512-token decode's (second to fourth) and 4 streams' (sixth to eighth), the preset's
+    and the share point's, as the README quotes them; no shared core in the preset's after warm-up."""
+    pre, sha = _windows("k16-preset-int4"), _windows("k16-preset-int4-share")
+    assert len(pre) == len(sha) == 13
+    readme = " ".join((REPO / "README.md").read_text().split())
+
+    def span(ws, key):
+        return f"{min(w[key] for w in ws):.3f}-{max(w[key] for w in ws):.3f}"
+    assert all(w["clash"] <= 2 for w in pre) and f"threads finishing {span(pre, 'spread')} ms apart" in readme
+    assert (f"Its calls took {span(pre[1:4], 'call')} ms in the windows of the 512-token decode (the second to fourth) "
+            f"and {span(pre[5:8], 'call')} in those of 4 streams") in readme
+    assert (f"the kernel's calls got shorter ({span(sha[1:4], 'call')} ms against {span(pre[1:4], 'call')} in the "
+            f"512-token decode's windows, {span(sha[5:8], 'call')} against {span(pre[5:8], 'call')} in the 4 streams') "
+            f"and the gap between two calls longer by more ({span(sha[1:4], 'gap')} ms against "
+            f"{span(pre[1:4], 'gap')}, {span(sha[5:8], 'gap')} against {span(pre[5:8], 'gap')})") in readme
+
+
+def test_the_share_bench_figures_the_readme_quotes_are_the_files():
+    """r8/share-bench.json (the adapter's share without a server) and share-pin/ (registered against allocated copies):
+    the README's per-call times, the fraction where the gain stops and the pinning's cost."""
+    run = REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4"
+    b = json.loads((run / "r8" / "share-bench.json").read_text())
+    m = b["ms_per_layer"]
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert (f"a batch-4 call {m['4']['cpu']:.2f} ms on the CPU alone, {m['4']['share_0.3']:.2f} with 0.3 of its experts "
+            f"over the bus ({_pct(m['4']['share_0.3'] / m['4']['cpu'] - 1)}); batch 1 {m['1']['cpu']:.3f} against "
+            f"{m['1']['share_0.2']:.3f} at 0.2 ({_pct(m['1']['share_0.2'] / m['1']['cpu'] - 1)})") in readme
+    assert min((v, k) for k, v in m["4"].items() if k.startswith("share_"))[1] == "share_0.3"
+    worst = max(v for n in b["check"].values() for k, v in n.items() if k.endswith("_vs_cpu_rel_l2") and "share" in k)
+    assert worst < 8e-4 and "within 8e-4 relative L2" in readme
+    reg = json.loads((run / "share-pin" / "share-bench-register.json").read_text())["ms_per_layer"]
+    alloc = json.loads((run / "share-pin" / "share-bench-alloc.json").read_text())["ms_per_layer"]
+    slower = [reg[n][f"gpu_bus_{f}"] / alloc[n][f"gpu_bus_{f}"] - 1 for n in ("1", "4") for f in ("0.2", "0.3", "0.4")]
+    assert f"read {min(slower) * 100:.0f}-{max(slower) * 100:.0f} % slower" in readme
+    assert (f"{reg['4']['gpu_bus_0.4']:.2f} against {alloc['4']['gpu_bus_0.4']:.2f} ms for 0.4 of a batch-4 call"
+            in readme)

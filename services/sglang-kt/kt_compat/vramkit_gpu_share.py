@@ -11,11 +11,16 @@ float32 reduction), the rest to the int4 kernel on the CPU, started before the G
 (int4_experts.c v4_start / v4_wait), and the two outputs are added. Two memory systems read at once; lossless against
 the checkpoint either side.
 
-Measured without a server on an H200 host, 12 threads, 10 random layers cycled, CUDA graphs (benchmarks/gpu/
-gpu_share_bench.py, benchmarks/results/gpu/moe-vs-llamacpp-int4/share-bench/): a batch-4 call 1.14 ms on the CPU
-alone against 0.84 with the experts below 48 of 128 over the bus; batch 1 0.36 against 0.33-0.36 (a token's 8
-experts leave the bus little to take). The GPU reads ~48 GB/s over the bus there; the host's own read rate drops
-while it does (the CPU's share took 0.69 ms alone and ~0.84 beside it).
+Measured (benchmarks/results/gpu/moe-vs-llamacpp-int4/r8/ and share-pin/, H200 machines, 12 threads):
+- without a server (benchmarks/gpu/gpu_share_bench.py: this module and HostExperts in CUDA graphs, 10 random layers
+  cycled, the copies pinned by PyTorch's allocator): a batch-4 call 1.00 ms on the CPU alone against 0.81 with 0.3 of
+  its experts over the bus, batch 1 0.355 against 0.319 at 0.2; more than ~0.3 and the GPU's side is the longer one.
+  Registered pages (the GPU prompt path's default, VRAMKIT_KT_PREFILL_PIN=register) are read 12-21 % slower by the GPU
+  than the allocator's (share-pin/), so with the share the copies want --kt-prefill-pin alloc;
+- in a server (r8/, 0.4, the copies registered): 4 streams 269.4 tok/s against the preset's 264.0 (+2 %), one stream
+  118.4 against 132.7 (-11 %): the CPU's calls got shorter (the kernel's log windows: 0.216-0.230 against 0.268-0.276
+  ms at batch 1, 0.588-0.619 against 0.883-0.967 at batch 4) and the GPU's side lengthened the gap between them by
+  more. Off by default; a server at 0.2-0.3 with allocator-pinned copies is the next measurement.
 
 The split is made on the GPU, in the decode graph: which experts the call uses (a scatter over the expert ids), each
 one's rank among them, and the first round(fraction x used) taken by the GPU. A slot the GPU takes is -1 for the CPU

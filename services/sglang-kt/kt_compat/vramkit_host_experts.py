@@ -5,7 +5,9 @@ vramkit_ggml_experts.py: llama.cpp's ggml on a GGUF).
 How it runs: the layer's input, top-k ids and routing weights are copied into pinned buffers on SGLang's stream, a
 CUDA host function (``cuLaunchHostFunc``, as kt-kernel's ``submit_with_cuda_stream``) runs the C function on them,
 and the output is copied back on the same stream, so a graph replay calls the C code with no Python and no GIL. A
-batch above ``max_tokens`` (a prompt chunk) goes to the layer's KT wrapper as before.
+batch above ``max_tokens`` (a prompt chunk) goes to the layer's KT wrapper as before. With a share
+(vramkit_gpu_share.py, the int4 kernel only) the C function is started by one host function and waited for by a second,
+and between them the GPU computes its share of the batch's experts.
 """
 from __future__ import annotations
 
