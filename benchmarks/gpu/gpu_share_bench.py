@@ -53,7 +53,7 @@ def bench(a) -> dict:
     import torch
     import vramkit_gpu_prefill as gp
     import vramkit_int4_experts as vi
-    from vramkit_gpu_share import BusExperts, split_ids
+    from vramkit_gpu_share import BusExperts, huge_page_copy, split_ids
     from vramkit_host_experts import HostExperts
     try:    # as gpu_prefill_bench: what the server's start imports first
         import flashinfer.comm  # noqa: F401
@@ -72,6 +72,8 @@ def bench(a) -> dict:
         path's VRAMKIT_KT_PREFILL_PIN=register: the tensor's own pages registered with CUDA)."""
         if a.pin == "alloc":
             return t.pin_memory()
+        if a.pin == "register-thp":     # the same registration, of memory backed by transparent huge pages
+            t = huge_page_copy(t)
         rc = int(torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 1))
         if rc != 0:
             raise RuntimeError(f"cudaHostRegister failed: cudaError {rc}")
@@ -188,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(VRAMKIT_INT4_GPU_SHARE)")
     ap.add_argument("--layers", type=int, default=10, help="distinct layers cycled (the 16 GiB preset's CPU layers)")
     ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--pin", choices=("alloc", "register"), default="register",
-                    help="how the layers' host copies are pinned (the server's default: register)")
+    ap.add_argument("--pin", choices=("alloc", "register", "register-thp"), default="register",
+                    help="how the layers' host copies are pinned (the server's default: register; register-thp: the "
+                         "same, of memory backed by transparent huge pages)")
     ap.add_argument("--isa", choices=("native", "avx2", "masked"), default="native")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)

@@ -1095,7 +1095,7 @@ if has gshare; then  # a CPU layer's decode batch shared with the GPU, which rea
   # takes the fraction fastest at batch 4 here
   ballast_off
   timeout 300 python3 benchmarks/gpu/gpu_share_bench.py --threads 12 --shares "${SHARE_FRACS:-0.2,0.25,0.3,0.35,0.4}" \
-    --pin "${SHARE_PIN:-alloc}" \
+    --pin "${SHARE_PIN:-register-thp}" \
     --out "$RES/share-bench.json" > "$RES/logs/share-bench.txt" 2>&1
   step "gpu share bench: $(grep -h '^{"' "$RES/logs/share-bench.txt" | tr -d '\n' | head -c 1200)"
   pack
@@ -1150,12 +1150,12 @@ if has lint4 || has kint4; then  # the CPU layers' decode on the GPTQ-Int4 value
     --kt-cpu-decode int4
   # INT4_SHARE=F|auto (written 2026-11-29, thirty-fifth session; ran in r8/ at 0.4 with registered copies): that
   # fraction of each CPU layer's decode experts on the GPU over the bus (VRAMKIT_INT4_GPU_SHARE; the gshare step's
-  # bench picks it under auto). SHARE_PIN (default alloc): the host copies' pinning, --kt-prefill-pin (share-pin/: the
-  # GPU read registered pages 12-21 % slower than PyTorch's pinned allocator's)
+  # bench picks it under auto). The copies stay registered (the preset's --kt-prefill-pin) and with the share on the
+  # adapter registers them on transparent huge pages (share-pin/thp/: read as fast as PyTorch's pinned allocator's,
+  # where 4 KiB registered pages were 12-21 % slower)
   if [ -n "${INT4_SHARE:-}" ]; then
-    f=$(share_fraction); step "the GPU's share of a CPU layer's decode experts: $f (copies pinned: ${SHARE_PIN:-alloc})"
-    kit k16-preset-int4-share 16 "$FULL" --env VRAMKIT_INT4_GPU_SHARE=$f -- $KITGP --kt-cpu-decode int4 \
-      --kt-prefill-pin "${SHARE_PIN:-alloc}"
+    f=$(share_fraction); step "the GPU's share of a CPU layer's decode experts: $f"
+    kit k16-preset-int4-share 16 "$FULL" --env VRAMKIT_INT4_GPU_SHARE=$f -- $KITGP --kt-cpu-decode int4
   fi
   # its peer: llama.cpp's pair on its haswell (AVX2) CPU backend, the same GPU placement (LLAMA_CPU_VARIANTS=1)
   if has lint4 && [ "${INT4_AVX2:-1}" = 1 ] && [ -n "$LLAMA_VARIANT_TARGETS" ]; then

@@ -29,7 +29,9 @@ def _adapter(module: str, name: str | None = None):
 
 @pytest.fixture(scope="module")
 def gp():
-    return _adapter("vramkit_gpu_prefill")
+    with pytest.MonkeyPatch.context() as mp:     # its siblings (vramkit_gpu_share), as the server's path has them
+        mp.syspath_prepend(str(ROOT / "services" / "sglang-kt" / "kt_compat"))
+        yield _adapter("vramkit_gpu_prefill")
 
 
 @pytest.fixture(scope="module")
@@ -330,7 +332,8 @@ def _wired(monkeypatch, gptq_dir):
     fakes["sglang.srt.eplb.expert_location_dispatch"].get_global_expert_location_metadata = \
         lambda: types.SimpleNamespace(physical_to_logical_map_cpu=order)
     fakes["sglang.srt.layers.moe.token_dispatcher"].StandardCombineInput = lambda hidden_states: ("kt", hidden_states)
-    for name, mod in fakes.items() | {"vramkit_gpu_prefill": gp}.items():
+    share = _adapter("vramkit_gpu_share")
+    for name, mod in fakes.items() | {"vramkit_gpu_prefill": gp, "vramkit_gpu_share": share}.items():
         monkeypatch.setitem(sys.modules, name, mod)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)     # the accelerator boundary
     monkeypatch.setenv(gp.ENV, "256")
@@ -1095,8 +1098,8 @@ def test_the_adapter_wraps_each_cpu_layer_for_the_int4_decode_and_stops_trying_a
     KTEPWrapperMethod, seen = _wired(monkeypatch, gptq_dir)
     calls: list = []
 
-    def wrap(kt, layer_idx, hf, model_path, dummy, order, kt_threads, deferred, last):
-        calls.append((layer_idx, model_path, dummy, order[:2], kt_threads, deferred, last))
+    def wrap(kt, layer_idx, hf, model_path, dummy, order, kt_threads, deferred, last, bus):
+        calls.append((layer_idx, model_path, dummy, order[:2], kt_threads, deferred, last, bus))
         if layer_idx == 10:
             raise ValueError("no C compiler (cc) to build int4_experts.c: install gcc, or set CC")
         return ("int4", kt)
@@ -1111,8 +1114,8 @@ def test_the_adapter_wraps_each_cpu_layer_for_the_int4_decode_and_stops_trying_a
     capsys.readouterr()
     for m in layers:
         m.process_weights_after_loading(object())
-    assert calls == [(9, str(gptq_dir), True, [127, 126], 12, 0, False),
-                     (10, str(gptq_dir), True, [127, 126], 12, 0, True)]
+    assert calls == [(9, str(gptq_dir), True, [127, 126], 12, 0, False, None),     # no prompt path: no host copy
+                     (10, str(gptq_dir), True, [127, 126], 12, 0, True, None)]
     assert layers[0].wrapper == ("int4", kt_wrappers[0])
     assert layers[1].wrapper is kt_wrappers[1] and layers[2].wrapper is kt_wrappers[2]      # no retry at layer 11
     said = capsys.readouterr().err.strip().splitlines()

@@ -55,3 +55,34 @@ def test_a_call_whose_slots_are_all_masked_gives_neither_side_anything(gs):
     ids = torch.full((2, 8), -1, dtype=torch.int32)
     gpu, cpu = gs.split_ids(ids, 0.5, 128)
     assert (gpu == -1).all() and (cpu == -1).all()
+
+
+def test_a_huge_page_copy_holds_the_values_from_a_2_mib_boundary(gs):
+    t = torch.arange(3 * 2**20 // 4, dtype=torch.int32).view(-1, 256)      # 3 MiB: spans two huge pages
+    c = gs.huge_page_copy(t)
+    assert torch.equal(c, t) and c.data_ptr() % gs.HUGE_PAGE == 0 and c.is_contiguous() and c.data_ptr() != t.data_ptr()
+    c[0, 0] = -1                                                              # its own memory, writable
+    assert t[0, 0] == 0
+
+
+def test_with_the_share_on_the_prompt_path_registers_its_copies_on_huge_pages(gs, monkeypatch):
+    """VRAMKIT_INT4_GPU_SHARE set: GpuPrefill's registered copies (its default pinning) are huge-page copies, at their
+    own size; unset: the tensor's own storage as before. CUDA's runtime stood in for, as test_gpu_prefill's."""
+    import vramkit_gpu_prefill as gp
+    calls: list = []
+
+    class Cudart:
+        def cudaHostRegister(self, ptr, size, flags):
+            calls.append((ptr, size))
+            return 0
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: Cudart())
+    monkeypatch.delenv(gp.PIN_ENV, raising=False)
+    hf = {"hidden_size": 256, "moe_intermediate_size": 128, "num_experts": 4,
+          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}}
+    engine = gp.GpuPrefill(8, hf, "", dummy=True)
+    t = torch.ones(1000, dtype=torch.float16)
+    monkeypatch.delenv(gs.ENV, raising=False)
+    assert engine._pin(t).data_ptr() == t.data_ptr()
+    monkeypatch.setenv(gs.ENV, "0.3")
+    pinned = engine._pin(t)
+    assert pinned.data_ptr() % gs.HUGE_PAGE == 0 and torch.equal(pinned, t) and calls[-1] == (pinned.data_ptr(), 2000)

@@ -894,3 +894,16 @@ def test_the_share_bench_figures_the_readme_quotes_are_the_files():
     assert f"read {min(slower) * 100:.0f}-{max(slower) * 100:.0f} % slower" in readme
     assert (f"{reg['4']['gpu_bus_0.4']:.2f} against {alloc['4']['gpu_bus_0.4']:.2f} ms for 0.4 of a batch-4 call"
             in readme)
+
+
+def test_the_huge_page_registration_figures_the_readme_quotes_are_the_files():
+    """share-pin/thp/: the GPU's side of a batch-4 call at 0.4 on registered huge pages, allocated pinned memory and
+    registered 4 KiB pages, one machine; huge pages within 1 % of the allocator's, 4 KiB pages over 20 % slower."""
+    run = REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/share-pin/thp"
+    ms = {p: json.loads((run / f"share-bench-{p}.json").read_text())["ms_per_layer"]["4"]["gpu_bus_0.4"]
+          for p in ("register-thp", "alloc", "register")}
+    assert abs(ms["register-thp"] / ms["alloc"] - 1) < 0.01 and ms["register"] / ms["alloc"] > 1.2
+    assert "madvise" in (run / "thp.txt").read_text()
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert (f"{ms['register-thp']:.3f} ms against {ms['alloc']:.3f} allocated and {ms['register']:.3f} on 4 KiB pages"
+            in readme)
