@@ -354,14 +354,14 @@ def test_a_call_started_and_waited_for_gives_what_one_call_gives(vi, libs):
     mod, gp = vi
     lib = next(iter(libs.values()))
     raw = _layer(gp)
+    batches = [_batch(3, seed) for seed in range(12)]
+    wants = [_run(mod, lib, raw, *b, 1) for b in batches]      # first: no pool spinning beside them on a small host
     kern = mod.Kernel(lib, 2, report_every=0, pin=False)
     layer = kern.layer(raw, E, K, H, INTER, G)
     assert lib.v4_pool_async(kern.pool) == 0 and lib.v4_pool_async(kern.pool) == 0     # once, then a no-op
-    for seed in range(40):
-        if seed % 10 == 9:
+    for i, ((x, ids, w), want) in enumerate(zip(batches, wants, strict=True)):
+        if i % 6 == 5:
             time.sleep(0.05)        # past the coordinator's 20 ms of spinning: the next call wakes it from its futex
-        x, ids, w = _batch(3, seed)
-        want = _run(mod, lib, raw, x, ids, w, 1)
         out = np.full((3, H), np.nan, np.float32)
         job = kern.job(layer, 3, x.ctypes.data, ids.ctypes.data, w.ctypes.data, out.ctypes.data)
         lib.v4_start(job)
