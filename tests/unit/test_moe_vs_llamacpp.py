@@ -520,6 +520,17 @@ def test_the_third_machine_pairs_both_engines_avx2_builds_in_one_run(tmp_path):
             f"{k['decode_tok_s_8k'] / ll['decode_tok_s_8k']:.3f}x after 8K") in readme
 
 
+def _preset_against_llama(kit: dict, d30k: float, ll: dict) -> str:
+    """How the README sets a machine's preset beside llama.cpp's best (after its "The"/"the")."""
+    r = {m: kit[m] / ll[m] for m in ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")}
+    return (f"preset as it comes decoded {kit['decode_tok_s']:.1f} / {kit['decode_tok_s_8k']:.1f} / {d30k:.1f} tok/s "
+            f"after 512 / 8K / 30K tokens against llama.cpp's best {ll['decode_tok_s']:.1f} / "
+            f"{ll['decode_tok_s_8k']:.1f} ({r['decode_tok_s']:.2f}x, {r['decode_tok_s_8k']:.2f}x), TTFT after 30K "
+            f"{kit['ttft_30k_s']:.1f} s against {ll['ttft_30k_s']:.1f} ({r['ttft_30k_s']:.2f}x), 4 streams "
+            f"{kit['aggregate_4_streams_tok_s']:.1f} against {ll['aggregate_4_streams_tok_s']:.1f} "
+            f"({r['aggregate_4_streams_tok_s']:.2f}x")
+
+
 def test_the_fourth_machine_s_pairing_names_the_masked_build_it_took_and_the_preset_as_it_comes(tmp_path):
     """moe-vs-llamacpp-int4cpu-r7-16g regenerates from r7/'s points: its kit side is the best point measured (the
     masked AVX-512 build, named with its environment), the preset as it comes listed beside it; the README quotes
@@ -530,13 +541,7 @@ def test_the_fourth_machine_s_pairing_names_the_masked_build_it_took_and_the_pre
     assert c["rounds"] == 3 and c["budget_gib"] == 16
     plain = next(p for p in kit["other_points"] if p["point"] == "k16-preset-int4")
     readme = " ".join((REPO / "README.md").read_text().split())
-    r = {m: plain[m] / ll[m] for m in ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")}
-    assert (f"The preset as it comes decoded {plain['decode_tok_s']:.1f} / {plain['decode_tok_s_8k']:.1f} / "
-            f"{plain['decode_tok_s_30k']:.1f} tok/s after 512 / 8K / 30K tokens against llama.cpp's best "
-            f"{ll['decode_tok_s']:.1f} / {ll['decode_tok_s_8k']:.1f} ({r['decode_tok_s']:.2f}x, "
-            f"{r['decode_tok_s_8k']:.2f}x), TTFT after 30K {plain['ttft_30k_s']:.1f} s against {ll['ttft_30k_s']:.1f} "
-            f"({r['ttft_30k_s']:.2f}x), 4 streams {plain['aggregate_4_streams_tok_s']:.1f} against "
-            f"{ll['aggregate_4_streams_tok_s']:.1f} ({r['aggregate_4_streams_tok_s']:.2f}x") in readme
+    assert f"The {_preset_against_llama(plain, plain['decode_tok_s_30k'], ll)}" in readme
     assert (f"decoded {kit['decode_tok_s']:.1f} / {kit['decode_tok_s_8k']:.1f} / {kit['more']['decode_tok_s_30k']:.1f}, 4 "
             f"streams {kit['aggregate_4_streams_tok_s']:.1f}: the pairing's best") in readme
 
@@ -828,13 +833,7 @@ def test_the_fifth_machine_s_pairing_keeps_the_preset_and_lists_its_share_point(
     share = next(p for p in kit["other_points"] if p["point"] == "k16-preset-int4-share")
     assert share["int4_gpu_share"] == "0.4" and share["decode_tok_s"] < kit["decode_tok_s"]
     readme = " ".join((REPO / "README.md").read_text().split())
-    r = {m: kit[m] / ll[m] for m in ("decode_tok_s", "decode_tok_s_8k", "ttft_30k_s", "aggregate_4_streams_tok_s")}
-    assert (f"the preset as it comes decoded {kit['decode_tok_s']:.1f} / {kit['decode_tok_s_8k']:.1f} / "
-            f"{kit['more']['decode_tok_s_30k']:.1f} tok/s after 512 / 8K / 30K tokens against llama.cpp's best "
-            f"{ll['decode_tok_s']:.1f} / {ll['decode_tok_s_8k']:.1f} ({r['decode_tok_s']:.2f}x, "
-            f"{r['decode_tok_s_8k']:.2f}x), TTFT after 30K {kit['ttft_30k_s']:.1f} s against {ll['ttft_30k_s']:.1f} "
-            f"({r['ttft_30k_s']:.2f}x), 4 streams {kit['aggregate_4_streams_tok_s']:.1f} against "
-            f"{ll['aggregate_4_streams_tok_s']:.1f} ({r['aggregate_4_streams_tok_s']:.2f}x") in readme
+    assert f"the {_preset_against_llama(kit, kit['more']['decode_tok_s_30k'], ll)}" in readme
     gain = share["aggregate_4_streams_tok_s"] / kit["aggregate_4_streams_tok_s"] - 1
     single = share["decode_tok_s"] / kit["decode_tok_s"] - 1
     assert (f"4 streams decoded {share['aggregate_4_streams_tok_s']:.1f} tok/s against the preset's "

@@ -228,6 +228,29 @@ static int pin_self(int cpu) {
     return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
+// a generation past `seen` (returned), spinning SPIN_MS before sleeping on the futex (counted in `sleepers`, so the one
+// who moves the generation knows to wake): the pool's workers wait for a call this way, the coordinator for a job
+static uint32_t await_gen(_Atomic uint32_t *gen, uint32_t seen, _Atomic int *sleepers) {
+    uint32_t g;
+    long spins = 0;
+    double t0 = 0;
+    while ((g = atomic_load_explicit(gen, memory_order_acquire)) == seen) {
+        cpu_relax();
+        if ((++spins & 1023) == 0) {
+            double t = now_ms();
+            if (t0 == 0) {
+                t0 = t;
+            } else if (t - t0 > SPIN_MS) {
+                atomic_fetch_add(sleepers, 1);
+                futex_wait(gen, seen);
+                atomic_fetch_sub(sleepers, 1);
+                t0 = 0;
+            }
+        }
+    }
+    return g;
+}
+
 static void *worker(void *arg) {
     warg *w = arg;
     v4_pool *p = w->p;
@@ -237,24 +260,7 @@ static void *worker(void *arg) {
     uint32_t seen = 0;    // the pool's first generation, not the one it reads now: a call made before this thread
                           // ran would otherwise be missed, and its caller wait for this worker forever
     for (;;) {
-        uint32_t g;
-        long spins = 0;
-        double t0 = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
-            cpu_relax();
-            if ((++spins & 1023) == 0) {
-                double t = now_ms();
-                if (t0 == 0) {
-                    t0 = t;
-                } else if (t - t0 > SPIN_MS) {
-                    atomic_fetch_add(&p->sleepers, 1);
-                    futex_wait(&p->gen, seen);
-                    atomic_fetch_sub(&p->sleepers, 1);
-                    t0 = 0;
-                }
-            }
-        }
-        seen = g;
+        seen = await_gen(&p->gen, seen, &p->sleepers);
         if (atomic_load(&p->stop)) break;
         run_units(p);
         p->finish[idx] = now_ms();
@@ -828,24 +834,7 @@ static void *coordinator(void *arg) {
     v4_pool *p = arg;
     uint32_t seen = 0;
     for (;;) {
-        uint32_t g;
-        long spins = 0;
-        double t0 = 0;
-        while ((g = atomic_load_explicit(&p->post_gen, memory_order_acquire)) == seen) {
-            cpu_relax();
-            if ((++spins & 1023) == 0) {
-                double t = now_ms();
-                if (t0 == 0) {
-                    t0 = t;
-                } else if (t - t0 > SPIN_MS) {
-                    atomic_store(&p->coord_sleeps, 1);
-                    futex_wait(&p->post_gen, seen);
-                    atomic_store(&p->coord_sleeps, 0);
-                    t0 = 0;
-                }
-            }
-        }
-        seen = g;
+        seen = await_gen(&p->post_gen, seen, &p->coord_sleeps);
         if (atomic_load(&p->stop)) break;
         v4_job *j = atomic_exchange(&p->posted, NULL);
         if (j) {
