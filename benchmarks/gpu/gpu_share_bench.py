@@ -1,28 +1,29 @@
 """A CPU layer's decode batch split between the host's cores and the GPU reading the layer over the bus (issue 18: the
-4-stream goal), timed without a server on the GPU host.
+4-stream goal; the adapter's opt-in VRAMKIT_INT4_GPU_SHARE, vramkit_gpu_share.py), timed without a server on the GPU
+host.
 
-    python3 benchmarks/gpu/gpu_share_bench.py --threads 12 --batches 1,2,4 --shares 0,16,32,48,64 --out R.json
+    python3 benchmarks/gpu/gpu_share_bench.py --threads 12 --batches 1,2,4 --shares 0.2,0.3,0.4 --pin register-thp \
+        --out R.json
 
 Why: at 4 streams a 16 GiB step is ~11 ms of waiting for 10 CPU layers, each bound by the host's read rate
 (moe-vs-llamacpp-int4/r7-prof/). The GPU prompt path already keeps each CPU layer's experts in marlin's layout in
-pinned host RAM (vramkit_gpu_prefill.py); under unified addressing the GPU can read them where they are. So the
-experts with a physical id below a share S could be computed by SGLang's own marlin MoE on the GPU, their weights read
-over PCIe, while the int4 kernel computes the rest on the CPU: two memory systems read at once. Nothing here is in
-the server yet; this measures whether it pays.
+pinned host RAM (vramkit_gpu_prefill.py); under unified addressing the GPU can read them where they are. So a share
+of each call's distinct experts can be computed by SGLang's own marlin MoE on the GPU, their weights read over PCIe,
+while the int4 kernel computes the rest on the CPU: two memory systems read at once.
 
 What runs: --layers random GPTQ layers of Qwen3-Coder-30B-A3B's shape (128 experts, hidden 2048, expert width 768,
-group 128), cycled as a token's CPU layers are (3 GB past any cache), each with the int4 kernel's copy and a pinned
-marlin copy; routing drawn afresh for every call (8 of 128 a token). Each variant is a CUDA graph of one call per
-layer, as the server's decode graph holds them, replayed --reps times with new routing copied in before each replay;
-the figure is the median replay divided by the layers:
-- ``cpu``: the server's path today: inputs copied to pinned buffers, the kernel as one host function (v4_run), the
-  output copied back;
-- ``split``: the slots of experts < S masked off for the CPU, the kernel started (v4_start, a host function that
-  returns), marlin on the GPU's slots reading the pinned copy through a device view, the kernel waited for (v4_wait),
-  the two outputs added;
-- ``gpu_bus``: marlin alone on the GPU's slots over the bus; ``cpu_rest``: the kernel alone on the CPU's slots.
-First a check: marlin over the bus gives the same bits as over a GPU copy of the layer, and the split's output
-matches the CPU kernel's (float32) within float16 rounding (relative L2).
+group 128), cycled as a token's CPU layers are (3 GB past any cache), each with the int4 kernel's copy and a marlin
+copy pinned as --pin says; routing drawn afresh for every call (8 of 128 a token). Each variant is a CUDA graph of one
+call per layer through the adapter's own HostExperts, as the server's decode graph holds them, replayed --reps times
+with new routing copied in before each replay; the figure is the median replay divided by the layers:
+- ``cpu``: the server's path without a share: inputs copied to pinned buffers, the kernel as one host function
+  (v4_run), the output copied back;
+- ``share_F``: the lowest-numbered F of the call's distinct experts on the GPU (split_ids), the kernel started
+  (v4_start, a host function that returns), marlin on the GPU's slots through a device view of the pinned copy, the
+  kernel waited for (v4_wait), the two outputs added;
+- ``gpu_bus_F``: marlin alone on the GPU's slots over the bus; ``cpu_rest_F``: the kernel alone on the CPU's slots.
+First a check: marlin over the bus against over a GPU copy of the layer, and the split's output against the CPU
+kernel's (float32), eager and in replayed CUDA graphs (relative L2: float16 rounding).
 """
 from __future__ import annotations
 
@@ -140,6 +141,26 @@ def bench(a) -> dict:
             chk[f"share_{f}_vs_cpu_rel_l2"] = round(float((got - full).norm() / full.norm()), 5)
             chk[f"share_{f}_gpu_experts"] = int(torch.unique(g_ids[g_ids >= 0]).numel())
             chk[f"share_{f}_cpu_experts"] = int(torch.unique(c_ids[c_ids >= 0]).numel())
+
+        def captured(body):
+            """One call on layer 0 captured in a CUDA graph (after an eager warm-up), and its static output."""
+            body()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                o = body()
+            return g, o
+        # the same in replayed graphs, the server's way: each with fresh routing copied in before the replays
+        graphs = {"cpu": captured(lambda: call(alone[0]))} | {
+            f: captured(lambda f=f: call(shared[f][0])) for f in fracs}
+        route()
+        for g, _o in graphs.values():
+            g.replay()
+        torch.cuda.synchronize()
+        ref = graphs["cpu"][1].float()
+        for f in fracs:
+            chk[f"graph_share_{f}_vs_cpu_rel_l2"] = round(float((graphs[f][1].float() - ref).norm() / ref.norm()), 5)
+        del graphs
         out["check"][str(n)] = chk
 
         def graph_ms(body) -> float:

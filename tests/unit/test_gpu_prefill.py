@@ -309,8 +309,8 @@ def _wired(monkeypatch, gptq_dir):
             added.append((layer_idx, order))
             lasts.append(last)
 
-        def drop(self):
-            added.append("dropped")
+        def drop(self, keep=frozenset()):
+            added.append("dropped" if not keep else ("dropped but", sorted(keep)))
 
         def wants(self, layer_idx, tokens):
             return tokens >= self.least

@@ -86,3 +86,54 @@ def test_with_the_share_on_the_prompt_path_registers_its_copies_on_huge_pages(gs
     monkeypatch.setenv(gs.ENV, "0.3")
     pinned = engine._pin(t)
     assert pinned.data_ptr() % gs.HUGE_PAGE == 0 and torch.equal(pinned, t) and calls[-1] == (pinned.data_ptr(), 2000)
+
+
+def test_a_layer_whose_share_cannot_be_built_decodes_on_the_cpu_alone_and_says_why(gs, monkeypatch, tmp_path, capfd):
+    """VRAMKIT_INT4_GPU_SHARE set and the layer's device views failing (an import, a copy not pinned): the int4
+    kernel's wrapper still comes back, without a share, and the server log says why in the layer's line."""
+    import shutil
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler on this machine (the kernel is compiled at start)")
+    import vramkit_int4_experts as vi
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the GPU reads only page-locked, contiguous host memory")
+    monkeypatch.setattr(gs, "BusExperts", refuse)
+    monkeypatch.setenv(gs.ENV, "0.3")
+    monkeypatch.setenv(vi.LIB_ENV, str(tmp_path))
+    monkeypatch.setattr(vi, "_KERNEL", [])
+    hf = {"num_experts": 8, "hidden_size": 256, "moe_intermediate_size": 128, "num_experts_per_tok": 2,
+          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 64, "sym": True, "desc_act": False}}
+    h = vi.wrap(None, 3, hf, "", True, list(range(8)), 1, 0, last=True, bus={"w13_qweight": None})
+    assert h.share is None and h.max_tokens >= 1
+    line = next(ln for ln in capfd.readouterr().err.splitlines() if "layer 3:" in ln)
+    assert f"{gs.ENV} not used: AssertionError: the GPU reads only page-locked" in line
+    assert 3 not in gs.LAYERS
+
+
+def test_a_drop_keeps_the_copies_the_share_reads_registered(monkeypatch):
+    """GpuPrefill.drop(keep=...) after a prompt-path failure: the kept layers' copies stay registered and held, every
+    other one is unregistered and let go (the decode share's layers read theirs over the bus)."""
+    import vramkit_gpu_prefill as gp
+    calls: list = []
+
+    class Cudart:
+        def cudaHostRegister(self, ptr, size, flags):
+            return 0
+
+        def cudaHostUnregister(self, ptr):
+            calls.append(ptr)
+            return 0
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: Cudart())
+    monkeypatch.delenv(gp.PIN_ENV, raising=False)
+    monkeypatch.delenv("VRAMKIT_INT4_GPU_SHARE", raising=False)
+    hf = {"hidden_size": 256, "moe_intermediate_size": 128, "num_experts": 4,
+          "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True}}
+    engine = gp.GpuPrefill(8, hf, "", dummy=True)
+    for layer in (0, 1, 2):
+        engine.host[layer] = {"w": engine._pin(torch.full((64,), layer, dtype=torch.int32))}
+    keep = engine.host[1]["w"].data_ptr()
+    gone = {engine.host[0]["w"].data_ptr(), engine.host[2]["w"].data_ptr()}
+    engine.drop(keep=frozenset({1}))
+    assert set(calls) == gone and list(engine.host) == [1] and engine._registered == [keep]
+    assert int(engine.host[1]["w"][0]) == 1

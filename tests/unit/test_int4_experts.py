@@ -349,8 +349,8 @@ def test_the_log_window_says_when_the_caller_shared_a_worker_s_cpu(vi, libs, cap
 
 def test_a_call_started_and_waited_for_gives_what_one_call_gives(vi, libs):
     """v4_start hands the job to the pool's coordinator and returns; v4_wait returns once the output is written: the
-    same numbers as v4_run, call after call and after the coordinator went to sleep (a lost hand-off would hang here:
-    the module's timeout)."""
+    same numbers as v4_run, call after call and after the coordinator went to sleep; a job handed over just before
+    the pool is freed still completes (a lost hand-off would hang here: the module's timeout)."""
     mod, gp = vi
     lib = next(iter(libs.values()))
     raw = _layer(gp)
@@ -367,4 +367,7 @@ def test_a_call_started_and_waited_for_gives_what_one_call_gives(vi, libs):
         lib.v4_start(job)
         lib.v4_wait(job)
         np.testing.assert_array_equal(out, want)
+    out[:] = np.nan                 # a job handed over and the pool freed at once: it still runs to its end first
+    lib.v4_start(job)
     lib.v4_pool_free(kern.pool)
+    np.testing.assert_array_equal(out, wants[-1])

@@ -499,14 +499,17 @@ class GpuPrefill:
                                                                   self.block).items()}
         return {name: t.clone() if copy else t for name, t in self._dummy.items()}
 
-    def drop(self) -> None:
-        """Give back what add_layer took (after a failure: the server goes on with every prompt on kt-kernel)."""
+    def drop(self, keep: frozenset[int] = frozenset()) -> None:
+        """Give back what add_layer took (after a failure: the server goes on with every prompt on kt-kernel), but for
+        the host copies of the layers in `keep` (the decode share's GPU reads them: vramkit_gpu_share)."""
+        kept = {t.data_ptr() for layer in keep for t in self.host.get(layer, {}).values()}
         if self._registered:
             import torch
             for ptr in self._registered:      # an error here leaves nothing to give back: the tensors go next
-                torch.cuda.cudart().cudaHostUnregister(ptr)
-            self._registered.clear()
-        self.host.clear()
+                if ptr not in kept:
+                    torch.cuda.cudart().cudaHostUnregister(ptr)
+            self._registered = [ptr for ptr in self._registered if ptr in kept]
+        self.host = {layer: t for layer, t in self.host.items() if layer in keep}
         self.stage = None
         self._reader = self._dummy = None
 

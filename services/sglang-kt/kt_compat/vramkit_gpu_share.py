@@ -51,6 +51,7 @@ def fraction(environ: dict | None = None) -> float | None:
 
 
 HUGE_PAGE = 2 << 20
+LAYERS: set[int] = set()      # the CPU layers whose decode share reads their host copies (kept through a drop)
 _MAPS: list = []     # the huge-page mappings under the copies: they live as long as the process
 
 
@@ -96,9 +97,10 @@ def split_ids(ids, frac: float, experts: int):
 class BusExperts:
     """One CPU layer's marlin tensors in pinned host RAM, read by marlin on the GPU through device views."""
 
-    def __init__(self, host: dict, experts: int, view=None):
+    def __init__(self, host: dict, experts: int, view=None, layer: int | None = None):
         """`host`: the GPU prompt path's pinned copy of the layer (vramkit_gpu_prefill.GpuPrefill.host[layer]);
-        `view`: the device view (vramkit_host_embed.device_view; replaced in the dev host's tests)."""
+        `view`: the device view (vramkit_host_embed.device_view; replaced in the dev host's tests); `layer`: its
+        index, recorded in LAYERS once the views are made."""
         import torch
         if view is None:
             from vramkit_host_embed import device_view as view
@@ -114,13 +116,20 @@ class BusExperts:
             # any map makes marlin skip the blocks of -1 slots (is_ep); without one it computes them with expert
             # -1's weights (measured on the H200 host: an illegal address, gpu_share_bench.py's first run)
             expert_map=torch.arange(experts, dtype=torch.int32, device=t["w13_qweight"].device))
+        if layer is not None:
+            LAYERS.add(layer)
 
     def run(self, x, ids, weights, runner_config):
-        """marlin's MoE output for the slots of `ids` (others -1), in x's dtype."""
+        """marlin's MoE output for the slots of `ids` (others -1), in x's dtype: the weighted sum of its experts alone,
+        as the CPU kernel's share is (no routed scaling factor on either side: the layer's caller applies it to the
+        sum, as it does to the CPU's output without a share)."""
+        import dataclasses
+
         from sglang.srt.layers.moe.moe_runner.marlin import fused_experts_none_to_marlin
         from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
         from sglang.srt.layers.moe.topk import StandardTopKOutput
         # marlin reads the router logits' row count only: the weights' [n, k] has it
         d = StandardDispatchOutput(hidden_states=x, hidden_states_scale=None, topk_output=StandardTopKOutput(
             topk_weights=weights, topk_ids=ids, router_logits=weights))
-        return fused_experts_none_to_marlin(d, self.info, runner_config).hidden_states
+        config = dataclasses.replace(runner_config, routed_scaling_factor=None)
+        return fused_experts_none_to_marlin(d, self.info, config).hidden_states

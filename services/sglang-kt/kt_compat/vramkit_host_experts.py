@@ -89,7 +89,11 @@ class HostExperts:
             launch_host_func(cuda_stream, self.run_ptr, job)
             return
         launch_host_func(cuda_stream, start_ptr, job)        # returns at once: the CPU computes its share
-        self._gpu_out = bus.run(flat, gpu_ids, topk_weights, self.runner_config)
+        try:
+            self._gpu_out = bus.run(flat, gpu_ids, topk_weights, self.runner_config)
+        except BaseException:
+            launch_host_func(cuda_stream, self.share[3], job)  # the started call waited for: none left running
+            raise
 
     def sync_forward(self, hidden_states, cuda_stream):
         if self._kt_pending:

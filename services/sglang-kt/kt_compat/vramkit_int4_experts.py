@@ -284,10 +284,15 @@ def wrap(kt, layer_idx: int, hf: dict, model_path: str, dummy: bool, order: list
             shared = (f"; {vramkit_gpu_share.ENV}={frac} not used: it reads the GPU prompt path's host copy of the "
                       "layer (--kt-gpu-prefill)")
         else:
-            if k.lib.v4_pool_async(k.pool) != 0:
-                raise RuntimeError("the int4 kernel's coordinator thread did not start")
-            share = (vramkit_gpu_share.BusExperts(bus, experts), frac, k.lib.start_ptr, k.lib.wait_ptr)
-            shared = f"; {frac:.2f} of each batch's experts on the GPU over the bus ({vramkit_gpu_share.ENV})"
+            try:
+                if k.lib.v4_pool_async(k.pool) != 0:
+                    raise RuntimeError("the int4 kernel's coordinator thread did not start")
+                share = (vramkit_gpu_share.BusExperts(bus, experts, layer=layer_idx), frac, k.lib.start_ptr,
+                         k.lib.wait_ptr)
+                shared = f"; {frac:.2f} of each batch's experts on the GPU over the bus ({vramkit_gpu_share.ENV})"
+            except Exception as exc:    # noqa: BLE001 -- any failure: this layer decodes on the CPU alone
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                shared = f"; {vramkit_gpu_share.ENV} not used: {type(exc).__name__}: {first}"
     print(f"vramkit_int4_experts: layer {layer_idx}: decode batches of <= {max_tokens} tokens on the GPTQ-Int4 values "
           f"({k.lib.v4_layer_bytes(ptr) / 2**30:.2f} GiB, {k.threads} threads{pinned}, {k.lib.isa}), kt-kernel above"
           + shared, file=sys.stderr, flush=True)

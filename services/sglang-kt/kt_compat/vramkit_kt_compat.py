@@ -256,12 +256,10 @@ def patch_sglang_kt(module, spec: str) -> None:
         """Any failure of the GPU prompt path: off for every layer (the server goes on, prompts on kt-kernel)."""
         import vramkit_gpu_prefill as gp
         import vramkit_gpu_share
-        kept = ""
-        if vramkit_gpu_share.fraction() is None:
-            engine.drop()
-        else:       # the decode share's marlin reads the host copies where they are: they stay pinned
-            kept = f" (the layers' host copies stay for {vramkit_gpu_share.ENV})"
+        shared = vramkit_gpu_share.LAYERS      # the decode share's marlin reads these layers' copies where they are
+        engine.drop(keep=frozenset(shared))
         prefill["engine"] = None
+        kept = f" (the host copies of {len(shared)} layers stay for {vramkit_gpu_share.ENV})" if shared else ""
         gp.say(f"layer {layer_idx}: {type(exc).__name__}: {exc}; prompts stay on kt-kernel for every layer{kept}")
 
     def process_weights_after_loading(self, layer):
