@@ -874,10 +874,11 @@ void v4_start(void *arg) {
     if (atomic_load(&p->coord_sleeps)) futex_wake(&p->post_gen);
 }
 
-// returns once the job's latest start has its output written: spinning WAIT_SPIN_MS (a CPU layer's call is well under
-// it where the pool has its cores), then asleep on the futex, so a host with fewer free cores than busy threads (the
-// workers, the coordinator, this one) does not lose a core to this loop
-#define WAIT_SPIN_MS 1.0
+// returns once the job's latest start has its output written: spinning WAIT_SPIN_MS, past any CPU layer's call measured
+// in a server (0.2-1.0 ms, moe-vs-llamacpp-int4/r8/), so a call waits as the spinning version r8/ ran did; then
+// asleep on the futex, so a host with fewer free cores than busy threads (the workers, the coordinator, this one)
+// does not lose a core to this loop for longer
+#define WAIT_SPIN_MS 5.0
 void v4_wait(void *arg) {
     v4_job *j = arg;
     const uint32_t want = atomic_load(&j->started);
