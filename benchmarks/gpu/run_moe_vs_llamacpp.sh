@@ -1097,7 +1097,9 @@ if has gshare; then  # a CPU layer's decode batch shared with the GPU, which rea
   timeout 300 python3 benchmarks/gpu/gpu_share_bench.py --threads 12 --shares "${SHARE_FRACS:-0.2,0.25,0.3,0.35,0.4}" \
     --pin "${SHARE_PIN:-register-thp}" \
     --out "$RES/share-bench.json" > "$RES/logs/share-bench.txt" 2>&1
-  step "gpu share bench: $(grep -h '^{"' "$RES/logs/share-bench.txt" | tr -d '\n' | head -c 1200)"
+  rows=$(grep -h '^{"' "$RES/logs/share-bench.txt" | tr -d '\n' | head -c 1200)
+  # a failed bench says why here (r8/'s said nothing: its import-order error only in the log)
+  step "gpu share bench: ${rows:-failed: $(grep -h '"error"' "$RES/share-bench.json" 2>/dev/null | head -c 300)}"
   pack
 fi
 share_fraction() {  # INT4_SHARE: a fraction, or auto: the one share-bench.json found fastest at batch 4 (0.3 without it)
