@@ -906,3 +906,14 @@ def test_the_huge_page_registration_figures_the_readme_quotes_are_the_files():
     readme = " ".join((REPO / "README.md").read_text().split())
     assert (f"{ms['register-thp']:.3f} ms against {ms['alloc']:.3f} allocated and {ms['register']:.3f} on 4 KiB pages"
             in readme)
+
+
+def test_the_share_s_batch_2_figures_the_readme_quotes_are_the_bench_s():
+    """The two-micro-batch argument: r8/share-bench.json's batch-2 row, the CPU alone, the share at 0.3 and 0.4 and
+    their GPU sides, as the README quotes them."""
+    m = json.loads((REPO / "benchmarks/results/gpu/moe-vs-llamacpp-int4/r8/share-bench.json").read_text())
+    b = m["ms_per_layer"]["2"]
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert (f"({b['cpu']:.3f} ms on the CPU alone against {b['share_0.3']:.3f} at 0.3 and {b['share_0.4']:.3f} at 0.4) "
+            f"while its GPU side ({b['gpu_bus_0.3']:.3f} and {b['gpu_bus_0.4']:.3f} ms)") in readme
+    assert b["share_0.3"] / b["cpu"] > 0.9 and min(b["gpu_bus_0.3"], b["gpu_bus_0.4"]) > 0.25
