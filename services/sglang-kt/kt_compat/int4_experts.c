@@ -228,9 +228,10 @@ static int pin_self(int cpu) {
     return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
-// a generation past `seen` (returned), spinning SPIN_MS before sleeping on the futex (counted in `sleepers`, so the one
-// who moves the generation knows to wake): the pool's workers wait for a call this way, the coordinator for a job
-static uint32_t await_gen(_Atomic uint32_t *gen, uint32_t seen, _Atomic int *sleepers) {
+// a generation past `seen` (returned), spinning spin_ms before sleeping on the futex (counted in `sleepers`, so the one
+// who moves the generation knows to wake): the pool's workers wait for a call this way, the coordinator for a job,
+// v4_wait for its job's end
+static uint32_t await_gen(_Atomic uint32_t *gen, uint32_t seen, _Atomic int *sleepers, double spin_ms) {
     uint32_t g;
     long spins = 0;
     double t0 = 0;
@@ -240,7 +241,7 @@ static uint32_t await_gen(_Atomic uint32_t *gen, uint32_t seen, _Atomic int *sle
             double t = now_ms();
             if (t0 == 0) {
                 t0 = t;
-            } else if (t - t0 > SPIN_MS) {
+            } else if (t - t0 > spin_ms) {
                 atomic_fetch_add(sleepers, 1);
                 futex_wait(gen, seen);
                 atomic_fetch_sub(sleepers, 1);
@@ -260,7 +261,7 @@ static void *worker(void *arg) {
     uint32_t seen = 0;    // the pool's first generation, not the one it reads now: a call made before this thread
                           // ran would otherwise be missed, and its caller wait for this worker forever
     for (;;) {
-        seen = await_gen(&p->gen, seen, &p->sleepers);
+        seen = await_gen(&p->gen, seen, &p->sleepers, SPIN_MS);
         if (atomic_load(&p->stop)) break;
         run_units(p);
         p->finish[idx] = now_ms();
@@ -603,7 +604,7 @@ typedef struct v4_job {
     // v4_start / v4_wait: how many times the job was started, and up to which start the coordinator has written its
     // output (a start made while an earlier one still runs is waited for by its own number)
     _Atomic uint32_t started, finished;
-    _Atomic int waiting;   // a v4_wait sleeps on `finished`: the coordinator wakes it
+    _Atomic int waiting;   // a v4_wait asleep on `finished` (await_gen's count): the coordinator wakes it
 } v4_job;
 
 static inline float silu(float g) { return g / (1.0f + __builtin_expf(-g)); }
@@ -848,7 +849,7 @@ static void *coordinator(void *arg) {
                        // while this one ran was lost that way, 348 of 2,000 frees in a stress loop)
         }
         if (atomic_load(&p->coord_stop)) break;
-        seen = await_gen(&p->post_gen, seen, &p->coord_sleeps);   // a post bumps it after posting: none is missed
+        seen = await_gen(&p->post_gen, seen, &p->coord_sleeps, SPIN_MS);   // a post bumps it after posting: none is missed
     }
     return NULL;
 }
@@ -882,20 +883,6 @@ void v4_start(void *arg) {
 void v4_wait(void *arg) {
     v4_job *j = arg;
     const uint32_t want = atomic_load(&j->started);
-    double t0 = 0;
-    for (long spins = 0;; spins++) {
-        const uint32_t got = atomic_load_explicit(&j->finished, memory_order_acquire);
-        if ((int32_t) (got - want) >= 0) return;
-        cpu_relax();
-        if ((spins & 1023) == 1023) {
-            const double t = now_ms();
-            if (t0 == 0) {
-                t0 = t;
-            } else if (t - t0 > WAIT_SPIN_MS) {
-                atomic_store(&j->waiting, 1);
-                if ((int32_t) (atomic_load(&j->finished) - want) < 0) futex_wait(&j->finished, got);
-                atomic_store(&j->waiting, 0);
-            }
-        }
-    }
+    for (uint32_t got = atomic_load_explicit(&j->finished, memory_order_acquire); (int32_t) (got - want) < 0;)
+        got = await_gen(&j->finished, got, &j->waiting, WAIT_SPIN_MS);
 }
