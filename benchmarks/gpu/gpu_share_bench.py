@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -54,8 +55,9 @@ def bench(a) -> dict:
     import torch
     import vramkit_gpu_prefill as gp
     import vramkit_int4_experts as vi
-    from vramkit_gpu_share import BusExperts, huge_page_copy, split_ids
-    from vramkit_host_experts import HostExperts
+    from vramkit_gpu_share import ENV as share_env
+    from vramkit_gpu_share import BusExperts, split_ids
+    from vramkit_host_experts import HostExperts, Share
     try:    # as gpu_prefill_bench: what the server's start imports first
         import flashinfer.comm  # noqa: F401
     except ImportError:
@@ -68,17 +70,15 @@ def bench(a) -> dict:
     from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput  # noqa: F401
     from sglang.srt.layers.moe.topk import StandardTopKOutput  # noqa: F401
 
-    def pin(t):
-        """The host copy pinned as --pin says: PyTorch's pinned allocator, or the server's default (the GPU prompt
-        path's VRAMKIT_KT_PREFILL_PIN=register: the tensor's own pages registered with CUDA)."""
-        if a.pin == "alloc":
-            return t.pin_memory()
-        if a.pin == "register-thp":     # the same registration, of memory backed by transparent huge pages
-            t = huge_page_copy(t)
-        rc = int(torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 1))
-        if rc != 0:
-            raise RuntimeError(f"cudaHostRegister failed: cudaError {rc}")
-        return t
+    # the host copies pinned by the adapter's own GpuPrefill._pin, as --pin says: PyTorch's allocator, or registered
+    # (the server's default), on transparent huge pages where the share is on (register-thp) and 4 KiB pages where not
+    engine = gp.GpuPrefill(1, {"hidden_size": H, "moe_intermediate_size": INTER, "num_experts": E,
+                               "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": GROUP}},
+                           "", dummy=False)
+    engine.pin = "alloc" if a.pin == "alloc" else "register"
+    os.environ.pop(share_env, None)
+    if a.pin == "register-thp":
+        os.environ[share_env] = "0.3"
 
     t0 = time.monotonic()
     lib = vi.Lib(vi.build(cflags=vi.cflags({vi.ISA_ENV: a.isa})))
@@ -92,7 +92,7 @@ def bench(a) -> dict:
         m = gp.to_marlin(raw, H, INTER, GROUP)
         if gpu_copy is None:
             gpu_copy = BusExperts(m, E, view=lambda t: t)     # layer 0 also from GPU memory: the bus read's check
-        bus.append(BusExperts({k: pin(v.cpu()) for k, v in m.items()}, E))
+        bus.append(BusExperts({k: engine._pin(v.cpu()) for k, v in m.items()}, E))
         del raw, m
     torch.cuda.synchronize()
     setup_s = time.monotonic() - t0
@@ -108,7 +108,7 @@ def bench(a) -> dict:
 
         def host(layer: int, frac: float | None) -> HostExperts:
             """The adapter's CPU-layer wrapper as the server builds it, with or without the GPU's share."""
-            share = None if frac is None else (bus[layer], frac, lib.start_ptr, lib.wait_ptr)
+            share = None if frac is None else Share(bus[layer], frac, lib.start_ptr, lib.wait_ptr)
             h = HostExperts(None, lib.run_ptr, lambda m, *p, lay=cpu_layers[layer]: kern.job(lay, m, *p), H, TOPK,
                             16, share)
             h.runner_config = cfg
@@ -143,7 +143,8 @@ def bench(a) -> dict:
             chk[f"share_{f}_cpu_experts"] = int(torch.unique(c_ids[c_ids >= 0]).numel())
 
         def captured(body):
-            """One call on layer 0 captured in a CUDA graph (after an eager warm-up), and its static output."""
+            """`body` captured in a CUDA graph after an eager warm-up (marlin's workspace, the kernel's jobs), and its
+            static output."""
             body()
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
@@ -164,13 +165,7 @@ def bench(a) -> dict:
         out["check"][str(n)] = chk
 
         def graph_ms(body) -> float:
-            for layer in range(a.layers):      # warm-up, eager (marlin's workspace, the kernel's jobs)
-                body(layer)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for layer in range(a.layers):
-                    body(layer)
+            g, _o = captured(lambda: [body(layer) for layer in range(a.layers)])
             times = []
             for _ in range(a.reps):
                 route()

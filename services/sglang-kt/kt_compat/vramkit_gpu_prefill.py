@@ -373,6 +373,20 @@ def to_marlin(raw: dict, hidden: int, inter: int, group: int, device: str = "cud
                                                    size_n=raw["w2_scales"].shape[2], group_size=group)}
 
 
+def marlin_info(t: dict, experts: int, skip_masked: bool = False):
+    """SGLang's MarlinMoeQuantInfo over a layer's marlin tensors (to_marlin's names: symmetric GPTQ-Int4, no act-order).
+    `skip_masked`: with an expert map, which makes marlin skip the blocks of -1 slots (is_ep); without one it computes
+    them with expert -1's weights (measured on the H200 host: an illegal address, gpu_share_bench.py's first run)."""
+    import torch
+    from sglang.srt.layers.moe.moe_runner.marlin import MarlinMoeQuantInfo
+    empty = t["w13_qweight"].new_empty((experts, 0))
+    emap = torch.arange(experts, dtype=torch.int32, device=empty.device) if skip_masked else None
+    return MarlinMoeQuantInfo(w13_qweight=t["w13_qweight"], w2_qweight=t["w2_qweight"], w13_scales=t["w13_scales"],
+                              w2_scales=t["w2_scales"], w13_g_idx_sort_indices=empty, w2_g_idx_sort_indices=empty,
+                              weight_bits=4, w13_g_idx=empty, w2_g_idx=empty, is_k_full=True,
+                              global_num_experts=experts, expert_map=emap)
+
+
 class GpuPrefill:
     """The staging set on the GPU and each CPU layer's pinned copy; `run` computes one forward on them."""
 
@@ -537,13 +551,8 @@ class GpuPrefill:
             # still has its input for kt-kernel, and the output is a new tensor, as marlin's is
             config = dataclasses.replace(runner_config, inplace=False)
             return fused_experts_none_to_triton(dispatch_output, info, config)
-        from sglang.srt.layers.moe.moe_runner.marlin import MarlinMoeQuantInfo, fused_experts_none_to_marlin
-        empty = s["w13_qweight"].new_empty((self.experts, 0))
-        info = MarlinMoeQuantInfo(w13_qweight=s["w13_qweight"], w2_qweight=s["w2_qweight"], w13_scales=s["w13_scales"],
-                                  w2_scales=s["w2_scales"], w13_g_idx_sort_indices=empty, w2_g_idx_sort_indices=empty,
-                                  weight_bits=4, w13_g_idx=empty, w2_g_idx=empty, is_k_full=True,
-                                  global_num_experts=self.experts)
-        return fused_experts_none_to_marlin(dispatch_output, info, runner_config)
+        from sglang.srt.layers.moe.moe_runner.marlin import fused_experts_none_to_marlin
+        return fused_experts_none_to_marlin(dispatch_output, marlin_info(s, self.experts), runner_config)
 
 
 def say(text: str) -> None:

@@ -101,21 +101,12 @@ class BusExperts:
         """`host`: the GPU prompt path's pinned copy of the layer (vramkit_gpu_prefill.GpuPrefill.host[layer]);
         `view`: the device view (vramkit_host_embed.device_view; replaced in the dev host's tests); `layer`: its
         index, recorded in LAYERS once the views are made."""
-        import torch
         if view is None:
             from vramkit_host_embed import device_view as view
+        import vramkit_gpu_prefill
         self.host = host        # the pinned tensors the views read live as long as this layer's share
-        t = {k: view(v) for k, v in host.items()}
-        from sglang.srt.layers.moe.moe_runner.marlin import MarlinMoeQuantInfo
-        empty = torch.empty((experts, 0), dtype=torch.int32, device=t["w13_qweight"].device)
         self.experts = experts
-        self.info = MarlinMoeQuantInfo(
-            w13_qweight=t["w13_qweight"], w2_qweight=t["w2_qweight"], w13_scales=t["w13_scales"],
-            w2_scales=t["w2_scales"], w13_g_idx_sort_indices=empty, w2_g_idx_sort_indices=empty, weight_bits=4,
-            w13_g_idx=empty, w2_g_idx=empty, is_k_full=True, global_num_experts=experts,
-            # any map makes marlin skip the blocks of -1 slots (is_ep); without one it computes them with expert
-            # -1's weights (measured on the H200 host: an illegal address, gpu_share_bench.py's first run)
-            expert_map=torch.arange(experts, dtype=torch.int32, device=t["w13_qweight"].device))
+        self.info = vramkit_gpu_prefill.marlin_info({k: view(v) for k, v in host.items()}, experts, skip_masked=True)
         if layer is not None:
             LAYERS.add(layer)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 _CUDA: list = []
 
@@ -30,15 +31,24 @@ def launch_host_func(stream: int, fn: int, arg: int) -> None:
         raise RuntimeError(f"cuLaunchHostFunc failed: CUresult {rc}")
 
 
+class Share(NamedTuple):
+    """Part of each decode batch on the GPU over the bus (vramkit_gpu_share.py): the layer's BusExperts, the fraction
+    of a call's distinct experts it takes, and the C function's two halves as host functions."""
+    bus: Any
+    fraction: float
+    start_ptr: int
+    wait_ptr: int
+
+
 class HostExperts:
     """Stands in for one CPU layer's KT wrapper: submit_forward / sync_forward as SGLang's KTEPWrapperMethod calls
     them. `run_ptr`: the C host function; `job_new(n, x, ids, w, out)`: its argument for an n-token batch's pinned
     buffers (x [n, hidden] f32, ids [n, top-k] i32, w [n, top-k] f32, out [n, hidden] f32), made once per n."""
 
     def __init__(self, kt, run_ptr: int, job_new: Callable[[int, int, int, int, int], int], hidden: int, used: int,
-                 max_tokens: int, share=None):
-        """`share`: (bus, fraction, start_ptr, wait_ptr) where part of each decode batch runs on the GPU over the bus
-        (vramkit_gpu_share.py): the C function started and waited for by two host functions around the GPU's share."""
+                 max_tokens: int, share: Share | None = None):
+        """`share`: where part of each decode batch runs on the GPU over the bus: the C function started and waited
+        for by two host functions around the GPU's share."""
         self.kt = kt
         self.run_ptr = run_ptr
         self.job_new = job_new
@@ -78,21 +88,21 @@ class HostExperts:
         import torch
         x, ids, w, _out, _out_gpu, job = self._buffers(n, flat.device)
         self._gpu_out = None
-        if self.share is not None:
+        share = self.share
+        if share is not None:
             import vramkit_gpu_share
-            bus, frac, start_ptr, _wait = self.share
-            gpu_ids, topk_ids = vramkit_gpu_share.split_ids(topk_ids.to(torch.int32), frac, bus.experts)
+            gpu_ids, topk_ids = vramkit_gpu_share.split_ids(topk_ids.to(torch.int32), share.fraction, share.bus.experts)
         x.copy_(flat.to(torch.float32), non_blocking=True)
         ids.copy_(topk_ids.to(torch.int32), non_blocking=True)
         w.copy_(topk_weights.to(torch.float32), non_blocking=True)
-        if self.share is None:
+        if share is None:
             launch_host_func(cuda_stream, self.run_ptr, job)
             return
-        launch_host_func(cuda_stream, start_ptr, job)        # returns at once: the CPU computes its share
+        launch_host_func(cuda_stream, share.start_ptr, job)   # returns at once: the CPU computes its share
         try:
-            self._gpu_out = bus.run(flat, gpu_ids, topk_weights, self.runner_config)
+            self._gpu_out = share.bus.run(flat, gpu_ids, topk_weights, self.runner_config)
         except BaseException:
-            launch_host_func(cuda_stream, self.share[3], job)  # the started call waited for: none left running
+            launch_host_func(cuda_stream, share.wait_ptr, job)  # the started call waited for: none left running
             raise
 
     def sync_forward(self, hidden_states, cuda_stream):
@@ -101,7 +111,7 @@ class HostExperts:
         n = hidden_states.view(-1, hidden_states.shape[-1]).shape[0]
         _x, _ids, _w, out, out_gpu, job = self._bufs[n]
         if self._gpu_out is not None:
-            launch_host_func(cuda_stream, self.share[3], job)     # the CPU's share written
+            launch_host_func(cuda_stream, self.share.wait_ptr, job)     # the CPU's share written
         out_gpu.copy_(out, non_blocking=True)
         if self._gpu_out is not None:
             return (out_gpu + self._gpu_out.view(out_gpu.shape).to(out_gpu.dtype)).to(hidden_states.dtype)

@@ -39,7 +39,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vramkit_host_experts import HostExperts
+from vramkit_host_experts import HostExperts, Share
 
 ENV = "VRAMKIT_KT_CPU_DECODE"
 LIB_ENV = "VRAMKIT_INT4_LIB_DIR"
@@ -287,8 +287,8 @@ def wrap(kt, layer_idx: int, hf: dict, model_path: str, dummy: bool, order: list
             try:
                 if k.lib.v4_pool_async(k.pool) != 0:
                     raise RuntimeError("the int4 kernel's coordinator thread did not start")
-                share = (vramkit_gpu_share.BusExperts(bus, experts, layer=layer_idx), frac, k.lib.start_ptr,
-                         k.lib.wait_ptr)
+                share = Share(vramkit_gpu_share.BusExperts(bus, experts, layer=layer_idx), frac, k.lib.start_ptr,
+                              k.lib.wait_ptr)
                 shared = f"; {frac:.2f} of each batch's experts on the GPU over the bus ({vramkit_gpu_share.ENV})"
             except Exception as exc:    # noqa: BLE001 -- any failure: this layer decodes on the CPU alone
                 first = (str(exc).strip().splitlines() or [""])[0][:200]
